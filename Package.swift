@@ -1,0 +1,103 @@
+// swift-tools-version:6.1
+// Tributary: an open, self-hostable sync replica for object data.
+//
+// The target dependency lists below are the architecture (DESIGN.md, "Layout and layering"): each layer may
+// only use the layers under it, and the pure layers (model, merge) cannot reach LMDB because this file does
+// not let them.
+import PackageDescription
+
+let upcomingFeatures: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "Tributary",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Tributary", targets: ["Tributary"]),
+        .executable(name: "tributary-log", targets: ["tributary-log"]),
+        .executable(name: "tributary-bench", targets: ["tributary-bench"]),
+        .executable(name: "tributary-demo", targets: ["tributary-demo"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+    ],
+    targets: [
+        // System libraries from Debian: apt-get install -y liblmdb-dev libzstd-dev pkg-config
+        .systemLibrary(name: "CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
+        .systemLibrary(name: "CZstd", pkgConfig: "libzstd", providers: [.apt(["libzstd-dev"])]),
+
+        // Storage: a safe Swift layer over LMDB, and the zstd codec.
+        .target(name: "TributaryStorage", dependencies: ["CLMDB"], swiftSettings: upcomingFeatures),
+        .target(name: "TributaryCompression", dependencies: ["CZstd"], swiftSettings: upcomingFeatures),
+
+        // Model: values, schemas, instructions, changesets and their codec, clocks, version vectors. Pure.
+        .target(name: "TributaryModel", swiftSettings: upcomingFeatures),
+
+        // Merge: the pure merge engine (state + changeset -> new state + effects). No I/O.
+        .target(name: "TributaryMerge", dependencies: ["TributaryModel"], swiftSettings: upcomingFeatures),
+
+        // Log and views: the changeset log and the materialized views, over LMDB.
+        .target(
+            name: "TributaryLog",
+            dependencies: ["TributaryModel", "TributaryStorage", "TributaryCompression"],
+            swiftSettings: upcomingFeatures),
+        .target(
+            name: "TributaryViews",
+            dependencies: ["TributaryModel", "TributaryMerge", "TributaryStorage"],
+            swiftSettings: upcomingFeatures),
+
+        // The public embedded API.
+        .target(
+            name: "Tributary",
+            dependencies: [
+                "TributaryModel", "TributaryMerge", "TributaryStorage", "TributaryCompression", "TributaryLog",
+                "TributaryViews",
+            ],
+            swiftSettings: upcomingFeatures),
+
+        // Tools.
+        .executableTarget(
+            name: "tributary-log",
+            dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Tools/tributary-log", swiftSettings: upcomingFeatures),
+        .executableTarget(
+            name: "tributary-bench",
+            dependencies: [
+                "Tributary", "TributaryStorage", "TributaryCompression",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Tools/tributary-bench", swiftSettings: upcomingFeatures),
+        .executableTarget(
+            name: "tributary-demo",
+            dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Tools/tributary-demo", swiftSettings: upcomingFeatures),
+
+        // Tests.
+        .target(
+            name: "TributaryTestSupport", dependencies: ["Tributary", "TributaryModel"],
+            path: "Tests/TributaryTestSupport", swiftSettings: upcomingFeatures),
+        .executableTarget(
+            name: "tributary-crash-child", dependencies: ["Tributary", "TributaryTestSupport"],
+            path: "Tests/tributary-crash-child", swiftSettings: upcomingFeatures),
+        .testTarget(
+            name: "TributaryStorageTests",
+            dependencies: ["TributaryStorage", "TributaryCompression", "TributaryTestSupport", "CZstd"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
+            name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestSupport"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
+            name: "TributaryMergeTests", dependencies: ["TributaryMerge", "TributaryModel", "TributaryTestSupport"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
+            name: "TributaryTests",
+            dependencies: [
+                "Tributary", "TributaryLog", "TributaryViews", "TributaryStorage", "TributaryTestSupport",
+                "tributary-crash-child",
+            ],
+            swiftSettings: upcomingFeatures),
+    ]
+)

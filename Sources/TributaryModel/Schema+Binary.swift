@@ -1,0 +1,81 @@
+extension BinaryWriter {
+    public mutating func property(_ property: Property, _ names: inout NameTable) {
+        name(property.name, &names)
+        switch property.kind {
+        case .scalar(let type):
+            byte(type.rawValue)
+        case .link(let target):
+            byte(0x40)
+            name(target, &names)
+        case .embedded(let target):
+            byte(0x41)
+            name(target, &names)
+        }
+        var flags: UInt8 = 0
+        if property.isOptional { flags |= 1 }
+        if property.isList { flags |= 2 }
+        if property.isIndexed { flags |= 4 }
+        if property.defaultValue != nil { flags |= 8 }
+        byte(flags)
+        if let defaultValue = property.defaultValue { value(defaultValue, &names) }
+    }
+
+    public mutating func objectSchema(_ type: ObjectSchema, _ names: inout NameTable) {
+        name(type.name, &names)
+        byte(type.isEmbedded ? 1 : 0)
+        if !type.isEmbedded { name(type.primaryKey ?? "_id", &names) }
+        varint(type.properties.count)
+        for property in type.properties { self.property(property, &names) }
+    }
+
+    /// Encodes a whole schema, names inline.
+    public mutating func schema(_ schema: Schema) {
+        var names = NameTable.inline
+        varint(schema.version)
+        varint(schema.types.count)
+        for type in schema.types { objectSchema(type, &names) }
+    }
+}
+
+extension BinaryReader {
+    public mutating func property(_ names: NameTable) throws(ChangesetDecodingError) -> Property {
+        let propertyName = try name(names, "property name")
+        let tag = try byte()
+        let kind: PropertyKind
+        switch tag {
+        case 0x40: kind = .link(try name(names, "link target"))
+        case 0x41: kind = .embedded(try name(names, "embedded type"))
+        default:
+            guard let scalar = ScalarType(rawValue: tag) else {
+                throw error(.invalidTag, "unknown property type tag \(tag) for property '\(propertyName)'")
+            }
+            kind = .scalar(scalar)
+        }
+        let flags = try byte()
+        guard flags & ~0x0F == 0 else { throw error(.invalidValue, "unknown property flags \(flags)") }
+        var property = Property(propertyName, kind, optional: flags & 1 != 0, list: flags & 2 != 0, indexed: flags & 4 != 0)
+        property.isOptional = flags & 1 != 0
+        if flags & 8 != 0 { property.defaultValue = try value(names) }
+        return property
+    }
+
+    public mutating func objectSchema(_ names: NameTable) throws(ChangesetDecodingError) -> ObjectSchema {
+        let typeName = try name(names, "type name")
+        let embedded = try byte()
+        guard embedded <= 1 else { throw error(.invalidValue, "bad embedded flag \(embedded) for type '\(typeName)'") }
+        let primaryKey = embedded == 1 ? nil : try name(names, "primary key name")
+        let count = try self.count("property", maximum: 10_000, minimumBytesEach: 3)
+        var properties: [Property] = []
+        properties.reserveCapacity(count)
+        for _ in 0..<count { properties.append(try property(names)) }
+        return ObjectSchema(name: typeName, primaryKey: primaryKey, embedded: embedded == 1, properties: properties)
+    }
+
+    public mutating func schema() throws(ChangesetDecodingError) -> Schema {
+        let version = try varint()
+        let count = try self.count("type", maximum: 10_000, minimumBytesEach: 3)
+        var types: [ObjectSchema] = []
+        for _ in 0..<count { types.append(try objectSchema(.inline)) }
+        return Schema(version: version, types: types)
+    }
+}

@@ -1,0 +1,319 @@
+/// The type of a scalar property or of a list's elements.
+public enum ScalarType: UInt8, Hashable, Sendable, CaseIterable, CustomStringConvertible {
+    case bool = 1, int, double, string, data, date, uuid, objectId
+
+    public var description: String {
+        switch self {
+        case .bool: "bool"
+        case .int: "int"
+        case .double: "double"
+        case .string: "string"
+        case .data: "data"
+        case .date: "date"
+        case .uuid: "uuid"
+        case .objectId: "objectId"
+        }
+    }
+}
+
+/// What a property holds: a scalar, a link to an object of another type, or an embedded object.
+public enum PropertyKind: Hashable, Sendable, CustomStringConvertible {
+    case scalar(ScalarType)
+    /// A link to an object of the named (top-level) type.
+    case link(String)
+    /// An embedded object of the named (embedded) type, owned by the parent.
+    case embedded(String)
+
+    /// The named object type of a link or embedded property.
+    public var objectType: String? {
+        switch self {
+        case .scalar: nil
+        case .link(let type), .embedded(let type): type
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .scalar(let type): type.description
+        case .link(let type): "link<\(type)>"
+        case .embedded(let type): "embedded<\(type)>"
+        }
+    }
+}
+
+/// One property of an object type.
+public struct Property: Hashable, Sendable, CustomStringConvertible {
+    /// The property's name, unique within its type.
+    public var name: String
+    /// What the property holds (for a list: what each element holds).
+    public var kind: PropertyKind
+    /// Whether the property (for a list: each element) may be null. Links are always optional.
+    public var isOptional: Bool
+    /// Whether the property is a list.
+    public var isList: Bool
+    /// Whether an index answers equality and range queries on the property.
+    public var isIndexed: Bool
+    /// The value a create fills in when the app gives none, or `nil`.
+    public var defaultValue: Value?
+
+    public init(
+        _ name: String, _ kind: PropertyKind, optional: Bool = false, list: Bool = false, indexed: Bool = false,
+        default defaultValue: Value? = nil
+    ) {
+        self.name = name
+        self.kind = kind
+        // A to-one link or embedded object can always be null: its target may be erased (DESIGN.md, rule 7).
+        if !list, case .scalar = kind { self.isOptional = optional } else { self.isOptional = list ? optional : true }
+        self.isList = list
+        self.isIndexed = indexed
+        self.defaultValue = defaultValue
+    }
+
+    /// Shorthand for a scalar property.
+    public static func scalar(
+        _ name: String, _ type: ScalarType, optional: Bool = false, indexed: Bool = false,
+        default defaultValue: Value? = nil
+    ) -> Property {
+        Property(name, .scalar(type), optional: optional, indexed: indexed, default: defaultValue)
+    }
+
+    /// The property's type as the schema diff and error messages write it: `string?`, `list<int>`, `link<User>`.
+    public var typeDescription: String {
+        let element = kind.description + (isOptional && !isList && kind.objectType == nil ? "?" : "")
+        return isList ? "list<\(kind.description)\(isOptional ? "?" : "")>" : element
+    }
+
+    public var description: String {
+        var text = "\(name): \(typeDescription)"
+        if isIndexed { text += " (indexed)" }
+        if let defaultValue { text += " = \(defaultValue)" }
+        return text
+    }
+}
+
+/// An object type: its name, primary key and properties.
+public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
+    /// The type's name, unique within the schema.
+    public var name: String
+    /// The name of the primary key property, `_id` by default; `nil` for embedded types.
+    public var primaryKey: String?
+    /// Whether objects of this type only exist inside a parent object.
+    public var isEmbedded: Bool
+    /// The properties, in declaration order.
+    public var properties: [Property]
+
+    public init(name: String, primaryKey: String? = "_id", embedded: Bool = false, properties: [Property]) {
+        self.name = name
+        self.primaryKey = embedded ? nil : primaryKey
+        self.isEmbedded = embedded
+        self.properties = properties
+    }
+
+    /// An embedded type.
+    public static func embedded(_ name: String, properties: [Property]) -> ObjectSchema {
+        ObjectSchema(name: name, primaryKey: nil, embedded: true, properties: properties)
+    }
+
+    /// The property named `name`, if any.
+    public subscript(property name: String) -> Property? {
+        properties.first { $0.name == name }
+    }
+
+    /// The primary key property.
+    public var primaryKeyProperty: Property? {
+        primaryKey.flatMap { self[property: $0] }
+    }
+
+    public var description: String {
+        let kind = isEmbedded ? "embedded " : ""
+        return "\(kind)\(name) { " + properties.map(\.description).joined(separator: "; ") + " }"
+    }
+}
+
+/// A replica's schema: its object types and a version number that migrations raise.
+public struct Schema: Hashable, Sendable {
+    /// The schema version; opening a replica with a changed schema needs a higher one (and a migration).
+    public var version: UInt64
+    /// The object types, sorted by name.
+    public private(set) var types: [ObjectSchema]
+
+    public init(version: UInt64 = 0, types: [ObjectSchema]) {
+        self.version = version
+        self.types = types.sorted { $0.name < $1.name }
+    }
+
+    /// The type named `name`, if any.
+    public subscript(type name: String) -> ObjectSchema? {
+        var low = 0
+        var high = types.count
+        while low < high {
+            let middle = (low + high) / 2
+            if types[middle].name < name { low = middle + 1 } else { high = middle }
+        }
+        return low < types.count && types[low].name == name ? types[low] : nil
+    }
+
+    /// Adds or replaces a type, keeping the order.
+    public mutating func upsert(_ type: ObjectSchema) {
+        if let index = types.firstIndex(where: { $0.name == type.name }) {
+            types[index] = type
+        } else {
+            types.append(type)
+            types.sort { $0.name < $1.name }
+        }
+    }
+
+    /// Removes a type.
+    public mutating func remove(type name: String) {
+        types.removeAll { $0.name == name }
+    }
+
+    /// Checks that the schema is well formed: names are valid and unique, every top-level type has a primary key
+    /// of a key type, every link and embedded property names a type of the right kind, defaults fit their
+    /// properties, and embedded types are not linked to.
+    ///
+    /// - Throws: ``SchemaError`` naming the type and property at fault.
+    public func validate() throws(SchemaError) {
+        var seen = Set<String>()
+        for type in types {
+            guard isValidName(type.name) else {
+                throw SchemaError(.invalidName, "type name '\(type.name)' is not valid: use letters, digits and _")
+            }
+            var names = Set<String>()
+            for property in type.properties {
+                let path = "\(type.name).\(property.name)"
+                guard isValidName(property.name) else {
+                    throw SchemaError(.invalidName, "property name '\(path)' is not valid: use letters, digits and _")
+                }
+                guard names.insert(property.name).inserted else {
+                    throw SchemaError(.duplicateProperty, "property '\(path)' is declared twice")
+                }
+                if let target = property.kind.objectType {
+                    guard let targetType = self[type: target] else {
+                        throw SchemaError(.unknownType, "property '\(path)' refers to type '\(target)', which the schema lacks")
+                    }
+                    if case .link = property.kind, targetType.isEmbedded {
+                        throw SchemaError(
+                            .invalidLink, "property '\(path)' links to embedded type '\(target)'; embed it instead")
+                    }
+                    if case .embedded = property.kind, !targetType.isEmbedded {
+                        throw SchemaError(
+                            .invalidLink,
+                            "property '\(path)' embeds '\(target)', which is not an embedded type; link to it instead")
+                    }
+                }
+                if let value = property.defaultValue {
+                    if let problem = property.problem(with: value) {
+                        throw SchemaError(.invalidDefault, "default value of '\(path)' is invalid: \(problem)")
+                    }
+                }
+            }
+            if type.isEmbedded {
+                if type.primaryKey != nil {
+                    throw SchemaError(.invalidPrimaryKey, "embedded type '\(type.name)' cannot have a primary key")
+                }
+            } else {
+                guard let keyName = type.primaryKey, let key = type[property: keyName] else {
+                    throw SchemaError(
+                        .missingPrimaryKey,
+                        "type '\(type.name)' has no primary key property '\(type.primaryKey ?? "_id")'")
+                }
+                guard case .scalar(let scalar) = key.kind, !key.isList, !key.isOptional,
+                    [.string, .int, .uuid, .objectId].contains(scalar)
+                else {
+                    throw SchemaError(
+                        .invalidPrimaryKey,
+                        "primary key '\(type.name).\(keyName)' is \(key.typeDescription); "
+                            + "it must be a required string, int, uuid or objectId")
+                }
+            }
+            seen.insert(type.name)
+        }
+    }
+}
+
+private func isValidName(_ name: String) -> Bool {
+    guard let first = name.unicodeScalars.first, !name.isEmpty, name.utf8.count <= 200 else { return false }
+    guard first == "_" || first.properties.isAlphabetic else { return false }
+    return name.unicodeScalars.allSatisfy { $0 == "_" || $0.properties.isAlphabetic || ("0"..."9").contains($0) }
+}
+
+extension Property {
+    /// Why `value` cannot be stored in this property, or `nil` when it can. Lists are checked element by element.
+    public func problem(with value: Value) -> String? {
+        if isList {
+            guard case .list(let elements) = value else {
+                if case .null = value { return nil }  // a null list is an empty list
+                return "expected a list, got \(value.kindName)"
+            }
+            for (index, element) in elements.enumerated() {
+                if let problem = elementProblem(element) { return "element \(index): \(problem)" }
+            }
+            return nil
+        }
+        return elementProblem(value)
+    }
+
+    /// Why `value` cannot be one element of this property (or its single value), or `nil`.
+    public func elementProblem(_ value: Value) -> String? {
+        if case .null = value {
+            return isOptional ? nil : "expected \(kind), got null (the property is required)"
+        }
+        switch (kind, value) {
+        case (.scalar(.bool), .bool), (.scalar(.int), .int), (.scalar(.double), .double),
+            (.scalar(.string), .string), (.scalar(.data), .data), (.scalar(.date), .date),
+            (.scalar(.uuid), .uuid), (.scalar(.objectId), .objectId), (.link, .link):
+            return nil
+        case (.embedded(let type), .embedded(let object)):
+            return object.type == type ? nil : "expected embedded \(type), got embedded \(object.type)"
+        default:
+            return "expected \(kind), got \(value.kindName)"
+        }
+    }
+}
+
+/// A schema is malformed, or two schema definitions conflict.
+public struct SchemaError: Error, Hashable, Sendable, CustomStringConvertible {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Wrapped: Hashable, Sendable {
+            case invalidName, duplicateProperty, unknownType, invalidLink, invalidDefault, missingPrimaryKey
+            case invalidPrimaryKey, conflict, migrationRequired, olderVersion, invalidJSON, unsupportedType
+        }
+        private var wrapped: Wrapped
+        /// A type or property name is empty or has characters other than letters, digits and `_`.
+        public static var invalidName: Self { Self(wrapped: .invalidName) }
+        /// A type declares one property name twice.
+        public static var duplicateProperty: Self { Self(wrapped: .duplicateProperty) }
+        /// A link or embedded property names a type the schema lacks.
+        public static var unknownType: Self { Self(wrapped: .unknownType) }
+        /// A link targets an embedded type, or an embedded property a top-level type.
+        public static var invalidLink: Self { Self(wrapped: .invalidLink) }
+        /// A default value does not fit its property.
+        public static var invalidDefault: Self { Self(wrapped: .invalidDefault) }
+        /// A top-level type lacks its primary key property.
+        public static var missingPrimaryKey: Self { Self(wrapped: .missingPrimaryKey) }
+        /// A primary key has a type that cannot be a key.
+        public static var invalidPrimaryKey: Self { Self(wrapped: .invalidPrimaryKey) }
+        /// Two definitions of one property or type conflict (DESIGN.md, rule 8).
+        public static var conflict: Self { Self(wrapped: .conflict) }
+        /// The schema changed without a version change (and a migration).
+        public static var migrationRequired: Self { Self(wrapped: .migrationRequired) }
+        /// The schema version given is lower than the stored one.
+        public static var olderVersion: Self { Self(wrapped: .olderVersion) }
+        /// A JSON schema is malformed.
+        public static var invalidJSON: Self { Self(wrapped: .invalidJSON) }
+        /// A model type uses a Swift type Tributary cannot store.
+        public static var unsupportedType: Self { Self(wrapped: .unsupportedType) }
+        public var description: String { "\(wrapped)" }
+    }
+
+    public var code: Code
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,167 @@
+public import Foundation
+
+/// A primary key: a string, a 64-bit integer, a UUID or an ObjectID (DESIGN.md, data model).
+public enum PrimaryKey: Hashable, Comparable, Sendable, CustomStringConvertible {
+    case string(String)
+    case int(Int64)
+    case uuid(UUID)
+    case objectId(ObjectID)
+
+    /// The key as a ``Value``.
+    public var value: Value {
+        switch self {
+        case .string(let string): .string(string)
+        case .int(let int): .int(int)
+        case .uuid(let uuid): .uuid(uuid)
+        case .objectId(let id): .objectId(id)
+        }
+    }
+
+    /// The key held by `value`, or `nil` when that kind of value cannot be a primary key.
+    public init?(_ value: Value) {
+        switch value {
+        case .string(let string): self = .string(string)
+        case .int(let int): self = .int(int)
+        case .uuid(let uuid): self = .uuid(uuid)
+        case .objectId(let id): self = .objectId(id)
+        default: return nil
+        }
+    }
+
+    /// The scalar type of the key.
+    public var type: ScalarType {
+        switch self {
+        case .string: .string
+        case .int: .int
+        case .uuid: .uuid
+        case .objectId: .objectId
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .string(let string): "\"\(string)\""
+        case .int(let int): "\(int)"
+        case .uuid(let uuid): uuid.uuidString
+        case .objectId(let id): id.description
+        }
+    }
+
+    public static func < (lhs: PrimaryKey, rhs: PrimaryKey) -> Bool {
+        switch (lhs, rhs) {
+        case (.string(let a), .string(let b)): return a < b
+        case (.int(let a), .int(let b)): return a < b
+        case (.uuid(let a), .uuid(let b)): return a.uuidString < b.uuidString
+        case (.objectId(let a), .objectId(let b)): return a < b
+        default: return lhs.type.rawValue < rhs.type.rawValue
+        }
+    }
+}
+
+/// The fields of an embedded object, sorted by name.
+public struct EmbeddedObject: Hashable, Sendable {
+    /// The embedded object's type name.
+    public var type: String
+    /// Field values by property name.
+    public var fields: [String: Value]
+
+    public init(type: String, fields: [String: Value]) {
+        self.type = type
+        self.fields = fields
+    }
+
+    /// The value of a field (``Value/null`` when absent).
+    public subscript(name: String) -> Value {
+        get { fields[name] ?? .null }
+        set { fields[name] = newValue }
+    }
+}
+
+/// A property value, as apps read and write it.
+///
+/// A value is what a property holds after every merge rule has been applied: lists hold their elements in
+/// order, embedded objects their fields, links the primary key of their target.
+public enum Value: Hashable, Sendable, CustomStringConvertible {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case data(Data)
+    case date(Date)
+    case uuid(UUID)
+    case objectId(ObjectID)
+    /// A link to the object of the property's target type with this primary key.
+    case link(PrimaryKey)
+    /// An embedded object, owned by its parent.
+    case embedded(EmbeddedObject)
+    /// The elements of a list property.
+    case list([Value])
+
+    /// A short name for the value's kind, used in error messages.
+    public var kindName: String {
+        switch self {
+        case .null: "null"
+        case .bool: "bool"
+        case .int: "int"
+        case .double: "double"
+        case .string: "string"
+        case .data: "data"
+        case .date: "date"
+        case .uuid: "uuid"
+        case .objectId: "objectId"
+        case .link: "link"
+        case .embedded: "embedded object"
+        case .list: "list"
+        }
+    }
+
+    public var isNull: Bool { if case .null = self { true } else { false } }
+
+    public var boolValue: Bool? { if case .bool(let v) = self { v } else { nil } }
+    public var intValue: Int64? { if case .int(let v) = self { v } else { nil } }
+    public var doubleValue: Double? { if case .double(let v) = self { v } else { nil } }
+    public var stringValue: String? { if case .string(let v) = self { v } else { nil } }
+    public var dataValue: Data? { if case .data(let v) = self { v } else { nil } }
+    public var dateValue: Date? { if case .date(let v) = self { v } else { nil } }
+    public var uuidValue: UUID? { if case .uuid(let v) = self { v } else { nil } }
+    public var objectIdValue: ObjectID? { if case .objectId(let v) = self { v } else { nil } }
+    public var linkValue: PrimaryKey? { if case .link(let v) = self { v } else { nil } }
+    public var embeddedValue: EmbeddedObject? { if case .embedded(let v) = self { v } else { nil } }
+    public var listValue: [Value]? { if case .list(let v) = self { v } else { nil } }
+
+    public var description: String {
+        switch self {
+        case .null: return "null"
+        case .bool(let v): return "\(v)"
+        case .int(let v): return "\(v)"
+        case .double(let v): return "\(v)"
+        case .string(let v): return "\"\(v)\""
+        case .data(let v): return "<\(v.count) bytes>"
+        case .date(let v): return Self.format(v)
+        case .uuid(let v): return v.uuidString
+        case .objectId(let v): return "ObjectId(\(v))"
+        case .link(let key): return "-> \(key)"
+        case .embedded(let object):
+            let fields = object.fields.keys.sorted().map { "\($0): \(object.fields[$0]!)" }
+            return "{" + fields.joined(separator: ", ") + "}"
+        case .list(let values): return "[" + values.map(\.description).joined(separator: ", ") + "]"
+        }
+    }
+
+    /// An ISO 8601 rendering with milliseconds, in UTC.
+    public static func format(_ date: Date) -> String {
+        date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
+    }
+}
+
+extension Value: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+    ExpressibleByBooleanLiteral, ExpressibleByNilLiteral, ExpressibleByArrayLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(nilLiteral: ()) { self = .null }
+    public init(arrayLiteral elements: Value...) { self = .list(elements) }
+}

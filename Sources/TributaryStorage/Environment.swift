@@ -1,0 +1,405 @@
+import CLMDB
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// An LMDB environment: one directory holding `data.mdb` and `lock.mdb`, with named databases.
+///
+/// Rules this type enforces, after lmdb.h's caveats:
+/// - It opens with `MDB_NOTLS` (a read transaction belongs to its transaction object, not to a
+///   thread) and never with `MDB_WRITEMAP` (which turns a full disk into SIGBUS).
+/// - Stale reader slots left by crashed processes are cleared at every open.
+/// - One directory is opened once per process: opening it again returns the same environment,
+///   because closing a second handle would drop the first one's POSIX locks.
+/// - The map grows by itself: a write that fills it is aborted, the map is doubled (up to
+///   ``Configuration/maximumMapSize``) while no other storage call runs, and the write is run again.
+///   A map grown by another process is adopted the same way.
+/// - After `MDB_PANIC` the handle refuses all use; close it and open the directory again.
+///
+/// `@unchecked Sendable`: the LMDB environment handle is thread-safe; the only mutable Swift state is
+/// behind `state` (a `Mutex`), and remapping is excluded from every other call by `remapLock`.
+public final class Environment: @unchecked Sendable {
+    /// How commits reach the disk, described by the ACID property each mode gives up (lmdb.h).
+    public enum Durability: Sendable, Hashable {
+        /// Every commit is flushed before it returns: committed data survives a process crash and power loss.
+        case full
+        /// The meta page is not flushed at commit (`MDB_NOMETASYNC`). Atomicity, consistency and isolation
+        /// hold, and a process crash loses nothing, but a system crash may undo the most recent commit.
+        case noMetaSync
+        /// Nothing is flushed at commit (`MDB_NOSYNC`). A process crash (`kill -9`) loses nothing, because the
+        /// operating system still holds the written pages; a system crash or power loss may undo recent commits.
+        case noSync
+    }
+
+    /// How to open an environment. Every default is listed with its property.
+    public struct Configuration: Sendable, Hashable {
+        /// The map size to start with. Default: 16 MiB. It only reserves address space; the file grows as data
+        /// is written.
+        public var initialMapSize: Int = 16 << 20
+        /// The largest the map may grow to; a write that needs more fails with ``StorageError/Code/mapFull``.
+        /// Default: 64 GiB.
+        public var maximumMapSize: Int = 64 << 30
+        /// The number of named databases. Default: 16.
+        public var maximumDatabases: Int = 16
+        /// The number of reader slots, which bounds the number of open snapshots across all processes using the
+        /// directory. Default: 1,024 (LMDB's own default is 126).
+        public var maximumReaders: Int = 1024
+        /// How commits reach the disk. Default: ``Durability/full``.
+        public var durability: Durability = .full
+        /// Open without the right to write. Default: `false`. A read-only environment still needs write access to
+        /// `lock.mdb`, to register its readers.
+        public var readOnly: Bool = false
+
+        public init() {}
+    }
+
+    /// The directory.
+    public let path: String
+    /// The configuration the environment was opened with.
+    public let configuration: Configuration
+    /// How many stale reader slots (left by crashed processes) were cleared when the environment opened.
+    public let staleReadersClearedAtOpen: Int
+
+    let handle: OpaquePointer
+    let remapLock = ReadWriteLock()
+    let faults = FaultInjector()
+    private struct State {
+        var closed = false
+        var panicked = false
+        var databases: [String: Database] = [:]
+    }
+    private let state = Mutex(State())
+
+    private init(path: String, configuration: Configuration, handle: OpaquePointer, staleReaders: Int) {
+        self.path = path
+        self.configuration = configuration
+        self.handle = handle
+        self.staleReadersClearedAtOpen = staleReaders
+    }
+
+    deinit {
+        mdb_env_close(handle)
+    }
+
+    // MARK: Opening
+
+    private struct FileIdentity: Hashable {
+        var device: UInt64
+        var inode: UInt64
+    }
+    private final class WeakEnvironment: Sendable {
+        // `weak let` is not available; the box is only read and written under `registry`'s lock.
+        nonisolated(unsafe) weak var environment: Environment?
+        init(_ environment: Environment) { self.environment = environment }
+    }
+    private static let registry = Mutex<[FileIdentity: WeakEnvironment]>([:])
+
+    /// Opens (and, unless read-only, creates) the environment in `path`.
+    ///
+    /// If the directory is already open in this process, the open environment is returned and
+    /// `configuration` is ignored, except that a writable open of a directory open read-only fails.
+    ///
+    /// - Throws: ``StorageError`` with `.notFound` (no such directory, read-only), `.permissionDenied`,
+    ///   `.invalidFile` (not an LMDB file), `.versionMismatch`, `.readersFull` or `.io`.
+    public static func open(path: String, configuration: Configuration = Configuration()) throws(StorageError)
+        -> Environment
+    {
+        if !configuration.readOnly {
+            if mkdir(path, 0o755) != 0 && errno != EEXIST {
+                throw StorageError(resultCode: errno, operation: "mkdir", path: path)
+            }
+        }
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw StorageError(resultCode: errno, operation: "stat", path: path, context: "no replica directory here")
+        }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else {
+            throw StorageError(
+                code: .invalidFile, operation: "open", path: path,
+                message: "\(path) is not a directory; a replica is a directory holding data.mdb")
+        }
+        let identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        return try registry.withLock { (entries) throws(StorageError) -> Environment in
+            if let existing = entries[identity]?.environment, !existing.isClosed {
+                if existing.configuration.readOnly && !configuration.readOnly {
+                    throw StorageError(
+                        code: .invalidArgument, operation: "open", path: path,
+                        message: "\(path) is already open read-only in this process; close it before opening it to write")
+                }
+                return existing
+            }
+            let environment = try openNew(path: path, configuration: configuration)
+            entries[identity] = WeakEnvironment(environment)
+            return environment
+        }
+    }
+
+    private static func openNew(path: String, configuration: Configuration) throws(StorageError) -> Environment {
+        var handle: OpaquePointer?
+        var rc = mdb_env_create(&handle)
+        guard rc == 0, let handle else { throw StorageError(resultCode: rc, operation: "mdb_env_create", path: path) }
+        func fail(_ rc: Int32, _ operation: String) -> StorageError {
+            mdb_env_close(handle)
+            return StorageError(resultCode: rc, operation: operation, path: path)
+        }
+        rc = mdb_env_set_maxdbs(handle, MDB_dbi(configuration.maximumDatabases))
+        if rc != 0 { throw fail(rc, "mdb_env_set_maxdbs") }
+        rc = mdb_env_set_maxreaders(handle, UInt32(configuration.maximumReaders))
+        if rc != 0 { throw fail(rc, "mdb_env_set_maxreaders") }
+        rc = mdb_env_set_mapsize(handle, max(configuration.initialMapSize, 1 << 16))
+        if rc != 0 { throw fail(rc, "mdb_env_set_mapsize") }
+        var flags = UInt32(MDB_NOTLS)
+        if configuration.readOnly { flags |= UInt32(MDB_RDONLY) }
+        switch configuration.durability {
+        case .full: break
+        case .noMetaSync: flags |= UInt32(MDB_NOMETASYNC)
+        case .noSync: flags |= UInt32(MDB_NOSYNC)
+        }
+        rc = mdb_env_open(handle, path, flags, 0o644)
+        if rc != 0 { throw fail(rc, "mdb_env_open") }
+        var dead: Int32 = 0
+        rc = mdb_reader_check(handle, &dead)
+        if rc != 0 { throw fail(rc, "mdb_reader_check") }
+        return Environment(path: path, configuration: configuration, handle: handle, staleReaders: Int(dead))
+    }
+
+    /// Whether ``close()`` was called.
+    public var isClosed: Bool { state.withLock { $0.closed } }
+
+    /// Marks the environment closed: every later call fails with ``StorageError/Code/closed``. The LMDB handle is
+    /// released when the last reference goes away.
+    public func close() {
+        state.withLock { $0.closed = true }
+    }
+
+    // MARK: Databases
+
+    /// Opens the named databases, creating the missing ones unless the environment is read-only.
+    ///
+    /// - Throws: ``StorageError`` with `.notFound` when a read-only environment lacks one of them.
+    public func openDatabases(_ names: [String]) throws -> [Database] {
+        let known = state.withLock { $0.databases }
+        if names.allSatisfy({ known[$0] != nil }) { return names.map { known[$0]! } }
+        let opened: [Database] = try remapLock.withSharedLock {
+            var txn: OpaquePointer?
+            let readOnly = configuration.readOnly
+            var rc = mdb_txn_begin(handle, nil, readOnly ? UInt32(MDB_RDONLY) : 0, &txn)
+            guard rc == 0, let txn else { throw error(rc, "mdb_txn_begin") }
+            var result: [Database] = []
+            for name in names {
+                var dbi = MDB_dbi()
+                rc = mdb_dbi_open(txn, name, readOnly ? 0 : UInt32(MDB_CREATE), &dbi)
+                if rc != 0 {
+                    mdb_txn_abort(txn)
+                    throw StorageError(
+                        resultCode: rc, operation: "mdb_dbi_open", path: path, context: "database '\(name)'")
+                }
+                result.append(Database(name: name, dbi: dbi))
+            }
+            rc = mdb_txn_commit(txn)
+            if rc != 0 { throw error(rc, "mdb_txn_commit") }
+            return result
+        }
+        state.withLock { state in for db in opened { state.databases[db.name] = db } }
+        return opened
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in a read-only transaction: a consistent snapshot of the last commit.
+    ///
+    /// Values passed to `body` as buffers are valid only during the call that passes them.
+    public func read<T>(_ body: (ReadTransaction) throws -> T) throws -> T {
+        try checkUsable()
+        return try retryingMapResized {
+            try remapLock.withSharedLock {
+                let txn = try beginTransaction(readOnly: true)
+                let transaction = ReadTransaction(environment: self, txn: txn)
+                defer { transaction.finish(commit: false) }
+                return try body(transaction)
+            }
+        }
+    }
+
+    /// Runs `body` in the write transaction and commits it. Writes are serialized: one at a time, across all
+    /// threads and processes.
+    ///
+    /// If the map fills, the transaction is aborted, the map grows, and **`body` runs again** from the start:
+    /// it must derive everything it writes from its inputs and what it reads in the transaction.
+    ///
+    /// - Throws: whatever `body` throws (the transaction is then aborted), or ``StorageError`` with `.mapFull`
+    ///   (the maximum map size is reached; the message names both sizes), `.diskFull`, `.io`, `.panic`.
+    public func write<T>(_ body: (WriteTransaction) throws -> T) throws -> T {
+        var growths = 0
+        while true {
+            try checkUsable()
+            do {
+                return try remapLock.withSharedLock {
+                    let txn = try beginTransaction(readOnly: false)
+                    let transaction = WriteTransaction(environment: self, txn: txn)
+                    var committed = false
+                    defer { if !committed { transaction.finish(commit: false) } }
+                    let result = try body(transaction)
+                    try transaction.commit()
+                    committed = true
+                    return result
+                }
+            } catch let error as StorageError where error.code == .mapFull && growths < 64 {
+                growths += 1
+                try growMap(after: error)
+            } catch let error as StorageError where error.code == .mapResized {
+                try adoptMapSize()
+            }
+        }
+    }
+
+    /// Opens a long-lived snapshot: a read transaction that sees the last commit until released. A snapshot
+    /// holds a reader slot and keeps the pages it sees from being reused, so release it when done.
+    public func snapshot() throws -> Snapshot {
+        try checkUsable()
+        let txn = try retryingMapResized { try remapLock.withSharedLock { try beginTransaction(readOnly: true) } }
+        return Snapshot(environment: self, txn: txn)
+    }
+
+    /// Begins an LMDB transaction. `MDB_MAP_RESIZED` (another process grew the map) is thrown to the caller:
+    /// adopting the new size needs the exclusive lock, which this thread cannot take while it holds the shared one.
+    func beginTransaction(readOnly: Bool) throws(StorageError) -> OpaquePointer {
+        if let injected = faults.check(.transactionBegin) { throw error(injected, "mdb_txn_begin") }
+        var txn: OpaquePointer?
+        let rc = mdb_txn_begin(handle, nil, readOnly ? UInt32(MDB_RDONLY) : 0, &txn)
+        guard rc == 0, let txn else { throw error(rc, "mdb_txn_begin") }
+        return txn
+    }
+
+    /// Runs `body`, adopting a map grown by another process and retrying when LMDB reports `MDB_MAP_RESIZED`.
+    func retryingMapResized<T>(_ body: () throws -> T) throws -> T {
+        var attempts = 0
+        while true {
+            do {
+                return try body()
+            } catch let error as StorageError where error.code == .mapResized && attempts < 8 {
+                attempts += 1
+                try adoptMapSize()
+            }
+        }
+    }
+
+    /// Builds the error for a failed call and, for `MDB_PANIC`, marks this handle unusable.
+    func error(_ rc: Int32, _ operation: String, context: String? = nil) -> StorageError {
+        let error = StorageError(resultCode: rc, operation: operation, path: path, context: context)
+        if error.code == .panic { state.withLock { $0.panicked = true } }
+        return error
+    }
+
+    func checkUsable() throws(StorageError) {
+        let (closed, panicked) = state.withLock { ($0.closed, $0.panicked) }
+        if closed {
+            throw StorageError(
+                code: .closed, operation: "use", path: path, message: "the replica at \(path) was closed")
+        }
+        if panicked {
+            throw StorageError(
+                code: .panic, resultCode: MDB_PANIC, operation: "use", path: path,
+                message: "an earlier fatal storage error poisoned the handle for \(path); "
+                    + "close it and open the directory again")
+        }
+    }
+
+    // MARK: The map
+
+    /// The current map size in bytes.
+    public var mapSize: Int {
+        var info = MDB_envinfo()
+        mdb_env_info(handle, &info)
+        return Int(info.me_mapsize)
+    }
+
+    /// Figures about the environment, for tools and metrics.
+    public struct Statistics: Sendable, Hashable {
+        public var mapSize: Int
+        public var usedBytes: Int
+        public var pageSize: Int
+        public var lastTransactionID: Int
+        public var readersUsed: Int
+        public var maximumReaders: Int
+    }
+
+    /// Figures about the environment.
+    public var statistics: Statistics {
+        var info = MDB_envinfo()
+        mdb_env_info(handle, &info)
+        var stat = MDB_stat()
+        mdb_env_stat(handle, &stat)
+        return Statistics(
+            mapSize: Int(info.me_mapsize), usedBytes: (Int(info.me_last_pgno) + 1) * Int(stat.ms_psize),
+            pageSize: Int(stat.ms_psize), lastTransactionID: Int(info.me_last_txnid),
+            readersUsed: Int(info.me_numreaders), maximumReaders: Int(info.me_maxreaders))
+    }
+
+    private func growMap(after failure: StorageError) throws {
+        try remapLock.withExclusiveLock {
+            let current = mapSize
+            let maximum = configuration.maximumMapSize
+            guard current < maximum else {
+                throw StorageError(
+                    code: .mapFull, resultCode: MDB_MAP_FULL, operation: failure.operation, path: path,
+                    message: "the replica at \(path) is full: the map reached its maximum of \(current) bytes "
+                        + "(maximumMapSize \(maximum)); raise the maximum map size to continue. Nothing committed was lost")
+            }
+            let grown = min(max(current * 2, current + (1 << 20)), maximum)
+            let rc = mdb_env_set_mapsize(handle, grown)
+            if rc != 0 { throw error(rc, "mdb_env_set_mapsize", context: "growing the map to \(grown) bytes") }
+        }
+    }
+
+    func adoptMapSize() throws {
+        try remapLock.withExclusiveLock {
+            let rc = mdb_env_set_mapsize(handle, 0)
+            if rc != 0 { throw error(rc, "mdb_env_set_mapsize", context: "adopting a map grown by another process") }
+        }
+    }
+
+    // MARK: Maintenance
+
+    /// Clears reader slots left by processes that died holding a snapshot. Returns how many were cleared.
+    @discardableResult
+    public func clearStaleReaders() -> Int {
+        var dead: Int32 = 0
+        mdb_reader_check(handle, &dead)
+        return Int(dead)
+    }
+
+    /// Flushes written data to disk, for environments opened with a relaxed ``Durability``.
+    public func flush() throws(StorageError) {
+        let rc = mdb_env_sync(handle, 1)
+        if rc != 0 { throw error(rc, "mdb_env_sync") }
+    }
+
+    /// Copies the environment into the empty directory `target`, compacting it. The copy is a consistent
+    /// snapshot, taken without blocking writers.
+    public func copy(to target: String) throws(StorageError) {
+        let rc = mdb_env_copy2(handle, target, UInt32(MDB_CP_COMPACT))
+        if rc != 0 { throw error(rc, "mdb_env_copy2", context: "copying to \(target)") }
+    }
+
+    // MARK: Testing
+
+    /// Test-only: arms (or, with `nil`, disarms) a fault plan on this environment. Not API.
+    public func _injectFaults(_ plan: _StorageFaultPlan?) { faults.arm(plan) }
+
+    /// Test-only: the calls seen and failed by the armed fault plan. Not API.
+    public var _faultCounts: (calls: Int, failures: Int) { faults.counts }
+}
+
+/// A named database inside an ``Environment``.
+public struct Database: Sendable, Hashable {
+    /// The database's name.
+    public let name: String
+    let dbi: MDB_dbi
+}
