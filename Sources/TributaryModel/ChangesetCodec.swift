@@ -162,7 +162,7 @@ private enum InstructionTag: UInt8 {
 }
 
 extension BinaryWriter {
-    mutating func elementID(_ id: ElementID) {
+    public mutating func elementID(_ id: ElementID) {
         fixed64(id.origin.rawValue)
         varint(id.sequence)
         varint(id.index)
@@ -263,7 +263,7 @@ extension BinaryWriter {
 }
 
 extension BinaryReader {
-    mutating func elementID() throws(ChangesetDecodingError) -> ElementID {
+    public mutating func elementID() throws(ChangesetDecodingError) -> ElementID {
         let origin = ReplicaID(rawValue: try fixed64())
         let sequence = try varint()
         let index = try varint()

@@ -1,0 +1,376 @@
+public import TributaryModel
+
+/// What a changeset carries besides its instructions: enough to merge each instruction.
+public struct ChangesetInfo: Hashable, Sendable {
+    public var dot: Dot
+    public var stamp: Stamp
+    public var context: VersionVector
+
+    public init(dot: Dot, stamp: Stamp, context: VersionVector) {
+        self.dot = dot
+        self.stamp = stamp
+        self.context = context
+    }
+
+    public init(_ changeset: Changeset) {
+        self.init(dot: changeset.dot, stamp: changeset.stamp, context: changeset.context)
+    }
+
+    /// Whether the changeset's writer had seen changeset `dot` (or is it).
+    public func covers(_ dot: Dot) -> Bool { dot == self.dot || context.includes(dot) }
+}
+
+/// The merge engine: applies changesets to object records by the rules of DESIGN.md, deterministically.
+///
+/// It is pure: it reads and writes records only through a ``WorkingSet`` and performs no I/O, so it runs the
+/// same on an LMDB replica, in the simulator, and in tests. Local writes, replay and remote integration all go
+/// through it, which is why replaying the log rebuilds exactly the live state.
+///
+/// Any two replicas that apply the same set of changesets, each in a causal order, hold the same records.
+public enum MergeEngine {
+    /// Applies every instruction of `changeset`, in order.
+    ///
+    /// - Throws: ``MergeError`` when the changeset conflicts with the schema or is malformed; the working set
+    ///   may then hold part of the changeset, so the caller discards it.
+    public static func apply<Source>(_ changeset: Changeset, to state: inout WorkingSet<Source>) throws {
+        let info = ChangesetInfo(changeset)
+        for (index, instruction) in changeset.instructions.enumerated() {
+            try apply(instruction, index: index, of: info, to: &state)
+        }
+    }
+
+    /// Applies one instruction: the `index`-th of the changeset described by `info`.
+    public static func apply<Source>(
+        _ instruction: Instruction, index: Int, of info: ChangesetInfo, to state: inout WorkingSet<Source>
+    ) throws {
+        var applier = InstructionApplier(info: info, index: index)
+        do {
+            try applier.apply(instruction, to: &state)
+        } catch var error as MergeError {
+            error.dot = info.dot
+            error.instructionIndex = index
+            throw error
+        }
+    }
+}
+
+/// Applies one instruction. Ids for the elements and embedded objects it creates are drawn, in a fixed order
+/// that depends only on the instruction, from (changeset, instruction index, counter).
+struct InstructionApplier {
+    let info: ChangesetInfo
+    let index: Int
+    var counter: UInt64 = 0
+
+    init(info: ChangesetInfo, index: Int) {
+        self.info = info
+        self.index = index
+    }
+
+    var stamp: Stamp { info.stamp }
+
+    mutating func nextID() throws -> ElementID {
+        guard counter < ElementID.maximumPerInstruction else {
+            throw MergeError(.limitExceeded, "one instruction may create at most \(ElementID.maximumPerInstruction) elements")
+        }
+        defer { counter += 1 }
+        return ElementID(dot: info.dot, instruction: index, counter: counter)
+    }
+
+    // MARK: Values to states
+
+    /// Converts a value to a field state, allocating ids in preorder. Depends only on the value.
+    mutating func fieldState(_ value: Value) throws -> FieldState {
+        if case .list(let elements) = value {
+            return .list(try newList(elements))
+        }
+        return .register(Register(value: try storedValue(value), stamp: stamp))
+    }
+
+    mutating func storedValue(_ value: Value) throws -> StoredValue {
+        guard case .embedded(let object) = value else { return .scalar(value) }
+        let id = try nextID()
+        var fields: [String: FieldState] = [:]
+        for name in object.fields.keys.sorted() {
+            fields[name] = try fieldState(object.fields[name] ?? .null)
+        }
+        return .embedded(EmbeddedState(id: id, type: object.type, fields: fields))
+    }
+
+    /// A list holding `values` in order: each slot a right child of the one before, the first one of the root.
+    mutating func newList(_ values: [Value]) throws -> ListState {
+        var list = ListState()
+        var previous: ElementID? = nil
+        for value in values {
+            let id = try nextID()
+            let stored = try storedValue(value)
+            list.slots[id] = Slot(id: id, parent: previous, side: .right, stamp: stamp)
+            list.elements[id] = ListElement(id: id, value: stored, valueStamp: stamp, position: id, positionStamp: stamp)
+            previous = id
+        }
+        return list
+    }
+
+    // MARK: Instructions
+
+    mutating func apply<Source>(_ instruction: Instruction, to state: inout WorkingSet<Source>) throws {
+        switch instruction {
+        case .addType, .addProperty, .removeProperty, .renameProperty, .removeType, .setSchemaVersion:
+            try SchemaMerger(info: info).apply(instruction, to: &state)
+        case .create(let type, let key, let explicit, let defaults):
+            try create(type: type, key: key, explicit: explicit, defaults: defaults, state: &state)
+        case .erase(let type, let key):
+            try erase(RecordKey(type: type, primaryKey: key), state: &state)
+        case .set(let path, let value):
+            let newState = try fieldState(value)
+            let schema = state.schema
+            try update(path, state: &state) { field, property in
+                try check(value, fits: property, path, schema)
+                merge(newState, into: &field)
+            }
+        case .addInteger(let path, let delta, let base):
+            try update(path, state: &state) { field, property in
+                guard case .scalar(.int) = property.kind, !property.isList else {
+                    throw MergeError(.invalidInstruction, "cannot add to \(path): it is \(property.typeDescription), not int")
+                }
+                var register = field.flatMap { if case .register(let r) = $0 { r } else { nil } }
+                    ?? Register(value: .scalar(.null), stamp: .zero)
+                // An increment counts only on top of the value its writer saw (rule 4).
+                guard register.stamp == base else { return }
+                register.addend = register.addend &+ delta
+                field = .register(register)
+            }
+        case .listInsert(let path, let anchor, let value):
+            let id = try nextID()
+            let stored = try storedValue(value)
+            try updateList(path, element: value, state: &state) { list in
+                list.slots[id] = Slot(id: id, parent: anchor.parent, side: anchor.side, stamp: stamp)
+                list.elements[id] = ListElement(
+                    id: id, value: stored, valueStamp: stamp, position: id, positionStamp: stamp)
+            }
+        case .listSet(let path, let element, let value):
+            let stored = try storedValue(value)
+            let stamp = self.stamp
+            try updateList(path, element: value, state: &state) { list in
+                // Erase beats a concurrent set: a tombstone stays one (rule 5).
+                guard var target = list.elements[element], !target.isErased, stamp >= target.valueStamp else { return }
+                target.value = stored
+                target.valueStamp = stamp
+                list.elements[element] = target
+            }
+        case .listErase(let path, let element):
+            try updateList(path, element: nil, state: &state) { list in
+                guard var target = list.elements[element], !target.isErased else { return }
+                target.value = nil
+                list.elements[element] = target
+            }
+        case .listMove(let path, let element, let anchor):
+            let slotID = try nextID()
+            let stamp = self.stamp
+            try updateList(path, element: nil, state: &state) { list in
+                // The slot is added even when the move loses, so that inserts anchored to it place the same
+                // way on every replica.
+                list.slots[slotID] = Slot(id: slotID, parent: anchor.parent, side: anchor.side, stamp: stamp)
+                guard var target = list.elements[element], !target.isErased, stamp >= target.positionStamp else {
+                    return
+                }
+                target.position = slotID
+                target.positionStamp = stamp
+                list.elements[element] = target
+            }
+        case .listClear(let path):
+            let info = self.info
+            try updateList(path, element: nil, state: &state) { list in
+                Self.clear(&list, seenBy: info)
+            }
+        }
+    }
+
+    /// Erases the elements the writer had seen; concurrent inserts survive (rule 5).
+    static func clear(_ list: inout ListState, seenBy info: ChangesetInfo) {
+        for (id, element) in list.elements where !element.isErased {
+            if info.covers(Dot(origin: id.origin, sequence: id.sequence)) {
+                list.elements[id]?.value = nil
+            }
+        }
+    }
+
+    /// Merges a newly written field state into the current one: a register by last writer wins (rule 1), a list
+    /// as "clear what the writer saw, then insert" so that concurrent inserts survive.
+    func merge(_ newState: FieldState, into field: inout FieldState?) {
+        switch (newState, field) {
+        case (.list(let added), .list(var list)?):
+            Self.clear(&list, seenBy: info)
+            list.slots.merge(added.slots) { old, _ in old }
+            list.elements.merge(added.elements) { old, _ in old }
+            field = .list(list)
+        case (.register(let register), .register(let current)?):
+            if register.stamp >= current.stamp { field = .register(register) }
+        default:
+            field = newState
+        }
+    }
+
+    mutating func create<Source>(
+        type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet<Source>
+    ) throws {
+        // Convert every value first: the ids drawn must not depend on what the replica holds.
+        var explicitStates: [(FieldValue, FieldState)] = []
+        for field in explicit { explicitStates.append((field, try fieldState(field.value))) }
+        var defaultStates: [(FieldValue, FieldState)] = []
+        for field in defaults {
+            var converted = try fieldState(field.value)
+            if case .register(var register) = converted {
+                register.stamp = .zero
+                converted = .register(register)
+            }
+            defaultStates.append((field, converted))
+        }
+
+        guard let typeSchema = state.schema[type: type] else { return }  // a type removed meanwhile
+        guard !typeSchema.isEmbedded else {
+            throw MergeError(.invalidInstruction, "cannot create a standalone object of embedded type '\(type)'")
+        }
+        if let keyProperty = typeSchema.primaryKeyProperty, case .scalar(let keyType) = keyProperty.kind,
+            keyType != key.type
+        {
+            throw MergeError(
+                .invalidInstruction, "primary key of '\(type)' is \(keyType), but the create gives \(key.type) \(key)")
+        }
+        let recordKey = RecordKey(type: type, primaryKey: key)
+        var record = try state.record(recordKey) ?? ObjectRecord()
+        // Erase wins: a create survives only if its writer had seen every erase of the object (rule 2).
+        guard record.erasures.allSatisfy(info.covers) else { return }
+        record.exists = true
+        for (field, converted) in explicitStates {
+            guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
+            try check(field.value, fits: property, "\(type).\(field.name)", state.schema)
+            var current = record.fields[field.name]
+            merge(converted, into: &current)
+            record.fields[field.name] = current
+        }
+        for (field, converted) in defaultStates {
+            guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
+            try check(field.value, fits: property, "\(type).\(field.name)", state.schema)
+            // A default never beats a value someone wrote (rule 3). Two defaults (possible only when the schema's
+            // default changed between writers) are ordered by their encoding, so the choice is the same everywhere.
+            switch record.fields[field.name] {
+            case nil:
+                record.fields[field.name] = converted
+            case .register(let current)? where current.stamp == .zero:
+                if case .register(let new) = converted, defaultOrder(current.value).lexicographicallyPrecedes(defaultOrder(new.value)) {
+                    record.fields[field.name] = converted
+                }
+            default:
+                break
+            }
+        }
+        try state.setRecord(record, for: recordKey)
+    }
+
+    private func defaultOrder(_ value: StoredValue) -> [UInt8] {
+        guard case .scalar(let scalar) = value else { return [] }
+        var writer = BinaryWriter()
+        var names = NameTable.inline
+        writer.value(scalar, &names)
+        return writer.bytes
+    }
+
+    func erase<Source>(_ key: RecordKey, state: inout WorkingSet<Source>) throws {
+        guard let typeSchema = state.schema[type: key.type], !typeSchema.isEmbedded else { return }
+        var record = try state.record(key) ?? ObjectRecord()
+        // Keep only the erases this one has not seen; it supersedes the rest.
+        record.erasures.removeAll { info.covers($0) }
+        record.erasures.append(info.dot)
+        record.erasures.sort()
+        record.exists = false
+        // Every write that came before this erase is undone by it; later writes must have seen it.
+        record.fields = [:]
+        try state.setRecord(record, for: key)
+    }
+
+    // MARK: Paths
+
+    /// Finds the property `path` names, checks it against the schema, and lets `body` change its state. Does
+    /// nothing when the object does not exist, an erase it has not seen wins, or an embedded object on the way
+    /// has been replaced or removed.
+    func update<Source>(
+        _ path: FieldPath, state: inout WorkingSet<Source>,
+        _ body: (inout FieldState?, Property) throws -> Void
+    ) throws {
+        guard let typeSchema = state.schema[type: path.type], !typeSchema.isEmbedded else { return }
+        let key = RecordKey(type: path.type, primaryKey: path.primaryKey)
+        guard var record = try state.record(key), record.exists, record.erasures.allSatisfy(info.covers) else {
+            return
+        }
+        let schema = state.schema
+        let changed = try Self.descend(
+            into: &record.fields, type: typeSchema, steps: path.steps[...], property: path.property, schema: schema,
+            body)
+        if changed { try state.setRecord(record, for: key) }
+    }
+
+    static func descend(
+        into fields: inout [String: FieldState], type: ObjectSchema, steps: ArraySlice<EmbeddedStep>, property: String,
+        schema: Schema, _ body: (inout FieldState?, Property) throws -> Void
+    ) throws -> Bool {
+        guard let step = steps.first else {
+            guard property != type.primaryKey else {
+                throw MergeError(.invalidInstruction, "the primary key '\(type.name).\(property)' cannot change")
+            }
+            guard let definition = type[property: property] else { return false }  // removed meanwhile
+            var field = fields[property]
+            try body(&field, definition)
+            fields[property] = field
+            return true
+        }
+        guard let definition = type[property: step.property], case .embedded(let childTypeName) = definition.kind,
+            let childType = schema[type: childTypeName]
+        else { return false }
+        switch fields[step.property] {
+        case .register(var register)?:
+            guard case .embedded(var child) = register.value, child.id == step.id else { return false }
+            let changed = try descend(
+                into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema, body)
+            register.value = .embedded(child)
+            fields[step.property] = .register(register)
+            return changed
+        case .list(var list)?:
+            guard
+                let element = list.elements.values.first(where: {
+                    if case .embedded(let child)? = $0.value { child.id == step.id } else { false }
+                }), case .embedded(var child)? = element.value
+            else { return false }
+            let changed = try descend(
+                into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema, body)
+            list.elements[element.id]?.value = .embedded(child)
+            fields[step.property] = .list(list)
+            return changed
+        case nil:
+            return false
+        }
+    }
+
+    /// Like ``update(_:state:_:)`` for a list property; `element` (when given) is checked against its type.
+    func updateList<Source>(
+        _ path: FieldPath, element: Value?, state: inout WorkingSet<Source>, _ body: (inout ListState) -> Void
+    ) throws {
+        let schema = state.schema
+        try update(path, state: &state) { field, property in
+            guard property.isList else {
+                throw MergeError(.invalidInstruction, "\(path) is \(property.typeDescription), not a list")
+            }
+            if let element, let problem = schema.problem(with: .list([element]), for: property) {
+                throw MergeError(.invalidInstruction, "list element for \(path): \(problem)")
+            }
+            var list = field.flatMap { if case .list(let l) = $0 { l } else { nil } } ?? ListState()
+            body(&list)
+            field = .list(list)
+        }
+    }
+
+    func check(_ value: Value, fits property: Property, _ path: some CustomStringConvertible, _ schema: Schema) throws {
+        if let problem = schema.problem(with: value, for: property) {
+            throw MergeError(.invalidInstruction, "value for \(path): \(problem)")
+        }
+    }
+}

@@ -1,0 +1,223 @@
+public import TributaryModel
+
+/// The stored form of an ``ObjectRecord``.
+///
+/// ```
+/// formatVersion:u8 flags:u8 (bit 0: exists)
+/// stamps: count (time:u64 replica:u64)*       every stamp in the record, sorted, referred to by index
+/// erasures: count (origin:u64 sequence:varint)*
+/// fields: count (name:string state)*          sorted by name
+/// state:  0 register(value stamp:index addend:zigzag) | 1 list(slots elements)
+/// ```
+/// Every collection is written sorted, so equal records have equal bytes on every replica.
+extension ObjectRecord {
+    /// The record format version this code writes and reads.
+    public static let formatVersion: UInt8 = 1
+
+    /// The record's bytes.
+    public func encoded() -> [UInt8] {
+        var stamps = Set<Stamp>()
+        Self.collectStamps(fields, into: &stamps)
+        let table = stamps.sorted()
+        var index: [Stamp: Int] = [:]
+        for (position, stamp) in table.enumerated() { index[stamp] = position }
+
+        var writer = BinaryWriter(capacity: 128)
+        writer.byte(Self.formatVersion)
+        writer.byte(exists ? 1 : 0)
+        writer.varint(table.count)
+        for stamp in table {
+            writer.fixed64(stamp.time.rawValue)
+            writer.fixed64(stamp.replica.rawValue)
+        }
+        writer.varint(erasures.count)
+        for dot in erasures {
+            writer.fixed64(dot.origin.rawValue)
+            writer.varint(dot.sequence)
+        }
+        writer.fields(fields, stamps: index)
+        return writer.bytes
+    }
+
+    private static func collectStamps(_ fields: [String: FieldState], into stamps: inout Set<Stamp>) {
+        for field in fields.values {
+            switch field {
+            case .register(let register):
+                stamps.insert(register.stamp)
+                if case .embedded(let child) = register.value { collectStamps(child.fields, into: &stamps) }
+            case .list(let list):
+                for slot in list.slots.values { stamps.insert(slot.stamp) }
+                for element in list.elements.values {
+                    stamps.insert(element.valueStamp)
+                    stamps.insert(element.positionStamp)
+                    if case .embedded(let child)? = element.value { collectStamps(child.fields, into: &stamps) }
+                }
+            }
+        }
+    }
+
+    /// Decodes a record.
+    ///
+    /// - Throws: ``ChangesetDecodingError`` for damaged or unknown bytes.
+    public init(decoding bytes: [UInt8], limits: DecodingLimits = .standard) throws(ChangesetDecodingError) {
+        var reader = BinaryReader(bytes, subject: "object record", limits: limits)
+        let version = try reader.byte()
+        guard version == Self.formatVersion else {
+            throw reader.error(.unsupportedFormatVersion, "record format version \(version) is not supported")
+        }
+        let flags = try reader.byte()
+        guard flags <= 1 else { throw reader.error(.invalidValue, "unknown record flags \(flags)") }
+        let stampCount = try reader.count("stamp", maximum: reader.limits.maximumElements, minimumBytesEach: 16)
+        var table: [Stamp] = []
+        table.reserveCapacity(stampCount)
+        for _ in 0..<stampCount {
+            let time = HybridTime(rawValue: try reader.fixed64())
+            table.append(Stamp(time: time, replica: ReplicaID(rawValue: try reader.fixed64())))
+        }
+        let erasureCount = try reader.count("erasure", maximum: reader.limits.maximumElements, minimumBytesEach: 9)
+        var erasures: [Dot] = []
+        for _ in 0..<erasureCount {
+            let origin = ReplicaID(rawValue: try reader.fixed64())
+            erasures.append(Dot(origin: origin, sequence: try reader.varint()))
+        }
+        let fields = try reader.fields(stamps: table, depth: 0)
+        guard reader.isAtEnd else { throw reader.error(.trailingData, "\(reader.remaining) bytes follow the record") }
+        self.init(exists: flags == 1, erasures: erasures, fields: fields)
+    }
+}
+
+private enum FieldTag: UInt8 {
+    case register = 0, list = 1
+}
+
+private enum StoredTag: UInt8 {
+    case scalar = 0, embedded = 1
+}
+
+extension BinaryWriter {
+    fileprivate mutating func stamp(_ stamp: Stamp, _ index: [Stamp: Int]) {
+        varint(index[stamp] ?? 0)
+    }
+
+    fileprivate mutating func fields(_ fields: [String: FieldState], stamps: [Stamp: Int]) {
+        varint(fields.count)
+        for name in fields.keys.sorted() {
+            string(name)
+            switch fields[name]! {
+            case .register(let register):
+                byte(FieldTag.register.rawValue)
+                stored(register.value, stamps: stamps)
+                stamp(register.stamp, stamps)
+                zigzag(register.addend)
+            case .list(let list):
+                byte(FieldTag.list.rawValue)
+                varint(list.slots.count)
+                for id in list.slots.keys.sorted() {
+                    let slot = list.slots[id]!
+                    elementID(slot.id)
+                    byte(slot.side.rawValue | (slot.parent == nil ? 0 : 2))
+                    if let parent = slot.parent { elementID(parent) }
+                    stamp(slot.stamp, stamps)
+                }
+                varint(list.elements.count)
+                for id in list.elements.keys.sorted() {
+                    let element = list.elements[id]!
+                    elementID(element.id)
+                    if let value = element.value {
+                        byte(1)
+                        stored(value, stamps: stamps)
+                    } else {
+                        byte(0)
+                    }
+                    stamp(element.valueStamp, stamps)
+                    elementID(element.position)
+                    stamp(element.positionStamp, stamps)
+                }
+            }
+        }
+    }
+
+    fileprivate mutating func stored(_ value: StoredValue, stamps: [Stamp: Int]) {
+        switch value {
+        case .scalar(let scalar):
+            byte(StoredTag.scalar.rawValue)
+            var names = NameTable.inline
+            self.value(scalar, &names)
+        case .embedded(let child):
+            byte(StoredTag.embedded.rawValue)
+            elementID(child.id)
+            string(child.type)
+            fields(child.fields, stamps: stamps)
+        }
+    }
+}
+
+extension BinaryReader {
+    fileprivate mutating func stamp(_ table: [Stamp]) throws(ChangesetDecodingError) -> Stamp {
+        let index = try varint()
+        guard index < UInt64(table.count) else {
+            throw error(.invalidValue, "stamp index \(index) is out of range (\(table.count) stamps)")
+        }
+        return table[Int(index)]
+    }
+
+    fileprivate mutating func fields(stamps: [Stamp], depth: Int) throws(ChangesetDecodingError)
+        -> [String: FieldState]
+    {
+        guard depth <= limits.maximumDepth else {
+            throw error(.limitExceeded, "embedded objects nest deeper than \(limits.maximumDepth) levels")
+        }
+        let count = try self.count("field", maximum: limits.maximumElements, minimumBytesEach: 3)
+        var fields: [String: FieldState] = [:]
+        fields.reserveCapacity(count)
+        for _ in 0..<count {
+            let name = try string("field name")
+            let tag = try byte()
+            switch FieldTag(rawValue: tag) {
+            case .register:
+                let value = try stored(stamps: stamps, depth: depth)
+                let stamp = try stamp(stamps)
+                fields[name] = .register(Register(value: value, stamp: stamp, addend: try zigzag()))
+            case .list:
+                var list = ListState()
+                let slotCount = try self.count("list slot", maximum: limits.maximumElements, minimumBytesEach: 11)
+                for _ in 0..<slotCount {
+                    let id = try elementID()
+                    let flags = try byte()
+                    guard flags <= 3 else { throw error(.invalidValue, "bad slot flags \(flags)") }
+                    let parent = flags & 2 == 0 ? nil : try elementID()
+                    let stamp = try stamp(stamps)
+                    list.slots[id] = Slot(id: id, parent: parent, side: flags & 1 == 0 ? .left : .right, stamp: stamp)
+                }
+                let elementCount = try self.count("list element", maximum: limits.maximumElements, minimumBytesEach: 23)
+                for _ in 0..<elementCount {
+                    let id = try elementID()
+                    let present = try byte()
+                    guard present <= 1 else { throw error(.invalidValue, "bad element flag \(present)") }
+                    let value = present == 1 ? try stored(stamps: stamps, depth: depth) : nil
+                    let valueStamp = try stamp(stamps)
+                    let position = try elementID()
+                    let positionStamp = try stamp(stamps)
+                    list.elements[id] = ListElement(
+                        id: id, value: value, valueStamp: valueStamp, position: position, positionStamp: positionStamp)
+                }
+                fields[name] = .list(list)
+            case nil:
+                throw error(.invalidTag, "unknown field tag \(tag) for field '\(name)'")
+            }
+        }
+        return fields
+    }
+
+    fileprivate mutating func stored(stamps: [Stamp], depth: Int) throws(ChangesetDecodingError) -> StoredValue {
+        let tag = try byte()
+        switch StoredTag(rawValue: tag) {
+        case .scalar: return .scalar(try value(.inline, depth: depth))
+        case .embedded:
+            let id = try elementID()
+            let type = try string("embedded type")
+            return .embedded(EmbeddedState(id: id, type: type, fields: try fields(stamps: stamps, depth: depth + 1)))
+        case nil: throw error(.invalidTag, "unknown stored value tag \(tag)")
+        }
+    }
+}

@@ -1,0 +1,117 @@
+public import TributaryModel
+
+/// The stored state of one object: its values and the merge metadata that lets any replica integrate any
+/// concurrent change and reach the same state (DESIGN.md, merge semantics).
+///
+/// Records are values. They are encoded with every collection sorted, so two replicas holding the same
+/// record hold the same bytes.
+public struct ObjectRecord: Hashable, Sendable {
+    /// Whether the object exists (it was created and is not erased).
+    public var exists: Bool
+    /// The erases of this object that no later erase has seen: a write survives only if its causal context
+    /// covers every one of them (rule 2). Sorted.
+    public var erasures: [Dot]
+    /// Property states by name.
+    public var fields: [String: FieldState]
+
+    public init(exists: Bool = false, erasures: [Dot] = [], fields: [String: FieldState] = [:]) {
+        self.exists = exists
+        self.erasures = erasures
+        self.fields = fields
+    }
+}
+
+/// The state of one property.
+public enum FieldState: Hashable, Sendable {
+    /// A single value (scalar, link or embedded object), last writer wins.
+    case register(Register)
+    /// A list.
+    case list(ListState)
+}
+
+/// A last-writer-wins value with its stamp, and the increments added on top of it (rule 4).
+public struct Register: Hashable, Sendable {
+    public var value: StoredValue
+    /// The stamp of the write that set `value`; ``Stamp/zero`` for a value filled from a default.
+    public var stamp: Stamp
+    /// The sum of increments made on top of this very value (their `base` is `stamp`).
+    public var addend: Int64
+
+    public init(value: StoredValue, stamp: Stamp, addend: Int64 = 0) {
+        self.value = value
+        self.stamp = stamp
+        self.addend = addend
+    }
+}
+
+/// A stored value: a scalar (or link, or null), or an embedded object instance with its own field states.
+public indirect enum StoredValue: Hashable, Sendable {
+    case scalar(Value)
+    case embedded(EmbeddedState)
+}
+
+/// An embedded object instance. Its fields merge one by one while it stays the same instance (rule 6).
+public struct EmbeddedState: Hashable, Sendable {
+    public var id: ElementID
+    public var type: String
+    public var fields: [String: FieldState]
+
+    public init(id: ElementID, type: String, fields: [String: FieldState]) {
+        self.id = id
+        self.type = type
+        self.fields = fields
+    }
+}
+
+/// A list: positions in a Fugue tree, and elements that each occupy one position (rule 5).
+///
+/// Positions (slots) are never removed: they fix the order of everything inserted next to them. An element
+/// that moved leaves its old slot empty; an erased element stays as a tombstone, so that a concurrent set
+/// or move of it finds it gone.
+public struct ListState: Hashable, Sendable {
+    public var slots: [ElementID: Slot]
+    public var elements: [ElementID: ListElement]
+
+    public init(slots: [ElementID: Slot] = [:], elements: [ElementID: ListElement] = [:]) {
+        self.slots = slots
+        self.elements = elements
+    }
+}
+
+/// A position in a list's Fugue tree.
+public struct Slot: Hashable, Sendable {
+    public var id: ElementID
+    /// The parent position, or `nil` for the root.
+    public var parent: ElementID?
+    public var side: ListAnchor.Side
+    /// Orders siblings: earlier first, then by id.
+    public var stamp: Stamp
+
+    public init(id: ElementID, parent: ElementID?, side: ListAnchor.Side, stamp: Stamp) {
+        self.id = id
+        self.parent = parent
+        self.side = side
+        self.stamp = stamp
+    }
+}
+
+/// A list element: its value and its position, each last writer wins; or a tombstone.
+public struct ListElement: Hashable, Sendable {
+    public var id: ElementID
+    /// The value, or `nil` once the element is erased.
+    public var value: StoredValue?
+    public var valueStamp: Stamp
+    /// The slot the element occupies.
+    public var position: ElementID
+    public var positionStamp: Stamp
+
+    public init(id: ElementID, value: StoredValue?, valueStamp: Stamp, position: ElementID, positionStamp: Stamp) {
+        self.id = id
+        self.value = value
+        self.valueStamp = valueStamp
+        self.position = position
+        self.positionStamp = positionStamp
+    }
+
+    public var isErased: Bool { value == nil }
+}

@@ -1,0 +1,27 @@
+extension Schema {
+    /// Why `value` cannot be stored in `property`, or `nil` when it can. Unlike ``Property/problem(with:)``,
+    /// this also checks the fields of embedded objects against their type, at every depth.
+    public func problem(with value: Value, for property: Property, depth: Int = 0) -> String? {
+        if let problem = property.problem(with: value) { return problem }
+        guard case .embedded(let typeName) = property.kind else { return nil }
+        guard depth < 32 else { return "embedded objects nest deeper than 32 levels" }
+        let objects: [Value] = property.isList ? (value.listValue ?? []) : [value]
+        guard let type = self[type: typeName] else { return "the schema lacks embedded type '\(typeName)'" }
+        for case .embedded(let object) in objects {
+            for name in object.fields.keys.sorted() {
+                guard let field = type[property: name] else {
+                    return "embedded type '\(typeName)' has no property '\(name)'"
+                }
+                if let problem = self.problem(with: object.fields[name] ?? .null, for: field, depth: depth + 1) {
+                    return "\(typeName).\(name): \(problem)"
+                }
+            }
+            for field in type.properties where !field.isOptional && !field.isList && field.defaultValue == nil {
+                if object.fields[field.name] == nil {
+                    return "embedded \(typeName) lacks required property '\(field.name)'"
+                }
+            }
+        }
+        return nil
+    }
+}
