@@ -1,0 +1,142 @@
+public import TributaryModel
+import TributaryMerge
+import TributaryViews
+
+/// Reads objects: implemented by ``Snapshot`` (a consistent view of one commit) and ``Transaction`` (which also
+/// sees its own uncommitted writes). Do not declare new conformances.
+public protocol ObjectReading {
+    /// The schema the reads use.
+    var schema: Schema { get }
+    /// The object of `type` with `primaryKey`, or `nil`.
+    func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject?
+    /// Every object of `type`, in primary key order.
+    func objects(_ type: String) throws -> [DynamicObject]
+    /// The number of objects of `type`.
+    func count(_ type: String) throws -> Int
+}
+
+/// Turns stored records into values: applies the merge rules' read side (counters, list order, defaults) and hides
+/// links to objects that do not exist (DESIGN.md, rule 7).
+struct Materializer {
+    let schema: Schema
+    let exists: (String, PrimaryKey) throws -> Bool
+
+    func object(type: ObjectSchema, primaryKey: PrimaryKey, record: ObjectRecord) throws -> DynamicObject {
+        var values = record.values(of: type, in: schema)
+        for property in type.properties where property.name != type.primaryKey {
+            if let value = values[property.name] { values[property.name] = try resolveLinks(value, property) }
+        }
+        if let keyName = type.primaryKey { values[keyName] = primaryKey.value }
+        return DynamicObject(type: type.name, primaryKey: primaryKey, values: values)
+    }
+
+    func resolveLinks(_ value: Value, _ property: Property) throws -> Value {
+        switch (property.kind, value) {
+        case (.link(let target), .link(let key)):
+            return try exists(target, key) ? value : .null
+        case (.link(let target), .list(let elements)):
+            return .list(try elements.filter { element in
+                guard case .link(let key) = element else { return true }
+                return try exists(target, key)
+            })
+        case (.embedded(let typeName), .embedded(var object)):
+            guard let type = schema[type: typeName] else { return value }
+            for child in type.properties {
+                if let field = object.fields[child.name] { object.fields[child.name] = try resolveLinks(field, child) }
+            }
+            return .embedded(object)
+        case (.embedded, .list(let elements)):
+            var single = property
+            single.isList = false
+            return .list(try elements.map { try resolveLinks($0, single) })
+        default:
+            return value
+        }
+    }
+}
+
+/// A consistent, read-only view of a replica as of one commit.
+///
+/// Not `Sendable`, and valid only during the ``Replica/read(_:)`` closure that passes it: it holds a storage
+/// transaction. The objects it returns are values, free to keep and share.
+public final class Snapshot: ObjectReading {
+    let replica: Replica
+    let storage: TributaryStorageReadTransaction
+    private var isValid = true
+    private var cachedSchema: Schema?
+
+    init(replica: Replica, storage: TributaryStorageReadTransaction) {
+        self.replica = replica
+        self.storage = storage
+    }
+
+    func invalidate() { isValid = false }
+
+    func checkValid() {
+        precondition(isValid, "a Snapshot was used after the read(_:) closure that passed it returned")
+    }
+
+    public var schema: Schema {
+        checkValid()
+        if let cachedSchema { return cachedSchema }
+        let schema = (try? replica.views.schema(in: storage)) ?? nil ?? replica.schema
+        cachedSchema = schema
+        return schema
+    }
+
+    func record(_ type: String, _ primaryKey: PrimaryKey) throws -> ObjectRecord? {
+        checkValid()
+        return try replica.views.record(type: type, primaryKey: primaryKey, in: storage)
+    }
+
+    var materializer: Materializer {
+        Materializer(schema: schema) { [unowned self] type, key in try self.record(type, key)?.exists ?? false }
+    }
+
+    public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
+        let objectType = try schema.requireType(type)
+        guard let record = try record(type, primaryKey), record.exists else { return nil }
+        return try materializer.object(type: objectType, primaryKey: primaryKey, record: record)
+    }
+
+    public func objects(_ type: String) throws -> [DynamicObject] {
+        checkValid()
+        let objectType = try schema.requireType(type)
+        let materializer = self.materializer
+        var result: [DynamicObject] = []
+        try replica.views.scanRecords(ofType: type, in: storage) { key, record in
+            if record.exists { result.append(try materializer.object(type: objectType, primaryKey: key, record: record)) }
+            return true
+        }
+        return result
+    }
+
+    public func count(_ type: String) throws -> Int {
+        checkValid()
+        _ = try schema.requireType(type)
+        var count = 0
+        try replica.views.scanRecords(ofType: type, in: storage) { _, record in
+            if record.exists { count += 1 }
+            return true
+        }
+        return count
+    }
+}
+
+@available(*, unavailable, message: "a Snapshot holds a storage transaction, which belongs to one thread")
+extension Snapshot: Sendable {}
+
+extension Schema {
+    /// The top-level type named `name`, or an error naming it.
+    func requireType(_ name: String) throws -> ObjectSchema {
+        guard let type = self[type: name] else {
+            let known = types.filter { !$0.isEmbedded }.map(\.name).joined(separator: ", ")
+            throw TributaryError(.unknownType, "the schema has no type '\(name)' (it has: \(known))")
+        }
+        guard !type.isEmbedded else {
+            throw TributaryError(
+                .unknownType, "'\(name)' is an embedded type: its objects live inside their parents, read those instead")
+        }
+        return type
+    }
+}

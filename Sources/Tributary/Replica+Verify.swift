@@ -1,0 +1,215 @@
+import TributaryCompression
+import TributaryLog
+import TributaryMerge
+public import TributaryModel
+import Synchronization
+import TributaryStorage
+import TributaryViews
+
+/// What ``Replica/verify(progress:)`` found.
+public struct VerificationReport: Sendable, Hashable, CustomStringConvertible {
+    /// The log entries whose checksums and chain were checked and whose changesets were replayed.
+    public var changesetsChecked: Int
+    /// The object records compared.
+    public var objectsCompared: Int
+    /// The index entries compared.
+    public var indexEntriesCompared: Int
+    /// The first problem found (a damaged entry, or a view that differs from the replayed log), or `nil`.
+    public var firstProblem: String?
+
+    /// Whether every check passed.
+    public var passed: Bool { firstProblem == nil }
+
+    public var description: String {
+        let figures = "\(changesetsChecked) changesets, \(objectsCompared) objects, \(indexEntriesCompared) index entries"
+        return passed ? "verified: \(figures); the views equal a replay of the log" : "FAILED: \(firstProblem!) (\(figures))"
+    }
+}
+
+/// A record source with nothing in it: a replay starts from an empty replica.
+struct EmptyRecordSource: RecordSource {
+    func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? { nil }
+    func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] { [] }
+}
+
+/// The state a replay of the log builds.
+struct ReplayedState {
+    var working: WorkingSet<EmptyRecordSource>
+    var versionVector = VersionVector()
+    var changesets = 0
+}
+
+extension Replica {
+    /// Replays the log (through `end`, or all of it) into memory, checking every entry's checksum and chain.
+    func replay(
+        in transaction: TributaryStorageReadTransaction, through end: UInt64? = nil,
+        progress: ((Int) -> Void)? = nil
+    ) throws -> ReplayedState {
+        var replayed = ReplayedState(working: WorkingSet(source: EmptyRecordSource(), schema: Schema(types: [])))
+        let context = ZstdContext()
+        try log.scan(in: transaction, through: end) { entry in
+            let changeset = try log.changeset(of: entry, context: context)
+            try MergeEngine.apply(changeset, to: &replayed.working)
+            replayed.versionVector.advance(changeset.origin, to: changeset.originSequence)
+            replayed.changesets += 1
+            if replayed.changesets % 1024 == 0 { progress?(replayed.changesets) }
+            return true
+        }
+        return replayed
+    }
+
+    /// Checks the replica: every log entry's checksum and chain, then rebuilds the views by replaying the log and
+    /// compares them with the stored views, byte for byte. Runs on a snapshot, alongside writers.
+    ///
+    /// - Parameter progress: called now and then with the number of changesets replayed so far and the total.
+    /// - Returns: a report whose ``VerificationReport/firstProblem`` names the first damaged entry or differing
+    ///   view, if any.
+    /// - Throws: ``TributaryError`` only when storage cannot be read at all.
+    public func verify(progress: ((Int, Int) -> Void)? = nil) throws -> VerificationReport {
+        do {
+            return try environment.read { txn in try verify(in: txn, progress: progress) }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    func verify(in txn: TributaryStorageReadTransaction, progress: ((Int, Int) -> Void)?) throws -> VerificationReport {
+        var report = VerificationReport(changesetsChecked: 0, objectsCompared: 0, indexEntriesCompared: 0)
+        let total = try log.count(in: txn)
+        var replayed: ReplayedState
+        do {
+            replayed = try replay(in: txn) { progress?($0, total) }
+        } catch let error as LogError {
+            report.changesetsChecked = Int(error.localSequence) - 1
+            report.firstProblem = error.message
+            return report
+        } catch let error as MergeError {
+            report.firstProblem = "the log cannot be replayed: \(error)"
+            return report
+        }
+        report.changesetsChecked = replayed.changesets
+        progress?(replayed.changesets, total)
+
+        // Schema and version vector.
+        let storedSchema = try views.schema(in: txn) ?? Schema(types: [])
+        var expectedSchemaBytes = BinaryWriter()
+        expectedSchemaBytes.schema(replayed.working.schema)
+        var storedSchemaBytes = BinaryWriter()
+        storedSchemaBytes.schema(storedSchema)
+        if expectedSchemaBytes.bytes != storedSchemaBytes.bytes {
+            report.firstProblem = "the stored schema differs from the replayed one"
+            return report
+        }
+        if try views.versionVector(in: txn) != replayed.versionVector {
+            report.firstProblem = "the stored version vector \(try views.versionVector(in: txn)) differs from the replayed \(replayed.versionVector)"
+            return report
+        }
+
+        // Object records, in key order.
+        var expected: [([UInt8], [UInt8], RecordKey)] = []
+        for change in replayed.working.changes {
+            guard let record = change.after else { continue }
+            expected.append((ViewStore.objectKey(type: change.key.type, primaryKey: change.key.primaryKey), record.encoded(), change.key))
+        }
+        expected.sort { $0.0.lexicographicallyPrecedes($1.0) }
+        var index = 0
+        var problem: String?
+        try txn.scan(views.objects) { key, value in
+            let storedKey = Array(key)
+            guard index < expected.count else {
+                problem = "the views hold an object the log does not create: \(describe(key: storedKey))"
+                return false
+            }
+            let (expectedKey, expectedValue, recordKey) = expected[index]
+            if storedKey != expectedKey {
+                problem = storedKey.lexicographicallyPrecedes(expectedKey)
+                    ? "the views hold an object the log does not create: \(describe(key: storedKey))"
+                    : "the views lack \(recordKey), which the log creates"
+                return false
+            }
+            if Array(value) != expectedValue {
+                problem = "\(recordKey) differs from its replayed state (stored \(value.count) bytes, replayed \(expectedValue.count))"
+                return false
+            }
+            index += 1
+            return true
+        }
+        report.objectsCompared = index
+        if problem == nil && index < expected.count {
+            problem = "the views lack \(expected[index].2), which the log creates"
+        }
+        if let problem {
+            report.firstProblem = problem
+            return report
+        }
+
+        // Index entries.
+        var expectedIndex = Set<[UInt8]>()
+        let schema = replayed.working.schema
+        for change in replayed.working.changes {
+            guard let type = schema[type: change.key.type] else { continue }
+            let indexed = type.properties.filter { $0.isIndexed && !$0.isList && $0.name != type.primaryKey }
+            expectedIndex.formUnion(
+                ViewStore.indexKeys(change.after, key: change.key, type: type, properties: indexed, schema: schema))
+        }
+        var storedIndexCount = 0
+        try txn.scan(views.indexes) { key, _ in
+            storedIndexCount += 1
+            if !expectedIndex.contains(Array(key)) {
+                problem = "the index holds an entry the log does not produce (\(key.count) bytes)"
+                return false
+            }
+            return true
+        }
+        report.indexEntriesCompared = storedIndexCount
+        if problem == nil && storedIndexCount != expectedIndex.count {
+            problem = "the index lacks \(expectedIndex.count - storedIndexCount) entries the log produces"
+        }
+        report.firstProblem = problem
+        return report
+    }
+
+    private func describe(key: [UInt8]) -> String {
+        guard let zero = key.firstIndex(of: 0) else { return "\(key.count)-byte key" }
+        let type = String(decoding: key[..<zero], as: UTF8.self)
+        let primaryKey = KeyEncoding.primaryKey(from: key[(zero + 1)...]).map(\.description) ?? "?"
+        return "\(type)[\(primaryKey)]"
+    }
+
+    /// Drops every view and rebuilds it by replaying the log: the repair for views that ``verify(progress:)``
+    /// found differing. The log itself is not changed.
+    public func rebuildViews() throws {
+        do {
+            try writeLock.withLock {
+                let replayedVector = try environment.write { txn -> (Schema, VersionVector) in
+                    let replayed = try replay(in: txn)
+                    try views.removeAll(in: txn)
+                    let schema = replayed.working.schema
+                    try views.write(replayed.working.changes.map { ($0.key, nil, $0.after) }, schema: schema, in: txn)
+                    try views.setSchema(schema, in: txn)
+                    try views.setVersionVector(replayed.versionVector, in: txn)
+                    return (schema, replayed.versionVector)
+                }
+                state.withLock { state in
+                    state.schema = replayedVector.0
+                    state.versionVector = replayedVector.1
+                }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+}
+
+extension Replica {
+    /// The changeset at `localSequence`, decoded.
+    ///
+    /// - Throws: ``TributaryError`` with `.corrupted` when the entry is damaged or missing.
+    public func changeset(at localSequence: UInt64) throws -> Changeset {
+        do {
+            return try environment.read { txn in try log.changeset(of: try log.entry(localSequence, in: txn)) }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+}

@@ -1,0 +1,391 @@
+import Dispatch
+import Foundation
+import Synchronization
+import TributaryCompression
+import TributaryLog
+import TributaryMerge
+public import TributaryModel
+import TributaryStorage
+import TributaryViews
+
+/// A replica: one directory holding a changeset log and the object views derived from it.
+///
+/// Open one with a schema (from model types, JSON or code), write in transactions, read in consistent
+/// snapshots. Every write transaction becomes one changeset, appended to the log and applied to the views in the
+/// same atomic, durable commit.
+///
+/// ```swift
+/// let replica = try Replica.open(directory: "chat.tributary", models: [ChatMessage.self, User.self])
+/// try replica.write { txn in try txn.create(ChatMessage(_id: "m1", text: "Hello")) }
+/// let messages = try replica.objects(ChatMessage.self)
+/// ```
+///
+/// A replica is `Sendable`: any thread or task may use it. Writes are serialized; reads run concurrently with
+/// each other and with the writer, each on a snapshot of the last commit.
+///
+/// - Warning: Do not open one replica directory for writing from two processes at once. Read-only opens (such as
+///   `tributary-log`) may run alongside a writer.
+public final class Replica: Sendable {
+    /// The replica format this build writes and reads.
+    public static let formatVersion: UInt8 = 1
+
+    /// The replica's directory.
+    public let directory: String
+    /// The replica's id, fixed when the directory was created.
+    public let replicaID: ReplicaID
+    /// The configuration it was opened with.
+    public let configuration: Configuration
+
+    let environment: Environment
+    let log: ChangesetLog
+    let views: ViewStore
+    let identity: Database
+    let pending: Database
+    let writeLock = WriteLock()
+    let observers = ObserverRegistry()
+
+    struct State: Sendable {
+        var head: LogHead
+        var versionVector: VersionVector
+        var clock: HybridLogicalClock
+        var schema: Schema
+    }
+    let state: Mutex<State>
+
+    static let identityDatabase = "replica"
+    static let pendingDatabase = "pending"
+    static let formatKey = Array("format".utf8)
+    static let replicaIDKey = Array("replicaID".utf8)
+    static let clockKey = Array("clock".utf8)
+
+    private init(
+        directory: String, replicaID: ReplicaID, configuration: Configuration, environment: Environment,
+        log: ChangesetLog, views: ViewStore, identity: Database, pending: Database, state: State
+    ) {
+        self.directory = directory
+        self.replicaID = replicaID
+        self.configuration = configuration
+        self.environment = environment
+        self.log = log
+        self.views = views
+        self.identity = identity
+        self.pending = pending
+        self.state = Mutex(state)
+    }
+
+    // MARK: Opening
+
+    /// Opens the replica in `directory`, creating it when the directory is empty or missing.
+    ///
+    /// With a `schema`, a new replica starts with it, and an existing one checks it against the stored schema: the
+    /// same schema opens as is; a different one at the same ``Schema/version`` fails with
+    /// ``TributaryError/Code/migrationRequired`` listing every difference; a higher version migrates (see
+    /// ``open(directory:schema:configuration:migration:)``). Without a schema, the stored one is used.
+    ///
+    /// - Throws: ``TributaryError`` with `.notAReplica` (the directory holds something else, or is damaged),
+    ///   `.newerFormat`, `.migrationRequired`, `.schemaMismatch`, or a storage code.
+    public static func open(
+        directory: String, schema: Schema? = nil, configuration: Configuration = Configuration(),
+        migration: Migration? = nil
+    ) throws -> Replica {
+        do {
+            let replica = try openStorage(directory: directory, configuration: configuration)
+            if let schema {
+                do {
+                    try replica.reconcile(schema: schema, migration: migration)
+                } catch let error as TributaryError
+                    where error.code == .migrationRequired && configuration.deleteReplicaIfMigrationNeeded
+                {
+                    replica.environment.close()
+                    try deleteReplicaFiles(in: directory)
+                    let fresh = try openStorage(directory: directory, configuration: configuration)
+                    try fresh.reconcile(schema: schema, migration: nil)
+                    return fresh
+                }
+            } else if !configuration.readOnly && replica.state.withLock({ $0.schema.types.isEmpty }) {
+                // A replica opened without a schema (by a tool or a daemon) starts empty; a schema arrives with
+                // the first changesets it integrates.
+            }
+            return replica
+        } catch {
+            throw TributaryError.wrap(error, context: "opening replica \(directory)")
+        }
+    }
+
+    static func deleteReplicaFiles(in directory: String) throws {
+        for name in ["data.mdb", "lock.mdb"] {
+            let path = (directory as NSString).appendingPathComponent(name)
+            if FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(atPath: path) }
+        }
+    }
+
+    private static func openStorage(directory: String, configuration: Configuration) throws -> Replica {
+        var storage = Environment.Configuration()
+        storage.initialMapSize = configuration.initialSize
+        storage.maximumMapSize = max(configuration.maximumSize, configuration.initialSize)
+        storage.readOnly = configuration.readOnly
+        storage.maximumReaders = configuration.maximumReaders
+        storage.durability =
+            switch configuration.durability {
+            case .full: .full
+            case .relaxed: .noMetaSync
+            case .none: .noSync
+            }
+        let environment: Environment
+        switch Result(catching: { () throws(StorageError) in try Environment.open(path: directory, configuration: storage) }) {
+        case .success(let opened):
+            environment = opened
+        case .failure(let error):
+            if error.code == .invalidFile || error.code == .versionMismatch || error.code == .corrupted {
+                throw TributaryError(
+                    .notAReplica,
+                    "\(directory) is not a Tributary replica, or it is damaged: \(error.message)", underlying: error)
+            }
+            if error.code == .notFound && configuration.readOnly {
+                throw TributaryError(.notAReplica, "\(directory) does not exist or holds no replica", underlying: error)
+            }
+            throw error
+        }
+
+        let names = ChangesetLog.databaseNames + ViewStore.databaseNames + [identityDatabase, pendingDatabase]
+        do {
+            _ = try environment.openDatabases(names)
+        } catch let error as StorageError where error.code == .notFound {
+            throw TributaryError(.notAReplica, "\(directory) holds no Tributary replica", underlying: error)
+        }
+        let log = try ChangesetLog(environment: environment)
+        let views = try ViewStore(environment: environment)
+        let databases = try environment.openDatabases([identityDatabase, pendingDatabase])
+        let identity = databases[0]
+        let pending = databases[1]
+
+        // Identity: format and replica id, written once when the replica is created.
+        var stored = try environment.read { txn in
+            (format: try txn.get(identity, key: formatKey), id: try txn.get(identity, key: replicaIDKey))
+        }
+        if stored.format == nil {
+            guard !configuration.readOnly else {
+                throw TributaryError(.notAReplica, "\(directory) holds no Tributary replica")
+            }
+            let id = configuration.replicaID ?? ReplicaID.random()
+            try environment.write { txn in
+                if try txn.get(identity, key: formatKey) == nil {
+                    try txn.put(identity, key: formatKey, value: [formatVersion])
+                    try txn.put(identity, key: replicaIDKey, value: withUnsafeBytes(of: id.rawValue.littleEndian) { Array($0) })
+                }
+            }
+            stored = try environment.read { txn in
+                (format: try txn.get(identity, key: formatKey), id: try txn.get(identity, key: replicaIDKey))
+            }
+        }
+        guard let format = stored.format, format.count == 1, let idBytes = stored.id, idBytes.count == 8 else {
+            throw TributaryError(.notAReplica, "\(directory) holds a damaged replica identity")
+        }
+        guard format[0] <= formatVersion else {
+            throw TributaryError(
+                .newerFormat,
+                "\(directory) was written in replica format \(format[0]); this build reads format \(formatVersion). "
+                    + "Upgrade Tributary to open it")
+        }
+        let replicaID = ReplicaID(rawValue: idBytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) })
+
+        let state = try environment.read { txn -> State in
+            let head = try log.head(in: txn)
+            let vector = try views.versionVector(in: txn)
+            var latest = HybridTime.zero
+            if let clock = try txn.get(identity, key: clockKey), clock.count == 8 {
+                latest = HybridTime(rawValue: clock.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) })
+            }
+            if head.localSequence > 0 {
+                latest = max(latest, try log.entry(head.localSequence, in: txn).time)
+            }
+            let schema = try views.schema(in: txn) ?? Schema(types: [])
+            return State(head: head, versionVector: vector, clock: HybridLogicalClock(latest: latest), schema: schema)
+        }
+        return Replica(
+            directory: directory, replicaID: replicaID, configuration: configuration, environment: environment, log: log,
+            views: views, identity: identity, pending: pending, state: state)
+    }
+
+    /// Closes the replica: every later call fails with ``TributaryError/Code/closed``. The files are released when
+    /// the last reference goes away.
+    public func close() {
+        environment.close()
+        observers.finishAll()
+    }
+
+    // MARK: State
+
+    /// The current schema.
+    public var schema: Schema { state.withLock { $0.schema } }
+
+    /// What this replica has integrated: the highest origin sequence from each replica.
+    public var versionVector: VersionVector { state.withLock { $0.versionVector } }
+
+    /// The local sequence of the last changeset in the log (0 for an empty log).
+    public var lastLocalSequence: UInt64 { state.withLock { $0.head.localSequence } }
+
+    /// Figures about the replica's storage.
+    public var storageStatistics: StorageStatistics {
+        let statistics = environment.statistics
+        return StorageStatistics(
+            mapSize: statistics.mapSize, usedBytes: statistics.usedBytes, pageSize: statistics.pageSize,
+            readersUsed: statistics.readersUsed, maximumReaders: statistics.maximumReaders)
+    }
+
+    // MARK: Writing
+
+    /// Runs `body` in a write transaction and commits it: the changes become one changeset, appended to the log
+    /// and applied to the views in one durable commit. If `body` throws, nothing is written and the error is
+    /// rethrown.
+    ///
+    /// ```swift
+    /// try replica.write { txn in
+    ///     try txn.create("Task", ["_id": "t1", "title": "Write docs"])
+    /// }
+    /// ```
+    /// Writes are serialized. The closure is synchronous on purpose: the storage transaction belongs to the
+    /// thread that runs it. Use ``write(_:)-(@Sendable(Transaction)->T)`` from async code.
+    ///
+    /// - Precondition: not called inside another `write` on the same replica (that would deadlock).
+    /// - Throws: what `body` throws, or ``TributaryError`` (`.diskFull`, `.mapFull`, `.transactionTooLarge`,
+    ///   `.readOnly`, ...). After any error the replica holds exactly what it held before.
+    public func write<T>(_ body: (Transaction) throws -> T) throws -> T {
+        guard !configuration.readOnly else {
+            throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
+        }
+        return try writeLock.withLock { try performWrite(author: configuration.author, body) }
+    }
+
+    /// Runs `body` in a write transaction on a background thread and commits it.
+    public func write<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Self.writerQueue.async {
+                continuation.resume(with: Result { try self.write(body) })
+            }
+        }
+    }
+
+    static let writerQueue = DispatchQueue(label: "tributary.writer")
+
+    func performWrite<T>(author: String, _ body: (Transaction) throws -> T) throws -> T {
+        let start = state.withLock { state -> State in
+            let now = configuration.clock.milliseconds()
+            _ = state.clock.tick(wallMilliseconds: now)
+            return state
+        }
+        var outcome: (result: T, commit: PreparedCommit?)?
+        var head = start.head
+        do {
+            try environment.write { storage in
+                if outcome == nil {
+                    let transaction = Transaction(replica: self, storage: storage, state: start, author: author)
+                    defer { transaction.invalidate() }
+                    let result = try body(transaction)
+                    outcome = (result, try transaction.prepareCommit())
+                }
+                if let commit = outcome?.commit { head = try self.persist(commit, head: start.head, in: storage) }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+        guard let outcome else { preconditionFailure("a write transaction ended without an outcome") }
+        if let commit = outcome.commit { didCommit(commit, head: head) }
+        return outcome.result
+    }
+
+    /// Everything a commit writes, computed once: if the map fills, the storage transaction is retried with the
+    /// same commit.
+    struct PreparedCommit {
+        var changesets: [(changeset: Changeset, encoded: [UInt8])]
+        var changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)]
+        var schema: Schema
+        var schemaChanged: Bool
+        var previousSchema: Schema
+        var versionVector: VersionVector
+        var clock: HybridTime
+        var pendingRemovals: [[UInt8]] = []
+        var pendingAdditions: [([UInt8], [UInt8])] = []
+    }
+
+    /// Writes a prepared commit into the storage transaction; returns the log's new head.
+    func persist(_ commit: PreparedCommit, head: LogHead, in storage: WriteTransaction) throws -> LogHead {
+        var head = head
+        let context = ZstdContext()
+        for (changeset, encoded) in commit.changesets {
+            try log.append(changeset, encoded: encoded, after: &head, in: storage, context: context)
+        }
+        try views.write(commit.changes, schema: commit.schema, in: storage)
+        if commit.schemaChanged {
+            try views.setSchema(commit.schema, in: storage)
+            for type in Self.typesWithChangedIndexes(commit.previousSchema, commit.schema) {
+                try views.rebuildIndexes(ofType: type, schema: commit.schema, in: storage)
+            }
+        }
+        try views.setVersionVector(commit.versionVector, in: storage)
+        try storage.put(identity, key: Self.clockKey, value: withUnsafeBytes(of: commit.clock.rawValue.littleEndian) { Array($0) })
+        for key in commit.pendingRemovals { try storage.delete(pending, key: key) }
+        for (key, value) in commit.pendingAdditions { try storage.put(pending, key: key, value: value) }
+        return head
+    }
+
+    static func typesWithChangedIndexes(_ old: Schema, _ new: Schema) -> [String] {
+        func indexed(_ schema: Schema, _ name: String) -> [String] {
+            (schema[type: name]?.properties ?? []).filter { $0.isIndexed && !$0.isList }.map(\.name).sorted()
+        }
+        return new.types.map(\.name).filter { indexed(old, $0) != indexed(new, $0) }
+    }
+
+    func didCommit(_ commit: PreparedCommit, head: LogHead) {
+        state.withLock { state in
+            state.head = head
+            state.versionVector = commit.versionVector
+            if commit.schemaChanged { state.schema = commit.schema }
+            state.clock = HybridLogicalClock(latest: max(state.clock.latest, commit.clock))
+        }
+        observers.notify(changedKeys: commit.changes.map(\.key), schemaChanged: commit.schemaChanged, replica: self)
+    }
+
+    // MARK: Reading
+
+    /// Runs `body` with a consistent snapshot of the last commit.
+    ///
+    /// ```swift
+    /// let count = try replica.read { snapshot in try snapshot.count("Task") }
+    /// ```
+    public func read<T>(_ body: (Snapshot) throws -> T) throws -> T {
+        do {
+            return try environment.read { storage in
+                let snapshot = Snapshot(replica: self, storage: storage)
+                defer { snapshot.invalidate() }
+                return try body(snapshot)
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// The object of `type` with `primaryKey`, as of the last commit.
+    public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
+        try read { try $0.object(type, primaryKey: primaryKey) }
+    }
+
+    /// Every object of `type`, in primary key order, as of the last commit.
+    public func objects(_ type: String) throws -> [DynamicObject] {
+        try read { try $0.objects(type) }
+    }
+}
+
+/// Figures about a replica's storage.
+public struct StorageStatistics: Sendable, Hashable {
+    /// The space reserved for the replica (it grows by itself up to the configured maximum).
+    public var mapSize: Int
+    /// The bytes in use, up to the last page written.
+    public var usedBytes: Int
+    /// The storage page size.
+    public var pageSize: Int
+    /// The reader slots in use, across processes.
+    public var readersUsed: Int
+    /// The reader slots available.
+    public var maximumReaders: Int
+}

@@ -1,0 +1,49 @@
+public import TributaryModel
+
+extension Schema {
+    /// The changes that turn `stored` into this schema, one sentence each, in the words of Realm's "Migration is
+    /// required" message: `Property 'Project.isPinned' has been added.`
+    public func differences(from stored: Schema) -> [String] {
+        var lines: [String] = []
+        for old in stored.types where self[type: old.name] == nil {
+            lines.append("Class '\(old.name)' has been removed.")
+        }
+        for new in types {
+            guard let old = stored[type: new.name] else {
+                lines.append("Class '\(new.name)' has been added.")
+                continue
+            }
+            if old.isEmbedded != new.isEmbedded {
+                lines.append("Class '\(new.name)' has been changed from \(old.isEmbedded ? "embedded" : "top-level") to \(new.isEmbedded ? "embedded" : "top-level").")
+            }
+            if old.primaryKey != new.primaryKey {
+                lines.append("Primary key of '\(new.name)' has been changed from '\(old.primaryKey ?? "none")' to '\(new.primaryKey ?? "none")'.")
+            }
+            for property in old.properties where new[property: property.name] == nil {
+                lines.append("Property '\(new.name).\(property.name)' has been removed.")
+            }
+            for property in new.properties {
+                let name = "'\(new.name).\(property.name)'"
+                guard let previous = old[property: property.name] else {
+                    lines.append("Property \(name) has been added.")
+                    continue
+                }
+                if previous.kind != property.kind || previous.isList != property.isList {
+                    lines.append("Property \(name) has been changed from '\(previous.typeDescription)' to '\(property.typeDescription)'.")
+                } else if previous.isOptional != property.isOptional {
+                    lines.append("Property \(name) has been made \(property.isOptional ? "optional" : "required").")
+                }
+                if previous.isIndexed != property.isIndexed {
+                    lines.append("Property \(name) has been made \(property.isIndexed ? "indexed" : "unindexed").")
+                }
+                if previous.defaultValue != property.defaultValue {
+                    lines.append("Default value of \(name) has been changed.")
+                }
+            }
+        }
+        return lines
+    }
+
+    /// Whether two schemas define the same types and properties (property order aside).
+    public func isEquivalent(to other: Schema) -> Bool { differences(from: other).isEmpty }
+}

@@ -1,0 +1,315 @@
+public import TributaryModel
+import TributaryMerge
+
+extension Transaction {
+    /// A property found by following a ``PropertyPath``: the instruction path to it, its definition and state.
+    struct ResolvedPath {
+        var fieldPath: FieldPath
+        var property: Property
+        var field: FieldState?
+    }
+
+    /// Follows `path` from an object, through embedded objects and list positions, to a property.
+    func resolve(_ type: String, _ key: PrimaryKey, _ path: PropertyPath) throws -> ResolvedPath {
+        var objectType = try working.schema.requireType(type)
+        guard let record = try record(type, key), record.exists else {
+            throw TributaryError(.objectNotFound, "\(type) \(key) does not exist")
+        }
+        var fields = record.fields
+        var steps: [EmbeddedStep] = []
+        var described = "\(type)[\(key)]"
+        var index = 0
+        while true {
+            guard index < path.count, case .property(let name) = path[index] else {
+                throw TributaryError(.invalidPath, "path \(describe(path)) must name a property at step \(index + 1)")
+            }
+            guard let property = objectType[property: name] else {
+                throw TributaryError(.unknownProperty, "'\(objectType.name).\(name)' is not a property of \(objectType.name)")
+            }
+            described += ".\(name)"
+            if index == path.count - 1 {
+                return ResolvedPath(
+                    fieldPath: FieldPath(type: type, primaryKey: key, steps: steps, property: name),
+                    property: property, field: fields[name])
+            }
+            guard case .embedded(let childTypeName) = property.kind, let childType = working.schema[type: childTypeName]
+            else {
+                throw TributaryError(.invalidPath, "\(described) is \(property.typeDescription); a path cannot go into it")
+            }
+            var child: EmbeddedState
+            if property.isList {
+                guard index + 2 < path.count, case .index(let position) = path[index + 1] else {
+                    throw TributaryError(.invalidPath, "\(described) is a list: give an element index before a property")
+                }
+                let elements = list(fields[name]).orderedElements()
+                guard elements.indices.contains(position), case .embedded(let found)? = elements[position].value else {
+                    throw TributaryError(.invalidPath, "\(described) has \(elements.count) elements; index \(position) is out of range")
+                }
+                child = found
+                described += "[\(position)]"
+                index += 2
+            } else {
+                guard case .register(let register)? = fields[name], case .embedded(let found) = register.value else {
+                    throw TributaryError(.invalidPath, "\(described) is null; set an embedded object there first")
+                }
+                child = found
+                index += 1
+            }
+            steps.append(EmbeddedStep(property: name, id: child.id))
+            fields = child.fields
+            objectType = childType
+        }
+    }
+
+    func list(_ field: FieldState?) -> ListState {
+        if case .list(let list)? = field { return list }
+        return ListState()
+    }
+
+    func describe(_ path: PropertyPath) -> String {
+        path.map(\.description).joined(separator: ".")
+    }
+
+    func resolveList(_ type: String, _ key: PrimaryKey, _ path: PropertyPath) throws -> (ResolvedPath, [ListElement]) {
+        let resolved = try resolve(type, key, path)
+        guard resolved.property.isList else {
+            throw TributaryError(
+                .invalidPath, "\(resolved.fieldPath) is \(resolved.property.typeDescription), not a list")
+        }
+        return (resolved, list(resolved.field).orderedElements())
+    }
+
+    func checkElement(_ value: Value, _ resolved: ResolvedPath) throws {
+        if let problem = working.schema.problem(with: .list([value]), for: resolved.property) {
+            throw TributaryError(.wrongType, "element of \(resolved.fieldPath): \(problem)")
+        }
+        try checkLinkTargets(.list([value]), resolved.property)
+    }
+
+    func checkIndex(_ index: Int, _ count: Int, _ resolved: ResolvedPath, allowEnd: Bool = false) throws {
+        let upper = allowEnd ? count : count - 1
+        guard index >= 0, index <= upper else {
+            throw TributaryError(
+                .invalidPath, "index \(index) is out of range for \(resolved.fieldPath), which has \(count) elements")
+        }
+    }
+
+    // MARK: Properties
+
+    /// Sets one property, possibly inside embedded objects: `["address", "city"]`, `["tasks", 2, "done"]`.
+    /// Setting a list property replaces the elements this replica has seen; concurrent inserts elsewhere survive.
+    public func set(_ value: Value, at path: PropertyPath, of type: String, primaryKey: PrimaryKey) throws {
+        let resolved = try resolve(type, primaryKey, path)
+        if let problem = working.schema.problem(with: value, for: resolved.property) {
+            throw TributaryError(.wrongType, "\(resolved.fieldPath): \(problem)")
+        }
+        try checkLinkTargets(value, resolved.property)
+        try emit(.set(resolved.fieldPath, value))
+    }
+
+    /// Adds `delta` to an integer property. Concurrent increments on other replicas all count (DESIGN.md, rule 4).
+    public func increment(_ path: PropertyPath, of type: String, primaryKey: PrimaryKey, by delta: Int64) throws {
+        let resolved = try resolve(type, primaryKey, path)
+        guard case .scalar(.int) = resolved.property.kind, !resolved.property.isList else {
+            throw TributaryError(
+                .wrongType, "cannot increment \(resolved.fieldPath): it is \(resolved.property.typeDescription), not int")
+        }
+        var base = Stamp.zero
+        if case .register(let register)? = resolved.field { base = register.stamp }
+        try emit(.addInteger(resolved.fieldPath, delta: delta, base: base))
+    }
+
+    // MARK: Lists
+
+    /// Inserts `value` into a list at `index` (0 ... count).
+    public func insert(_ value: Value, at index: Int, into path: PropertyPath, of type: String, primaryKey: PrimaryKey)
+        throws
+    {
+        let (resolved, elements) = try resolveList(type, primaryKey, path)
+        try checkIndex(index, elements.count, resolved, allowEnd: true)
+        try checkElement(value, resolved)
+        let anchor = list(resolved.field).anchor(forInsertionAt: index)
+        try emit(.listInsert(resolved.fieldPath, anchor: anchor, value: value))
+    }
+
+    /// Appends `value` to a list.
+    public func append(_ value: Value, to path: PropertyPath, of type: String, primaryKey: PrimaryKey) throws {
+        let (_, elements) = try resolveList(type, primaryKey, path)
+        try insert(value, at: elements.count, into: path, of: type, primaryKey: primaryKey)
+    }
+
+    /// Replaces the value of the element at `index`.
+    public func replaceElement(
+        at index: Int, with value: Value, in path: PropertyPath, of type: String, primaryKey: PrimaryKey
+    ) throws {
+        let (resolved, elements) = try resolveList(type, primaryKey, path)
+        try checkIndex(index, elements.count, resolved)
+        try checkElement(value, resolved)
+        try emit(.listSet(resolved.fieldPath, element: elements[index].id, value: value))
+    }
+
+    /// Removes the element at `index`.
+    public func removeElement(at index: Int, from path: PropertyPath, of type: String, primaryKey: PrimaryKey) throws {
+        let (resolved, elements) = try resolveList(type, primaryKey, path)
+        try checkIndex(index, elements.count, resolved)
+        try emit(.listErase(resolved.fieldPath, element: elements[index].id))
+    }
+
+    /// Moves the element at `source` so that it ends at index `destination` (both in 0 ..< count).
+    public func moveElement(
+        from source: Int, to destination: Int, in path: PropertyPath, of type: String, primaryKey: PrimaryKey
+    ) throws {
+        let (resolved, elements) = try resolveList(type, primaryKey, path)
+        try checkIndex(source, elements.count, resolved)
+        try checkIndex(destination, elements.count, resolved)
+        guard source != destination else { return }
+        var without = list(resolved.field)
+        without.elements[elements[source].id]?.value = nil
+        let anchor = without.anchor(forInsertionAt: destination)
+        try emit(.listMove(resolved.fieldPath, element: elements[source].id, anchor: anchor))
+    }
+
+    /// Removes every element this replica has seen (concurrent inserts on other replicas survive).
+    public func removeAllElements(in path: PropertyPath, of type: String, primaryKey: PrimaryKey) throws {
+        let (resolved, _) = try resolveList(type, primaryKey, path)
+        try emit(.listClear(resolved.fieldPath))
+    }
+}
+
+/// Turns "this property now holds that value" into the smallest set of instructions, so that concurrent edits
+/// of other fields, list elements and embedded fields survive the merge.
+struct Differ {
+    let transaction: Transaction
+
+    /// The largest old × new list product diffed element by element; larger lists are replaced whole.
+    static let maximumDiffCells = 4_000_000
+
+    func update(from old: Value, to new: Value, property: Property, path: FieldPath) throws {
+        guard old != new else { return }
+        if property.isList, case .list(let oldElements) = old {
+            try updateList(from: oldElements, to: new.listValue ?? [], property: property, path: path)
+            return
+        }
+        if case .embedded(let oldObject) = old, case .embedded(let newObject) = new, oldObject.type == newObject.type,
+            let id = try embeddedID(at: path), let childType = transaction.working.schema[type: newObject.type]
+        {
+            let childPath = FieldPath(
+                type: path.type, primaryKey: path.primaryKey,
+                steps: path.steps + [EmbeddedStep(property: path.property, id: id)], property: "")
+            for child in childType.properties {
+                var fieldPath = childPath
+                fieldPath.property = child.name
+                try update(from: oldObject[child.name], to: newObject[child.name], property: child, path: fieldPath)
+            }
+            return
+        }
+        try transaction.emit(.set(path, new))
+    }
+
+    func field(at path: FieldPath) throws -> FieldState? {
+        guard var fields = try transaction.record(path.type, path.primaryKey)?.fields else { return nil }
+        for step in path.steps {
+            switch fields[step.property] {
+            case .register(let register)?:
+                guard case .embedded(let child) = register.value, child.id == step.id else { return nil }
+                fields = child.fields
+            case .list(let list)?:
+                guard
+                    let child = list.elements.values.lazy.compactMap({ element -> EmbeddedState? in
+                        if case .embedded(let child)? = element.value, child.id == step.id { return child }
+                        return nil
+                    }).first
+                else { return nil }
+                fields = child.fields
+            case nil:
+                return nil
+            }
+        }
+        return fields[path.property]
+    }
+
+    func embeddedID(at path: FieldPath) throws -> ElementID? {
+        guard case .register(let register)? = try field(at: path), case .embedded(let child) = register.value else {
+            return nil
+        }
+        return child.id
+    }
+
+    func elements(at path: FieldPath) throws -> [ListElement] {
+        guard case .list(let list)? = try field(at: path) else { return [] }
+        return list.orderedElements()
+    }
+
+    func updateList(from old: [Value], to new: [Value], property: Property, path: FieldPath) throws {
+        // Same length, embedded elements: edit each element in place, so it keeps its identity.
+        if old.count == new.count, case .embedded = property.kind {
+            let current = try elements(at: path)
+            guard current.count == old.count else { return try transaction.emit(.set(path, .list(new))) }
+            for index in old.indices where old[index] != new[index] {
+                guard case .embedded(let child)? = current[index].value,
+                    let childType = transaction.working.schema[type: child.type],
+                    case .embedded(let oldObject) = old[index], case .embedded(let newObject) = new[index]
+                else {
+                    try transaction.emit(.listSet(path, element: current[index].id, value: new[index]))
+                    continue
+                }
+                for field in childType.properties {
+                    let fieldPath = FieldPath(
+                        type: path.type, primaryKey: path.primaryKey,
+                        steps: path.steps + [EmbeddedStep(property: path.property, id: child.id)], property: field.name)
+                    try update(from: oldObject[field.name], to: newObject[field.name], property: field, path: fieldPath)
+                }
+            }
+            return
+        }
+        guard old.count * new.count <= Self.maximumDiffCells else {
+            return try transaction.emit(.set(path, .list(new)))
+        }
+        let kept = Self.longestCommonSubsequence(old, new)
+        let current = try elements(at: path)
+        guard current.count == old.count else { return try transaction.emit(.set(path, .list(new))) }
+        let keptOld = Set(kept.map(\.old))
+        for index in old.indices where !keptOld.contains(index) {
+            try transaction.emit(.listErase(path, element: current[index].id))
+        }
+        let keptNew = Set(kept.map(\.new))
+        for index in new.indices where !keptNew.contains(index) {
+            guard case .list(let list)? = try field(at: path) else {
+                try transaction.emit(.set(path, .list(new)))
+                return
+            }
+            try transaction.emit(.listInsert(path, anchor: list.anchor(forInsertionAt: index), value: new[index]))
+        }
+    }
+
+    /// The index pairs of a longest common subsequence, in order. O(old × new) time and memory.
+    static func longestCommonSubsequence(_ old: [Value], _ new: [Value]) -> [(old: Int, new: Int)] {
+        let rows = old.count
+        let columns = new.count
+        if rows == 0 || columns == 0 { return [] }
+        var lengths = [Int](repeating: 0, count: (rows + 1) * (columns + 1))
+        for i in stride(from: rows - 1, through: 0, by: -1) {
+            for j in stride(from: columns - 1, through: 0, by: -1) {
+                lengths[i * (columns + 1) + j] =
+                    old[i] == new[j]
+                    ? lengths[(i + 1) * (columns + 1) + j + 1] + 1
+                    : max(lengths[(i + 1) * (columns + 1) + j], lengths[i * (columns + 1) + j + 1])
+            }
+        }
+        var pairs: [(old: Int, new: Int)] = []
+        var i = 0
+        var j = 0
+        while i < rows && j < columns {
+            if old[i] == new[j] {
+                pairs.append((i, j))
+                i += 1
+                j += 1
+            } else if lengths[(i + 1) * (columns + 1) + j] >= lengths[i * (columns + 1) + j + 1] {
+                i += 1
+            } else {
+                j += 1
+            }
+        }
+        return pairs
+    }
+}

@@ -1,0 +1,257 @@
+public import TributaryModel
+import TributaryMerge
+import TributaryViews
+
+/// A write transaction: reads see its own writes; when the closure that received it returns, everything it wrote
+/// becomes one changeset.
+///
+/// Every method checks its input against the schema first and throws a ``TributaryError`` that names the type,
+/// property and value at fault; a method that throws has changed nothing.
+///
+/// Not `Sendable`, and valid only during the ``Replica/write(_:)`` closure that passes it.
+public final class Transaction: ObjectReading {
+    let replica: Replica
+    let storage: TributaryStorageWriteTransaction
+    var working: WorkingSet<ViewRecordSource>
+    let info: ChangesetInfo
+    let author: String
+    let start: Replica.State
+    var instructions: [Instruction] = []
+    private var failure: (any Error)?
+    private var isValid = true
+
+    init(replica: Replica, storage: TributaryStorageWriteTransaction, state: Replica.State, author: String) {
+        self.replica = replica
+        self.storage = storage
+        self.start = state
+        self.author = author
+        let dot = Dot(origin: replica.replicaID, sequence: state.versionVector[replica.replicaID] + 1)
+        info = ChangesetInfo(
+            dot: dot, stamp: Stamp(time: state.clock.latest, replica: replica.replicaID), context: state.versionVector)
+        working = WorkingSet(source: ViewRecordSource(store: replica.views, transaction: storage), schema: state.schema)
+    }
+
+    func invalidate() { isValid = false }
+
+    func checkValid() {
+        precondition(isValid, "a Transaction was used after the write(_:) closure that passed it returned")
+    }
+
+    /// The schema, with this transaction's changes.
+    public var schema: Schema { working.schema }
+
+    /// Applies an instruction to the working set and records it. A failure here (which the checks before each
+    /// call should prevent) poisons the transaction: it cannot commit.
+    func emit(_ instruction: Instruction) throws {
+        checkValid()
+        if let failure { throw failure }
+        do {
+            try MergeEngine.apply(instruction, index: instructions.count, of: info, to: &working)
+            instructions.append(instruction)
+        } catch {
+            let wrapped = TributaryError.wrap(error)
+            failure = wrapped
+            throw wrapped
+        }
+    }
+
+    /// The commit this transaction's writes make, or `nil` when it wrote nothing.
+    func prepareCommit() throws -> Replica.PreparedCommit? {
+        if let failure { throw failure }
+        guard !instructions.isEmpty else { return nil }
+        if working.schemaChanged {
+            do { try working.schema.validate() } catch {
+                throw TributaryError(.schemaMismatch, "the schema this transaction built is invalid: \(error)")
+            }
+        }
+        let changeset = Changeset(
+            origin: info.dot.origin, originSequence: info.dot.sequence, time: info.stamp.time, context: info.context,
+            author: author, schemaVersion: working.schema.version, instructions: instructions)
+        var vector = start.versionVector
+        vector.advance(info.dot.origin, to: info.dot.sequence)
+        return Replica.PreparedCommit(
+            changesets: [(changeset, ChangesetCodec.encode(changeset))], changes: working.changes,
+            schema: working.schema, schemaChanged: working.schemaChanged, previousSchema: start.schema,
+            versionVector: vector, clock: info.stamp.time)
+    }
+
+    // MARK: Reading
+
+    func record(_ type: String, _ primaryKey: PrimaryKey) throws -> ObjectRecord? {
+        checkValid()
+        return try working.record(RecordKey(type: type, primaryKey: primaryKey))
+    }
+
+    var materializer: Materializer {
+        Materializer(schema: working.schema) { [unowned self] type, key in try self.record(type, key)?.exists ?? false }
+    }
+
+    public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
+        let objectType = try working.schema.requireType(type)
+        guard let record = try record(type, primaryKey), record.exists else { return nil }
+        return try materializer.object(type: objectType, primaryKey: primaryKey, record: record)
+    }
+
+    public func objects(_ type: String) throws -> [DynamicObject] {
+        let objectType = try working.schema.requireType(type)
+        let materializer = self.materializer
+        var result: [DynamicObject] = []
+        for key in try working.keys(ofType: type) {
+            guard let record = try working.record(key), record.exists else { continue }
+            result.append(try materializer.object(type: objectType, primaryKey: key.primaryKey, record: record))
+        }
+        return result
+    }
+
+    public func count(_ type: String) throws -> Int {
+        _ = try working.schema.requireType(type)
+        var count = 0
+        for key in try working.keys(ofType: type) where try working.record(key)?.exists == true { count += 1 }
+        return count
+    }
+
+    // MARK: Creating and deleting
+
+    /// Creates an object from its property values (the primary key among them).
+    ///
+    /// Properties left out take their schema default; a required property without a default must be given.
+    ///
+    /// - Returns: the object's primary key.
+    /// - Throws: ``TributaryError`` with `.duplicatePrimaryKey` when the object exists, `.unknownType`,
+    ///   `.unknownProperty`, `.wrongType`, `.missingProperty` or `.invalidValue`.
+    @discardableResult
+    public func create(_ type: String, _ values: [String: Value]) throws -> PrimaryKey {
+        let (objectType, key) = try checkedKey(type, values)
+        if try record(type, key)?.exists == true {
+            throw TributaryError(
+                .duplicatePrimaryKey, "cannot create \(type) with primary key \(key): an object with that key exists")
+        }
+        try emitCreate(objectType, key, values)
+        return key
+    }
+
+    /// Creates an object, or, when one with the same primary key exists, updates the properties given (only those
+    /// whose value changed become part of the changeset).
+    @discardableResult
+    public func upsert(_ type: String, _ values: [String: Value]) throws -> PrimaryKey {
+        let (objectType, key) = try checkedKey(type, values)
+        if try record(type, key)?.exists == true {
+            var changes = values
+            if let keyName = objectType.primaryKey { changes.removeValue(forKey: keyName) }
+            try update(type, primaryKey: key, changes)
+        } else {
+            try emitCreate(objectType, key, values)
+        }
+        return key
+    }
+
+    /// Updates the given properties of an existing object. Only properties whose value changed are written, and a
+    /// list or embedded object that changed is written as the edits that turn the old value into the new one, so
+    /// that concurrent edits on other replicas merge with it (DESIGN.md, rules 1, 5 and 6).
+    ///
+    /// - Throws: ``TributaryError`` with `.objectNotFound`, `.unknownProperty`, `.wrongType`, `.invalidValue`.
+    public func update(_ type: String, primaryKey: PrimaryKey, _ values: [String: Value]) throws {
+        let objectType = try working.schema.requireType(type)
+        guard let current = try object(type, primaryKey: primaryKey) else {
+            throw TributaryError(.objectNotFound, "cannot update \(type) \(primaryKey): no such object")
+        }
+        for name in values.keys.sorted() {
+            let value = values[name] ?? .null
+            let property = try checkedProperty(objectType, name, value)
+            if name == objectType.primaryKey {
+                guard PrimaryKey(value) == primaryKey else {
+                    throw TributaryError(
+                        .invalidValue, "the primary key '\(type).\(name)' cannot change (from \(primaryKey) to \(value))")
+                }
+                continue
+            }
+            try Differ(transaction: self).update(
+                from: current[name], to: value, property: property,
+                path: FieldPath(type: type, primaryKey: primaryKey, property: name))
+        }
+    }
+
+    /// Deletes an object and the objects embedded in it. Links to it read as null from then on.
+    ///
+    /// - Returns: whether the object existed.
+    @discardableResult
+    public func delete(_ type: String, primaryKey: PrimaryKey) throws -> Bool {
+        _ = try working.schema.requireType(type)
+        guard try record(type, primaryKey)?.exists == true else { return false }
+        try emit(.erase(type: type, primaryKey: primaryKey))
+        return true
+    }
+
+    /// Deletes every object of a type.
+    public func deleteAll(_ type: String) throws {
+        for object in try objects(type) { try emit(.erase(type: type, primaryKey: object.primaryKey)) }
+    }
+
+    func checkedKey(_ type: String, _ values: [String: Value]) throws -> (ObjectSchema, PrimaryKey) {
+        let objectType = try working.schema.requireType(type)
+        guard let keyName = objectType.primaryKey, let keyProperty = objectType[property: keyName] else {
+            throw TributaryError(.unknownType, "type '\(type)' has no primary key")
+        }
+        guard let keyValue = values[keyName], !keyValue.isNull else {
+            throw TributaryError(.missingProperty, "cannot create \(type): its primary key '\(keyName)' is missing")
+        }
+        guard let key = PrimaryKey(keyValue), keyProperty.elementProblem(keyValue) == nil else {
+            throw TributaryError(
+                .wrongType, "primary key '\(type).\(keyName)' is \(keyProperty.typeDescription), got \(keyValue.kindName) \(keyValue)")
+        }
+        if case .string(let string) = key, string.utf8.count > KeyEncoding.maximumPrimaryKeyBytes {
+            throw TributaryError(
+                .invalidValue,
+                "primary key of \(type) is \(string.utf8.count) bytes long; the limit is \(KeyEncoding.maximumPrimaryKeyBytes)")
+        }
+        return (objectType, key)
+    }
+
+    func checkedProperty(_ type: ObjectSchema, _ name: String, _ value: Value) throws -> Property {
+        guard let property = type[property: name] else {
+            let known = type.properties.map(\.name).joined(separator: ", ")
+            throw TributaryError(.unknownProperty, "'\(type.name).\(name)' is not a property of \(type.name) (it has: \(known))")
+        }
+        if let problem = working.schema.problem(with: value, for: property) {
+            throw TributaryError(.wrongType, "'\(type.name).\(name)': \(problem)")
+        }
+        try checkLinkTargets(value, property)
+        return property
+    }
+
+    /// A link must name a key of the target type's primary key type.
+    func checkLinkTargets(_ value: Value, _ property: Property) throws {
+        guard case .link(let targetName) = property.kind, let target = working.schema[type: targetName],
+            let keyType = target.primaryKeyProperty.flatMap({ if case .scalar(let t) = $0.kind { t } else { nil } })
+        else { return }
+        let links = property.isList ? (value.listValue ?? []) : [value]
+        for case .link(let key) in links where key.type != keyType {
+            throw TributaryError(
+                .wrongType, "link '\(property.name)' to \(targetName) needs a \(keyType) primary key, got \(key.type) \(key)")
+        }
+    }
+
+    func emitCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) throws {
+        var explicit: [FieldValue] = []
+        for name in values.keys.sorted() where name != type.primaryKey {
+            let value = values[name] ?? .null
+            _ = try checkedProperty(type, name, value)
+            explicit.append(FieldValue(name, value))
+        }
+        var defaults: [FieldValue] = []
+        for property in type.properties where property.name != type.primaryKey && values[property.name] == nil {
+            if let value = property.defaultValue {
+                defaults.append(FieldValue(property.name, value))
+            } else if !property.isOptional && !property.isList {
+                throw TributaryError(
+                    .missingProperty,
+                    "cannot create \(type.name) \(key): required property '\(property.name)' (\(property.typeDescription)) is missing")
+            }
+        }
+        defaults.sort { $0.name < $1.name }
+        try emit(.create(type: type.name, primaryKey: key, fields: explicit, defaults: defaults))
+    }
+}
+
+@available(*, unavailable, message: "a Transaction holds the storage write transaction, which belongs to one thread")
+extension Transaction: Sendable {}

@@ -1,0 +1,230 @@
+public import TributaryCompression
+public import TributaryModel
+public import TributaryStorage
+
+/// The position of the log's last entry: what the next append chains to.
+public struct LogHead: Hashable, Sendable {
+    /// The last entry's local sequence (0 for an empty log).
+    public var localSequence: UInt64
+    /// The last entry's chain value (0 for an empty log).
+    public var chain: UInt64
+
+    public init(localSequence: UInt64 = 0, chain: UInt64 = 0) {
+        self.localSequence = localSequence
+        self.chain = chain
+    }
+}
+
+/// The changeset log: every changeset a replica integrated, in the order it did, compressed, checksummed and
+/// chained; with an index from (origin, origin sequence) to local sequence that makes integration idempotent.
+///
+/// The log is the truth: the views are derived from it and can be rebuilt by replaying it.
+public struct ChangesetLog: Sendable {
+    /// Names of the LMDB databases the log uses.
+    public static let databaseNames = ["log", "origins"]
+
+    let entries: Database
+    let origins: Database
+    /// The codec for payloads.
+    public var codec: ZstdCodec
+    /// The largest changeset (encoded, before compression) the log stores or decodes. Default: 256 MiB.
+    public var maximumChangesetBytes: Int
+    /// Changesets smaller than this are stored uncompressed, where zstd's frame overhead would not pay.
+    public var compressionThreshold: Int = 96
+
+    /// Opens the log's databases in `environment`.
+    public init(environment: Environment, codec: ZstdCodec = ZstdCodec(level: 3), maximumChangesetBytes: Int = 256 << 20)
+        throws
+    {
+        let databases = try environment.openDatabases(Self.databaseNames)
+        entries = databases[0]
+        origins = databases[1]
+        self.codec = codec
+        self.maximumChangesetBytes = maximumChangesetBytes
+    }
+
+    /// The 8-byte big-endian key of a local sequence, so keys sort numerically.
+    public static func key(_ localSequence: UInt64) -> [UInt8] {
+        withUnsafeBytes(of: localSequence.bigEndian) { Array($0) }
+    }
+
+    static func sequence(fromKey key: UnsafeRawBufferPointer) -> UInt64? {
+        guard key.count == 8 else { return nil }
+        return UInt64(bigEndian: key.loadUnaligned(as: UInt64.self))
+    }
+
+    static func originKey(_ dot: Dot) -> [UInt8] {
+        withUnsafeBytes(of: dot.origin.rawValue.bigEndian) { Array($0) }
+            + withUnsafeBytes(of: dot.sequence.bigEndian) { Array($0) }
+    }
+
+    // MARK: Reading
+
+    /// The head of the log: its last entry's sequence and chain value.
+    public func head(in transaction: ReadTransaction) throws -> LogHead {
+        var head = LogHead()
+        var failure: (any Error)?
+        try transaction.scan(entries, reverse: true) { key, value in
+            guard let sequence = Self.sequence(fromKey: key) else { return false }
+            do {
+                let entry = try LogEntry(decoding: value, localSequence: sequence)
+                head = LogHead(localSequence: sequence, chain: entry.checksum)
+            } catch {
+                failure = error
+            }
+            return false
+        }
+        if let failure { throw failure }
+        return head
+    }
+
+    /// The number of entries.
+    public func count(in transaction: ReadTransaction) throws -> Int { try transaction.count(entries) }
+
+    /// The entry at `localSequence`, its checksum checked.
+    ///
+    /// - Throws: ``LogError`` (`.missingEntry`, `.checksumMismatch`, ...) or a ``StorageError``.
+    public func entry(_ localSequence: UInt64, in transaction: ReadTransaction) throws -> LogEntry {
+        try transaction.withValue(entries, key: Self.key(localSequence)) { value in
+            guard let value else {
+                throw LogError(.missingEntry, localSequence: localSequence, "the log has no entry \(localSequence)")
+            }
+            return try LogEntry(decoding: value, localSequence: localSequence)
+        }
+    }
+
+    /// Decompresses and decodes the changeset an entry holds, and checks it against the entry's header.
+    public func changeset(of entry: LogEntry, context: ZstdContext? = nil) throws(LogError) -> Changeset {
+        let bytes = try encodedChangeset(of: entry, context: context)
+        let changeset: Changeset
+        do {
+            changeset = try ChangesetCodec.decode(bytes, limits: decodingLimits)
+        } catch {
+            throw LogError(
+                .undecodable, localSequence: entry.localSequence,
+                "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decoded: \(error)")
+        }
+        guard changeset.dot == entry.dot, changeset.time == entry.time,
+            changeset.instructions.count == Int(entry.instructionCount)
+        else {
+            throw LogError(
+                .undecodable, localSequence: entry.localSequence,
+                "log entry \(entry.localSequence) holds changeset \(changeset.dot), but its header says \(entry.dot)")
+        }
+        return changeset
+    }
+
+    /// The encoded (uncompressed) changeset an entry holds.
+    public func encodedChangeset(of entry: LogEntry, context: ZstdContext? = nil) throws(LogError) -> [UInt8] {
+        guard entry.isCompressed else { return entry.payload }
+        do {
+            let limit = min(Int(entry.uncompressedLength), maximumChangesetBytes)
+            return try codec.decompress(entry.payload, maximumOutputBytes: limit, context: context)
+        } catch {
+            throw LogError(
+                .undecodable, localSequence: entry.localSequence,
+                "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decompressed: \(error)")
+        }
+    }
+
+    var decodingLimits: DecodingLimits {
+        var limits = DecodingLimits()
+        limits.maximumValueBytes = maximumChangesetBytes
+        limits.maximumInstructions = max(limits.maximumInstructions, 4_000_000)
+        limits.maximumElements = max(limits.maximumElements, 4_000_000)
+        return limits
+    }
+
+    /// Visits the entries from `start` through `end` (inclusive; `nil` for the last) in order, checking each
+    /// checksum and that each chains to the one before it, until `body` returns `false`.
+    ///
+    /// - Throws: the first ``LogError`` found (the entry it names is not passed to `body`), or what `body` throws.
+    public func scan(
+        in transaction: ReadTransaction, from start: UInt64 = 1, through end: UInt64? = nil,
+        _ body: (LogEntry) throws -> Bool
+    ) throws {
+        var previous: (sequence: UInt64, chain: UInt64)?
+        if start > 1 {
+            let before = try entry(start - 1, in: transaction)
+            previous = (before.localSequence, before.checksum)
+        }
+        var failure: (any Error)?
+        let upper = end.flatMap { $0 == UInt64.max ? nil : Self.key($0 + 1) }
+        try transaction.scan(entries, from: Self.key(start), to: upper) { key, value in
+            guard let sequence = Self.sequence(fromKey: key) else {
+                failure = LogError(.sequenceMismatch, localSequence: 0, "the log holds a key of \(key.count) bytes")
+                return false
+            }
+            do {
+                let entry = try LogEntry(decoding: value, localSequence: sequence)
+                let expected = previous.map { $0.sequence + 1 } ?? 1
+                if sequence != expected {
+                    throw LogError(
+                        .chainBroken, localSequence: sequence,
+                        "log entry \(expected) is missing: entry \(sequence) follows entry \(expected - 1)")
+                }
+                if entry.previousChain != (previous?.chain ?? 0) {
+                    throw LogError(
+                        .chainBroken, localSequence: sequence,
+                        "log entry \(sequence) (origin \(entry.origin), seq \(entry.originSequence)) does not chain to "
+                            + "entry \(sequence - 1): an entry was replaced, dropped or swapped")
+                }
+                previous = (sequence, entry.checksum)
+                return try body(entry)
+            } catch {
+                failure = error
+                return false
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    /// The local sequence at which changeset `dot` was integrated, if it was.
+    public func localSequence(of dot: Dot, in transaction: ReadTransaction) throws -> UInt64? {
+        try transaction.withValue(origins, key: Self.originKey(dot)) { value in
+            guard let value, value.count == 8 else { return nil }
+            return UInt64(bigEndian: value.loadUnaligned(as: UInt64.self))
+        }
+    }
+
+    /// The number of entries in the origin index.
+    public func originCount(in transaction: ReadTransaction) throws -> Int { try transaction.count(origins) }
+
+    // MARK: Writing
+
+    /// Appends a changeset after `head` and records it in the origin index. `encoded` is its encoding, when the
+    /// caller already has it.
+    ///
+    /// - Throws: ``LogError/Code/tooLarge`` for a changeset over ``maximumChangesetBytes``, or a storage error.
+    @discardableResult
+    public func append(
+        _ changeset: Changeset, encoded: [UInt8]? = nil, after head: inout LogHead, in transaction: WriteTransaction,
+        context: ZstdContext? = nil
+    ) throws -> LogEntry {
+        let bytes = encoded ?? ChangesetCodec.encode(changeset)
+        let localSequence = head.localSequence + 1
+        guard bytes.count <= maximumChangesetBytes, let length = UInt32(exactly: bytes.count) else {
+            throw LogError(
+                .tooLarge, localSequence: localSequence,
+                "changeset \(changeset.dot) is \(bytes.count) bytes encoded, over the log's limit of "
+                    + "\(maximumChangesetBytes) bytes; split the transaction")
+        }
+        var payload = bytes
+        var compressed = false
+        if bytes.count >= compressionThreshold {
+            let packed = try codec.compress(bytes, context: context)
+            if packed.count < bytes.count {
+                payload = packed
+                compressed = true
+            }
+        }
+        let entry = LogEntry(
+            localSequence: localSequence, origin: changeset.origin, originSequence: changeset.originSequence,
+            time: changeset.time, instructionCount: UInt32(clamping: changeset.instructions.count),
+            uncompressedLength: length, isCompressed: compressed, previousChain: head.chain, payload: payload)
+        try transaction.put(entries, key: Self.key(localSequence), value: entry.encoded())
+        try transaction.put(origins, key: Self.originKey(changeset.dot), value: Self.key(localSequence))
+        head = LogHead(localSequence: localSequence, chain: entry.checksum)
+        return entry
+    }
+}

@@ -1,0 +1,142 @@
+import Foundation
+public import TributaryModel
+
+/// Byte encodings for LMDB keys that sort the way the values do, so that cursor ranges answer range queries.
+public enum KeyEncoding {
+    /// The longest primary key string, in UTF-8 bytes: keys must fit LMDB's 511-byte key limit with room to spare.
+    public static let maximumPrimaryKeyBytes = 256
+    /// Index keys keep at most this many bytes of a string or data value; longer values share a prefix key and
+    /// are told apart by evaluating the query on the candidates.
+    public static let maximumIndexedValueBytes = 200
+
+    /// Appends an order-preserving, self-delimiting encoding of a primary key.
+    public static func append(_ key: PrimaryKey, to bytes: inout [UInt8]) {
+        switch key {
+        case .string(let string):
+            bytes.append(1)
+            bytes.append(contentsOf: string.utf8)
+        case .int(let int):
+            bytes.append(2)
+            appendOrdered(int, to: &bytes)
+        case .uuid(let uuid):
+            bytes.append(3)
+            withUnsafeBytes(of: uuid.uuid) { bytes.append(contentsOf: $0) }
+        case .objectId(let id):
+            bytes.append(4)
+            bytes.append(contentsOf: id.bytes)
+        }
+    }
+
+    /// Decodes a primary key from `bytes` (which must hold exactly one).
+    public static func primaryKey(from bytes: some Collection<UInt8>) -> PrimaryKey? {
+        guard let tag = bytes.first else { return nil }
+        let payload = Array(bytes.dropFirst())
+        switch tag {
+        case 1: return String(validating: payload, as: UTF8.self).map(PrimaryKey.string)
+        case 2:
+            guard payload.count == 8 else { return nil }
+            let raw = payload.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            return .int(Int64(bitPattern: raw ^ (1 << 63)))
+        case 3:
+            guard payload.count == 16 else { return nil }
+            var tuple: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            withUnsafeMutableBytes(of: &tuple) { target in
+                for (index, byte) in payload.enumerated() { target[index] = byte }
+            }
+            return .uuid(UUID(uuid: tuple))
+        case 4: return ObjectID(bytes: payload).map(PrimaryKey.objectId)
+        default: return nil
+        }
+    }
+
+    static func appendOrdered(_ value: Int64, to bytes: inout [UInt8]) {
+        let flipped = UInt64(bitPattern: value) ^ (1 << 63)
+        withUnsafeBytes(of: flipped.bigEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    static func appendOrdered(_ value: Double, to bytes: inout [UInt8]) {
+        // IEEE 754 bits sort like the numbers once negative values have every bit flipped and positive values
+        // their sign bit. -0.0 and 0.0 are made equal, as a query compares them.
+        let bits = (value == 0 ? 0.0 : value).bitPattern
+        let ordered = bits & (1 << 63) != 0 ? ~bits : bits | (1 << 63)
+        withUnsafeBytes(of: ordered.bigEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    /// Appends a zero-escaped, zero-terminated, possibly truncated byte string: `00` becomes `00 FF`, and `00 00`
+    /// ends it, so shorter strings sort first and the encoding delimits itself.
+    static func appendTerminated(_ value: some Collection<UInt8>, to bytes: inout [UInt8]) {
+        var written = 0
+        for byte in value {
+            if written >= maximumIndexedValueBytes { break }
+            bytes.append(byte)
+            if byte == 0 { bytes.append(0xFF) }
+            written += 1
+        }
+        bytes.append(0)
+        bytes.append(0)
+    }
+
+    /// Appends the order-preserving encoding of an indexed value. Returns `false` for values that are not indexed
+    /// (lists and embedded objects).
+    @discardableResult
+    public static func appendIndexValue(_ value: Value, to bytes: inout [UInt8]) -> Bool {
+        switch value {
+        case .null: bytes.append(0)
+        case .bool(let bool): bytes.append(contentsOf: [1, bool ? 1 : 0])
+        case .int(let int):
+            bytes.append(2)
+            appendOrdered(int, to: &bytes)
+        case .double(let double):
+            bytes.append(3)
+            appendOrdered(double, to: &bytes)
+        case .string(let string):
+            bytes.append(4)
+            appendTerminated(string.utf8, to: &bytes)
+        case .date(let date):
+            bytes.append(5)
+            appendOrdered(date.timeIntervalSince1970, to: &bytes)
+        case .uuid(let uuid):
+            bytes.append(6)
+            withUnsafeBytes(of: uuid.uuid) { bytes.append(contentsOf: $0) }
+        case .objectId(let id):
+            bytes.append(7)
+            bytes.append(contentsOf: id.bytes)
+        case .link(let key):
+            bytes.append(8)
+            var inner: [UInt8] = []
+            append(key, to: &inner)
+            appendTerminated(inner, to: &bytes)
+        case .data(let data):
+            bytes.append(9)
+            appendTerminated(data, to: &bytes)
+        case .embedded, .list:
+            return false
+        }
+        return true
+    }
+
+    /// The length of the index value encoding at the start of `bytes`, or `nil` when it is malformed.
+    static func indexValueLength(_ bytes: ArraySlice<UInt8>) -> Int? {
+        guard let tag = bytes.first else { return nil }
+        let start = bytes.startIndex
+        switch tag {
+        case 0: return 1
+        case 1: return 2
+        case 2, 3, 5: return 9
+        case 6: return 17
+        case 7: return 13
+        case 4, 8, 9:
+            var index = start + 1
+            while index + 1 < bytes.endIndex {
+                if bytes[index] == 0 {
+                    if bytes[index + 1] == 0 { return index + 2 - start }
+                    index += 2
+                } else {
+                    index += 1
+                }
+            }
+            return nil
+        default: return nil
+        }
+    }
+}

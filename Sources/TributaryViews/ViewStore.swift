@@ -1,0 +1,246 @@
+public import TributaryMerge
+public import TributaryModel
+public import TributaryStorage
+
+/// The materialized views of a replica: object records, secondary indexes, and the schema and version vector.
+///
+/// Everything here is derived from the changeset log and can be dropped and rebuilt by replaying it; the rebuilt
+/// views equal the live ones byte for byte.
+public struct ViewStore: Sendable {
+    /// Names of the LMDB databases the views use.
+    public static let databaseNames = ["objects", "indexes", "viewmeta"]
+
+    public let objects: Database
+    public let indexes: Database
+    public let meta: Database
+
+    static let schemaKey = Array("schema".utf8)
+    static let versionVectorKey = Array("versionVector".utf8)
+
+    /// Opens the views' databases in `environment`.
+    public init(environment: Environment) throws {
+        let databases = try environment.openDatabases(Self.databaseNames)
+        objects = databases[0]
+        indexes = databases[1]
+        meta = databases[2]
+    }
+
+    // MARK: Keys
+
+    /// The key of an object record: the type name, a zero byte, and the encoded primary key.
+    public static func objectKey(type: String, primaryKey: PrimaryKey) -> [UInt8] {
+        var bytes = typePrefix(type)
+        KeyEncoding.append(primaryKey, to: &bytes)
+        return bytes
+    }
+
+    /// The prefix every record key of `type` starts with.
+    public static func typePrefix(_ type: String) -> [UInt8] {
+        var bytes = Array(type.utf8)
+        bytes.append(0)
+        return bytes
+    }
+
+    /// The smallest key after every key that starts with `prefix`.
+    public static func prefixEnd(_ prefix: [UInt8]) -> [UInt8] {
+        var end = prefix
+        end[end.count - 1] &+= 1  // prefixes end in a 0 separator, so this never wraps
+        return end
+    }
+
+    /// The prefix of the index keys of `type.property`.
+    public static func indexPrefix(type: String, property: String) -> [UInt8] {
+        var bytes = Array(type.utf8)
+        bytes.append(0)
+        bytes.append(contentsOf: property.utf8)
+        bytes.append(0)
+        return bytes
+    }
+
+    // MARK: Reading
+
+    /// The record of an object, or `nil`.
+    public func record(type: String, primaryKey: PrimaryKey, in transaction: ReadTransaction) throws -> ObjectRecord? {
+        try transaction.withValue(objects, key: Self.objectKey(type: type, primaryKey: primaryKey)) { value in
+            guard let value else { return nil }
+            return try ObjectRecord(decoding: Array(value))
+        }
+    }
+
+    /// Visits the records of a type in primary key order until `body` returns `false`.
+    public func scanRecords(
+        ofType type: String, in transaction: ReadTransaction,
+        _ body: (PrimaryKey, ObjectRecord) throws -> Bool
+    ) throws {
+        let prefix = Self.typePrefix(type)
+        var failure: (any Error)?
+        try transaction.scan(objects, from: prefix, to: Self.prefixEnd(prefix)) { key, value in
+            guard let primaryKey = KeyEncoding.primaryKey(from: key[prefix.count...]) else { return true }
+            do {
+                return try body(primaryKey, try ObjectRecord(decoding: Array(value)))
+            } catch {
+                failure = error
+                return false
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    /// The primary keys of every record of a type (tombstones included).
+    public func primaryKeys(ofType type: String, in transaction: ReadTransaction) throws -> [PrimaryKey] {
+        let prefix = Self.typePrefix(type)
+        var keys: [PrimaryKey] = []
+        try transaction.scan(objects, from: prefix, to: Self.prefixEnd(prefix)) { key, _ in
+            if let primaryKey = KeyEncoding.primaryKey(from: key[prefix.count...]) { keys.append(primaryKey) }
+            return true
+        }
+        return keys
+    }
+
+    /// The schema the views were built with, or `nil` for a replica that has none yet.
+    public func schema(in transaction: ReadTransaction) throws -> Schema? {
+        guard let bytes = try transaction.get(meta, key: Self.schemaKey) else { return nil }
+        var reader = BinaryReader(bytes, subject: "stored schema")
+        return try reader.schema()
+    }
+
+    /// What the replica has integrated, per origin.
+    public func versionVector(in transaction: ReadTransaction) throws -> VersionVector {
+        guard let bytes = try transaction.get(meta, key: Self.versionVectorKey) else { return VersionVector() }
+        var reader = BinaryReader(bytes, subject: "stored version vector")
+        let count = try reader.count("version vector entry", maximum: 1 << 24, minimumBytesEach: 9)
+        var vector = VersionVector()
+        for _ in 0..<count {
+            let replica = ReplicaID(rawValue: try reader.fixed64())
+            vector.advance(replica, to: try reader.varint())
+        }
+        return vector
+    }
+
+    /// The primary keys whose indexed `property` has an encoded value in `lower ..< upper` (encodings from
+    /// ``KeyEncoding/appendIndexValue(_:to:)``; `nil` bounds are open), in index order.
+    public func indexScan(
+        type: String, property: String, lower: [UInt8]?, upper: [UInt8]?, in transaction: ReadTransaction,
+        _ body: (PrimaryKey) throws -> Bool
+    ) throws {
+        let prefix = Self.indexPrefix(type: type, property: property)
+        let start = prefix + (lower ?? [])
+        let end = upper.map { prefix + $0 } ?? Self.prefixEnd(prefix)
+        var failure: (any Error)?
+        try transaction.scan(indexes, from: start, to: end) { key, _ in
+            let rest = Array(key[prefix.count...])[...]
+            guard let length = KeyEncoding.indexValueLength(rest),
+                let primaryKey = KeyEncoding.primaryKey(from: rest.dropFirst(length))
+            else { return true }
+            do { return try body(primaryKey) } catch {
+                failure = error
+                return false
+            }
+        }
+        if let failure { throw failure }
+    }
+
+    // MARK: Writing
+
+    /// Writes changed records and updates the indexes of their indexed properties.
+    public func write(
+        _ changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)], schema: Schema,
+        in transaction: WriteTransaction
+    ) throws {
+        for change in changes {
+            let key = Self.objectKey(type: change.key.type, primaryKey: change.key.primaryKey)
+            if let after = change.after {
+                try transaction.put(objects, key: key, value: after.encoded())
+            } else {
+                try transaction.delete(objects, key: key)
+            }
+            guard let type = schema[type: change.key.type] else { continue }
+            let indexed = type.properties.filter { $0.isIndexed && !$0.isList && $0.name != type.primaryKey }
+            if indexed.isEmpty { continue }
+            let old = Self.indexKeys(change.before, key: change.key, type: type, properties: indexed, schema: schema)
+            let new = Self.indexKeys(change.after, key: change.key, type: type, properties: indexed, schema: schema)
+            for stale in old where !new.contains(stale) { try transaction.delete(indexes, key: stale) }
+            for fresh in new where !old.contains(fresh) { try transaction.put(indexes, key: fresh, value: []) }
+        }
+    }
+
+    public static func indexKeys(
+        _ record: ObjectRecord?, key: RecordKey, type: ObjectSchema, properties: [Property], schema: Schema
+    ) -> Set<[UInt8]> {
+        guard let record, record.exists else { return [] }
+        var keys = Set<[UInt8]>()
+        for property in properties {
+            let value = ObjectRecord.value(record.fields[property.name], of: property, in: schema)
+            var bytes = indexPrefix(type: key.type, property: property.name)
+            guard KeyEncoding.appendIndexValue(value, to: &bytes) else { continue }
+            KeyEncoding.append(key.primaryKey, to: &bytes)
+            keys.insert(bytes)
+        }
+        return keys
+    }
+
+    /// Rebuilds the index entries of every indexed property of `typeName` from its records.
+    public func rebuildIndexes(ofType typeName: String, schema: Schema, in transaction: WriteTransaction) throws {
+        let prefix = Self.typePrefix(typeName)
+        var stale: [[UInt8]] = []
+        try transaction.scan(indexes, from: prefix, to: Self.prefixEnd(prefix)) { key, _ in
+            stale.append(Array(key))
+            return true
+        }
+        for key in stale { try transaction.delete(indexes, key: key) }
+        guard let type = schema[type: typeName] else { return }
+        let indexed = type.properties.filter { $0.isIndexed && !$0.isList && $0.name != type.primaryKey }
+        if indexed.isEmpty { return }
+        var fresh: [[UInt8]] = []
+        try scanRecords(ofType: typeName, in: transaction) { primaryKey, record in
+            let key = RecordKey(type: typeName, primaryKey: primaryKey)
+            fresh.append(contentsOf: Self.indexKeys(record, key: key, type: type, properties: indexed, schema: schema))
+            return true
+        }
+        for key in fresh { try transaction.put(indexes, key: key, value: []) }
+    }
+
+    /// Stores the schema.
+    public func setSchema(_ schema: Schema, in transaction: WriteTransaction) throws {
+        var writer = BinaryWriter()
+        writer.schema(schema)
+        try transaction.put(meta, key: Self.schemaKey, value: writer.bytes)
+    }
+
+    /// Stores the version vector.
+    public func setVersionVector(_ vector: VersionVector, in transaction: WriteTransaction) throws {
+        var writer = BinaryWriter()
+        writer.varint(vector.entries.count)
+        for entry in vector.entries {
+            writer.fixed64(entry.replica.rawValue)
+            writer.varint(entry.sequence)
+        }
+        try transaction.put(meta, key: Self.versionVectorKey, value: writer.bytes)
+    }
+
+    /// Removes every view: records, indexes, schema and version vector.
+    public func removeAll(in transaction: WriteTransaction) throws {
+        try transaction.removeAll(objects)
+        try transaction.removeAll(indexes)
+        try transaction.removeAll(meta)
+    }
+}
+
+/// A ``RecordSource`` reading the views through a storage transaction.
+public struct ViewRecordSource: RecordSource {
+    public let store: ViewStore
+    public let transaction: ReadTransaction
+
+    public init(store: ViewStore, transaction: ReadTransaction) {
+        self.store = store
+        self.transaction = transaction
+    }
+
+    public func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? {
+        try store.record(type: type, primaryKey: primaryKey, in: transaction)
+    }
+
+    public func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] {
+        try store.primaryKeys(ofType: type, in: transaction)
+    }
+}

@@ -1,0 +1,99 @@
+public import Foundation
+import Synchronization
+public import TributaryModel
+
+/// A fresh directory under the system's temporary directory, removed when the value is released.
+public final class TemporaryDirectory: Sendable {
+    public let path: String
+
+    public init(_ label: String = "tributary") {
+        let name = "\(label)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString.prefix(8))"
+        path = (NSTemporaryDirectory() as NSString).appendingPathComponent(name)
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+
+    /// A path inside the directory.
+    public func appending(_ component: String) -> String {
+        (path as NSString).appendingPathComponent(component)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// SplitMix64: a small, fast, seedable generator. Tests use it, never the system generator, so a seed replays a
+/// run exactly.
+public struct SplitMix64: RandomNumberGenerator, Sendable {
+    public private(set) var state: UInt64
+
+    public init(seed: UInt64) { state = seed }
+
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// The seed from `TRIBUTARY_SEED` when set, else `fallback`.
+    public static func seedFromEnvironment(default fallback: UInt64) -> UInt64 {
+        if let text = ProcessInfo.processInfo.environment["TRIBUTARY_SEED"], let seed = UInt64(text) { return seed }
+        return fallback
+    }
+}
+
+/// A wall clock that moves only when told to.
+public final class ManualClock: WallClock {
+    private let now: Mutex<UInt64>
+
+    public init(milliseconds: UInt64 = 1_700_000_000_000) { now = Mutex(milliseconds) }
+
+    public func milliseconds() -> UInt64 { now.withLock { $0 } }
+
+    public func advance(byMilliseconds delta: UInt64) { now.withLock { $0 += delta } }
+
+    public func set(milliseconds: UInt64) { now.withLock { $0 = milliseconds } }
+}
+
+/// Schemas used across tests: a chat app in the shape of the seed articles.
+public enum Fixtures {
+    public static let chatSchema = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(
+                name: "User",
+                properties: [
+                    .scalar("_id", .string),
+                    .scalar("name", .string, indexed: true),
+                    .scalar("age", .int, optional: true),
+                    .scalar("karma", .int, default: 0),
+                    Property("address", .embedded("Address")),
+                    Property("tags", .scalar(.string), list: true),
+                    Property("friends", .link("User"), list: true),
+                ]),
+            .embedded(
+                "Address",
+                properties: [
+                    .scalar("street", .string, optional: true),
+                    .scalar("city", .string, optional: true),
+                ]),
+            ObjectSchema(
+                name: "ChatMessage",
+                properties: [
+                    .scalar("_id", .string),
+                    .scalar("author", .string, indexed: true),
+                    .scalar("text", .string),
+                    .scalar("timestamp", .date, indexed: true),
+                    .scalar("conversationID", .string, indexed: true),
+                    .scalar("isHighPriority", .bool, default: false),
+                    Property("sender", .link("User")),
+                    Property("attachments", .embedded("Attachment"), list: true),
+                ]),
+            .embedded(
+                "Attachment",
+                properties: [
+                    .scalar("name", .string),
+                    .scalar("size", .int, default: 0),
+                ]),
+        ])
+}

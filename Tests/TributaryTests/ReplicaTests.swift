@@ -1,0 +1,195 @@
+import Foundation
+import Testing
+@testable import Tributary
+import TributaryModel
+import TributaryTestSupport
+
+@Suite("Replica basics")
+struct ReplicaTests {
+    func openChat(_ directory: TemporaryDirectory, clock: ManualClock = ManualClock()) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        configuration.clock = clock
+        return try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+    }
+
+    @Test func createdObjectsSurviveReopen() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let replica = try openChat(directory)
+            try replica.write { txn in
+                try txn.create("User", ["_id": "u1", "name": "Ada", "age": 36, "tags": ["math", "engines"]])
+                try txn.create("User", ["_id": "u2", "name": "Alan"])
+            }
+            replica.close()
+        }
+        let replica = try openChat(directory)
+        let ada = try #require(try replica.object("User", primaryKey: .string("u1")))
+        #expect(ada["name"] == "Ada")
+        #expect(ada["age"] == 36)
+        #expect(ada["karma"] == 0)  // the default
+        #expect(ada["tags"] == ["math", "engines"])
+        #expect(ada["address"] == .null)
+        let alan = try #require(try replica.object("User", primaryKey: .string("u2")))
+        #expect(alan["age"] == .null)
+        #expect(try replica.objects("User").map(\.primaryKey) == [.string("u1"), .string("u2")])
+        #expect(try replica.verify().passed)
+    }
+
+    @Test func errorsNameTheTypePropertyAndValue() throws {
+        let directory = TemporaryDirectory()
+        let replica = try openChat(directory)
+        try replica.write { try $0.create("User", ["_id": "u1", "name": "Ada"]) }
+
+        func message(_ body: (Transaction) throws -> Void) -> (TributaryError.Code, String)? {
+            do {
+                try replica.write(body)
+                return nil
+            } catch let error as TributaryError {
+                return (error.code, error.message)
+            } catch {
+                return nil
+            }
+        }
+        let duplicate = message { try $0.create("User", ["_id": "u1", "name": "Again"]) }
+        #expect(duplicate?.0 == .duplicatePrimaryKey)
+        #expect(duplicate?.1.contains("\"u1\"") == true)
+
+        let unknown = message { try $0.create("User", ["_id": "u3", "name": "X", "nickname": "x"]) }
+        #expect(unknown?.0 == .unknownProperty)
+        #expect(unknown?.1.contains("User.nickname") == true)
+
+        let wrongType = message { try $0.create("User", ["_id": "u3", "name": "X", "age": "old"]) }
+        #expect(wrongType?.0 == .wrongType)
+        #expect(wrongType?.1.contains("User.age") == true)
+        #expect(wrongType?.1.contains("string") == true)
+
+        let missing = message { try $0.create("ChatMessage", ["_id": "m1", "author": "u1"]) }
+        #expect(missing?.0 == .missingProperty)
+        #expect(missing?.1.contains("'text'") == true)
+
+        let noType = message { try $0.create("Message", ["_id": "m1"]) }
+        #expect(noType?.0 == .unknownType)
+        #expect(noType?.1.contains("'Message'") == true)
+
+        let noKey = message { try $0.create("User", ["name": "Nobody"]) }
+        #expect(noKey?.0 == .missingProperty)
+
+        // Nothing of the failed transactions was written.
+        #expect(try replica.objects("User").count == 1)
+        #expect(replica.lastLocalSequence == 2)  // the schema changeset and one write
+    }
+
+    @Test func aFailedTransactionLeavesNothingBehind() throws {
+        let directory = TemporaryDirectory()
+        let replica = try openChat(directory)
+        struct Abort: Error {}
+        #expect(throws: Abort.self) {
+            try replica.write { txn in
+                try txn.create("User", ["_id": "u1", "name": "Ada"])
+                throw Abort()
+            }
+        }
+        #expect(try replica.objects("User").isEmpty)
+        #expect(replica.lastLocalSequence == 1)
+    }
+
+    @Test func updateWritesOnlyTheFieldsThatChanged() throws {
+        let directory = TemporaryDirectory()
+        let replica = try openChat(directory)
+        try replica.write { try $0.create("User", ["_id": "u1", "name": "Ada", "age": 36, "tags": ["a", "b", "c"]]) }
+        try replica.write { txn in
+            try txn.update("User", primaryKey: .string("u1"), ["name": "Ada", "age": 37, "tags": ["a", "x", "c", "d"]])
+        }
+        let changeset = try replica.changeset(at: replica.lastLocalSequence)
+        // age set; "b" erased; "x" and "d" inserted. The unchanged name is not written.
+        #expect(changeset.instructions.count == 4)
+        #expect(!changeset.instructions.contains { if case .set(let path, _) = $0 { path.property == "name" } else { false } })
+        let ada = try #require(try replica.object("User", primaryKey: .string("u1")))
+        #expect(ada["age"] == 37)
+        #expect(ada["tags"] == ["a", "x", "c", "d"])
+        #expect(try replica.verify().passed)
+    }
+
+    @Test func listOperations() throws {
+        let directory = TemporaryDirectory()
+        let replica = try openChat(directory)
+        let key = PrimaryKey.string("u1")
+        try replica.write { try $0.create("User", ["_id": "u1", "name": "Ada"]) }
+        try replica.write { txn in
+            for tag in ["a", "b", "c", "d"] { try txn.append(.string(tag), to: ["tags"], of: "User", primaryKey: key) }
+            try txn.insert("z", at: 0, into: ["tags"], of: "User", primaryKey: key)
+        }
+        #expect(try replica.object("User", primaryKey: key)?["tags"] == ["z", "a", "b", "c", "d"])
+        try replica.write { txn in
+            try txn.moveElement(from: 0, to: 4, in: ["tags"], of: "User", primaryKey: key)
+            try txn.removeElement(at: 1, from: ["tags"], of: "User", primaryKey: key)
+            try txn.replaceElement(at: 0, with: "A", in: ["tags"], of: "User", primaryKey: key)
+        }
+        #expect(try replica.object("User", primaryKey: key)?["tags"] == ["A", "c", "d", "z"])
+        try replica.write { txn in
+            try txn.moveElement(from: 3, to: 1, in: ["tags"], of: "User", primaryKey: key)
+        }
+        #expect(try replica.object("User", primaryKey: key)?["tags"] == ["A", "z", "c", "d"])
+        try replica.write { try $0.removeAllElements(in: ["tags"], of: "User", primaryKey: key) }
+        #expect(try replica.object("User", primaryKey: key)?["tags"] == [])
+        #expect(throws: TributaryError.self) {
+            try replica.write { try $0.removeElement(at: 0, from: ["tags"], of: "User", primaryKey: key) }
+        }
+        #expect(try replica.verify().passed)
+    }
+
+    @Test func embeddedObjectsAndLinks() throws {
+        let directory = TemporaryDirectory()
+        let replica = try openChat(directory)
+        let address = Value.embedded(EmbeddedObject(type: "Address", fields: ["street": "1 Main St", "city": "Paris"]))
+        try replica.write { txn in
+            try txn.create("User", ["_id": "u1", "name": "Ada", "address": address])
+            try txn.create("User", ["_id": "u2", "name": "Alan", "friends": [.link(.string("u1"))]])
+            try txn.create(
+                "ChatMessage",
+                [
+                    "_id": "m1", "author": "u2", "text": "hi", "timestamp": .date(Date(timeIntervalSince1970: 10)),
+                    "conversationID": "c1", "sender": .link(.string("u1")),
+                    "attachments": [.embedded(EmbeddedObject(type: "Attachment", fields: ["name": "a.png", "size": 10]))],
+                ])
+        }
+        try replica.write { txn in
+            try txn.set("Lyon", at: ["address", "city"], of: "User", primaryKey: .string("u1"))
+            try txn.set(.int(20), at: ["attachments", 0, "size"], of: "ChatMessage", primaryKey: .string("m1"))
+            try txn.increment(["karma"], of: "User", primaryKey: .string("u1"), by: 5)
+        }
+        let ada = try #require(try replica.object("User", primaryKey: .string("u1")))
+        #expect(ada["address"].embeddedValue?["city"] == "Lyon")
+        #expect(ada["address"].embeddedValue?["street"] == "1 Main St")
+        #expect(ada["karma"] == 5)
+        let message = try #require(try replica.object("ChatMessage", primaryKey: .string("m1")))
+        #expect(message["attachments"].listValue?.first?.embeddedValue?["size"] == 20)
+        #expect(message["sender"] == .link(.string("u1")))
+
+        // Rule 7: a link to a deleted object reads as null, and leaves its list.
+        try replica.write { _ = try $0.delete("User", primaryKey: .string("u1")) }
+        #expect(try replica.object("ChatMessage", primaryKey: .string("m1"))?["sender"] == .null)
+        #expect(try replica.object("User", primaryKey: .string("u2"))?["friends"] == [])
+        #expect(try replica.verify().passed)
+    }
+
+    @Test func migrationIsRequiredWhenTheSchemaChangesAtTheSameVersion() throws {
+        let directory = TemporaryDirectory()
+        _ = try openChat(directory)
+        var changed = Fixtures.chatSchema
+        var user = changed[type: "User"]!
+        user.properties.append(.scalar("isPinned", .bool, default: false))
+        changed.upsert(user)
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        do {
+            _ = try Replica.open(directory: directory.path, schema: changed, configuration: configuration)
+            Issue.record("opening with a changed schema at the same version succeeded")
+        } catch let error as TributaryError {
+            #expect(error.code == .migrationRequired)
+            #expect(error.message.contains("Migration is required due to the following errors:"))
+            #expect(error.message.contains("- Property 'User.isPinned' has been added."))
+        }
+    }
+}
