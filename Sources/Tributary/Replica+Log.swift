@@ -1,0 +1,92 @@
+import TributaryLog
+public import TributaryModel
+import TributaryStorage
+
+/// Figures about a replica's changeset log.
+public struct LogStatistics: Sendable, Hashable {
+    /// The number of changesets in the log.
+    public var changesets: Int
+    /// The instructions they hold.
+    public var instructions: Int
+    /// The log entries' stored size in bytes (headers and compressed payloads).
+    public var storedBytes: Int
+    /// The changesets' encoded size before compression.
+    public var uncompressedBytes: Int
+
+    /// Uncompressed bytes per stored byte of payload (higher is better).
+    public var compressionRatio: Double {
+        storedBytes == 0 ? 1 : Double(uncompressedBytes) / Double(storedBytes)
+    }
+}
+
+/// A summary of one log entry, read without decompressing its changeset.
+public struct LogEntrySummary: Sendable, Hashable {
+    public var localSequence: UInt64
+    public var origin: ReplicaID
+    public var originSequence: UInt64
+    public var time: HybridTime
+    public var instructionCount: Int
+    /// The stored size: header and (possibly compressed) payload.
+    public var storedBytes: Int
+    /// The changeset's encoded size before compression.
+    public var uncompressedBytes: Int
+    public var isCompressed: Bool
+}
+
+extension Replica {
+    /// Counts and sizes of the log, from a scan of its entries that checks every checksum.
+    public func logStatistics() throws -> LogStatistics {
+        var statistics = LogStatistics(changesets: 0, instructions: 0, storedBytes: 0, uncompressedBytes: 0)
+        try forEachLogEntry { entry in
+            statistics.changesets += 1
+            statistics.instructions += entry.instructionCount
+            statistics.storedBytes += entry.storedBytes
+            statistics.uncompressedBytes += entry.uncompressedBytes
+            return true
+        }
+        return statistics
+    }
+
+    /// Visits the log's entries from `start` through `end` (inclusive) in order, checking each checksum and the
+    /// chain, until `body` returns `false`. Runs on one snapshot.
+    ///
+    /// - Throws: ``TributaryError`` with `.corrupted` naming the first damaged entry.
+    public func forEachLogEntry(
+        from start: UInt64 = 1, through end: UInt64? = nil, _ body: (LogEntrySummary) throws -> Bool
+    ) throws {
+        do {
+            try environment.read { txn in
+                try log.scan(in: txn, from: max(start, 1), through: end) { entry in
+                    try body(LogEntrySummary(entry))
+                }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// Visits the decoded changesets from `start` through `end` in log order, until `body` returns `false`.
+    public func forEachChangeset(
+        from start: UInt64 = 1, through end: UInt64? = nil,
+        _ body: (LogEntrySummary, Changeset) throws -> Bool
+    ) throws {
+        do {
+            try environment.read { txn in
+                try log.scan(in: txn, from: max(start, 1), through: end) { entry in
+                    try body(LogEntrySummary(entry), try log.changeset(of: entry))
+                }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+}
+
+extension LogEntrySummary {
+    init(_ entry: LogEntry) {
+        self.init(
+            localSequence: entry.localSequence, origin: entry.origin, originSequence: entry.originSequence,
+            time: entry.time, instructionCount: Int(entry.instructionCount), storedBytes: entry.storedSize,
+            uncompressedBytes: Int(entry.uncompressedLength), isCompressed: entry.isCompressed)
+    }
+}
