@@ -1,0 +1,326 @@
+import Foundation
+public import TributaryModel
+
+extension Schema {
+    /// The schema of a set of model types, derived from their `Codable` conformances, with the embedded types they
+    /// use.
+    ///
+    /// - Throws: ``TributaryError`` with `.schemaMismatch` naming the type and property that cannot be stored (a
+    ///   nested ``Model`` without ``Link``, a dictionary, an unsupported Swift type), or an invalid schema.
+    public init(models: [any Model.Type], version: UInt64 = 0) throws {
+        var probe = SchemaProbe()
+        for model in models { try probe.add(model) }
+        self.init(version: version, types: probe.types)
+        do { try validate() } catch {
+            throw TributaryError(.schemaMismatch, "the schema of the model types is invalid: \(error)", underlying: error)
+        }
+    }
+}
+
+/// Derives object schemas from `Decodable` types by decoding a placeholder with a decoder that records every key
+/// and type the initializer asks for.
+struct SchemaProbe {
+    var types: [ObjectSchema] = []
+
+    mutating func add(_ model: any Model.Type) throws {
+        guard !types.contains(where: { $0.name == model.typeName }) else { return }
+        var properties = try probe(model, typeName: model.typeName)
+        for index in properties.indices {
+            let name = properties[index].name
+            if model.indexedProperties.contains(name) { properties[index].isIndexed = true }
+            if let value = model.defaultValues[name] { properties[index].defaultValue = value }
+        }
+        for name in model.indexedProperties.union(model.defaultValues.keys) where !properties.contains(where: { $0.name == name }) {
+            throw TributaryError(.schemaMismatch, "\(model.typeName) declares an index or default for '\(name)', which is not one of its properties")
+        }
+        types.append(ObjectSchema(name: model.typeName, primaryKey: model.primaryKeyProperty, properties: properties))
+    }
+
+    mutating func addEmbedded(_ type: any EmbeddedModel.Type) throws {
+        guard !types.contains(where: { $0.name == type.typeName }) else { return }
+        // Registered before probing, so that a type that embeds itself (through a list or an optional) terminates.
+        types.append(.embedded(type.typeName, properties: []))
+        let properties = try probe(type, typeName: type.typeName)
+        types.removeAll { $0.name == type.typeName }
+        types.append(.embedded(type.typeName, properties: properties))
+    }
+
+    mutating func probe(_ type: any Decodable.Type, typeName: String) throws -> [Property] {
+        let recorder = ProbeRecorder()
+        do {
+            _ = try type.init(from: ProbeDecoder(recorder: recorder, codingPath: []))
+        } catch let error as TributaryError {
+            throw error
+        } catch {
+            if recorder.properties.isEmpty {
+                throw TributaryError(
+                    .schemaMismatch,
+                    "cannot derive the schema of \(typeName) from its Codable conformance: \(error). "
+                        + "Use stored properties of supported types (String, Int, Double, Bool, Date, Data, UUID, ObjectID, "
+                        + "arrays, optionals, EmbeddedModel, Link)")
+            }
+        }
+        if let problem = recorder.problem {
+            throw TributaryError(.schemaMismatch, "\(typeName).\(problem)")
+        }
+        for embedded in recorder.embeddedTypes { try addEmbedded(embedded) }
+        return recorder.properties
+    }
+}
+
+/// What the probing decoder learned. A class, so the nested decoders share it.
+final class ProbeRecorder {
+    var properties: [Property] = []
+    var embeddedTypes: [any EmbeddedModel.Type] = []
+    var problem: String?
+
+    func record(_ name: String, _ type: Any.Type, optional: Bool) {
+        guard !properties.contains(where: { $0.name == name }) else { return }
+        guard let (kind, isList, elementOptional) = Self.describe(type) else {
+            if problem == nil {
+                problem = "\(name) has type \(type), which cannot be stored; use String, Int, Double, Bool, Date, Data, "
+                    + "UUID, ObjectID, an EmbeddedModel, a Link, or an array or optional of those"
+            }
+            return
+        }
+        if case .embedded = kind, let embedded = Self.embeddedType(type) { embeddedTypes.append(embedded) }
+        if isList {
+            properties.append(Property(name, kind, optional: elementOptional, list: true))
+        } else {
+            properties.append(Property(name, kind, optional: optional))
+        }
+    }
+
+    static func embeddedType(_ type: Any.Type) -> (any EmbeddedModel.Type)? {
+        if let embedded = type as? any EmbeddedModel.Type { return embedded }
+        if let list = type as? any _ListValue.Type { return embeddedType(list._elementType) }
+        if let optional = type as? any _OptionalValue.Type { return embeddedType(optional._wrappedType) }
+        return nil
+    }
+
+    /// The kind of a Swift type: (kind, is a list, elements optional).
+    static func describe(_ type: Any.Type) -> (PropertyKind, Bool, Bool)? {
+        if let scalar = scalarType(type) { return (.scalar(scalar), false, false) }
+        if let link = type as? any _LinkValue.Type { return (.link(link._targetTypeName), false, false) }
+        if let embedded = type as? any EmbeddedModel.Type { return (.embedded(embedded.typeName), false, false) }
+        if let list = type as? any _ListValue.Type {
+            var element = list._elementType
+            var optional = false
+            if let wrapped = element as? any _OptionalValue.Type {
+                element = wrapped._wrappedType
+                optional = true
+            }
+            guard let (kind, isList, _) = describe(element), !isList else { return nil }
+            return (kind, true, optional)
+        }
+        if let raw = type as? any _RawValueProbe.Type, let scalar = scalarType(raw._rawType) {
+            return (.scalar(scalar), false, false)
+        }
+        return nil
+    }
+
+    static func scalarType(_ type: Any.Type) -> ScalarType? {
+        switch type {
+        case is String.Type: .string
+        case is Bool.Type: .bool
+        case is Int.Type, is Int64.Type, is Int32.Type, is Int16.Type, is Int8.Type, is UInt32.Type, is UInt16.Type,
+            is UInt8.Type:
+            .int
+        case is Double.Type, is Float.Type: .double
+        case is Date.Type: .date
+        case is Data.Type: .data
+        case is UUID.Type: .uuid
+        case is ObjectID.Type: .objectId
+        default: nil
+        }
+    }
+}
+
+/// Arrays, seen through a protocol so the probe can ask for their element type. Not API.
+public protocol _ListValue {
+    static var _elementType: Any.Type { get }
+    static var _empty: Self { get }
+}
+
+extension Array: _ListValue {
+    public static var _elementType: Any.Type { Element.self }
+    public static var _empty: [Element] { [] }
+}
+
+/// Optionals, seen through a protocol. Not API.
+public protocol _OptionalValue {
+    static var _wrappedType: Any.Type { get }
+}
+
+extension Optional: _OptionalValue {
+    public static var _wrappedType: Any.Type { Wrapped.self }
+}
+
+/// An enum stored by its raw value (a `String` or an integer), like Realm's `PersistableEnum`.
+///
+/// ```swift
+/// enum Status: String, PersistableEnum { case open, done }
+/// ```
+public protocol PersistableEnum: RawRepresentable, CaseIterable, Codable, Sendable, _RawValueProbe {}
+
+/// What the schema probe needs from a ``PersistableEnum``. Not API.
+public protocol _RawValueProbe {
+    static var _rawType: Any.Type { get }
+    static var _placeholder: Self? { get }
+}
+
+extension PersistableEnum {
+    public static var _rawType: Any.Type { RawValue.self }
+    public static var _placeholder: Self? { allCases.first }
+}
+
+
+struct ProbeDecoder: Decoder {
+    let recorder: ProbeRecorder
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        KeyedDecodingContainer(ProbeKeyedContainer<Key>(recorder: recorder, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        ProbeUnkeyedContainer(codingPath: codingPath)
+    }
+
+    func singleValueContainer() throws -> any SingleValueDecodingContainer {
+        ProbeSingleValueContainer(recorder: recorder, codingPath: codingPath)
+    }
+}
+
+/// Placeholder values for the probe to return.
+enum ProbePlaceholder {
+    static func value<T: Decodable>(_ type: T.Type, recorder: ProbeRecorder, codingPath: [any CodingKey]) throws -> T {
+        let placeholder: Any? =
+            switch type {
+            case is String.Type: ""
+            case is Bool.Type: false
+            case is Int.Type: 0 as Int
+            case is Int64.Type: 0 as Int64
+            case is Int32.Type: 0 as Int32
+            case is Int16.Type: 0 as Int16
+            case is Int8.Type: 0 as Int8
+            case is UInt32.Type: 0 as UInt32
+            case is UInt16.Type: 0 as UInt16
+            case is UInt8.Type: 0 as UInt8
+            case is Double.Type: 0 as Double
+            case is Float.Type: 0 as Float
+            case is Date.Type: Date(timeIntervalSince1970: 0)
+            case is Data.Type: Data()
+            case is UUID.Type: UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
+            case is ObjectID.Type: ObjectID(bytes: [UInt8](repeating: 0, count: 12))
+            default: nil
+            }
+        if let placeholder = placeholder as? T { return placeholder }
+        if let link = type as? any _LinkValue.Type, let value = link.init(_primaryKey: .string("")) as? T { return value }
+        if let list = type as? any _ListValue.Type, let value = list._empty as? T { return value }
+        if let probe = type as? any _RawValueProbe.Type, let value = probe._placeholder as? T { return value }
+        if type is any Model.Type {
+            throw TributaryError(
+                .schemaMismatch,
+                "\(codingPath.map(\.stringValue).joined(separator: ".")) holds a Model (\(type)) directly; "
+                    + "use Link<\(type)> to refer to another object, or make it an EmbeddedModel")
+        }
+        // An embedded model, or a type that decodes itself from a single value: probe it with a fresh recorder, so
+        // its fields do not land among the parent's.
+        do {
+            return try T(from: ProbeDecoder(recorder: ProbeRecorder(), codingPath: codingPath))
+        } catch {
+            throw TributaryError(
+                .schemaMismatch,
+                "\(codingPath.map(\.stringValue).joined(separator: ".")) has type \(type), which cannot be stored"
+                    + (type is any RawRepresentable.Type ? "; make the enum conform to PersistableEnum" : ""))
+        }
+    }
+}
+
+struct ProbeKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let recorder: ProbeRecorder
+    let codingPath: [any CodingKey]
+    var allKeys: [Key] { [] }
+
+    func contains(_ key: Key) -> Bool { true }
+    func decodeNil(forKey key: Key) throws -> Bool { false }
+
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        if codingPath.isEmpty { recorder.record(key.stringValue, type, optional: false) }
+        return try ProbePlaceholder.value(type, recorder: recorder, codingPath: codingPath + [key])
+    }
+
+    func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
+        if codingPath.isEmpty { recorder.record(key.stringValue, type, optional: true) }
+        return try ProbePlaceholder.value(type, recorder: recorder, codingPath: codingPath + [key])
+    }
+
+    // The concrete overloads route to the generic ones, so each records its key once.
+    func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decodeGeneric(type, key) }
+    func decode(_ type: String.Type, forKey key: Key) throws -> String { try decodeGeneric(type, key) }
+    func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decodeGeneric(type, key) }
+    func decode(_ type: Float.Type, forKey key: Key) throws -> Float { try decodeGeneric(type, key) }
+    func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try decodeGeneric(type, key) }
+    func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try decodeGeneric(type, key) }
+    func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? { try decodeOptional(type, key) }
+    func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? { try decodeOptional(type, key) }
+    func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? { try decodeOptional(type, key) }
+    func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? { try decodeOptional(type, key) }
+    func decodeIfPresent(_ type: Int64.Type, forKey key: Key) throws -> Int64? { try decodeOptional(type, key) }
+
+    private func decodeGeneric<T: Decodable>(_ type: T.Type, _ key: Key) throws -> T {
+        if codingPath.isEmpty { recorder.record(key.stringValue, type, optional: false) }
+        return try ProbePlaceholder.value(type, recorder: recorder, codingPath: codingPath + [key])
+    }
+
+    private func decodeOptional<T: Decodable>(_ type: T.Type, _ key: Key) throws -> T? {
+        if codingPath.isEmpty { recorder.record(key.stringValue, type, optional: true) }
+        return try ProbePlaceholder.value(type, recorder: recorder, codingPath: codingPath + [key])
+    }
+
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
+        -> KeyedDecodingContainer<NestedKey>
+    {
+        KeyedDecodingContainer(ProbeKeyedContainer<NestedKey>(recorder: ProbeRecorder(), codingPath: codingPath + [key]))
+    }
+
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+        ProbeUnkeyedContainer(codingPath: codingPath + [key])
+    }
+
+    func superDecoder() throws -> any Decoder { ProbeDecoder(recorder: ProbeRecorder(), codingPath: codingPath) }
+    func superDecoder(forKey key: Key) throws -> any Decoder {
+        ProbeDecoder(recorder: ProbeRecorder(), codingPath: codingPath + [key])
+    }
+}
+
+struct ProbeUnkeyedContainer: UnkeyedDecodingContainer {
+    let codingPath: [any CodingKey]
+    var count: Int? { 0 }
+    var isAtEnd: Bool { true }
+    var currentIndex: Int { 0 }
+
+    mutating func decodeNil() throws -> Bool { true }
+    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        throw DecodingError.valueNotFound(type, .init(codingPath: codingPath, debugDescription: "probe: empty list"))
+    }
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws
+        -> KeyedDecodingContainer<NestedKey>
+    {
+        KeyedDecodingContainer(ProbeKeyedContainer<NestedKey>(recorder: ProbeRecorder(), codingPath: codingPath))
+    }
+    mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer { self }
+    mutating func superDecoder() throws -> any Decoder { ProbeDecoder(recorder: ProbeRecorder(), codingPath: codingPath) }
+}
+
+struct ProbeSingleValueContainer: SingleValueDecodingContainer {
+    let recorder: ProbeRecorder
+    let codingPath: [any CodingKey]
+
+    func decodeNil() -> Bool { false }
+    func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        try ProbePlaceholder.value(type, recorder: recorder, codingPath: codingPath)
+    }
+}

@@ -1,0 +1,105 @@
+public import Foundation
+public import TributaryModel
+
+/// A top-level object type defined by a Swift `Codable` struct.
+///
+/// ```swift
+/// struct Task: Model {
+///     var _id: String
+///     var title: String
+///     var priority: Int = 0
+///     var tags: [String] = []
+///     var assignee: Link<User>?
+///     static let indexedProperties: Set<String> = ["priority"]
+/// }
+/// ```
+/// The schema is derived from the type's `Codable` conformance: each stored property becomes a property of the
+/// same name (optionals are optional, arrays are lists, ``EmbeddedModel`` values are embedded objects, ``Link``
+/// values link to other objects). Give defaults, indexes, a different type name or primary key with the static
+/// requirements below.
+public protocol Model: Codable, Sendable {
+    /// The object type's name. Default: the Swift type's name.
+    static var typeName: String { get }
+    /// The name of the primary key property. Default: `_id`.
+    static var primaryKeyProperty: String { get }
+    /// The properties with an index. Default: none.
+    static var indexedProperties: Set<String> { get }
+    /// Values a create fills in for properties the writer leaves out, for example when another replica creates
+    /// the object with an older schema. Default: none.
+    static var defaultValues: [String: Value] { get }
+}
+
+extension Model {
+    public static var typeName: String { String(describing: Self.self) }
+    public static var primaryKeyProperty: String { "_id" }
+    public static var indexedProperties: Set<String> { [] }
+    public static var defaultValues: [String: Value] { [:] }
+}
+
+/// An embedded object type defined by a Swift `Codable` struct: owned by one parent object, deleted with it,
+/// and merged field by field while it stays the same instance.
+public protocol EmbeddedModel: Codable, Sendable, Hashable {
+    /// The embedded type's name. Default: the Swift type's name.
+    static var typeName: String { get }
+}
+
+extension EmbeddedModel {
+    public static var typeName: String { String(describing: Self.self) }
+}
+
+/// Marks the types that stand for a link in a model. Not API.
+public protocol _LinkValue {
+    static var _targetTypeName: String { get }
+    init(_primaryKey: PrimaryKey)
+    var _primaryKey: PrimaryKey { get }
+}
+
+/// A link to an object of another (or the same) model type, by primary key.
+///
+/// A link whose target is deleted reads as `nil` (for a `Link<T>?` property) and leaves its list.
+public struct Link<Target: Model>: Codable, Hashable, Sendable, _LinkValue {
+    /// The target's primary key.
+    public var primaryKey: PrimaryKey
+
+    public init(primaryKey: PrimaryKey) { self.primaryKey = primaryKey }
+
+    /// A link to the object with this primary key.
+    public init(_ key: some PrimaryKeyConvertible) { self.primaryKey = key.primaryKey }
+
+    public static var _targetTypeName: String { Target.typeName }
+    public init(_primaryKey: PrimaryKey) { self.primaryKey = _primaryKey }
+    public var _primaryKey: PrimaryKey { primaryKey }
+
+    // Outside Tributary (for example with JSONEncoder), a link is its primary key's plain value.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let int = try? container.decode(Int64.self) {
+            primaryKey = .int(int)
+        } else {
+            let text = try container.decode(String.self)
+            primaryKey = ObjectID(hex: text).map(PrimaryKey.objectId) ?? UUID(uuidString: text).map(PrimaryKey.uuid) ?? .string(text)
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch primaryKey {
+        case .int(let int): try container.encode(int)
+        case .string(let string): try container.encode(string)
+        case .uuid(let uuid): try container.encode(uuid.uuidString)
+        case .objectId(let id): try container.encode(id.description)
+        }
+    }
+}
+
+/// A value that can be a primary key: `String`, `Int`, `Int64`, `UUID`, ``ObjectID`` or ``PrimaryKey`` itself.
+public protocol PrimaryKeyConvertible {
+    var primaryKey: PrimaryKey { get }
+}
+
+extension String: PrimaryKeyConvertible { public var primaryKey: PrimaryKey { .string(self) } }
+extension Int: PrimaryKeyConvertible { public var primaryKey: PrimaryKey { .int(Int64(self)) } }
+extension Int64: PrimaryKeyConvertible { public var primaryKey: PrimaryKey { .int(self) } }
+extension UUID: PrimaryKeyConvertible { public var primaryKey: PrimaryKey { .uuid(self) } }
+extension ObjectID: PrimaryKeyConvertible { public var primaryKey: PrimaryKey { .objectId(self) } }
+extension PrimaryKey: PrimaryKeyConvertible { public var primaryKey: PrimaryKey { self } }

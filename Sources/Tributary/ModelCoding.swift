@@ -1,0 +1,485 @@
+import Foundation
+import TributaryModel
+
+/// Converts model values to and from ``Value`` trees shaped by the schema.
+enum ModelCoding {
+    /// The values of every property of `model`'s type: properties the model leaves out read as null (or an empty
+    /// list), so that an update clears them.
+    static func values<M: Encodable>(of model: M, type: ObjectSchema, schema: Schema) throws -> [String: Value] {
+        let encoder = TreeEncoder(codingPath: [])
+        try model.encode(to: encoder)
+        guard case .object(let fields) = encoder.node.resolved else {
+            throw TributaryError(.wrongType, "\(M.self) did not encode as an object with properties")
+        }
+        return try conform(fields, to: type, schema: schema, path: type.name)
+    }
+
+    static func conform(_ fields: [String: TreeNode.Resolved], to type: ObjectSchema, schema: Schema, path: String) throws
+        -> [String: Value]
+    {
+        var result: [String: Value] = [:]
+        for name in fields.keys where type[property: name] == nil {
+            throw TributaryError(.unknownProperty, "'\(path).\(name)' is not a property of \(type.name)")
+        }
+        for property in type.properties {
+            let node = fields[property.name] ?? .null
+            result[property.name] = try conform(node, to: property, schema: schema, path: "\(path).\(property.name)")
+        }
+        return result
+    }
+
+    static func conform(_ node: TreeNode.Resolved, to property: Property, schema: Schema, path: String) throws -> Value {
+        if property.isList {
+            guard case .list(let elements) = node else {
+                if case .null = node { return .list([]) }
+                throw TributaryError(.wrongType, "'\(path)' is a list, but the model encoded \(node)")
+            }
+            var single = property
+            single.isList = false
+            single.isOptional = property.isOptional
+            return .list(try elements.map { try conform($0, to: single, schema: schema, path: path) })
+        }
+        switch (property.kind, node) {
+        case (_, .null):
+            return .null
+        case (.embedded(let typeName), .object(let fields)):
+            guard let type = schema[type: typeName] else {
+                throw TributaryError(.unknownType, "'\(path)' embeds '\(typeName)', which the schema lacks")
+            }
+            return .embedded(EmbeddedObject(type: typeName, fields: try conform(fields, to: type, schema: schema, path: path)))
+        case (.link, .value(.link(let key))):
+            return .link(key)
+        case (.link, .value(let value)):
+            if let key = PrimaryKey(value) { return .link(key) }
+            throw TributaryError(.wrongType, "'\(path)' is a link, but the model encoded \(value.kindName)")
+        case (.scalar(.double), .value(.int(let int))):
+            return .double(Double(int))
+        case (.scalar, .value(let value)):
+            return value
+        default:
+            throw TributaryError(.wrongType, "'\(path)' is \(property.typeDescription), but the model encoded \(node)")
+        }
+    }
+
+    /// Decodes a model from an object's values.
+    static func model<M: Decodable>(_ type: M.Type, from object: DynamicObject) throws -> M {
+        do {
+            return try M(from: ValueDecoder(value: .embedded(EmbeddedObject(type: object.type, fields: object.values)), codingPath: []))
+        } catch let error as DecodingError {
+            throw TributaryError(.wrongType, "cannot read \(object.type) \(object.primaryKey) as \(M.self): \(describe(error))")
+        }
+    }
+
+    static func describe(_ error: DecodingError) -> String {
+        switch error {
+        case .typeMismatch(_, let context), .valueNotFound(_, let context), .keyNotFound(_, let context),
+            .dataCorrupted(let context):
+            let path = context.codingPath.map(\.stringValue).joined(separator: ".")
+            return path.isEmpty ? context.debugDescription : "\(path): \(context.debugDescription)"
+        @unknown default:
+            return "\(error)"
+        }
+    }
+}
+
+// MARK: Encoding
+
+/// A node of the tree an encoder builds; objects and lists are boxes so nested containers can fill them in place.
+final class TreeNode {
+    enum Resolved: CustomStringConvertible {
+        case null
+        case value(Value)
+        case object([String: Resolved])
+        case list([Resolved])
+
+        var description: String {
+            switch self {
+            case .null: "null"
+            case .value(let value): value.kindName
+            case .object: "an object"
+            case .list: "a list"
+            }
+        }
+    }
+    enum Content {
+        case empty, value(Value), object([String: TreeNode]), list([TreeNode])
+    }
+    var content: Content = .empty
+
+    var resolved: Resolved {
+        switch content {
+        case .empty: .null
+        case .value(let value): value.isNull ? .null : .value(value)
+        case .object(let fields): .object(fields.mapValues(\.resolved))
+        case .list(let elements): .list(elements.map(\.resolved))
+        }
+    }
+}
+
+final class TreeEncoder: Encoder {
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    let node = TreeNode()
+
+    init(codingPath: [any CodingKey]) { self.codingPath = codingPath }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+        if case .object = node.content {} else { node.content = .object([:]) }
+        return KeyedEncodingContainer(TreeKeyedContainer<Key>(node: node, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() -> any UnkeyedEncodingContainer {
+        if case .list = node.content {} else { node.content = .list([]) }
+        return TreeUnkeyedContainer(node: node, codingPath: codingPath)
+    }
+
+    func singleValueContainer() -> any SingleValueEncodingContainer {
+        TreeSingleValueContainer(node: node, codingPath: codingPath)
+    }
+
+    /// The node for one value: special types become values directly, everything else encodes itself.
+    static func encode<T: Encodable>(_ value: T, codingPath: [any CodingKey]) throws -> TreeNode {
+        let node = TreeNode()
+        if let direct = try directValue(value, codingPath: codingPath) {
+            node.content = .value(direct)
+            return node
+        }
+        let encoder = TreeEncoder(codingPath: codingPath)
+        try value.encode(to: encoder)
+        return encoder.node
+    }
+
+    static func directValue(_ value: Any, codingPath: [any CodingKey]) throws -> Value? {
+        switch value {
+        case let value as String: return .string(value)
+        case let value as Bool: return .bool(value)
+        case let value as Int: return .int(Int64(value))
+        case let value as Int64: return .int(value)
+        case let value as Int32: return .int(Int64(value))
+        case let value as Int16: return .int(Int64(value))
+        case let value as Int8: return .int(Int64(value))
+        case let value as UInt8: return .int(Int64(value))
+        case let value as UInt16: return .int(Int64(value))
+        case let value as UInt32: return .int(Int64(value))
+        case let value as UInt:
+            guard let int = Int64(exactly: value) else { throw overflow(value, codingPath) }
+            return .int(int)
+        case let value as UInt64:
+            guard let int = Int64(exactly: value) else { throw overflow(value, codingPath) }
+            return .int(int)
+        case let value as Double: return .double(value)
+        case let value as Float: return .double(Double(value))
+        case let value as Date: return .date(value)
+        case let value as Data: return .data(value)
+        case let value as UUID: return .uuid(value)
+        case let value as ObjectID: return .objectId(value)
+        case let value as PrimaryKey: return value.value
+        case let value as any _LinkValue: return .link(value._primaryKey)
+        default: return nil
+        }
+    }
+
+    static func overflow(_ value: Any, _ codingPath: [any CodingKey]) -> EncodingError {
+        EncodingError.invalidValue(
+            value, .init(codingPath: codingPath, debugDescription: "\(value) does not fit a 64-bit signed integer"))
+    }
+}
+
+struct TreeKeyedContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let node: TreeNode
+    let codingPath: [any CodingKey]
+
+    private func set(_ child: TreeNode, _ key: Key) {
+        guard case .object(var fields) = node.content else { return }
+        fields[key.stringValue] = child
+        node.content = .object(fields)
+    }
+
+    mutating func encodeNil(forKey key: Key) throws {
+        let child = TreeNode()
+        child.content = .value(.null)
+        set(child, key)
+    }
+
+    mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        set(try TreeEncoder.encode(value, codingPath: codingPath + [key]), key)
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
+        -> KeyedEncodingContainer<NestedKey>
+    {
+        let child = TreeNode()
+        child.content = .object([:])
+        set(child, key)
+        return KeyedEncodingContainer(TreeKeyedContainer<NestedKey>(node: child, codingPath: codingPath + [key]))
+    }
+
+    mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+        let child = TreeNode()
+        child.content = .list([])
+        set(child, key)
+        return TreeUnkeyedContainer(node: child, codingPath: codingPath + [key])
+    }
+
+    mutating func superEncoder() -> any Encoder { TreeEncoder(codingPath: codingPath) }
+    mutating func superEncoder(forKey key: Key) -> any Encoder {
+        let encoder = TreeEncoder(codingPath: codingPath + [key])
+        set(encoder.node, key)
+        return encoder
+    }
+}
+
+struct TreeUnkeyedContainer: UnkeyedEncodingContainer {
+    let node: TreeNode
+    let codingPath: [any CodingKey]
+    var count: Int {
+        if case .list(let elements) = node.content { return elements.count }
+        return 0
+    }
+
+    private func append(_ child: TreeNode) {
+        guard case .list(var elements) = node.content else { return }
+        elements.append(child)
+        node.content = .list(elements)
+    }
+
+    mutating func encodeNil() throws {
+        let child = TreeNode()
+        child.content = .value(.null)
+        append(child)
+    }
+
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        append(try TreeEncoder.encode(value, codingPath: codingPath))
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type)
+        -> KeyedEncodingContainer<NestedKey>
+    {
+        let child = TreeNode()
+        child.content = .object([:])
+        append(child)
+        return KeyedEncodingContainer(TreeKeyedContainer<NestedKey>(node: child, codingPath: codingPath))
+    }
+
+    mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+        let child = TreeNode()
+        child.content = .list([])
+        append(child)
+        return TreeUnkeyedContainer(node: child, codingPath: codingPath)
+    }
+
+    mutating func superEncoder() -> any Encoder { TreeEncoder(codingPath: codingPath) }
+}
+
+struct TreeSingleValueContainer: SingleValueEncodingContainer {
+    let node: TreeNode
+    let codingPath: [any CodingKey]
+
+    mutating func encodeNil() throws { node.content = .value(.null) }
+
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        node.content = try TreeEncoder.encode(value, codingPath: codingPath).content
+    }
+}
+
+// MARK: Decoding
+
+struct ValueDecoder: Decoder {
+    let value: Value
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        guard case .embedded(let object) = value else {
+            throw DecodingError.typeMismatch(
+                [String: Any].self, .init(codingPath: codingPath, debugDescription: "expected an object, found \(value.kindName)"))
+        }
+        return KeyedDecodingContainer(ValueKeyedContainer<Key>(fields: object.fields, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        guard case .list(let elements) = value else {
+            throw DecodingError.typeMismatch(
+                [Any].self, .init(codingPath: codingPath, debugDescription: "expected a list, found \(value.kindName)"))
+        }
+        return ValueUnkeyedContainer(elements: elements, codingPath: codingPath)
+    }
+
+    func singleValueContainer() throws -> any SingleValueDecodingContainer {
+        ValueSingleContainer(value: value, codingPath: codingPath)
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, from value: Value, codingPath: [any CodingKey]) throws -> T {
+        if let direct = try direct(type, value, codingPath) { return direct }
+        return try T(from: ValueDecoder(value: value, codingPath: codingPath))
+    }
+
+    static func direct<T>(_ type: T.Type, _ value: Value, _ codingPath: [any CodingKey]) throws -> T? {
+        func mismatch() -> DecodingError {
+            DecodingError.typeMismatch(type, .init(codingPath: codingPath, debugDescription: "found \(value.kindName) \(value)"))
+        }
+        func integer<I: FixedWidthInteger>(_: I.Type) throws -> I {
+            guard case .int(let int) = value else { throw mismatch() }
+            guard let result = I(exactly: int) else {
+                throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "\(int) does not fit \(I.self)"))
+            }
+            return result
+        }
+        let result: Any?
+        switch type {
+        case is String.Type:
+            guard case .string(let string) = value else { throw mismatch() }
+            result = string
+        case is Bool.Type:
+            guard case .bool(let bool) = value else { throw mismatch() }
+            result = bool
+        case is Int.Type: result = try integer(Int.self)
+        case is Int64.Type: result = try integer(Int64.self)
+        case is Int32.Type: result = try integer(Int32.self)
+        case is Int16.Type: result = try integer(Int16.self)
+        case is Int8.Type: result = try integer(Int8.self)
+        case is UInt.Type: result = try integer(UInt.self)
+        case is UInt64.Type: result = try integer(UInt64.self)
+        case is UInt32.Type: result = try integer(UInt32.self)
+        case is UInt16.Type: result = try integer(UInt16.self)
+        case is UInt8.Type: result = try integer(UInt8.self)
+        case is Double.Type:
+            switch value {
+            case .double(let double): result = double
+            case .int(let int): result = Double(int)
+            default: throw mismatch()
+            }
+        case is Float.Type:
+            guard case .double(let double) = value else { throw mismatch() }
+            result = Float(double)
+        case is Date.Type:
+            guard case .date(let date) = value else { throw mismatch() }
+            result = date
+        case is Data.Type:
+            guard case .data(let data) = value else { throw mismatch() }
+            result = data
+        case is UUID.Type:
+            guard case .uuid(let uuid) = value else { throw mismatch() }
+            result = uuid
+        case is ObjectID.Type:
+            guard case .objectId(let id) = value else { throw mismatch() }
+            result = id
+        case is PrimaryKey.Type:
+            guard let key = value.linkValue ?? PrimaryKey(value) else { throw mismatch() }
+            result = key
+        default:
+            if let link = type as? any _LinkValue.Type {
+                guard case .link(let key) = value else { throw mismatch() }
+                result = link.init(_primaryKey: key)
+            } else {
+                result = nil
+            }
+        }
+        return result as? T
+    }
+}
+
+struct ValueKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
+    let fields: [String: Value]
+    let codingPath: [any CodingKey]
+
+    var allKeys: [Key] { fields.keys.compactMap { Key(stringValue: $0) } }
+
+    func contains(_ key: Key) -> Bool { fields[key.stringValue] != nil }
+
+    func decodeNil(forKey key: Key) throws -> Bool { fields[key.stringValue]?.isNull ?? true }
+
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        guard let value = fields[key.stringValue] else {
+            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no property '\(key.stringValue)'"))
+        }
+        return try ValueDecoder.decode(type, from: value, codingPath: codingPath + [key])
+    }
+
+    func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
+        -> KeyedDecodingContainer<NestedKey>
+    {
+        try ValueDecoder(value: fields[key.stringValue] ?? .null, codingPath: codingPath + [key]).container(keyedBy: type)
+    }
+
+    func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
+        try ValueDecoder(value: fields[key.stringValue] ?? .null, codingPath: codingPath + [key]).unkeyedContainer()
+    }
+
+    func superDecoder() throws -> any Decoder {
+        ValueDecoder(value: .embedded(EmbeddedObject(type: "", fields: fields)), codingPath: codingPath)
+    }
+
+    func superDecoder(forKey key: Key) throws -> any Decoder {
+        ValueDecoder(value: fields[key.stringValue] ?? .null, codingPath: codingPath + [key])
+    }
+}
+
+struct IndexKey: CodingKey {
+    var stringValue: String
+    var intValue: Int?
+    init(_ index: Int) {
+        stringValue = "\(index)"
+        intValue = index
+    }
+    init?(stringValue: String) { return nil }
+    init?(intValue: Int) { self.init(intValue) }
+}
+
+struct ValueUnkeyedContainer: UnkeyedDecodingContainer {
+    let elements: [Value]
+    let codingPath: [any CodingKey]
+    var currentIndex = 0
+    var count: Int? { elements.count }
+    var isAtEnd: Bool { currentIndex >= elements.count }
+
+    init(elements: [Value], codingPath: [any CodingKey]) {
+        self.elements = elements
+        self.codingPath = codingPath
+    }
+
+    mutating func next(_ type: Any.Type) throws -> Value {
+        guard !isAtEnd else {
+            throw DecodingError.valueNotFound(type, .init(codingPath: codingPath, debugDescription: "the list has no more elements"))
+        }
+        defer { currentIndex += 1 }
+        return elements[currentIndex]
+    }
+
+    mutating func decodeNil() throws -> Bool {
+        guard !isAtEnd, elements[currentIndex].isNull else { return false }
+        currentIndex += 1
+        return true
+    }
+
+    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        let key = IndexKey(currentIndex)
+        return try ValueDecoder.decode(type, from: try next(type), codingPath: codingPath + [key])
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws
+        -> KeyedDecodingContainer<NestedKey>
+    {
+        try ValueDecoder(value: try next([String: Any].self), codingPath: codingPath).container(keyedBy: type)
+    }
+
+    mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
+        try ValueDecoder(value: try next([Any].self), codingPath: codingPath).unkeyedContainer()
+    }
+
+    mutating func superDecoder() throws -> any Decoder {
+        ValueDecoder(value: try next(Any.self), codingPath: codingPath)
+    }
+}
+
+struct ValueSingleContainer: SingleValueDecodingContainer {
+    let value: Value
+    let codingPath: [any CodingKey]
+
+    func decodeNil() -> Bool { value.isNull }
+
+    func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        try ValueDecoder.decode(type, from: value, codingPath: codingPath)
+    }
+}

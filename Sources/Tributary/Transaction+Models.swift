@@ -1,0 +1,89 @@
+public import TributaryModel
+import TributaryMerge
+
+extension Transaction {
+    func modelValues<M: Model>(_ object: M) throws -> (ObjectSchema, [String: Value]) {
+        let type = try working.schema.requireType(M.typeName)
+        return (type, try ModelCoding.values(of: object, type: type, schema: working.schema))
+    }
+
+    /// Creates an object from a model value.
+    ///
+    /// - Throws: ``TributaryError`` with `.duplicatePrimaryKey` when an object with its primary key exists.
+    @discardableResult
+    public func create<M: Model>(_ object: M) throws -> PrimaryKey {
+        let (_, values) = try modelValues(object)
+        return try create(M.typeName, values)
+    }
+
+    /// Creates an object, or updates the existing one with the same primary key (writing only what changed).
+    @discardableResult
+    public func upsert<M: Model>(_ object: M) throws -> PrimaryKey {
+        let (_, values) = try modelValues(object)
+        return try upsert(M.typeName, values)
+    }
+
+    /// Updates the stored object with the model value's primary key to equal it, writing only what changed.
+    public func update<M: Model>(_ object: M) throws {
+        let (type, values) = try modelValues(object)
+        guard let keyName = type.primaryKey, let key = values[keyName].flatMap(PrimaryKey.init) else {
+            throw TributaryError(.missingProperty, "\(M.typeName) has no primary key value")
+        }
+        var changes = values
+        changes.removeValue(forKey: keyName)
+        try update(M.typeName, primaryKey: key, changes)
+    }
+
+    /// Deletes the object of a model type with a primary key. Returns whether it existed.
+    @discardableResult
+    public func delete<M: Model>(_ type: M.Type, id: some PrimaryKeyConvertible) throws -> Bool {
+        try delete(M.typeName, primaryKey: id.primaryKey)
+    }
+
+    /// Deletes the stored object with the model value's primary key. Returns whether it existed.
+    @discardableResult
+    public func delete<M: Model>(_ object: M) throws -> Bool {
+        let (type, values) = try modelValues(object)
+        guard let keyName = type.primaryKey, let key = values[keyName].flatMap(PrimaryKey.init) else { return false }
+        return try delete(M.typeName, primaryKey: key)
+    }
+}
+
+extension ObjectReading {
+    /// The object of a model type with a primary key, or `nil`.
+    public func object<M: Model>(_ type: M.Type, id: some PrimaryKeyConvertible) throws -> M? {
+        guard let object = try object(M.typeName, primaryKey: id.primaryKey) else { return nil }
+        return try ModelCoding.model(M.self, from: object)
+    }
+
+    /// Every object of a model type, in primary key order.
+    public func objects<M: Model>(_ type: M.Type) throws -> [M] {
+        try objects(M.typeName).map { try ModelCoding.model(M.self, from: $0) }
+    }
+}
+
+extension Replica {
+    /// Opens (or creates) a replica whose schema is derived from model types.
+    ///
+    /// ```swift
+    /// let replica = try Replica.open(directory: "chat", models: [User.self, ChatMessage.self], schemaVersion: 1)
+    /// ```
+    public static func open(
+        directory: String, models: [any Model.Type], schemaVersion: UInt64 = 0,
+        configuration: Configuration = Configuration(), migration: Migration? = nil
+    ) throws -> Replica {
+        try open(
+            directory: directory, schema: try Schema(models: models, version: schemaVersion), configuration: configuration,
+            migration: migration)
+    }
+
+    /// The object of a model type with a primary key, as of the last commit.
+    public func object<M: Model>(_ type: M.Type, id: some PrimaryKeyConvertible) throws -> M? {
+        try read { try $0.object(type, id: id) }
+    }
+
+    /// Every object of a model type, as of the last commit.
+    public func objects<M: Model>(_ type: M.Type) throws -> [M] {
+        try read { try $0.objects(type) }
+    }
+}
