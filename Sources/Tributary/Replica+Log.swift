@@ -1,6 +1,7 @@
 import TributaryLog
 public import TributaryModel
 import TributaryStorage
+import TributaryViews
 
 /// Figures about a replica's changeset log.
 public struct LogStatistics: Sendable, Hashable {
@@ -88,5 +89,20 @@ extension LogEntrySummary {
             localSequence: entry.localSequence, origin: entry.origin, originSequence: entry.originSequence,
             time: entry.time, instructionCount: Int(entry.instructionCount), storedBytes: entry.storedSize,
             uncompressedBytes: Int(entry.uncompressedLength), isCompressed: entry.isCompressed)
+    }
+}
+
+extension Replica {
+    /// Benchmark support: the storage key and stored record size of every object of a type. Not API.
+    public func _recordSizes(type: String) throws -> [([UInt8], Int)] {
+        var result: [([UInt8], Int)] = []
+        try environment.read { txn in
+            let prefix = ViewStore.typePrefix(type)
+            try txn.scan(views.objects, from: prefix, to: ViewStore.prefixEnd(prefix)) { key, value in
+                result.append((Array(key), value.count))
+                return true
+            }
+        }
+        return result
     }
 }

@@ -1,0 +1,185 @@
+import Foundation
+import Tributary
+import TributaryCompression
+import TributaryModel
+
+/// The figures of issue 2: bulk insert, durable single commits, primary-key reads, replay, log size.
+struct StorageBenchmarks {
+    let context: BenchContext
+
+    static let schema = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(
+                name: "Item",
+                properties: [
+                    .scalar("_id", .int), .scalar("name", .string), .scalar("count", .int), .scalar("price", .double),
+                    .scalar("active", .bool),
+                ])
+        ])
+
+    static func values(_ index: Int) -> [String: Value] {
+        [
+            "_id": .int(Int64(index)), "name": .string("item-\(index)-\(index &* 2_654_435_761 % 100_000)"),
+            "count": .int(Int64(index % 1000)), "price": .double(Double(index) * 0.25), "active": .bool(index % 2 == 0),
+        ]
+    }
+
+    func open(_ name: String) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.durability = .full
+        return try Replica.open(directory: context.path(name), schema: Self.schema, configuration: configuration)
+    }
+
+    func run() throws {
+        let replica = try open("bulk")
+        let raw = try RawLMDB(path: context.path("raw-bulk"))
+        if context.wants("bulk_insert") || context.wants("primary_key_read") || context.wants("replay") || context.wants("log_") {
+            try bulkInsert(replica, raw)
+        }
+        if context.wants("primary_key_read") { try primaryKeyReads(replica, raw) }
+        if context.wants("replay") { try replay(replica) }
+        if context.wants("log_") { try logSize(replica) }
+        if context.wants("single_commit") { try singleCommits() }
+    }
+
+    /// The same records, as raw key/value pairs: Tributary's own keys and record sizes, with random bytes.
+    func rawPairs(_ replica: Replica) throws -> [([UInt8], [UInt8])] {
+        var generator = SplitMix(seed: 7)
+        let sizes = try replica._recordSizes(type: "Item")
+        return sizes.map { key, size in (key, (0..<size).map { _ in UInt8(truncatingIfNeeded: generator.next()) }) }
+    }
+
+    func bulkInsert(_ replica: Replica, _ raw: RawLMDB) throws {
+        let count = context.objects
+        let ours = try time {
+            try replica.write { txn in
+                for index in 0..<count { try txn.create("Item", Self.values(index)) }
+            }
+        }
+        let pairs = try rawPairs(replica)
+        let baseline = try time { try raw.putAll(pairs) }
+        if context.wants("bulk_insert") {
+            Measurement(
+                name: "bulk_insert_100k_objects_5_fields", value: Double(count) / ours, unit: "objects/s",
+                baseline: "raw LMDB puts of the same keys and record sizes, one durable txn",
+                baselineValue: Double(pairs.count) / baseline
+            ).print()
+        }
+    }
+
+    func primaryKeyReads(_ replica: Replica, _ raw: RawLMDB) throws {
+        var generator = SplitMix(seed: 11)
+        let count = context.reads
+        let indexes = (0..<count).map { _ in Int(generator.next() % UInt64(context.objects)) }
+        let keys = try replica._recordSizes(type: "Item").map(\.0)
+        let rawKeys = indexes.map { keys[$0] }
+        var found = 0
+        let ours = try time {
+            try replica.read { snapshot in
+                for index in indexes where try snapshot.object("Item", primaryKey: .int(Int64(index))) != nil { found += 1 }
+            }
+        }
+        precondition(found == count, "primary-key reads found \(found) of \(count)")
+        var bytes = 0
+        let baseline = try time { bytes = try raw.getAll(rawKeys) }
+        precondition(bytes > 0)
+        Measurement(
+            name: "primary_key_read", value: Double(count) / ours, unit: "reads/s",
+            baseline: "raw mdb_get of the same keys in one read txn, value copied", baselineValue: Double(count) / baseline
+        ).print()
+    }
+
+    func replay(_ replica: Replica) throws {
+        // Give the log some updates to replay too.
+        try replica.write { txn in
+            for index in stride(from: 0, to: context.objects, by: 10) {
+                try txn.update("Item", primaryKey: .int(Int64(index)), ["count": .int(-1), "active": .bool(true)])
+            }
+        }
+        let statistics = try replica.logStatistics()
+        let seconds = try time { try replica.rebuildViews() }
+        let pairs = try rawPairs(replica)
+        let raw = try RawLMDB(path: context.path("raw-replay"))
+        let baseline = try time { try raw.putAll(pairs) }
+        Measurement(
+            name: "replay_rebuild_views", value: Double(statistics.instructions) / seconds, unit: "instructions/s",
+            baseline: "raw LMDB puts of the rebuilt records, one durable txn (records/s)",
+            baselineValue: Double(pairs.count) / baseline
+        ).print()
+        let verify = try time { _ = try replica.verify() }
+        Measurement(
+            name: "replay_verify", value: Double(statistics.instructions) / verify, unit: "instructions/s",
+            baseline: "raw LMDB puts of the rebuilt records, one durable txn (records/s)",
+            baselineValue: Double(pairs.count) / baseline
+        ).print()
+    }
+
+    func logSize(_ replica: Replica) throws {
+        let statistics = try replica.logStatistics()
+        var encoded: [UInt8] = []
+        try replica.forEachChangeset { _, changeset in
+            encoded.append(contentsOf: ChangesetCodec.encode(changeset))
+            return true
+        }
+        let zstd = try ZstdCodec(level: 3).compress(encoded)
+        let objects = Double(context.objects)
+        Measurement(
+            name: "log_bytes_per_object", value: Double(statistics.storedBytes) / objects, unit: "bytes",
+            baseline: "raw zstd (level 3) of the encoded changesets, per object",
+            baselineValue: Double(zstd.count) / objects, higherIsBetter: false
+        ).print()
+        Measurement(
+            name: "log_compression_ratio", value: statistics.compressionRatio, unit: "uncompressed/stored",
+            baseline: "raw zstd (level 3) of the same bytes, as one frame",
+            baselineValue: Double(encoded.count) / Double(zstd.count)
+        ).print()
+    }
+
+    func singleCommits() throws {
+        let replica = try open("single")
+        try replica.write { txn in for index in 0..<100 { try txn.create("Item", Self.values(index)) } }
+        let raw = try RawLMDB(path: context.path("raw-single"))
+        let value = [UInt8](repeating: 7, count: 90)
+        // Alternate blocks, so a change in the disk's speed during the run hits both sides alike.
+        var ours = 0.0
+        var baseline = 0.0
+        let blocks = 10
+        let perBlock = max(1, context.commits / blocks)
+        for block in 0..<blocks {
+            ours += try time {
+                for index in 0..<perBlock {
+                    let key = Int64(block * perBlock + index) % 100
+                    try replica.write { txn in
+                        try txn.update("Item", primaryKey: .int(key), ["count": .int(Int64(block * perBlock + index))])
+                    }
+                }
+            }
+            baseline += try time {
+                for index in 0..<perBlock {
+                    var txn: OpaquePointer?
+                    try check(mdb_txn_begin_shim(raw, &txn), "mdb_txn_begin")
+                    try raw.put(txn, Array("key-\(index % 100)".utf8), value)
+                    try check(mdb_txn_commit_shim(txn), "mdb_txn_commit")
+                }
+            }
+        }
+        let total = Double(blocks * perBlock)
+        Measurement(
+            name: "single_object_durable_commit", value: total / ours, unit: "commits/s",
+            baseline: "raw LMDB single-put durable commits", baselineValue: total / baseline
+        ).print()
+    }
+}
+
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
