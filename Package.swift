@@ -66,7 +66,7 @@ let package = Package(
         .executableTarget(
             name: "tributary-bench",
             dependencies: [
-                "Tributary", "TributaryStorage", "TributaryCompression",
+                "Tributary", "TributaryModel", "TributaryCompression", "CLMDB",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Tools/tributary-bench", swiftSettings: upcomingFeatures),
