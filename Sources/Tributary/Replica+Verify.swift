@@ -213,3 +213,35 @@ extension Replica {
         }
     }
 }
+
+extension Replica {
+    /// A digest of the views (records, indexes, schema; the version vector too unless `includeVersionVector` is
+    /// false): replicas that integrated the same changesets have equal digests. For tests and the simulator.
+    public func viewDigest(includeVersionVector: Bool = true) throws -> UInt64 {
+        do {
+            return try environment.read { txn in
+                var digest = XXHash64.hash([])
+                func mix(_ bytes: UnsafeRawBufferPointer) {
+                    var combined = withUnsafeBytes(of: digest) { Array($0) }
+                    combined.append(contentsOf: bytes)
+                    digest = XXHash64.hash(combined)
+                }
+                var databases = [views.objects, views.indexes]
+                if includeVersionVector { databases.append(views.meta) }
+                for database in databases {
+                    try txn.scan(database) { key, value in
+                        mix(key)
+                        mix(value)
+                        return true
+                    }
+                }
+                if !includeVersionVector, let schema = try txn.get(views.meta, key: Array("schema".utf8)) {
+                    schema.withUnsafeBytes { mix($0) }
+                }
+                return digest
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+}

@@ -187,6 +187,21 @@ public struct ChangesetLog: Sendable {
         }
     }
 
+    /// The local sequences of the changesets from `origin` with origin sequence greater than `after`, in order.
+    public func localSequences(from origin: ReplicaID, after: UInt64, in transaction: ReadTransaction) throws -> [UInt64] {
+        var result: [UInt64] = []
+        let start = Self.originKey(Dot(origin: origin, sequence: after &+ 1))
+        let end = Self.originKey(Dot(origin: origin, sequence: UInt64.max))
+        try transaction.scan(origins, from: start, to: end) { _, value in
+            if value.count == 8 { result.append(UInt64(bigEndian: value.loadUnaligned(as: UInt64.self))) }
+            return true
+        }
+        if let last = try transaction.get(origins, key: end), last.count == 8 {
+            result.append(last.withUnsafeBytes { UInt64(bigEndian: $0.loadUnaligned(as: UInt64.self)) })
+        }
+        return result
+    }
+
     /// The number of entries in the origin index.
     public func originCount(in transaction: ReadTransaction) throws -> Int { try transaction.count(origins) }
 

@@ -159,9 +159,8 @@ struct InstructionApplier {
             }
         case .listErase(let path, let element):
             try updateList(path, element: nil, state: &state) { list in
-                guard var target = list.elements[element], !target.isErased else { return }
-                target.value = nil
-                list.elements[element] = target
+                guard let target = list.elements[element], !target.isErased else { return }
+                list.elements[element] = .tombstone(target.id)
             }
         case .listMove(let path, let element, let anchor):
             let slotID = try nextID()
@@ -189,7 +188,7 @@ struct InstructionApplier {
     static func clear(_ list: inout ListState, seenBy info: ChangesetInfo) {
         for (id, element) in list.elements where !element.isErased {
             if info.covers(Dot(origin: id.origin, sequence: id.sequence)) {
-                list.elements[id]?.value = nil
+                list.elements[id] = .tombstone(id)
             }
         }
     }

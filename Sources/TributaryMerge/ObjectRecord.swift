@@ -114,4 +114,10 @@ public struct ListElement: Hashable, Sendable {
     }
 
     public var isErased: Bool { value == nil }
+
+    /// An erased element. Everything that could differ between replicas (the sets and moves it saw before the
+    /// erase) is reset, so the tombstone has the same bytes whatever order the erase arrived in.
+    public static func tombstone(_ id: ElementID) -> ListElement {
+        ListElement(id: id, value: nil, valueStamp: .zero, position: id, positionStamp: .zero)
+    }
 }

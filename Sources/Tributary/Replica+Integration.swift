@@ -1,0 +1,194 @@
+import Synchronization
+import TributaryCompression
+import TributaryLog
+import TributaryMerge
+public import TributaryModel
+import TributaryStorage
+import TributaryViews
+
+/// What ``Replica/integrate(_:)`` did with a batch of changesets.
+public struct IntegrationReport: Sendable, Hashable, CustomStringConvertible {
+    /// Changesets applied and appended to the log, in the order they were applied.
+    public var integrated: [Dot] = []
+    /// Changesets already integrated (by origin and origin sequence), ignored.
+    public var duplicates = 0
+    /// Changesets waiting in the pending area for changesets they depend on (or for this replica's clock to
+    /// reach their stamp); they are integrated by a later call, once those arrive.
+    public var waiting = 0
+    /// Changesets refused, with the reason: a schema conflict (rule 8) or an instruction that does not fit the
+    /// schema. They are not stored; changesets that depend on them wait.
+    public var rejected: [Rejection] = []
+
+    public struct Rejection: Sendable, Hashable {
+        public var dot: Dot
+        public var reason: String
+    }
+
+    public var description: String {
+        "integrated \(integrated.count), duplicates \(duplicates), waiting \(waiting), rejected \(rejected.count)"
+            + rejected.map { "\n  \($0.dot): \($0.reason)" }.joined()
+    }
+}
+
+extension Replica {
+    static func pendingKey(_ dot: Dot) -> [UInt8] {
+        withUnsafeBytes(of: dot.origin.rawValue.bigEndian) { Array($0) }
+            + withUnsafeBytes(of: dot.sequence.bigEndian) { Array($0) }
+    }
+
+    /// The changesets this replica holds that a replica with version vector `vector` lacks, in this replica's log
+    /// order (a causal order), at most `limit` of them.
+    ///
+    /// - Complexity: O(k log n) for k changesets missing from a log of n: found through the origin index, not by a
+    ///   scan of the log.
+    public func changesets(missingFrom vector: VersionVector, limit: Int = .max) throws -> [Changeset] {
+        do {
+            return try environment.read { txn in
+                let have = try views.versionVector(in: txn)
+                var sequences: [UInt64] = []
+                for entry in have.entries where vector[entry.replica] < entry.sequence {
+                    sequences.append(contentsOf: try log.localSequences(from: entry.replica, after: vector[entry.replica], in: txn))
+                }
+                sequences.sort()
+                let context = ZstdContext()
+                return try sequences.prefix(limit).map { try log.changeset(of: try log.entry($0, in: txn), context: context) }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// The changesets waiting in the pending area.
+    public func pendingChangesets() throws -> [Changeset] {
+        do {
+            return try environment.read { txn in
+                var result: [Changeset] = []
+                try txn.scan(pending) { _, value in
+                    result.append(try ChangesetCodec.decode(Array(value)))
+                    return true
+                }
+                return result
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// Integrates changesets from other replicas: each is applied by the merge rules, appended to the log with its
+    /// origin, origin sequence, stamp and author, and its effects written to the views, all in one atomic commit.
+    ///
+    /// Integration is idempotent: a changeset already integrated is ignored. Changesets may arrive in any order: one
+    /// whose causal predecessors are missing waits, durably, in the pending area until they arrive. A changeset
+    /// stamped more than ``Configuration/maximumClockSkew`` ahead of this replica's clock also waits (rule 9), so
+    /// that a wrong clock cannot win every later conflict.
+    ///
+    /// - Throws: ``TributaryError`` for storage failures (nothing is integrated then).
+    @discardableResult
+    public func integrate(_ changesets: [Changeset]) throws -> IntegrationReport {
+        guard !configuration.readOnly else {
+            throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
+        }
+        do {
+            return try writeLock.withLock {
+                var rejected: [IntegrationReport.Rejection] = []
+                while true {
+                    do {
+                        return try integrateOnce(changesets, rejected: rejected)
+                    } catch let error as MergeError {
+                        guard let dot = error.dot, !rejected.contains(where: { $0.dot == dot }) else { throw error }
+                        rejected.append(.init(dot: dot, reason: error.description))
+                    }
+                }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    private func integrateOnce(_ incoming: [Changeset], rejected: [IntegrationReport.Rejection]) throws -> IntegrationReport {
+        let start = state.withLock { $0 }
+        let rejectedDots = Set(rejected.map(\.dot))
+        var report = IntegrationReport()
+        report.rejected = rejected
+        var commit: PreparedCommit?
+        var head = start.head
+        try environment.write { txn in
+            commit = nil
+            report = IntegrationReport()
+            report.rejected = rejected
+            var vector = start.versionVector
+            var clock = start.clock
+            let now = configuration.clock.milliseconds()
+            let skew = configuration.maximumClockSkewMilliseconds
+
+            // Candidates: the batch and everything pending, by dot.
+            var candidates: [Dot: Changeset] = [:]
+            var fromPending = Set<Dot>()
+            try txn.scan(pending) { _, value in
+                if let changeset = try? ChangesetCodec.decode(Array(value)) {
+                    candidates[changeset.dot] = changeset
+                    fromPending.insert(changeset.dot)
+                }
+                return true
+            }
+            for changeset in incoming {
+                if vector[changeset.origin] >= changeset.originSequence || candidates[changeset.dot] != nil {
+                    report.duplicates += 1
+                    continue
+                }
+                candidates[changeset.dot] = changeset
+            }
+            for dot in rejectedDots { candidates.removeValue(forKey: dot) }
+
+            var working = WorkingSet(source: ViewRecordSource(store: views, transaction: txn), schema: start.schema)
+            var applied: [(changeset: Changeset, encoded: [UInt8])] = []
+            // Apply every ready changeset; repeat until none is ready. Among ready ones, the order is by dot, so
+            // the log order is deterministic for a given input.
+            var progress = true
+            while progress {
+                progress = false
+                for dot in candidates.keys.sorted() {
+                    guard let changeset = candidates[dot] else { continue }
+                    guard vector[changeset.origin] == changeset.originSequence - 1,
+                        vector.includes(changeset.context.removing(changeset.origin)),
+                        changeset.time.milliseconds <= now &+ skew
+                    else { continue }
+                    try MergeEngine.apply(changeset, to: &working)
+                    try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
+                    vector.advance(changeset.origin, to: changeset.originSequence)
+                    applied.append((changeset, ChangesetCodec.encode(changeset)))
+                    candidates.removeValue(forKey: dot)
+                    progress = true
+                }
+            }
+            report.integrated = applied.map(\.changeset.dot)
+            report.waiting = candidates.count
+            var prepared = PreparedCommit(
+                changesets: applied, changes: working.changes, schema: working.schema,
+                schemaChanged: working.schemaChanged, previousSchema: start.schema, versionVector: vector,
+                clock: clock.latest)
+            prepared.pendingRemovals = fromPending.filter { candidates[$0] == nil }.map(Self.pendingKey)
+            prepared.pendingAdditions = candidates.filter { !fromPending.contains($0.key) }.map { dot, changeset in
+                (Self.pendingKey(dot), ChangesetCodec.encode(changeset))
+            }
+            if working.schemaChanged {
+                do { try working.schema.validate() } catch {
+                    throw MergeError(.schemaConflict, "the merged schema is invalid: \(error)", dot: applied.last?.changeset.dot)
+                }
+            }
+            head = try persist(prepared, head: start.head, in: txn)
+            commit = prepared
+        }
+        if let commit, !commit.changesets.isEmpty || !commit.pendingAdditions.isEmpty || !commit.pendingRemovals.isEmpty {
+            didCommit(commit, head: head)
+        }
+        return report
+    }
+}
+
+extension VersionVector {
+    /// The vector without the entry of `replica`.
+    func removing(_ replica: ReplicaID) -> VersionVector {
+        VersionVector(entries.filter { $0.replica != replica }.map { ($0.replica, $0.sequence) })
+    }
+}

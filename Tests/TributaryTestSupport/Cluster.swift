@@ -1,0 +1,55 @@
+public import Tributary
+public import TributaryModel
+
+/// Several replicas in one process, each in its own directory with its own manual clock, and helpers to sync them.
+public final class Cluster {
+    public let directory = TemporaryDirectory("cluster")
+    public private(set) var replicas: [Replica] = []
+    public let clocks: [ManualClock]
+    public let schema: Schema
+
+    /// Opens `count` replicas with ids 1, 2, 3... (so ties between equal clock readings are predictable) and clocks
+    /// at `1_700_000_000_000 + index` milliseconds.
+    public init(_ count: Int, schema: Schema, durability: Replica.Durability = .none) throws {
+        self.schema = schema
+        clocks = (0..<count).map { ManualClock(milliseconds: 1_700_000_000_000 + UInt64($0)) }
+        for index in 0..<count {
+            var configuration = Replica.Configuration()
+            configuration.durability = durability
+            configuration.clock = clocks[index]
+            configuration.replicaID = ReplicaID(rawValue: UInt64(index + 1))
+            replicas.append(
+                try Replica.open(
+                    directory: directory.appending("r\(index)"), schema: schema, configuration: configuration))
+        }
+    }
+
+    public subscript(index: Int) -> Replica { replicas[index] }
+
+    /// Sends everything `source` has that `target` lacks.
+    @discardableResult
+    public func send(from source: Int, to target: Int) throws -> IntegrationReport {
+        let missing = try replicas[source].changesets(missingFrom: replicas[target].versionVector)
+        return try replicas[target].integrate(missing)
+    }
+
+    /// Syncs every pair until nothing changes.
+    public func syncAll() throws {
+        for _ in 0..<replicas.count {
+            for source in replicas.indices {
+                for target in replicas.indices where source != target { try send(from: source, to: target) }
+            }
+        }
+    }
+
+    /// Advances every clock.
+    public func advanceClocks(byMilliseconds delta: UInt64) {
+        for clock in clocks { clock.advance(byMilliseconds: delta) }
+    }
+
+    /// Whether every replica's views are byte-identical.
+    public func converged() throws -> Bool {
+        let digests = try replicas.map { try $0.viewDigest() }
+        return Set(digests).count == 1
+    }
+}

@@ -1,0 +1,366 @@
+import Foundation
+import Testing
+@testable import Tributary
+import TributaryModel
+import TributaryTestSupport
+
+/// Each test sets up two or three replicas, makes concurrent writes (no sync in between), syncs, and checks that
+/// every replica holds the state the rule says, byte for byte the same everywhere.
+@Suite("Merge semantics (DESIGN.md rules 1-9)")
+struct MergeSemanticsTests {
+    static let schema = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(
+                name: "Task",
+                properties: [
+                    .scalar("_id", .string), .scalar("title", .string, default: "untitled"),
+                    .scalar("notes", .string, optional: true), .scalar("count", .int, default: 0),
+                    .scalar("done", .bool, default: false),
+                    Property("tags", .scalar(.string), list: true),
+                    Property("owner", .link("Person")),
+                    Property("watchers", .link("Person"), list: true),
+                    Property("location", .embedded("Location")),
+                    Property("steps", .embedded("Step"), list: true),
+                ]),
+            ObjectSchema(name: "Person", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)]),
+            .embedded("Location", properties: [.scalar("city", .string, optional: true), .scalar("floor", .int, optional: true)]),
+            .embedded("Step", properties: [.scalar("text", .string, optional: true), .scalar("done", .bool, default: false)]),
+        ])
+
+    let task = PrimaryKey.string("t")
+
+    func cluster(_ count: Int = 2) throws -> Cluster { try Cluster(count, schema: Self.schema) }
+
+    func value(_ replica: Replica, _ property: String, type: String = "Task", key: PrimaryKey = .string("t")) throws -> Value? {
+        try replica.object(type, primaryKey: key)?[property]
+    }
+
+    /// Creates the task on replica 0 and syncs it everywhere.
+    func seed(_ cluster: Cluster, _ values: [String: Value] = [:]) throws {
+        var fields = values
+        fields["_id"] = "t"
+        try cluster[0].write { try $0.create("Task", fields) }
+        try cluster.syncAll()
+        cluster.advanceClocks(byMilliseconds: 10)
+    }
+
+    @Test("Rule 1: concurrent sets of one field: the greatest stamp wins")
+    func greatestStampWins() throws {
+        let cluster = try cluster()
+        try seed(cluster)
+        cluster.clocks[1].advance(byMilliseconds: 5)  // replica 1 writes later
+        try cluster[0].write { try $0.update("Task", primaryKey: task, ["title": "from 0"]) }
+        try cluster[1].write { try $0.update("Task", primaryKey: task, ["title": "from 1"]) }
+        try cluster.syncAll()
+        #expect(try value(cluster[0], "title") == "from 1")
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 1: concurrent sets of different fields both survive")
+    func differentFieldsBothSurvive() throws {
+        let cluster = try cluster()
+        try seed(cluster)
+        try cluster[0].write { try $0.update("Task", primaryKey: task, ["title": "renamed"]) }
+        try cluster[1].write { try $0.update("Task", primaryKey: task, ["notes": "a note", "done": true]) }
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(try value(replica, "title") == "renamed")
+            #expect(try value(replica, "notes") == "a note")
+            #expect(try value(replica, "done") == true)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 2: an erase beats a concurrent set, whatever the stamps")
+    func eraseBeatsConcurrentSet() throws {
+        let cluster = try cluster()
+        try seed(cluster)
+        cluster.clocks[1].advance(byMilliseconds: 1000)  // the set is stamped much later
+        try cluster[0].write { _ = try $0.delete("Task", primaryKey: task) }
+        try cluster[1].write { try $0.update("Task", primaryKey: task, ["title": "edited"]) }
+        try cluster.syncAll()
+        for replica in cluster.replicas { #expect(try replica.object("Task", primaryKey: task) == nil) }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 2: an erase beats a concurrent create of the same key")
+    func eraseBeatsConcurrentCreate() throws {
+        let cluster = try cluster(3)
+        try seed(cluster)
+        cluster.clocks[2].advance(byMilliseconds: 1000)
+        try cluster[0].write { _ = try $0.delete("Task", primaryKey: task) }
+        // Replica 2 deletes and recreates without having seen replica 0's erase.
+        try cluster[2].write { txn in
+            _ = try txn.delete("Task", primaryKey: task)
+            try txn.create("Task", ["_id": "t", "title": "recreated"])
+        }
+        try cluster.syncAll()
+        for replica in cluster.replicas { #expect(try replica.object("Task", primaryKey: task) == nil) }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 2: a create that happened after an erase revives the object")
+    func createAfterEraseRevives() throws {
+        let cluster = try cluster()
+        try seed(cluster, ["title": "first"])
+        try cluster[0].write { _ = try $0.delete("Task", primaryKey: task) }
+        try cluster.syncAll()
+        try cluster[1].write { try $0.create("Task", ["_id": "t", "title": "second life"]) }
+        try cluster.syncAll()
+        for replica in cluster.replicas { #expect(try value(replica, "title") == "second life") }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 3: two replicas creating one primary key make one object, fields merged")
+    func concurrentCreatesMakeOneObject() throws {
+        let cluster = try cluster()
+        cluster.clocks[0].advance(byMilliseconds: 50)  // replica 0's create is stamped later
+        try cluster[0].write { try $0.create("Task", ["_id": "t", "notes": "from 0"]) }
+        try cluster[1].write { try $0.create("Task", ["_id": "t", "title": "explicit", "notes": "from 1"]) }
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(try replica.read { try $0.count("Task") } == 1)
+            // Replica 0 only defaulted the title: the explicit one wins although its stamp is earlier.
+            #expect(try value(replica, "title") == "explicit")
+            #expect(try value(replica, "notes") == "from 0")
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 4: concurrent increments both count")
+    func concurrentIncrementsBothCount() throws {
+        let cluster = try cluster(3)
+        try seed(cluster)
+        for (index, delta) in [(0, Int64(5)), (1, Int64(7)), (2, Int64(-2))] {
+            try cluster[index].write { try $0.increment(["count"], of: "Task", primaryKey: task, by: delta) }
+        }
+        try cluster.syncAll()
+        for replica in cluster.replicas { #expect(try value(replica, "count") == 10) }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 4: increments count on top of the value they were made on")
+    func incrementsApplyToTheValueTheyWereMadeOn() throws {
+        let cluster = try cluster()
+        try seed(cluster)
+        try cluster[0].write { try $0.increment(["count"], of: "Task", primaryKey: task, by: 5) }
+        try cluster.syncAll()
+        // Concurrently: replica 1 sets the count to 100, replica 0 adds 3 to the 5 it sees.
+        cluster.clocks[1].advance(byMilliseconds: 10)
+        try cluster[1].write { try $0.update("Task", primaryKey: task, ["count": 100]) }
+        try cluster[0].write { try $0.increment(["count"], of: "Task", primaryKey: task, by: 3) }
+        try cluster.syncAll()
+        // The later set wins, and an increment made on the value it replaced does not count on top of it.
+        for replica in cluster.replicas { #expect(try value(replica, "count") == 100) }
+        // An increment made after seeing the set counts.
+        try cluster[0].write { try $0.increment(["count"], of: "Task", primaryKey: task, by: 1) }
+        try cluster.syncAll()
+        for replica in cluster.replicas { #expect(try value(replica, "count") == 101) }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 5: concurrent inserts at one place end in stamp order, runs not interleaved")
+    func concurrentInsertsKeepRunsTogether() throws {
+        let cluster = try cluster()
+        try seed(cluster, ["tags": ["start", "end"]])
+        cluster.clocks[1].advance(byMilliseconds: 5)  // replica 1's run is later
+        try cluster[0].write { txn in
+            for (offset, tag) in ["a1", "a2", "a3"].enumerated() {
+                try txn.insert(.string(tag), at: 1 + offset, into: ["tags"], of: "Task", primaryKey: task)
+            }
+        }
+        try cluster[1].write { txn in
+            for (offset, tag) in ["b1", "b2"].enumerated() {
+                try txn.insert(.string(tag), at: 1 + offset, into: ["tags"], of: "Task", primaryKey: task)
+            }
+        }
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(try value(replica, "tags") == ["start", "a1", "a2", "a3", "b1", "b2", "end"])
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 5: erasing a list element beats a concurrent set of it")
+    func eraseElementBeatsSet() throws {
+        let cluster = try cluster()
+        try seed(cluster, ["tags": ["x", "y"]])
+        cluster.clocks[1].advance(byMilliseconds: 100)
+        try cluster[0].write { try $0.removeElement(at: 0, from: ["tags"], of: "Task", primaryKey: task) }
+        try cluster[1].write { try $0.replaceElement(at: 0, with: "X", in: ["tags"], of: "Task", primaryKey: task) }
+        try cluster.syncAll()
+        for replica in cluster.replicas { #expect(try value(replica, "tags") == ["y"]) }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 5: concurrent moves leave the element in exactly one place")
+    func concurrentMovesLeaveOneCopy() throws {
+        let cluster = try cluster()
+        try seed(cluster, ["tags": ["a", "b", "c", "d"]])
+        cluster.clocks[1].advance(byMilliseconds: 5)
+        try cluster[0].write { try $0.moveElement(from: 0, to: 3, in: ["tags"], of: "Task", primaryKey: task) }
+        try cluster[1].write { try $0.moveElement(from: 0, to: 1, in: ["tags"], of: "Task", primaryKey: task) }
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            let tags = try #require(try value(replica, "tags")?.listValue)
+            #expect(tags.filter { $0 == "a" }.count == 1)
+            #expect(tags == ["b", "a", "c", "d"])  // the later move wins
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 5: clear removes what the clearing replica had seen; concurrent inserts survive")
+    func clearKeepsConcurrentInserts() throws {
+        let cluster = try cluster()
+        try seed(cluster, ["tags": ["old1", "old2"]])
+        try cluster[0].write { try $0.removeAllElements(in: ["tags"], of: "Task", primaryKey: task) }
+        try cluster[1].write { try $0.append("new", to: ["tags"], of: "Task", primaryKey: task) }
+        try cluster.syncAll()
+        for replica in cluster.replicas { #expect(try value(replica, "tags") == ["new"]) }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 6: embedded objects merge field by field while they are the same instance")
+    func embeddedObjectsMergeByField() throws {
+        let cluster = try cluster()
+        try seed(cluster, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo", "floor": 1]))])
+        try cluster[0].write { try $0.set("Bergen", at: ["location", "city"], of: "Task", primaryKey: task) }
+        try cluster[1].write { try $0.set(.int(4), at: ["location", "floor"], of: "Task", primaryKey: task) }
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            let location = try #require(try value(replica, "location")?.embeddedValue)
+            #expect(location["city"] == "Bergen")
+            #expect(location["floor"] == 4)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 6: replacing an embedded object is a set; edits of the replaced instance are dropped")
+    func replacingAnEmbeddedObjectIsASet() throws {
+        let cluster = try cluster()
+        try seed(cluster, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))])
+        cluster.clocks[0].advance(byMilliseconds: 5)
+        try cluster[0].write { txn in
+            try txn.set(.embedded(EmbeddedObject(type: "Location", fields: ["city": "Rome"])), at: ["location"], of: "Task", primaryKey: task)
+        }
+        try cluster[1].write { try $0.set(.int(9), at: ["location", "floor"], of: "Task", primaryKey: task) }
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            let location = try #require(try value(replica, "location")?.embeddedValue)
+            #expect(location["city"] == "Rome")
+            #expect(location["floor"] == .null)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 7: a link to an erased object becomes null, or leaves its list, on every replica")
+    func linksToErasedObjects() throws {
+        let cluster = try cluster()
+        try cluster[0].write { txn in
+            try txn.create("Person", ["_id": "p"])
+            try txn.create("Person", ["_id": "q"])
+        }
+        try seed(cluster)
+        try cluster[0].write { _ = try $0.delete("Person", primaryKey: .string("p")) }
+        try cluster[1].write { txn in
+            try txn.update("Task", primaryKey: task, ["owner": .link(.string("p")), "watchers": [.link(.string("p")), .link(.string("q"))]])
+        }
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(try value(replica, "owner") == .null)
+            #expect(try value(replica, "watchers") == [.link(.string("q"))])
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: additive schema changes merge as a union")
+    func additiveSchemaChangesMerge() throws {
+        let cluster = try cluster()
+        try cluster[0].write { try $0.emit(.addProperty(type: "Task", .scalar("priority", .int, optional: true))) }
+        try cluster[1].write { try $0.emit(.addType(ObjectSchema(name: "Tag", properties: [.scalar("_id", .string)]))) }
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "priority"] != nil)
+            #expect(replica.schema[type: "Tag"] != nil)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: conflicting definitions of one property are refused, naming both")
+    func conflictingSchemaChangesAreRefused() throws {
+        let cluster = try cluster()
+        try cluster[0].write { try $0.emit(.addProperty(type: "Task", .scalar("priority", .int, optional: true))) }
+        try cluster[1].write { try $0.emit(.addProperty(type: "Task", .scalar("priority", .string, optional: true))) }
+        let report = try cluster.send(from: 1, to: 0)
+        let conflicting = Dot(origin: cluster[1].replicaID, sequence: 2)
+        #expect(!report.integrated.contains(conflicting))
+        #expect(report.rejected.map(\.dot) == [conflicting])
+        #expect(cluster[0].schema[type: "Task"]?[property: "priority"] == .scalar("priority", .int, optional: true))
+        let reason = try #require(report.rejected.first?.reason)
+        #expect(reason.contains("priority: int?"))
+        #expect(reason.contains("priority: string?"))
+    }
+
+    @Test("Rule 9: a changeset stamped too far ahead waits until this replica's clock is near it")
+    func futureStampsWait() throws {
+        let cluster = try cluster()
+        try seed(cluster)
+        cluster.clocks[1].advance(byMilliseconds: 2 * 3_600_000)  // two hours ahead
+        try cluster[1].write { try $0.update("Task", primaryKey: task, ["title": "from the future"]) }
+        let report = try cluster.send(from: 1, to: 0)
+        #expect(report.integrated.isEmpty)
+        #expect(report.waiting == 1)
+        #expect(try value(cluster[0], "title") == "untitled")
+        cluster.clocks[0].advance(byMilliseconds: 2 * 3_600_000)
+        let later = try cluster[0].integrate([])
+        #expect(later.integrated.count == 1)
+        #expect(try value(cluster[0], "title") == "from the future")
+    }
+
+    @Test func integrationIsIdempotentAndWaitsForPredecessors() throws {
+        let cluster = try cluster()
+        try cluster[0].write { try $0.create("Task", ["_id": "t", "title": "one"]) }
+        try cluster[0].write { try $0.update("Task", primaryKey: task, ["title": "two"]) }
+        try cluster[0].write { try $0.update("Task", primaryKey: task, ["title": "three"]) }
+        let all = try cluster[0].changesets(missingFrom: VersionVector())
+        #expect(all.count == 4)
+        // The last two arrive first: they wait.
+        let first = try cluster[1].integrate(Array(all.suffix(2)))
+        #expect(first.integrated.isEmpty)
+        #expect(first.waiting == 2)
+        #expect(try cluster[1].pendingChangesets().count == 2)
+        // The rest arrive, twice: everything integrates once.
+        let second = try cluster[1].integrate(all + all)
+        #expect(second.integrated.count == 4)  // the two that arrived, then the two that waited
+        #expect(second.duplicates >= 4)
+        #expect(try cluster[1].pendingChangesets().isEmpty)
+        #expect(try value(cluster[1], "title") == "three")
+        let again = try cluster[1].integrate(all)
+        #expect(again.integrated.isEmpty)
+        #expect(again.duplicates == 4)
+        try cluster.syncAll()
+        #expect(try cluster.converged())
+        #expect(try cluster[1].verify().passed)
+    }
+
+    @Test func pendingChangesetsSurviveReopen() throws {
+        let cluster = try cluster()
+        try cluster[0].write { try $0.create("Task", ["_id": "t", "title": "one"]) }
+        try cluster[0].write { try $0.update("Task", primaryKey: task, ["title": "two"]) }
+        let all = try cluster[0].changesets(missingFrom: VersionVector())
+        let directory = TemporaryDirectory()
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        do {
+            let replica = try Replica.open(directory: directory.path, configuration: configuration)
+            #expect(try replica.integrate([all[2]]).waiting == 1)
+            replica.close()
+        }
+        let reopened = try Replica.open(directory: directory.path, configuration: configuration)
+        let report = try reopened.integrate(Array(all.prefix(2)))
+        #expect(report.integrated.count == 3)
+        #expect(try reopened.object("Task", primaryKey: task)?["title"] == "two")
+        #expect(try reopened.verify().passed)
+    }
+}
