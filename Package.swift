@@ -39,6 +39,9 @@ let package = Package(
         // Merge: the pure merge engine (state + changeset -> new state + effects). No I/O.
         .target(name: "TributaryMerge", dependencies: ["TributaryModel"], swiftSettings: upcomingFeatures),
 
+        // Query: the Realm Query Language (parser, type checker, evaluator). Pure.
+        .target(name: "TributaryQuery", dependencies: ["TributaryModel"], swiftSettings: upcomingFeatures),
+
         // Log and views: the changeset log and the materialized views, over LMDB.
         .target(
             name: "TributaryLog",
@@ -88,6 +91,9 @@ let package = Package(
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestSupport"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
+            name: "TributaryQueryTests", dependencies: ["TributaryQuery", "TributaryModel"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryMergeTests", dependencies: ["TributaryMerge", "TributaryModel", "TributaryTestSupport"],

@@ -1,0 +1,204 @@
+import TributaryModel
+
+/// Runs a checked predicate against one object's fields, following links through a ``QueryObjectSource``.
+///
+/// Pure: it reads the object, the source and the checked tree, and nothing else. Recursion follows the
+/// checked tree, whose depth the parser bounds.
+struct Evaluator<Source: QueryObjectSource> {
+    let source: Source
+
+    func matches(_ predicate: Predicate, _ object: [String: Value]) -> Bool {
+        switch predicate {
+        case .constant(let value): return value
+        case .and(let terms): return terms.allSatisfy { matches($0, object) }
+        case .or(let terms): return terms.contains { matches($0, object) }
+        case .not(let inner): return !matches(inner, object)
+        case .comparison(let comparison): return evaluate(comparison, object)
+        }
+    }
+
+    private func evaluate(_ comparison: Comparison, _ object: [String: Value]) -> Bool {
+        let right: [Value]
+        switch comparison.right {
+        case .constant(let value): right = [value]
+        case .constants(let values): right = values
+        case .keyPath(let path): right = values(of: path, in: object)
+        }
+        let op = comparison.op
+        let options = comparison.options
+        let rightIsMany = comparison.right.isMany
+        func test(_ left: Value) -> Bool {
+            if op == .between {
+                guard right.count == 2 else { return false }
+                return queryCompare(left, .greaterEqual, right[0], options: [])
+                    && queryCompare(left, .lessEqual, right[1], options: [])
+            }
+            if rightIsMany { return right.contains { queryCompare(left, op, $0, options: options) } }
+            guard let value = right.first else { return false }
+            return queryCompare(left, op, value, options: options)
+        }
+        switch comparison.left {
+        case .constant(let value): return test(value)
+        case .constants(let values): return values.contains(where: test)
+        case .keyPath(let path):
+            let left = values(of: path, in: object)
+            guard path.isToMany else { return left.first.map(test) ?? false }
+            switch comparison.quantifier {
+            case .anyElement: return left.contains(where: test)
+            case .allElements: return left.allSatisfy(test)
+            case .noElement: return !left.contains(where: test)
+            }
+        }
+    }
+
+    // MARK: Key paths
+
+    /// The values a key path yields from an object: exactly one for a to-one path (null when a link or
+    /// embedded object along it is missing), any number for a to-many path.
+    func values(of path: KeyPath, in object: [String: Value]) -> [Value] {
+        guard let last = path.steps.last else { return [.null] }
+        switch path.operation {
+        case nil:
+            return walk(path.steps, from: object, toMany: path.isToMany)
+        case .count:
+            guard let holder = holder(of: path.steps, in: object) else { return [.int(0)] }
+            return [.int(Int64(leafValues(last, in: holder).count))]
+        case .size:
+            switch walk(path.steps, from: object, toMany: false).first {
+            case .string(let string): return [.int(Int64(string.utf8.count))]
+            case .data(let data): return [.int(Int64(data.count))]
+            default: return [.null]
+            }
+        case .aggregate(let aggregate, let subSteps):
+            guard let holder = holder(of: path.steps, in: object) else { return [reduce(aggregate, [])] }
+            let elements: [Value]
+            if subSteps.isEmpty {
+                elements = leafValues(last, in: holder)
+            } else {
+                elements = objects(following: last, in: holder).map {
+                    walk(subSteps, from: $0, toMany: false).first ?? .null
+                }
+            }
+            return [reduce(aggregate, elements.filter { !$0.isNull })]
+        }
+    }
+
+    /// The object holding the last step of a path whose other steps are all to-one, or `nil` when a link or
+    /// embedded object along the way is missing.
+    private func holder(of steps: [PathStep], in object: [String: Value]) -> [String: Value]? {
+        var current = object
+        for step in steps.dropLast() {
+            guard let next = objects(following: step, in: current).first else { return nil }
+            current = next
+        }
+        return current
+    }
+
+    private func walk(_ steps: [PathStep], from object: [String: Value], toMany: Bool) -> [Value] {
+        guard let last = steps.last else { return [.null] }
+        var current = [object]
+        for step in steps.dropLast() {
+            current = current.flatMap { objects(following: step, in: $0) }
+        }
+        guard toMany else {
+            guard let holder = current.first else { return [.null] }
+            return [leafValues(last, in: holder).first ?? .null]
+        }
+        return current.flatMap { leafValues(last, in: $0) }
+    }
+
+    /// The objects a link or embedded step leads to: one or none for a to-one step, the list's elements for
+    /// a list (links whose target is missing left out).
+    private func objects(following step: PathStep, in object: [String: Value]) -> [[String: Value]] {
+        let value = object[step.name] ?? .null
+        switch step.target {
+        case .scalar:
+            return []
+        case .link(let type):
+            if step.isList { return (value.listValue ?? []).compactMap { target(of: $0, type: type) } }
+            return target(of: value, type: type).map { [$0] } ?? []
+        case .embedded:
+            if step.isList { return (value.listValue ?? []).compactMap { $0.embeddedValue?.fields } }
+            return value.embeddedValue.map { [$0.fields] } ?? []
+        }
+    }
+
+    /// The values of the last step of a path: its value, or a list's elements. A link whose target is
+    /// missing reads as null (to-one) or is left out (list).
+    private func leafValues(_ step: PathStep, in object: [String: Value]) -> [Value] {
+        let value = object[step.name] ?? .null
+        switch step.target {
+        case .scalar, .embedded:
+            return step.isList ? (value.listValue ?? []) : [value]
+        case .link(let type):
+            if step.isList { return (value.listValue ?? []).filter { target(of: $0, type: type) != nil } }
+            return target(of: value, type: type) == nil ? [.null] : [value]
+        }
+    }
+
+    private func target(of link: Value, type: String) -> [String: Value]? {
+        guard case .link(let key) = link else { return nil }
+        return source.object(type: type, primaryKey: key)
+    }
+
+    // MARK: Aggregates
+
+    /// `@min`, `@max`, `@sum` or `@avg` of non-null values: `@sum` of nothing is 0, the others null.
+    private func reduce(_ aggregate: Aggregate, _ values: [Value]) -> Value {
+        switch aggregate {
+        case .min, .max:
+            var best: Value?
+            for value in values {
+                guard let current = best else {
+                    if queryOrder(value, value) != nil { best = value }
+                    continue
+                }
+                guard let order = queryOrder(value, current) else { continue }
+                if aggregate == .min ? order < 0 : order > 0 { best = value }
+            }
+            return best ?? .null
+        case .sum:
+            return sum(values) ?? .int(0)
+        case .avg:
+            var total = 0.0
+            var count = 0
+            for value in values {
+                switch value {
+                case .int(let int): total += Double(int)
+                case .double(let double): total += double
+                default: continue
+                }
+                count += 1
+            }
+            return count == 0 ? .null : .double(total / Double(count))
+        }
+    }
+
+    /// The sum of the numbers among `values`: an integer while every number is one and the sum fits in 64 bits,
+    /// a double otherwise; `nil` when there are none.
+    private func sum(_ values: [Value]) -> Value? {
+        var integer: Int64 = 0
+        var double = 0.0
+        var isInteger = true
+        var any = false
+        for value in values {
+            switch value {
+            case .int(let int):
+                any = true
+                double += Double(int)
+                if isInteger {
+                    let (result, overflow) = integer.addingReportingOverflow(int)
+                    if overflow { isInteger = false } else { integer = result }
+                }
+            case .double(let value):
+                any = true
+                isInteger = false
+                double += value
+            default:
+                continue
+            }
+        }
+        guard any else { return nil }
+        return isInteger ? .int(integer) : .double(double)
+    }
+}

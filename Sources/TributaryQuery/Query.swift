@@ -1,0 +1,145 @@
+public import TributaryModel
+
+/// A query in the Realm Query Language, parsed and checked against a schema, ready to evaluate.
+///
+/// Creating a query parses its text, resolves its key paths against the queried type, binds its arguments and
+/// checks the types of every comparison, so that a query that was created evaluates without errors. Evaluation
+/// is pure: it reads the object's fields, and follows links through a ``QueryObjectSource``.
+///
+/// ```swift
+/// let query = try Query(
+///     "conversationID == $0 AND text CONTAINS[c] $1 SORT(timestamp ASC) LIMIT(50)",
+///     arguments: [.string(conversation), .string("hello")], type: message, schema: schema)
+/// let page = query.apply(to: messages, source: snapshot)
+/// ```
+///
+/// The syntax is the everyday subset of the Realm Query Language; see the module documentation for the full
+/// list of operators and what is not supported.
+///
+/// ## Topics
+///
+/// ### Creating a query
+/// - ``init(_:arguments:type:schema:)``
+/// - ``maximumNestingDepth``
+///
+/// ### Evaluating
+/// - ``matches(_:source:)``
+/// - ``apply(to:source:)``
+///
+/// ### Planning
+/// - ``indexableConstraints``
+/// - ``clauses``
+public struct Query: Hashable, Sendable, CustomStringConvertible {
+    /// How deeply parentheses and `NOT` may nest; deeper queries throw ``QueryError/Code/tooComplex``.
+    ///
+    /// The limit keeps parsing and evaluation from exhausting the stack on hostile input.
+    public static let maximumNestingDepth = 100
+
+    /// The query text, as given.
+    public let text: String
+    /// The arguments `$0`, `$1`, ... (and `%@`, in order), as given.
+    public let arguments: [Value]
+    /// The name of the queried type.
+    public let typeName: String
+
+    let predicate: Predicate
+    let descriptors: [Descriptor]
+
+    /// Parses `text` and checks it against `type`.
+    ///
+    /// - Parameters:
+    ///   - text: The query: a predicate, then any number of `SORT(...)`, `DISTINCT(...)` and `LIMIT(n)`
+    ///     clauses. Keywords are case-insensitive.
+    ///   - arguments: The values of `$0`, `$1`, ...; `%@` placeholders take them in order. A
+    ///     ``Value/list(_:)`` argument is a list, for `IN $0`.
+    ///   - type: The queried type; key paths start at its properties.
+    ///   - schema: The schema that link and embedded properties are resolved in.
+    /// - Throws: ``QueryError`` with code ``QueryError/Code/syntax``, ``QueryError/Code/invalidLiteral``,
+    ///   ``QueryError/Code/unknownProperty``, ``QueryError/Code/typeMismatch``,
+    ///   ``QueryError/Code/argumentMissing``, ``QueryError/Code/unsupported`` or
+    ///   ``QueryError/Code/tooComplex``, pointing at the place in `text` at fault.
+    /// - Complexity: O(*n*) in the length of `text`.
+    public init(_ text: String, arguments: [Value] = [], type: ObjectSchema, schema: Schema) throws(QueryError) {
+        let syntax = try Parser.parse(text, maximumDepth: Self.maximumNestingDepth)
+        let checker = TypeChecker(schema: schema, root: type, arguments: arguments, query: text)
+        (predicate, descriptors) = try checker.check(syntax)
+        self.text = text
+        self.arguments = arguments
+        self.typeName = type.name
+    }
+
+    /// Whether an object of the queried type matches the predicate. SORT, DISTINCT and LIMIT do not apply.
+    ///
+    /// - Parameters:
+    ///   - values: The object's property values by name, its primary key property included. A missing
+    ///     property reads as null.
+    ///   - source: Where links lead.
+    /// - Complexity: O(*n*) in the size of the query and of the values it reads.
+    public func matches(_ values: [String: Value], source: some QueryObjectSource) -> Bool {
+        Evaluator(source: source).matches(predicate, values)
+    }
+
+    /// The objects that match, then sorted, made distinct and limited by the query's clauses, in the order
+    /// the clauses are written (as Realm applies them).
+    ///
+    /// Sorting is stable, puts nulls first when ascending (last when descending), orders integers and doubles
+    /// by value and strings by their Unicode scalars. DISTINCT keeps the first object of each combination of
+    /// values. Without clauses, the matching objects keep their order.
+    ///
+    /// - Parameters:
+    ///   - objects: Objects of the queried type: primary key and property values.
+    ///   - source: Where links lead.
+    /// - Returns: The selected objects.
+    /// - Complexity: O(*n* log *n*) in the number of objects, for a query with a SORT.
+    public func apply(to objects: [(PrimaryKey, [String: Value])], source: some QueryObjectSource)
+        -> [(PrimaryKey, [String: Value])]
+    {
+        let evaluator = Evaluator(source: source)
+        let matching = objects.filter { evaluator.matches(predicate, $0.1) }
+        return evaluator.order(matching, by: descriptors)
+    }
+
+    /// Per-property constraints an index can answer, for the top-level `AND` terms on scalar properties of the
+    /// queried type. See ``IndexConstraint``.
+    public var indexableConstraints: [IndexConstraint] {
+        IndexConstraint.extract(from: predicate)
+    }
+
+    /// The query's SORT, DISTINCT and LIMIT clauses, in the order they are written.
+    public var clauses: [Clause] {
+        descriptors.map { descriptor in
+            switch descriptor {
+            case .sort(let keys): .sort(keys.map { SortKey(keyPath: $0.path.text, ascending: $0.ascending) })
+            case .distinct(let paths): .distinct(paths.map(\.text))
+            case .limit(let count): .limit(count)
+            }
+        }
+    }
+
+    /// The query text.
+    public var description: String { text }
+
+    /// A SORT, DISTINCT or LIMIT clause.
+    public enum Clause: Hashable, Sendable {
+        /// `SORT(a ASC, b DESC)`: by the first key, then the next for ties.
+        case sort([SortKey])
+        /// `DISTINCT(a, b)`: the key paths.
+        case distinct([String])
+        /// `LIMIT(n)`.
+        case limit(Int)
+    }
+
+    /// One key of a SORT clause.
+    public struct SortKey: Hashable, Sendable {
+        /// The key path, as written.
+        public var keyPath: String
+        /// `true` for ASC (the default), `false` for DESC.
+        public var ascending: Bool
+
+        /// A sort key on `keyPath`, ascending or descending.
+        public init(keyPath: String, ascending: Bool) {
+            self.keyPath = keyPath
+            self.ascending = ascending
+        }
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+import TributaryModel
+
+// The parse tree: what the text says, before names and types are checked against a schema. The type checker
+// turns it into the checked tree of AST.swift.
+
+/// A parsed query: a predicate and the SORT / DISTINCT / LIMIT clauses after it, in order.
+struct SyntaxQuery: Hashable, Sendable {
+    var predicate: SyntaxPredicate
+    var descriptors: [SyntaxDescriptor]
+}
+
+indirect enum SyntaxPredicate: Hashable, Sendable {
+    case constant(Bool)
+    case and([SyntaxPredicate])
+    case or([SyntaxPredicate])
+    case not(SyntaxPredicate)
+    case comparison(SyntaxComparison)
+}
+
+/// `[ANY|ALL|NONE] left op[modifiers] right`.
+struct SyntaxComparison: Hashable, Sendable {
+    var quantifier: Quantifier?
+    var quantifierPosition: Int
+    var left: SyntaxExpression
+    var op: ComparisonOperator
+    /// The operator as written, for messages.
+    var opText: String
+    var opPosition: Int
+    var options: StringOptions
+    var right: SyntaxExpression
+}
+
+/// A value-producing expression and the UTF-8 range of its text.
+struct SyntaxExpression: Hashable, Sendable {
+    enum Kind: Hashable, Sendable {
+        case keyPath([PathComponent])
+        case literal(Literal)
+        /// `$n`, or the n-th `%@` when `placeholder` is set.
+        case argument(Int, placeholder: Bool)
+        /// `{a, b, c}`.
+        case list([SyntaxExpression])
+    }
+    var kind: Kind
+    var start: Int
+    var end: Int
+}
+
+/// One name of a key path: a property, or an `@` operator such as `@count`.
+struct PathComponent: Hashable, Sendable {
+    var name: String
+    var isOperator: Bool
+    var position: Int
+}
+
+enum Literal: Hashable, Sendable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case date(Date)
+    case objectId(ObjectID)
+    case uuid(UUID)
+
+    var value: Value {
+        switch self {
+        case .null: .null
+        case .bool(let value): .bool(value)
+        case .int(let value): .int(value)
+        case .double(let value): .double(value)
+        case .string(let value): .string(value)
+        case .date(let value): .date(value)
+        case .objectId(let value): .objectId(value)
+        case .uuid(let value): .uuid(value)
+        }
+    }
+}
+
+enum SyntaxDescriptor: Hashable, Sendable {
+    case sort([SyntaxSortKey])
+    case distinct([SyntaxPath])
+    case limit(Int)
+}
+
+struct SyntaxPath: Hashable, Sendable {
+    var components: [PathComponent]
+    var start: Int
+    var end: Int
+}
+
+struct SyntaxSortKey: Hashable, Sendable {
+    var path: SyntaxPath
+    var ascending: Bool
+}
+
+/// `ANY` (also `SOME`), `ALL` or `NONE`: how a comparison treats the many values of a to-many key path.
+enum Quantifier: Hashable, Sendable {
+    case anyElement, allElements, noElement
+}
+
+enum ComparisonOperator: Hashable, Sendable {
+    case equal, notEqual, less, lessEqual, greater, greaterEqual
+    case beginsWith, endsWith, contains, like
+    case `in`, between
+
+    var isOrdering: Bool {
+        switch self {
+        case .less, .lessEqual, .greater, .greaterEqual, .between: true
+        default: false
+        }
+    }
+
+    var isStringOperator: Bool {
+        switch self {
+        case .beginsWith, .endsWith, .contains, .like: true
+        default: false
+        }
+    }
+
+    /// Whether `[c]` and `[d]` may follow the operator.
+    var acceptsStringOptions: Bool {
+        switch self {
+        case .equal, .notEqual, .beginsWith, .endsWith, .contains, .like, .in: true
+        default: false
+        }
+    }
+}
+
+/// The `[c]` and `[d]` modifiers of a string comparison.
+struct StringOptions: OptionSet, Hashable, Sendable {
+    var rawValue: UInt8
+    static let caseInsensitive = StringOptions(rawValue: 1)
+    static let diacriticInsensitive = StringOptions(rawValue: 2)
+}

@@ -1,0 +1,49 @@
+import Foundation
+import TributaryModel
+
+/// One token of a query, with the UTF-8 range of the text it came from.
+struct Token: Hashable, Sendable {
+    enum Kind: Hashable, Sendable {
+        /// A name: a property, or a keyword (keywords are recognised by the parser, case-insensitively).
+        case identifier(String)
+        /// `@count`, `@size`, `@min`, ... (the name without the `@`).
+        case atName(String)
+        /// The digits of a number, exactly as written (sign excluded): `12`, `1.5e3`.
+        case number(String)
+        case string(String)
+        /// `$0`, `$1`, ...
+        case argument(Int)
+        /// `%@`, which takes the next argument in order.
+        case placeholder
+        case date(Date)
+        case objectId(ObjectID)
+        case uuid(UUID)
+        case symbol(Symbol)
+        case end
+    }
+
+    enum Symbol: String, Hashable, Sendable {
+        case leftParen = "(", rightParen = ")", leftBrace = "{", rightBrace = "}"
+        case leftBracket = "[", rightBracket = "]", comma = ",", dot = ".", minus = "-"
+        case equal = "==", singleEqual = "=", notEqual = "!=", less = "<", lessEqual = "<="
+        case greater = ">", greaterEqual = ">=", and = "&&", or = "||", bang = "!"
+    }
+
+    var kind: Kind
+    /// UTF-8 offset of the first byte.
+    var start: Int
+    /// UTF-8 offset just past the last byte.
+    var end: Int
+
+    var isEnd: Bool { if case .end = kind { true } else { false } }
+
+    func isSymbol(_ symbol: Symbol) -> Bool {
+        if case .symbol(let found) = kind { found == symbol } else { false }
+    }
+
+    /// Whether the token is the identifier `keyword`, ignoring case.
+    func isKeyword(_ keyword: String) -> Bool {
+        if case .identifier(let name) = kind { name.utf8.count == keyword.utf8.count && name.uppercased() == keyword }
+        else { false }
+    }
+}

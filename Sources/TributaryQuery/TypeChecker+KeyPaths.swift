@@ -1,0 +1,235 @@
+import TributaryModel
+
+// Key path resolution: from names in the text to property steps, `@` operators and the type of the values a
+// path yields. Also the key paths of SORT and DISTINCT.
+
+extension TypeChecker {
+    // MARK: Key paths
+
+    /// Resolves a key path from the queried type; returns the path and the type of each value it yields.
+    func resolve(_ components: [PathComponent], text: String) throws(QueryError) -> (KeyPath, Base) {
+        var steps: [PathStep] = []
+        var type: ObjectSchema? = root
+        var index = 0
+        while index < components.count {
+            let component = components[index]
+            if component.isOperator {
+                let (operation, base) = try resolveOperation(components, at: index, steps: steps, text: text)
+                return (KeyPath(steps: steps, operation: operation, text: text), base)
+            }
+            let (step, next) = try resolveStep(component, in: type, after: steps)
+            steps.append(step)
+            type = next
+            index += 1
+        }
+        guard let last = steps.last else {
+            throw error(.syntax, "expected a property name", at: components.first?.position ?? 0)
+        }
+        return (KeyPath(steps: steps, operation: nil, text: text), base(of: last))
+    }
+
+    private func base(of step: PathStep) -> Base {
+        switch step.target {
+        case .scalar(let type): return .scalar(type)
+        case .link(let type):
+            var key: ScalarType?
+            if let keyProperty = schema[type: type]?.primaryKeyProperty, case .scalar(let keyType) = keyProperty.kind {
+                key = keyType
+            }
+            return .link(type: type, key: key)
+        case .embedded(let type): return .embedded(type)
+        }
+    }
+
+    /// Where a message should say a path is: `'Task.author' (Person)` or just `'Task'`.
+    private func owner(_ steps: [PathStep], type: ObjectSchema) -> String {
+        steps.isEmpty ? "'\(type.name)'" : "'\(root.name).\(steps.map(\.name).joined(separator: "."))' (\(type.name))"
+    }
+
+    private func resolveStep(_ component: PathComponent, in type: ObjectSchema?, after steps: [PathStep])
+        throws(QueryError) -> (PathStep, ObjectSchema?)
+    {
+        guard let type else {
+            let previous = steps.map(\.name).joined(separator: ".")
+            throw error(
+                .typeMismatch,
+                "'\(root.name).\(previous)' is a \(steps.last.map(describeStep) ?? "value") and has no property '\(component.name)'",
+                at: component.position)
+        }
+        guard let property = type[property: component.name] else {
+            var message = "\(owner(steps, type: type)) has no property '\(component.name)'"
+            if let suggestion = closestName(to: component.name, in: type.properties.map(\.name)) {
+                message += "; did you mean '\(suggestion)'?"
+            }
+            throw error(.unknownProperty, message, at: component.position)
+        }
+        let target: PathStep.Target
+        var next: ObjectSchema?
+        switch property.kind {
+        case .scalar(let scalar):
+            target = .scalar(scalar)
+        case .link(let name), .embedded(let name):
+            guard let targetType = schema[type: name] else {
+                throw error(
+                    .unknownProperty, "'\(type.name).\(property.name)' refers to type '\(name)', which the schema lacks",
+                    at: component.position)
+            }
+            next = targetType
+            if case .link = property.kind { target = .link(name) } else { target = .embedded(name) }
+        }
+        return (PathStep(name: property.name, target: target, isList: property.isList), next)
+    }
+
+    private func describeStep(_ step: PathStep) -> String {
+        let element: String
+        switch step.target {
+        case .scalar(let type): element = type.description
+        case .link(let type): element = "link<\(type)>"
+        case .embedded(let type): element = "embedded<\(type)>"
+        }
+        return step.isList ? "list<\(element)>" : element
+    }
+
+    /// `@count`, `@size`, `@min`, `@max`, `@sum`, `@avg` at `components[index]`, after `steps`.
+    private func resolveOperation(_ components: [PathComponent], at index: Int, steps: [PathStep], text: String)
+        throws(QueryError) -> (PathOperation, Base)
+    {
+        let component = components[index]
+        let name = component.name.lowercased()
+        let written = "@" + component.name
+        let subject = "'\(root.name).\(steps.map(\.name).joined(separator: "."))'"
+        guard let last = steps.last else {
+            throw error(.syntax, "'\(written)' must follow a key path, as in items.\(written)", at: component.position)
+        }
+        if name == "links" {
+            throw error(.unsupported, "@links (backlinks) are not supported", at: component.position)
+        }
+        guard ["count", "size", "min", "max", "sum", "avg"].contains(name) else {
+            throw error(
+                .unknownProperty, "unknown operator '\(written)': expected @count, @size, @min, @max, @sum or @avg",
+                at: component.position)
+        }
+        // Only the collection being counted or aggregated may be a list: one value per object.
+        if steps.dropLast().contains(where: \.isList) {
+            throw error(
+                .unsupported, "'\(written)' over a key path that goes through another list is not supported",
+                at: component.position)
+        }
+        if name == "count" || name == "size" {
+            guard index == components.count - 1 else {
+                throw error(.syntax, "'\(written)' must end the key path", at: components[index + 1].position)
+            }
+            if last.isList { return (.count, .scalar(.int)) }
+            if name == "size", case .scalar(let type) = last.target, type == .string || type == .data {
+                return (.size, .scalar(.int))
+            }
+            let needs = name == "size" ? "a list, a string or data" : "a list"
+            throw error(
+                .typeMismatch, "'\(written)' needs \(needs), but \(subject) is \(describeStep(last))",
+                at: component.position)
+        }
+        let aggregate = Aggregate(rawValue: name) ?? .sum
+        guard last.isList else {
+            throw error(
+                .typeMismatch, "'\(written)' needs a list, but \(subject) is \(describeStep(last))", at: component.position)
+        }
+        var subSteps: [PathStep] = []
+        var elementType: ScalarType
+        switch last.target {
+        case .scalar(let type):
+            guard index == components.count - 1 else {
+                throw error(
+                    .typeMismatch, "\(subject) is \(describeStep(last)); '\(written)' of it must end the key path",
+                    at: components[index + 1].position)
+            }
+            elementType = type
+        case .link(let typeName), .embedded(let typeName):
+            guard index + 1 < components.count else {
+                throw error(
+                    .typeMismatch,
+                    "'\(written)' of a list of objects needs a property, as in \(text).<property>",
+                    at: component.position)
+            }
+            var type = schema[type: typeName]
+            for subComponent in components[(index + 1)...] {
+                if subComponent.isOperator {
+                    throw error(.unsupported, "'@\(subComponent.name)' after '\(written)' is not supported", at: subComponent.position)
+                }
+                let (step, next) = try resolveStep(subComponent, in: type, after: steps + subSteps)
+                if step.isList {
+                    throw error(
+                        .unsupported, "'\(written)' through another list is not supported", at: subComponent.position)
+                }
+                subSteps.append(step)
+                type = next
+            }
+            guard case .scalar(let type) = subSteps.last?.target else {
+                throw error(
+                    .typeMismatch, "'\(written)' needs a number or date property at the end of the key path",
+                    at: component.position)
+            }
+            elementType = type
+        }
+        let allowed: [ScalarType] = aggregate == .min || aggregate == .max ? [.int, .double, .date] : [.int, .double]
+        guard allowed.contains(elementType) else {
+            let kinds = aggregate == .min || aggregate == .max ? "numbers or dates" : "numbers"
+            throw error(
+                .typeMismatch, "'\(written)' needs \(kinds), but \(subject)\(subSteps.isEmpty ? "" : " holds objects whose property") is \(elementType)",
+                at: component.position)
+        }
+        let result: ScalarType = aggregate == .avg ? .double : elementType
+        return (.aggregate(aggregate, subSteps), .scalar(result))
+    }
+
+    // MARK: SORT and DISTINCT
+
+    func orderingPath(_ syntax: SyntaxPath, clause: String) throws(QueryError) -> KeyPath {
+        let text = sourceText(syntax.start, syntax.end)
+        let (path, base) = try resolve(syntax.components, text: text)
+        guard !path.isToMany else {
+            throw error(
+                .unsupported, "cannot \(clause) by '\(root.name).\(text)': it goes through a list", at: syntax.start)
+        }
+        guard case .scalar = base else {
+            throw error(
+                .unsupported, "cannot \(clause) by '\(root.name).\(text)': it is an object; use one of its properties",
+                at: syntax.start)
+        }
+        return path
+    }
+}
+
+/// The name in `names` closest to `name` by edit distance, when close enough to be a likely typo.
+private func closestName(to name: String, in names: [String]) -> String? {
+    let target = Array(name.lowercased().unicodeScalars)
+    // Property names are at most 200 bytes; a longer name is no typo of one, and would make this slow.
+    guard target.count <= 200 else { return nil }
+    var best: (name: String, distance: Int)?
+    for candidate in names {
+        let distance = editDistance(target, Array(candidate.lowercased().unicodeScalars))
+        if distance <= max(1, target.count / 3), distance < (best?.distance ?? Int.max) {
+            best = (candidate, distance)
+        }
+    }
+    return best?.name
+}
+
+/// The optimal-string-alignment distance: insertions, deletions, substitutions and adjacent transpositions.
+private func editDistance(_ a: [Unicode.Scalar], _ b: [Unicode.Scalar]) -> Int {
+    guard !a.isEmpty else { return b.count }
+    guard !b.isEmpty else { return a.count }
+    var table = Array(repeating: Array(repeating: 0, count: b.count + 1), count: a.count + 1)
+    for i in 0...a.count { table[i][0] = i }
+    for j in 0...b.count { table[0][j] = j }
+    for i in 1...a.count {
+        for j in 1...b.count {
+            let cost = a[i - 1] == b[j - 1] ? 0 : 1
+            var best = Swift.min(table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + cost)
+            if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] {
+                best = Swift.min(best, table[i - 2][j - 2] + 1)
+            }
+            table[i][j] = best
+        }
+    }
+    return table[a.count][b.count]
+}

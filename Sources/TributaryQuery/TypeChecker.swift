@@ -1,0 +1,280 @@
+import TributaryModel
+
+/// Resolves a parsed query against a schema: key paths to property steps, arguments to values, and checks that
+/// each comparison's sides fit together and fit its operator.
+struct TypeChecker {
+    let schema: Schema
+    let root: ObjectSchema
+    let arguments: [Value]
+    let query: String
+
+    /// What one value of an operand is, as far as the schema says.
+    enum Base: Hashable {
+        case scalar(ScalarType)
+        /// A link: its target type (unknown for a link argument) and the target's primary key type.
+        case link(type: String?, key: ScalarType?)
+        case embedded(String)
+        case null
+    }
+
+    /// One value an operand may yield, with how to name it in a message and where it is in the text.
+    struct Element {
+        var base: Base
+        var label: String
+        var position: Int
+    }
+
+    /// A checked operand and the elements to type-check against the other side.
+    struct Typed {
+        var operand: Operand
+        var elements: [Element]
+        var start: Int
+        var label: String
+    }
+
+    func check(_ syntax: SyntaxQuery) throws(QueryError) -> (Predicate, [Descriptor]) {
+        let predicate = try check(syntax.predicate)
+        var descriptors: [Descriptor] = []
+        for descriptor in syntax.descriptors {
+            switch descriptor {
+            case .sort(let keys):
+                var checked: [SortKeyPath] = []
+                for key in keys {
+                    checked.append(SortKeyPath(path: try orderingPath(key.path, clause: "SORT"), ascending: key.ascending))
+                }
+                descriptors.append(.sort(checked))
+            case .distinct(let paths):
+                var checked: [KeyPath] = []
+                for path in paths { checked.append(try orderingPath(path, clause: "DISTINCT")) }
+                descriptors.append(.distinct(checked))
+            case .limit(let count):
+                descriptors.append(.limit(count))
+            }
+        }
+        return (predicate, descriptors)
+    }
+
+    func error(_ code: QueryError.Code, _ message: String, at position: Int) -> QueryError {
+        QueryError(code, message, position: position, query: query)
+    }
+
+    // MARK: Predicates
+
+    /// Checks a predicate. Recursion follows the parser's, which bounds its depth.
+    private func check(_ predicate: SyntaxPredicate) throws(QueryError) -> Predicate {
+        switch predicate {
+        case .constant(let value): return .constant(value)
+        case .not(let inner): return .not(try check(inner))
+        case .and(let terms):
+            var checked: [Predicate] = []
+            for term in terms { checked.append(try check(term)) }
+            return .and(checked)
+        case .or(let terms):
+            var checked: [Predicate] = []
+            for term in terms { checked.append(try check(term)) }
+            return .or(checked)
+        case .comparison(let comparison):
+            return .comparison(try check(comparison))
+        }
+    }
+
+    private func check(_ syntax: SyntaxComparison) throws(QueryError) -> Comparison {
+        let left = try typed(syntax.left)
+        let right = try typed(syntax.right)
+        let op = syntax.op
+        let opName = syntax.op.isStringOperator || op == .in || op == .between ? syntax.opText.uppercased() : syntax.opText
+        if case .constants = left.operand {
+            throw error(.unsupported, "a list can only appear on the right of a comparison", at: left.start)
+        }
+        if let quantifier = syntax.quantifier, !left.operand.isMany {
+            let word = quantifier == .allElements ? "ALL" : quantifier == .noElement ? "NONE" : "ANY"
+            throw error(
+                .typeMismatch, "\(word) needs a list or a to-many key path after it, but \(left.label) is a single value",
+                at: syntax.quantifierPosition)
+        }
+        switch op {
+        case .in:
+            guard right.operand.isMany else {
+                throw error(
+                    .typeMismatch, "IN needs a list on its right, such as {1, 2}, a list argument or a list property, "
+                        + "but \(right.label) is a single value", at: right.start)
+            }
+        case .equal, .between:
+            break
+        default:
+            if case .constants = right.operand {
+                throw error(
+                    .typeMismatch, "'\(opName)' cannot take a list on its right; use IN to match any of a list",
+                    at: right.start)
+            }
+        }
+        if !syntax.options.isEmpty {
+            let modifier = "[" + (syntax.options.contains(.caseInsensitive) ? "c" : "")
+                + (syntax.options.contains(.diacriticInsensitive) ? "d" : "") + "]"
+            for element in left.elements + right.elements where element.base != .scalar(.string) {
+                throw error(
+                    .typeMismatch, "'\(opName)\(modifier)' compares strings, but \(element.label) is not a string",
+                    at: element.position)
+            }
+        }
+        for leftElement in left.elements {
+            for rightElement in right.elements {
+                try checkPair(leftElement, rightElement, op: op, opName: opName, opPosition: syntax.opPosition)
+            }
+        }
+        return Comparison(
+            left: left.operand, op: op, options: syntax.options, quantifier: syntax.quantifier ?? .anyElement,
+            right: right.operand)
+    }
+
+    private func checkPair(_ left: Element, _ right: Element, op: ComparisonOperator, opName: String, opPosition: Int)
+        throws(QueryError)
+    {
+        if op.isStringOperator {
+            for element in [left, right] {
+                switch element.base {
+                case .scalar(.string): continue
+                case .scalar(.data) where op != .like: continue
+                default:
+                    let needs = op == .like ? "strings" : "strings or data"
+                    throw error(
+                        .typeMismatch, "\(opName) compares \(needs), but \(element.label) is not", at: element.position)
+                }
+            }
+            guard left.base == right.base else { throw mismatch(left, right) }
+            return
+        }
+        if op.isOrdering {
+            for element in [left, right] {
+                switch element.base {
+                case .scalar(.int), .scalar(.double), .scalar(.date), .scalar(.string), .scalar(.objectId),
+                    .scalar(.uuid):
+                    continue
+                default:
+                    throw error(.typeMismatch, "cannot use '\(opName)' with \(element.label)", at: opPosition)
+                }
+            }
+            guard compatible(left.base, right.base) else { throw mismatch(left, right) }
+            return
+        }
+        // ==, != and IN.
+        guard compatible(left.base, right.base) else { throw mismatch(left, right) }
+    }
+
+    private func mismatch(_ left: Element, _ right: Element) -> QueryError {
+        error(.typeMismatch, "cannot compare \(left.label) with \(right.label)", at: right.position)
+    }
+
+    private func compatible(_ left: Base, _ right: Base) -> Bool {
+        switch (left, right) {
+        case (.null, _), (_, .null): return true
+        case (.scalar(let a), .scalar(let b)):
+            return a == b || (isNumeric(a) && isNumeric(b))
+        case (.link(let typeA, let keyA), .link(let typeB, let keyB)):
+            if let typeA, let typeB, typeA != typeB { return false }
+            if let keyA, let keyB, keyA != keyB { return false }
+            return true
+        default:
+            return false
+        }
+    }
+
+    private func isNumeric(_ type: ScalarType) -> Bool { type == .int || type == .double }
+
+    // MARK: Operands
+
+    private func typed(_ expression: SyntaxExpression) throws(QueryError) -> Typed {
+        let source = sourceText(expression.start, expression.end)
+        switch expression.kind {
+        case .literal(let literal):
+            let value = literal.value
+            let label = literal == .null ? "null" : "\(value.kindName) \(source)"
+            let element = Element(base: base(of: value), label: label, position: expression.start)
+            return Typed(operand: .constant(value), elements: [element], start: expression.start, label: label)
+        case .argument(let index, let placeholder):
+            let value = try argument(index, placeholder: placeholder, at: expression.start)
+            let name = placeholder ? "%@ (argument \(index))" : source
+            if case .list(let values) = value {
+                var elements: [Element] = []
+                for (offset, element) in values.enumerated() {
+                    let label = "element \(offset) of \(name) (\(element.kindName))"
+                    if case .list = element {
+                        throw error(.typeMismatch, "\(label) is a list; lists inside lists are not supported", at: expression.start)
+                    }
+                    elements.append(Element(base: base(of: element), label: label, position: expression.start))
+                }
+                return Typed(
+                    operand: .constants(values), elements: elements, start: expression.start, label: "\(name) (list)")
+            }
+            let label = value.isNull ? "null \(name)" : "\(value.kindName) \(name)"
+            let element = Element(base: base(of: value), label: label, position: expression.start)
+            return Typed(operand: .constant(value), elements: [element], start: expression.start, label: label)
+        case .list(let items):
+            var values: [Value] = []
+            var elements: [Element] = []
+            for item in items {
+                let typedItem = try typed(item)
+                guard case .constant(let value) = typedItem.operand else {
+                    throw error(.unsupported, "lists inside lists are not supported", at: item.start)
+                }
+                values.append(value)
+                elements.append(contentsOf: typedItem.elements)
+            }
+            return Typed(operand: .constants(values), elements: elements, start: expression.start, label: "list \(source)")
+        case .keyPath(let components):
+            let (path, base) = try resolve(components, text: source)
+            let label = "'\(root.name).\(source)' (\(describe(base, path: path)))"
+            let element = Element(base: base, label: label, position: expression.start)
+            return Typed(operand: .keyPath(path), elements: [element], start: expression.start, label: label)
+        }
+    }
+
+    func sourceText(_ start: Int, _ end: Int) -> String {
+        let utf8 = query.utf8
+        let lower = utf8.index(utf8.startIndex, offsetBy: max(0, min(start, utf8.count)))
+        let upper = utf8.index(utf8.startIndex, offsetBy: max(0, min(end, utf8.count)))
+        return String(decoding: utf8[lower..<upper], as: UTF8.self)
+    }
+
+    private func argument(_ index: Int, placeholder: Bool, at position: Int) throws(QueryError) -> Value {
+        guard index < arguments.count else {
+            let given = arguments.count == 1 ? "1 argument was given" : "\(arguments.count) arguments were given"
+            let message =
+                placeholder
+                ? "the query has more %@ placeholders than arguments: \(given)"
+                : "the query uses $\(index) but \(given)"
+            throw error(.argumentMissing, message, at: position)
+        }
+        return arguments[index]
+    }
+
+    func base(of value: Value) -> Base {
+        switch value {
+        case .null: .null
+        case .bool: .scalar(.bool)
+        case .int: .scalar(.int)
+        case .double: .scalar(.double)
+        case .string: .scalar(.string)
+        case .data: .scalar(.data)
+        case .date: .scalar(.date)
+        case .uuid: .scalar(.uuid)
+        case .objectId: .scalar(.objectId)
+        case .link(let key): .link(type: nil, key: key.type)
+        case .embedded(let object): .embedded(object.type)
+        // Lists are taken apart by the caller; a list element that is itself a list was refused there.
+        case .list: .null
+        }
+    }
+
+    private func describe(_ base: Base, path: KeyPath) -> String {
+        let element: String
+        switch base {
+        case .scalar(let type): element = type.description
+        case .link(let type, _): element = "link<\(type ?? "?")>"
+        case .embedded(let type): element = "embedded<\(type)>"
+        case .null: element = "null"
+        }
+        if path.operation == nil, let last = path.steps.last, last.isList { return "list<\(element)>" }
+        return path.isToMany ? "\(element), to-many" : element
+    }
+}

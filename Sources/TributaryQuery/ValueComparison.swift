@@ -1,0 +1,180 @@
+import Foundation
+import TributaryModel
+
+// How two values compare in a query. Every function here is total: values of kinds that cannot be compared
+// (which the type checker refuses, but stored data may still hold) compare false, never trap.
+
+/// The three-way comparison of two values for `<`, `<=`, `>`, `>=` and `BETWEEN`: negative, zero or positive;
+/// `nil` when they cannot be ordered (a null, a NaN, or two kinds that do not compare).
+///
+/// Integers and doubles compare by their exact numeric values; strings by their UTF-8 bytes, which is the
+/// order of their Unicode scalars; object ids and UUIDs by their bytes.
+func queryOrder(_ left: Value, _ right: Value) -> Int? {
+    switch (left, right) {
+    case (.int(let a), .int(let b)): return a < b ? -1 : (a == b ? 0 : 1)
+    case (.double(let a), .double(let b)):
+        if a.isNaN || b.isNaN { return nil }
+        return a < b ? -1 : (a == b ? 0 : 1)
+    case (.int(let a), .double(let b)): return compare(a, b)
+    case (.double(let a), .int(let b)): return compare(b, a).map { -$0 }
+    case (.string(let a), .string(let b)): return compareBytes(a.utf8, b.utf8)
+    case (.date(let a), .date(let b)): return a < b ? -1 : (a == b ? 0 : 1)
+    case (.objectId(let a), .objectId(let b)): return compareBytes(a.bytes, b.bytes)
+    case (.uuid(let a), .uuid(let b)): return compareBytes(bytes(of: a), bytes(of: b))
+    default: return nil
+    }
+}
+
+/// Whether two values are equal for `==`, `!=` and `IN`: nulls equal only nulls, numbers compare by value,
+/// strings by their UTF-8 bytes after folding for `[c]` and `[d]`.
+func queryEqual(_ left: Value, _ right: Value, options: StringOptions) -> Bool {
+    switch (left, right) {
+    case (.null, .null): return true
+    case (.null, _), (_, .null): return false
+    case (.string(let a), .string(let b)):
+        if options.isEmpty { return a.utf8.elementsEqual(b.utf8) }
+        return fold(a, options).utf8.elementsEqual(fold(b, options).utf8)
+    case (.int, .int), (.int, .double), (.double, .int), (.double, .double):
+        return queryOrder(left, right) == 0
+    case (.link(.string(let a)), .link(.string(let b))): return a.utf8.elementsEqual(b.utf8)
+    case (.link(let a), .link(let b)): return a == b
+    case (.bool(let a), .bool(let b)): return a == b
+    case (.data(let a), .data(let b)): return a == b
+    case (.date(let a), .date(let b)): return a == b
+    case (.uuid(let a), .uuid(let b)): return a == b
+    case (.objectId(let a), .objectId(let b)): return a == b
+    case (.embedded(let a), .embedded(let b)): return a == b
+    default: return false
+    }
+}
+
+/// `left op right` for one pair of values (`BETWEEN` is evaluated as two ordering comparisons by the caller).
+func queryCompare(_ left: Value, _ op: ComparisonOperator, _ right: Value, options: StringOptions) -> Bool {
+    switch op {
+    case .equal, .in: return queryEqual(left, right, options: options)
+    case .notEqual: return !queryEqual(left, right, options: options)
+    case .less: return queryOrder(left, right).map { $0 < 0 } ?? false
+    case .lessEqual: return queryOrder(left, right).map { $0 <= 0 } ?? false
+    case .greater: return queryOrder(left, right).map { $0 > 0 } ?? false
+    case .greaterEqual: return queryOrder(left, right).map { $0 >= 0 } ?? false
+    case .beginsWith, .endsWith, .contains, .like: return stringOperator(op, left, right, options: options)
+    case .between: return false
+    }
+}
+
+/// `BEGINSWITH`, `ENDSWITH`, `CONTAINS` and `LIKE`. A null on either side never matches.
+private func stringOperator(_ op: ComparisonOperator, _ left: Value, _ right: Value, options: StringOptions) -> Bool {
+    switch (left, right) {
+    case (.string(let text), .string(let pattern)):
+        let text = options.isEmpty ? text : fold(text, options)
+        let pattern = options.isEmpty ? pattern : fold(pattern, options)
+        switch op {
+        case .like: return wildcardMatch(Array(text.unicodeScalars), Array(pattern.unicodeScalars))
+        default: return byteOperator(op, Array(text.utf8), Array(pattern.utf8))
+        }
+    case (.data(let data), .data(let pattern)):
+        return op == .like ? false : byteOperator(op, Array(data), Array(pattern))
+    default:
+        return false
+    }
+}
+
+private func byteOperator(_ op: ComparisonOperator, _ text: [UInt8], _ pattern: [UInt8]) -> Bool {
+    guard pattern.count <= text.count else { return false }
+    switch op {
+    case .beginsWith: return text.starts(with: pattern)
+    case .endsWith: return text[(text.count - pattern.count)...].elementsEqual(pattern)
+    case .contains: return containsBytes(text, pattern)
+    default: return false
+    }
+}
+
+/// Naive substring search; UTF-8 is self-synchronising, so a byte match is a character-sequence match.
+private func containsBytes(_ text: [UInt8], _ pattern: [UInt8]) -> Bool {
+    guard let first = pattern.first else { return true }
+    guard pattern.count <= text.count else { return false }
+    var start = 0
+    let last = text.count - pattern.count
+    while start <= last {
+        if text[start] == first, text[start..<(start + pattern.count)].elementsEqual(pattern) { return true }
+        start += 1
+    }
+    return false
+}
+
+/// `LIKE`: `*` matches any run of scalars (also none), `?` exactly one. Linear backtracking on the last `*`.
+func wildcardMatch(_ text: [Unicode.Scalar], _ pattern: [Unicode.Scalar]) -> Bool {
+    var t = 0
+    var p = 0
+    var star = -1
+    var starText = 0
+    while t < text.count {
+        if p < pattern.count, pattern[p] == "*" {
+            star = p
+            starText = t
+            p += 1
+        } else if p < pattern.count, pattern[p] == "?" || pattern[p] == text[t] {
+            t += 1
+            p += 1
+        } else if star >= 0 {
+            p = star + 1
+            starText += 1
+            t = starText
+        } else {
+            return false
+        }
+    }
+    while p < pattern.count, pattern[p] == "*" { p += 1 }
+    return p == pattern.count
+}
+
+/// Folds a string for `[c]` (lowercase, full Unicode case mapping) and `[d]` (canonical decomposition, then
+/// combining marks removed).
+func fold(_ string: String, _ options: StringOptions) -> String {
+    var result = string
+    if options.contains(.diacriticInsensitive) { result = removingDiacritics(result) }
+    if options.contains(.caseInsensitive) { result = result.lowercased() }
+    return result
+}
+
+private func removingDiacritics(_ string: String) -> String {
+    if string.utf8.allSatisfy({ $0 < 0x80 }) { return string }
+    var scalars = String.UnicodeScalarView()
+    for scalar in string.decomposedStringWithCanonicalMapping.unicodeScalars
+    where scalar.properties.generalCategory != .nonspacingMark {
+        scalars.append(scalar)
+    }
+    return String(scalars)
+}
+
+/// The exact comparison of an integer with a double: negative, zero or positive; `nil` for NaN.
+private func compare(_ integer: Int64, _ double: Double) -> Int? {
+    if double.isNaN { return nil }
+    // 2^63 is exactly representable; every Int64 is below it and at or above -2^63.
+    if double >= 9_223_372_036_854_775_808.0 { return -1 }
+    if double < -9_223_372_036_854_775_808.0 { return 1 }
+    let whole = double.rounded(.towardZero)
+    guard let truncated = Int64(exactly: whole) else { return nil }
+    if integer < truncated { return -1 }
+    if integer > truncated { return 1 }
+    let fraction = double - whole
+    return fraction > 0 ? -1 : (fraction < 0 ? 1 : 0)
+}
+
+/// Lexicographic three-way comparison of byte sequences.
+func compareBytes<A: Sequence, B: Sequence>(_ a: A, _ b: B) -> Int where A.Element == UInt8, B.Element == UInt8 {
+    var left = a.makeIterator()
+    var right = b.makeIterator()
+    while true {
+        switch (left.next(), right.next()) {
+        case (nil, nil): return 0
+        case (nil, _): return -1
+        case (_, nil): return 1
+        case (let x?, let y?): if x != y { return x < y ? -1 : 1 }
+        }
+    }
+}
+
+func bytes(of uuid: UUID) -> [UInt8] {
+    withUnsafeBytes(of: uuid.uuid) { Array($0) }
+}
