@@ -172,7 +172,9 @@ public final class ZstdContext {
             }
         }
         if ZSTD_isError(produced) != 0 {
-            throw CompressionError(.corrupted, "zstd frame could not be decoded: \(errorName(produced))")
+            // Name the declared size: a frame whose header lies about it fails here (zstd checks the size itself).
+            throw CompressionError(
+                .corrupted, "zstd frame declaring \(contentSize) bytes could not be decoded: \(errorName(produced))")
         }
         if produced != contentSize {
             throw CompressionError(

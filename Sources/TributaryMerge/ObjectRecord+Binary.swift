@@ -172,6 +172,7 @@ extension BinaryReader {
         fields.reserveCapacity(count)
         for _ in 0..<count {
             let name = try string("field name")
+            guard fields[name] == nil else { throw error(.invalidValue, "field '\(name)' appears twice") }
             let tag = try byte()
             switch FieldTag(rawValue: tag) {
             case .register:

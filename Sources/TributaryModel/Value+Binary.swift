@@ -170,6 +170,7 @@ extension BinaryReader {
             fields.reserveCapacity(count)
             for _ in 0..<count {
                 let key = try name(names, "embedded field name")
+                guard fields[key] == nil else { throw error(.invalidValue, "embedded field '\(key)' appears twice") }
                 fields[key] = try value(names, depth: depth + 1)
             }
             return .embedded(EmbeddedObject(type: type, fields: fields))
