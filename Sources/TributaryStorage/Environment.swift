@@ -73,6 +73,13 @@ public final class Environment: @unchecked Sendable {
         var closed = false
         var panicked = false
         var databases: [String: Database] = [:]
+        /// Open long-lived snapshots, so that ``close()`` can end them before it closes the handle.
+        var snapshots: [ObjectIdentifier: WeakSnapshot] = [:]
+    }
+    private final class WeakSnapshot: Sendable {
+        // Only read and written under `state`'s lock.
+        nonisolated(unsafe) weak var snapshot: Snapshot?
+        init(_ snapshot: Snapshot) { self.snapshot = snapshot }
     }
     private let state = Mutex(State())
 
@@ -84,7 +91,7 @@ public final class Environment: @unchecked Sendable {
     }
 
     deinit {
-        mdb_env_close(handle)
+        if !state.withLock({ $0.closed }) { mdb_env_close(handle) }
     }
 
     // MARK: Opening
@@ -126,6 +133,8 @@ public final class Environment: @unchecked Sendable {
         }
         let identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
         return try registry.withLock { (entries) throws(StorageError) -> Environment in
+            // A handle poisoned by MDB_PANIC is never handed out again: it is closed, and a fresh one is opened.
+            if let existing = entries[identity]?.environment, existing.isPanicked { existing.close() }
             if let existing = entries[identity]?.environment, !existing.isClosed {
                 if existing.configuration.readOnly && !configuration.readOnly {
                     throw StorageError(
@@ -172,10 +181,31 @@ public final class Environment: @unchecked Sendable {
     /// Whether ``close()`` was called.
     public var isClosed: Bool { state.withLock { $0.closed } }
 
-    /// Marks the environment closed: every later call fails with ``StorageError/Code/closed``. The LMDB handle is
-    /// released when the last reference goes away.
+    /// Whether an `MDB_PANIC` poisoned the handle (it then refuses all use).
+    var isPanicked: Bool { state.withLock { $0.panicked } }
+
+    /// Closes the environment: waits for storage calls in progress, ends every open snapshot, and closes the LMDB
+    /// handle, so the directory can be opened again in this process. Every later call fails with
+    /// ``StorageError/Code/closed``.
     public func close() {
-        state.withLock { $0.closed = true }
+        remapLock.withExclusiveLock {
+            let snapshots = state.withLock { state -> [Snapshot] in
+                guard !state.closed else { return [] }
+                state.closed = true
+                defer { state.snapshots.removeAll() }
+                return state.snapshots.values.compactMap(\.snapshot)
+            }
+            for snapshot in snapshots { snapshot.endForClose() }
+            mdb_env_close(handle)
+        }
+    }
+
+    func register(_ snapshot: Snapshot) {
+        state.withLock { $0.snapshots[ObjectIdentifier(snapshot)] = WeakSnapshot(snapshot) }
+    }
+
+    func unregister(_ snapshot: Snapshot) {
+        state.withLock { _ = $0.snapshots.removeValue(forKey: ObjectIdentifier(snapshot)) }
     }
 
     // MARK: Databases
@@ -187,6 +217,7 @@ public final class Environment: @unchecked Sendable {
         let known = state.withLock { $0.databases }
         if names.allSatisfy({ known[$0] != nil }) { return names.map { known[$0]! } }
         let opened: [Database] = try remapLock.withSharedLock {
+            try checkUsable()
             var txn: OpaquePointer?
             let readOnly = configuration.readOnly
             var rc = mdb_txn_begin(handle, nil, readOnly ? UInt32(MDB_RDONLY) : 0, &txn)
@@ -216,9 +247,9 @@ public final class Environment: @unchecked Sendable {
     ///
     /// Values passed to `body` as buffers are valid only during the call that passes them.
     public func read<T>(_ body: (ReadTransaction) throws -> T) throws -> T {
-        try checkUsable()
-        return try retryingMapResized {
+        try retryingMapResized {
             try remapLock.withSharedLock {
+                try checkUsable()
                 let txn = try beginTransaction(readOnly: true)
                 let transaction = ReadTransaction(environment: self, txn: txn)
                 defer { transaction.finish(commit: false) }
@@ -238,9 +269,9 @@ public final class Environment: @unchecked Sendable {
     public func write<T>(_ body: (WriteTransaction) throws -> T) throws -> T {
         var growths = 0
         while true {
-            try checkUsable()
             do {
                 return try remapLock.withSharedLock {
+                    try checkUsable()
                     let txn = try beginTransaction(readOnly: false)
                     let transaction = WriteTransaction(environment: self, txn: txn)
                     var committed = false
@@ -262,9 +293,14 @@ public final class Environment: @unchecked Sendable {
     /// Opens a long-lived snapshot: a read transaction that sees the last commit until released. A snapshot
     /// holds a reader slot and keeps the pages it sees from being reused, so release it when done.
     public func snapshot() throws -> Snapshot {
-        try checkUsable()
-        let txn = try retryingMapResized { try remapLock.withSharedLock { try beginTransaction(readOnly: true) } }
-        return Snapshot(environment: self, txn: txn)
+        try retryingMapResized {
+            try remapLock.withSharedLock {
+                try checkUsable()
+                let snapshot = Snapshot(environment: self, txn: try beginTransaction(readOnly: true))
+                register(snapshot)
+                return snapshot
+            }
+        }
     }
 
     /// Begins an LMDB transaction. `MDB_MAP_RESIZED` (another process grew the map) is thrown to the caller:
@@ -315,9 +351,12 @@ public final class Environment: @unchecked Sendable {
 
     /// The current map size in bytes.
     public var mapSize: Int {
-        var info = MDB_envinfo()
-        mdb_env_info(handle, &info)
-        return Int(info.me_mapsize)
+        remapLock.withSharedLock {
+            guard !isClosed else { return 0 }
+            var info = MDB_envinfo()
+            mdb_env_info(handle, &info)
+            return Int(info.me_mapsize)
+        }
     }
 
     /// Figures about the environment, for tools and metrics.
@@ -332,6 +371,13 @@ public final class Environment: @unchecked Sendable {
 
     /// Figures about the environment.
     public var statistics: Statistics {
+        remapLock.withSharedLock { unlockedStatistics }
+    }
+
+    private var unlockedStatistics: Statistics {
+        guard !isClosed else {
+            return Statistics(mapSize: 0, usedBytes: 0, pageSize: 0, lastTransactionID: 0, readersUsed: 0, maximumReaders: 0)
+        }
         var info = MDB_envinfo()
         mdb_env_info(handle, &info)
         var stat = MDB_stat()
@@ -344,7 +390,10 @@ public final class Environment: @unchecked Sendable {
 
     private func growMap(after failure: StorageError) throws {
         try remapLock.withExclusiveLock {
-            let current = mapSize
+            try checkUsable()
+            var info = MDB_envinfo()
+            mdb_env_info(handle, &info)
+            let current = Int(info.me_mapsize)
             let maximum = configuration.maximumMapSize
             guard current < maximum else {
                 throw StorageError(
@@ -360,6 +409,7 @@ public final class Environment: @unchecked Sendable {
 
     func adoptMapSize() throws {
         try remapLock.withExclusiveLock {
+            try checkUsable()
             let rc = mdb_env_set_mapsize(handle, 0)
             if rc != 0 { throw error(rc, "mdb_env_set_mapsize", context: "adopting a map grown by another process") }
         }
@@ -370,22 +420,31 @@ public final class Environment: @unchecked Sendable {
     /// Clears reader slots left by processes that died holding a snapshot. Returns how many were cleared.
     @discardableResult
     public func clearStaleReaders() -> Int {
-        var dead: Int32 = 0
-        mdb_reader_check(handle, &dead)
-        return Int(dead)
+        remapLock.withSharedLock {
+            guard !isClosed else { return 0 }
+            var dead: Int32 = 0
+            mdb_reader_check(handle, &dead)
+            return Int(dead)
+        }
     }
 
     /// Flushes written data to disk, for environments opened with a relaxed ``Durability``.
-    public func flush() throws(StorageError) {
-        let rc = mdb_env_sync(handle, 1)
-        if rc != 0 { throw error(rc, "mdb_env_sync") }
+    public func flush() throws {
+        try remapLock.withSharedLock {
+            try checkUsable()
+            let rc = mdb_env_sync(handle, 1)
+            if rc != 0 { throw error(rc, "mdb_env_sync") }
+        }
     }
 
     /// Copies the environment into the empty directory `target`, compacting it. The copy is a consistent
     /// snapshot, taken without blocking writers.
-    public func copy(to target: String) throws(StorageError) {
-        let rc = mdb_env_copy2(handle, target, UInt32(MDB_CP_COMPACT))
-        if rc != 0 { throw error(rc, "mdb_env_copy2", context: "copying to \(target)") }
+    public func copy(to target: String) throws {
+        try remapLock.withSharedLock {
+            try checkUsable()
+            let rc = mdb_env_copy2(handle, target, UInt32(MDB_CP_COMPACT))
+            if rc != 0 { throw error(rc, "mdb_env_copy2", context: "copying to \(target)") }
+        }
     }
 
     // MARK: Testing

@@ -225,9 +225,9 @@ public final class Snapshot: @unchecked Sendable {
 
     /// Runs `body` against the snapshot.
     public func read<T>(_ body: (ReadTransaction) throws -> T) throws -> T {
-        try environment.checkUsable()
-        return try environment.remapLock.withSharedLock {
-            try lock.withLock { held in
+        try environment.remapLock.withSharedLock {
+            try environment.checkUsable()
+            return try lock.withLock { held in
                 guard let handle = held.txn else { preconditionFailure("a snapshot was used after release()") }
                 let transaction = ReadTransaction(environment: environment, txn: handle)
                 defer { transaction.txn = nil }  // the snapshot, not the wrapper, owns the transaction
@@ -238,6 +238,17 @@ public final class Snapshot: @unchecked Sendable {
 
     /// Ends the snapshot and frees its reader slot. Using it afterwards is a programmer error.
     public func release() {
+        environment.remapLock.withSharedLock {
+            lock.withLock { held in
+                if let handle = held.txn, !environment.isClosed { mdb_txn_abort(handle) }
+                held.txn = nil
+            }
+        }
+        environment.unregister(self)
+    }
+
+    /// Ends the transaction because the environment is closing (its exclusive lock is held).
+    func endForClose() {
         lock.withLock { held in
             if let handle = held.txn { mdb_txn_abort(handle) }
             held.txn = nil
