@@ -20,6 +20,7 @@ let package = Package(
         .executable(name: "tributary-log", targets: ["tributary-log"]),
         .executable(name: "tributary-bench", targets: ["tributary-bench"]),
         .executable(name: "tributary-demo", targets: ["tributary-demo"]),
+        .executable(name: "tributary-sim", targets: ["tributary-sim"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
@@ -61,7 +62,16 @@ let package = Package(
             ],
             swiftSettings: upcomingFeatures),
 
+        // The convergence simulator (issue 3): used by tributary-sim and by the test suite.
+        .target(
+            name: "TributarySimulator", dependencies: ["Tributary", "TributaryModel", "TributaryMerge"],
+            swiftSettings: upcomingFeatures),
+
         // Tools.
+        .executableTarget(
+            name: "tributary-sim",
+            dependencies: ["TributarySimulator", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Tools/tributary-sim", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributary-log",
             dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
@@ -102,7 +112,7 @@ let package = Package(
             name: "TributaryTests",
             dependencies: [
                 "Tributary", "TributaryLog", "TributaryViews", "TributaryStorage", "TributaryTestSupport",
-                "tributary-crash-child",
+                "TributarySimulator", "tributary-crash-child",
             ],
             swiftSettings: upcomingFeatures),
     ]

@@ -41,17 +41,39 @@ extension Replica {
     ///
     /// - Complexity: O(k log n) for k changesets missing from a log of n: found through the origin index, not by a
     ///   scan of the log.
-    public func changesets(missingFrom vector: VersionVector, limit: Int = .max) throws -> [Changeset] {
+    ///
+    /// - Parameters:
+    ///   - origins: when given, only changesets from these origins (a partial replica uploads only its own).
+    ///   - holds: when given, each changeset is projected for a partial replica: schema instructions and the
+    ///     instructions on objects for which `holds` returns `true` are kept, the rest replaced by
+    ///     ``Instruction/omitted``. The projection keeps the changeset's identity, so the partial replica's version
+    ///     vector stays complete. A partial replica must not export what it received this way.
+    public func changesets(
+        missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil,
+        holds: ((String, PrimaryKey) -> Bool)? = nil
+    ) throws -> [Changeset] {
         do {
             return try environment.read { txn in
                 let have = try views.versionVector(in: txn)
                 var sequences: [UInt64] = []
                 for entry in have.entries where vector[entry.replica] < entry.sequence {
+                    if let origins, !origins.contains(entry.replica) { continue }
                     sequences.append(contentsOf: try log.localSequences(from: entry.replica, after: vector[entry.replica], in: txn))
                 }
                 sequences.sort()
                 let context = ZstdContext()
-                return try sequences.prefix(limit).map { try log.changeset(of: try log.entry($0, in: txn), context: context) }
+                return try sequences.prefix(limit).map { sequence in
+                    var changeset = try log.changeset(of: try log.entry(sequence, in: txn), context: context)
+                    if let holds {
+                        changeset.instructions = changeset.instructions.map { instruction in
+                            guard let object = instruction.object, !holds(object.type, object.primaryKey) else {
+                                return instruction
+                            }
+                            return .omitted
+                        }
+                    }
+                    return changeset
+                }
             }
         } catch {
             throw TributaryError.wrap(error)

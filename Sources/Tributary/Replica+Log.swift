@@ -1,4 +1,5 @@
 import TributaryLog
+import TributaryMerge
 public import TributaryModel
 import TributaryStorage
 import TributaryViews
@@ -104,5 +105,65 @@ extension Replica {
             }
         }
         return result
+    }
+}
+
+extension Replica {
+    /// A digest of the object records alone, in key order: what ``recordsDigest(of:)`` computes for records held
+    /// elsewhere (the simulator's oracle). Equal digests mean byte-identical records.
+    public func recordsDigest() throws -> UInt64 {
+        do {
+            return try environment.read { txn in
+                var digest = RecordsDigest()
+                try txn.scan(views.objects) { key, value in
+                    digest.add(key: key, value: value)
+                    return true
+                }
+                return digest.value
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// The digest of records given as (type, primary key, encoded record), as ``recordsDigest()`` computes it.
+    public static func recordsDigest(of records: [(type: String, primaryKey: PrimaryKey, bytes: [UInt8])]) -> UInt64 {
+        var digest = RecordsDigest()
+        let keyed = records.map { (ViewStore.objectKey(type: $0.type, primaryKey: $0.primaryKey), $0.bytes) }
+        for (key, bytes) in keyed.sorted(by: { $0.0.lexicographicallyPrecedes($1.0) }) {
+            key.withUnsafeBytes { key in bytes.withUnsafeBytes { digest.add(key: key, value: $0) } }
+        }
+        return digest.value
+    }
+
+    /// The stored bytes of one object's record (tombstones included), for convergence checks. Not API.
+    public func _recordBytes(type: String, primaryKey: PrimaryKey) throws -> [UInt8]? {
+        try environment.read { txn in try txn.get(views.objects, key: ViewStore.objectKey(type: type, primaryKey: primaryKey)) }
+    }
+
+    /// Every stored record's type and primary key. Not API.
+    public func _recordKeys() throws -> [(type: String, primaryKey: PrimaryKey)] {
+        var result: [(String, PrimaryKey)] = []
+        try environment.read { txn in
+            try txn.scan(views.objects) { key, _ in
+                if let zero = key.firstIndex(of: 0), let primaryKey = KeyEncoding.primaryKey(from: key[(zero + 1)...]) {
+                    result.append((String(decoding: key[..<zero], as: UTF8.self), primaryKey))
+                }
+                return true
+            }
+        }
+        return result
+    }
+}
+
+struct RecordsDigest {
+    var value: UInt64 = XXHash64.hash([])
+
+    mutating func add(key: UnsafeRawBufferPointer, value bytes: UnsafeRawBufferPointer) {
+        var combined = withUnsafeBytes(of: value) { Array($0) }
+        combined.append(contentsOf: withUnsafeBytes(of: UInt32(key.count)) { Array($0) })
+        combined.append(contentsOf: key)
+        combined.append(contentsOf: bytes)
+        value = XXHash64.hash(combined)
     }
 }

@@ -1,5 +1,6 @@
 import TributaryMerge
 public import TributaryModel
+import TributaryStorage
 
 /// Code that carries data from an older schema version to a newer one, run inside the transaction that changes
 /// the schema: if it throws, the replica stays exactly as it was.
@@ -32,7 +33,28 @@ public final class MigrationContext {
 }
 
 extension Replica {
-    /// Checks the schema given at open against the stored one; starts, keeps or migrates it.
+    static let declaredSchemaKey = Array("declaredSchema".utf8)
+
+    /// The schema the app last opened this replica with (its own declaration, which may list less than the merged
+    /// schema: other replicas and runtime schema changes may have added types and properties).
+    func declaredSchema() throws -> Schema? {
+        try environment.read { txn in
+            guard let bytes = try txn.get(identity, key: Self.declaredSchemaKey) else { return nil }
+            var reader = BinaryReader(bytes, subject: "declared schema")
+            return try reader.schema()
+        }
+    }
+
+    func storeDeclaredSchema(_ schema: Schema) throws {
+        var writer = BinaryWriter()
+        writer.schema(schema)
+        try environment.write { txn in try txn.put(identity, key: Self.declaredSchemaKey, value: writer.bytes) }
+    }
+
+    /// Checks the schema given at open against the one the app declared last time; starts, keeps or migrates it.
+    ///
+    /// The comparison is with the app's previous declaration, not with the merged schema: what other replicas (or
+    /// runtime schema changes) added stays, and does not make the app's unchanged schema "differ".
     func reconcile(schema given: Schema, migration: Migration?) throws {
         do {
             try given.validate()
@@ -45,16 +67,18 @@ extension Replica {
                 for type in given.types { try txn.emit(.addType(type)) }
                 try txn.emit(.setSchemaVersion(given.version))
             }
+            try storeDeclaredSchema(given)
             return
         }
+        let declared = try declaredSchema() ?? stored
         if given.version < stored.version {
             throw TributaryError(
                 .schemaMismatch,
                 "schema version \(given.version) is lower than the stored schema version \(stored.version) of \(directory); "
                     + "open it with version \(stored.version) or higher")
         }
-        let differences = given.differences(from: stored)
         if given.version == stored.version {
+            let differences = given.differences(from: declared)
             guard differences.isEmpty else {
                 throw TributaryError(
                     .migrationRequired,
@@ -62,44 +86,66 @@ extension Replica {
                         + differences.map { "- \($0)" }.joined(separator: "\n")
                         + "\nRaise the schema version (now \(stored.version)) to migrate.")
             }
+            // The same declaration: anything it has that the merged schema lacks (it cannot, unless the replica was
+            // rebuilt) is added back.
+            if !given.isSubset(of: stored) {
+                try write { txn in
+                    for type in given.types {
+                        if let existing = txn.schema[type: type.name] {
+                            for property in type.properties where existing[property: property.name] == nil {
+                                try txn.emit(.addProperty(type: type.name, property))
+                            }
+                        } else {
+                            try txn.emit(.addType(type))
+                        }
+                    }
+                }
+            }
             return
         }
-        try migrate(from: stored, to: given, migration: migration)
+        try migrate(from: stored, declared: declared, to: given, migration: migration)
+        try storeDeclaredSchema(given)
     }
 
-    /// Changes the stored schema to `target` in one transaction: types and properties that went away are removed
-    /// with their data, new ones added, changed ones replaced; then `migration` runs.
-    func migrate(from stored: Schema, to target: Schema, migration: Migration?) throws {
+    /// Changes the stored schema to `target` in one transaction: what the app's previous declaration had and the new
+    /// one lacks is removed with its data (what other replicas added stays), changed properties are replaced, new
+    /// types and properties are added; then `migration` runs.
+    func migrate(from stored: Schema, declared: Schema, to target: Schema, migration: Migration?) throws {
         do {
             try write { txn in
-                for old in stored.types where target[type: old.name] == nil || target[type: old.name]!.isEmbedded != old.isEmbedded {
-                    for key in try txn.working.keys(ofType: old.name) where !old.isEmbedded {
+                let removedTypes = declared.types.filter { old in
+                    guard let new = target[type: old.name] else { return stored[type: old.name] != nil }
+                    return new.isEmbedded != old.isEmbedded
+                }
+                for old in removedTypes where !old.isEmbedded {
+                    for key in try txn.working.keys(ofType: old.name) {
                         try txn.emit(.erase(type: old.name, primaryKey: key.primaryKey))
                     }
                 }
-                // Properties first removed or replaced, then types removed, then additions.
+                // Properties removed or redefined, then types removed, then additions.
                 for new in target.types {
-                    guard let old = stored[type: new.name], old.isEmbedded == new.isEmbedded else { continue }
-                    for property in old.properties {
-                        if let replacement = new[property: property.name], replacement == property { continue }
-                        if let replacement = new[property: property.name],
-                            replacement.kind == property.kind, replacement.isList == property.isList,
-                            replacement.isOptional == property.isOptional
-                        {
-                            // Only the index or default changed: keep the data.
+                    guard let current = stored[type: new.name], current.isEmbedded == new.isEmbedded else { continue }
+                    let previous = declared[type: new.name]
+                    for property in current.properties where property.name != current.primaryKey {
+                        if let replacement = new[property: property.name] {
+                            if replacement == property { continue }
+                            if replacement.kind == property.kind, replacement.isList == property.isList,
+                                replacement.isOptional == property.isOptional
+                            {
+                                // Only the index or the default changed: keep the data.
+                                try txn.emit(.redefineProperty(type: new.name, replacement))
+                            } else {
+                                try txn.emit(.removeProperty(type: new.name, name: property.name))
+                            }
+                        } else if previous?[property: property.name] != nil {
                             try txn.emit(.removeProperty(type: new.name, name: property.name))
-                            try txn.emit(.addProperty(type: new.name, replacement))
-                            continue
                         }
-                        try txn.emit(.removeProperty(type: new.name, name: property.name))
                     }
                 }
-                for old in stored.types where target[type: old.name] == nil || target[type: old.name]!.isEmbedded != old.isEmbedded {
-                    try txn.emit(.removeType(old.name))
-                }
+                for old in removedTypes { try txn.emit(.removeType(old.name)) }
                 for new in target.types {
-                    if let old = txn.working.schema[type: new.name] {
-                        for property in new.properties where old[property: property.name] == nil {
+                    if let existing = txn.working.schema[type: new.name] {
+                        for property in new.properties where existing[property: property.name] == nil {
                             try txn.emit(.addProperty(type: new.name, property))
                         }
                     } else {

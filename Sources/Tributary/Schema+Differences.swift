@@ -44,6 +44,16 @@ extension Schema {
         return lines
     }
 
+    /// Whether every type and property of this schema is in `other`, defined the same way (`other` may have more).
+    public func isSubset(of other: Schema) -> Bool {
+        types.allSatisfy { type in
+            guard let stored = other[type: type.name], stored.isEmbedded == type.isEmbedded,
+                stored.primaryKey == type.primaryKey
+            else { return false }
+            return type.properties.allSatisfy { stored[property: $0.name] == $0 }
+        }
+    }
+
     /// Whether two schemas define the same types and properties (property order aside).
     public func isEquivalent(to other: Schema) -> Bool { differences(from: other).isEmpty }
 }

@@ -255,3 +255,40 @@ public final class Transaction: ObjectReading {
 
 @available(*, unavailable, message: "a Transaction holds the storage write transaction, which belongs to one thread")
 extension Transaction: Sendable {}
+
+extension Transaction {
+    /// Adds a property to a type, as part of this transaction's changeset. Existing objects read the new property
+    /// as its default (or null). Replicas that add the same property concurrently merge; conflicting definitions
+    /// are refused (DESIGN.md, rule 8).
+    ///
+    /// - Throws: ``TributaryError`` with `.unknownType`, or `.schemaConflict` when the type has a different property
+    ///   of that name.
+    public func addProperty(_ property: Property, to type: String) throws {
+        guard let existing = working.schema[type: type] else {
+            throw TributaryError(.unknownType, "cannot add '\(property.name)' to '\(type)': the schema has no such type")
+        }
+        if let current = existing[property: property.name] {
+            guard current == property else {
+                throw TributaryError(
+                    .schemaConflict, "'\(type).\(property.name)' is defined as \(current); cannot also define it as \(property)")
+            }
+            return
+        }
+        guard property.isOptional || property.isList || property.defaultValue != nil else {
+            throw TributaryError(
+                .schemaMismatch,
+                "'\(type).\(property.name)' is required and has no default: existing objects would lack it; give it a default")
+        }
+        try emit(.addProperty(type: type, property))
+    }
+
+    /// Adds an object type, as part of this transaction's changeset.
+    public func addType(_ type: ObjectSchema) throws {
+        var schema = working.schema
+        schema.upsert(type)
+        do { try schema.validate() } catch {
+            throw TributaryError(.schemaMismatch, "cannot add type '\(type.name)': \(error)", underlying: error)
+        }
+        try emit(.addType(type))
+    }
+}

@@ -114,8 +114,10 @@ struct InstructionApplier {
 
     mutating func apply<Source>(_ instruction: Instruction, to state: inout WorkingSet<Source>) throws {
         switch instruction {
-        case .addType, .addProperty, .removeProperty, .renameProperty, .removeType, .setSchemaVersion:
+        case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType, .setSchemaVersion:
             try SchemaMerger(info: info).apply(instruction, to: &state)
+        case .omitted:
+            break
         case .create(let type, let key, let explicit, let defaults):
             try create(type: type, key: key, explicit: explicit, defaults: defaults, state: &state)
         case .erase(let type, let key):

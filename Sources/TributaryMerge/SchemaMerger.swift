@@ -45,6 +45,18 @@ struct SchemaMerger {
             try rewriteFields(of: typeName, in: &state) { fields in
                 if let value = fields.removeValue(forKey: from) { fields[to] = value }
             }
+        case .redefineProperty(let typeName, let property):
+            guard var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == property.name })
+            else { return }
+            let current = type.properties[index]
+            guard current.kind == property.kind, current.isList == property.isList, current.isOptional == property.isOptional
+            else {
+                throw MergeError(
+                    .invalidInstruction,
+                    "'\(typeName).\(property.name)' cannot be redefined from \(current) to \(property): only its index or default may change")
+            }
+            type.properties[index] = property
+            schema.upsert(type)
         case .removeType(let typeName):
             guard let type = schema[type: typeName] else { return }
             if !type.isEmbedded {

@@ -157,8 +157,9 @@ func hex(_ value: UInt64) -> String {
 }
 
 private enum InstructionTag: UInt8 {
-    case addType = 1, addProperty, removeProperty, renameProperty, removeType, setSchemaVersion
+    case addType = 1, addProperty, removeProperty, renameProperty, removeType, setSchemaVersion, redefineProperty
     case create = 16, erase, set, addInteger, listInsert, listSet, listErase, listMove, listClear
+    case omitted = 32
 }
 
 extension BinaryWriter {
@@ -210,6 +211,10 @@ extension BinaryWriter {
             name(type, &names)
             name(from, &names)
             name(to, &names)
+        case .redefineProperty(let type, let property):
+            byte(InstructionTag.redefineProperty.rawValue)
+            name(type, &names)
+            self.property(property, &names)
         case .removeType(let type):
             byte(InstructionTag.removeType.rawValue)
             name(type, &names)
@@ -258,6 +263,8 @@ extension BinaryWriter {
         case .listClear(let path):
             byte(InstructionTag.listClear.rawValue)
             self.path(path, &names)
+        case .omitted:
+            byte(InstructionTag.omitted.rawValue)
         }
     }
 }
@@ -316,6 +323,9 @@ extension BinaryReader {
             let type = try name(names, "type name")
             let from = try name(names, "property name")
             return .renameProperty(type: type, from: from, to: try name(names, "property name"))
+        case .redefineProperty:
+            let type = try name(names, "type name")
+            return .redefineProperty(type: type, try property(names))
         case .removeType: return .removeType(try name(names, "type name"))
         case .setSchemaVersion: return .setSchemaVersion(try varint())
         case .create:
@@ -351,6 +361,7 @@ extension BinaryReader {
             let element = try elementID()
             return .listMove(path, element: element, anchor: try anchor())
         case .listClear: return .listClear(try path(names))
+        case .omitted: return .omitted
         case nil: throw error(.invalidTag, "unknown instruction tag \(tag) in instruction \(index)")
         }
     }

@@ -107,6 +107,8 @@ public enum Instruction: Hashable, Sendable {
     case removeProperty(type: String, name: String)
     /// Renames a property, keeping its values.
     case renameProperty(type: String, from: String, to: String)
+    /// Replaces a property's definition where only its index or default changes; the values stay.
+    case redefineProperty(type: String, Property)
     /// Removes a type and all its objects.
     case removeType(String)
     /// Sets the schema version.
@@ -134,6 +136,10 @@ public enum Instruction: Hashable, Sendable {
     /// Removes every element the writer had seen (those its causal context covers).
     case listClear(FieldPath)
 
+    /// An instruction left out of a partial replica's projection of a changeset. It does nothing, and keeps the
+    /// index of every later instruction, from which the ids of the elements they create derive.
+    case omitted
+
     /// The object the instruction touches, if it touches one.
     public var object: (type: String, primaryKey: PrimaryKey)? {
         switch self {
@@ -141,13 +147,20 @@ public enum Instruction: Hashable, Sendable {
         case .set(let path, _), .addInteger(let path, _, _), .listInsert(let path, _, _), .listSet(let path, _, _),
             .listErase(let path, _), .listMove(let path, _, _), .listClear(let path):
             return (path.type, path.primaryKey)
-        case .addType, .addProperty, .removeProperty, .renameProperty, .removeType, .setSchemaVersion:
+        case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType, .setSchemaVersion,
+            .omitted:
             return nil
         }
     }
 
     /// Whether the instruction changes the schema.
-    public var isSchemaInstruction: Bool { object == nil }
+    public var isSchemaInstruction: Bool {
+        switch self {
+        case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType, .setSchemaVersion:
+            true
+        default: false
+        }
+    }
 }
 
 /// One write transaction's worth of instructions, with everything another replica needs to merge it.

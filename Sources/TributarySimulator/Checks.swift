@@ -1,0 +1,213 @@
+import Foundation
+import Tributary
+import TributaryMerge
+import TributaryModel
+
+extension Simulation {
+    func fail(_ message: String) { result.failures.append(message) }
+
+    func check() throws {
+        let full = (0..<replicaCount).filter { !isPartial($0) }
+        // 1. Byte-identical views on every full replica, and equal version vectors everywhere.
+        let digests = try full.map { try replicas[$0].viewDigest() }
+        if Set(digests).count != 1 {
+            fail("full replicas diverged: view digests \(zip(full, digests).map { "r\($0)=\(String($1, radix: 16))" })")
+        }
+        let vectors = replicas.map(\.versionVector)
+        if Set(vectors).count != 1 { fail("version vectors differ: \(vectors)") }
+
+        // 2. Each replica's views equal a replay of its own log (M3).
+        for (index, replica) in replicas.enumerated() {
+            let report = try replica.verify()
+            if !report.passed { fail("replica \(index) failed verify: \(report)") }
+        }
+
+        // 3. Partial replicas hold exactly the full replica's record for every object they hold.
+        for index in 0..<replicaCount where isPartial(index) {
+            for (type, key) in try replicas[index]._recordKeys() {
+                if !Workload.partialHolds(type, key) { fail("partial replica \(index) holds \(type)[\(key)], outside its subset") }
+                if try replicas[index]._recordBytes(type: type, primaryKey: key) != replicas[0]._recordBytes(type: type, primaryKey: key) {
+                    fail("partial replica \(index) differs from replica 0 on \(type)[\(key)]")
+                }
+            }
+            for (type, key) in try replicas[0]._recordKeys() where Workload.partialHolds(type, key) {
+                if try replicas[index]._recordBytes(type: type, primaryKey: key) == nil {
+                    fail("partial replica \(index) lacks \(type)[\(key)]")
+                }
+            }
+        }
+
+        let changesets = try replicas[0].changesets(missingFrom: VersionVector())
+        result.changesets = changesets.count
+        let origins = Set(changesets.map(\.dot)).count
+        if origins != changesets.count { fail("the log holds \(changesets.count - origins) changesets twice") }
+
+        // 4. The oracle: the same changesets, merged in random causal orders, give the same records.
+        let expected = try replicas[0].recordsDigest()
+        for order in 0..<configuration.oracleOrders {
+            let digest = try oracleDigest(changesets, order: order)
+            if digest != expected { fail("oracle order \(order) gives records digest \(digest), replicas \(expected)") }
+        }
+
+        // 5. The reference model of rules 1-4 and 7, and the list checks.
+        try checkReferenceModel(changesets)
+        try checkLists()
+    }
+
+    func oracleDigest(_ changesets: [Changeset], order: Int) throws -> UInt64 {
+        var queues: [ReplicaID: [Changeset]] = [:]
+        for changeset in changesets { queues[changeset.origin, default: []].append(changeset) }
+        for key in Array(queues.keys) { queues[key]!.sort { $0.originSequence < $1.originSequence } }
+        var working = WorkingSet(source: NothingStored(), schema: Schema(types: []))
+        var vector = VersionVector()
+        var generator = SplitMix(seed: configuration.seed &+ UInt64(order) &* 7919)
+        var remaining = changesets.count
+        while remaining > 0 {
+            let ready = queues.keys.sorted().filter { origin in
+                guard let head = queues[origin]?.first else { return false }
+                let context = VersionVector(head.context.entries.filter { $0.replica != origin }.map { ($0.replica, $0.sequence) })
+                return vector.includes(context)
+            }
+            guard !ready.isEmpty else {
+                fail("oracle: no changeset is causally ready with \(remaining) left")
+                return 0
+            }
+            let origin = ready[Int(generator.next() % UInt64(ready.count))]
+            let changeset = queues[origin]!.removeFirst()
+            try MergeEngine.apply(changeset, to: &working)
+            vector.advance(changeset.origin, to: changeset.originSequence)
+            remaining -= 1
+        }
+        let records = working.changes.compactMap { change in
+            change.after.map { (type: change.key.type, primaryKey: change.key.primaryKey, bytes: $0.encoded()) }
+        }
+        return Replica.recordsDigest(of: records)
+    }
+
+    /// Checks what rules 1-4 and 7 say of existence, scalar fields, counters and links, computed from the changesets
+    /// directly, without the merge engine.
+    func checkReferenceModel(_ changesets: [Changeset]) throws {
+        struct Key: Hashable {
+            var type: String
+            var primaryKey: PrimaryKey
+        }
+        struct Write {
+            var changeset: Int
+            var index: Int
+            var value: Value
+        }
+        struct ObjectHistory {
+            var erases: [(changeset: Int, index: Int)] = []
+            var creates: [(changeset: Int, index: Int, explicit: [FieldValue], defaults: [FieldValue])] = []
+            var sets: [String: [Write]] = [:]
+            var adds: [String: [(changeset: Int, index: Int, delta: Int64, base: Stamp)]] = [:]
+        }
+        var histories: [Key: ObjectHistory] = [:]
+        for (position, changeset) in changesets.enumerated() {
+            for (index, instruction) in changeset.instructions.enumerated() {
+                switch instruction {
+                case .create(let type, let key, let explicit, let defaults):
+                    histories[Key(type: type, primaryKey: key), default: .init()].creates.append((position, index, explicit, defaults))
+                case .erase(let type, let key):
+                    histories[Key(type: type, primaryKey: key), default: .init()].erases.append((position, index))
+                case .set(let path, let value) where path.steps.isEmpty:
+                    histories[Key(type: path.type, primaryKey: path.primaryKey), default: .init()].sets[path.property, default: []]
+                        .append(Write(changeset: position, index: index, value: value))
+                case .addInteger(let path, let delta, let base) where path.steps.isEmpty:
+                    histories[Key(type: path.type, primaryKey: path.primaryKey), default: .init()].adds[path.property, default: []]
+                        .append((position, index, delta, base))
+                default:
+                    break
+                }
+            }
+        }
+        func covers(_ changeset: Int, _ index: Int, _ erase: (changeset: Int, index: Int)) -> Bool {
+            if changeset == erase.changeset { return index > erase.index }
+            return changesets[changeset].context.includes(changesets[erase.changeset].dot)
+        }
+        let schema = replicas[0].schema
+        var exists: [Key: Bool] = [:]
+        for (key, history) in histories {
+            exists[key] = history.creates.contains { create in history.erases.allSatisfy { covers(create.changeset, create.index, $0) } }
+        }
+        for (key, history) in histories.sorted(by: { "\($0.key.type)\($0.key.primaryKey)" < "\($1.key.type)\($1.key.primaryKey)" }) {
+            let stored = try replicas[0].object(key.type, primaryKey: key.primaryKey)
+            guard exists[key] == true else {
+                if stored != nil { fail("reference model: \(key.type)[\(key.primaryKey)] should be erased (rule 2), replicas hold it") }
+                continue
+            }
+            guard let stored else {
+                fail("reference model: \(key.type)[\(key.primaryKey)] should exist, replicas lack it")
+                continue
+            }
+            guard let type = schema[type: key.type] else { continue }
+            func alive(_ changeset: Int, _ index: Int) -> Bool {
+                history.erases.allSatisfy { covers(changeset, index, $0) }
+            }
+            for property in type.properties where !property.isList && property.name != type.primaryKey {
+                if case .embedded = property.kind { continue }
+                var writes: [Write] = history.sets[property.name, default: []].filter { alive($0.changeset, $0.index) }
+                for create in history.creates where alive(create.changeset, create.index) {
+                    if let field = create.explicit.first(where: { $0.name == property.name }) {
+                        writes.append(Write(changeset: create.changeset, index: create.index, value: field.value))
+                    }
+                }
+                let winner = writes.max { a, b in
+                    (changesets[a.changeset].stamp, a.index) < (changesets[b.changeset].stamp, b.index)
+                }
+                var value: Value
+                var base = Stamp.zero
+                if let winner {
+                    value = winner.value
+                    base = changesets[winner.changeset].stamp
+                } else if let defaulted = history.creates.lazy.filter({ alive($0.changeset, $0.index) })
+                    .compactMap({ $0.defaults.first { $0.name == property.name }?.value }).first
+                {
+                    value = defaulted
+                } else {
+                    value = property.defaultValue ?? (property.isOptional ? .null : ObjectRecord.zeroValue(property.kind))
+                }
+                if case .int(let number) = value {
+                    let sum = history.adds[property.name, default: []]
+                        .filter { alive($0.changeset, $0.index) && $0.base == base }
+                        .reduce(Int64(0)) { $0 &+ $1.delta }
+                    value = .int(number &+ sum)
+                }
+                if case .link(let target) = value, case .link(let targetType) = property.kind,
+                    exists[Key(type: targetType, primaryKey: target)] != true
+                {
+                    value = .null  // rule 7
+                }
+                if stored[property.name] != value {
+                    fail("reference model: \(key.type)[\(key.primaryKey)].\(property.name) should be \(value), replicas hold \(stored[property.name])")
+                }
+            }
+        }
+    }
+
+    /// Jepsen-style list checks: no element appears twice, and a list that never shrank holds every value inserted.
+    func checkLists() throws {
+        for type in ["Card", "Board"] {
+            for object in try replicas[0].objects(type) {
+                let name = "\(type)[\(object.primaryKey)]"
+                for property in ["tags", "labels"] {
+                    guard let values = object[property].listValue else { continue }
+                    let strings = values.compactMap(\.stringValue)
+                    if Set(strings).count != strings.count { fail("\(name).\(property) holds an element twice: \(strings)") }
+                    if !journal.listsShrunk.contains(name) {
+                        let missing = (journal.listValues[name] ?? []).subtracting(strings)
+                        // Values go to tags on cards and labels on boards; each list is checked for its own.
+                        let relevant = missing.filter { _ in (type == "Card") == (property == "tags") }
+                        if !relevant.isEmpty { fail("\(name).\(property) lost inserted values \(relevant.sorted())") }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Nothing stored: the oracle starts from an empty replica.
+struct NothingStored: RecordSource {
+    func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? { nil }
+    func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] { [] }
+}

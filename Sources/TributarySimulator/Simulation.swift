@@ -1,0 +1,231 @@
+import Foundation
+import Synchronization
+import Tributary
+import TributaryModel
+
+/// A deterministic simulation of N replicas that write concurrently through a faulty network, then heal and
+/// exchange everything; afterwards every replica must hold the same state, equal to what an oracle and a reference
+/// model of the merge rules compute (RELIABILITY.md, M1-M3).
+public struct SimulationConfiguration: Sendable {
+    public var seed: UInt64
+    /// Replicas, 3 to 7.
+    public var replicas = 5
+    /// Write transactions, across all replicas.
+    public var operations = 10_000
+    /// How many of the replicas are partial (hold every other key), each syncing through replica 0.
+    public var partialReplicas = 1
+    /// Random causal orders the oracle replays the changesets in.
+    public var oracleOrders = 3
+    /// Where replica directories go; a fresh subdirectory per run.
+    public var directory: String
+
+    public init(seed: UInt64, directory: String) {
+        self.seed = seed
+        self.directory = directory
+    }
+}
+
+/// The outcome of one run.
+public struct SimulationResult: Sendable {
+    public var seed: UInt64
+    public var failures: [String]
+    public var operations = 0
+    public var deliveries = 0
+    public var duplicates = 0
+    public var crashes = 0
+    public var changesets = 0
+    public var seconds = 0.0
+
+    public var passed: Bool { failures.isEmpty }
+}
+
+public final class Simulation {
+    let configuration: SimulationConfiguration
+    var random: SplitMix
+    var replicas: [Replica] = []
+    var clocks: [SimulationClock] = []
+    var generators: [OperationGenerator] = []
+    var journal = WriteJournal()
+    let root: String
+    /// In-flight messages per directed link (source, target): batches of changesets.
+    var links: [Link] = []
+    var result: SimulationResult
+
+    struct Link {
+        var source: Int
+        var target: Int
+        var up = true
+        var queue: [[Changeset]] = []
+    }
+
+    public init(_ configuration: SimulationConfiguration) {
+        self.configuration = configuration
+        random = SplitMix(seed: configuration.seed)
+        root = (configuration.directory as NSString).appendingPathComponent("seed-\(configuration.seed)")
+        result = SimulationResult(seed: configuration.seed, failures: [])
+    }
+
+    var replicaCount: Int { max(3, min(7, configuration.replicas)) }
+    func isPartial(_ index: Int) -> Bool { index >= replicaCount - configuration.partialReplicas && index > 0 }
+
+    func next(_ bound: Int) -> Int { Int(random.next() % UInt64(max(bound, 1))) }
+    func chance(_ percent: Double) -> Bool { Double(random.next() % 1_000_000) < percent * 10_000 }
+
+    func replicaConfiguration(_ index: Int) -> Replica.Configuration {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        configuration.clock = clocks[index]
+        configuration.replicaID = ReplicaID(rawValue: UInt64(index + 1) << 32 | (self.configuration.seed & 0xFFFF_FFFF))
+        configuration.maximumClockSkew = .seconds(30 * 60)
+        configuration.initialSize = 1 << 20
+        return configuration
+    }
+
+    func open(_ index: Int) throws -> Replica {
+        try Replica.open(
+            directory: (root as NSString).appendingPathComponent("r\(index)"), schema: Workload.schema,
+            configuration: replicaConfiguration(index))
+    }
+
+    /// Runs the simulation and its checks. Never throws for a divergence: failures are in the result.
+    public func run() throws -> SimulationResult {
+        let started = Date()
+        try? FileManager.default.removeItem(atPath: root)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+
+        // Clocks: within ±10 minutes of each other, and one replica two hours ahead (rule 9).
+        let base: UInt64 = 1_700_000_000_000
+        for index in 0..<replicaCount {
+            var offset = Int64(next(20 * 60_000)) - 10 * 60_000
+            if index == 1 { offset = 2 * 3_600_000 }
+            clocks.append(SimulationClock(milliseconds: UInt64(Int64(base) + offset)))
+            generators.append(OperationGenerator(seed: random.next(), replicaIndex: index, partial: isPartial(index)))
+        }
+        for index in 0..<replicaCount { replicas.append(try open(index)) }
+        for source in 0..<replicaCount {
+            for target in 0..<replicaCount where source != target {
+                // Partial replicas talk to replica 0 only.
+                if (isPartial(source) || isPartial(target)) && source != 0 && target != 0 { continue }
+                links.append(Link(source: source, target: target))
+            }
+        }
+
+        for _ in 0..<configuration.operations { try step() }
+        try heal()
+        try check()
+        result.seconds = Date().timeIntervalSince(started)
+        for replica in replicas { replica.close() }
+        return result
+    }
+
+    func step() throws {
+        for clock in clocks { clock.advance(byMilliseconds: UInt64(1 + next(50))) }
+        // Faults.
+        if chance(2), !links.isEmpty { links[next(links.count)].up.toggle() }
+        if chance(1) { try swizzleClog() }
+        if chance(0.5) { try crash(next(replicaCount)) }
+        // A write on a random replica.
+        let index = next(replicaCount)
+        var journal = self.journal
+        try replicas[index].write { txn in
+            for _ in 0..<(1 + next(3)) { try generators[index].perform(txn, journal: &journal) }
+        }
+        self.journal = journal
+        result.operations += 1
+        // Sends and deliveries.
+        if chance(30) { try send(on: next(links.count)) }
+        if chance(50) { try deliver() }
+    }
+
+    /// FoundationDB's swizzle-clog: take a random subset of links down one by one, then bring them back in a
+    /// random order.
+    func swizzleClog() throws {
+        var chosen = (0..<links.count).filter { _ in next(3) == 0 }
+        for index in chosen { links[index].up = false }
+        for _ in 0..<(1 + next(20)) { try deliver() }
+        while !chosen.isEmpty {
+            let pick = next(chosen.count)
+            links[chosen.remove(at: pick)].up = true
+        }
+    }
+
+    func crash(_ index: Int) throws {
+        replicas[index].close()
+        replicas[index] = try open(index)
+        result.crashes += 1
+    }
+
+    /// Queues on a link what its source has that its target lacks (as of now).
+    func send(on linkIndex: Int) throws {
+        let link = links[linkIndex]
+        let source = replicas[link.source]
+        let target = replicas[link.target]
+        let batch: [Changeset]
+        if isPartial(link.source) {
+            batch = try source.changesets(missingFrom: target.versionVector, origins: [source.replicaID])
+        } else if isPartial(link.target) {
+            batch = try source.changesets(missingFrom: target.versionVector, holds: Workload.partialHolds)
+        } else {
+            batch = try source.changesets(missingFrom: target.versionVector)
+        }
+        guard !batch.isEmpty else { return }
+        // Split into a few messages, which may then be delivered in any order.
+        var start = 0
+        while start < batch.count {
+            let size = 1 + next(batch.count - start)
+            links[linkIndex].queue.append(Array(batch[start..<start + size]))
+            start += size
+        }
+    }
+
+    /// Delivers one random message from a random link that is up; sometimes delivers it twice.
+    func deliver() throws {
+        let ready = links.indices.filter { links[$0].up && !links[$0].queue.isEmpty }
+        guard !ready.isEmpty else { return }
+        let linkIndex = ready[next(ready.count)]
+        let message = links[linkIndex].queue.remove(at: next(links[linkIndex].queue.count))
+        try replicas[links[linkIndex].target].integrate(message)
+        result.deliveries += 1
+        if chance(1) {
+            links[linkIndex].queue.append(message)
+            result.duplicates += 1
+        }
+    }
+
+    /// Heals every link, lets every clock pass the skewed replica's, and exchanges everything until quiet.
+    func heal() throws {
+        for index in links.indices { links[index].up = true }
+        for clock in clocks { clock.advance(byMilliseconds: 3 * 3_600_000) }
+        while links.contains(where: { !$0.queue.isEmpty }) { try deliver() }
+        var rounds = 0
+        while true {
+            rounds += 1
+            var changed = false
+            for index in links.indices {
+                try send(on: index)
+                while !links[index].queue.isEmpty {
+                    let message = links[index].queue.removeFirst()
+                    let report = try replicas[links[index].target].integrate(message)
+                    if !report.integrated.isEmpty { changed = true }
+                    if !report.rejected.isEmpty {
+                        result.failures.append("replica \(links[index].target) rejected changesets: \(report.rejected)")
+                    }
+                }
+            }
+            if !changed { break }
+            if rounds > 50 {
+                result.failures.append("exchange did not become quiet after 50 rounds")
+                break
+            }
+        }
+    }
+}
+
+/// A wall clock the simulation moves.
+final class SimulationClock: WallClock {
+    private let now: Mutex<UInt64>
+    init(milliseconds: UInt64) { now = Mutex(milliseconds) }
+    func milliseconds() -> UInt64 { now.withLock { $0 } }
+    func advance(byMilliseconds delta: UInt64) { now.withLock { $0 += delta } }
+}

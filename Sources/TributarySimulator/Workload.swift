@@ -1,0 +1,279 @@
+import Foundation
+import Tributary
+public import TributaryModel
+
+/// The schema and the random writes of a simulation: a small key space, so that conflicts are common.
+public enum Workload {
+    /// 3 top-level types × 20 keys, lists of values, links and lists of links, two levels of embedded objects and
+    /// lists of embedded objects.
+    public static let schema = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(
+                name: "Card",
+                properties: [
+                    .scalar("_id", .string), .scalar("title", .string, default: ""),
+                    .scalar("count", .int, default: 0), .scalar("done", .bool, default: false),
+                    .scalar("note", .string, optional: true),
+                    Property("tags", .scalar(.string), list: true),
+                    Property("owner", .link("Member")),
+                    Property("members", .link("Member"), list: true),
+                    Property("box", .embedded("Box")),
+                    Property("items", .embedded("Item"), list: true),
+                ]),
+            ObjectSchema(
+                name: "Member",
+                properties: [.scalar("_id", .string), .scalar("name", .string, optional: true), .scalar("score", .int, default: 0)]),
+            ObjectSchema(
+                name: "Board",
+                properties: [
+                    .scalar("_id", .int), .scalar("name", .string, optional: true),
+                    Property("cards", .link("Card"), list: true), Property("labels", .scalar(.string), list: true),
+                ]),
+            .embedded("Box", properties: [.scalar("label", .string, optional: true), .scalar("size", .int, optional: true), Property("inner", .embedded("Inner"))]),
+            .embedded("Inner", properties: [.scalar("tag", .string, optional: true)]),
+            .embedded("Item", properties: [.scalar("text", .string, optional: true), .scalar("done", .bool, default: false)]),
+        ])
+
+    /// Properties a simulation may add to Card. Each name has one definition, so concurrent additions merge.
+    static let extraProperties: [Property] = [
+        .scalar("extraText", .string, optional: true), .scalar("extraNumber", .int, optional: true),
+        .scalar("extraFlag", .bool, optional: true), .scalar("extraWhen", .date, optional: true),
+    ]
+
+    static let keysPerType = 20
+
+    static func key(type: String, index: Int) -> PrimaryKey {
+        type == "Board" ? .int(Int64(index)) : .string("\(type.lowercased())\(index)")
+    }
+
+    /// Whether a partial replica holds an object: every other key, and no boards.
+    public static func partialHolds(_ type: String, _ key: PrimaryKey) -> Bool {
+        guard type != "Board" else { return false }
+        guard case .string(let text) = key, let number = Int(text.drop { !$0.isNumber }) else { return false }
+        return number % 2 == 0
+    }
+
+    /// Operation kinds and their weights (after realm-core's fuzz tester).
+    enum Kind: CaseIterable {
+        case create, set, erase, addInteger, listInsert, listSet, listErase, listMove, listClear, embedded, link
+        case schemaChange
+
+        var weight: Int {
+            switch self {
+            case .create: 100
+            case .set: 80
+            case .erase: 30
+            case .addInteger: 40
+            case .listInsert: 100
+            case .listSet: 80
+            case .listErase: 70
+            case .listMove: 50
+            case .listClear: 1
+            case .embedded: 20
+            case .link: 40
+            case .schemaChange: 2
+            }
+        }
+    }
+}
+
+/// What the workload wrote, for the checks that do not trust the merge engine.
+struct WriteJournal {
+    /// Unique strings inserted into lists of values, by object.
+    var listValues: [String: Set<String>] = [:]
+    /// Objects on which anything other than an insert happened to a list of values (an erase, a set, a clear, a
+    /// set of the whole list, or an erase of the object): only lists never shrunk must hold every insert.
+    var listsShrunk = Set<String>()
+}
+
+/// Draws one operation and performs it in a transaction.
+struct OperationGenerator {
+    var random: SplitMix
+    let replicaIndex: Int
+    let partial: Bool
+    var counter = 0
+
+    init(seed: UInt64, replicaIndex: Int, partial: Bool) {
+        random = SplitMix(seed: seed)
+        self.replicaIndex = replicaIndex
+        self.partial = partial
+    }
+
+    mutating func next(_ bound: Int) -> Int { Int(random.next() % UInt64(max(bound, 1))) }
+
+    mutating func unique() -> String {
+        counter += 1
+        return "r\(replicaIndex)-\(counter)"
+    }
+
+    mutating func kind() -> Workload.Kind {
+        let total = Workload.Kind.allCases.reduce(0) { $0 + $1.weight }
+        var pick = next(total)
+        for kind in Workload.Kind.allCases {
+            if pick < kind.weight { return kind }
+            pick -= kind.weight
+        }
+        return .create
+    }
+
+    mutating func type() -> String {
+        partial ? ["Card", "Member"][next(2)] : ["Card", "Member", "Board"][next(3)]
+    }
+
+    mutating func key(_ type: String) -> PrimaryKey {
+        while true {
+            let key = Workload.key(type: type, index: next(Workload.keysPerType))
+            if !partial || Workload.partialHolds(type, key) { return key }
+        }
+    }
+
+    mutating func listProperty(_ type: String) -> String {
+        switch type {
+        case "Card": ["tags", "members", "items"][next(3)]
+        case "Board": ["cards", "labels"][next(2)]
+        default: ""
+        }
+    }
+
+    mutating func element(for type: String, _ property: String) -> Value {
+        switch property {
+        case "tags", "labels": .string(unique())
+        case "members": .link(key("Member"))
+        case "cards": .link(key("Card"))
+        case "items": .embedded(EmbeddedObject(type: "Item", fields: ["text": .string(unique()), "done": .bool(next(2) == 0)]))
+        default: .null
+        }
+    }
+
+    mutating func createValues(_ type: String, _ key: PrimaryKey) -> [String: Value] {
+        var values: [String: Value] = ["_id": key.value]
+        switch type {
+        case "Card":
+            if next(2) == 0 { values["title"] = .string(unique()) }
+            if next(3) == 0 { values["count"] = .int(Int64(next(100))) }
+            if next(3) == 0 { values["tags"] = .list([.string(unique()), .string(unique())]) }
+            if next(4) == 0 { values["box"] = .embedded(EmbeddedObject(type: "Box", fields: ["label": .string(unique())])) }
+        case "Member":
+            if next(2) == 0 { values["name"] = .string(unique()) }
+        default:
+            if next(2) == 0 { values["name"] = .string(unique()) }
+        }
+        return values
+    }
+
+    /// Performs one random operation in `txn`. Operations that do not apply (no object to edit) fall back to a
+    /// create.
+    mutating func perform(_ txn: Transaction, journal: inout WriteJournal) throws {
+        let type = type()
+        let key = key(type)
+        let name = "\(type)[\(key)]"
+        let exists = try txn.object(type, primaryKey: key) != nil
+        var kind = kind()
+        if !exists && kind != .schemaChange { kind = .create }
+        switch kind {
+        case .create:
+            if exists {
+                try txn.upsert(type, createValues(type, key))
+                journal.listsShrunk.insert(name)
+            } else {
+                let values = createValues(type, key)
+                try txn.create(type, values)
+                for case .string(let text) in values["tags"]?.listValue ?? [] { journal.listValues[name, default: []].insert(text) }
+            }
+        case .set:
+            switch type {
+            case "Card":
+                let choices: [(String, Value)] = [
+                    ("title", .string(unique())), ("done", .bool(next(2) == 0)), ("note", next(4) == 0 ? .null : .string(unique())),
+                    ("count", .int(Int64(next(1000)))),
+                ]
+                let (property, value) = choices[next(choices.count)]
+                try txn.update(type, primaryKey: key, [property: value])
+            case "Member":
+                try txn.update(type, primaryKey: key, next(2) == 0 ? ["name": .string(unique())] : ["score": .int(Int64(next(50)))])
+            default:
+                try txn.update(type, primaryKey: key, ["name": .string(unique())])
+            }
+        case .erase:
+            _ = try txn.delete(type, primaryKey: key)
+            journal.listsShrunk.insert(name)
+        case .addInteger:
+            let property = type == "Card" ? "count" : (type == "Member" ? "score" : nil)
+            if let property { try txn.increment([.property(property)], of: type, primaryKey: key, by: Int64(next(21)) - 10) }
+        case .listInsert, .listSet, .listErase, .listMove, .listClear:
+            let property = listProperty(type)
+            guard !property.isEmpty else { return }
+            let path: PropertyPath = [.property(property)]
+            let count = try txn.object(type, primaryKey: key)?[property].listValue?.count ?? 0
+            // Lists of links hide erased targets, so positions come from the stored list, through a failed
+            // operation's error when it races: operations use counts from this transaction and cannot race.
+            switch kind {
+            case .listInsert:
+                let value = element(for: type, property)
+                try txn.insert(value, at: next(count + 1), into: path, of: type, primaryKey: key)
+                if case .string(let text) = value { journal.listValues[name, default: []].insert(text) }
+            case .listSet where count > 0:
+                let value = element(for: type, property)
+                try txn.replaceElement(at: next(count), with: value, in: path, of: type, primaryKey: key)
+                if case .string(let text) = value { journal.listValues[name, default: []].insert(text) }
+                journal.listsShrunk.insert(name)
+            case .listErase where count > 0:
+                try txn.removeElement(at: next(count), from: path, of: type, primaryKey: key)
+                journal.listsShrunk.insert(name)
+            case .listMove where count > 1:
+                try txn.moveElement(from: next(count), to: next(count), in: path, of: type, primaryKey: key)
+            case .listClear:
+                try txn.removeAllElements(in: path, of: type, primaryKey: key)
+                journal.listsShrunk.insert(name)
+            default:
+                break
+            }
+        case .embedded:
+            guard type == "Card" else { return }
+            let card = try txn.object(type, primaryKey: key)
+            switch next(4) {
+            case 0:
+                let inner = next(2) == 0 ? Value.null : .embedded(EmbeddedObject(type: "Inner", fields: ["tag": .string(unique())]))
+                try txn.set(
+                    .embedded(EmbeddedObject(type: "Box", fields: ["label": .string(unique()), "size": .int(Int64(next(10))), "inner": inner])),
+                    at: ["box"], of: type, primaryKey: key)
+            case 1 where card?["box"].embeddedValue != nil:
+                try txn.set(.int(Int64(next(100))), at: ["box", "size"], of: type, primaryKey: key)
+            case 2 where card?["box"].embeddedValue?["inner"].embeddedValue != nil:
+                try txn.set(.string(unique()), at: ["box", "inner", "tag"], of: type, primaryKey: key)
+            default:
+                let items = card?["items"].listValue?.count ?? 0
+                if items > 0 {
+                    try txn.set(.bool(next(2) == 0), at: ["items", .index(next(items)), "done"], of: type, primaryKey: key)
+                } else if card?["box"].embeddedValue != nil {
+                    try txn.set(.string(unique()), at: ["box", "label"], of: type, primaryKey: key)
+                }
+            }
+        case .link:
+            switch type {
+            case "Card": try txn.update(type, primaryKey: key, ["owner": next(5) == 0 ? .null : .link(self.key("Member"))])
+            case "Board": try txn.insert(.link(self.key("Card")), at: 0, into: ["cards"], of: type, primaryKey: key)
+            default: break
+            }
+        case .schemaChange:
+            let property = Workload.extraProperties[next(Workload.extraProperties.count)]
+            if txn.schema[type: "Card"]?[property: property.name] == nil {
+                try txn.addProperty(property, to: "Card")
+            }
+        }
+    }
+}
+
+/// SplitMix64, the simulation's only source of randomness: a seed replays a run exactly.
+public struct SplitMix: RandomNumberGenerator, Sendable {
+    public var state: UInt64
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
