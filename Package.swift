@@ -58,7 +58,7 @@ let package = Package(
             name: "Tributary",
             dependencies: [
                 "TributaryModel", "TributaryMerge", "TributaryStorage", "TributaryCompression", "TributaryLog",
-                "TributaryViews",
+                "TributaryViews", "TributaryQuery",
             ],
             swiftSettings: upcomingFeatures),
 

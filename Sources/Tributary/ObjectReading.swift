@@ -13,6 +13,8 @@ public protocol ObjectReading {
     func objects(_ type: String) throws -> [DynamicObject]
     /// The number of objects of `type`.
     func count(_ type: String) throws -> Int
+    /// The objects of `type` that match a query in the Realm Query Language, after its SORT, DISTINCT and LIMIT.
+    func objects(_ type: String, where query: String, arguments: [Value]) throws -> [DynamicObject]
 }
 
 /// Turns stored records into values: applies the merge rules' read side (counters, list order, defaults) and hides

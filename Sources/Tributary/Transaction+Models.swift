@@ -60,6 +60,15 @@ extension ObjectReading {
     public func objects<M: Model>(_ type: M.Type) throws -> [M] {
         try objects(M.typeName).map { try ModelCoding.model(M.self, from: $0) }
     }
+
+    /// The objects of a model type that match a query in the Realm Query Language.
+    ///
+    /// ```swift
+    /// let page = try snapshot.objects(ChatMessage.self, where: "conversationID == $0 SORT(timestamp DESC)", arguments: ["c1"])
+    /// ```
+    public func objects<M: Model>(_ type: M.Type, where query: String, arguments: [Value] = []) throws -> [M] {
+        try objects(M.typeName, where: query, arguments: arguments).map { try ModelCoding.model(M.self, from: $0) }
+    }
 }
 
 extension Replica {
@@ -85,5 +94,15 @@ extension Replica {
     /// Every object of a model type, as of the last commit.
     public func objects<M: Model>(_ type: M.Type) throws -> [M] {
         try read { try $0.objects(type) }
+    }
+
+    /// The objects of a model type that match a query, as of the last commit.
+    public func objects<M: Model>(_ type: M.Type, where query: String, arguments: [Value] = []) throws -> [M] {
+        try read { try $0.objects(type, where: query, arguments: arguments) }
+    }
+
+    /// The objects of `type` that match a query, as of the last commit.
+    public func objects(_ type: String, where query: String, arguments: [Value] = []) throws -> [DynamicObject] {
+        try read { try $0.objects(type, where: query, arguments: arguments) }
     }
 }

@@ -1,6 +1,7 @@
 public import TributaryModel
 import TributaryMerge
 import TributaryViews
+import TributaryQuery
 
 /// A write transaction: reads see its own writes; when the closure that received it returns, everything it wrote
 /// becomes one changeset.
@@ -101,6 +102,16 @@ public final class Transaction: ObjectReading {
             result.append(try materializer.object(type: objectType, primaryKey: key.primaryKey, record: record))
         }
         return result
+    }
+
+    /// The objects of `type` that match a query, this transaction's own writes included. Within a transaction a
+    /// query reads every object of the type (indexes hold committed data only).
+    public func objects(_ type: String, where query: String, arguments: [Value] = []) throws -> [DynamicObject] {
+        let objectType = try working.schema.requireType(type)
+        let parsed = try working.schema.query(query, arguments: arguments, type: objectType)
+        let source = ReaderObjectSource { [unowned self] type, key in (try? self.object(type, primaryKey: key))?.values }
+        let selected = parsed.apply(to: try objects(type).map { ($0.primaryKey, $0.values) }, source: source)
+        return selected.map { DynamicObject(type: type, primaryKey: $0.0, values: $0.1) }
     }
 
     public func count(_ type: String) throws -> Int {

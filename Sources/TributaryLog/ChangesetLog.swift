@@ -23,8 +23,8 @@ public struct ChangesetLog: Sendable {
     /// Names of the LMDB databases the log uses.
     public static let databaseNames = ["log", "origins"]
 
-    let entries: Database
-    let origins: Database
+    public let entries: Database
+    public let origins: Database
     /// The codec for payloads.
     public var codec: ZstdCodec
     /// The largest changeset (encoded, before compression) the log stores or decodes. Default: 256 MiB.
@@ -53,7 +53,7 @@ public struct ChangesetLog: Sendable {
         return UInt64(bigEndian: key.loadUnaligned(as: UInt64.self))
     }
 
-    static func originKey(_ dot: Dot) -> [UInt8] {
+    public static func originKey(_ dot: Dot) -> [UInt8] {
         withUnsafeBytes(of: dot.origin.rawValue.bigEndian) { Array($0) }
             + withUnsafeBytes(of: dot.sequence.bigEndian) { Array($0) }
     }

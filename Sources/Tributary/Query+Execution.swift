@@ -1,0 +1,197 @@
+public import TributaryModel
+import TributaryMerge
+import TributaryQuery
+import TributaryViews
+
+/// How a query finds its candidates, as ``Snapshot/explain(_:where:arguments:)`` reports it.
+public enum QueryPlan: Hashable, Sendable, CustomStringConvertible {
+    /// The query names primary keys: each is read directly.
+    case primaryKey(count: Int)
+    /// An index on `property` answers the constraint `constraint`; the candidates are then checked against the
+    /// whole query.
+    case index(property: String, constraint: String)
+    /// The query's constraints cannot all hold: nothing is read.
+    case noMatch
+    /// Every object of the type is read and checked.
+    case fullScan
+
+    public var description: String {
+        switch self {
+        case .primaryKey(let count): "primary key lookup (\(count) key\(count == 1 ? "" : "s"))"
+        case .index(let property, let constraint): "index on \(property): \(constraint)"
+        case .noMatch: "no match (contradictory constraints)"
+        case .fullScan: "full scan"
+        }
+    }
+}
+
+/// Reads link targets for the query evaluator.
+struct ReaderObjectSource: QueryObjectSource {
+    let load: (String, PrimaryKey) -> [String: Value]?
+    func object(type: String, primaryKey: PrimaryKey) -> [String: Value]? { load(type, primaryKey) }
+}
+
+extension Schema {
+    func query(_ text: String, arguments: [Value], type: ObjectSchema) throws -> Query {
+        do {
+            return try Query(text, arguments: arguments, type: type, schema: self)
+        } catch {
+            throw TributaryError(.invalidQuery, error.description, underlying: error)
+        }
+    }
+
+    /// The types whose changes can change the result of a query on `type`: itself and every type reachable through
+    /// links, at any depth, including through embedded objects.
+    func typesReachable(from type: String) -> Set<String> {
+        var reached: Set<String> = [type]
+        var queue = [type]
+        while let name = queue.popLast() {
+            for property in self[type: name]?.properties ?? [] {
+                guard let target = property.kind.objectType, !reached.contains(target) else { continue }
+                reached.insert(target)
+                queue.append(target)
+            }
+        }
+        return reached
+    }
+}
+
+extension Snapshot {
+    /// The objects of `type` that match a query in the Realm Query Language, sorted, made distinct and limited by its
+    /// clauses.
+    ///
+    /// ```swift
+    /// let recent = try snapshot.objects("ChatMessage",
+    ///     where: "conversationID == $0 SORT(timestamp DESC) LIMIT(50)", arguments: ["c1"])
+    /// ```
+    /// An index on a property constrained by equality, `IN` or a range answers the query without reading every
+    /// object; ``explain(_:where:arguments:)`` says which.
+    ///
+    /// - Throws: ``TributaryError`` with `.invalidQuery` (its message points at the place in the query at fault), or
+    ///   `.unknownType`.
+    public func objects(_ type: String, where query: String, arguments: [Value] = []) throws -> [DynamicObject] {
+        let objectType = try schema.requireType(type)
+        let parsed = try schema.query(query, arguments: arguments, type: objectType)
+        let plan = self.plan(parsed, type: objectType)
+        let candidates = try self.candidates(plan, type: objectType)
+        return try evaluate(parsed, on: candidates, type: type)
+    }
+
+    /// How ``objects(_:where:arguments:)`` would run a query.
+    public func explain(_ type: String, where query: String, arguments: [Value] = []) throws -> QueryPlan {
+        let objectType = try schema.requireType(type)
+        return plan(try schema.query(query, arguments: arguments, type: objectType), type: objectType).plan
+    }
+
+    /// The number of objects of `type` that match a query.
+    public func count(_ type: String, where query: String, arguments: [Value] = []) throws -> Int {
+        try objects(type, where: query, arguments: arguments).count
+    }
+
+    /// A plan, with what carrying it out needs.
+    struct PlannedQuery {
+        var plan: QueryPlan
+        var keys: [PrimaryKey] = []
+        var constraint: IndexConstraint?
+    }
+
+    func plan(_ query: Query, type: ObjectSchema) -> PlannedQuery {
+        let constraints = query.indexableConstraints
+        if constraints.contains(where: \.isEmpty) { return PlannedQuery(plan: .noMatch) }
+        if let keyName = type.primaryKey, let constraint = constraints.first(where: { $0.property == keyName }),
+            case .equal(let values) = constraint.kind
+        {
+            let keys = values.compactMap(PrimaryKey.init)
+            return PlannedQuery(plan: .primaryKey(count: keys.count), keys: keys)
+        }
+        let usable = constraints.filter { constraint in
+            guard let property = type[property: constraint.property], property.isIndexed, !property.isList else { return false }
+            return Self.indexBounds(constraint) != nil
+        }
+        // Equality first (fewest values first), then ranges.
+        let best = usable.min { a, b in
+            switch (a.kind, b.kind) {
+            case (.equal(let x), .equal(let y)): x.count < y.count
+            case (.equal, .range): true
+            default: false
+            }
+        }
+        if let best {
+            return PlannedQuery(plan: .index(property: best.property, constraint: best.description), constraint: best)
+        }
+        return PlannedQuery(plan: .fullScan)
+    }
+
+    /// The encoded index ranges `[lower, upper)` that hold a constraint's values, or `nil` when the index cannot
+    /// answer it exactly enough (a range bound on a string too long for the index key).
+    static func indexBounds(_ constraint: IndexConstraint) -> [([UInt8], [UInt8])]? {
+        func encode(_ value: Value) -> [UInt8]? {
+            var bytes: [UInt8] = []
+            return KeyEncoding.appendIndexValue(value, to: &bytes) ? bytes : nil
+        }
+        switch constraint.kind {
+        case .equal(let values):
+            var ranges: [([UInt8], [UInt8])] = []
+            for value in values {
+                guard let bytes = encode(value) else { return nil }
+                ranges.append((bytes, successor(bytes)))
+            }
+            return ranges
+        case .range(let lower, let lowerInclusive, let upper, let upperInclusive):
+            for bound in [lower, upper].compactMap({ $0 }) {
+                if case .string(let text) = bound, text.utf8.count >= KeyEncoding.maximumIndexedValueBytes { return nil }
+                if case .data = bound { return nil }
+            }
+            guard let tagValue = lower ?? upper, let sample = encode(tagValue), let tag = sample.first else { return nil }
+            var start: [UInt8] = [tag]
+            if let lower, let bytes = encode(lower) { start = lowerInclusive ? bytes : successor(bytes) }
+            var end: [UInt8] = [tag &+ 1]
+            if let upper, let bytes = encode(upper) { end = upperInclusive ? successor(bytes) : bytes }
+            return [(start, end)]
+        }
+    }
+
+    /// The smallest byte string greater than every string that starts with `bytes`.
+    static func successor(_ bytes: [UInt8]) -> [UInt8] {
+        var result = bytes
+        while let last = result.last, last == 0xFF { result.removeLast() }
+        guard !result.isEmpty else { return [0xFF, 0xFF, 0xFF, 0xFF] }
+        result[result.count - 1] += 1
+        return result
+    }
+
+    func candidates(_ planned: PlannedQuery, type: ObjectSchema) throws -> [DynamicObject] {
+        switch planned.plan {
+        case .noMatch:
+            return []
+        case .primaryKey:
+            return try planned.keys.compactMap { try object(type.name, primaryKey: $0) }
+        case .fullScan:
+            return try objects(type.name)
+        case .index(let property, _):
+            guard let constraint = planned.constraint, let ranges = Self.indexBounds(constraint) else {
+                return try objects(type.name)
+            }
+            var seen = Set<PrimaryKey>()
+            var result: [DynamicObject] = []
+            for (lower, upper) in ranges {
+                var found: [PrimaryKey] = []
+                try replica.views.indexScan(type: type.name, property: property, lower: lower, upper: upper, in: storage) {
+                    found.append($0)
+                    return true
+                }
+                for key in found where seen.insert(key).inserted {
+                    if let object = try object(type.name, primaryKey: key) { result.append(object) }
+                }
+            }
+            // Candidates in primary key order, as a full scan returns them, so results do not depend on the plan.
+            return result.sorted { $0.primaryKey < $1.primaryKey }
+        }
+    }
+
+    func evaluate(_ query: Query, on candidates: [DynamicObject], type: String) throws -> [DynamicObject] {
+        let source = ReaderObjectSource { [unowned self] type, key in (try? self.object(type, primaryKey: key))?.values }
+        let selected = query.apply(to: candidates.map { ($0.primaryKey, $0.values) }, source: source)
+        return selected.map { DynamicObject(type: type, primaryKey: $0.0, values: $0.1) }
+    }
+}

@@ -1,0 +1,96 @@
+import Foundation
+import Synchronization
+import TributaryLog
+import TributaryMerge
+public import TributaryModel
+import TributaryStorage
+import TributaryViews
+
+/// The state a replay of the log rebuilt: the schema and every object, as of one local sequence.
+public struct ReplayedObjects: Sendable {
+    /// The local sequence replayed through.
+    public var localSequence: UInt64
+    /// The schema as of that point.
+    public var schema: Schema
+    /// Every object that existed then, sorted by type name and primary key.
+    public var objects: [DynamicObject]
+    /// What the replica had integrated by then.
+    public var versionVector: VersionVector
+}
+
+extension Replica {
+    /// Rebuilds the state as of local sequence `localSequence` by replaying the log from its start, checking every
+    /// entry on the way. The replica is not changed.
+    ///
+    /// - Complexity: O(n) in the changesets replayed; memory in proportion to the objects.
+    public func objects(asOf localSequence: UInt64, progress: ((Int) -> Void)? = nil) throws -> ReplayedObjects {
+        do {
+            return try environment.read { txn in
+                let replayed = try replay(in: txn, through: localSequence, progress: progress)
+                let schema = replayed.working.schema
+                var records: [RecordKey: ObjectRecord] = [:]
+                for change in replayed.working.changes { if let after = change.after { records[change.key] = after } }
+                let materializer = Materializer(schema: schema) { type, key in
+                    records[RecordKey(type: type, primaryKey: key)]?.exists ?? false
+                }
+                var objects: [DynamicObject] = []
+                for key in records.keys.sorted() {
+                    guard let record = records[key], record.exists, let type = schema[type: key.type] else { continue }
+                    objects.append(try materializer.object(type: type, primaryKey: key.primaryKey, record: record))
+                }
+                return ReplayedObjects(
+                    localSequence: min(localSequence, UInt64(replayed.changesets)), schema: schema, objects: objects,
+                    versionVector: replayed.versionVector)
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// Writes a new replica directory holding this replica's log through `localSequence` (entries copied byte for
+    /// byte, so checksums and the chain carry over) and views rebuilt from it. The new replica gets its own
+    /// replica id, so that writing to it never collides with this one.
+    ///
+    /// - Parameter directory: a directory that does not exist yet, or is empty.
+    /// - Returns: the new replica, open.
+    /// - Throws: ``TributaryError`` with `.invalidValue` when `directory` holds anything, `.corrupted` for a damaged
+    ///   entry in the copied range.
+    @discardableResult
+    public func replay(through localSequence: UInt64, into directory: String, configuration: Configuration = Configuration())
+        throws -> Replica
+    {
+        if let contents = try? FileManager.default.contentsOfDirectory(atPath: directory), !contents.isEmpty {
+            throw TributaryError(.invalidValue, "\(directory) is not empty; replay writes a new replica into an empty directory")
+        }
+        var target = configuration
+        target.readOnly = false
+        target.replicaID = nil
+        let copy = try Replica.open(directory: directory, configuration: target)
+        do {
+            try environment.read { source in
+                let end = min(localSequence, try log.head(in: source).localSequence)
+                guard end > 0 else { return }
+                var next: UInt64 = 1
+                while next <= end {
+                    let batchEnd = min(end, next + 9_999)
+                    try copy.environment.write { destination in
+                        try log.scan(in: source, from: next, through: batchEnd) { entry in
+                            try destination.put(copy.log.entries, key: ChangesetLog.key(entry.localSequence), value: entry.encoded())
+                            try destination.put(
+                                copy.log.origins, key: ChangesetLog.originKey(entry.dot), value: ChangesetLog.key(entry.localSequence))
+                            return true
+                        }
+                    }
+                    next = batchEnd + 1
+                }
+            }
+            try copy.rebuildViews()
+            let head = try copy.environment.read { txn in try copy.log.head(in: txn) }
+            copy.state.withLock { $0.head = head }
+        } catch {
+            copy.close()
+            throw TributaryError.wrap(error)
+        }
+        return copy
+    }
+}
