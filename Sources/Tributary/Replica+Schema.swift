@@ -1,36 +1,6 @@
 import TributaryMerge
-public import TributaryModel
+import TributaryModel
 import TributaryStorage
-
-/// Code that carries data from an older schema version to a newer one, run inside the transaction that changes
-/// the schema: if it throws, the replica stays exactly as it was.
-public struct Migration: Sendable {
-    let body: @Sendable (MigrationContext) throws -> Void
-
-    /// - Parameter body: called once with the old schema version, inside the migration's transaction.
-    public init(_ body: @escaping @Sendable (MigrationContext) throws -> Void) {
-        self.body = body
-    }
-}
-
-/// What a ``Migration`` works with.
-public final class MigrationContext {
-    /// The schema version the replica had.
-    public let oldSchemaVersion: UInt64
-    /// The schema the replica had.
-    public let oldSchema: Schema
-    /// The schema the replica is migrating to.
-    public let newSchema: Schema
-    /// The migration's transaction, for reads and writes in the new schema.
-    public let transaction: Transaction
-
-    init(oldSchema: Schema, newSchema: Schema, transaction: Transaction) {
-        self.oldSchemaVersion = oldSchema.version
-        self.oldSchema = oldSchema
-        self.newSchema = newSchema
-        self.transaction = transaction
-    }
-}
 
 extension Replica {
     static let declaredSchemaKey = Array("declaredSchema".utf8)
@@ -107,55 +77,16 @@ extension Replica {
         try storeDeclaredSchema(given)
     }
 
-    /// Changes the stored schema to `target` in one transaction: what the app's previous declaration had and the new
-    /// one lacks is removed with its data (what other replicas added stays), changed properties are replaced, new
-    /// types and properties are added; then `migration` runs.
+    /// Changes the schema to `target` in one transaction, which records the change in the log like any other write:
+    /// what the app's previous declaration had and the new one lacks is removed with its data (what other replicas
+    /// added stays); renamed properties keep their values; changed properties get the values the migration gives
+    /// them; types made embedded move into their parents; new types and properties are added.
     func migrate(from stored: Schema, declared: Schema, to target: Schema, migration: Migration?) throws {
         do {
             try write { txn in
-                let removedTypes = declared.types.filter { old in
-                    guard let new = target[type: old.name] else { return stored[type: old.name] != nil }
-                    return new.isEmbedded != old.isEmbedded
-                }
-                for old in removedTypes where !old.isEmbedded {
-                    for key in try txn.working.keys(ofType: old.name) {
-                        try txn.emit(.erase(type: old.name, primaryKey: key.primaryKey))
-                    }
-                }
-                // Properties removed or redefined, then types removed, then additions.
-                for new in target.types {
-                    guard let current = stored[type: new.name], current.isEmbedded == new.isEmbedded else { continue }
-                    let previous = declared[type: new.name]
-                    for property in current.properties where property.name != current.primaryKey {
-                        if let replacement = new[property: property.name] {
-                            if replacement == property { continue }
-                            if replacement.kind == property.kind, replacement.isList == property.isList,
-                                replacement.isOptional == property.isOptional
-                            {
-                                // Only the index or the default changed: keep the data.
-                                try txn.emit(.redefineProperty(type: new.name, replacement))
-                            } else {
-                                try txn.emit(.removeProperty(type: new.name, name: property.name))
-                            }
-                        } else if previous?[property: property.name] != nil {
-                            try txn.emit(.removeProperty(type: new.name, name: property.name))
-                        }
-                    }
-                }
-                for old in removedTypes { try txn.emit(.removeType(old.name)) }
-                for new in target.types {
-                    if let existing = txn.working.schema[type: new.name] {
-                        for property in new.properties where existing[property: property.name] == nil {
-                            try txn.emit(.addProperty(type: new.name, property))
-                        }
-                    } else {
-                        try txn.emit(.addType(new))
-                    }
-                }
-                try txn.emit(.setSchemaVersion(target.version))
-                if let migration {
-                    try migration.body(MigrationContext(oldSchema: stored, newSchema: target, transaction: txn))
-                }
+                let context = try MigrationContext(oldSchema: stored, declared: declared, newSchema: target, transaction: txn)
+                if let migration { try migration.run(context) }
+                try context.apply()
             }
         } catch let error as TributaryError {
             throw TributaryError(

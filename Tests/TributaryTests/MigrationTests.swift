@@ -1,0 +1,335 @@
+import Foundation
+import Testing
+@testable import Tributary
+import TributaryModel
+import TributaryTestSupport
+
+/// The migrations of the seed articles, end to end: a replica written with the earlier schema, reopened with the
+/// later one, then verified against its log.
+@Suite("Schema versions and migrations")
+struct MigrationTests {
+    func configuration() -> Replica.Configuration {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        return configuration
+    }
+
+    func open(_ directory: TemporaryDirectory, _ schema: Schema, migration: Migration? = nil) throws -> Replica {
+        try Replica.open(directory: directory.path, schema: schema, configuration: configuration(), migration: migration)
+    }
+
+    func scrum(version: UInt64, _ extra: [Property]) -> Schema {
+        Schema(version: version, types: [
+            ObjectSchema(name: "DailyScrum", properties: [
+                .scalar("_id", .string), .scalar("title", .string), Property("attendeeList", .scalar(.string), list: true),
+            ] + extra)
+        ])
+    }
+
+    @Test("Scrumdinger: isPublic (automatic), then numberOfAttendees computed from the attendee list")
+    func scrumdinger() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v0 = try open(directory, scrum(version: 0, []))
+            try v0.write { txn in
+                try txn.create("DailyScrum", ["_id": "s1", "title": "Design", "attendeeList": ["Ada", "Alan", "Grace"]])
+                try txn.create("DailyScrum", ["_id": "s2", "title": "Ops", "attendeeList": []])
+            }
+            v0.close()
+        }
+        let v2Schema = scrum(version: 2, [.scalar("isPublic", .bool, default: false), .scalar("numberOfAttendees", .int)])
+        let migration = Migration(steps: [
+            2: { migration in
+                try migration.enumerateObjects("DailyScrum") { old, new in
+                    new?["numberOfAttendees"] = .int(Int64(old["attendeeList"].listValue?.count ?? 0))
+                }
+            }
+        ])
+        let v2 = try open(directory, v2Schema, migration: migration)
+        #expect(v2.schema.version == 2)
+        #expect(try v2.object("DailyScrum", primaryKey: .string("s1"))?["numberOfAttendees"] == 3)
+        #expect(try v2.object("DailyScrum", primaryKey: .string("s1"))?["isPublic"] == false)
+        #expect(try v2.object("DailyScrum", primaryKey: .string("s2"))?["numberOfAttendees"] == 0)
+        #expect(try v2.verify().passed)
+        // The migration is in the log: a replay rebuilds the migrated state exactly.
+        try v2.rebuildViews()
+        #expect(try v2.object("DailyScrum", primaryKey: .string("s1"))?["numberOfAttendees"] == 3)
+    }
+
+    @Test("Catalyst: an added property at the same version is a clear error; a raised version migrates it")
+    func isPinned() throws {
+        let directory = TemporaryDirectory()
+        let project = { (version: UInt64, extra: [Property]) in
+            Schema(version: version, types: [ObjectSchema(name: "Project", properties: [.scalar("_id", .objectId), .scalar("name", .string)] + extra)])
+        }
+        let id = ObjectID.generate()
+        do {
+            let v1 = try open(directory, project(1, []))
+            try v1.write { try $0.create("Project", ["_id": .objectId(id), "name": "Launch"]) }
+            v1.close()
+        }
+        #expect {
+            try open(directory, project(1, [.scalar("isPinned", .bool, optional: true)]))
+        } throws: { error in
+            guard let error = error as? TributaryError else { return false }
+            return error.code == .migrationRequired
+                && error.message.contains("Migration is required due to the following errors:\n- Property 'Project.isPinned' has been added.")
+        }
+        let v2 = try open(directory, project(2, [.scalar("isPinned", .bool, optional: true)]))
+        #expect(try v2.object("Project", primaryKey: .objectId(id))?["isPinned"] == .null)
+        #expect(try v2.object("Project", primaryKey: .objectId(id))?["name"] == "Launch")
+        #expect(try v2.verify().passed)
+    }
+
+    func person(_ version: UInt64) -> Schema {
+        switch version {
+        case 1:
+            Schema(version: 1, types: [ObjectSchema(name: "Person", properties: [
+                .scalar("_id", .int), .scalar("firstName", .string), .scalar("lastName", .string), .scalar("age", .int),
+            ])])
+        case 2:
+            Schema(version: 2, types: [ObjectSchema(name: "Person", properties: [
+                .scalar("_id", .int), .scalar("fullName", .string), .scalar("age", .int),
+            ])])
+        default:
+            Schema(version: 3, types: [ObjectSchema(name: "Person", properties: [
+                .scalar("_id", .int), .scalar("fullName", .string), .scalar("age", .string),
+            ])])
+        }
+    }
+
+    /// The seed's migration function, written to take any older version to the newest.
+    static let personMigration = Migration { migration in
+        if migration.oldSchemaVersion < 2 {
+            try migration.enumerateObjects("Person") { old, new in
+                new?["fullName"] = .string("\(old["firstName"].stringValue ?? "") \(old["lastName"].stringValue ?? "")")
+            }
+        }
+        if migration.oldSchemaVersion < 3 {
+            try migration.enumerateObjects("Person") { old, new in
+                new?["age"] = .string(old["age"].intValue.map(String.init) ?? old["age"].stringValue ?? "")
+            }
+        }
+    }
+
+    @Test("Full name from first and last name, then age from Int to String, from v1 straight to v3")
+    func fullNameAndAge() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v1 = try open(directory, person(1))
+            try v1.write { txn in
+                try txn.create("Person", ["_id": 1, "firstName": "Ada", "lastName": "Lovelace", "age": 36])
+                try txn.create("Person", ["_id": 2, "firstName": "Alan", "lastName": "Turing", "age": 41])
+            }
+            v1.close()
+        }
+        let v3 = try open(directory, person(3), migration: Self.personMigration)
+        let ada = try #require(try v3.object("Person", primaryKey: .int(1)))
+        #expect(ada["fullName"] == "Ada Lovelace")
+        #expect(ada["age"] == "36")
+        #expect(ada["firstName"] == .null)
+        #expect(v3.schema[type: "Person"]?[property: "firstName"] == nil)
+        #expect(try v3.verify().passed)
+    }
+
+    @Test("Migrations run step by step from any older version (v2 to v3)")
+    func fromTheMiddle() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v1 = try open(directory, person(1))
+            try v1.write { try $0.create("Person", ["_id": 1, "firstName": "Grace", "lastName": "Hopper", "age": 85]) }
+            v1.close()
+        }
+        do {
+            // The app at version 2 had only the first step.
+            let v2Migration = Migration(steps: [
+                2: { migration in
+                    try migration.enumerateObjects("Person") { old, new in
+                        new?["fullName"] = .string("\(old["firstName"].stringValue ?? "") \(old["lastName"].stringValue ?? "")")
+                    }
+                }
+            ])
+            let v2 = try open(directory, person(2), migration: v2Migration)
+            #expect(try v2.object("Person", primaryKey: .int(1))?["fullName"] == "Grace Hopper")
+            #expect(try v2.object("Person", primaryKey: .int(1))?["age"] == 85)
+            v2.close()
+        }
+        let v3 = try open(directory, person(3), migration: Self.personMigration)
+        #expect(try v3.object("Person", primaryKey: .int(1))?["fullName"] == "Grace Hopper")
+        #expect(try v3.object("Person", primaryKey: .int(1))?["age"] == "85")
+        #expect(try v3.verify().passed)
+    }
+
+    @Test("Renaming a property keeps its values")
+    func renameKeepsData() throws {
+        let directory = TemporaryDirectory()
+        let old = Schema(version: 1, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("yearsSinceBirth", .int)])])
+        let new = Schema(version: 2, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("age", .int, indexed: true)])])
+        do {
+            let v1 = try open(directory, old)
+            try v1.write { try $0.create("Person", ["_id": 1, "yearsSinceBirth": 30]) }
+            v1.close()
+        }
+        let v2 = try open(directory, new, migration: Migration { $0.renameProperty(onType: "Person", from: "yearsSinceBirth", to: "age") })
+        #expect(try v2.object("Person", primaryKey: .int(1))?["age"] == 30)
+        #expect(try v2.read { try $0.explain("Person", where: "age == 30") } == .index(property: "age", constraint: "age IN {30}"))
+        #expect(try v2.objects("Person", where: "age == 30").count == 1)
+        #expect(try v2.verify().passed)
+    }
+
+    func addressSchema(_ version: UInt64, embedded: Bool) -> Schema {
+        Schema(version: version, types: [
+            ObjectSchema(name: "Contact", properties: [
+                .scalar("_id", .string), embedded ? Property("address", .embedded("Address")) : Property("address", .link("Address")),
+            ]),
+            embedded
+                ? .embedded("Address", properties: [.scalar("street", .string), .scalar("city", .string)])
+                : ObjectSchema(name: "Address", properties: [.scalar("_id", .string), .scalar("street", .string), .scalar("city", .string)]),
+        ])
+    }
+
+    func writeContacts(_ directory: TemporaryDirectory, orphan: Bool, shared: Bool) throws {
+        let v1 = try open(directory, addressSchema(1, embedded: false))
+        try v1.write { txn in
+            try txn.create("Address", ["_id": "a1", "street": "1 Main St", "city": "Paris"])
+            try txn.create("Address", ["_id": "a2", "street": "2 High St", "city": "Oslo"])
+            try txn.create("Contact", ["_id": "c1", "address": .link(.string("a1"))])
+            if !orphan { try txn.create("Contact", ["_id": "c2", "address": .link(.string("a2"))]) }
+            if shared { try txn.create("Contact", ["_id": "c3", "address": .link(.string("a1"))]) }
+        }
+        v1.close()
+    }
+
+    @Test("An object type made embedded moves into its one parent")
+    func objectToEmbedded() throws {
+        let directory = TemporaryDirectory()
+        try writeContacts(directory, orphan: false, shared: false)
+        let v2 = try open(directory, addressSchema(2, embedded: true))
+        let contact = try #require(try v2.object("Contact", primaryKey: .string("c1")))
+        #expect(contact["address"].embeddedValue?["city"] == "Paris")
+        #expect(try v2.object("Contact", primaryKey: .string("c2"))?["address"].embeddedValue?["street"] == "2 High St")
+        #expect(try v2.verify().passed)
+    }
+
+    @Test("Making a type embedded fails when an object would have no parent, and the replica stays as it was")
+    func embeddedWithoutParentFails() throws {
+        let directory = TemporaryDirectory()
+        try writeContacts(directory, orphan: true, shared: false)
+        #expect {
+            try open(directory, addressSchema(2, embedded: true))
+        } throws: { error in
+            guard let error = error as? TributaryError else { return false }
+            return error.code == .migrationFailed && error.message.contains("does not have a backlink") && error.message.contains("a2")
+        }
+        let again = try open(directory, addressSchema(1, embedded: false))
+        #expect(try again.object("Address", primaryKey: .string("a2"))?["city"] == "Oslo")
+        #expect(again.schema.version == 1)
+        #expect(try again.verify().passed)
+    }
+
+    @Test("Making a type embedded fails when an object would have two parents")
+    func embeddedWithTwoParentsFails() throws {
+        let directory = TemporaryDirectory()
+        try writeContacts(directory, orphan: false, shared: true)
+        #expect {
+            try open(directory, addressSchema(2, embedded: true))
+        } throws: { error in
+            guard let error = error as? TributaryError else { return false }
+            return error.message.contains("multiple backlinks") && error.message.contains("Contact[\"c1\"].address")
+                && error.message.contains("Contact[\"c3\"].address")
+        }
+    }
+
+    @Test("A migration can fix orphans before a type becomes embedded")
+    func migrationDeletesOrphans() throws {
+        let directory = TemporaryDirectory()
+        try writeContacts(directory, orphan: true, shared: false)
+        let v2 = try open(directory, addressSchema(2, embedded: true), migration: Migration { migration in
+            try migration.enumerateObjects("Address") { old, new in
+                if old.primaryKey == .string("a2"), let new { migration.delete(new) }
+            }
+        })
+        #expect(try v2.object("Contact", primaryKey: .string("c1"))?["address"].embeddedValue?["city"] == "Paris")
+        #expect(try v2.verify().passed)
+    }
+
+    @Test("A required property added without default or migration code is named in the error")
+    func requiredPropertyWithoutDefault() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v0 = try open(directory, scrum(version: 0, []))
+            try v0.write { try $0.create("DailyScrum", ["_id": "s1", "title": "Design"]) }
+            v0.close()
+        }
+        #expect {
+            try open(directory, scrum(version: 1, [.scalar("theme", .string)]))
+        } throws: { error in
+            (error as? TributaryError)?.message.contains("'DailyScrum.theme'") == true
+        }
+    }
+
+    @Test("A migration that throws leaves the replica exactly as it was")
+    func throwingMigration() throws {
+        struct Refused: Error {}
+        let directory = TemporaryDirectory()
+        var digest: UInt64 = 0
+        do {
+            let v1 = try open(directory, person(1))
+            try v1.write { try $0.create("Person", ["_id": 1, "firstName": "Ada", "lastName": "L", "age": 36]) }
+            digest = try v1.viewDigest()
+            v1.close()
+        }
+        #expect(throws: Refused.self) {
+            try open(directory, person(2), migration: Migration { _ in throw Refused() })
+        }
+        let v1 = try open(directory, person(1))
+        #expect(try v1.viewDigest() == digest)
+        #expect(try v1.verify().passed)
+    }
+
+    @Test("A lower schema version fails clearly")
+    func lowerVersion() throws {
+        let directory = TemporaryDirectory()
+        _ = try open(directory, person(2)).close()
+        #expect {
+            try open(directory, person(1))
+        } throws: { error in
+            (error as? TributaryError)?.message.contains("lower than the stored schema version 2") == true
+        }
+    }
+
+    @Test("Development mode deletes and recreates the replica when a migration would be needed")
+    func developmentMode() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v1 = try open(directory, person(1))
+            try v1.write { try $0.create("Person", ["_id": 1, "firstName": "Ada", "lastName": "L", "age": 36]) }
+            v1.close()
+        }
+        var configuration = configuration()
+        configuration.deleteReplicaIfMigrationNeeded = true
+        var changed = person(1)
+        var type = changed[type: "Person"]!
+        type.properties.append(.scalar("nickname", .string, optional: true))
+        changed.upsert(type)
+        let replica = try Replica.open(directory: directory.path, schema: changed, configuration: configuration)
+        #expect(try replica.objects("Person").isEmpty)
+        #expect(replica.schema[type: "Person"]?[property: "nickname"] != nil)
+    }
+
+    @Test("Codable models and the JSON form produce equal schemas")
+    func codableEqualsJSON() throws {
+        let fromModels = try Schema(models: [Rate.self], version: 1)
+        let json = """
+            [{"title": "Rate", "bsonType": "object", "required": ["_id", "result"],
+              "properties": {"_id": {"bsonType": "string"},
+                             "query": {"title": "RateQuery", "bsonType": "object", "required": ["from", "to", "amount"],
+                                       "properties": {"from": {"bsonType": "string"}, "to": {"bsonType": "string"},
+                                                      "amount": {"bsonType": "double"}}},
+                             "result": {"bsonType": "double"}}}]
+            """
+        let fromJSON = try Schema(json: json, version: 1)
+        #expect(fromModels.isEquivalent(to: fromJSON), "\(fromModels.differences(from: fromJSON))")
+        #expect(try Schema(json: fromModels.jsonString(), version: 1).isEquivalent(to: fromModels))
+    }
+}
