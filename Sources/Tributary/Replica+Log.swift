@@ -1,3 +1,4 @@
+import Dispatch
 import TributaryLog
 import TributaryMerge
 public import TributaryModel
@@ -165,5 +166,55 @@ struct RecordsDigest {
         combined.append(contentsOf: key)
         combined.append(contentsOf: bytes)
         value = XXHash64.hash(combined)
+    }
+}
+
+extension Replica {
+    /// Benchmark support: the index key ranges that hold `values` of an indexed property. Not API.
+    public func _indexRanges(type: String, property: String, values: [Value]) throws -> [([UInt8], [UInt8])] {
+        values.compactMap { value in
+            var bytes = ViewStore.indexPrefix(type: type, property: property)
+            guard KeyEncoding.appendIndexValue(value, to: &bytes) else { return nil }
+            return (bytes, Snapshot.successor(bytes))
+        }
+    }
+
+    /// Benchmark support: seconds to read the index ranges with a raw cursor and get each record, copying values.
+    public func _rawRangeRead(_ ranges: [([UInt8], [UInt8])]) throws -> Double {
+        let start = DispatchTime.now().uptimeNanoseconds
+        try environment.read { txn in
+            var total = 0
+            for (lower, upper) in ranges {
+                var keys: [[UInt8]] = []
+                try txn.scan(views.indexes, from: lower, to: upper) { key, _ in
+                    keys.append(Array(key))
+                    return true
+                }
+                for key in keys {
+                    // The record key: type prefix + the primary key that ends the index key.
+                    guard let zero = key.firstIndex(of: 0) else { continue }
+                    var recordKey = Array(key[...zero])
+                    recordKey.append(contentsOf: key.suffix(9))
+                    total += try txn.get(views.objects, key: recordKey)?.count ?? 0
+                }
+            }
+            precondition(total > 0)
+        }
+        return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+    }
+
+    /// Benchmark support: seconds to scan every record of a type with a raw cursor, copying values.
+    public func _rawScan(type: String) throws -> Double {
+        let start = DispatchTime.now().uptimeNanoseconds
+        try environment.read { txn in
+            let prefix = ViewStore.typePrefix(type)
+            var total = 0
+            try txn.scan(views.objects, from: prefix, to: ViewStore.prefixEnd(prefix)) { _, value in
+                total += Array(value).count
+                return true
+            }
+            precondition(total > 0)
+        }
+        return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
     }
 }

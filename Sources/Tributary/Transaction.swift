@@ -47,7 +47,7 @@ public final class Transaction: ObjectReading {
         checkValid()
         if let failure { throw failure }
         do {
-            try MergeEngine.apply(instruction, index: instructions.count, of: info, to: &working)
+            try MergeEngine.apply(instruction, index: instructions.count, of: info, to: &working, checkValues: false)
             instructions.append(instruction)
         } catch {
             let wrapped = TributaryError.wrap(error)

@@ -40,10 +40,15 @@ public enum MergeEngine {
     }
 
     /// Applies one instruction: the `index`-th of the changeset described by `info`.
+    ///
+    /// - Parameter checkValues: whether to check values against the schema. A local transaction, which checked them
+    ///   already with errors that name the caller's mistake, passes `false`; changesets from elsewhere are checked.
     public static func apply<Source>(
-        _ instruction: Instruction, index: Int, of info: ChangesetInfo, to state: inout WorkingSet<Source>
+        _ instruction: Instruction, index: Int, of info: ChangesetInfo, to state: inout WorkingSet<Source>,
+        checkValues: Bool = true
     ) throws {
         var applier = InstructionApplier(info: info, index: index)
+        applier.checkValues = checkValues
         do {
             try applier.apply(instruction, to: &state)
         } catch var error as MergeError {
@@ -60,6 +65,7 @@ struct InstructionApplier {
     let info: ChangesetInfo
     let index: Int
     var counter: UInt64 = 0
+    var checkValues = true
 
     init(info: ChangesetInfo, index: Int) {
         self.info = info
@@ -200,6 +206,7 @@ struct InstructionApplier {
     func merge(_ newState: FieldState, into field: inout FieldState?) {
         switch (newState, field) {
         case (.list(let added), .list(var list)?):
+            field = nil  // `list` is now the only reference: changing it copies nothing
             Self.clear(&list, seenBy: info)
             list.slots.merge(added.slots) { old, _ in old }
             list.elements.merge(added.elements) { old, _ in old }
@@ -238,20 +245,33 @@ struct InstructionApplier {
                 .invalidInstruction, "primary key of '\(type)' is \(keyType), but the create gives \(key.type) \(key)")
         }
         let recordKey = RecordKey(type: type, primaryKey: key)
-        var record = try state.record(recordKey) ?? ObjectRecord()
+        let schema = state.schema
+        try state.withRecord(recordKey) { stored in
+            var record = stored ?? ObjectRecord()
+            stored = nil  // `record` is now the only reference: changing it copies nothing
+            defer { stored = record }
+            return try self.create(
+                &record, type: typeSchema, schema: schema, explicit: explicitStates, defaults: defaultStates)
+        }
+    }
+
+    /// Applies a create to a record; returns whether it changed it.
+    private func create(
+        _ record: inout ObjectRecord, type typeSchema: ObjectSchema, schema: Schema,
+        explicit explicitStates: [(FieldValue, FieldState)], defaults defaultStates: [(FieldValue, FieldState)]
+    ) throws -> Bool {
+        let type = typeSchema.name
         // Erase wins: a create survives only if its writer had seen every erase of the object (rule 2).
-        guard record.erasures.allSatisfy(info.covers) else { return }
+        guard record.erasures.allSatisfy(info.covers) else { return false }
         record.exists = true
         for (field, converted) in explicitStates {
             guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
-            try check(field.value, fits: property, "\(type).\(field.name)", state.schema)
-            var current = record.fields[field.name]
-            merge(converted, into: &current)
-            record.fields[field.name] = current
+            try check(field.value, fits: property, "\(type).\(field.name)", schema)
+            merge(converted, into: &record.fields[field.name])
         }
         for (field, converted) in defaultStates {
             guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
-            try check(field.value, fits: property, "\(type).\(field.name)", state.schema)
+            try check(field.value, fits: property, "\(type).\(field.name)", schema)
             // A default never beats a value someone wrote (rule 3). Two defaults (possible only when the schema's
             // default changed between writers) are ordered by their encoding, so the choice is the same everywhere.
             switch record.fields[field.name] {
@@ -265,7 +285,7 @@ struct InstructionApplier {
                 break
             }
         }
-        try state.setRecord(record, for: recordKey)
+        return true
     }
 
     private func defaultOrder(_ value: StoredValue) -> [UInt8] {
@@ -278,15 +298,19 @@ struct InstructionApplier {
 
     func erase<Source>(_ key: RecordKey, state: inout WorkingSet<Source>) throws {
         guard let typeSchema = state.schema[type: key.type], !typeSchema.isEmbedded else { return }
-        var record = try state.record(key) ?? ObjectRecord()
-        // Keep only the erases this one has not seen; it supersedes the rest.
-        record.erasures.removeAll { info.covers($0) }
-        record.erasures.append(info.dot)
-        record.erasures.sort()
-        record.exists = false
-        // Every write that came before this erase is undone by it; later writes must have seen it.
-        record.fields = [:]
-        try state.setRecord(record, for: key)
+        let info = self.info
+        try state.withRecord(key) { stored in
+            var record = stored ?? ObjectRecord()
+            // Keep only the erases this one has not seen; it supersedes the rest.
+            record.erasures.removeAll { info.covers($0) }
+            record.erasures.append(info.dot)
+            record.erasures.sort()
+            record.exists = false
+            // Every write that came before this erase is undone by it; later writes must have seen it.
+            record.fields = [:]
+            stored = record
+            return true
+        }
     }
 
     // MARK: Paths
@@ -300,14 +324,16 @@ struct InstructionApplier {
     ) throws {
         guard let typeSchema = state.schema[type: path.type], !typeSchema.isEmbedded else { return }
         let key = RecordKey(type: path.type, primaryKey: path.primaryKey)
-        guard var record = try state.record(key), record.exists, record.erasures.allSatisfy(info.covers) else {
-            return
-        }
         let schema = state.schema
-        let changed = try Self.descend(
-            into: &record.fields, type: typeSchema, steps: path.steps[...], property: path.property, schema: schema,
-            body)
-        if changed { try state.setRecord(record, for: key) }
+        let info = self.info
+        try state.withRecord(key) { stored in
+            guard var record = stored, record.exists, record.erasures.allSatisfy(info.covers) else { return false }
+            stored = nil  // `record` is now the only reference: changing it copies nothing
+            defer { stored = record }
+            return try Self.descend(
+                into: &record.fields, type: typeSchema, steps: path.steps[...], property: path.property, schema: schema,
+                body)
+        }
     }
 
     static func descend(
@@ -360,16 +386,21 @@ struct InstructionApplier {
             guard property.isList else {
                 throw MergeError(.invalidInstruction, "\(path) is \(property.typeDescription), not a list")
             }
-            if let element, let problem = schema.problem(with: .list([element]), for: property) {
+            if checkValues, let element, let problem = schema.problem(with: .list([element]), for: property) {
                 throw MergeError(.invalidInstruction, "list element for \(path): \(problem)")
             }
-            var list = field.flatMap { if case .list(let l) = $0 { l } else { nil } } ?? ListState()
+            var list = ListState()
+            if case .list(let existing)? = field {
+                list = existing
+                field = nil  // `list` is now the only reference: changing it copies nothing
+            }
             body(&list)
             field = .list(list)
         }
     }
 
     func check(_ value: Value, fits property: Property, _ path: some CustomStringConvertible, _ schema: Schema) throws {
+        guard checkValues else { return }
         if let problem = schema.problem(with: value, for: property) {
             throw MergeError(.invalidInstruction, "value for \(path): \(problem)")
         }

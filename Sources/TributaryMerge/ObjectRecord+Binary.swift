@@ -16,11 +16,10 @@ extension ObjectRecord {
 
     /// The record's bytes.
     public func encoded() -> [UInt8] {
-        var stamps = Set<Stamp>()
+        var stamps = StampCollector()
         Self.collectStamps(fields, into: &stamps)
         let table = stamps.sorted()
-        var index: [Stamp: Int] = [:]
-        for (position, stamp) in table.enumerated() { index[stamp] = position }
+        let index = StampIndex(table)
 
         var writer = BinaryWriter(capacity: 128)
         writer.byte(Self.formatVersion)
@@ -39,7 +38,7 @@ extension ObjectRecord {
         return writer.bytes
     }
 
-    private static func collectStamps(_ fields: [String: FieldState], into stamps: inout Set<Stamp>) {
+    private static func collectStamps(_ fields: [String: FieldState], into stamps: inout StampCollector) {
         for field in fields.values {
             switch field {
             case .register(let register):
@@ -95,11 +94,11 @@ private enum StoredTag: UInt8 {
 }
 
 extension BinaryWriter {
-    fileprivate mutating func stamp(_ stamp: Stamp, _ index: [Stamp: Int]) {
-        varint(index[stamp] ?? 0)
+    fileprivate mutating func stamp(_ stamp: Stamp, _ index: StampIndex) {
+        varint(index.position(of: stamp))
     }
 
-    fileprivate mutating func fields(_ fields: [String: FieldState], stamps: [Stamp: Int]) {
+    fileprivate mutating func fields(_ fields: [String: FieldState], stamps: StampIndex) {
         varint(fields.count)
         for name in fields.keys.sorted() {
             string(name)
@@ -137,7 +136,7 @@ extension BinaryWriter {
         }
     }
 
-    fileprivate mutating func stored(_ value: StoredValue, stamps: [Stamp: Int]) {
+    fileprivate mutating func stored(_ value: StoredValue, stamps: StampIndex) {
         switch value {
         case .scalar(let scalar):
             byte(StoredTag.scalar.rawValue)
@@ -220,5 +219,41 @@ extension BinaryReader {
             return .embedded(EmbeddedState(id: id, type: type, fields: try fields(stamps: stamps, depth: depth + 1)))
         case nil: throw error(.invalidTag, "unknown stored value tag \(tag)")
         }
+    }
+}
+
+/// The distinct stamps of a record. Most records hold one to a few, so a small array beats a hash set; a record
+/// with many (a long list) switches to a set.
+struct StampCollector {
+    private var small: [Stamp] = []
+    private var large: Set<Stamp>?
+
+    mutating func insert(_ stamp: Stamp) {
+        if large != nil {
+            large!.insert(stamp)
+        } else if !small.contains(stamp) {
+            small.append(stamp)
+            if small.count > 16 { large = Set(small) }
+        }
+    }
+
+    func sorted() -> [Stamp] { (large.map(Array.init) ?? small).sorted() }
+}
+
+/// Positions in a sorted stamp table.
+struct StampIndex {
+    let table: [Stamp]
+
+    init(_ table: [Stamp]) { self.table = table }
+
+    func position(of stamp: Stamp) -> Int {
+        if table.count <= 8 { return table.firstIndex(of: stamp) ?? 0 }
+        var low = 0
+        var high = table.count
+        while low < high {
+            let middle = (low + high) / 2
+            if table[middle] < stamp { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 }

@@ -33,9 +33,15 @@ public struct WorkingSet<Source: RecordSource> {
     public var schema: Schema
     /// Whether the schema changed.
     public private(set) var schemaChanged = false
-    private var loaded: [RecordKey: ObjectRecord?] = [:]
-    /// The records as they were before this working set changed them, for the changed keys only.
-    public private(set) var originals: [RecordKey: ObjectRecord?] = [:]
+
+    /// A record as loaded and as changed since.
+    private struct Entry {
+        var current: ObjectRecord?
+        var original: ObjectRecord?
+        var changed: Bool
+    }
+    private var entries: [RecordKey: Entry] = [:]
+    private var changedCount = 0
 
     public init(source: Source, schema: Schema) {
         self.source = source
@@ -44,25 +50,52 @@ public struct WorkingSet<Source: RecordSource> {
 
     /// The current record of an object.
     public mutating func record(_ key: RecordKey) throws -> ObjectRecord? {
-        if let cached = loaded[key] { return cached }
+        if let entry = entries[key] { return entry.current }
         let record = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
-        loaded[key] = .some(record)
+        entries[key] = Entry(current: record, original: record, changed: false)
         return record
     }
 
     /// Replaces the record of an object (`nil` removes it).
     public mutating func setRecord(_ record: ObjectRecord?, for key: RecordKey) throws {
-        if originals[key] == nil {
-            originals[key] = .some(try self.record(key))
+        if let index = entries.index(forKey: key) {
+            if !entries.values[index].changed { changedCount += 1 }
+            entries.values[index].current = record
+            entries.values[index].changed = true
+            return
         }
-        loaded[key] = .some(record)
+        let original = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
+        entries[key] = Entry(current: record, original: original, changed: true)
+        changedCount += 1
+    }
+
+    /// Lets `body` change the record of an object in place (`nil` for none; setting `nil` removes it). The record is
+    /// moved out of the working set while `body` runs, so changing it copies nothing. When `body` returns `false`
+    /// the record is not marked changed.
+    public mutating func withRecord(_ key: RecordKey, _ body: (inout ObjectRecord?) throws -> Bool) throws {
+        _ = try record(key)
+        guard let index = entries.index(forKey: key) else { return }
+        var record = entries.values[index].current
+        entries.values[index].current = nil
+        var changed = false
+        defer {
+            // Look the entry up again: `body` may have loaded other records, which can move entries.
+            if let index = entries.index(forKey: key) {
+                entries.values[index].current = record
+                if changed && !entries.values[index].changed {
+                    entries.values[index].changed = true
+                    changedCount += 1
+                }
+            }
+        }
+        changed = try body(&record)
     }
 
     /// Every key of a type: stored ones and ones this working set added.
     public mutating func keys(ofType type: String) throws -> [RecordKey] {
         var keys = Set(try source.loadPrimaryKeys(ofType: type).map { RecordKey(type: type, primaryKey: $0) })
-        for (key, record) in loaded where key.type == type {
-            if record == nil { keys.remove(key) } else { keys.insert(key) }
+        for (key, entry) in entries where key.type == type {
+            if entry.current == nil { keys.remove(key) } else { keys.insert(key) }
         }
         return keys.sorted()
     }
@@ -75,9 +108,17 @@ public struct WorkingSet<Source: RecordSource> {
 
     /// The changed records, in key order: each with its record before and after.
     public var changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)] {
-        originals.keys.sorted().map { key in (key, originals[key] ?? nil, loaded[key] ?? nil) }
+        // Sort the keys alone: sorting the tuples would copy records with every swap.
+        var keys: [RecordKey] = []
+        keys.reserveCapacity(changedCount)
+        for (key, entry) in entries where entry.changed { keys.append(key) }
+        keys.sort()
+        return keys.map { key in
+            let entry = entries[key]!
+            return (key, entry.original, entry.current)
+        }
     }
 
     /// Whether anything changed.
-    public var hasChanges: Bool { !originals.isEmpty || schemaChanged }
+    public var hasChanges: Bool { changedCount > 0 || schemaChanged }
 }

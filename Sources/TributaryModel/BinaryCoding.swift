@@ -158,9 +158,11 @@ public struct BinaryReader {
 
     public mutating func string(_ what: String = "string") throws(ChangesetDecodingError) -> String {
         let slice = try lengthPrefixed(what)
-        guard let string = String(validating: slice, as: UTF8.self) else {
-            throw error(.invalidValue, "\(what) is not valid UTF-8")
+        // Validating over a contiguous buffer takes the standard library's fast path.
+        let string = bytes.withUnsafeBufferPointer { buffer in
+            String(validating: UnsafeBufferPointer(rebasing: buffer[slice.startIndex..<slice.endIndex]), as: UTF8.self)
         }
+        guard let string else { throw error(.invalidValue, "\(what) is not valid UTF-8") }
         return string
     }
 }

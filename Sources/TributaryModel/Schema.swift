@@ -100,13 +100,30 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
     /// Whether objects of this type only exist inside a parent object.
     public var isEmbedded: Bool
     /// The properties, in declaration order.
-    public var properties: [Property]
+    public var properties: [Property] {
+        didSet { index = PropertyIndex(properties) }
+    }
+    /// Property positions by name, rebuilt whenever the properties change; not part of equality.
+    private var index: PropertyIndex
 
     public init(name: String, primaryKey: String? = "_id", embedded: Bool = false, properties: [Property]) {
         self.name = name
         self.primaryKey = embedded ? nil : primaryKey
         self.isEmbedded = embedded
         self.properties = properties
+        self.index = PropertyIndex(properties)
+    }
+
+    public static func == (lhs: ObjectSchema, rhs: ObjectSchema) -> Bool {
+        lhs.name == rhs.name && lhs.primaryKey == rhs.primaryKey && lhs.isEmbedded == rhs.isEmbedded
+            && lhs.properties == rhs.properties
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(name)
+        hasher.combine(primaryKey)
+        hasher.combine(isEmbedded)
+        hasher.combine(properties)
     }
 
     /// An embedded type.
@@ -116,7 +133,7 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
 
     /// The property named `name`, if any.
     public subscript(property name: String) -> Property? {
-        properties.first { $0.name == name }
+        index.positions[name].map { properties[$0] }
     }
 
     /// The primary key property.
@@ -316,4 +333,18 @@ public struct SchemaError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { message }
+}
+
+/// Positions of properties by name. A class, so copies of a schema share it; immutable once built.
+private final class PropertyIndex: Sendable {
+    let positions: [String: Int]
+
+    init(_ properties: [Property]) {
+        var positions: [String: Int] = [:]
+        positions.reserveCapacity(properties.count)
+        for (position, property) in properties.enumerated() where positions[property.name] == nil {
+            positions[property.name] = position
+        }
+        self.positions = positions
+    }
 }

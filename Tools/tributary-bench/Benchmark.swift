@@ -23,6 +23,9 @@ struct TributaryBench: ParsableCommand {
     @Option(help: "Primary-key reads to time (each side).")
     var reads = 200_000
 
+    @Option(help: "Changesets in the export benchmark's log.")
+    var exportChangesets = 1_000_000
+
     @Option(help: "Only run benchmarks whose name contains this text.")
     var only: String?
 
@@ -34,8 +37,11 @@ struct TributaryBench: ParsableCommand {
         try? FileManager.default.removeItem(atPath: root)
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: root) }
-        let context = BenchContext(root: root, objects: objects, commits: commits, reads: reads, only: only)
+        let context = BenchContext(
+            root: root, objects: objects, commits: commits, reads: reads, exportChangesets: exportChangesets, only: only)
         try StorageBenchmarks(context: context).run()
+        try SyncBenchmarks(context: context).run()
+        try QueryBenchmarks(context: context).run()
     }
 }
 
@@ -44,6 +50,7 @@ struct BenchContext {
     let objects: Int
     let commits: Int
     let reads: Int
+    let exportChangesets: Int
     let only: String?
 
     func wants(_ name: String) -> Bool { only.map { name.contains($0) } ?? true }

@@ -1,0 +1,129 @@
+import CLMDB
+import Foundation
+import Tributary
+import TributaryModel
+
+/// The figures of issue 4: indexed equality, full-scan filter, sorted query, commit-to-notification latency.
+struct QueryBenchmarks {
+    let context: BenchContext
+
+    static let schema = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(
+                name: "Message",
+                properties: [
+                    .scalar("_id", .int), .scalar("conversation", .int, indexed: true), .scalar("text", .string),
+                    .scalar("score", .double), .scalar("timestamp", .date),
+                ])
+        ])
+
+    func run() throws {
+        guard ["indexed_equality", "full_scan", "sorted_query", "notification"].contains(where: context.wants) else { return }
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        let replica = try Replica.open(directory: context.path("query"), schema: Self.schema, configuration: configuration)
+        let count = context.objects
+        try replica.write { txn in
+            for index in 0..<count {
+                try txn.create("Message", [
+                    "_id": .int(Int64(index)), "conversation": .int(Int64(index % 1000)),
+                    "text": .string("message number \(index)"), "score": .double(Double(index % 977)),
+                    "timestamp": .date(Date(timeIntervalSince1970: Double(index))),
+                ])
+            }
+        }
+        if context.wants("indexed_equality") { try indexedEquality(replica) }
+        if context.wants("full_scan") { try fullScan(replica, count: count) }
+        if context.wants("sorted_query") { try sortedQuery(replica) }
+        if context.wants("notification") { try notificationLatency(replica) }
+    }
+
+    func indexedEquality(_ replica: Replica) throws {
+        let repeats = 200
+        var found = 0
+        let ours = try time {
+            try replica.read { snapshot in
+                for round in 0..<repeats {
+                    found += try snapshot.objects("Message", where: "conversation == $0", arguments: [.int(Int64(round % 1000))]).count
+                }
+            }
+        }
+        precondition(found == repeats * context.objects / 1000)
+        // Baseline: a raw cursor range over the same index keys, then a get of each record, values copied.
+        let keys = try replica._indexRanges(type: "Message", property: "conversation", values: (0..<repeats).map { .int(Int64($0 % 1000)) })
+        let raw = try replica._rawRangeRead(keys)
+        Measurement(
+            name: "indexed_equality_100_of_100k", value: Double(repeats) / ours, unit: "queries/s",
+            baseline: "raw LMDB cursor range over the same index keys + record gets (queries/s)",
+            baselineValue: Double(repeats) / raw
+        ).print()
+    }
+
+    func fullScan(_ replica: Replica, count: Int) throws {
+        var matched = 0
+        let seconds = try time {
+            matched = try replica.read { try $0.objects("Message", where: "score > 900 AND text CONTAINS '7'").count }
+        }
+        precondition(matched > 0)
+        let raw = try replica._rawScan(type: "Message")
+        Measurement(
+            name: "full_scan_filter", value: Double(count) / seconds, unit: "objects/s",
+            baseline: "raw LMDB cursor scan of the same records, values copied (records/s)", baselineValue: Double(count) / raw
+        ).print()
+    }
+
+    func sortedQuery(_ replica: Replica) throws {
+        var results = 0
+        let seconds = try time {
+            results = try replica.read { try $0.objects("Message", where: "conversation < 100 SORT(score DESC, timestamp ASC)").count }
+        }
+        precondition(results == context.objects / 10)
+        let keys = try replica._indexRanges(type: "Message", property: "conversation", values: (0..<100).map { .int(Int64($0)) })
+        let raw = try replica._rawRangeRead(keys)
+        Measurement(
+            name: "sorted_query_10k_results", value: seconds * 1000, unit: "ms",
+            baseline: "raw LMDB reads of the same 10k records (ms)", baselineValue: raw * 1000, higherIsBetter: false
+        ).print()
+    }
+
+    func notificationLatency(_ replica: Replica) throws {
+        let rounds = 500
+        let latencies = LatencyBox()
+        let observation = replica.observe("Message", where: "conversation == 1001")
+        let ready = DispatchSemaphore(value: 0)
+        let woke = DispatchSemaphore(value: 0)
+        let task = Task.detached {
+            var iterator = observation.makeAsyncIterator()
+            _ = try await iterator.next()
+            ready.signal()
+            for _ in 0..<rounds {
+                guard try await iterator.next() != nil else { break }
+                latencies.record()
+                woke.signal()
+            }
+        }
+        ready.wait()
+        var commitTimes: [UInt64] = []
+        for round in 0..<rounds {
+            _ = try replica.write { txn in
+                try txn.upsert("Message", ["_id": .int(Int64(10_000_000 + round)), "conversation": 1001, "text": "x", "score": 1.0, "timestamp": .date(Date())])
+            }
+            commitTimes.append(DispatchTime.now().uptimeNanoseconds)
+            woke.wait()
+        }
+        task.cancel()
+        let samples = zip(latencies.values, commitTimes).map { Double(Int64($0) - Int64($1)) / 1e6 }.sorted()
+        let median = samples[samples.count / 2]
+        let p99 = samples[min(samples.count - 1, samples.count * 99 / 100)]
+        // Baseline: waking a task with a continuation and nothing else (the floor for any notification).
+        Measurement(name: "commit_to_notification_median", value: median, unit: "ms", baseline: "target", baselineValue: 1.0, higherIsBetter: false).print()
+        Measurement(name: "commit_to_notification_p99", value: p99, unit: "ms", baseline: "target", baselineValue: 1.0, higherIsBetter: false).print()
+    }
+}
+
+final class LatencyBox: @unchecked Sendable {
+    // Written by one task, read after it is done; the semaphores order the accesses.
+    var values: [UInt64] = []
+    func record() { values.append(DispatchTime.now().uptimeNanoseconds) }
+}
