@@ -1,6 +1,7 @@
 public import TributaryModel
 import TributaryMerge
 import TributaryViews
+import TributaryStorage
 
 /// Reads objects: implemented by ``Snapshot`` (a consistent view of one commit) and ``Transaction`` (which also
 /// sees its own uncommitted writes). Do not declare new conformances.
@@ -24,8 +25,13 @@ struct Materializer {
     let exists: (String, PrimaryKey) throws -> Bool
 
     func object(type: ObjectSchema, primaryKey: PrimaryKey, record: ObjectRecord) throws -> DynamicObject {
-        var values = record.values(of: type, in: schema)
-        for property in type.properties where property.name != type.primaryKey {
+        try object(type: type, primaryKey: primaryKey, values: record.values(of: type, in: schema))
+    }
+
+    /// The object with these materialized values: links resolved, primary key added.
+    func object(type: ObjectSchema, primaryKey: PrimaryKey, values: [String: Value]) throws -> DynamicObject {
+        var values = values
+        for property in type.properties where property.kind.objectType != nil && property.name != type.primaryKey {
             if let value = values[property.name] { values[property.name] = try resolveLinks(value, property) }
         }
         if let keyName = type.primaryKey { values[keyName] = primaryKey.value }
@@ -97,19 +103,36 @@ public final class Snapshot: ObjectReading {
 
     public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
         let objectType = try schema.requireType(type)
-        guard let record = try record(type, primaryKey), record.exists else { return nil }
-        return try materializer.object(type: objectType, primaryKey: primaryKey, record: record)
+        checkValid()
+        let schema = self.schema
+        let values = try storage.withValue(replica.views.objects, key: ViewStore.objectKey(type: type, primaryKey: primaryKey)) {
+            bytes in try bytes.flatMap { try ObjectRecord.values(decoding: Array($0), of: objectType, in: schema) }
+        }
+        guard let values else { return nil }
+        return try materializer.object(type: objectType, primaryKey: primaryKey, values: values)
     }
 
     public func objects(_ type: String) throws -> [DynamicObject] {
         checkValid()
         let objectType = try schema.requireType(type)
+        let schema = self.schema
         let materializer = self.materializer
         var result: [DynamicObject] = []
-        try replica.views.scanRecords(ofType: type, in: storage) { key, record in
-            if record.exists { result.append(try materializer.object(type: objectType, primaryKey: key, record: record)) }
-            return true
+        let prefix = ViewStore.typePrefix(type)
+        var failure: (any Error)?
+        try storage.scan(replica.views.objects, from: prefix, to: ViewStore.prefixEnd(prefix)) { key, bytes in
+            guard let primaryKey = KeyEncoding.primaryKey(from: key[prefix.count...]) else { return true }
+            do {
+                if let values = try ObjectRecord.values(decoding: Array(bytes), of: objectType, in: schema) {
+                    result.append(try materializer.object(type: objectType, primaryKey: primaryKey, values: values))
+                }
+                return true
+            } catch {
+                failure = error
+                return false
+            }
         }
+        if let failure { throw failure }
         return result
     }
 

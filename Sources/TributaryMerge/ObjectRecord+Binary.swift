@@ -172,12 +172,30 @@ extension BinaryReader {
         for _ in 0..<count {
             let name = try string("field name")
             guard fields[name] == nil else { throw error(.invalidValue, "field '\(name)' appears twice") }
+            fields[name] = try fieldState(stamps: stamps, depth: depth)
+        }
+        return fields
+    }
+
+    /// One field's state. With `lenientStamps`, stamp indices are not resolved (every stamp reads as zero): for
+    /// readers that only want values.
+    mutating func fieldState(stamps: [Stamp], depth: Int, lenientStamps: Bool = false) throws(ChangesetDecodingError)
+        -> FieldState
+    {
+        func stamp() throws(ChangesetDecodingError) -> Stamp {
+            if lenientStamps {
+                _ = try varint()
+                return .zero
+            }
+            return try self.stamp(stamps)
+        }
+        do {
             let tag = try byte()
             switch FieldTag(rawValue: tag) {
             case .register:
-                let value = try stored(stamps: stamps, depth: depth)
-                let stamp = try stamp(stamps)
-                fields[name] = .register(Register(value: value, stamp: stamp, addend: try zigzag()))
+                let value = try stored(stamps: stamps, depth: depth, lenientStamps: lenientStamps)
+                let registerStamp = try stamp()
+                return .register(Register(value: value, stamp: registerStamp, addend: try zigzag()))
             case .list:
                 var list = ListState()
                 let slotCount = try self.count("list slot", maximum: limits.maximumElements, minimumBytesEach: 11)
@@ -186,37 +204,48 @@ extension BinaryReader {
                     let flags = try byte()
                     guard flags <= 3 else { throw error(.invalidValue, "bad slot flags \(flags)") }
                     let parent = flags & 2 == 0 ? nil : try elementID()
-                    let stamp = try stamp(stamps)
-                    list.slots[id] = Slot(id: id, parent: parent, side: flags & 1 == 0 ? .left : .right, stamp: stamp)
+                    let slotStamp = try stamp()
+                    list.slots[id] = Slot(id: id, parent: parent, side: flags & 1 == 0 ? .left : .right, stamp: slotStamp)
                 }
                 let elementCount = try self.count("list element", maximum: limits.maximumElements, minimumBytesEach: 23)
                 for _ in 0..<elementCount {
                     let id = try elementID()
                     let present = try byte()
                     guard present <= 1 else { throw error(.invalidValue, "bad element flag \(present)") }
-                    let value = present == 1 ? try stored(stamps: stamps, depth: depth) : nil
-                    let valueStamp = try stamp(stamps)
+                    let value = present == 1 ? try stored(stamps: stamps, depth: depth, lenientStamps: lenientStamps) : nil
+                    let valueStamp = try stamp()
                     let position = try elementID()
-                    let positionStamp = try stamp(stamps)
+                    let positionStamp = try stamp()
                     list.elements[id] = ListElement(
                         id: id, value: value, valueStamp: valueStamp, position: position, positionStamp: positionStamp)
                 }
-                fields[name] = .list(list)
+                return .list(list)
             case nil:
-                throw error(.invalidTag, "unknown field tag \(tag) for field '\(name)'")
+                throw error(.invalidTag, "unknown field tag \(tag)")
             }
         }
-        return fields
     }
 
-    fileprivate mutating func stored(stamps: [Stamp], depth: Int) throws(ChangesetDecodingError) -> StoredValue {
+    fileprivate mutating func stored(stamps: [Stamp], depth: Int, lenientStamps: Bool = false) throws(ChangesetDecodingError)
+        -> StoredValue
+    {
         let tag = try byte()
         switch StoredTag(rawValue: tag) {
         case .scalar: return .scalar(try value(.inline, depth: depth))
         case .embedded:
             let id = try elementID()
             let type = try string("embedded type")
-            return .embedded(EmbeddedState(id: id, type: type, fields: try fields(stamps: stamps, depth: depth + 1)))
+            guard depth < limits.maximumDepth else {
+                throw error(.limitExceeded, "embedded objects nest deeper than \(limits.maximumDepth) levels")
+            }
+            var fields: [String: FieldState] = [:]
+            let count = try self.count("field", maximum: limits.maximumElements, minimumBytesEach: 3)
+            for _ in 0..<count {
+                let name = try string("field name")
+                guard fields[name] == nil else { throw error(.invalidValue, "field '\(name)' appears twice") }
+                fields[name] = try fieldState(stamps: stamps, depth: depth + 1, lenientStamps: lenientStamps)
+            }
+            return .embedded(EmbeddedState(id: id, type: type, fields: fields))
         case nil: throw error(.invalidTag, "unknown stored value tag \(tag)")
         }
     }

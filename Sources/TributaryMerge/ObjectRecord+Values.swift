@@ -68,3 +68,60 @@ extension ObjectRecord {
         return child.id
     }
 }
+
+extension ObjectRecord {
+    /// Reads an object's values straight from its stored bytes, without building the merge metadata: the fast path
+    /// for reads and queries. Returns `nil` for a record whose object does not exist (a tombstone).
+    ///
+    /// The result equals ``values(of:in:)`` on the decoded record.
+    public static func values(
+        decoding bytes: [UInt8], of type: ObjectSchema, in schema: Schema, limits: DecodingLimits = .standard
+    ) throws(ChangesetDecodingError) -> [String: Value]? {
+        var reader = BinaryReader(bytes, subject: "object record", limits: limits)
+        let version = try reader.byte()
+        guard version == formatVersion else {
+            throw reader.error(.unsupportedFormatVersion, "record format version \(version) is not supported")
+        }
+        let flags = try reader.byte()
+        guard flags <= 1 else { throw reader.error(.invalidValue, "unknown record flags \(flags)") }
+        guard flags == 1 else { return nil }
+        // Stamps and erasures are merge metadata: skip them.
+        let stampCount = try reader.count("stamp", maximum: reader.limits.maximumElements, minimumBytesEach: 16)
+        _ = try reader.rawBytes(stampCount * 16, "stamps")
+        let erasureCount = try reader.count("erasure", maximum: reader.limits.maximumElements, minimumBytesEach: 9)
+        for _ in 0..<erasureCount {
+            _ = try reader.fixed64()
+            _ = try reader.varint()
+        }
+        let fieldCount = try reader.count("field", maximum: reader.limits.maximumElements, minimumBytesEach: 3)
+        var values: [String: Value] = [:]
+        values.reserveCapacity(type.properties.count)
+        for _ in 0..<fieldCount {
+            let name = try reader.string("field name")
+            let start = reader.offset
+            let tag = try reader.byte()
+            if tag == 0, try reader.peekByte() == 0 {
+                // A register holding a scalar: value, stamp index, addend.
+                _ = try reader.byte()
+                var value = try reader.value(.inline)
+                _ = try reader.varint()
+                let addend = try reader.zigzag()
+                if case .int(let base) = value { value = .int(base &+ addend) }
+                if let property = type[property: name], property.name != type.primaryKey, !property.isList {
+                    values[name] = value
+                }
+                continue
+            }
+            // Lists and embedded objects: decode the field fully, then read it the usual way.
+            reader.offset = start
+            let field = try reader.fieldState(stamps: [], depth: 0, lenientStamps: true)
+            if let property = type[property: name], property.name != type.primaryKey {
+                values[name] = value(field, of: property, in: schema)
+            }
+        }
+        for property in type.properties where property.name != type.primaryKey && values[property.name] == nil {
+            values[property.name] = value(nil, of: property, in: schema)
+        }
+        return values
+    }
+}

@@ -93,6 +93,12 @@ public struct BinaryReader {
         return bytes[offset]
     }
 
+    /// The next byte, without consuming it.
+    public func peekByte() throws(ChangesetDecodingError) -> UInt8 {
+        guard offset < end else { throw error(.truncated, "truncated byte: needs 1 bytes, 0 left") }
+        return bytes[offset]
+    }
+
     public mutating func varint() throws(ChangesetDecodingError) -> UInt64 {
         var result: UInt64 = 0
         var shift: UInt64 = 0

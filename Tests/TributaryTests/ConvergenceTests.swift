@@ -67,8 +67,7 @@ struct ConvergenceTests {
         }
     }
 
-    static func randomWrite(_ txn: Transaction, _ random: inout SplitMix64) throws {
-        let task = PrimaryKey.string("t")
+    static func randomWrite(_ txn: Transaction, _ random: inout SplitMix64, key task: PrimaryKey = .string("t")) throws {
         for _ in 0..<(1 + Int(random.next() % 3)) {
             let tags = try txn.object("Task", primaryKey: task)?["tags"].listValue?.count ?? 0
             switch random.next() % 12 {

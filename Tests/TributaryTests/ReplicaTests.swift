@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tributary
+import TributaryMerge
 import TributaryModel
 import TributaryTestSupport
 
@@ -191,5 +192,41 @@ struct ReplicaTests {
             #expect(error.message.contains("Migration is required due to the following errors:"))
             #expect(error.message.contains("- Property 'User.isPinned' has been added."))
         }
+    }
+}
+
+@Suite("Record decoding")
+struct RecordDecodingTests {
+    @Test("Reading values straight from stored bytes equals decoding the record and reading it")
+    func fastPathEqualsFullDecode() throws {
+        let directory = TemporaryDirectory()
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        let replica = try Replica.open(directory: directory.path, schema: MergeSemanticsTests.schema, configuration: configuration)
+        var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 9))
+        try replica.write { txn in try txn.create("Person", ["_id": "p"]) }
+        for round in 0..<40 {
+            try replica.write { txn in
+                let key = PrimaryKey.string("t\(random.next() % 5)")
+                if try txn.object("Task", primaryKey: key) == nil {
+                    try txn.create("Task", [
+                        "_id": key.value, "tags": ["a", "b"], "steps": [.embedded(EmbeddedObject(type: "Step", fields: ["text": "s"]))],
+                        "location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "x"])),
+                    ])
+                }
+                try ConvergenceTests.randomWrite(txn, &random, key: key)
+                if round % 7 == 0 { try txn.increment(["count"], of: "Task", primaryKey: key, by: 3) }
+            }
+        }
+        let schema = replica.schema
+        var compared = 0
+        for (type, key) in try replica._recordKeys() {
+            guard let objectType = schema[type: type], let bytes = try replica._recordBytes(type: type, primaryKey: key) else { continue }
+            let record = try ObjectRecord(decoding: bytes)
+            let fast = try ObjectRecord.values(decoding: bytes, of: objectType, in: schema)
+            #expect(fast == (record.exists ? record.values(of: objectType, in: schema) : nil), "\(type)[\(key)]")
+            compared += 1
+        }
+        #expect(compared >= 3)
     }
 }
