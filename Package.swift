@@ -109,6 +109,10 @@ let package = Package(
             name: "TributaryMergeTests", dependencies: ["TributaryMerge", "TributaryModel", "TributaryTestSupport"],
             swiftSettings: upcomingFeatures),
         .testTarget(
+            name: "TributaryLogToolTests",
+            dependencies: ["Tributary", "TributaryModel", "TributaryTestSupport", "tributary-log"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
             name: "TributaryTests",
             dependencies: [
                 "Tributary", "TributaryLog", "TributaryViews", "TributaryStorage", "TributaryTestSupport",

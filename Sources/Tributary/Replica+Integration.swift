@@ -62,6 +62,14 @@ extension Replica {
                 }
                 sequences.sort()
                 let context = ZstdContext()
+                if let origins {
+                    // An app uploads only what no relay adopted yet.
+                    sequences = try sequences.filter { sequence in
+                        let entry = try log.entry(sequence, in: txn)
+                        guard origins.contains(entry.origin) else { return true }
+                        return try log.causalDot(ofOrigin: entry.dot, in: txn) == nil
+                    }
+                }
                 return try sequences.prefix(limit).map { sequence in
                     var changeset = try log.changeset(of: try log.entry(sequence, in: txn), context: context)
                     if let holds {
@@ -86,7 +94,7 @@ extension Replica {
             return try environment.read { txn in
                 var result: [Changeset] = []
                 try txn.scan(pending) { _, value in
-                    result.append(try ChangesetCodec.decode(Array(value)))
+                    result.append(try ChangesetCodec.decode(Array(value.dropFirst())))
                     return true
                 }
                 return result
@@ -107,6 +115,22 @@ extension Replica {
     /// - Throws: ``TributaryError`` for storage failures (nothing is integrated then).
     @discardableResult
     public func integrate(_ changesets: [Changeset]) throws -> IntegrationReport {
+        try integrate(changesets, adopting: false)
+    }
+
+    /// Integrates changesets uploaded by app replicas that sync through this replica, adopting each into this
+    /// replica's own sequence: it keeps its origin, origin sequence, stamp and author, and gets this replica's dot as
+    /// its causal identity. Version vectors then count this replica's sequence, not one entry per app, so causal
+    /// metadata stays bounded by the number of relays however many apps write (DESIGN.md).
+    ///
+    /// An app's changesets are adopted in its own order; each one's causal context is rewritten from the app's
+    /// terms (its own entry) to this replica's (the dots its earlier changesets were adopted as).
+    @discardableResult
+    public func adopt(_ changesets: [Changeset]) throws -> IntegrationReport {
+        try integrate(changesets, adopting: true)
+    }
+
+    func integrate(_ changesets: [Changeset], adopting: Bool) throws -> IntegrationReport {
         guard !configuration.readOnly else {
             throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
         }
@@ -115,7 +139,7 @@ extension Replica {
                 var rejected: [IntegrationReport.Rejection] = []
                 while true {
                     do {
-                        return try integrateOnce(changesets, rejected: rejected)
+                        return try integrateOnce(changesets, adopting: adopting, rejected: rejected)
                     } catch let error as MergeError {
                         guard let dot = error.dot, !rejected.contains(where: { $0.dot == dot }) else { throw error }
                         rejected.append(.init(dot: dot, reason: error.description))
@@ -127,7 +151,9 @@ extension Replica {
         }
     }
 
-    private func integrateOnce(_ incoming: [Changeset], rejected: [IntegrationReport.Rejection]) throws -> IntegrationReport {
+    private func integrateOnce(_ incoming: [Changeset], adopting: Bool, rejected: [IntegrationReport.Rejection]) throws
+        -> IntegrationReport
+    {
         let start = state.withLock { $0 }
         let rejectedDots = Set(rejected.map(\.dot))
         var report = IntegrationReport()
@@ -142,27 +168,40 @@ extension Replica {
             var clock = start.clock
             let now = configuration.clock.milliseconds()
             let skew = configuration.maximumClockSkewMilliseconds
+            var working = WorkingSet(
+                source: ReplicaRecordSource(views: views, log: log, transaction: txn), schema: start.schema)
+            // Origin dots integrated in this batch (the log answers for earlier ones).
+            var integratedHere = Set<Dot>()
+            func known(_ dot: Dot) throws -> Bool {
+                try integratedHere.contains(dot) || log.localSequence(of: dot, in: txn) != nil
+            }
 
-            // Candidates: the batch and everything pending, by dot.
+            // Candidates: the batch and everything pending, by origin dot. Pending entries remember whether they came
+            // to be adopted (from an app) or integrated (from a peer).
             var candidates: [Dot: Changeset] = [:]
+            var toAdopt = Set<Dot>()
             var fromPending = Set<Dot>()
             try txn.scan(pending) { _, value in
-                if let changeset = try? ChangesetCodec.decode(Array(value)) {
-                    candidates[changeset.dot] = changeset
-                    fromPending.insert(changeset.dot)
-                }
+                guard let marker = value.first, marker <= 1,
+                    let changeset = try? ChangesetCodec.decode(Array(value.dropFirst()))
+                else { return true }
+                candidates[changeset.dot] = changeset
+                if marker == 1 { toAdopt.insert(changeset.dot) }
+                fromPending.insert(changeset.dot)
                 return true
             }
             for changeset in incoming {
-                if vector[changeset.origin] >= changeset.originSequence || candidates[changeset.dot] != nil {
+                let causal = changeset.causalDot
+                let alreadyHeld = try changeset.relay == nil && known(changeset.dot)
+                if vector[causal.origin] >= causal.sequence || candidates[changeset.dot] != nil || alreadyHeld {
                     report.duplicates += 1
                     continue
                 }
                 candidates[changeset.dot] = changeset
+                if adopting && changeset.relay == nil { toAdopt.insert(changeset.dot) }
             }
             for dot in rejectedDots { candidates.removeValue(forKey: dot) }
 
-            var working = WorkingSet(source: ViewRecordSource(store: views, transaction: txn), schema: start.schema)
             var applied: [(changeset: Changeset, encoded: [UInt8])] = []
             // Apply every ready changeset; repeat until none is ready. Among ready ones, the order is by dot, so
             // the log order is deterministic for a given input.
@@ -170,14 +209,30 @@ extension Replica {
             while progress {
                 progress = false
                 for dot in candidates.keys.sorted() {
-                    guard let changeset = candidates[dot] else { continue }
-                    guard vector[changeset.origin] == changeset.originSequence - 1,
-                        vector.includes(changeset.context.removing(changeset.origin)),
-                        changeset.time.milliseconds <= now &+ skew
-                    else { continue }
-                    try MergeEngine.apply(changeset, to: &working)
+                    guard var changeset = candidates[dot] else { continue }
+                    guard changeset.time.milliseconds <= now &+ skew else { continue }
+                    if toAdopt.contains(dot) {
+                        guard try adoptable(changeset, vector: vector, known: known) else { continue }
+                        changeset = try adopted(
+                            changeset, as: Dot(origin: replicaID, sequence: vector[replicaID] + 1),
+                            adoptions: working.adoptions, txn: txn)
+                    } else {
+                        let causal = changeset.causalDot
+                        guard vector[causal.origin] == causal.sequence - 1,
+                            vector.includes(changeset.context.removing(causal.origin)),
+                            changeset.contextExtras.allSatisfy(vector.includes)
+                        else { continue }
+                    }
+                    if try known(changeset.dot) {
+                        // This replica holds the changeset already (it wrote it, before a relay adopted it): the log
+                        // records the adoption; the changeset is not applied twice.
+                        if let relay = changeset.relay { working.recordAdoption(of: changeset.dot, as: relay) }
+                    } else {
+                        try MergeEngine.apply(changeset, to: &working)
+                    }
                     try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
-                    vector.advance(changeset.origin, to: changeset.originSequence)
+                    vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
+                    integratedHere.insert(changeset.dot)
                     applied.append((changeset, ChangesetCodec.encode(changeset)))
                     candidates.removeValue(forKey: dot)
                     progress = true
@@ -191,7 +246,7 @@ extension Replica {
                 clock: clock.latest)
             prepared.pendingRemovals = fromPending.filter { candidates[$0] == nil }.map(Self.pendingKey)
             prepared.pendingAdditions = candidates.filter { !fromPending.contains($0.key) }.map { dot, changeset in
-                (Self.pendingKey(dot), ChangesetCodec.encode(changeset))
+                (Self.pendingKey(dot), [toAdopt.contains(dot) ? 1 : 0] + ChangesetCodec.encode(changeset))
             }
             if working.schemaChanged {
                 do { try working.schema.validate() } catch {
@@ -205,6 +260,39 @@ extension Replica {
             didCommit(commit, head: head)
         }
         return report
+    }
+
+    /// Whether an app's changeset can be adopted now: its origin's previous changeset is here, and everything its
+    /// context names (apart from its origin's own entry) is integrated.
+    private func adoptable(_ changeset: Changeset, vector: VersionVector, known: (Dot) throws -> Bool) throws -> Bool {
+        if changeset.originSequence > 1 {
+            guard try known(Dot(origin: changeset.origin, sequence: changeset.originSequence - 1)) else { return false }
+        }
+        return vector.includes(changeset.context.removing(changeset.origin))
+            && changeset.contextExtras.allSatisfy(vector.includes)
+    }
+
+    /// The changeset as this replica adopts it: its relay dot set, and its context restated without its origin's
+    /// entry: the origin's earlier changesets that the rest of the context does not reach become extra dots.
+    private func adopted(
+        _ changeset: Changeset, as relay: Dot, adoptions: [Dot: Dot], txn: TributaryStorageReadTransaction
+    ) throws -> Changeset {
+        var result = changeset
+        result.relay = relay
+        result.context = changeset.context.removing(changeset.origin)
+        var extras = Set(changeset.contextExtras)
+        var sequence = changeset.originSequence
+        // Walk back through the origin's earlier changesets until one the context already reaches: the rest came
+        // before it. Bounded by the changesets the app wrote since it last downloaded.
+        while sequence > 1 {
+            sequence -= 1
+            let earlier = Dot(origin: changeset.origin, sequence: sequence)
+            let causal = try adoptions[earlier] ?? log.causalDot(ofOrigin: earlier, in: txn) ?? earlier
+            if result.context.includes(causal) { break }
+            extras.insert(causal)
+        }
+        result.contextExtras = extras.sorted()
+        return result
     }
 }
 

@@ -1,4 +1,5 @@
 import Dispatch
+import TributaryCompression
 import TributaryLog
 import TributaryMerge
 public import TributaryModel
@@ -75,8 +76,9 @@ extension Replica {
     ) throws {
         do {
             try environment.read { txn in
+                let context = ZstdContext()
                 try log.scan(in: txn, from: max(start, 1), through: end) { entry in
-                    try body(LogEntrySummary(entry), try log.changeset(of: entry))
+                    try body(LogEntrySummary(entry), try log.changeset(of: entry, context: context))
                 }
             }
         } catch {

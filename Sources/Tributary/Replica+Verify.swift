@@ -49,8 +49,13 @@ extension Replica {
         let context = ZstdContext()
         try log.scan(in: transaction, through: end) { entry in
             let changeset = try log.changeset(of: entry, context: context)
-            try MergeEngine.apply(changeset, to: &replayed.working)
-            replayed.versionVector.advance(changeset.origin, to: changeset.originSequence)
+            if try log.localSequence(of: changeset.dot, in: transaction) == entry.localSequence {
+                try MergeEngine.apply(changeset, to: &replayed.working)
+            } else if let relay = changeset.relay {
+                // A relay's copy of a changeset this replica wrote earlier: it records the adoption only.
+                replayed.working.recordAdoption(of: changeset.dot, as: relay)
+            }
+            replayed.versionVector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
             replayed.changesets += 1
             if replayed.changesets % 1024 == 0 { progress?(replayed.changesets) }
             return true

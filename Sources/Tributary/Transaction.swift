@@ -13,7 +13,7 @@ import TributaryQuery
 public final class Transaction: ObjectReading {
     let replica: Replica
     let storage: TributaryStorageWriteTransaction
-    var working: WorkingSet<ViewRecordSource>
+    var working: WorkingSet<ReplicaRecordSource>
     let info: ChangesetInfo
     let author: String
     let start: Replica.State
@@ -29,7 +29,8 @@ public final class Transaction: ObjectReading {
         let dot = Dot(origin: replica.replicaID, sequence: state.versionVector[replica.replicaID] + 1)
         info = ChangesetInfo(
             dot: dot, stamp: Stamp(time: state.clock.latest, replica: replica.replicaID), context: state.versionVector)
-        working = WorkingSet(source: ViewRecordSource(store: replica.views, transaction: storage), schema: state.schema)
+        working = WorkingSet(
+            source: ReplicaRecordSource(views: replica.views, log: replica.log, transaction: storage), schema: state.schema)
     }
 
     func invalidate() { isValid = false }

@@ -21,10 +21,14 @@ public struct LogHead: Hashable, Sendable {
 /// The log is the truth: the views are derived from it and can be rebuilt by replaying it.
 public struct ChangesetLog: Sendable {
     /// Names of the LMDB databases the log uses.
-    public static let databaseNames = ["log", "origins"]
+    public static let databaseNames = ["log", "origins", "adoptions"]
 
     public let entries: Database
+    /// (origin, origin sequence) → local sequence, and, for adopted changesets, (relay, relay sequence) → local
+    /// sequence too: one index answers both "have I got this changeset?" and "what comes after this causal dot?".
     public let origins: Database
+    /// Origin dot → the relay dot it was adopted as.
+    public let adoptions: Database
     /// The codec for payloads.
     public var codec: ZstdCodec
     /// The largest changeset (encoded, before compression) the log stores or decodes. Default: 256 MiB.
@@ -39,6 +43,7 @@ public struct ChangesetLog: Sendable {
         let databases = try environment.openDatabases(Self.databaseNames)
         entries = databases[0]
         origins = databases[1]
+        adoptions = databases[2]
         self.codec = codec
         self.maximumChangesetBytes = maximumChangesetBytes
     }
@@ -202,6 +207,16 @@ public struct ChangesetLog: Sendable {
         return result
     }
 
+    /// The relay dot the changeset with origin dot `dot` was adopted as, if a relay adopted it.
+    public func causalDot(ofOrigin dot: Dot, in transaction: ReadTransaction) throws -> Dot? {
+        try transaction.withValue(adoptions, key: Self.originKey(dot)) { value in
+            guard let value, value.count == 16 else { return nil }
+            let origin = UInt64(bigEndian: value.loadUnaligned(fromByteOffset: 0, as: UInt64.self))
+            let sequence = UInt64(bigEndian: value.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+            return Dot(origin: ReplicaID(rawValue: origin), sequence: sequence)
+        }
+    }
+
     /// The number of entries in the origin index.
     public func originCount(in transaction: ReadTransaction) throws -> Int { try transaction.count(origins) }
 
@@ -238,7 +253,15 @@ public struct ChangesetLog: Sendable {
             time: changeset.time, instructionCount: UInt32(clamping: changeset.instructions.count),
             uncompressedLength: length, isCompressed: compressed, previousChain: head.chain, payload: payload)
         try transaction.put(entries, key: Self.key(localSequence), value: entry.encoded())
-        try transaction.put(origins, key: Self.originKey(changeset.dot), value: Self.key(localSequence))
+        // The first entry of an origin dot stays its entry: an adopted copy of a changeset this replica already
+        // holds only records the adoption.
+        if try self.localSequence(of: changeset.dot, in: transaction) == nil {
+            try transaction.put(origins, key: Self.originKey(changeset.dot), value: Self.key(localSequence))
+        }
+        if let relay = changeset.relay {
+            try transaction.put(origins, key: Self.originKey(relay), value: Self.key(localSequence))
+            try transaction.put(adoptions, key: Self.originKey(changeset.dot), value: Self.originKey(relay))
+        }
         head = LogHead(localSequence: localSequence, chain: entry.checksum)
         return entry
     }

@@ -2,22 +2,48 @@ public import TributaryModel
 
 /// What a changeset carries besides its instructions: enough to merge each instruction.
 public struct ChangesetInfo: Hashable, Sendable {
+    /// The origin dot: what element ids derive from, and what records name erasures by.
     public var dot: Dot
     public var stamp: Stamp
+    /// The causal context (by causal dots) and the dots it covers besides the vector.
     public var context: VersionVector
+    public var contextExtras: [Dot]
 
-    public init(dot: Dot, stamp: Stamp, context: VersionVector) {
+    public init(dot: Dot, stamp: Stamp, context: VersionVector, contextExtras: [Dot] = []) {
         self.dot = dot
         self.stamp = stamp
         self.context = context
+        self.contextExtras = contextExtras
     }
 
     public init(_ changeset: Changeset) {
-        self.init(dot: changeset.dot, stamp: changeset.stamp, context: changeset.context)
+        self.init(dot: changeset.dot, stamp: changeset.stamp, context: changeset.context, contextExtras: changeset.contextExtras)
     }
 
-    /// Whether the changeset's writer had seen changeset `dot` (or is it).
-    public func covers(_ dot: Dot) -> Bool { dot == self.dot || context.includes(dot) }
+    /// Whether the changeset's writer had seen the changeset with origin dot `dot` (or is it). Earlier changesets of
+    /// the same origin always count as seen; others are looked up by their causal dot, which `causal` resolves (a
+    /// relay may have adopted them).
+    public func covers(_ dot: Dot, causal: CausalResolver) -> Bool {
+        if dot == self.dot { return true }
+        if dot.origin == self.dot.origin { return dot.sequence < self.dot.sequence }
+        // The writer may have seen it before a relay adopted it (by its origin dot) or after (by the relay's dot).
+        if context.includes(dot) || contextExtras.contains(dot) { return true }
+        let causalDot = causal.causalDot(of: dot)
+        return causalDot != dot && (context.includes(causalDot) || contextExtras.contains(causalDot))
+    }
+}
+
+/// Resolves a changeset's origin dot to its causal dot: the relay's dot when a relay adopted it, else itself.
+public struct CausalResolver {
+    let adopted: [Dot: Dot]
+    let lookup: (Dot) -> Dot?
+
+    public init(adopted: [Dot: Dot] = [:], lookup: @escaping (Dot) -> Dot? = { _ in nil }) {
+        self.adopted = adopted
+        self.lookup = lookup
+    }
+
+    public func causalDot(of dot: Dot) -> Dot { adopted[dot] ?? lookup(dot) ?? dot }
 }
 
 /// The merge engine: applies changesets to object records by the rules of DESIGN.md, deterministically.
@@ -33,6 +59,7 @@ public enum MergeEngine {
     /// - Throws: ``MergeError`` when the changeset conflicts with the schema or is malformed; the working set
     ///   may then hold part of the changeset, so the caller discards it.
     public static func apply<Source>(_ changeset: Changeset, to state: inout WorkingSet<Source>) throws {
+        if let relay = changeset.relay { state.recordAdoption(of: changeset.dot, as: relay) }
         let info = ChangesetInfo(changeset)
         for (index, instruction) in changeset.instructions.enumerated() {
             try apply(instruction, index: index, of: info, to: &state)
@@ -131,9 +158,10 @@ struct InstructionApplier {
         case .set(let path, let value):
             let newState = try fieldState(value)
             let schema = state.schema
+            let causal = state.causalResolver
             try update(path, state: &state) { field, property in
                 try check(value, fits: property, path, schema)
-                merge(newState, into: &field)
+                merge(newState, into: &field, causal: causal)
             }
         case .addInteger(let path, let delta, let base):
             try update(path, state: &state) { field, property in
@@ -186,16 +214,17 @@ struct InstructionApplier {
             }
         case .listClear(let path):
             let info = self.info
+            let causal = state.causalResolver
             try updateList(path, element: nil, state: &state) { list in
-                Self.clear(&list, seenBy: info)
+                Self.clear(&list, seenBy: info, causal: causal)
             }
         }
     }
 
     /// Erases the elements the writer had seen; concurrent inserts survive (rule 5).
-    static func clear(_ list: inout ListState, seenBy info: ChangesetInfo) {
+    static func clear(_ list: inout ListState, seenBy info: ChangesetInfo, causal: CausalResolver) {
         for (id, element) in list.elements where !element.isErased {
-            if info.covers(Dot(origin: id.origin, sequence: id.sequence)) {
+            if info.covers(Dot(origin: id.origin, sequence: id.sequence), causal: causal) {
                 list.elements[id] = .tombstone(id)
             }
         }
@@ -203,11 +232,11 @@ struct InstructionApplier {
 
     /// Merges a newly written field state into the current one: a register by last writer wins (rule 1), a list
     /// as "clear what the writer saw, then insert" so that concurrent inserts survive.
-    func merge(_ newState: FieldState, into field: inout FieldState?) {
+    func merge(_ newState: FieldState, into field: inout FieldState?, causal: CausalResolver) {
         switch (newState, field) {
         case (.list(let added), .list(var list)?):
             field = nil  // `list` is now the only reference: changing it copies nothing
-            Self.clear(&list, seenBy: info)
+            Self.clear(&list, seenBy: info, causal: causal)
             list.slots.merge(added.slots) { old, _ in old }
             list.elements.merge(added.elements) { old, _ in old }
             field = .list(list)
@@ -246,28 +275,31 @@ struct InstructionApplier {
         }
         let recordKey = RecordKey(type: type, primaryKey: key)
         let schema = state.schema
+        let causal = state.causalResolver
         try state.withRecord(recordKey) { stored in
             var record = stored ?? ObjectRecord()
             stored = nil  // `record` is now the only reference: changing it copies nothing
             defer { stored = record }
             return try self.create(
-                &record, type: typeSchema, schema: schema, explicit: explicitStates, defaults: defaultStates)
+                &record, type: typeSchema, schema: schema, explicit: explicitStates, defaults: defaultStates,
+                causal: causal)
         }
     }
 
     /// Applies a create to a record; returns whether it changed it.
     private func create(
         _ record: inout ObjectRecord, type typeSchema: ObjectSchema, schema: Schema,
-        explicit explicitStates: [(FieldValue, FieldState)], defaults defaultStates: [(FieldValue, FieldState)]
+        explicit explicitStates: [(FieldValue, FieldState)], defaults defaultStates: [(FieldValue, FieldState)],
+        causal: CausalResolver
     ) throws -> Bool {
         let type = typeSchema.name
         // Erase wins: a create survives only if its writer had seen every erase of the object (rule 2).
-        guard record.erasures.allSatisfy(info.covers) else { return false }
+        guard record.erasures.allSatisfy({ info.covers($0, causal: causal) }) else { return false }
         record.exists = true
         for (field, converted) in explicitStates {
             guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
             try check(field.value, fits: property, "\(type).\(field.name)", schema)
-            merge(converted, into: &record.fields[field.name])
+            merge(converted, into: &record.fields[field.name], causal: causal)
         }
         for (field, converted) in defaultStates {
             guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
@@ -299,10 +331,11 @@ struct InstructionApplier {
     func erase<Source>(_ key: RecordKey, state: inout WorkingSet<Source>) throws {
         guard let typeSchema = state.schema[type: key.type], !typeSchema.isEmbedded else { return }
         let info = self.info
+        let causal = state.causalResolver
         try state.withRecord(key) { stored in
             var record = stored ?? ObjectRecord()
             // Keep only the erases this one has not seen; it supersedes the rest.
-            record.erasures.removeAll { info.covers($0) }
+            record.erasures.removeAll { info.covers($0, causal: causal) }
             record.erasures.append(info.dot)
             record.erasures.sort()
             record.exists = false
@@ -326,8 +359,11 @@ struct InstructionApplier {
         let key = RecordKey(type: path.type, primaryKey: path.primaryKey)
         let schema = state.schema
         let info = self.info
+        let causal = state.causalResolver
         try state.withRecord(key) { stored in
-            guard var record = stored, record.exists, record.erasures.allSatisfy(info.covers) else { return false }
+            guard var record = stored, record.exists, record.erasures.allSatisfy({ info.covers($0, causal: causal) }) else {
+                return false
+            }
             stored = nil  // `record` is now the only reference: changing it copies nothing
             defer { stored = record }
             return try Self.descend(

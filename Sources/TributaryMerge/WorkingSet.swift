@@ -6,6 +6,12 @@ public protocol RecordSource {
     func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord?
     /// The primary keys of every stored record of a type, in key order.
     func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey]
+    /// The causal dot of the changeset with origin dot `dot`, when a relay adopted it; `nil` otherwise.
+    func causalDot(ofOrigin dot: Dot) -> Dot?
+}
+
+extension RecordSource {
+    public func causalDot(ofOrigin dot: Dot) -> Dot? { nil }
 }
 
 /// A type name and primary key: which object a record belongs to.
@@ -42,6 +48,8 @@ public struct WorkingSet<Source: RecordSource> {
     }
     private var entries: [RecordKey: Entry] = [:]
     private var changedCount = 0
+    /// Adoptions recorded by changesets applied in this working set, not yet stored.
+    public private(set) var adoptions: [Dot: Dot] = [:]
 
     public init(source: Source, schema: Schema) {
         self.source = source
@@ -98,6 +106,17 @@ public struct WorkingSet<Source: RecordSource> {
             if entry.current == nil { keys.remove(key) } else { keys.insert(key) }
         }
         return keys.sorted()
+    }
+
+    /// Records that a relay adopted the changeset with origin dot `origin` as `causal`.
+    public mutating func recordAdoption(of origin: Dot, as causal: Dot) {
+        adoptions[origin] = causal
+    }
+
+    /// Resolves origin dots to causal dots, through this working set's adoptions and then the source's.
+    public var causalResolver: CausalResolver {
+        let source = self.source
+        return CausalResolver(adopted: adoptions) { source.causalDot(ofOrigin: $0) }
     }
 
     /// Replaces the schema.

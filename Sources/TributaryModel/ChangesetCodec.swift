@@ -4,6 +4,8 @@
 /// "TRCS" formatVersion:u8
 /// origin:u64 originSequence:varint time:u64 schemaVersion:varint author:string
 /// context: count (replica:u64 sequence:varint)*
+/// relay: 0 | 1 replica:u64 sequence:varint      the adopting relay's dot, when a relay adopted it
+/// extras: count (replica:u64 sequence:varint)*  causal dots the context covers besides the vector
 /// names: count string*                      type and property names, referred to by index below
 /// instructions: count instruction*
 /// checksum:u64                              XXH64 of every byte before it
@@ -37,6 +39,19 @@ public enum ChangesetCodec {
             writer.fixed64(entry.replica.rawValue)
             writer.varint(entry.sequence)
         }
+        // Relay adoption: a flag byte, then the relay's dot and the extra context dots.
+        if let relay = changeset.relay {
+            writer.byte(1)
+            writer.fixed64(relay.origin.rawValue)
+            writer.varint(relay.sequence)
+        } else {
+            writer.byte(0)
+        }
+        writer.varint(changeset.contextExtras.count)
+        for dot in changeset.contextExtras {
+            writer.fixed64(dot.origin.rawValue)
+            writer.varint(dot.sequence)
+        }
         writer.varint(names.names.count)
         for name in names.names { writer.string(name) }
         writer.raw(body.bytes)
@@ -53,6 +68,8 @@ public enum ChangesetCodec {
         public var author: String
         public var context: VersionVector
         public var instructionCount: Int
+        public var relay: Dot?
+        public var contextExtras: [Dot]
     }
 
     /// Decodes a changeset.
@@ -74,7 +91,8 @@ public enum ChangesetCodec {
         }
         return Changeset(
             origin: header.origin, originSequence: header.originSequence, time: header.time, context: header.context,
-            author: header.author, schemaVersion: header.schemaVersion, instructions: instructions)
+            author: header.author, schemaVersion: header.schemaVersion, instructions: instructions, relay: header.relay,
+            contextExtras: header.contextExtras)
     }
 
     /// Decodes only the header of a changeset (its checksum is still checked).
@@ -139,6 +157,24 @@ public enum ChangesetCodec {
             previous = replica
             context.advance(replica, to: sequence)
         }
+        let relayFlag = try reader.byte()
+        guard relayFlag <= 1 else { throw reader.error(.invalidValue, "bad relay flag \(relayFlag)") }
+        var relay: Dot?
+        if relayFlag == 1 {
+            let replica = ReplicaID(rawValue: try reader.fixed64())
+            let sequence = try reader.varint()
+            guard sequence > 0 else { throw reader.error(.invalidValue, "relay sequence is 0") }
+            relay = Dot(origin: replica, sequence: sequence)
+        }
+        let extraCount = try reader.count("context extra", maximum: reader.limits.maximumElements, minimumBytesEach: 9)
+        var extras: [Dot] = []
+        extras.reserveCapacity(extraCount)
+        for _ in 0..<extraCount {
+            let replica = ReplicaID(rawValue: try reader.fixed64())
+            let dot = Dot(origin: replica, sequence: try reader.varint())
+            if let last = extras.last, last >= dot { throw reader.error(.invalidValue, "context extras are not sorted") }
+            extras.append(dot)
+        }
         let nameCount = try reader.count("name", maximum: reader.limits.maximumElements)
         var names: [String] = []
         names.reserveCapacity(nameCount)
@@ -146,7 +182,7 @@ public enum ChangesetCodec {
         let instructionCount = try reader.count("instruction", maximum: reader.limits.maximumInstructions)
         let header = Header(
             origin: origin, originSequence: originSequence, time: time, schemaVersion: schemaVersion, author: author,
-            context: context, instructionCount: instructionCount)
+            context: context, instructionCount: instructionCount, relay: relay, contextExtras: extras)
         return (header, NameTable(decoded: names))
     }
 }

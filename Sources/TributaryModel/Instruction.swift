@@ -164,6 +164,11 @@ public enum Instruction: Hashable, Sendable {
 }
 
 /// One write transaction's worth of instructions, with everything another replica needs to merge it.
+///
+/// A changeset has two identities. Its **origin dot** (origin, origin sequence) never changes: it makes integration
+/// idempotent and element ids stable. Its **causal dot** orders it among changesets: the origin dot, or, once a relay
+/// replica adopted it into its own sequence, the relay's dot. Version vectors and causal contexts count causal dots,
+/// so app replicas that sync through relays add nothing to them (DESIGN.md, "Causal metadata must stay small").
 public struct Changeset: Hashable, Sendable {
     /// The replica that wrote it. Integration on other replicas keeps it.
     public var origin: ReplicaID
@@ -171,8 +176,13 @@ public struct Changeset: Hashable, Sendable {
     public var originSequence: UInt64
     /// The origin's hybrid logical clock reading when it was written.
     public var time: HybridTime
-    /// What the origin had integrated when it wrote this changeset: its causal context.
+    /// What the origin had integrated when it wrote this changeset, by causal dots: its causal context.
     public var context: VersionVector
+    /// Causal dots the context covers besides `context`: the origin's own earlier changesets, adopted by a relay after
+    /// the point `context` reaches. Sorted; empty unless a relay adopted the changeset.
+    public var contextExtras: [Dot]
+    /// The relay's dot, when a relay adopted the changeset into its sequence; `nil` otherwise.
+    public var relay: Dot?
     /// The user who wrote it (for permission checks), or empty.
     public var author: String
     /// The schema version it was written against.
@@ -182,7 +192,7 @@ public struct Changeset: Hashable, Sendable {
 
     public init(
         origin: ReplicaID, originSequence: UInt64, time: HybridTime, context: VersionVector, author: String = "",
-        schemaVersion: UInt64, instructions: [Instruction]
+        schemaVersion: UInt64, instructions: [Instruction], relay: Dot? = nil, contextExtras: [Dot] = []
     ) {
         self.origin = origin
         self.originSequence = originSequence
@@ -191,10 +201,19 @@ public struct Changeset: Hashable, Sendable {
         self.author = author
         self.schemaVersion = schemaVersion
         self.instructions = instructions
+        self.relay = relay
+        self.contextExtras = contextExtras
     }
 
     /// The stamp every instruction of the changeset carries.
     public var stamp: Stamp { Stamp(time: time, replica: origin) }
-    /// The changeset's identity.
+    /// The changeset's origin identity.
     public var dot: Dot { Dot(origin: origin, sequence: originSequence) }
+    /// The changeset's causal identity: the relay's dot once adopted, else the origin dot.
+    public var causalDot: Dot { relay ?? dot }
+
+    /// Whether the causal context covers the causal dot `dot`.
+    public func contextIncludes(_ dot: Dot) -> Bool {
+        context.includes(dot) || contextExtras.contains(dot)
+    }
 }

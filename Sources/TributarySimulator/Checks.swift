@@ -13,8 +13,30 @@ extension Simulation {
         if Set(digests).count != 1 {
             fail("full replicas diverged: view digests \(zip(full, digests).map { "r\($0)=\(String($1, radix: 16))" })")
         }
-        let vectors = replicas.map(\.versionVector)
-        if Set(vectors).count != 1 { fail("version vectors differ: \(vectors)") }
+        // An app replica's vector also counts its own changesets by origin; without that entry, all are equal.
+        let vectors = replicas.map { replica in
+            VersionVector(replica.versionVector.entries.filter { entry in
+                entry.replica != replica.replicaID || !isPartial(replicas.firstIndex { $0 === replica } ?? 0)
+            }.map { ($0.replica, $0.sequence) })
+        }
+        if Set(vectors).count != 1 {
+            fail("version vectors differ: \(vectors)")
+            for (index, replica) in replicas.enumerated() {
+                for waiting in (try? replica.pendingChangesets()) ?? [] {
+                    fail("replica \(index) holds \(waiting.dot) (causal \(waiting.causalDot)) pending: context \(waiting.context) extras \(waiting.contextExtras), its vector \(replica.versionVector)")
+                }
+            }
+        }
+        // Relays keep metadata bounded: no context names an app replica.
+        let appIDs = Set((0..<replicaCount).filter(isPartial).map { replicas[$0].replicaID })
+        for changeset in try replicas[0].changesets(missingFrom: VersionVector()) {
+            if changeset.context.entries.contains(where: { appIDs.contains($0.replica) })
+                || changeset.contextExtras.contains(where: { appIDs.contains($0.origin) })
+            {
+                fail("changeset \(changeset.dot) names an app replica in its causal context")
+                break
+            }
+        }
 
         // 2. Each replica's views equal a replay of its own log (M3).
         for (index, replica) in replicas.enumerated() {
@@ -41,6 +63,8 @@ extension Simulation {
         result.changesets = changesets.count
         let origins = Set(changesets.map(\.dot)).count
         if origins != changesets.count { fail("the log holds \(changesets.count - origins) changesets twice") }
+        let causal = Set(changesets.map(\.causalDot)).count
+        if causal != changesets.count { fail("two changesets share a causal dot") }
 
         // 4. The oracle: the same changesets, merged in random causal orders, give the same records.
         let expected = try replicas[0].recordsDigest()
@@ -56,8 +80,8 @@ extension Simulation {
 
     func oracleDigest(_ changesets: [Changeset], order: Int) throws -> UInt64 {
         var queues: [ReplicaID: [Changeset]] = [:]
-        for changeset in changesets { queues[changeset.origin, default: []].append(changeset) }
-        for key in Array(queues.keys) { queues[key]!.sort { $0.originSequence < $1.originSequence } }
+        for changeset in changesets { queues[changeset.causalDot.origin, default: []].append(changeset) }
+        for key in Array(queues.keys) { queues[key]!.sort { $0.causalDot.sequence < $1.causalDot.sequence } }
         var working = WorkingSet(source: NothingStored(), schema: Schema(types: []))
         var vector = VersionVector()
         var generator = SplitMix(seed: configuration.seed &+ UInt64(order) &* 7919)
@@ -66,7 +90,7 @@ extension Simulation {
             let ready = queues.keys.sorted().filter { origin in
                 guard let head = queues[origin]?.first else { return false }
                 let context = VersionVector(head.context.entries.filter { $0.replica != origin }.map { ($0.replica, $0.sequence) })
-                return vector.includes(context)
+                return vector.includes(context) && head.contextExtras.allSatisfy(vector.includes)
             }
             guard !ready.isEmpty else {
                 fail("oracle: no changeset is causally ready with \(remaining) left")
@@ -75,7 +99,7 @@ extension Simulation {
             let origin = ready[Int(generator.next() % UInt64(ready.count))]
             let changeset = queues[origin]!.removeFirst()
             try MergeEngine.apply(changeset, to: &working)
-            vector.advance(changeset.origin, to: changeset.originSequence)
+            vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
             remaining -= 1
         }
         let records = working.changes.compactMap { change in
@@ -123,7 +147,11 @@ extension Simulation {
         }
         func covers(_ changeset: Int, _ index: Int, _ erase: (changeset: Int, index: Int)) -> Bool {
             if changeset == erase.changeset { return index > erase.index }
-            return changesets[changeset].context.includes(changesets[erase.changeset].dot)
+            let writer = changesets[changeset]
+            let erased = changesets[erase.changeset]
+            // A writer has seen its own origin's earlier changesets; others through its context, by causal dot.
+            if writer.origin == erased.origin { return erased.originSequence < writer.originSequence }
+            return writer.contextIncludes(erased.dot) || writer.contextIncludes(erased.causalDot)
         }
         let schema = replicas[0].schema
         var exists: [Key: Bool] = [:]

@@ -179,13 +179,21 @@ public final class Simulation {
         }
     }
 
+    /// Integrates a message at the link's target. What a partial (app) replica uploads, its relay adopts.
+    @discardableResult
+    func integrate(_ message: [Changeset], on linkIndex: Int) throws -> IntegrationReport {
+        let link = links[linkIndex]
+        if isPartial(link.source) { return try replicas[link.target].adopt(message) }
+        return try replicas[link.target].integrate(message)
+    }
+
     /// Delivers one random message from a random link that is up; sometimes delivers it twice.
     func deliver() throws {
         let ready = links.indices.filter { links[$0].up && !links[$0].queue.isEmpty }
         guard !ready.isEmpty else { return }
         let linkIndex = ready[next(ready.count)]
         let message = links[linkIndex].queue.remove(at: next(links[linkIndex].queue.count))
-        try replicas[links[linkIndex].target].integrate(message)
+        try integrate(message, on: linkIndex)
         result.deliveries += 1
         if chance(1) {
             links[linkIndex].queue.append(message)
@@ -206,7 +214,7 @@ public final class Simulation {
                 try send(on: index)
                 while !links[index].queue.isEmpty {
                     let message = links[index].queue.removeFirst()
-                    let report = try replicas[links[index].target].integrate(message)
+                    let report = try integrate(message, on: index)
                     if !report.integrated.isEmpty { changed = true }
                     if !report.rejected.isEmpty {
                         result.failures.append("replica \(links[index].target) rejected changesets: \(report.rejected)")

@@ -175,6 +175,8 @@ func handMadeHeader(names: [String] = ["Task", "title"], nameCount: UInt64? = ni
     writer.varint(UInt64(0))  // schema version
     writer.string("")  // author
     writer.varint(UInt64(0))  // context entries
+    writer.byte(0)  // not adopted by a relay
+    writer.varint(UInt64(0))  // no extra context dots
     writer.varint(nameCount ?? UInt64(names.count))
     for name in names { writer.string(name) }
     return writer
@@ -546,5 +548,23 @@ private func decodingError(
             #expect(error?.code == .truncated)
             #expect(error?.message == "changeset is truncated: \(length) bytes, at least 13 needed")
         }
+    }
+}
+
+@Suite("Adopted changesets in the codec")
+struct AdoptedChangesetCodecTests {
+    @Test("A relay's dot and extra context dots round-trip, and unsorted extras are refused")
+    func relayFieldsRoundTrip() throws {
+        var changeset = ChangesetSamples.changeset([.erase(type: "Task", primaryKey: .string("t"))])
+        changeset.relay = Dot(origin: ReplicaID(rawValue: 42), sequence: 7)
+        changeset.contextExtras = [Dot(origin: ReplicaID(rawValue: 42), sequence: 5), Dot(origin: ReplicaID(rawValue: 42), sequence: 6)]
+        let decoded = try ChangesetCodec.decode(ChangesetCodec.encode(changeset))
+        #expect(decoded == changeset)
+        #expect(decoded.causalDot == Dot(origin: ReplicaID(rawValue: 42), sequence: 7))
+        #expect(decoded.contextIncludes(Dot(origin: ReplicaID(rawValue: 42), sequence: 6)))
+
+        var unsorted = changeset
+        unsorted.contextExtras.reverse()
+        #expect(throws: ChangesetDecodingError.self) { try ChangesetCodec.decode(ChangesetCodec.encode(unsorted)) }
     }
 }

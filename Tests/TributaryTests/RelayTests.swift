@@ -1,0 +1,139 @@
+import Foundation
+import Testing
+@testable import Tributary
+import TributaryModel
+import TributaryTestSupport
+
+/// App replicas that sync through a relay, which adopts their changesets into its own sequence (DESIGN.md).
+@Suite("Relays and bounded causal metadata")
+struct RelayTests {
+    /// Replica 0 is the relay; the others are apps that talk to it only.
+    func sync(_ cluster: Cluster, app: Int) throws {
+        let relay = cluster[0]
+        let uploads = try cluster[app].changesets(missingFrom: relay.versionVector, origins: [cluster[app].replicaID])
+        try relay.adopt(uploads)
+        try cluster[app].integrate(try relay.changesets(missingFrom: cluster[app].versionVector))
+    }
+
+    @Test("Adopted changesets keep their origin, stamp and author; contexts name the relay, not the apps")
+    func adoptionRewritesIdentity() throws {
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        try cluster[1].write { try $0.create("Task", ["_id": "t", "title": "from app 1"]) }
+        try cluster[1].write { try $0.update("Task", primaryKey: .string("t"), ["notes": "offline edit"]) }
+        try sync(cluster, app: 1)
+        try sync(cluster, app: 2)
+        try cluster[2].write { try $0.increment(["count"], of: "Task", primaryKey: .string("t"), by: 2) }
+        try sync(cluster, app: 2)
+        try sync(cluster, app: 1)
+
+        let log = try cluster[0].changesets(missingFrom: VersionVector())
+        let adopted = log.filter { $0.relay != nil }
+        #expect(adopted.count == 5)  // app 1: schema, create, update; app 2: schema, increment
+        let apps: Set<ReplicaID> = [cluster[1].replicaID, cluster[2].replicaID]
+        for changeset in log {
+            #expect(!changeset.context.entries.contains { apps.contains($0.replica) }, "\(changeset.dot) names an app")
+            #expect(!changeset.contextExtras.contains { apps.contains($0.origin) })
+        }
+        #expect(Set(adopted.map(\.origin)) == apps)
+        #expect(adopted.allSatisfy { $0.relay?.origin == cluster[0].replicaID })
+        // The relay's vector counts only the relay; each app's counts the relay and itself.
+        #expect(cluster[0].versionVector.entries.map(\.replica) == [cluster[0].replicaID])
+        for app in 1...2 {
+            #expect(Set(cluster[app].versionVector.entries.map(\.replica)) == [cluster[0].replicaID, cluster[app].replicaID])
+        }
+        // Every replica holds the same object, each app applied its own changesets once (the counter is 2, not 4).
+        for replica in cluster.replicas {
+            let task = try #require(try replica.object("Task", primaryKey: .string("t")))
+            #expect(task["notes"] == "offline edit")
+            #expect(task["count"] == 2)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+    }
+
+    @Test("Rule 2 through a relay: an erase by one app beats a concurrent edit by another")
+    func eraseWinsAcrossApps() throws {
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        try cluster[1].write { try $0.create("Task", ["_id": "t"]) }
+        try sync(cluster, app: 1)
+        try sync(cluster, app: 2)
+        cluster.clocks[2].advance(byMilliseconds: 1000)
+        try cluster[1].write { _ = try $0.delete("Task", primaryKey: .string("t")) }
+        try cluster[2].write { try $0.update("Task", primaryKey: .string("t"), ["title": "edited later"]) }
+        for _ in 0..<2 {
+            try sync(cluster, app: 1)
+            try sync(cluster, app: 2)
+        }
+        for replica in cluster.replicas { #expect(try replica.object("Task", primaryKey: .string("t")) == nil) }
+        // And a create after seeing the erase revives it everywhere.
+        try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "again"]) }
+        for _ in 0..<2 {
+            try sync(cluster, app: 2)
+            try sync(cluster, app: 1)
+        }
+        for replica in cluster.replicas { #expect(try replica.object("Task", primaryKey: .string("t"))?["title"] == "again") }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+    }
+
+    @Test("An app's offline run of changesets is adopted in order, with its earlier ones as extra context dots")
+    func offlineRunsGetExtraDots() throws {
+        let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)
+        try sync(cluster, app: 1)
+        for index in 0..<5 { try cluster[1].write { try $0.create("Person", ["_id": .string("p\(index)")]) } }
+        // Uploaded out of order and in pieces: the relay adopts them in the app's order.
+        let uploads = try cluster[1].changesets(missingFrom: cluster[0].versionVector, origins: [cluster[1].replicaID])
+        #expect(uploads.count == 5)
+        #expect(try cluster[0].adopt(Array(uploads.suffix(2))).waiting == 2)
+        let report = try cluster[0].adopt(Array(uploads.prefix(3)))
+        #expect(report.integrated.count == 5)
+        let adopted = try cluster[0].changesets(missingFrom: VersionVector()).filter { $0.origin == cluster[1].replicaID }
+        #expect(adopted.map(\.originSequence) == [1, 2, 3, 4, 5, 6])  // its schema changeset, then the five
+        #expect(adopted.last?.contextExtras.count == 4)  // the four before it, adopted after the app last downloaded
+        try cluster[1].integrate(try cluster[0].changesets(missingFrom: cluster[1].versionVector))
+        #expect(try cluster[1].recordsDigest() == cluster[0].recordsDigest())
+        #expect(try cluster[1].verify().passed)
+    }
+
+    @Test("Causal metadata per changeset stays bounded with 1,000 writing apps through one relay")
+    func metadataStaysBounded() throws {
+        let measured = try RelayTests.metadataBytes(apps: 1000)
+        print("1,000 apps: \(measured.adoptedBytes) bytes of causal metadata per changeset through a relay; "
+            + "\(measured.directBytes) bytes when every app is a peer")
+        #expect(measured.adoptedBytes <= 64)
+        #expect(measured.directBytes >= 1000 * 9)
+    }
+
+    /// Encoded bytes of causal metadata (context and extras) of the last changeset, after `apps` apps each wrote one
+    /// changeset: through a relay that adopts them, and integrated directly as peers.
+    static func metadataBytes(apps: Int) throws -> (adoptedBytes: Int, directBytes: Int) {
+        let directory = TemporaryDirectory("relay")
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        configuration.replicaID = ReplicaID(rawValue: 1)
+        let relay = try Replica.open(directory: directory.appending("relay"), schema: MergeSemanticsTests.schema, configuration: configuration)
+        configuration.replicaID = ReplicaID(rawValue: 2)
+        let peer = try Replica.open(directory: directory.appending("peer"), schema: MergeSemanticsTests.schema, configuration: configuration)
+        let base = HybridTime(milliseconds: 1_700_000_000_000)
+        for app in 0..<apps {
+            let id = ReplicaID(rawValue: 1_000 + UInt64(app))
+            // Each app downloaded the relay's log, then wrote one changeset.
+            let changeset = Changeset(
+                origin: id, originSequence: 1, time: HybridTime(rawValue: base.rawValue + UInt64(app) << 16),
+                context: relay.versionVector, schemaVersion: 1,
+                instructions: [.create(type: "Person", primaryKey: .string("p\(app)"), fields: [], defaults: [])])
+            try relay.adopt([changeset])
+            var direct = changeset
+            direct.context = peer.versionVector
+            try peer.integrate([direct])
+        }
+        func metadata(_ changeset: Changeset) -> Int {
+            9 * changeset.context.entries.count + 9 * changeset.contextExtras.count
+        }
+        // The next local write on each side carries the replica's whole vector as its context.
+        try relay.write { try $0.create("Person", ["_id": "last"]) }
+        try peer.write { try $0.create("Person", ["_id": "last"]) }
+        let relayLast = try relay.changeset(at: relay.lastLocalSequence)
+        let peerLast = try peer.changeset(at: peer.lastLocalSequence)
+        return (metadata(relayLast), metadata(peerLast))
+    }
+}
