@@ -1,0 +1,75 @@
+import ArgumentParser
+import Foundation
+import Tributary
+import TributaryModel
+
+struct Info: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show a replica's identity, schema, log size and objects.",
+        discussion: """
+            Prints the replica id, the format and schema versions, the number of changesets and instructions, the \
+            log's size as stored (headers and compressed payloads) and uncompressed, the compression ratio, the \
+            version vector, the storage file's used size, and the number of objects of each type. Every figure \
+            comes from one snapshot; reading the log checks every entry's checksum.
+
+            \(ExitStatus.help)
+            """)
+
+    @OptionGroup var replica: ReplicaOptions
+    @OptionGroup var output: OutputOptions
+
+    func run() throws {
+        try reportingFailures {
+            let opened = try replica.open()
+            defer { opened.close() }
+            let summary = try opened.summary()
+            let ratio = (summary.log.compressionRatio * 100).rounded() / 100
+            if output.json {
+                emit(
+                    JSON.object([
+                        ("replica", .string(opened.replicaID.description)), ("directory", .string(replica.replica)),
+                        ("formatVersion", .int(Int64(summary.formatVersion))),
+                        ("schemaVersion", .uint(summary.schema.version)),
+                        ("types", .int(Int64(summary.schema.types.count))),
+                        ("changesets", .int(Int64(summary.log.changesets))),
+                        ("instructions", .int(Int64(summary.log.instructions))),
+                        ("lastLocalSequence", .uint(summary.lastLocalSequence)),
+                        ("logStoredBytes", .int(Int64(summary.log.storedBytes))),
+                        ("logUncompressedBytes", .int(Int64(summary.log.uncompressedBytes))),
+                        ("compressionRatio", .double(ratio)),
+                        ("versionVector", json(summary.versionVector)),
+                        ("storageUsedBytes", .int(Int64(summary.storage.usedBytes))),
+                        (
+                            "objects",
+                            .array(
+                                summary.objectCounts.map {
+                                    .object([("type", .string($0.type)), ("count", .int(Int64($0.objects)))])
+                                })
+                        ),
+                    ]).rendered)
+                return
+            }
+            let embedded = summary.schema.types.filter(\.isEmbedded).count
+            let rows: [(String, String)] = [
+                ("replica", opened.replicaID.description),
+                ("directory", replica.replica),
+                ("format", "\(summary.formatVersion) (this build reads up to \(Replica.formatVersion))"),
+                (
+                    "schema",
+                    "version \(summary.schema.version), \(summary.schema.types.count) types"
+                        + (embedded > 0 ? " (\(embedded) embedded)" : "")
+                ),
+                ("changesets", grouped(summary.log.changesets) + " (last local sequence \(summary.lastLocalSequence))"),
+                ("instructions", grouped(summary.log.instructions)),
+                ("log stored", "\(grouped(summary.log.storedBytes)) bytes"),
+                ("log uncompressed", "\(grouped(summary.log.uncompressedBytes)) bytes"),
+                ("compression", String(format: "%.2fx", summary.log.compressionRatio)),
+                ("version vector", text(summary.versionVector)),
+                ("storage used", "\(grouped(summary.storage.usedBytes)) bytes"),
+                ("objects", grouped(summary.objectCounts.reduce(0) { $0 + $1.objects })),
+            ]
+            for (label, value) in rows { emit(padded(label, 18) + value) }
+            emitCounts(summary.objectCounts.map { ($0.type, $0.objects) })
+        }
+    }
+}

@@ -1,0 +1,107 @@
+import ArgumentParser
+import Foundation
+import Tributary
+import TributaryModel
+
+struct Replay: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Rebuild the state as of one changeset: print a summary, or write a new replica.",
+        discussion: """
+            Replays the log from its start through local sequence --to (0 is the empty replica), checking every \
+            entry, and prints the schema version, the version vector and the number of objects of each type as of \
+            that point. With --out, writes a new replica directory instead: the log through --to, copied byte for \
+            byte, and views rebuilt from it. The library opens it like any replica (it gets a replica id of its \
+            own); use `tributary-log objects` or `info` on it to look inside. The source replica is never changed.
+
+            \(ExitStatus.help)
+            """)
+
+    @OptionGroup var replica: ReplicaOptions
+
+    @Option(help: "The local sequence to rebuild the state as of (0 for the empty replica).")
+    var to: UInt64
+
+    @Option(
+        help: "Write a new replica here (a directory that does not exist yet, or is empty).", completion: .directory)
+    var out: String?
+
+    @OptionGroup var output: OutputOptions
+
+    func run() throws {
+        try reportingFailures {
+            let opened = try replica.open()
+            defer { opened.close() }
+            try requireEntry(to, in: opened)
+            if let out {
+                try write(opened, to: out)
+                return
+            }
+            let progress = ProgressLine("replaying", streamsRows: false)
+            let state = try opened.objects(asOf: to) { progress.update($0, of: Int(to)) }
+            progress.finish()
+            var counts: [String: Int] = [:]
+            for object in state.objects { counts[object.type, default: 0] += 1 }
+            let types = state.schema.types.filter { !$0.isEmbedded }.map(\.name)
+            if output.json {
+                emit(
+                    JSON.object([
+                        ("localSequence", .uint(to)), ("schemaVersion", .uint(state.schema.version)),
+                        ("versionVector", json(state.versionVector)), ("objectCount", .int(Int64(state.objects.count))),
+                        (
+                            "objects",
+                            .array(
+                                types.map { .object([("type", .string($0)), ("count", .int(Int64(counts[$0] ?? 0)))]) })
+                        ),
+                    ]).rendered)
+                return
+            }
+            emit("state as of local sequence \(to) (the log holds \(opened.lastLocalSequence))")
+            emit(padded("schema", 16) + "version \(state.schema.version), \(state.schema.types.count) types")
+            emit(padded("version vector", 16) + text(state.versionVector))
+            emit(padded("objects", 16) + grouped(state.objects.count))
+            emitCounts(types.map { ($0, counts[$0] ?? 0) })
+        }
+    }
+
+    private func write(_ opened: Replica, to directory: String) throws {
+        let copy: Replica
+        do {
+            copy = try opened.replay(through: to, into: directory)
+        } catch let error as TributaryError where error.code == .invalidValue || error.code == .storage {
+            throw ToolFailure(error.message, status: ExitStatus.cannotCreate)
+        }
+        defer { copy.close() }
+        let summary = try copy.summary()
+        let objects = summary.objectCounts.reduce(0) { $0 + $1.objects }
+        if output.json {
+            emit(
+                JSON.object([
+                    ("localSequence", .uint(to)), ("out", .string(directory)),
+                    ("replica", .string(copy.replicaID.description)),
+                    ("changesets", .int(Int64(summary.log.changesets))), ("objectCount", .int(Int64(objects))),
+                ]).rendered)
+            return
+        }
+        emit(
+            "wrote replica \(copy.replicaID) to \(directory): \(summary.log.changesets) changesets, \(objects) objects")
+    }
+}
+
+/// Fails unless the log has an entry at `localSequence` (0, the empty replica, always exists).
+func requireEntry(_ localSequence: UInt64, in replica: Replica) throws {
+    guard localSequence > 0 else { return }
+    guard try replica.logEntry(at: localSequence) != nil else {
+        throw ToolFailure(
+            "the log has no entry \(localSequence): it holds local sequences 1 through \(replica.lastLocalSequence)",
+            status: ExitStatus.noInput)
+    }
+}
+
+/// `  Type  count` lines, counts right-aligned.
+func emitCounts(_ counts: [(String, Int)]) {
+    let nameWidth = counts.map(\.0.count).max() ?? 0
+    let countWidth = counts.map { grouped($0.1).count }.max() ?? 0
+    for (type, count) in counts {
+        emit("  " + padded(type, nameWidth) + "  " + padded(grouped(count), countWidth, right: true))
+    }
+}
