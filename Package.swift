@@ -93,7 +93,8 @@ let package = Package(
             name: "TributaryTestSupport", dependencies: ["Tributary", "TributaryModel"],
             path: "Tests/TributaryTestSupport", swiftSettings: upcomingFeatures),
         .executableTarget(
-            name: "tributary-crash-child", dependencies: ["Tributary", "TributaryTestSupport"],
+            name: "tributary-crash-child",
+            dependencies: ["Tributary", "TributaryModel", "TributaryStorage", "TributaryTestSupport"],
             path: "Tests/tributary-crash-child", swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryStorageTests",

@@ -29,8 +29,8 @@ struct Materializer {
     }
 
     /// The object with these materialized values: links resolved, primary key added.
-    func object(type: ObjectSchema, primaryKey: PrimaryKey, values: [String: Value]) throws -> DynamicObject {
-        var values = values
+    func object(type: ObjectSchema, primaryKey: PrimaryKey, values: consuming [String: Value]) throws -> DynamicObject {
+        var values = values  // consumed: the only reference, so the changes below copy nothing
         for property in type.properties where property.kind.objectType != nil && property.name != type.primaryKey {
             if let value = values[property.name] { values[property.name] = try resolveLinks(value, property) }
         }

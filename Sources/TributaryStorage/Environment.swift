@@ -170,8 +170,37 @@ public final class Environment: @unchecked Sendable {
         case .noMetaSync: flags |= UInt32(MDB_NOMETASYNC)
         case .noSync: flags |= UInt32(MDB_NOSYNC)
         }
+        if configuration.readOnly {
+            // LMDB would try to initialize an empty data file (and fail with EBADF): there is no replica to read.
+            var file = stat()
+            let dataPath = path.hasSuffix("/") ? path + "data.mdb" : path + "/data.mdb"
+            if stat(dataPath, &file) == 0 && file.st_size == 0 {
+                mdb_env_close(handle)
+                throw StorageError(
+                    code: .invalidFile, resultCode: MDB_INVALID, operation: "mdb_env_open", path: path,
+                    message: "\(dataPath) is empty: the directory holds no replica, or its file is damaged")
+            }
+        }
         rc = mdb_env_open(handle, path, flags, 0o644)
         if rc != 0 { throw fail(rc, "mdb_env_open") }
+        // A data file shorter than its last commit needs (cut short by a copy or a damaged file system) would make
+        // LMDB fault with SIGBUS on the first page past its end: refuse it here, by name.
+        var fd: mdb_filehandle_t = -1
+        if mdb_env_get_fd(handle, &fd) == 0 {
+            var info = MDB_envinfo()
+            mdb_env_info(handle, &info)
+            var pages = MDB_stat()
+            mdb_env_stat(handle, &pages)
+            var file = stat()
+            let needed = (Int(info.me_last_pgno) + 1) * Int(pages.ms_psize)
+            if fstat(fd, &file) == 0 && Int(file.st_size) < needed {
+                mdb_env_close(handle)
+                throw StorageError(
+                    code: .invalidFile, resultCode: MDB_INVALID, operation: "mdb_env_open", path: path,
+                    message: "the data file in \(path) is truncated: \(file.st_size) bytes, but its last commit uses "
+                        + "\(needed); the file is damaged or is not a Tributary replica")
+            }
+        }
         var dead: Int32 = 0
         rc = mdb_reader_check(handle, &dead)
         if rc != 0 { throw fail(rc, "mdb_reader_check") }
