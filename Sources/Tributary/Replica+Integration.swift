@@ -154,13 +154,14 @@ extension Replica {
     private func integrateOnce(_ incoming: [Changeset], adopting: Bool, rejected: [IntegrationReport.Rejection]) throws
         -> IntegrationReport
     {
-        let start = state.withLock { $0 }
+        var start = state.withLock { $0 }
         let rejectedDots = Set(rejected.map(\.dot))
         var report = IntegrationReport()
         report.rejected = rejected
         var commit: PreparedCommit?
         var head = start.head
         try environment.write { txn in
+            start = try freshState(start, in: txn)
             commit = nil
             report = IntegrationReport()
             report.rejected = rejected

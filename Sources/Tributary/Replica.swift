@@ -43,6 +43,8 @@ public final class Replica: Sendable {
     let pending: Database
     let writeLock = WriteLock()
     let observers = ObserverRegistry()
+    /// Where async writes run: one serial queue per replica, so one replica's long write never delays another's.
+    let writerQueue = DispatchQueue(label: "tributary.writer")
 
     struct State: Sendable {
         var head: LogHead
@@ -189,22 +191,40 @@ public final class Replica: Sendable {
         }
         let replicaID = ReplicaID(rawValue: idBytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) })
 
-        let state = try environment.read { txn -> State in
-            let head = try log.head(in: txn)
-            let vector = try views.versionVector(in: txn)
-            var latest = HybridTime.zero
-            if let clock = try txn.get(identity, key: clockKey), clock.count == 8 {
-                latest = HybridTime(rawValue: clock.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) })
-            }
-            if head.localSequence > 0 {
-                latest = max(latest, try log.entry(head.localSequence, in: txn).time)
-            }
-            let schema = try views.schema(in: txn) ?? Schema(types: [])
-            return State(head: head, versionVector: vector, clock: HybridLogicalClock(latest: latest), schema: schema)
+        let state = try environment.read { txn in
+            try loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
         }
         return Replica(
             directory: directory, replicaID: replicaID, configuration: configuration, environment: environment, log: log,
             views: views, identity: identity, pending: pending, state: state)
+    }
+
+    /// The replica's state as stored, with the log's head already read.
+    static func loadState(
+        in txn: TributaryStorageReadTransaction, log: ChangesetLog, views: ViewStore, identity: Database, head: LogHead
+    ) throws -> State {
+        let vector = try views.versionVector(in: txn)
+        var latest = HybridTime.zero
+        if let clock = try txn.get(identity, key: clockKey), clock.count == 8 {
+            latest = HybridTime(rawValue: clock.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) })
+        }
+        if head.localSequence > 0 {
+            latest = max(latest, try log.entry(head.localSequence, in: txn).time)
+        }
+        let schema = try views.schema(in: txn) ?? Schema(types: [])
+        return State(head: head, versionVector: vector, clock: HybridLogicalClock(latest: latest), schema: schema)
+    }
+
+    /// The state to write on: the cached one, unless another process committed since (the log's head moved), in
+    /// which case it is read again inside the write transaction, so that nothing that process wrote is overwritten.
+    func freshState(_ cached: State, in txn: TributaryStorageReadTransaction) throws -> State {
+        let head = try log.headUnverified(in: txn)
+        guard head != cached.head else { return cached }
+        var state = try Self.loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
+        state.clock = HybridLogicalClock(latest: max(state.clock.latest, cached.clock.latest))
+        _ = state.clock.tick(wallMilliseconds: configuration.clock.milliseconds())
+        self.state.withLock { $0 = state }
+        return state
     }
 
     /// Closes the replica: every later call fails with ``TributaryError/Code/closed``. The files are released when
@@ -260,16 +280,14 @@ public final class Replica: Sendable {
     /// Runs `body` in a write transaction on a background thread and commits it.
     public func write<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            Self.writerQueue.async {
+            writerQueue.async {
                 continuation.resume(with: Result { try self.write(body) })
             }
         }
     }
 
-    static let writerQueue = DispatchQueue(label: "tributary.writer")
-
     func performWrite<T>(author: String, _ body: (Transaction) throws -> T) throws -> T {
-        let start = state.withLock { state -> State in
+        var start = state.withLock { state -> State in
             let now = configuration.clock.milliseconds()
             _ = state.clock.tick(wallMilliseconds: now)
             return state
@@ -279,6 +297,7 @@ public final class Replica: Sendable {
         do {
             try environment.write { storage in
                 if outcome == nil {
+                    start = try freshState(start, in: storage)
                     let transaction = Transaction(replica: self, storage: storage, state: start, author: author)
                     defer { transaction.invalidate() }
                     let result = try body(transaction)

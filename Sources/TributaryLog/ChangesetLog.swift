@@ -83,6 +83,19 @@ public struct ChangesetLog: Sendable {
         return head
     }
 
+    /// The head of the log, read from the last entry's header without checking its checksum: cheap enough to call
+    /// at every write, to notice another process's commits.
+    public func headUnverified(in transaction: ReadTransaction) throws -> LogHead {
+        var head = LogHead()
+        try transaction.scan(entries, reverse: true) { key, value in
+            if let sequence = Self.sequence(fromKey: key), value.count >= LogEntry.headerSize {
+                head = LogHead(localSequence: sequence, chain: UInt64(littleEndian: value.loadUnaligned(fromByteOffset: 50, as: UInt64.self)))
+            }
+            return false
+        }
+        return head
+    }
+
     /// The number of entries.
     public func count(in transaction: ReadTransaction) throws -> Int { try transaction.count(entries) }
 

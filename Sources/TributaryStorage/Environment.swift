@@ -9,6 +9,12 @@ import Synchronization
     import Darwin
 #endif
 
+#if canImport(Glibc)
+    private let RLIMIT_FSIZE_VALUE = Int32(RLIMIT_FSIZE.rawValue)
+#else
+    private let RLIMIT_FSIZE_VALUE = RLIMIT_FSIZE
+#endif
+
 /// An LMDB environment: one directory holding `data.mdb` and `lock.mdb`, with named databases.
 ///
 /// Rules this type enforces, after lmdb.h's caveats:
@@ -357,9 +363,35 @@ public final class Environment: @unchecked Sendable {
 
     /// Builds the error for a failed call and, for `MDB_PANIC`, marks this handle unusable.
     func error(_ rc: Int32, _ operation: String, context: String? = nil) -> StorageError {
-        let error = StorageError(resultCode: rc, operation: operation, path: path, context: context)
+        var error = StorageError(resultCode: rc, operation: operation, path: path, context: context)
+        if error.code == .diskFull { error = diskFullError(error) }
         if error.code == .panic { state.withLock { $0.panicked = true } }
         return error
+    }
+
+    /// A disk-full error that says so first, with the free space and the file size limit; or, for an EIO that is
+    /// neither (plenty of space, no limit reached), an input/output error.
+    private func diskFullError(_ error: StorageError) -> StorageError {
+        var fileSystem = statvfs()
+        let free = statvfs(path, &fileSystem) == 0 ? Int(fileSystem.f_bavail) * Int(fileSystem.f_frsize) : -1
+        var limit = rlimit()
+        // RLIM_INFINITY is all ones; a limit that does not fit an Int is no limit.
+        let sizeLimit = getrlimit(RLIMIT_FSIZE_VALUE, &limit) == 0 ? Int(exactly: limit.rlim_cur) : nil
+        var dataFile = stat()
+        let dataSize = stat(path + "/data.mdb", &dataFile) == 0 ? Int(dataFile.st_size) : 0
+        let nearLimit = sizeLimit.map { dataSize + (1 << 20) >= $0 } ?? false
+        if error.resultCode == EIO && free >= (64 << 20) && !nearLimit {
+            var io = error
+            io.code = .io
+            return io
+        }
+        var message = "disk full writing \(path): \(error.operation) failed (code \(error.resultCode)); data.mdb is \(dataSize) bytes, "
+        message += free >= 0 ? "\(free) bytes free on its file system" : "free space unknown"
+        if let sizeLimit { message += ", file size limit \(sizeLimit) bytes" }
+        message += ". Free disk space (or raise the limit) and retry; nothing committed was lost"
+        var full = error
+        full.message = message
+        return full
     }
 
     func checkUsable() throws(StorageError) {

@@ -241,3 +241,56 @@ struct ConcurrentWriterTests {
         #expect(try runTool(["verify", path]).status == 0)
     }
 }
+
+@Suite("Two processes writing one replica")
+struct TwoWritersTests {
+    /// `tributary-demo` writes messages while this process writes users to the same directory. LMDB serializes the
+    /// writers; each replica handle notices the other's commits at its next write, so no log entry is overwritten.
+    @Test func neitherProcessLosesTheOthersCommits() throws {
+        let demo = try #require(BuiltTool.path("tributary-demo"), "tributary-demo is built with the package")
+        let directory = TemporaryDirectory("two-writers")
+        let path = directory.appending("demo")
+        // Create the replica with the demo's schema first, so both processes open the same one.
+        let first = Process()
+        first.executableURL = URL(fileURLWithPath: demo)
+        first.arguments = ["--directory", path, "--messages", "25"]
+        first.standardOutput = FileHandle.nullDevice
+        try first.run()
+        first.waitUntilExit()
+        try #require(first.terminationStatus == 0)
+
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: demo)
+        writer.arguments = ["--directory", path, "--messages", "2000"]
+        writer.standardOutput = FileHandle.nullDevice
+        writer.standardError = FileHandle.nullDevice
+        try writer.run()
+        defer { if writer.isRunning { writer.terminate() } }
+
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        let replica = try Replica.open(directory: path, configuration: configuration)
+        var written = 0
+        while writer.isRunning || written < 50 {
+            try replica.write { txn in
+                try txn.upsert("User", ["_id": .string("extra\(written)"), "displayName": .string("Extra \(written)")])
+            }
+            written += 1
+            if written > 5000 { break }
+        }
+        writer.waitUntilExit()
+        #expect(writer.terminationStatus == 0)
+        replica.close()
+
+        let reopened = try Replica.open(directory: path, configuration: configuration)
+        #expect(try reopened.read { try $0.count("ChatMessage") } == 2025)
+        #expect(try reopened.read { try $0.count("User") } == 5 + written)
+        #expect(try reopened.verify().passed)
+        let sequences = try reopened.changesets(missingFrom: VersionVector()).count
+        #expect(sequences == reopened.versionVector.total.asInt)
+    }
+}
+
+extension UInt64 {
+    var asInt: Int { Int(clamping: self) }
+}

@@ -71,6 +71,8 @@ struct DiskFullTests {
             let error = try #require(failures.first, "8 MiB of tmpfs never filled")
             print("D4 tmpfs: full after \(acknowledged.count) commits, \(Self.freeBytes(mountPoint.path)) bytes free: \(error.message)")
             #expect(error.code == .diskFull, "\(error.code): \(error.message)")
+            #expect(error.message.contains("disk full writing"), "\(error.message)")
+            #expect(error.message.contains("bytes free"), "\(error.message)")
             #expect(error.message.contains(directory), "the error does not name the replica: \(error.message)")
             // tmpfs reports a short write (EIO) as often as ENOSPC; both are .diskFull and the remedy names the disk.
             #expect(error.message.contains("disk space"), "the message does not say the disk is full: \(error.message)")
