@@ -84,7 +84,7 @@ extension Simulation {
         for key in Array(queues.keys) { queues[key]!.sort { $0.causalDot.sequence < $1.causalDot.sequence } }
         var working = WorkingSet(source: NothingStored(), schema: Schema(types: []))
         var vector = VersionVector()
-        var generator = SplitMix(seed: configuration.seed &+ UInt64(order) &* 7919)
+        var generator = SplitMix64(seed: configuration.seed &+ UInt64(order) &* 7919)
         var remaining = changesets.count
         while remaining > 0 {
             let ready = queues.keys.sorted().filter { origin in

@@ -41,7 +41,7 @@ public struct SimulationResult: Sendable {
 
 public final class Simulation {
     let configuration: SimulationConfiguration
-    var random: SplitMix
+    var random: SplitMix64
     var replicas: [Replica] = []
     var clocks: [SimulationClock] = []
     var generators: [OperationGenerator] = []
@@ -60,7 +60,7 @@ public final class Simulation {
 
     public init(_ configuration: SimulationConfiguration) {
         self.configuration = configuration
-        random = SplitMix(seed: configuration.seed)
+        random = SplitMix64(seed: configuration.seed)
         root = (configuration.directory as NSString).appendingPathComponent("seed-\(configuration.seed)")
         result = SimulationResult(seed: configuration.seed, failures: [])
     }

@@ -89,13 +89,13 @@ struct WriteJournal {
 
 /// Draws one operation and performs it in a transaction.
 struct OperationGenerator {
-    var random: SplitMix
+    var random: SplitMix64
     let replicaIndex: Int
     let partial: Bool
     var counter = 0
 
     init(seed: UInt64, replicaIndex: Int, partial: Bool) {
-        random = SplitMix(seed: seed)
+        random = SplitMix64(seed: seed)
         self.replicaIndex = replicaIndex
         self.partial = partial
     }
@@ -262,18 +262,5 @@ struct OperationGenerator {
                 try txn.addProperty(property, to: "Card")
             }
         }
-    }
-}
-
-/// SplitMix64, the simulation's only source of randomness: a seed replays a run exactly.
-public struct SplitMix: RandomNumberGenerator, Sendable {
-    public var state: UInt64
-    public init(seed: UInt64) { state = seed }
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -5,24 +5,6 @@ import TributaryModel
 
 // MARK: - Seeded randomness (RELIABILITY.md §5; the same generator as TributaryModelTests' fuzzers)
 
-/// SplitMix64 (Steele, Lea and Flood, 2014): the whole state is one seed, so a printed seed replays a run.
-private struct SplitMix64: RandomNumberGenerator {
-    private(set) var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
-    mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
-}
-
 /// `TRIBUTARY_SEED` (decimal, or hexadecimal with `0x`) when set, else a seed from the clock; printed with the
 /// command that replays the run.
 private func seededGenerator(label: String) -> SplitMix64 {

@@ -4,28 +4,6 @@ import TributaryModel
 
 // MARK: - Seeded randomness (RELIABILITY.md §5: one PRNG, seeded from TRIBUTARY_SEED and printed)
 
-/// SplitMix64 (Steele, Lea and Flood, 2014): a tiny, fast generator whose whole state is one seed, so a printed
-/// seed replays a run exactly. Tests never use `SystemRandomNumberGenerator`.
-struct SplitMix64: RandomNumberGenerator {
-    private(set) var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    /// A number in `0..<bound` (`bound` > 0).
-    mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
-
-    /// True with probability `percent` / 100.
-    mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
-}
-
 enum FuzzRandom {
     /// The run's seed: `TRIBUTARY_SEED` (decimal, or hexadecimal with `0x`) when set, else one drawn from the
     /// clock. Either way it is printed first, with the command that replays the run.

@@ -3,25 +3,7 @@ import Testing
 import TributaryModel
 import TributaryQuery
 
-/// SplitMix64: a small, seeded generator, so that one seed replays one run.
-struct SplitMix64 {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    /// A number in `0..<count`.
-    mutating func below(_ count: Int) -> Int { Int(next() % UInt64(count)) }
-
-    mutating func chance(_ percent: Int) -> Bool { below(100) < percent }
-
+extension SplitMix64 {
     mutating func pick<T>(_ choices: [T]) -> T { choices[below(choices.count)] }
 }
 

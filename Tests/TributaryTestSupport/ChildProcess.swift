@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 public import Tributary
-import TributaryModel
+public import TributaryModel
 
 #if canImport(Glibc)
     import Glibc

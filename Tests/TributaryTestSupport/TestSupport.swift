@@ -20,21 +20,7 @@ public final class TemporaryDirectory: Sendable {
     deinit { try? FileManager.default.removeItem(atPath: path) }
 }
 
-/// SplitMix64: a small, fast, seedable generator. Tests use it, never the system generator, so a seed replays a
-/// run exactly.
-public struct SplitMix64: RandomNumberGenerator, Sendable {
-    public private(set) var state: UInt64
-
-    public init(seed: UInt64) { state = seed }
-
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
+extension SplitMix64 {
     /// The seed from `TRIBUTARY_SEED` when set, else `fallback`.
     public static func seedFromEnvironment(default fallback: UInt64) -> UInt64 {
         if let text = ProcessInfo.processInfo.environment["TRIBUTARY_SEED"], let seed = UInt64(text) { return seed }

@@ -45,7 +45,7 @@ struct StorageBenchmarks {
 
     /// The same records, as raw key/value pairs: Tributary's own keys and record sizes, with random bytes.
     func rawPairs(_ replica: Replica) throws -> [([UInt8], [UInt8])] {
-        var generator = SplitMix(seed: 7)
+        var generator = SplitMix64(seed: 7)
         let sizes = try replica._recordSizes(type: "Item")
         return sizes.map { key, size in (key, (0..<size).map { _ in UInt8(truncatingIfNeeded: generator.next()) }) }
     }
@@ -69,7 +69,7 @@ struct StorageBenchmarks {
     }
 
     func primaryKeyReads(_ replica: Replica, _ raw: RawLMDB) throws {
-        var generator = SplitMix(seed: 11)
+        var generator = SplitMix64(seed: 11)
         let count = context.reads
         let indexes = (0..<count).map { _ in Int(generator.next() % UInt64(context.objects)) }
         let keys = try replica._recordSizes(type: "Item").map(\.0)
@@ -169,17 +169,5 @@ struct StorageBenchmarks {
             name: "single_object_durable_commit", value: total / ours, unit: "commits/s",
             baseline: "raw LMDB single-put durable commits", baselineValue: total / baseline
         ).print()
-    }
-}
-
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
