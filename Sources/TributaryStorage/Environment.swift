@@ -189,28 +189,52 @@ public final class Environment: @unchecked Sendable {
         }
         rc = mdb_env_open(handle, path, flags, 0o644)
         if rc != 0 { throw fail(rc, "mdb_env_open") }
-        // A data file shorter than its last commit needs (cut short by a copy or a damaged file system) would make
-        // LMDB fault with SIGBUS on the first page past its end: refuse it here, by name.
-        var fd: mdb_filehandle_t = -1
-        if mdb_env_get_fd(handle, &fd) == 0 {
-            var info = MDB_envinfo()
-            mdb_env_info(handle, &info)
-            var pages = MDB_stat()
-            mdb_env_stat(handle, &pages)
-            var file = stat()
-            let needed = (Int(info.me_last_pgno) + 1) * Int(pages.ms_psize)
-            if fstat(fd, &file) == 0 && Int(file.st_size) < needed {
+        // A data file shorter than the pages its last commit counts would make LMDB fault with SIGBUS on the first
+        // page past its end. LMDB may leave free pages at the end unwritten, so Tributary extends the file after every
+        // commit (`coverMappedPages`); a small shortfall is then only possible after a crash between a commit and
+        // that extension, and a writable open repairs it. Anything else is a file cut short: refused, by name.
+        let shortfall = mappedPagesShortfall(handle)
+        if shortfall.bytes > 0 {
+            let repairable = !configuration.readOnly && shortfall.bytes <= Self.repairableShortfallPages * shortfall.pageSize
+            if !repairable || ftruncate(shortfall.descriptor, off_t(shortfall.needed)) != 0 {
                 mdb_env_close(handle)
                 throw StorageError(
                     code: .invalidFile, resultCode: MDB_INVALID, operation: "mdb_env_open", path: path,
-                    message: "the data file in \(path) is truncated: \(file.st_size) bytes, but its last commit uses "
-                        + "\(needed); the file is damaged or is not a Tributary replica")
+                    message: "the data file in \(path) is truncated: \(shortfall.needed - shortfall.bytes) bytes, but "
+                        + "its last commit uses \(shortfall.needed)"
+                        + (configuration.readOnly && shortfall.bytes <= Self.repairableShortfallPages * shortfall.pageSize
+                            ? "; if its writer crashed, open it once for writing, which repairs this; otherwise the file is damaged"
+                            : "; the file is damaged or is not a Tributary replica"))
             }
         }
         var dead: Int32 = 0
         rc = mdb_reader_check(handle, &dead)
         if rc != 0 { throw fail(rc, "mdb_reader_check") }
         return Environment(path: path, configuration: configuration, handle: handle, staleReaders: Int(dead))
+    }
+
+    /// The most missing pages a writable open fills in (the free pages of one crashed commit).
+    static let repairableShortfallPages = 64
+
+    /// How far the data file falls short of the pages LMDB's last commit counts (0 bytes when it covers them).
+    private static func mappedPagesShortfall(_ handle: OpaquePointer) -> (bytes: Int, needed: Int, pageSize: Int, descriptor: Int32) {
+        var descriptor: mdb_filehandle_t = -1
+        guard mdb_env_get_fd(handle, &descriptor) == 0 else { return (0, 0, 4096, -1) }
+        var info = MDB_envinfo()
+        mdb_env_info(handle, &info)
+        var pages = MDB_stat()
+        mdb_env_stat(handle, &pages)
+        var file = stat()
+        let needed = (Int(info.me_last_pgno) + 1) * Int(pages.ms_psize)
+        guard fstat(descriptor, &file) == 0 else { return (0, needed, Int(pages.ms_psize), descriptor) }
+        return (max(0, needed - Int(file.st_size)), needed, Int(pages.ms_psize), descriptor)
+    }
+
+    /// Extends the data file over free pages LMDB left unwritten at its end, so that the file always covers what the
+    /// last commit counts and a shorter file can be told apart as damaged.
+    func coverMappedPages() {
+        let shortfall = Self.mappedPagesShortfall(handle)
+        if shortfall.bytes > 0 && shortfall.descriptor >= 0 { _ = ftruncate(shortfall.descriptor, off_t(shortfall.needed)) }
     }
 
     /// Whether ``close()`` was called.
@@ -314,6 +338,7 @@ public final class Environment: @unchecked Sendable {
                     let result = try body(transaction)
                     try transaction.commit()
                     committed = true
+                    coverMappedPages()
                     return result
                 }
             } catch let error as StorageError where error.code == .mapFull && growths < 64 {
