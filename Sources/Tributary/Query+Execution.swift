@@ -74,7 +74,7 @@ extension Snapshot {
         let parsed = try schema.query(query, arguments: arguments, type: objectType)
         let plan = self.plan(parsed, type: objectType)
         let candidates = try self.candidates(plan, type: objectType)
-        return try evaluate(parsed, on: candidates, type: type)
+        return evaluate(parsed, on: candidates, type: type)
     }
 
     /// How ``objects(_:where:arguments:)`` would run a query.
@@ -189,8 +189,12 @@ extension Snapshot {
         }
     }
 
-    func evaluate(_ query: Query, on candidates: [DynamicObject], type: String) throws -> [DynamicObject] {
-        let source = ReaderObjectSource { [unowned self] type, key in (try? self.object(type, primaryKey: key))?.values }
+}
+
+extension ObjectReading {
+    /// The candidates that match `query`, after its SORT, DISTINCT and LIMIT; links are followed through this reader.
+    func evaluate(_ query: Query, on candidates: [DynamicObject], type: String) -> [DynamicObject] {
+        let source = ReaderObjectSource { type, key in (try? self.object(type, primaryKey: key))?.values }
         let selected = query.apply(to: candidates.map { ($0.primaryKey, $0.values) }, source: source)
         return selected.map { DynamicObject(type: type, primaryKey: $0.0, values: $0.1) }
     }

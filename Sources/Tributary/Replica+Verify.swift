@@ -26,12 +26,6 @@ public struct VerificationReport: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// A record source with nothing in it: a replay starts from an empty replica.
-struct EmptyRecordSource: RecordSource {
-    func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? { nil }
-    func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] { [] }
-}
-
 /// The state a replay of the log builds.
 struct ReplayedState {
     var working: WorkingSet<EmptyRecordSource>

@@ -104,10 +104,8 @@ public final class Replica: Sendable {
                     try fresh.reconcile(schema: schema, migration: nil)
                     return fresh
                 }
-            } else if !configuration.readOnly && replica.state.withLock({ $0.schema.types.isEmpty }) {
-                // A replica opened without a schema (by a tool or a daemon) starts empty; a schema arrives with
-                // the first changesets it integrates.
             }
+            // Without a schema, the stored one is used; a new replica gets one with the first changesets it integrates.
             return replica
         } catch {
             throw TributaryError.wrap(error, context: "opening replica \(directory)")
@@ -270,6 +268,7 @@ public final class Replica: Sendable {
     /// - Precondition: not called inside another `write` on the same replica (that would deadlock).
     /// - Throws: what `body` throws, or ``TributaryError`` (`.diskFull`, `.mapFull`, `.transactionTooLarge`,
     ///   `.readOnly`, ...). After any error the replica holds exactly what it held before.
+    @discardableResult
     public func write<T>(_ body: (Transaction) throws -> T) throws -> T {
         guard !configuration.readOnly else {
             throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
@@ -278,6 +277,7 @@ public final class Replica: Sendable {
     }
 
     /// Runs `body` in a write transaction on a background thread and commits it.
+    @discardableResult
     public func write<T: Sendable>(_ body: @escaping @Sendable (Transaction) throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             writerQueue.async {

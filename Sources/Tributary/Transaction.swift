@@ -110,9 +110,7 @@ public final class Transaction: ObjectReading {
     public func objects(_ type: String, where query: String, arguments: [Value] = []) throws -> [DynamicObject] {
         let objectType = try working.schema.requireType(type)
         let parsed = try working.schema.query(query, arguments: arguments, type: objectType)
-        let source = ReaderObjectSource { [unowned self] type, key in (try? self.object(type, primaryKey: key))?.values }
-        let selected = parsed.apply(to: try objects(type).map { ($0.primaryKey, $0.values) }, source: source)
-        return selected.map { DynamicObject(type: type, primaryKey: $0.0, values: $0.1) }
+        return evaluate(parsed, on: try objects(type), type: type)
     }
 
     public func count(_ type: String) throws -> Int {

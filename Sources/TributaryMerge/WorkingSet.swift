@@ -14,6 +14,13 @@ extension RecordSource {
     public func causalDot(ofOrigin dot: Dot) -> Dot? { nil }
 }
 
+/// A source with nothing stored: what a replay of a log, or an oracle, starts from.
+public struct EmptyRecordSource: RecordSource {
+    public init() {}
+    public func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? { nil }
+    public func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] { [] }
+}
+
 /// A type name and primary key: which object a record belongs to.
 public struct RecordKey: Hashable, Sendable, Comparable, CustomStringConvertible {
     public var type: String

@@ -219,7 +219,13 @@ private enum JSONValue: Equatable {
         }
     }
 
-    static func quote(_ text: String, into output: inout String) {
+    static func quote(_ text: String, into output: inout String) { JSONText.quote(text, into: &output) }
+}
+
+/// JSON string literals.
+public enum JSONText {
+    /// Appends `text` as a JSON string literal: quotes, backslashes and control characters escaped.
+    public static func quote(_ text: String, into output: inout String) {
         output += "\""
         for scalar in text.unicodeScalars {
             switch scalar {
@@ -228,7 +234,7 @@ private enum JSONValue: Equatable {
             case "\n": output += "\\n"
             case "\r": output += "\\r"
             case "\t": output += "\\t"
-            case _ where scalar.value < 0x20:
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
                 let digits = String(scalar.value, radix: 16)
                 output += "\\u" + String(repeating: "0", count: 4 - digits.count) + digits
             default: output.unicodeScalars.append(scalar)

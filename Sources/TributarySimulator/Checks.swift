@@ -82,7 +82,7 @@ extension Simulation {
         var queues: [ReplicaID: [Changeset]] = [:]
         for changeset in changesets { queues[changeset.causalDot.origin, default: []].append(changeset) }
         for key in Array(queues.keys) { queues[key]!.sort { $0.causalDot.sequence < $1.causalDot.sequence } }
-        var working = WorkingSet(source: NothingStored(), schema: Schema(types: []))
+        var working = WorkingSet(source: EmptyRecordSource(), schema: Schema(types: []))
         var vector = VersionVector()
         var generator = SplitMix64(seed: configuration.seed &+ UInt64(order) &* 7919)
         var remaining = changesets.count
@@ -232,10 +232,4 @@ extension Simulation {
             }
         }
     }
-}
-
-/// Nothing stored: the oracle starts from an empty replica.
-struct NothingStored: RecordSource {
-    func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? { nil }
-    func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] { [] }
 }

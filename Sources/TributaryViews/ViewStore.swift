@@ -225,22 +225,3 @@ public struct ViewStore: Sendable {
         try transaction.removeAll(meta)
     }
 }
-
-/// A ``RecordSource`` reading the views through a storage transaction.
-public struct ViewRecordSource: RecordSource {
-    public let store: ViewStore
-    public let transaction: ReadTransaction
-
-    public init(store: ViewStore, transaction: ReadTransaction) {
-        self.store = store
-        self.transaction = transaction
-    }
-
-    public func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? {
-        try store.record(type: type, primaryKey: primaryKey, in: transaction)
-    }
-
-    public func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] {
-        try store.primaryKeys(ofType: type, in: transaction)
-    }
-}

@@ -54,7 +54,7 @@ struct ConvergenceTests {
             let prefix = try cluster[0].changesets(missingFrom: VersionVector()).filter { base.includes($0.dot) }
             var digests = Set<UInt64>()
             for order in permutations(concurrent.count) {
-                var working = WorkingSet(source: NoRecords(), schema: Schema(types: []))
+                var working = WorkingSet(source: EmptyRecordSource(), schema: Schema(types: []))
                 for changeset in prefix { try MergeEngine.apply(changeset, to: &working) }
                 for index in order { try MergeEngine.apply(concurrent[index], to: &working) }
                 let records = working.changes.compactMap { change in
@@ -107,9 +107,4 @@ func permutations(_ count: Int) -> [[Int]] {
         }
     }
     return result
-}
-
-struct NoRecords: RecordSource {
-    func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? { nil }
-    func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] { [] }
 }
