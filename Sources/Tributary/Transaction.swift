@@ -13,7 +13,7 @@ import TributaryQuery
 public final class Transaction: ObjectReading {
     let replica: Replica
     let storage: TributaryStorageWriteTransaction
-    var working: WorkingSet<ReplicaRecordSource>
+    var working: WorkingSet
     let info: ChangesetInfo
     let author: String
     let start: Replica.State

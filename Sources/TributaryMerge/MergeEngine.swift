@@ -58,7 +58,7 @@ public enum MergeEngine {
     ///
     /// - Throws: ``MergeError`` when the changeset conflicts with the schema or is malformed; the working set
     ///   may then hold part of the changeset, so the caller discards it.
-    public static func apply<Source>(_ changeset: Changeset, to state: inout WorkingSet<Source>) throws {
+    public static func apply(_ changeset: Changeset, to state: inout WorkingSet) throws {
         if let relay = changeset.relay { state.recordAdoption(of: changeset.dot, as: relay) }
         let info = ChangesetInfo(changeset)
         for (index, instruction) in changeset.instructions.enumerated() {
@@ -70,8 +70,8 @@ public enum MergeEngine {
     ///
     /// - Parameter checkValues: whether to check values against the schema. A local transaction, which checked them
     ///   already with errors that name the caller's mistake, passes `false`; changesets from elsewhere are checked.
-    public static func apply<Source>(
-        _ instruction: Instruction, index: Int, of info: ChangesetInfo, to state: inout WorkingSet<Source>,
+    public static func apply(
+        _ instruction: Instruction, index: Int, of info: ChangesetInfo, to state: inout WorkingSet,
         checkValues: Bool = true
     ) throws {
         var applier = InstructionApplier(info: info, index: index)
@@ -145,7 +145,7 @@ struct InstructionApplier {
 
     // MARK: Instructions
 
-    mutating func apply<Source>(_ instruction: Instruction, to state: inout WorkingSet<Source>) throws {
+    mutating func apply(_ instruction: Instruction, to state: inout WorkingSet) throws {
         switch instruction {
         case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType, .setSchemaVersion:
             try SchemaMerger(info: info).apply(instruction, to: &state)
@@ -247,8 +247,8 @@ struct InstructionApplier {
         }
     }
 
-    mutating func create<Source>(
-        type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet<Source>
+    mutating func create(
+        type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet
     ) throws {
         // Convert every value first: the ids drawn must not depend on what the replica holds.
         var explicitStates: [(FieldValue, FieldState)] = []
@@ -298,12 +298,12 @@ struct InstructionApplier {
         record.exists = true
         for (field, converted) in explicitStates {
             guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
-            try check(field.value, fits: property, "\(type).\(field.name)", schema)
+            try check(field.value, fits: property, QualifiedName(type: type, property: field.name), schema)
             merge(converted, into: &record.fields[field.name], causal: causal)
         }
         for (field, converted) in defaultStates {
             guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
-            try check(field.value, fits: property, "\(type).\(field.name)", schema)
+            try check(field.value, fits: property, QualifiedName(type: type, property: field.name), schema)
             // A default never beats a value someone wrote (rule 3). Two defaults (possible only when the schema's
             // default changed between writers) are ordered by their encoding, so the choice is the same everywhere.
             switch record.fields[field.name] {
@@ -328,7 +328,7 @@ struct InstructionApplier {
         return writer.bytes
     }
 
-    func erase<Source>(_ key: RecordKey, state: inout WorkingSet<Source>) throws {
+    func erase(_ key: RecordKey, state: inout WorkingSet) throws {
         guard let typeSchema = state.schema[type: key.type], !typeSchema.isEmbedded else { return }
         let info = self.info
         let causal = state.causalResolver
@@ -351,8 +351,8 @@ struct InstructionApplier {
     /// Finds the property `path` names, checks it against the schema, and lets `body` change its state. Does
     /// nothing when the object does not exist, an erase it has not seen wins, or an embedded object on the way
     /// has been replaced or removed.
-    func update<Source>(
-        _ path: FieldPath, state: inout WorkingSet<Source>,
+    func update(
+        _ path: FieldPath, state: inout WorkingSet,
         _ body: (inout FieldState?, Property) throws -> Void
     ) throws {
         guard let typeSchema = state.schema[type: path.type], !typeSchema.isEmbedded else { return }
@@ -414,8 +414,8 @@ struct InstructionApplier {
     }
 
     /// Like ``update(_:state:_:)`` for a list property; `element` (when given) is checked against its type.
-    func updateList<Source>(
-        _ path: FieldPath, element: Value?, state: inout WorkingSet<Source>, _ body: (inout ListState) -> Void
+    func updateList(
+        _ path: FieldPath, element: Value?, state: inout WorkingSet, _ body: (inout ListState) -> Void
     ) throws {
         let schema = state.schema
         try update(path, state: &state) { field, property in
@@ -436,9 +436,17 @@ struct InstructionApplier {
     }
 
     func check(_ value: Value, fits property: Property, _ path: some CustomStringConvertible, _ schema: Schema) throws {
+        // `path` is described only when the check fails: building the text for every value checked is costly.
         guard checkValues else { return }
         if let problem = schema.problem(with: value, for: property) {
             throw MergeError(.invalidInstruction, "value for \(path): \(problem)")
         }
     }
+}
+
+/// `Type.property`, written out only when an error needs it.
+struct QualifiedName: CustomStringConvertible {
+    let type: String
+    let property: String
+    var description: String { "\(type).\(property)" }
 }

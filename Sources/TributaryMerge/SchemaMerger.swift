@@ -5,7 +5,7 @@ import TributaryModel
 struct SchemaMerger {
     let info: ChangesetInfo
 
-    func apply<Source>(_ instruction: Instruction, to state: inout WorkingSet<Source>) throws {
+    func apply(_ instruction: Instruction, to state: inout WorkingSet) throws {
         var schema = state.schema
         switch instruction {
         case .addType(let type):
@@ -107,8 +107,8 @@ struct SchemaMerger {
 
     /// Applies `transform` to the fields of every object of `typeName`, or, for an embedded type, of every embedded
     /// object of that type at any depth.
-    func rewriteFields<Source>(
-        of typeName: String, in state: inout WorkingSet<Source>, _ transform: (inout [String: FieldState]) -> Void
+    func rewriteFields(
+        of typeName: String, in state: inout WorkingSet, _ transform: (inout [String: FieldState]) -> Void
     ) throws {
         guard let type = state.schema[type: typeName] else { return }
         let topLevel = type.isEmbedded ? state.schema.types.filter { !$0.isEmbedded }.map(\.name) : [typeName]

@@ -40,8 +40,8 @@ public struct RecordKey: Hashable, Sendable, Comparable, CustomStringConvertible
 
 /// The records and schema a transaction (or an integration) works on: records are loaded from a
 /// ``RecordSource`` on first use and kept, changed, in memory until the caller writes them back.
-public struct WorkingSet<Source: RecordSource> {
-    public let source: Source
+public struct WorkingSet {
+    public let source: any RecordSource
     /// The schema, as changed so far.
     public var schema: Schema
     /// Whether the schema changed.
@@ -58,7 +58,7 @@ public struct WorkingSet<Source: RecordSource> {
     /// Adoptions recorded by changesets applied in this working set, not yet stored.
     public private(set) var adoptions: [Dot: Dot] = [:]
 
-    public init(source: Source, schema: Schema) {
+    public init(source: any RecordSource, schema: Schema) {
         self.source = source
         self.schema = schema
     }
