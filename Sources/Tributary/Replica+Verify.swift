@@ -28,7 +28,7 @@ public struct VerificationReport: Sendable, Hashable, CustomStringConvertible {
 
 /// The state a replay of the log builds.
 struct ReplayedState {
-    var working: WorkingSet<EmptyRecordSource>
+    var working: WorkingSet
     var versionVector = VersionVector()
     var changesets = 0
 }
@@ -179,6 +179,9 @@ extension Replica {
     /// found differing. The log itself is not changed.
     public func rebuildViews() throws {
         do {
+            // The new views are written before the old ones' pages can be reused: make room for both up front, so
+            // that a full map does not make the whole replay run twice.
+            try environment.reserve(additionalBytes: environment.statistics.usedBytes)
             try writeLock.withLock {
                 let replayedVector = try environment.write { txn -> (Schema, VersionVector) in
                     let replayed = try replay(in: txn)

@@ -25,7 +25,8 @@ import Synchronization
 ///   because closing a second handle would drop the first one's POSIX locks.
 /// - The map grows by itself: a write that fills it is aborted, the map is doubled (up to
 ///   ``Configuration/maximumMapSize``) while no other storage call runs, and the write is run again.
-///   A map grown by another process is adopted the same way.
+///   A map grown by another process is adopted the same way. Before each write the map is grown, if
+///   needed, to twice what is in use, so that writes seldom have to run twice.
 /// - After `MDB_PANIC` the handle refuses all use; close it and open the directory again.
 ///
 /// `@unchecked Sendable`: the LMDB environment handle is thread-safe; the only mutable Swift state is
@@ -327,6 +328,9 @@ public final class Environment: @unchecked Sendable {
     ///   (the maximum map size is reached; the message names both sizes), `.diskFull`, `.io`, `.panic`.
     public func write<T>(_ body: (WriteTransaction) throws -> T) throws -> T {
         var growths = 0
+        // Keep the map at least twice what is in use, so that a large write seldom fills it and runs twice.
+        let statistics = self.statistics
+        if statistics.usedBytes * 2 > statistics.mapSize { try reserve(additionalBytes: statistics.usedBytes) }
         while true {
             do {
                 return try remapLock.withSharedLock {
@@ -489,6 +493,33 @@ public final class Environment: @unchecked Sendable {
             }
             let grown = min(max(current * 2, current + (1 << 20)), maximum)
             let rc = mdb_env_set_mapsize(handle, grown)
+            if rc != 0 { throw error(rc, "mdb_env_set_mapsize", context: "growing the map to \(grown) bytes") }
+        }
+    }
+
+    /// Grows the map, if needed, so that `additionalBytes` more fit after what is in use now (within
+    /// ``Configuration/maximumMapSize``).
+    ///
+    /// A write that fills the map is run again after the map grows, so a write known to be large (rebuilding the
+    /// views, say) calls this first rather than doing its work twice. The map is address space, not disk: growing
+    /// it costs nothing until pages are written.
+    public func reserve(additionalBytes: Int) throws {
+        let needed = statistics.usedBytes + max(0, additionalBytes)
+        guard needed > mapSize else { return }
+        try remapLock.withExclusiveLock {
+            try checkUsable()
+            // Adopt first a larger map another process set, so as never to set a smaller one over it.
+            var rc = mdb_env_set_mapsize(handle, 0)
+            if rc != 0 { throw error(rc, "mdb_env_set_mapsize", context: "adopting the map size before growing it") }
+            var info = MDB_envinfo()
+            mdb_env_info(handle, &info)
+            let current = Int(info.me_mapsize)
+            guard needed > current else { return }
+            var grown = current
+            while grown < needed { grown = max(grown * 2, grown + (1 << 20)) }
+            grown = min(grown, configuration.maximumMapSize)
+            guard grown > current else { return }
+            rc = mdb_env_set_mapsize(handle, grown)
             if rc != 0 { throw error(rc, "mdb_env_set_mapsize", context: "growing the map to \(grown) bytes") }
         }
     }
