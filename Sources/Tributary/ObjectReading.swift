@@ -28,6 +28,31 @@ struct Materializer {
         try object(type: type, primaryKey: primaryKey, values: record.values(of: type, in: schema))
     }
 
+    /// The object with these values, by position in `type.properties` (as
+    /// ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)`` reads them): links resolved, primary key
+    /// added.
+    func object(type: ObjectSchema, primaryKey: PrimaryKey, positional values: [Value]) throws -> DynamicObject {
+        DynamicObject(type: type.name, primaryKey: primaryKey, values: try fields(type: type, primaryKey: primaryKey, positional: values))
+    }
+
+    /// The values by name of the properties at the positions `wanted` marks (all when `nil`): links resolved,
+    /// primary key added.
+    func fields(type: ObjectSchema, primaryKey: PrimaryKey, positional values: [Value], wanted: [Bool]? = nil) throws
+        -> [String: Value]
+    {
+        var result: [String: Value] = Dictionary(minimumCapacity: type.properties.count)
+        for (position, property) in type.properties.enumerated() where wanted?[position] ?? true {
+            if property.name == type.primaryKey {
+                result[property.name] = primaryKey.value
+            } else if property.kind.objectType != nil {
+                result[property.name] = try resolveLinks(values[position], property)
+            } else {
+                result[property.name] = values[position]
+            }
+        }
+        return result
+    }
+
     /// The object with these materialized values: links resolved, primary key added.
     func object(type: ObjectSchema, primaryKey: PrimaryKey, values: consuming [String: Value]) throws -> DynamicObject {
         var values = values  // consumed: the only reference, so the changes below copy nothing
@@ -106,10 +131,10 @@ public final class Snapshot: ObjectReading {
         checkValid()
         let schema = self.schema
         let values = try storage.withValue(replica.views.objects, key: ViewStore.objectKey(type: type, primaryKey: primaryKey)) {
-            bytes in try bytes.flatMap { try ObjectRecord.values(decoding: Array($0), of: objectType, in: schema) }
+            bytes in try bytes.flatMap { try ObjectRecord.positionalValues(decoding: Array($0), of: objectType, in: schema) }
         }
         guard let values else { return nil }
-        return try materializer.object(type: objectType, primaryKey: primaryKey, values: values)
+        return try materializer.object(type: objectType, primaryKey: primaryKey, positional: values)
     }
 
     public func objects(_ type: String) throws -> [DynamicObject] {
@@ -123,8 +148,8 @@ public final class Snapshot: ObjectReading {
         try storage.scan(replica.views.objects, from: prefix, to: ViewStore.prefixEnd(prefix)) { key, bytes in
             guard let primaryKey = KeyEncoding.primaryKey(from: key[prefix.count...]) else { return true }
             do {
-                if let values = try ObjectRecord.values(decoding: Array(bytes), of: objectType, in: schema) {
-                    result.append(try materializer.object(type: objectType, primaryKey: primaryKey, values: values))
+                if let values = try ObjectRecord.positionalValues(decoding: Array(bytes), of: objectType, in: schema) {
+                    result.append(try materializer.object(type: objectType, primaryKey: primaryKey, positional: values))
                 }
                 return true
             } catch {

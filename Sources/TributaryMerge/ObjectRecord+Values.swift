@@ -77,6 +77,24 @@ extension ObjectRecord {
     public static func values(
         decoding bytes: [UInt8], of type: ObjectSchema, in schema: Schema, limits: DecodingLimits = .standard
     ) throws(ChangesetDecodingError) -> [String: Value]? {
+        guard let values = try positionalValues(decoding: bytes, of: type, in: schema, limits: limits) else { return nil }
+        var result: [String: Value] = Dictionary(minimumCapacity: type.properties.count)
+        for (position, property) in type.properties.enumerated() where property.name != type.primaryKey {
+            result[property.name] = values[position]
+        }
+        return result
+    }
+
+    /// Reads an object's values from its stored bytes, by position in `type.properties`: the form that builds no
+    /// dictionary. Returns `nil` for a tombstone. Positions `wanted` leaves out, and the primary key's, hold
+    /// ``Value/null``; the others hold what ``values(of:in:)`` would give for them.
+    ///
+    /// - Parameter wanted: the positions to decode, or `nil` for all of them: a query reads only the properties
+    ///   it tests.
+    public static func positionalValues(
+        decoding bytes: [UInt8], of type: ObjectSchema, in schema: Schema, wanted: [Bool]? = nil,
+        limits: DecodingLimits = .standard
+    ) throws(ChangesetDecodingError) -> [Value]? {
         var reader = BinaryReader(bytes, subject: "object record", limits: limits)
         let version = try reader.byte()
         guard version == formatVersion else {
@@ -93,11 +111,19 @@ extension ObjectRecord {
             _ = try reader.fixed64()
             _ = try reader.varint()
         }
+        let properties = type.properties
+        let keyPosition = type.primaryKey.flatMap { key in properties.firstIndex { $0.name == key } }
+        // Defaults first: the fields stored replace them.
+        var values = [Value]()
+        values.reserveCapacity(properties.count)
+        for (position, property) in properties.enumerated() {
+            let decoded = position != keyPosition && wanted?[position] ?? true
+            values.append(decoded ? value(nil, of: property, in: schema) : .null)
+        }
         let fieldCount = try reader.count("field", maximum: reader.limits.maximumElements, minimumBytesEach: 3)
-        var values: [String: Value] = [:]
-        values.reserveCapacity(type.properties.count)
         for _ in 0..<fieldCount {
-            let name = try reader.string("field name")
+            let name = try reader.lengthPrefixed("field name")
+            let position = name.withUnsafeBufferPointer { type.propertyPosition(utf8: $0) }
             let start = reader.offset
             let tag = try reader.byte()
             if tag == 0, try reader.peekByte() == 0 {
@@ -106,21 +132,18 @@ extension ObjectRecord {
                 var value = try reader.value(.inline)
                 _ = try reader.varint()
                 let addend = try reader.zigzag()
-                if case .int(let base) = value { value = .int(base &+ addend) }
-                if let property = type[property: name], property.name != type.primaryKey, !property.isList {
-                    values[name] = value
+                if let position, position != keyPosition, !properties[position].isList, wanted?[position] ?? true {
+                    if case .int(let base) = value { value = .int(base &+ addend) }
+                    values[position] = value
                 }
                 continue
             }
             // Lists and embedded objects: decode the field fully, then read it the usual way.
             reader.offset = start
             let field = try reader.fieldState(stamps: [], depth: 0, lenientStamps: true)
-            if let property = type[property: name], property.name != type.primaryKey {
-                values[name] = value(field, of: property, in: schema)
+            if let position, position != keyPosition, wanted?[position] ?? true {
+                values[position] = value(field, of: properties[position], in: schema)
             }
-        }
-        for property in type.properties where property.name != type.primaryKey && values[property.name] == nil {
-            values[property.name] = value(nil, of: property, in: schema)
         }
         return values
     }

@@ -137,16 +137,18 @@ public struct BinaryReader {
 
     /// A count of items that each take at least `minimumBytesEach` bytes, checked against the bytes left and
     /// `maximum`, so that a huge count cannot reserve memory.
-    public mutating func count(_ what: String, maximum: Int, minimumBytesEach: Int = 1) throws(ChangesetDecodingError)
-        -> Int
-    {
+    ///
+    /// `what` is built only for an error message: decoding builds no text on its way.
+    public mutating func count(
+        _ what: @autoclosure () -> String, maximum: Int, minimumBytesEach: Int = 1
+    ) throws(ChangesetDecodingError) -> Int {
         let raw = try varint()
         guard raw <= UInt64(maximum), let count = Int(exactly: raw) else {
-            throw error(.limitExceeded, "\(what) count \(raw) is over the limit of \(maximum)")
+            throw error(.limitExceeded, "\(what()) count \(raw) is over the limit of \(maximum)")
         }
         let (needed, overflow) = count.multipliedReportingOverflow(by: max(minimumBytesEach, 0))
         guard !overflow, needed <= remaining else {
-            throw truncated("\(what) (\(count) of them)", needs: overflow ? Int.max : needed)
+            throw truncated("\(what()) (\(count) of them)", needs: overflow ? Int.max : needed)
         }
         return count
     }

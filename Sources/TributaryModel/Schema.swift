@@ -1,3 +1,5 @@
+import Foundation
+
 /// The type of a scalar property or of a list's elements.
 public enum ScalarType: UInt8, Hashable, Sendable, CaseIterable, CustomStringConvertible {
     case bool = 1, int, double, string, data, date, uuid, objectId
@@ -134,6 +136,12 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
     /// The property named `name`, if any.
     public subscript(property name: String) -> Property? {
         index.positions[name].map { properties[$0] }
+    }
+
+    /// The position in ``properties`` of the property whose name has these UTF-8 bytes, if any: for decoders,
+    /// which then need not build the name as a `String`.
+    public func propertyPosition(utf8 name: UnsafeBufferPointer<UInt8>) -> Int? {
+        index.position(ofUTF8: name)
     }
 
     /// The primary key property.
@@ -338,6 +346,9 @@ public struct SchemaError: Error, Hashable, Sendable, CustomStringConvertible {
 /// Positions of properties by name. A class, so copies of a schema share it; immutable once built.
 private final class PropertyIndex: Sendable {
     let positions: [String: Int]
+    /// Each property's name as UTF-8, sorted bytewise, with its position: finds a property from stored bytes
+    /// without building a `String`.
+    let utf8Names: [(name: [UInt8], position: Int)]
 
     init(_ properties: [Property]) {
         var positions: [String: Int] = [:]
@@ -346,5 +357,27 @@ private final class PropertyIndex: Sendable {
             positions[property.name] = position
         }
         self.positions = positions
+        self.utf8Names = positions.map { (Array($0.key.utf8), $0.value) }.sorted { $0.name.lexicographicallyPrecedes($1.name) }
+    }
+
+    func position(ofUTF8 name: UnsafeBufferPointer<UInt8>) -> Int? {
+        var low = 0
+        var high = utf8Names.count
+        while low < high {
+            let middle = (low + high) / 2
+            let order = utf8Names[middle].name.withUnsafeBufferPointer { Self.compare($0, name) }
+            if order == 0 { return utf8Names[middle].position }
+            if order < 0 { low = middle + 1 } else { high = middle }
+        }
+        return nil
+    }
+
+    private static func compare(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Int {
+        let common = min(a.count, b.count)
+        if common > 0, let x = a.baseAddress, let y = b.baseAddress {
+            let order = memcmp(x, y, common)
+            if order != 0 { return Int(order) }
+        }
+        return a.count - b.count
     }
 }

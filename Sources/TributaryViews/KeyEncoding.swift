@@ -29,14 +29,21 @@ public enum KeyEncoding {
 
     /// Decodes a primary key from `bytes` (which must hold exactly one).
     public static func primaryKey(from bytes: some Collection<UInt8>) -> PrimaryKey? {
+        Array(bytes).withUnsafeBytes { primaryKey(from: $0[...]) }
+    }
+
+    /// Decodes a primary key from part of a stored key: the form scans use, which copies nothing for integer keys.
+    public static func primaryKey(from bytes: Slice<UnsafeRawBufferPointer>) -> PrimaryKey? {
         guard let tag = bytes.first else { return nil }
+        if tag == 2 {
+            guard bytes.count == 9 else { return nil }
+            var raw: UInt64 = 0
+            for byte in bytes.dropFirst() { raw = raw << 8 | UInt64(byte) }
+            return .int(Int64(bitPattern: raw ^ (1 << 63)))
+        }
         let payload = Array(bytes.dropFirst())
         switch tag {
         case 1: return String(validating: payload, as: UTF8.self).map(PrimaryKey.string)
-        case 2:
-            guard payload.count == 8 else { return nil }
-            let raw = payload.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-            return .int(Int64(bitPattern: raw ^ (1 << 63)))
         case 3:
             guard payload.count == 16 else { return nil }
             var tuple: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
