@@ -1,6 +1,7 @@
 public import TributaryModel
 import TributaryMerge
 import TributaryQuery
+import TributaryStorage
 import TributaryViews
 
 /// How a query finds its candidates, as ``Snapshot/explain(_:where:arguments:)`` reports it.
@@ -72,9 +73,7 @@ extension Snapshot {
     public func objects(_ type: String, where query: String, arguments: [Value] = []) throws -> [DynamicObject] {
         let objectType = try schema.requireType(type)
         let parsed = try schema.query(query, arguments: arguments, type: objectType)
-        let plan = self.plan(parsed, type: objectType)
-        let candidates = try self.candidates(plan, type: objectType)
-        return evaluate(parsed, on: candidates, type: type)
+        return try matchingObjects(parsed, self.plan(parsed, type: objectType), type: objectType)
     }
 
     /// How ``objects(_:where:arguments:)`` would run a query.
@@ -160,35 +159,79 @@ extension Snapshot {
         return result
     }
 
-    func candidates(_ planned: PlannedQuery, type: ObjectSchema) throws -> [DynamicObject] {
+    /// Carries out a plan: reads each candidate record it names, tests the predicate on just the properties the
+    /// predicate reads, materializes the records that match, then applies SORT, DISTINCT and LIMIT. Candidates are
+    /// taken in primary key order whatever the plan, so results do not depend on it.
+    func matchingObjects(_ query: Query, _ planned: PlannedQuery, type: ObjectSchema) throws -> [DynamicObject] {
+        let schema = self.schema
+        let materializer = self.materializer
+        let source = ReaderObjectSource { type, key in (try? self.object(type, primaryKey: key))?.values }
+        // A full scan tests most records and keeps few: it decodes only what the predicate reads, and the rest of a
+        // record that matches. The candidates an index or primary keys name mostly match: they are decoded whole.
+        let read = query.predicateProperties
+        let wanted = type.properties.map { planned.plan != .fullScan || read.contains($0.name) }
+        let readsAll = !wanted.contains(false)
+        var matched: [(PrimaryKey, [String: Value])] = []
+
+        func consider(_ primaryKey: PrimaryKey, _ stored: UnsafeRawBufferPointer) throws {
+            let bytes = Array(stored)
+            guard let projected = try ObjectRecord.positionalValues(
+                decoding: bytes, of: type, in: schema, wanted: readsAll ? nil : wanted)
+            else { return }
+            let fields = try materializer.fields(
+                type: type, primaryKey: primaryKey, positional: projected, wanted: readsAll ? nil : wanted)
+            guard query.matches(fields, source: source) else { return }
+            if readsAll {
+                matched.append((primaryKey, fields))
+            } else {
+                let values = try ObjectRecord.positionalValues(decoding: bytes, of: type, in: schema) ?? projected
+                matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
+            }
+        }
+
+        func consider(keys: [PrimaryKey]) throws {
+            for key in keys {
+                try storage.withValue(replica.views.objects, key: ViewStore.objectKey(type: type.name, primaryKey: key)) {
+                    if let stored = $0 { try consider(key, stored) }
+                }
+            }
+        }
+
         switch planned.plan {
         case .noMatch:
             return []
         case .primaryKey:
-            return try planned.keys.compactMap { try object(type.name, primaryKey: $0) }
-        case .fullScan:
-            return try objects(type.name)
+            try consider(keys: Set(planned.keys).sorted())
         case .index(let property, _):
-            guard let constraint = planned.constraint, let ranges = Self.indexBounds(constraint) else {
-                return try objects(type.name)
-            }
-            var seen = Set<PrimaryKey>()
-            var result: [DynamicObject] = []
-            for (lower, upper) in ranges {
-                var found: [PrimaryKey] = []
-                try replica.views.indexScan(type: type.name, property: property, lower: lower, upper: upper, in: storage) {
-                    found.append($0)
-                    return true
+            if let constraint = planned.constraint, let ranges = Self.indexBounds(constraint) {
+                var keys = Set<PrimaryKey>()
+                for (lower, upper) in ranges {
+                    try replica.views.indexScan(type: type.name, property: property, lower: lower, upper: upper, in: storage) {
+                        keys.insert($0)
+                        return true
+                    }
                 }
-                for key in found where seen.insert(key).inserted {
-                    if let object = try object(type.name, primaryKey: key) { result.append(object) }
-                }
+                try consider(keys: keys.sorted())
+            } else {
+                try scanAll(type, consider)
             }
-            // Candidates in primary key order, as a full scan returns them, so results do not depend on the plan.
-            return result.sorted { $0.primaryKey < $1.primaryKey }
+        case .fullScan:
+            try scanAll(type, consider)
+        }
+        return query.applyClauses(to: matched, source: source).map {
+            DynamicObject(type: type.name, primaryKey: $0.0, values: $0.1)
         }
     }
 
+    /// Calls `body` with every stored record of `type`, in primary key order.
+    private func scanAll(_ type: ObjectSchema, _ body: (PrimaryKey, UnsafeRawBufferPointer) throws -> Void) throws {
+        checkValid()
+        let prefix = ViewStore.typePrefix(type.name)
+        try storage.scan(replica.views.objects, from: prefix, to: ViewStore.prefixEnd(prefix)) { key, bytes in
+            if let primaryKey = KeyEncoding.primaryKey(from: key[prefix.count...]) { try body(primaryKey, bytes) }
+            return true
+        }
+    }
 }
 
 extension ObjectReading {

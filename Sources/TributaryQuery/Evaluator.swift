@@ -18,6 +18,13 @@ struct Evaluator<Source: QueryObjectSource> {
     }
 
     private func evaluate(_ comparison: Comparison, _ object: [String: Value]) -> Bool {
+        // The common case, `property op constant` on a scalar property, without the arrays the general case builds.
+        if case .keyPath(let path) = comparison.left, path.operation == nil, path.steps.count == 1,
+            case .scalar = path.steps[0].target, !path.steps[0].isList,
+            case .constant(let constant) = comparison.right, comparison.op != .between
+        {
+            return queryCompare(object[path.steps[0].name] ?? .null, comparison.op, constant, options: comparison.options)
+        }
         let right: [Value]
         switch comparison.right {
         case .constant(let value): right = [value]

@@ -25,6 +25,8 @@ public import TributaryModel
 /// ### Evaluating
 /// - ``matches(_:source:)``
 /// - ``apply(to:source:)``
+/// - ``applyClauses(to:source:)``
+/// - ``predicateProperties``
 ///
 /// ### Planning
 /// - ``indexableConstraints``
@@ -97,6 +99,39 @@ public struct Query: Hashable, Sendable, CustomStringConvertible {
         let evaluator = Evaluator(source: source)
         let matching = objects.filter { evaluator.matches(predicate, $0.1) }
         return evaluator.order(matching, by: descriptors)
+    }
+
+    /// Applies the SORT, DISTINCT and LIMIT clauses alone, to objects already known to match: for callers that
+    /// tested the predicate themselves with ``matches(_:source:)`` while reading.
+    ///
+    /// `apply(to: objects, source: source)` equals
+    /// `applyClauses(to: objects.filter { matches($0.1, source: source) }, source: source)`.
+    public func applyClauses(to objects: [(PrimaryKey, [String: Value])], source: some QueryObjectSource)
+        -> [(PrimaryKey, [String: Value])]
+    {
+        Evaluator(source: source).order(objects, by: descriptors)
+    }
+
+    /// The queried type's properties that the predicate reads: the first step of each of its key paths. Whether
+    /// an object matches depends on these properties alone (and on the objects their links lead to), so a
+    /// reader may decode only them to test it.
+    public var predicateProperties: Set<String> {
+        var names = Set<String>()
+        func collect(_ operand: Operand) {
+            if case .keyPath(let path) = operand, let first = path.steps.first { names.insert(first.name) }
+        }
+        func collect(_ predicate: Predicate) {
+            switch predicate {
+            case .constant: break
+            case .and(let terms), .or(let terms): terms.forEach(collect)
+            case .not(let inner): collect(inner)
+            case .comparison(let comparison):
+                collect(comparison.left)
+                collect(comparison.right)
+            }
+        }
+        collect(predicate)
+        return names
     }
 
     /// Per-property constraints an index can answer, for the top-level `AND` terms on scalar properties of the

@@ -70,16 +70,24 @@ private func stringOperator(_ op: ComparisonOperator, _ left: Value, _ right: Va
         let pattern = options.isEmpty ? pattern : fold(pattern, options)
         switch op {
         case .like: return wildcardMatch(Array(text.unicodeScalars), Array(pattern.unicodeScalars))
-        default: return byteOperator(op, Array(text.utf8), Array(pattern.utf8))
+        default:
+            var text = text
+            var pattern = pattern
+            return text.withUTF8 { text in pattern.withUTF8 { pattern in byteOperator(op, text, pattern) } }
         }
     case (.data(let data), .data(let pattern)):
-        return op == .like ? false : byteOperator(op, Array(data), Array(pattern))
+        guard op != .like else { return false }
+        return Array(data).withUnsafeBufferPointer { data in
+            Array(pattern).withUnsafeBufferPointer { pattern in byteOperator(op, data, pattern) }
+        }
     default:
         return false
     }
 }
 
-private func byteOperator(_ op: ComparisonOperator, _ text: [UInt8], _ pattern: [UInt8]) -> Bool {
+private func byteOperator(_ op: ComparisonOperator, _ text: UnsafeBufferPointer<UInt8>, _ pattern: UnsafeBufferPointer<UInt8>)
+    -> Bool
+{
     guard pattern.count <= text.count else { return false }
     switch op {
     case .beginsWith: return text.starts(with: pattern)
@@ -89,15 +97,21 @@ private func byteOperator(_ op: ComparisonOperator, _ text: [UInt8], _ pattern: 
     }
 }
 
-/// Naive substring search; UTF-8 is self-synchronising, so a byte match is a character-sequence match.
-private func containsBytes(_ text: [UInt8], _ pattern: [UInt8]) -> Bool {
-    guard let first = pattern.first else { return true }
-    guard pattern.count <= text.count else { return false }
-    var start = 0
-    let last = text.count - pattern.count
-    while start <= last {
-        if text[start] == first, text[start..<(start + pattern.count)].elementsEqual(pattern) { return true }
-        start += 1
+/// Substring search; UTF-8 is self-synchronising, so a byte match is a character-sequence match.
+private func containsBytes(_ text: UnsafeBufferPointer<UInt8>, _ pattern: UnsafeBufferPointer<UInt8>) -> Bool {
+    guard !pattern.isEmpty else { return true }
+    guard pattern.count <= text.count, let haystack = text.baseAddress, let needle = pattern.baseAddress else {
+        return false
+    }
+    // memchr finds each candidate start, memcmp checks it.
+    var start = haystack
+    var remaining = text.count
+    while remaining >= pattern.count {
+        guard let found = memchr(start, Int32(needle.pointee), remaining - pattern.count + 1) else { return false }
+        let candidate = UnsafePointer(found.assumingMemoryBound(to: UInt8.self))
+        if memcmp(candidate, needle, pattern.count) == 0 { return true }
+        remaining -= (candidate - start) + 1
+        start = candidate + 1
     }
     return false
 }
