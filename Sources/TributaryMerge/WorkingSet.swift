@@ -126,6 +126,12 @@ public struct WorkingSet {
         return CausalResolver(adopted: adoptions) { source.causalDot(ofOrigin: $0) }
     }
 
+    /// Makes room for `count` more records at most (one per instruction, say), so that a large changeset does not
+    /// grow the table step by step.
+    public mutating func reserveCapacity(forMoreRecords count: Int) {
+        entries.reserveCapacity(entries.count + count)
+    }
+
     /// Replaces the schema.
     public mutating func setSchema(_ schema: Schema) {
         if schema != self.schema { schemaChanged = true }
