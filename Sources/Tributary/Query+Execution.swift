@@ -173,11 +173,22 @@ extension Snapshot {
         let readsAll = !wanted.contains(false)
         var matched: [(PrimaryKey, [String: Value])] = []
 
+        // A predicate on scalar properties alone is tested on the decoded values as they are, with no dictionary.
+        let positional = planned.plan == .fullScan ? query.positionalPredicate(for: type) : nil
+        let keyPosition = type.primaryKey.flatMap { key in type.properties.firstIndex { $0.name == key } }
+
         func consider(_ primaryKey: PrimaryKey, _ stored: UnsafeRawBufferPointer) throws {
             let bytes = Array(stored)
-            guard let projected = try ObjectRecord.positionalValues(
+            guard var projected = try ObjectRecord.positionalValues(
                 decoding: bytes, of: type, in: schema, wanted: readsAll ? nil : wanted)
             else { return }
+            if let positional {
+                if let keyPosition { projected[keyPosition] = primaryKey.value }
+                guard positional.matches(projected) else { return }
+                let values = readsAll ? projected : try ObjectRecord.positionalValues(decoding: bytes, of: type, in: schema) ?? projected
+                matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
+                return
+            }
             let fields = try materializer.fields(
                 type: type, primaryKey: primaryKey, positional: projected, wanted: readsAll ? nil : wanted)
             guard query.matches(fields, source: source) else { return }

@@ -45,7 +45,7 @@ public struct Register: Hashable, Sendable {
 }
 
 /// A stored value: a scalar (or link, or null), or an embedded object instance with its own field states.
-public indirect enum StoredValue: Hashable, Sendable {
+public enum StoredValue: Hashable, Sendable {
     case scalar(Value)
     case embedded(EmbeddedState)
 }

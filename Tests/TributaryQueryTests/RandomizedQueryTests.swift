@@ -347,6 +347,8 @@ struct QueryGenerator {
         let objects = (0..<60).map { generator.object(id: Int64($0)) }
         let source = InMemoryObjectSource()
         var failures = 0
+        var compiled = 0
+        defer { #expect(compiled > 10, "seed \(seed): only \(compiled) predicates had a positional form") }
         for round in 0..<300 {
             generator.arguments = []
             generator.placeholders = generator.random.chance(30)
@@ -358,6 +360,17 @@ struct QueryGenerator {
                 Issue.record("seed \(seed) round \(round): \(text) \(generator.arguments) failed to parse: \(error)")
                 failures += 1
                 continue
+            }
+            if let positional = query.positionalPredicate(for: type) {
+                compiled += 1
+                for object in objects {
+                    let values = type.properties.map { object[$0.name] ?? .null }
+                    if positional.matches(values) != query.matches(object, source: source) {
+                        Issue.record("seed \(seed) round \(round): \(text) with \(generator.arguments): positional form differs")
+                        failures += 1
+                        break
+                    }
+                }
             }
             for object in objects where query.matches(object, source: source) != reference.evaluate(object) {
                 let fields = object.keys.sorted().map { "\($0): \(object[$0] ?? .null)" }.joined(separator: ", ")

@@ -1,0 +1,112 @@
+public import TributaryModel
+
+/// A query's predicate compiled against one object type, testing an object's values by position in the type's
+/// properties rather than by name: what a scan runs, without a dictionary per object.
+///
+/// Only predicates that compare scalar properties of the queried type with constants (`score > 900`,
+/// `text CONTAINS[c] $0`, `kind IN {1, 2}`, `size BETWEEN {1, 5}`), joined by `AND`, `OR` and `NOT`, compile;
+/// ``Query/positionalPredicate(for:)`` returns `nil` for the others, which ``Query/matches(_:source:)`` handles.
+/// Where it compiles, it gives exactly what ``Query/matches(_:source:)`` gives on the same values.
+public struct PositionalPredicate: Sendable {
+    indirect enum Node: Sendable {
+        case constant(Bool)
+        case and([Node])
+        case or([Node])
+        case not(Node)
+        /// `values[position] op constant`.
+        case compare(position: Int, op: ComparisonOperator, options: StringOptions, constant: Value)
+        /// `values[position] op` any of `constants` (`IN`, or a list argument).
+        case compareAny(position: Int, op: ComparisonOperator, options: StringOptions, constants: [Value])
+        /// `values[position] BETWEEN {lower, upper}`.
+        case between(position: Int, lower: Value, upper: Value)
+    }
+
+    let root: Node
+    /// The positions the predicate reads.
+    public let positions: Set<Int>
+
+    /// Whether the object whose values (by position in the type's properties) are `values` matches. A position
+    /// out of range reads as null.
+    public func matches(_ values: [Value]) -> Bool {
+        Self.evaluate(root, values)
+    }
+
+    private static func evaluate(_ node: Node, _ values: [Value]) -> Bool {
+        switch node {
+        case .constant(let value):
+            return value
+        case .and(let terms):
+            return terms.allSatisfy { evaluate($0, values) }
+        case .or(let terms):
+            return terms.contains { evaluate($0, values) }
+        case .not(let inner):
+            return !evaluate(inner, values)
+        case .compare(let position, let op, let options, let constant):
+            return queryCompare(value(at: position, values), op, constant, options: options)
+        case .compareAny(let position, let op, let options, let constants):
+            let left = value(at: position, values)
+            return constants.contains { queryCompare(left, op, $0, options: options) }
+        case .between(let position, let lower, let upper):
+            let left = value(at: position, values)
+            return queryCompare(left, .greaterEqual, lower, options: []) && queryCompare(left, .lessEqual, upper, options: [])
+        }
+    }
+
+    private static func value(at position: Int, _ values: [Value]) -> Value {
+        values.indices.contains(position) ? values[position] : .null
+    }
+}
+
+extension Query {
+    /// The predicate compiled against `type`, the queried type, when it only compares scalar properties with
+    /// constants; `nil` otherwise (key paths through links, embedded objects or lists, aggregates, comparisons
+    /// between two properties).
+    public func positionalPredicate(for type: ObjectSchema) -> PositionalPredicate? {
+        guard type.name == typeName else { return nil }
+        var positions = Set<Int>()
+        func compile(_ predicate: Predicate) -> PositionalPredicate.Node? {
+            switch predicate {
+            case .constant(let value):
+                return .constant(value)
+            case .and(let terms):
+                var nodes: [PositionalPredicate.Node] = []
+                for term in terms {
+                    guard let node = compile(term) else { return nil }
+                    nodes.append(node)
+                }
+                return .and(nodes)
+            case .or(let terms):
+                var nodes: [PositionalPredicate.Node] = []
+                for term in terms {
+                    guard let node = compile(term) else { return nil }
+                    nodes.append(node)
+                }
+                return .or(nodes)
+            case .not(let inner):
+                return compile(inner).map { .not($0) }
+            case .comparison(let comparison):
+                guard case .keyPath(let path) = comparison.left, path.operation == nil, path.steps.count == 1,
+                    case .scalar = path.steps[0].target, !path.steps[0].isList,
+                    let position = type.properties.firstIndex(where: { $0.name == path.steps[0].name })
+                else { return nil }
+                positions.insert(position)
+                // As the evaluator reads a comparison whose left side yields one value.
+                switch (comparison.right, comparison.op) {
+                case (.constant, .between):
+                    return .constant(false)
+                case (.constant(let constant), let op):
+                    return .compare(position: position, op: op, options: comparison.options, constant: constant)
+                case (.constants(let bounds), .between):
+                    guard bounds.count == 2 else { return .constant(false) }
+                    return .between(position: position, lower: bounds[0], upper: bounds[1])
+                case (.constants(let constants), let op):
+                    return .compareAny(position: position, op: op, options: comparison.options, constants: constants)
+                case (.keyPath, _):
+                    return nil
+                }
+            }
+        }
+        guard let root = compile(predicate) else { return nil }
+        return PositionalPredicate(root: root, positions: positions)
+    }
+}
