@@ -40,14 +40,17 @@ struct Materializer {
     func fields(type: ObjectSchema, primaryKey: PrimaryKey, positional values: [Value], wanted: [Bool]? = nil) throws
         -> [String: Value]
     {
-        var result: [String: Value] = Dictionary(minimumCapacity: type.properties.count)
-        for (position, property) in type.properties.enumerated() where wanted?[position] ?? true {
-            if property.name == type.primaryKey {
-                result[property.name] = primaryKey.value
-            } else if property.kind.objectType != nil {
-                result[property.name] = try resolveLinks(values[position], property)
+        let properties = type.properties
+        var result: [String: Value] = Dictionary(minimumCapacity: properties.count)
+        // By index, reading single fields: iterating the properties would copy each one.
+        for position in properties.indices where wanted?[position] ?? true {
+            let name = properties[position].name
+            if name == type.primaryKey {
+                result[name] = primaryKey.value
+            } else if properties[position].kind.objectType != nil {
+                result[name] = try resolveLinks(values[position], properties[position])
             } else {
-                result[property.name] = values[position]
+                result[name] = values[position]
             }
         }
         return result
@@ -122,18 +125,18 @@ public final class Snapshot: ObjectReading {
         return try replica.views.record(type: type, primaryKey: primaryKey, in: storage)
     }
 
-    var materializer: Materializer {
-        Materializer(schema: schema) { [unowned self] type, key in try self.record(type, key)?.exists ?? false }
+    /// Built once per snapshot: every read materializes through it.
+    private(set) lazy var materializer = Materializer(schema: schema) { [unowned self] type, key in
+        try self.record(type, key)?.exists ?? false
     }
 
     public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
         let objectType = try schema.requireType(type)
         checkValid()
         let schema = self.schema
-        let values = try storage.withValue(replica.views.objects, key: ViewStore.objectKey(type: type, primaryKey: primaryKey)) {
-            bytes in try bytes.flatMap { try ObjectRecord.positionalValues(decoding: Array($0), of: objectType, in: schema) }
-        }
-        guard let values else { return nil }
+        guard let bytes = try storage.get(replica.views.objects, key: ViewStore.objectKey(type: type, primaryKey: primaryKey)),
+            let values = try ObjectRecord.positionalValues(decoding: bytes, of: objectType, in: schema)
+        else { return nil }
         return try materializer.object(type: objectType, primaryKey: primaryKey, positional: values)
     }
 

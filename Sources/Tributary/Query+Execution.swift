@@ -177,8 +177,7 @@ extension Snapshot {
         let positional = planned.plan == .fullScan ? query.positionalPredicate(for: type) : nil
         let keyPosition = type.primaryKey.flatMap { key in type.properties.firstIndex { $0.name == key } }
 
-        func consider(_ primaryKey: PrimaryKey, _ stored: UnsafeRawBufferPointer) throws {
-            let bytes = Array(stored)
+        func consider(_ primaryKey: PrimaryKey, _ bytes: [UInt8]) throws {
             guard var projected = try ObjectRecord.positionalValues(
                 decoding: bytes, of: type, in: schema, wanted: readsAll ? nil : wanted)
             else { return }
@@ -202,8 +201,8 @@ extension Snapshot {
 
         func consider(keys: [PrimaryKey]) throws {
             for key in keys {
-                try storage.withValue(replica.views.objects, key: ViewStore.objectKey(type: type.name, primaryKey: key)) {
-                    if let stored = $0 { try consider(key, stored) }
+                if let stored = try storage.get(replica.views.objects, key: ViewStore.objectKey(type: type.name, primaryKey: key)) {
+                    try consider(key, stored)
                 }
             }
         }
@@ -224,10 +223,10 @@ extension Snapshot {
                 }
                 try consider(keys: keys.sorted())
             } else {
-                try scanAll(type, consider)
+                try scanAll(type) { try consider($0, Array($1)) }
             }
         case .fullScan:
-            try scanAll(type, consider)
+            try scanAll(type) { try consider($0, Array($1)) }
         }
         return query.applyClauses(to: matched, source: source).map {
             DynamicObject(type: type.name, primaryKey: $0.0, values: $0.1)

@@ -116,9 +116,10 @@ extension ObjectRecord {
         // Defaults first: the fields stored replace them.
         var values = [Value]()
         values.reserveCapacity(properties.count)
-        for (position, property) in properties.enumerated() {
+        // By index, reading single fields: iterating the properties would copy each one.
+        for position in properties.indices {
             let decoded = position != keyPosition && wanted?[position] ?? true
-            values.append(decoded ? value(nil, of: property, in: schema) : .null)
+            values.append(decoded ? value(nil, of: properties[position], in: schema) : .null)
         }
         let fieldCount = try reader.count("field", maximum: reader.limits.maximumElements, minimumBytesEach: 3)
         for _ in 0..<fieldCount {

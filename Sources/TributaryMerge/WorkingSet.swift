@@ -31,6 +31,12 @@ public struct RecordKey: Hashable, Sendable, Comparable, CustomStringConvertible
         self.primaryKey = primaryKey
     }
 
+    /// Hashes the primary key alone: a replica has few types, and hashing the type's name too doubles the cost of
+    /// every working-set lookup. Keys of different types with equal primary keys are told apart by `==`.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(primaryKey)
+    }
+
     public static func < (lhs: RecordKey, rhs: RecordKey) -> Bool {
         lhs.type != rhs.type ? lhs.type < rhs.type : lhs.primaryKey < rhs.primaryKey
     }
@@ -140,15 +146,17 @@ public struct WorkingSet {
 
     /// The changed records, in key order: each with its record before and after.
     public var changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)] {
-        // Sort the keys alone: sorting the tuples would copy records with every swap.
         var keys: [RecordKey] = []
+        var records: [(before: ObjectRecord?, after: ObjectRecord?)] = []
         keys.reserveCapacity(changedCount)
-        for (key, entry) in entries where entry.changed { keys.append(key) }
-        keys.sort()
-        return keys.map { key in
-            let entry = entries[key]!
-            return (key, entry.original, entry.current)
+        records.reserveCapacity(changedCount)
+        for (key, entry) in entries where entry.changed {
+            keys.append(key)
+            records.append((entry.original, entry.current))
         }
+        // Sort positions, not keys or records: moving those retains and releases what they hold.
+        let order = keys.withUnsafeBufferPointer { keys in keys.indices.sorted { keys[$0] < keys[$1] } }
+        return order.map { (keys[$0], records[$0].before, records[$0].after) }
     }
 
     /// Whether anything changed.
