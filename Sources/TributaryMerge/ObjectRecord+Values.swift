@@ -10,8 +10,7 @@ extension ObjectRecord {
     }
 
     static func values(_ fields: [String: FieldState], of type: ObjectSchema, in schema: Schema) -> [String: Value] {
-        var result: [String: Value] = [:]
-        result.reserveCapacity(type.properties.count)
+        var result: [String: Value] = Dictionary(minimumCapacity: type.properties.count)
         for property in type.properties where property.name != type.primaryKey {
             result[property.name] = value(fields[property.name], of: property, in: schema)
         }

@@ -166,9 +166,10 @@ public struct BinaryReader {
 
     public mutating func string(_ what: String = "string") throws(ChangesetDecodingError) -> String {
         let slice = try lengthPrefixed(what)
-        // Validating over a contiguous buffer takes the standard library's fast path.
         let string = bytes.withUnsafeBufferPointer { buffer in
-            String(validating: UnsafeBufferPointer(rebasing: buffer[slice.startIndex..<slice.endIndex]), as: UTF8.self)
+            let utf8 = UnsafeBufferPointer(rebasing: buffer[slice.startIndex..<slice.endIndex])
+            // ASCII is valid UTF-8 as it is, and `String(decoding:)` is the fast path; anything else is validated.
+            return utf8.allSatisfy { $0 < 0x80 } ? String(decoding: utf8, as: UTF8.self) : String(validating: utf8, as: UTF8.self)
         }
         guard let string else { throw error(.invalidValue, "\(what) is not valid UTF-8") }
         return string
