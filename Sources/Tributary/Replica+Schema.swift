@@ -15,12 +15,6 @@ extension Replica {
         }
     }
 
-    func storeDeclaredSchema(_ schema: Schema) throws {
-        var writer = BinaryWriter()
-        writer.schema(schema)
-        try environment.write { txn in try txn.put(identity, key: Self.declaredSchemaKey, value: writer.bytes) }
-    }
-
     /// Checks the schema given at open against the one the app declared last time; starts, keeps or migrates it.
     ///
     /// The comparison is with the app's previous declaration, not with the merged schema: what other replicas (or
@@ -36,8 +30,8 @@ extension Replica {
             try write { txn in
                 for type in given.types { try txn.emit(.addType(type)) }
                 try txn.emit(.setSchemaVersion(given.version))
+                txn.declaredSchema = given
             }
-            try storeDeclaredSchema(given)
             return
         }
         let declared = try declaredSchema() ?? stored
@@ -74,23 +68,30 @@ extension Replica {
             return
         }
         try migrate(from: stored, declared: declared, to: given, migration: migration)
-        try storeDeclaredSchema(given)
     }
 
     /// Changes the schema to `target` in one transaction, which records the change in the log like any other write:
     /// what the app's previous declaration had and the new one lacks is removed with its data (what other replicas
     /// added stays); renamed properties keep their values; changed properties get the values the migration gives
     /// them; types made embedded move into their parents; new types and properties are added.
+    ///
+    /// The new declaration is stored by the same commit. A storage failure keeps its own code (`.diskFull`,
+    /// `.mapFull`, `.storage`...), so that callers handle it as they handle it for any write; every other failure is
+    /// `.migrationFailed`. Either way nothing was committed.
     func migrate(from stored: Schema, declared: Schema, to target: Schema, migration: Migration?) throws {
         do {
             try write { txn in
                 let context = try MigrationContext(oldSchema: stored, declared: declared, newSchema: target, transaction: txn)
                 if let migration { try migration.run(context) }
                 try context.apply()
+                txn.declaredSchema = target
+                // A commit stores the declaration; one that changes nothing else still records the version.
+                if txn.instructions.isEmpty { try txn.emit(.setSchemaVersion(target.version)) }
             }
         } catch let error as TributaryError {
+            let storageCodes: [TributaryError.Code] = [.diskFull, .mapFull, .storage, .closed, .corrupted]
             throw TributaryError(
-                .migrationFailed,
+                storageCodes.contains(error.code) ? error.code : .migrationFailed,
                 "migrating \(directory) from schema version \(stored.version) to \(target.version) failed; "
                     + "the replica is unchanged: \(error.message)", underlying: error)
         }

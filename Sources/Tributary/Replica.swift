@@ -325,6 +325,8 @@ public final class Replica: Sendable {
         var clock: HybridTime
         var pendingRemovals: [[UInt8]] = []
         var pendingAdditions: [([UInt8], [UInt8])] = []
+        /// The encoded schema the app declared, to store with this commit (see ``Transaction/declaredSchema``).
+        var declaredSchema: [UInt8]? = nil
     }
 
     /// Writes a prepared commit into the storage transaction; returns the log's new head.
@@ -345,6 +347,7 @@ public final class Replica: Sendable {
         try storage.put(identity, key: Self.clockKey, value: withUnsafeBytes(of: commit.clock.rawValue.littleEndian) { Array($0) })
         for key in commit.pendingRemovals { try storage.delete(pending, key: key) }
         for (key, value) in commit.pendingAdditions { try storage.put(pending, key: key, value: value) }
+        if let declared = commit.declaredSchema { try storage.put(identity, key: Self.declaredSchemaKey, value: declared) }
         return head
     }
 

@@ -18,6 +18,9 @@ public final class Transaction: ObjectReading {
     let author: String
     let start: Replica.State
     var instructions: [Instruction] = []
+    /// The schema the app declared at open, stored by the same commit when set (a migration, a new replica), so that
+    /// the stored schema and the declaration can never disagree after a failure or a crash between two commits.
+    var declaredSchema: Schema?
     private var failure: (any Error)?
     private var isValid = true
 
@@ -74,7 +77,12 @@ public final class Transaction: ObjectReading {
         return Replica.PreparedCommit(
             changesets: [(changeset, ChangesetCodec.encode(changeset))], changes: working.changes,
             schema: working.schema, schemaChanged: working.schemaChanged, previousSchema: start.schema,
-            versionVector: vector, clock: info.stamp.time)
+            versionVector: vector, clock: info.stamp.time,
+            declaredSchema: declaredSchema.map { schema in
+                var writer = BinaryWriter()
+                writer.schema(schema)
+                return writer.bytes
+            })
     }
 
     // MARK: Reading

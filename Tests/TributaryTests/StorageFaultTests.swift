@@ -52,16 +52,27 @@ struct StorageFaultTests {
         }
     }
 
-    /// A write scenario: deterministic, so it writes the same objects on any replica holding the same objects.
+    /// A scenario: deterministic, so it leaves the same objects on any replica holding the same objects. It acts on the
+    /// replica and returns the replica to check afterwards (a migration opens the directory again).
     struct Scenario: Sendable, CustomTestStringConvertible {
         var name: String
         /// Operations of the workload run before the loop, building the state the scenario starts from.
         var setupOperations: Int
-        var body: @Sendable (Transaction, [String], [String]) throws -> Void
+        var act: @Sendable (Replica, [String], [String]) throws -> Replica
         var testDescription: String { name }
 
+        /// A scenario that is one write transaction.
+        static func write(
+            _ name: String, setupOperations: Int, _ body: @escaping @Sendable (Transaction, [String], [String]) throws -> Void
+        ) -> Scenario {
+            Scenario(name: name, setupOperations: setupOperations) { replica, users, messages in
+                try replica.write { txn in try body(txn, users, messages) }
+                return replica
+            }
+        }
+
         /// One small write: create a user, rename another (an index delete and put), append a tag.
-        static let oneWrite = Scenario(name: "one write", setupOperations: 60) { txn, users, _ in
+        static let oneWrite = write("one write", setupOperations: 60) { txn, users, _ in
             let messages = try txn.count("ChatMessage")  // a scan (cursor reads) whose result is written
             try txn.create("User", ["_id": "fault-new", "name": "Faulty", "tags": ["x"], "age": .int(Int64(messages))])
             try txn.set("Renamed", at: ["name"], of: "User", primaryKey: .string(users[0]))
@@ -69,11 +80,56 @@ struct StorageFaultTests {
         }
 
         /// A 1,000-operation batch of the crash workload: creates, list edits, sets, increments, deletes.
-        static let batch = Scenario(name: "1,000-object batch", setupOperations: 300) { txn, users, messages in
+        static let batch = write("1,000-object batch", setupOperations: 300) { txn, users, messages in
             var workload = ChatWorkload(seed: 4242, prefix: "batch", existingUsers: users, existingMessages: messages)
             try workload.run(999, in: txn, textLength: 60)
             let count = try txn.count("User")  // a scan (cursor reads) whose result is written
             try txn.set(.int(Int64(count)), at: ["age"], of: "User", primaryKey: .string(users[0]))
+        }
+
+        /// A remote integration: a batch of all but one of another replica's 101 changesets, in shuffled order. The
+        /// one held back leaves the 40 after it waiting in the pending area, so the batch writes the log, the views
+        /// and the pending area in one commit.
+        static func integration() throws -> Scenario {
+            let directory = TemporaryDirectory("d3-remote")
+            var configuration = StorageFaultTests.configuration()
+            configuration.replicaID = ReplicaID(rawValue: 0xD3D3_0000_0000_0001)
+            let remote = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            defer { remote.close() }
+            var workload = ChatWorkload(seed: 77, prefix: "remote")
+            for _ in 0..<100 { try remote.write { txn in try workload.run(6, in: txn, textLength: 40) } }
+            // Its schema's changeset, then the 100 writes.
+            var changesets = try remote.changesets(missingFrom: VersionVector())
+            #expect(changesets.count == 101)
+            changesets.remove(at: 60)
+            var random = SplitMix64(seed: 5)
+            for index in changesets.indices.reversed() {
+                changesets.swapAt(index, Int(random.next() % UInt64(index + 1)))
+            }
+            let batch = changesets
+            return Scenario(name: "remote integration of 100 changesets, 40 left pending", setupOperations: 200) { replica, _, _ in
+                let report = try replica.integrate(batch)
+                #expect(report.rejected.isEmpty)
+                return replica
+            }
+        }
+
+        /// A migration: the directory opened again with a later schema version, whose migration rewrites every user.
+        static let migration = Scenario(name: "migration", setupOperations: 300) { replica, _, _ in
+            var schema = Fixtures.chatSchema
+            schema.version += 1
+            var user = try #require(schema[type: "User"])
+            user.properties.append(.scalar("nickname", .string, optional: true))
+            schema.upsert(user)
+            let migration = Migration { context in
+                try context.enumerateObjects("User") { old, new in
+                    new?["nickname"] = .string("~" + (old["name"].stringValue ?? ""))
+                    new?["karma"] = .int((old["karma"].intValue ?? 0) + 1)
+                }
+            }
+            return try Replica.open(
+                directory: replica.directory, schema: schema, configuration: StorageFaultTests.configuration(),
+                migration: migration)
         }
     }
 
@@ -102,11 +158,23 @@ struct StorageFaultTests {
         var objects: UInt64
         var log: UInt64
         var last: UInt64
-        var description: String { "objects \(ReplicaDigest.hex(objects)), log \(ReplicaDigest.hex(log)) through seq \(last)" }
+        var pending: Int
+        var description: String {
+            "objects \(ReplicaDigest.hex(objects)), log \(ReplicaDigest.hex(log)) through seq \(last), \(pending) pending"
+        }
     }
 
     static func state(_ replica: Replica) throws -> State {
-        State(objects: try ReplicaDigest.objects(replica), log: try ReplicaDigest.log(replica), last: replica.lastLocalSequence)
+        State(
+            objects: try ReplicaDigest.objects(replica), log: try ReplicaDigest.log(replica), last: replica.lastLocalSequence,
+            pending: try replica.pendingChangesets().count)
+    }
+
+    /// What a scenario leaves: its objects, the last local sequence and the number of changesets pending.
+    struct Outcome {
+        var objects: UInt64
+        var last: UInt64
+        var pending: Int
     }
 
     /// The figures of one loop, for the report.
@@ -138,7 +206,7 @@ struct StorageFaultTests {
     /// point, until the scenario completes. Returns the loop's figures.
     func loop(
         _ scenario: Scenario, operation: Operation, code: (name: String, code: Int32), persistent: Bool, limit: Int,
-        expectedAfter: UInt64, random: inout SplitMix64
+        expectedAfter: Outcome, random: inout SplitMix64
     ) throws -> Figures {
         let directory = TemporaryDirectory("d3")
         var fixture: Fixture? = try Self.makeFixture(directory, scenario)
@@ -153,7 +221,7 @@ struct StorageFaultTests {
             let probe = TemporaryDirectory("d3-probe")
             let copy = try Self.makeFixture(probe, scenario)
             copy.replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: code.code))
-            try copy.replica.write { txn in try scenario.body(txn, users, messages) }
+            _ = try scenario.act(copy.replica, users, messages)
             figures.calls = copy.replica.environment._faultCounts.calls
             copy.replica.close()
         }
@@ -166,8 +234,9 @@ struct StorageFaultTests {
                 replica.environment._injectFaults(
                     _StorageFaultPlan(operations: [operation], failAt: n, resultCode: code.code, persistent: persistent))
                 var thrown: (any Error)?
+                var completed: Replica?
                 do {
-                    try replica.write { txn in try scenario.body(txn, users, messages) }
+                    completed = try scenario.act(replica, users, messages)
                 } catch {
                     thrown = error
                 }
@@ -176,12 +245,14 @@ struct StorageFaultTests {
 
                 guard let thrown else {
                     // The write completed: no injected failure may have been swallowed, and the state is the one after.
+                    let replica = completed ?? replica
                     if counts.failures > 0 {
                         Issue.record("\(label), N = \(n): the write succeeded although \(counts.failures) calls failed")
                     }
                     #expect(n > figures.calls, "\(label): the write completed at N = \(n) of \(figures.calls) calls")
-                    #expect(try ReplicaDigest.objects(replica) == expectedAfter, "\(label): the state after differs")
-                    #expect(replica.lastLocalSequence == before.last + 1)
+                    #expect(try ReplicaDigest.objects(replica) == expectedAfter.objects, "\(label): the state after differs")
+                    #expect(replica.lastLocalSequence == expectedAfter.last)
+                    #expect(try replica.pendingChangesets().count == expectedAfter.pending)
                     let report = try replica.verify()
                     #expect(report.passed, "\(label): \(report)")
                     replica.close()
@@ -242,14 +313,19 @@ struct StorageFaultTests {
         return figures
     }
 
-    /// The objects a scenario leaves, computed on an unfaulted replica.
-    static func expectedAfter(_ scenario: Scenario) throws -> UInt64 {
+    /// What a scenario leaves, computed on an unfaulted replica.
+    static func expectedAfter(_ scenario: Scenario) throws -> Outcome {
         let directory = TemporaryDirectory("d3-control")
         let fixture = try makeFixture(directory, scenario)
         let (users, messages) = (fixture.users, fixture.messages)
-        try fixture.replica.write { txn in try scenario.body(txn, users, messages) }
-        defer { fixture.replica.close() }
-        return try ReplicaDigest.objects(fixture.replica)
+        let before = fixture.replica.lastLocalSequence
+        let replica = try scenario.act(fixture.replica, users, messages)
+        defer { replica.close() }
+        let outcome = Outcome(
+            objects: try ReplicaDigest.objects(replica), last: replica.lastLocalSequence,
+            pending: try replica.pendingChangesets().count)
+        #expect(outcome.last > before, "\(scenario.name): the scenario wrote nothing")
+        return outcome
     }
 
     @Test("one write: every failing call leaves the replica as it was", arguments: [false, true])
@@ -260,6 +336,16 @@ struct StorageFaultTests {
     @Test("1,000-object batch: every failing call leaves the replica as it was", arguments: [false, true])
     func batch(persistent: Bool) throws {
         try run(.batch, persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
+    }
+
+    @Test("remote integration: every failing call leaves the replica as it was", arguments: [false, true])
+    func integration(persistent: Bool) throws {
+        try run(try Scenario.integration(), persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
+    }
+
+    @Test("migration: every failing call leaves the replica as it was", arguments: [false, true])
+    func migration(persistent: Bool) throws {
+        try run(.migration, persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
     }
 
     func run(_ scenario: Scenario, persistent: Bool, limit: Int) throws {
@@ -311,7 +397,7 @@ struct StorageFaultTests {
             let mapBefore = replica.storageStatistics.mapSize
             if points.isEmpty {
                 replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: mapFull))
-                try replica.write { txn in try scenario.body(txn, users, messages) }
+                _ = try scenario.act(replica, users, messages)
                 calls = replica.environment._faultCounts.calls
                 points = Self.failurePoints(calls: calls, limit: Deep.count(ci: 10, deep: 200), random: &random)
                     .filter { $0 <= calls }
@@ -319,12 +405,12 @@ struct StorageFaultTests {
             }
             let n = points.removeFirst()
             replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: n, resultCode: mapFull))
-            try replica.write { txn in try scenario.body(txn, users, messages) }
+            _ = try scenario.act(replica, users, messages)
             let counts = replica.environment._faultCounts
             replica.environment._injectFaults(nil)
             #expect(counts.failures == 1)
             #expect(replica.storageStatistics.mapSize > mapBefore, "N = \(n): the map did not grow")
-            #expect(try ReplicaDigest.objects(replica) == expected, "N = \(n): the state after the retried write differs")
+            #expect(try ReplicaDigest.objects(replica) == expected.objects, "N = \(n): the state after the retried write differs")
             let report = try replica.verify()
             #expect(report.passed, "N = \(n): \(report)")
             checked += 1
@@ -343,7 +429,7 @@ struct StorageFaultTests {
         let before = try Self.state(replica)
         replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: 1, resultCode: mapFull, persistent: true))
         do {
-            try replica.write { txn in try scenario.body(txn, users, messages) }
+            _ = try scenario.act(replica, users, messages)
             Issue.record("a write whose every \(Self.lmdbName(operation)) fails with MDB_MAP_FULL succeeded")
         } catch let error as TributaryError {
             #expect(error.code == .mapFull, "\(error.code): \(error.message)")
@@ -354,8 +440,8 @@ struct StorageFaultTests {
         #expect(replica.storageStatistics.mapSize == 64 << 20)
         #expect(try Self.state(replica) == before)
         #expect(try replica.verify().passed)
-        try replica.write { txn in try scenario.body(txn, users, messages) }
-        #expect(try ReplicaDigest.objects(replica) == expected)
+        _ = try scenario.act(replica, users, messages)
+        #expect(try ReplicaDigest.objects(replica) == expected.objects)
     }
 
     /// After `MDB_PANIC`, opening the directory again must not hand back the poisoned handle, even when the caller did
