@@ -174,7 +174,7 @@ extension Snapshot {
         var matched: [(PrimaryKey, [String: Value])] = []
 
         // A predicate on scalar properties alone is tested on the decoded values as they are, with no dictionary.
-        let positional = planned.plan == .fullScan ? query.positionalPredicate(for: type) : nil
+        let positional = query.positionalPredicate(for: type)
         let keyPosition = type.primaryKey.flatMap { key in type.properties.firstIndex { $0.name == key } }
 
         func consider(_ primaryKey: PrimaryKey, _ bytes: [UInt8]) throws {
@@ -214,14 +214,20 @@ extension Snapshot {
             try consider(keys: Set(planned.keys).sorted())
         case .index(let property, _):
             if let constraint = planned.constraint, let ranges = Self.indexBounds(constraint) {
-                var keys = Set<PrimaryKey>()
+                var keys: [PrimaryKey] = []
                 for (lower, upper) in ranges {
                     try replica.views.indexScan(type: type.name, property: property, lower: lower, upper: upper, in: storage) {
-                        keys.insert($0)
+                        keys.append($0)
                         return true
                     }
                 }
-                try consider(keys: keys.sorted())
+                // Index entries sort by value, then primary key: the entries of one value are in primary key order
+                // already, and hold each object once.
+                if case .equal(let values) = constraint.kind, values.count == 1 {
+                    try consider(keys: keys)
+                } else {
+                    try consider(keys: Set(keys).sorted())
+                }
             } else {
                 try scanAll(type) { try consider($0, Array($1)) }
             }
