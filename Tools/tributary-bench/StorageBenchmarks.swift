@@ -52,13 +52,22 @@ struct StorageBenchmarks {
 
     func bulkInsert(_ replica: Replica, _ raw: RawLMDB) throws {
         let count = context.objects
-        let ours = try time {
-            try replica.write { txn in
-                for index in 0..<count { try txn.create("Item", Self.values(index)) }
-            }
+        // Best of three on each side: the time of one large durable commit swings with the disk.
+        let insert = { (replica: Replica) in
+            try time { try replica.write { txn in for index in 0..<count { try txn.create("Item", Self.values(index)) } } }
+        }
+        var ours = try insert(replica)
+        for attempt in 2...3 {
+            let extra = try open("bulk-\(attempt)")
+            ours = min(ours, try insert(extra))
+            extra.close()
         }
         let pairs = try rawPairs(replica)
-        let baseline = try time { try raw.putAll(pairs) }
+        var baseline = try time { try raw.putAll(pairs) }
+        for attempt in 2...3 {
+            let extra = try RawLMDB(path: context.path("raw-bulk-\(attempt)"))
+            baseline = min(baseline, try time { try extra.putAll(pairs) })
+        }
         if context.wants("bulk_insert") {
             Measurement(
                 name: "bulk_insert_100k_objects_5_fields", value: Double(count) / ours, unit: "objects/s",
@@ -109,10 +118,15 @@ struct StorageBenchmarks {
             }
         }
         let statistics = try replica.logStatistics()
-        let seconds = try time { try replica.rebuildViews() }
+        // Best of two (rebuilds) and of three (raw commits): see bulkInsert.
+        var seconds = try time { try replica.rebuildViews() }
+        seconds = min(seconds, try time { try replica.rebuildViews() })
         let pairs = try rawPairs(replica)
-        let raw = try RawLMDB(path: context.path("raw-replay"))
-        let baseline = try time { try raw.putAll(pairs) }
+        var baseline = Double.infinity
+        for attempt in 1...3 {
+            let raw = try RawLMDB(path: context.path("raw-replay-\(attempt)"))
+            baseline = min(baseline, try time { try raw.putAll(pairs) })
+        }
         Measurement(
             name: "replay_rebuild_views", value: Double(statistics.instructions) / seconds, unit: "instructions/s",
             baseline: "raw LMDB puts of the rebuilt records, one durable txn (records/s)",
