@@ -330,7 +330,9 @@ public final class Environment: @unchecked Sendable {
         var growths = 0
         // Keep the map at least twice what is in use, so that a large write seldom fills it and runs twice.
         let statistics = self.statistics
-        if statistics.usedBytes * 2 > statistics.mapSize { try reserve(additionalBytes: statistics.usedBytes) }
+        if statistics.usedBytes * 2 > statistics.mapSize && statistics.mapSize < configuration.maximumMapSize {
+            try reserve(additionalBytes: statistics.usedBytes)
+        }
         while true {
             do {
                 return try remapLock.withSharedLock {
@@ -505,7 +507,9 @@ public final class Environment: @unchecked Sendable {
     /// it costs nothing until pages are written.
     public func reserve(additionalBytes: Int) throws {
         let needed = statistics.usedBytes + max(0, additionalBytes)
-        guard needed > mapSize else { return }
+        // Growing takes the exclusive lock, which waits for every storage call in progress: only when it can help.
+        let mapped = mapSize
+        guard needed > mapped, mapped < configuration.maximumMapSize else { return }
         try remapLock.withExclusiveLock {
             try checkUsable()
             // Adopt first a larger map another process set, so as never to set a smaller one over it.
