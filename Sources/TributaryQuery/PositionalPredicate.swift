@@ -64,24 +64,23 @@ extension Query {
     public func positionalPredicate(for type: ObjectSchema) -> PositionalPredicate? {
         guard type.name == typeName else { return nil }
         var positions = Set<Int>()
+        /// Every term compiled, or `nil` when one does not compile.
+        func compileAll(_ terms: [Predicate]) -> [PositionalPredicate.Node]? {
+            var nodes: [PositionalPredicate.Node] = []
+            for term in terms {
+                guard let node = compile(term) else { return nil }
+                nodes.append(node)
+            }
+            return nodes
+        }
         func compile(_ predicate: Predicate) -> PositionalPredicate.Node? {
             switch predicate {
             case .constant(let value):
                 return .constant(value)
             case .and(let terms):
-                var nodes: [PositionalPredicate.Node] = []
-                for term in terms {
-                    guard let node = compile(term) else { return nil }
-                    nodes.append(node)
-                }
-                return .and(nodes)
+                return compileAll(terms).map { .and($0) }
             case .or(let terms):
-                var nodes: [PositionalPredicate.Node] = []
-                for term in terms {
-                    guard let node = compile(term) else { return nil }
-                    nodes.append(node)
-                }
-                return .or(nodes)
+                return compileAll(terms).map { .or($0) }
             case .not(let inner):
                 return compile(inner).map { .not($0) }
             case .comparison(let comparison):
