@@ -141,27 +141,26 @@ public final class Snapshot: ObjectReading {
     }
 
     public func objects(_ type: String) throws -> [DynamicObject] {
-        checkValid()
         let objectType = try schema.requireType(type)
         let schema = self.schema
         let materializer = self.materializer
         var result: [DynamicObject] = []
-        let prefix = ViewStore.typePrefix(type)
-        var failure: (any Error)?
-        try storage.scan(replica.views.objects, from: prefix, to: ViewStore.prefixEnd(prefix)) { key, bytes in
-            guard let primaryKey = KeyEncoding.primaryKey(from: key[prefix.count...]) else { return true }
-            do {
-                if let values = try ObjectRecord.positionalValues(decoding: Array(bytes), of: objectType, in: schema) {
-                    result.append(try materializer.object(type: objectType, primaryKey: primaryKey, positional: values))
-                }
-                return true
-            } catch {
-                failure = error
-                return false
+        try scanAll(objectType) { primaryKey, bytes in
+            if let values = try ObjectRecord.positionalValues(decoding: Array(bytes), of: objectType, in: schema) {
+                result.append(try materializer.object(type: objectType, primaryKey: primaryKey, positional: values))
             }
         }
-        if let failure { throw failure }
         return result
+    }
+
+    /// Calls `body` with every stored record of `type`, in primary key order.
+    func scanAll(_ type: ObjectSchema, _ body: (PrimaryKey, UnsafeRawBufferPointer) throws -> Void) throws {
+        checkValid()
+        let prefix = ViewStore.typePrefix(type.name)
+        try storage.scan(replica.views.objects, from: prefix, to: ViewStore.prefixEnd(prefix)) { key, bytes in
+            if let primaryKey = KeyEncoding.primaryKey(from: key[prefix.count...]) { try body(primaryKey, bytes) }
+            return true
+        }
     }
 
     public func count(_ type: String) throws -> Int {

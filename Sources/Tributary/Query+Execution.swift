@@ -184,19 +184,17 @@ extension Snapshot {
             if let positional {
                 if let keyPosition { projected[keyPosition] = primaryKey.value }
                 guard positional.matches(projected) else { return }
-                let values = readsAll ? projected : try ObjectRecord.positionalValues(decoding: bytes, of: type, in: schema) ?? projected
-                matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
-                return
-            }
-            let fields = try materializer.fields(
-                type: type, primaryKey: primaryKey, positional: projected, wanted: readsAll ? nil : wanted)
-            guard query.matches(fields, source: source) else { return }
-            if readsAll {
-                matched.append((primaryKey, fields))
             } else {
-                let values = try ObjectRecord.positionalValues(decoding: bytes, of: type, in: schema) ?? projected
-                matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
+                let fields = try materializer.fields(
+                    type: type, primaryKey: primaryKey, positional: projected, wanted: readsAll ? nil : wanted)
+                guard query.matches(fields, source: source) else { return }
+                if readsAll {
+                    matched.append((primaryKey, fields))
+                    return
+                }
             }
+            let values = readsAll ? projected : try ObjectRecord.positionalValues(decoding: bytes, of: type, in: schema) ?? projected
+            matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
         }
 
         func consider(keys: [PrimaryKey]) throws {
@@ -239,15 +237,6 @@ extension Snapshot {
         }
     }
 
-    /// Calls `body` with every stored record of `type`, in primary key order.
-    private func scanAll(_ type: ObjectSchema, _ body: (PrimaryKey, UnsafeRawBufferPointer) throws -> Void) throws {
-        checkValid()
-        let prefix = ViewStore.typePrefix(type.name)
-        try storage.scan(replica.views.objects, from: prefix, to: ViewStore.prefixEnd(prefix)) { key, bytes in
-            if let primaryKey = KeyEncoding.primaryKey(from: key[prefix.count...]) { try body(primaryKey, bytes) }
-            return true
-        }
-    }
 }
 
 extension ObjectReading {

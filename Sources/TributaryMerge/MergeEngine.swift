@@ -61,6 +61,7 @@ public enum MergeEngine {
     public static func apply(_ changeset: Changeset, to state: inout WorkingSet) throws {
         if let relay = changeset.relay { state.recordAdoption(of: changeset.dot, as: relay) }
         let info = ChangesetInfo(changeset)
+        // Only for large changesets: for a small one the reserve costs more than the table's own growth.
         if changeset.instructions.count > 256 { state.reserveCapacity(forMoreRecords: changeset.instructions.count) }
         for (index, instruction) in changeset.instructions.enumerated() {
             try apply(instruction, index: index, of: info, to: &state)

@@ -22,8 +22,6 @@ public struct PositionalPredicate: Sendable {
     }
 
     let root: Node
-    /// The positions the predicate reads.
-    public let positions: Set<Int>
 
     /// Whether the object whose values (by position in the type's properties) are `values` matches. A position
     /// out of range reads as null.
@@ -63,7 +61,6 @@ extension Query {
     /// between two properties).
     public func positionalPredicate(for type: ObjectSchema) -> PositionalPredicate? {
         guard type.name == typeName else { return nil }
-        var positions = Set<Int>()
         /// Every term compiled, or `nil` when one does not compile.
         func compileAll(_ terms: [Predicate]) -> [PositionalPredicate.Node]? {
             var nodes: [PositionalPredicate.Node] = []
@@ -88,7 +85,6 @@ extension Query {
                     case .scalar = path.steps[0].target, !path.steps[0].isList,
                     let position = type.properties.firstIndex(where: { $0.name == path.steps[0].name })
                 else { return nil }
-                positions.insert(position)
                 // As the evaluator reads a comparison whose left side yields one value.
                 switch (comparison.right, comparison.op) {
                 case (.constant, .between):
@@ -106,6 +102,6 @@ extension Query {
             }
         }
         guard let root = compile(predicate) else { return nil }
-        return PositionalPredicate(root: root, positions: positions)
+        return PositionalPredicate(root: root)
     }
 }

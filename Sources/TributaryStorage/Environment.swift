@@ -330,9 +330,7 @@ public final class Environment: @unchecked Sendable {
         var growths = 0
         // Keep the map at least twice what is in use, so that a large write seldom fills it and runs twice.
         let statistics = self.statistics
-        if statistics.usedBytes * 2 > statistics.mapSize && statistics.mapSize < configuration.maximumMapSize {
-            try reserve(additionalBytes: statistics.usedBytes)
-        }
+        try grow(toHold: 2 * statistics.usedBytes, mapped: statistics.mapSize)
         while true {
             do {
                 return try remapLock.withSharedLock {
@@ -481,22 +479,15 @@ public final class Environment: @unchecked Sendable {
     }
 
     private func growMap(after failure: StorageError) throws {
-        try remapLock.withExclusiveLock {
-            try checkUsable()
-            var info = MDB_envinfo()
-            mdb_env_info(handle, &info)
-            let current = Int(info.me_mapsize)
-            let maximum = configuration.maximumMapSize
-            guard current < maximum else {
-                throw StorageError(
-                    code: .mapFull, resultCode: MDB_MAP_FULL, operation: failure.operation, path: path,
-                    message: "the replica at \(path) is full: the map reached its maximum of \(current) bytes "
-                        + "(maximumMapSize \(maximum)); raise the maximum map size to continue. Nothing committed was lost")
-            }
-            let grown = min(max(current * 2, current + (1 << 20)), maximum)
-            let rc = mdb_env_set_mapsize(handle, grown)
-            if rc != 0 { throw error(rc, "mdb_env_set_mapsize", context: "growing the map to \(grown) bytes") }
+        let mapped = mapSize
+        let maximum = configuration.maximumMapSize
+        guard mapped < maximum else {
+            throw StorageError(
+                code: .mapFull, resultCode: MDB_MAP_FULL, operation: failure.operation, path: path,
+                message: "the replica at \(path) is full: the map reached its maximum of \(mapped) bytes "
+                    + "(maximumMapSize \(maximum)); raise the maximum map size to continue. Nothing committed was lost")
         }
+        try grow(toHold: mapped + 1, mapped: mapped)
     }
 
     /// Grows the map, if needed, so that `additionalBytes` more fit after what is in use now (within
@@ -506,9 +497,14 @@ public final class Environment: @unchecked Sendable {
     /// views, say) calls this first rather than doing its work twice. The map is address space, not disk: growing
     /// it costs nothing until pages are written.
     public func reserve(additionalBytes: Int) throws {
-        let needed = statistics.usedBytes + max(0, additionalBytes)
+        let statistics = self.statistics
+        try grow(toHold: statistics.usedBytes + max(0, additionalBytes), mapped: statistics.mapSize)
+    }
+
+    /// Grows the map, doubling it, until it holds `needed` bytes (within ``Configuration/maximumMapSize``); `mapped`
+    /// is the size last seen.
+    private func grow(toHold needed: Int, mapped: Int) throws {
         // Growing takes the exclusive lock, which waits for every storage call in progress: only when it can help.
-        let mapped = mapSize
         guard needed > mapped, mapped < configuration.maximumMapSize else { return }
         try remapLock.withExclusiveLock {
             try checkUsable()
