@@ -1,7 +1,9 @@
 import TributaryModel
 
-/// Applies schema instructions: additive changes merge as a union, conflicting definitions are refused with an
-/// error naming both (rule 8), and removals and renames carry the data along.
+/// Applies schema instructions (rule 8): additive changes merge as a union; a property's index and default are a
+/// register that the latest definition sets (every redefinition is later than every addition, then the greater stamp
+/// is later); definitions that disagree on what a property holds are refused with an error naming both; removals
+/// and renames carry the data along.
 struct SchemaMerger {
     let info: ChangesetInfo
 
@@ -10,17 +12,21 @@ struct SchemaMerger {
         switch instruction {
         case .addType(let type):
             if let existing = schema[type: type.name] {
-                schema.upsert(try union(existing, type))
+                try merge(existing, type, into: &schema)
             } else {
                 schema.upsert(type)
+                for property in type.properties { record(.addition, of: property.name, in: type.name, &schema) }
             }
         case .addProperty(let typeName, let property):
             guard let existing = schema[type: typeName] else {
                 throw MergeError(.invalidInstruction, "cannot add property '\(property.name)' to unknown type '\(typeName)'")
             }
-            schema.upsert(try union(existing, ObjectSchema(
-                name: existing.name, primaryKey: existing.primaryKey, embedded: existing.isEmbedded,
-                properties: existing.properties + [property])))
+            try merge(
+                existing,
+                ObjectSchema(
+                    name: existing.name, primaryKey: existing.primaryKey, embedded: existing.isEmbedded,
+                    properties: existing.properties.filter { $0.name != property.name } + [property]),
+                into: &schema, only: property.name)
         case .removeProperty(let typeName, let name):
             guard var type = schema[type: typeName], type[property: name] != nil else { return }
             guard name != type.primaryKey else {
@@ -28,6 +34,7 @@ struct SchemaMerger {
             }
             type.properties.removeAll { $0.name == name }
             schema.upsert(type)
+            schema.definitionStamps[PropertyName(type: typeName, property: name)] = nil
             try rewriteFields(of: typeName, in: &state) { fields in fields.removeValue(forKey: name) }
         case .renameProperty(let typeName, let from, let to):
             guard var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == from })
@@ -42,6 +49,8 @@ struct SchemaMerger {
             }
             type.properties[index].name = to
             schema.upsert(type)
+            let stamp = schema.definitionStamps.removeValue(forKey: PropertyName(type: typeName, property: from))
+            schema.definitionStamps[PropertyName(type: typeName, property: to)] = stamp
             try rewriteFields(of: typeName, in: &state) { fields in
                 if let value = fields.removeValue(forKey: from) { fields[to] = value }
             }
@@ -49,14 +58,17 @@ struct SchemaMerger {
             guard var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == property.name })
             else { return }
             let current = type.properties[index]
-            guard current.kind == property.kind, current.isList == property.isList, current.isOptional == property.isOptional
-            else {
+            guard Self.holdsTheSame(current, property) else {
                 throw MergeError(
                     .invalidInstruction,
                     "'\(typeName).\(property.name)' cannot be redefined from \(current) to \(property): only its index or default may change")
             }
+            // A concurrent redefinition with a greater stamp may have set it already.
+            guard DefinitionStamp(.redefinition, info.stamp) > schema.definitionStamp(of: property.name, in: typeName)
+            else { return }
             type.properties[index] = property
             schema.upsert(type)
+            record(.redefinition, of: property.name, in: typeName, &schema)
         case .removeType(let typeName):
             guard let type = schema[type: typeName] else { return }
             if !type.isEmbedded {
@@ -67,16 +79,30 @@ struct SchemaMerger {
             // The highest version wins, so concurrent version changes agree.
             schema.version = max(schema.version, version)
         default:
-            preconditionFailure("SchemaMerger.apply called with an object instruction")
+            throw MergeError(.invalidInstruction, "\(instruction) is not a schema instruction")
         }
         state.setSchema(schema)
     }
 
-    /// The union of two definitions of one type, or an error naming both definitions of what conflicts.
+    /// Whether two definitions of a property hold the same values, so that they may differ only in their index and
+    /// default.
+    static func holdsTheSame(_ a: Property, _ b: Property) -> Bool {
+        a.kind == b.kind && a.isList == b.isList && a.isOptional == b.isOptional
+    }
+
+    private func record(_ kind: DefinitionStamp.Kind, of property: String, in type: String, _ schema: inout Schema) {
+        schema.definitionStamps[PropertyName(type: type, property: property)] = DefinitionStamp(kind, info.stamp)
+    }
+
+    /// Merges a definition of an existing type into `schema`: the union of the properties, and for a property both
+    /// define, the later definition of its index and default. `only` limits the merge to one property (an
+    /// `addProperty`). Fails naming both definitions when they disagree on the type's kind or primary key, or on what
+    /// a property holds.
     ///
-    /// When the union differs from `existing` (new properties, or the same ones in another order), properties
-    /// are sorted by name, so that replicas that merged the same definitions in other orders agree.
-    func union(_ existing: ObjectSchema, _ incoming: ObjectSchema) throws -> ObjectSchema {
+    /// When the definitions disagree on the properties' names, order or what they hold (not on indexes and
+    /// defaults), the merged properties are sorted by name, so that replicas that merged the same definitions in
+    /// other orders agree.
+    func merge(_ existing: ObjectSchema, _ incoming: ObjectSchema, into schema: inout Schema, only: String? = nil) throws {
         guard existing.isEmbedded == incoming.isEmbedded else {
             throw MergeError(
                 .schemaConflict,
@@ -88,21 +114,33 @@ struct SchemaMerger {
                 "type '\(existing.name)' has two primary keys: '\(existing.primaryKey ?? "-")' and '\(incoming.primaryKey ?? "-")'")
         }
         var merged = existing
-        for property in incoming.properties {
-            if let current = existing[property: property.name] {
-                guard current == property else {
-                    throw MergeError(
-                        .schemaConflict,
-                        "property '\(existing.name).\(property.name)' is defined twice: as \(current) and as \(property)")
-                }
-            } else {
+        let addition = DefinitionStamp(.addition, info.stamp)
+        for property in incoming.properties where only == nil || property.name == only {
+            guard let position = existing.properties.firstIndex(where: { $0.name == property.name }) else {
                 merged.properties.append(property)
+                record(.addition, of: property.name, in: existing.name, &schema)
+                continue
+            }
+            let current = existing.properties[position]
+            guard Self.holdsTheSame(current, property) else {
+                throw MergeError(
+                    .schemaConflict,
+                    "property '\(existing.name).\(property.name)' is defined twice: as \(current) and as \(property)")
+            }
+            // The later definition wins, even when it is the same one: its stamp is kept, so that the stamps agree
+            // in whatever order replicas merge the definitions.
+            if addition > schema.definitionStamp(of: property.name, in: existing.name) {
+                merged.properties[position] = property
+                record(.addition, of: property.name, in: existing.name, &schema)
             }
         }
-        if merged.properties != existing.properties || incoming.properties != existing.properties {
+        func layout(_ type: ObjectSchema) -> [Property] {
+            type.properties.map { Property($0.name, $0.kind, optional: $0.isOptional, list: $0.isList) }
+        }
+        if layout(incoming) != layout(existing) {
             merged.properties.sort { $0.name < $1.name }
         }
-        return merged
+        schema.upsert(merged)
     }
 
     /// Applies `transform` to the fields of every object of `typeName`, or, for an embedded type, of every embedded

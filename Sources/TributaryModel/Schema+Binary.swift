@@ -34,6 +34,16 @@ extension BinaryWriter {
         varint(schema.version)
         varint(schema.types.count)
         for type in schema.types { objectSchema(type, &names) }
+        // Definition stamps follow, sorted, only when there are any: a declared schema encodes as it always did.
+        guard !schema.definitionStamps.isEmpty else { return }
+        varint(schema.definitionStamps.count)
+        for (name, stamp) in schema.definitionStamps.sorted(by: { $0.key < $1.key }) {
+            self.name(name.type, &names)
+            self.name(name.property, &names)
+            byte(stamp.kind.rawValue)
+            fixed64(stamp.stamp.time.rawValue)
+            fixed64(stamp.stamp.replica.rawValue)
+        }
     }
 }
 
@@ -76,6 +86,22 @@ extension BinaryReader {
         let count = try self.count("type", maximum: 10_000, minimumBytesEach: 3)
         var types: [ObjectSchema] = []
         for _ in 0..<count { types.append(try objectSchema(.inline)) }
-        return Schema(version: version, types: types)
+        var schema = Schema(version: version, types: types)
+        // A schema stored before definition stamps existed ends here.
+        guard !isAtEnd else { return schema }
+        let stampCount = try self.count("definition stamp", maximum: 10_000_000, minimumBytesEach: 19)
+        for _ in 0..<stampCount {
+            let type = try name(.inline, "type name")
+            let property = try name(.inline, "property name")
+            let tag = try byte()
+            guard let kind = DefinitionStamp.Kind(rawValue: tag) else {
+                throw error(.invalidValue, "unknown definition kind \(tag) for property '\(type).\(property)'")
+            }
+            let time = HybridTime(rawValue: try fixed64())
+            let replica = ReplicaID(rawValue: try fixed64())
+            schema.definitionStamps[PropertyName(type: type, property: property)] =
+                DefinitionStamp(kind, Stamp(time: time, replica: replica))
+        }
+        return schema
     }
 }

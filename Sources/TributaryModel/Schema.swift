@@ -155,16 +155,72 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
+/// How the current index and default of a merged property were set, which orders concurrent definitions of them
+/// (DESIGN.md, rule 8): every redefinition is later than every addition, and within each kind the greater stamp is
+/// later.
+public struct DefinitionStamp: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// Whether an addition (a new type or property) or a redefinition (a migration's change of index or default)
+    /// set the definition.
+    public enum Kind: UInt8, Hashable, Comparable, Sendable {
+        case addition = 0, redefinition = 1
+        public static func < (lhs: Kind, rhs: Kind) -> Bool { lhs.rawValue < rhs.rawValue }
+    }
+
+    public var kind: Kind
+    /// The stamp of the changeset that set the definition.
+    public var stamp: Stamp
+
+    public init(_ kind: Kind, _ stamp: Stamp) {
+        self.kind = kind
+        self.stamp = stamp
+    }
+
+    /// What a property stored before definition stamps existed counts as: earlier than every definition.
+    public static let unknown = DefinitionStamp(.addition, .zero)
+
+    public static func < (lhs: DefinitionStamp, rhs: DefinitionStamp) -> Bool {
+        lhs.kind != rhs.kind ? lhs.kind < rhs.kind : lhs.stamp < rhs.stamp
+    }
+
+    public var description: String { "\(kind == .addition ? "added" : "redefined") at \(stamp)" }
+}
+
+/// A property of a type, named by both names: what definition stamps are kept by.
+public struct PropertyName: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public var type: String
+    public var property: String
+
+    public init(type: String, property: String) {
+        self.type = type
+        self.property = property
+    }
+
+    public static func < (lhs: PropertyName, rhs: PropertyName) -> Bool {
+        lhs.type != rhs.type ? lhs.type < rhs.type : lhs.property < rhs.property
+    }
+
+    public var description: String { "\(type).\(property)" }
+}
+
 /// A replica's schema: its object types and a version number that migrations raise.
 public struct Schema: Hashable, Sendable {
     /// The schema version; opening a replica with a changed schema needs a higher one (and a migration).
     public var version: UInt64
     /// The object types, sorted by name.
     public private(set) var types: [ObjectSchema]
+    /// For a merged schema (a replica's): how each property's index and default were set, so that concurrent
+    /// definitions resolve the same way on every replica. Empty for a declared schema; a property without an entry
+    /// counts as ``DefinitionStamp/unknown``.
+    public var definitionStamps: [PropertyName: DefinitionStamp] = [:]
 
     public init(version: UInt64 = 0, types: [ObjectSchema]) {
         self.version = version
         self.types = types.sorted { $0.name < $1.name }
+    }
+
+    /// How the definition of `property` of `type` was set (``DefinitionStamp/unknown`` when not recorded).
+    public func definitionStamp(of property: String, in type: String) -> DefinitionStamp {
+        definitionStamps[PropertyName(type: type, property: property)] ?? .unknown
     }
 
     /// The type named `name`, if any.
@@ -188,9 +244,10 @@ public struct Schema: Hashable, Sendable {
         }
     }
 
-    /// Removes a type.
+    /// Removes a type, with the definition stamps of its properties.
     public mutating func remove(type name: String) {
         types.removeAll { $0.name == name }
+        definitionStamps = definitionStamps.filter { $0.key.type != name }
     }
 
     /// Checks that the schema is well formed: names are valid and unique, every top-level type has a primary key

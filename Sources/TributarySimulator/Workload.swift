@@ -41,6 +41,11 @@ public enum Workload {
         .scalar("extraFlag", .bool, optional: true), .scalar("extraWhen", .date, optional: true),
     ]
 
+    /// A default for each extra property, which some additions of it give.
+    static let extraDefaults: [String: Value] = [
+        "extraText": "none", "extraNumber": 7, "extraFlag": false, "extraWhen": .date(Date(timeIntervalSince1970: 0)),
+    ]
+
     static let keysPerType = 20
 
     static func key(type: String, index: Int) -> PrimaryKey {
@@ -257,7 +262,14 @@ struct OperationGenerator {
             default: break
             }
         case .schemaChange:
-            let property = Workload.extraProperties[next(Workload.extraProperties.count)]
+            // Replicas that add one property concurrently may pick different indexes and defaults for it: every
+            // replica must end with the same definition (rule 8).
+            var property = Workload.extraProperties[next(Workload.extraProperties.count)]
+            switch next(3) {
+            case 0: property.isIndexed = true
+            case 1: property.defaultValue = Workload.extraDefaults[property.name]
+            default: break
+            }
             if txn.schema[type: "Card"]?[property: property.name] == nil {
                 try txn.addProperty(property, to: "Card")
             }

@@ -568,3 +568,63 @@ struct AdoptedChangesetCodecTests {
         #expect(throws: ChangesetDecodingError.self) { try ChangesetCodec.decode(ChangesetCodec.encode(unsorted)) }
     }
 }
+
+@Suite("Stored schema encoding") struct StoredSchemaEncodingTests {
+    static let types = [
+        ObjectSchema(name: "Task", properties: [.scalar("_id", .string), .scalar("title", .string, indexed: true, default: "x")])
+    ]
+
+    func encode(_ schema: Schema) -> [UInt8] {
+        var writer = BinaryWriter()
+        writer.schema(schema)
+        return writer.bytes
+    }
+
+    @Test("Definition stamps round-trip, and encode in one order whatever order they were set in")
+    func definitionStampsRoundTrip() throws {
+        var schema = Schema(version: 3, types: Self.types)
+        let a = PropertyName(type: "Task", property: "title")
+        let b = PropertyName(type: "Task", property: "_id")
+        let redefined = DefinitionStamp(.redefinition, Stamp(time: HybridTime(milliseconds: 1_700_000_000_123, counter: 2), replica: ReplicaID(rawValue: 7)))
+        let added = DefinitionStamp(.addition, Stamp(time: HybridTime(milliseconds: 1_700_000_000_000), replica: ReplicaID(rawValue: 9)))
+        schema.definitionStamps[a] = redefined
+        schema.definitionStamps[b] = added
+        var other = Schema(version: 3, types: Self.types)
+        other.definitionStamps[b] = added
+        other.definitionStamps[a] = redefined
+        #expect(encode(schema) == encode(other))
+        var reader = BinaryReader(encode(schema), subject: "schema")
+        let decoded = try reader.schema()
+        #expect(decoded == schema)
+        #expect(decoded.definitionStamp(of: "title", in: "Task") == redefined)
+        #expect(decoded.definitionStamp(of: "missing", in: "Task") == .unknown)
+    }
+
+    @Test("A schema without stamps encodes as before stamps existed, and decodes with none")
+    func schemaWithoutStamps() throws {
+        let schema = Schema(version: 1, types: Self.types)
+        let bytes = encode(schema)
+        var reader = BinaryReader(bytes, subject: "schema")
+        let decoded = try reader.schema()
+        #expect(decoded.definitionStamps.isEmpty)
+        #expect(decoded == schema)
+        // Every truncation of a stamped schema is an error, never a trap or a wrong schema.
+        var stamped = schema
+        stamped.definitionStamps[PropertyName(type: "Task", property: "title")] = DefinitionStamp(.redefinition, Stamp(time: HybridTime(rawValue: 5), replica: ReplicaID(rawValue: 1)))
+        let full = encode(stamped)
+        for length in bytes.count + 1..<full.count {
+            var truncated = BinaryReader(Array(full.prefix(length)), subject: "schema")
+            #expect(throws: ChangesetDecodingError.self) { try truncated.schema() }
+        }
+    }
+
+    @Test("Redefinitions are later than additions, and the greater stamp is later within each kind")
+    func definitionStampOrder() {
+        let early = Stamp(time: HybridTime(milliseconds: 1), replica: ReplicaID(rawValue: 2))
+        let late = Stamp(time: HybridTime(milliseconds: 2), replica: ReplicaID(rawValue: 1))
+        #expect(DefinitionStamp(.redefinition, early) > DefinitionStamp(.addition, late))
+        #expect(DefinitionStamp(.addition, late) > DefinitionStamp(.addition, early))
+        #expect(DefinitionStamp(.redefinition, late) > DefinitionStamp(.redefinition, early))
+        #expect(DefinitionStamp.unknown < DefinitionStamp(.addition, early))
+    }
+}

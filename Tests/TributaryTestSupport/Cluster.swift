@@ -8,16 +8,17 @@ public final class Cluster {
     public let clocks: [ManualClock]
     public let schema: Schema
 
-    /// Opens `count` replicas with ids 1, 2, 3... (so ties between equal clock readings are predictable) and clocks
-    /// at `1_700_000_000_000 + index` milliseconds.
-    public init(_ count: Int, schema: Schema, durability: Replica.Durability = .none) throws {
+    /// Opens `count` replicas with ids `firstReplicaID`, `firstReplicaID + 1`... (so ties between equal clock readings
+    /// are predictable) and clocks at `1_700_000_000_000 + index` milliseconds. Give two clusters in one test different
+    /// first ids, so that their replicas are different replicas.
+    public init(_ count: Int, schema: Schema, durability: Replica.Durability = .none, firstReplicaID: UInt64 = 1) throws {
         self.schema = schema
         clocks = (0..<count).map { ManualClock(milliseconds: 1_700_000_000_000 + UInt64($0)) }
         for index in 0..<count {
             var configuration = Replica.Configuration()
             configuration.durability = durability
             configuration.clock = clocks[index]
-            configuration.replicaID = ReplicaID(rawValue: UInt64(index + 1))
+            configuration.replicaID = ReplicaID(rawValue: firstReplicaID + UInt64(index))
             replicas.append(
                 try Replica.open(
                     directory: directory.appending("r\(index)"), schema: schema, configuration: configuration))

@@ -302,11 +302,7 @@ struct MergeSemanticsTests {
         #expect(reason.contains("priority: string?"))
     }
 
-    /// Not ordered yet (docs/MergeSemantics.md, rule 8): each replica applies redefinitions in the order it integrates
-    /// them, and a replica that redefined a property refuses a concurrent addition of its old definition, such as
-    /// another replica's first changeset. This test records the divergence as a known issue, and fails once it is
-    /// fixed so that the known-issue marker comes off.
-    @Test("Rule 8 (known issue): concurrent changes of one property's index or default do not converge yet")
+    @Test("Rule 8: concurrent changes of one property's index or default: the greatest stamp wins, in any order")
     func concurrentRedefinitionsConverge() throws {
         let cluster = try cluster(3)
         cluster.clocks[1].advance(byMilliseconds: 5)  // replica 1 redefines later
@@ -316,13 +312,75 @@ struct MergeSemanticsTests {
         _ = try cluster.send(from: 1, to: 2)
         _ = try cluster.send(from: 0, to: 2)
         try cluster.syncAll()
-        let converged = try cluster.converged()
-        withKnownIssue("concurrent redefinitions are not ordered by stamp, and refuse concurrent additions") {
-            for replica in cluster.replicas {
-                #expect(replica.schema[type: "Task"]?[property: "title"] == .scalar("title", .string, default: "one"))
-            }
-            #expect(converged)
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "title"] == .scalar("title", .string, default: "one"))
+            #expect(try replica.verify().passed)
         }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: a redefinition beats a concurrent addition of the old definition, whose data still arrives")
+    func redefinitionBeatsConcurrentAddition() throws {
+        let cluster = try cluster(2)
+        // Replica 1 is new: its first changeset adds the old definition, stamped later than replica 0's migration.
+        let late = try Cluster(1, schema: Self.schema, firstReplicaID: 9)
+        late.clocks[0].advance(byMilliseconds: 60_000)
+        try late[0].write { try $0.create("Task", ["_id": "from-new-replica", "title": "kept"]) }
+        try cluster[0].write { try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, indexed: true, default: "untitled"))) }
+        let fromLate = try late[0].changesets(missingFrom: cluster[0].versionVector)
+        let report = try cluster[0].integrate(fromLate)
+        #expect(report.rejected.isEmpty)
+        #expect(report.integrated.count == fromLate.count)
+        _ = try cluster[1].integrate(fromLate)
+        try cluster.syncAll()
+        let indexed = Property.scalar("title", .string, indexed: true, default: "untitled")
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "title"] == indexed)
+            #expect(try value(replica, "title", key: .string("from-new-replica")) == "kept")
+            // The index answers the query: the object the new replica wrote is in it.
+            let found = try replica.objects("Task", where: "title == 'kept'")
+            #expect(found.map(\.primaryKey) == [.string("from-new-replica")])
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: concurrent additions that differ only in index or default merge (the later one wins), not refused")
+    func concurrentAdditionsDifferingInDefaultMerge() throws {
+        let cluster = try cluster(3)
+        cluster.clocks[0].advance(byMilliseconds: 5)  // replica 0 adds later
+        try cluster[0].write { try $0.emit(.addProperty(type: "Task", .scalar("priority", .int, indexed: true, default: 3))) }
+        try cluster[1].write { try $0.emit(.addProperty(type: "Task", .scalar("priority", .int, default: 1))) }
+        try cluster[1].write { try $0.create("Task", ["_id": "p", "priority": 7]) }
+        _ = try cluster.send(from: 0, to: 2)
+        _ = try cluster.send(from: 1, to: 2)
+        let report = try cluster.send(from: 1, to: 0)
+        #expect(report.rejected.isEmpty)
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "priority"] == .scalar("priority", .int, indexed: true, default: 3))
+            #expect(try value(replica, "priority", key: .string("p")) == 7)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: the definitions' stamps survive a reopen and a rebuild of the views")
+    func definitionStampsArePersistent() throws {
+        let cluster = try cluster(2)
+        cluster.clocks[1].advance(byMilliseconds: 5)
+        try cluster[1].write { try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, default: "one"))) }
+        try cluster.syncAll()
+        let stamp = cluster[0].schema.definitionStamp(of: "title", in: "Task")
+        #expect(stamp.kind == .redefinition)
+        #expect(stamp.stamp.replica == cluster[1].replicaID)
+        try cluster[0].rebuildViews()
+        #expect(cluster[0].schema.definitionStamp(of: "title", in: "Task") == stamp)
+        #expect(try cluster[0].verify().passed)
+        // An older, concurrent redefinition that arrives after the rebuild still loses.
+        let older = try Cluster(1, schema: Self.schema, firstReplicaID: 9)
+        try older[0].write { try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, default: "older"))) }
+        _ = try cluster[0].integrate(try older[0].changesets(missingFrom: cluster[0].versionVector))
+        #expect(cluster[0].schema[type: "Task"]?[property: "title"]?.defaultValue == "one")
     }
 
     @Test("Rule 9: a changeset stamped too far ahead waits until this replica's clock is near it")
