@@ -48,9 +48,11 @@ extension Replica {
     ///     instructions on objects for which `holds` returns `true` are kept, the rest replaced by
     ///     ``Instruction/omitted``. The projection keeps the changeset's identity, so the partial replica's version
     ///     vector stays complete. A partial replica must not export what it received this way.
+    ///   - excluding: origin dots of changesets the other replica holds already though its vector does not count
+    ///     them: its ``pendingDots()``. They are neither read nor sent.
     public func changesets(
         missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil,
-        holds: ((String, PrimaryKey) -> Bool)? = nil
+        holds: ((String, PrimaryKey) -> Bool)? = nil, excluding: Set<Dot> = []
     ) throws -> [Changeset] {
         do {
             return try environment.read { txn in
@@ -62,16 +64,16 @@ extension Replica {
                 }
                 sequences.sort()
                 let context = ZstdContext()
-                if let origins {
+                var result: [Changeset] = []
+                for sequence in sequences {
+                    guard result.count < limit else { break }
+                    let entry = try log.entry(sequence, in: txn)
+                    if excluding.contains(entry.dot) { continue }
                     // An app uploads only what no relay adopted yet.
-                    sequences = try sequences.filter { sequence in
-                        let entry = try log.entry(sequence, in: txn)
-                        guard origins.contains(entry.origin) else { return true }
-                        return try log.causalDot(ofOrigin: entry.dot, in: txn) == nil
+                    if let origins, origins.contains(entry.origin), try log.causalDot(ofOrigin: entry.dot, in: txn) != nil {
+                        continue
                     }
-                }
-                return try sequences.prefix(limit).map { sequence in
-                    var changeset = try log.changeset(of: try log.entry(sequence, in: txn), context: context)
+                    var changeset = try log.changeset(of: entry, context: context)
                     if let holds {
                         changeset.instructions = changeset.instructions.map { instruction in
                             guard let object = instruction.object, !holds(object.type, object.primaryKey) else {
@@ -80,12 +82,38 @@ extension Replica {
                             return .omitted
                         }
                     }
-                    return changeset
+                    result.append(changeset)
                 }
+                return result
             }
         } catch {
             throw TributaryError.wrap(error)
         }
+    }
+
+    /// The origin dots of the changesets waiting in the pending area. A peer that exports to this replica can pass
+    /// them as `excluding:` to ``changesets(missingFrom:limit:origins:holds:excluding:)``, so as not to send them
+    /// again. Reads keys only.
+    public func pendingDots() throws -> Set<Dot> {
+        do {
+            return try environment.read { txn in
+                var dots = Set<Dot>()
+                try txn.scan(pending) { key, _ in
+                    if let dot = Self.dot(pendingKey: key) { dots.insert(dot) }
+                    return true
+                }
+                return dots
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    static func dot(pendingKey key: UnsafeRawBufferPointer) -> Dot? {
+        guard key.count == 16 else { return nil }
+        let origin = UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 0, as: UInt64.self))
+        let sequence = UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+        return Dot(origin: ReplicaID(rawValue: origin), sequence: sequence)
     }
 
     /// The changesets waiting in the pending area.
@@ -159,10 +187,12 @@ extension Replica {
         var report = IntegrationReport()
         report.rejected = rejected
         var commit: PreparedCommit?
+        var updatedPending: PendingArea?
         var head = start.head
         try environment.write { txn in
             start = try freshState(start, in: txn)
             commit = nil
+            updatedPending = nil
             report = IntegrationReport()
             report.rejected = rejected
             var vector = start.versionVector
@@ -179,22 +209,20 @@ extension Replica {
 
             // Candidates: the batch and everything pending, by origin dot. Pending entries remember whether they came
             // to be adopted (from an app) or integrated (from a peer).
+            let generation = try pendingGeneration(in: txn)
+            let pendingArea = try pendingArea(generation: generation, in: txn)
             var candidates: [Dot: Changeset] = [:]
+            candidates.reserveCapacity(pendingArea.entries.count + incoming.count)
             var toAdopt = Set<Dot>()
-            var fromPending = Set<Dot>()
-            try txn.scan(pending) { _, value in
-                guard let marker = value.first, marker <= 1,
-                    let changeset = try? ChangesetCodec.decode(Array(value.dropFirst()))
-                else { return true }
-                candidates[changeset.dot] = changeset
-                if marker == 1 { toAdopt.insert(changeset.dot) }
-                fromPending.insert(changeset.dot)
-                return true
+            for (dot, entry) in pendingArea.entries {
+                candidates[dot] = entry.changeset
+                if entry.adopt { toAdopt.insert(dot) }
             }
             for changeset in incoming {
                 let causal = changeset.causalDot
-                let alreadyHeld = try changeset.relay == nil && known(changeset.dot)
-                if vector[causal.origin] >= causal.sequence || candidates[changeset.dot] != nil || alreadyHeld {
+                if try vector[causal.origin] >= causal.sequence || candidates[changeset.dot] != nil
+                    || (changeset.relay == nil && known(changeset.dot))
+                {
                     report.duplicates += 1
                     continue
                 }
@@ -245,10 +273,18 @@ extension Replica {
                 changesets: applied, changes: working.changes, schema: working.schema,
                 schemaChanged: working.schemaChanged, previousSchema: start.schema, versionVector: vector,
                 clock: clock.latest)
-            prepared.pendingRemovals = fromPending.filter { candidates[$0] == nil }.map(Self.pendingKey)
-            prepared.pendingAdditions = candidates.filter { !fromPending.contains($0.key) }.map { dot, changeset in
-                (Self.pendingKey(dot), [toAdopt.contains(dot) ? 1 : 0] + ChangesetCodec.encode(changeset))
-            }
+            prepared.pendingRemovals = pendingArea.entries.keys.filter { candidates[$0] == nil }.sorted().map(Self.pendingKey)
+            prepared.pendingAdditions = candidates.filter { pendingArea.entries[$0.key] == nil }.sorted { $0.key < $1.key }
+                .map { dot, changeset in
+                    (Self.pendingKey(dot), [toAdopt.contains(dot) ? 1 : 0] + ChangesetCodec.encode(changeset))
+                }
+            let pendingChanged = !prepared.pendingRemovals.isEmpty || !prepared.pendingAdditions.isEmpty
+            if pendingChanged { prepared.pendingGeneration = generation &+ 1 }
+            updatedPending = PendingArea(
+                generation: prepared.pendingGeneration ?? generation,
+                entries: candidates.mapValues { PendingChangeset(changeset: $0, adopt: toAdopt.contains($0.dot)) })
+            // Nothing to store: every changeset was a duplicate, or still waits where it waited.
+            guard !applied.isEmpty || pendingChanged else { return }
             if working.schemaChanged {
                 do { try working.schema.validate() } catch {
                     throw MergeError(.schemaConflict, "the merged schema is invalid: \(error)", dot: applied.last?.changeset.dot)
@@ -257,10 +293,30 @@ extension Replica {
             head = try persist(prepared, head: start.head, in: txn)
             commit = prepared
         }
-        if let commit, !commit.changesets.isEmpty || !commit.pendingAdditions.isEmpty || !commit.pendingRemovals.isEmpty {
-            didCommit(commit, head: head)
-        }
+        if let updatedPending { pendingCache.withLock { $0 = updatedPending } }
+        if let commit { didCommit(commit, head: head) }
         return report
+    }
+
+    /// The pending generation stored in `txn` (0 before any commit changed the pending area).
+    func pendingGeneration(in txn: TributaryStorageReadTransaction) throws -> UInt64 {
+        guard let bytes = try txn.get(identity, key: Self.pendingGenerationKey), bytes.count == 8 else { return 0 }
+        return bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+    }
+
+    /// The pending area as of `generation`: the decoded copy when it is current, else decoded from storage. An entry
+    /// that no longer decodes is left out (and stays stored, for `tributary-log` to show).
+    func pendingArea(generation: UInt64, in txn: TributaryStorageReadTransaction) throws -> PendingArea {
+        if let cached = pendingCache.withLock({ $0 }), cached.generation == generation { return cached }
+        var entries: [Dot: PendingChangeset] = [:]
+        try txn.scan(pending) { _, value in
+            guard let marker = value.first, marker <= 1,
+                let changeset = try? ChangesetCodec.decode(Array(value.dropFirst()))
+            else { return true }
+            entries[changeset.dot] = PendingChangeset(changeset: changeset, adopt: marker == 1)
+            return true
+        }
+        return PendingArea(generation: generation, entries: entries)
     }
 
     /// Whether an app's changeset can be adopted now: its origin's previous changeset is here, and everything its
@@ -295,6 +351,20 @@ extension Replica {
         result.contextExtras = extras.sorted()
         return result
     }
+}
+
+/// The pending area, decoded: what ``Replica/integrate(_:)`` reads instead of decoding every pending changeset again
+/// on every call.
+struct PendingArea: Sendable {
+    /// The stored pending generation this copy matches.
+    var generation: UInt64
+    var entries: [Dot: PendingChangeset]
+}
+
+struct PendingChangeset: Sendable {
+    var changeset: Changeset
+    /// Whether it came to be adopted (from an app) rather than integrated (from a peer).
+    var adopt: Bool
 }
 
 extension VersionVector {

@@ -42,6 +42,9 @@ public final class Replica: Sendable {
     let identity: Database
     let pending: Database
     let writeLock = WriteLock()
+    /// The pending area decoded, as of the pending generation it was read or written at: integration decodes it from
+    /// storage again only when another handle changed it (see ``Replica/pendingGenerationKey``).
+    let pendingCache = Mutex<PendingArea?>(nil)
     let observers = ObserverRegistry()
     /// Where async writes run: one serial queue per replica, so one replica's long write never delays another's.
     let writerQueue = DispatchQueue(label: "tributary.writer")
@@ -59,6 +62,9 @@ public final class Replica: Sendable {
     static let formatKey = Array("format".utf8)
     static let replicaIDKey = Array("replicaID".utf8)
     static let clockKey = Array("clock".utf8)
+    /// A counter that every commit changing the pending area raises, so that a handle knows whether its decoded copy
+    /// of the pending area is current without reading the area.
+    static let pendingGenerationKey = Array("pendingGeneration".utf8)
 
     private init(
         directory: String, replicaID: ReplicaID, configuration: Configuration, environment: Environment,
@@ -325,6 +331,8 @@ public final class Replica: Sendable {
         var clock: HybridTime
         var pendingRemovals: [[UInt8]] = []
         var pendingAdditions: [([UInt8], [UInt8])] = []
+        /// The pending generation to store, when the pending area changes.
+        var pendingGeneration: UInt64? = nil
         /// The encoded schema the app declared, to store with this commit (see ``Transaction/declaredSchema``).
         var declaredSchema: [UInt8]? = nil
     }
@@ -347,6 +355,9 @@ public final class Replica: Sendable {
         try storage.put(identity, key: Self.clockKey, value: withUnsafeBytes(of: commit.clock.rawValue.littleEndian) { Array($0) })
         for key in commit.pendingRemovals { try storage.delete(pending, key: key) }
         for (key, value) in commit.pendingAdditions { try storage.put(pending, key: key, value: value) }
+        if let generation = commit.pendingGeneration {
+            try storage.put(identity, key: Self.pendingGenerationKey, value: withUnsafeBytes(of: generation.littleEndian) { Array($0) })
+        }
         if let declared = commit.declaredSchema { try storage.put(identity, key: Self.declaredSchemaKey, value: declared) }
         return head
     }

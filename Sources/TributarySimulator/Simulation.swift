@@ -161,13 +161,18 @@ public final class Simulation {
         let link = links[linkIndex]
         let source = replicas[link.source]
         let target = replicas[link.target]
+        // Neither what the target holds pending (its vector does not count it) nor what is still queued on this link
+        // is sent again, as a sync protocol would not; duplicates still come from messages delivered twice and from
+        // one changeset sent to a target by several sources.
+        var held = try target.pendingDots()
+        for message in link.queue { for changeset in message { held.insert(changeset.dot) } }
         let batch: [Changeset]
         if isPartial(link.source) {
-            batch = try source.changesets(missingFrom: target.versionVector, origins: [source.replicaID])
+            batch = try source.changesets(missingFrom: target.versionVector, origins: [source.replicaID], excluding: held)
         } else if isPartial(link.target) {
-            batch = try source.changesets(missingFrom: target.versionVector, holds: Workload.partialHolds)
+            batch = try source.changesets(missingFrom: target.versionVector, holds: Workload.partialHolds, excluding: held)
         } else {
-            batch = try source.changesets(missingFrom: target.versionVector)
+            batch = try source.changesets(missingFrom: target.versionVector, excluding: held)
         }
         guard !batch.isEmpty else { return }
         // Split into a few messages, which may then be delivered in any order.

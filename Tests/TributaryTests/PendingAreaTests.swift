@@ -1,0 +1,95 @@
+import Foundation
+import Testing
+@testable import Tributary
+import TributaryModel
+import TributaryStorage
+import TributaryTestSupport
+
+/// The pending area: changesets that wait for their predecessors, kept decoded between integrations, and what a peer
+/// should not send again.
+@Suite("Pending area")
+struct PendingAreaTests {
+    /// Replica 0's changesets: its schema's, then `writes` updates of one task.
+    func history(_ cluster: Cluster, writes: Int) throws -> [Changeset] {
+        try cluster[0].write { try $0.create("Task", ["_id": "t", "title": "0"]) }
+        for index in 1...writes {
+            try cluster[0].write { try $0.update("Task", primaryKey: .string("t"), ["title": .string("\(index)")]) }
+        }
+        return try cluster[0].changesets(missingFrom: VersionVector())
+    }
+
+    @Test("A changeset that waits is integrated once its predecessor arrives, call after call")
+    func waitingChangesetsIntegrateAcrossCalls() throws {
+        let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)
+        let all = try history(cluster, writes: 30)
+        // Every other changeset first: all but the first wait.
+        let odd = stride(from: 1, to: all.count, by: 2).map { all[$0] }
+        let even = stride(from: 0, to: all.count, by: 2).map { all[$0] }
+        #expect(try cluster[1].integrate(odd).waiting == odd.count)
+        #expect(try cluster[1].pendingDots() == Set(odd.map(\.dot)))
+        // The even ones arrive one call at a time; each unlocks the one after it.
+        for (index, changeset) in even.enumerated() {
+            let report = try cluster[1].integrate([changeset])
+            #expect(report.integrated.count == (index < odd.count ? 2 : 1), "call \(index): \(report)")
+        }
+        #expect(try cluster[1].pendingDots().isEmpty)
+        #expect(try cluster[1].object("Task", primaryKey: .string("t"))?["title"] == "30")
+        #expect(try cluster[1].verify().passed)
+        try cluster.syncAll()
+        #expect(try cluster.converged())
+    }
+
+    @Test("A pending change made by another handle is seen: the decoded copy is only used while it is current")
+    func anotherHandlesPendingChangeIsSeen() throws {
+        let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)
+        let all = try history(cluster, writes: 3)  // schema, create, 3 updates
+        let target = cluster[1]
+        #expect(try target.integrate([all[4]]).waiting == 1)  // now decoded in memory
+        // Another handle (another process) stores the changeset before it in the pending area, as integrate would.
+        try target.environment.write { txn in
+            try txn.put(target.pending, key: Replica.pendingKey(all[3].dot), value: [0] + ChangesetCodec.encode(all[3]))
+            let generation = try target.pendingGeneration(in: txn) + 1
+            try txn.put(target.identity, key: Replica.pendingGenerationKey, value: withUnsafeBytes(of: generation.littleEndian) { Array($0) })
+        }
+        // The first three arrive: the one the other handle stored must be integrated too, then the last.
+        let report = try target.integrate(Array(all.prefix(3)))
+        #expect(report.integrated == all.map(\.dot))
+        #expect(try target.pendingDots().isEmpty)
+        #expect(try target.object("Task", primaryKey: .string("t"))?["title"] == "3")
+        #expect(try target.verify().passed)
+    }
+
+    @Test("An exporter can leave out what the target holds pending; the rest still completes it")
+    func exportExcludingPending() throws {
+        let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)
+        let all = try history(cluster, writes: 10)
+        #expect(try cluster[1].integrate(Array(all.suffix(5))).waiting == 5)
+        let held = try cluster[1].pendingDots()
+        let missing = try cluster[0].changesets(missingFrom: cluster[1].versionVector, excluding: held)
+        #expect(missing.map(\.dot) == all.prefix(all.count - 5).map(\.dot))
+        #expect(try cluster[0].changesets(missingFrom: cluster[1].versionVector, limit: 2, excluding: held).count == 2)
+        let report = try cluster[1].integrate(missing)
+        #expect(report.integrated.count == all.count)
+        #expect(try cluster[1].pendingDots().isEmpty)
+        try cluster.syncAll()
+        #expect(try cluster.converged())
+    }
+
+    @Test("A batch of duplicates, integrated or still waiting, commits nothing")
+    func duplicatesCommitNothing() throws {
+        let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)
+        let all = try history(cluster, writes: 4)
+        let waiting = Array(all.suffix(2))
+        _ = try cluster[1].integrate(Array(all.prefix(3)) + waiting)
+        #expect(try cluster[1].pendingDots() == Set(waiting.map(\.dot)))
+        let transaction = cluster[1].environment.statistics.lastTransactionID
+        let report = try cluster[1].integrate(Array(all.prefix(3)) + waiting)
+        #expect(report.duplicates == 5)
+        #expect(report.integrated.isEmpty)
+        // LMDB counts only commits that wrote something.
+        #expect(cluster[1].environment.statistics.lastTransactionID == transaction)
+        // The missing one arrives: that commits.
+        #expect(try cluster[1].integrate([all[3]]).integrated.count == 3)
+        #expect(cluster[1].environment.statistics.lastTransactionID == transaction + 1)
+    }
+}
