@@ -97,6 +97,9 @@ extension Replica {
     public func pendingDots() throws -> Set<Dot> {
         do {
             return try environment.read { txn in
+                if let cached = pendingCache.withLock({ $0 }), cached.generation == (try pendingGeneration(in: txn)) {
+                    return Set(cached.entries.keys)
+                }
                 var dots = Set<Dot>()
                 try txn.scan(pending) { key, _ in
                     if let dot = Self.dot(pendingKey: key) { dots.insert(dot) }
@@ -189,6 +192,12 @@ extension Replica {
         var commit: PreparedCommit?
         var updatedPending: PendingArea?
         var head = start.head
+        // The decoded pending area, taken out of the cache so that changing it copies nothing. A storage transaction
+        // that fails (or runs again) reads it from storage instead; the cache gets it back after a commit.
+        var taken = pendingCache.withLock { cache in
+            defer { cache = nil }
+            return cache
+        }
         try environment.write { txn in
             start = try freshState(start, in: txn)
             commit = nil
@@ -207,82 +216,83 @@ extension Replica {
                 try integratedHere.contains(dot) || log.localSequence(of: dot, in: txn) != nil
             }
 
-            // Candidates: the batch and everything pending, by origin dot. Pending entries remember whether they came
-            // to be adopted (from an app) or integrated (from a peer).
+            // Candidates: everything pending and the batch, by origin dot. Entries remember whether they came to be
+            // adopted (from an app) or integrated (from a peer). `added` and `removed` are the changes to the stored
+            // pending area.
             let generation = try pendingGeneration(in: txn)
-            let pendingArea = try pendingArea(generation: generation, in: txn)
-            var candidates: [Dot: Changeset] = [:]
-            candidates.reserveCapacity(pendingArea.entries.count + incoming.count)
-            var toAdopt = Set<Dot>()
-            for (dot, entry) in pendingArea.entries {
-                candidates[dot] = entry.changeset
-                if entry.adopt { toAdopt.insert(dot) }
-            }
+            var area = try pendingArea(generation: generation, taken: taken, in: txn)
+            taken = nil
+            var added = Set<Dot>()
+            var removed = Set<Dot>()
             for changeset in incoming {
                 let causal = changeset.causalDot
-                if try vector[causal.origin] >= causal.sequence || candidates[changeset.dot] != nil
+                if try vector[causal.origin] >= causal.sequence || area.entries[changeset.dot] != nil
                     || (changeset.relay == nil && known(changeset.dot))
                 {
                     report.duplicates += 1
                     continue
                 }
-                candidates[changeset.dot] = changeset
-                if adopting && changeset.relay == nil { toAdopt.insert(changeset.dot) }
+                area.insert(PendingChangeset(changeset: changeset, adopt: adopting && changeset.relay == nil))
+                added.insert(changeset.dot)
             }
-            for dot in rejectedDots { candidates.removeValue(forKey: dot) }
+            for dot in rejectedDots where area.remove(dot) != nil {
+                if added.remove(dot) == nil { removed.insert(dot) }
+            }
 
             var applied: [(changeset: Changeset, encoded: [UInt8])] = []
-            // Apply every ready changeset; repeat until none is ready. Among ready ones, the order is by dot, so
-            // the log order is deterministic for a given input.
+            // Apply every ready changeset; repeat until none is ready. Only the first changeset of each lane can be
+            // ready (see ``PendingLane``), so a pass costs one test per lane, however many changesets wait. Lanes go
+            // in their order, so the log order is deterministic for a given input.
             var progress = true
             while progress {
                 progress = false
-                for dot in candidates.keys.sorted() {
-                    guard var changeset = candidates[dot] else { continue }
-                    guard changeset.time.milliseconds <= now &+ skew else { continue }
-                    if toAdopt.contains(dot) {
-                        guard try adoptable(changeset, vector: vector, known: known) else { continue }
-                        changeset = try adopted(
-                            changeset, as: Dot(origin: replicaID, sequence: vector[replicaID] + 1),
-                            adoptions: working.adoptions, txn: txn)
-                    } else {
-                        let causal = changeset.causalDot
-                        guard vector[causal.origin] == causal.sequence - 1,
-                            vector.includes(changeset.context.removing(causal.origin)),
-                            changeset.contextExtras.allSatisfy(vector.includes)
-                        else { continue }
+                for lane in area.lanes.keys.sorted() {
+                    while let dot = area.first(in: lane), let entry = area.entries[dot] {
+                        var changeset = entry.changeset
+                        guard changeset.time.milliseconds <= now &+ skew else { break }
+                        if entry.adopt {
+                            guard try adoptable(changeset, vector: vector, known: known) else { break }
+                            changeset = try adopted(
+                                changeset, as: Dot(origin: replicaID, sequence: vector[replicaID] + 1),
+                                adoptions: working.adoptions, txn: txn)
+                        } else {
+                            let causal = changeset.causalDot
+                            guard vector[causal.origin] == causal.sequence - 1,
+                                vector.includes(changeset.context.removing(causal.origin)),
+                                changeset.contextExtras.allSatisfy(vector.includes)
+                            else { break }
+                        }
+                        if try known(changeset.dot) {
+                            // This replica holds the changeset already (it wrote it, before a relay adopted it): the
+                            // log records the adoption; the changeset is not applied twice.
+                            if let relay = changeset.relay { working.recordAdoption(of: changeset.dot, as: relay) }
+                        } else {
+                            try MergeEngine.apply(changeset, to: &working)
+                        }
+                        try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
+                        vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
+                        integratedHere.insert(changeset.dot)
+                        applied.append((changeset, ChangesetCodec.encode(changeset)))
+                        _ = area.remove(dot)
+                        if added.remove(dot) == nil { removed.insert(dot) }
+                        progress = true
                     }
-                    if try known(changeset.dot) {
-                        // This replica holds the changeset already (it wrote it, before a relay adopted it): the log
-                        // records the adoption; the changeset is not applied twice.
-                        if let relay = changeset.relay { working.recordAdoption(of: changeset.dot, as: relay) }
-                    } else {
-                        try MergeEngine.apply(changeset, to: &working)
-                    }
-                    try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
-                    vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
-                    integratedHere.insert(changeset.dot)
-                    applied.append((changeset, ChangesetCodec.encode(changeset)))
-                    candidates.removeValue(forKey: dot)
-                    progress = true
                 }
             }
             report.integrated = applied.map(\.changeset.dot)
-            report.waiting = candidates.count
+            report.waiting = area.entries.count
             var prepared = PreparedCommit(
                 changesets: applied, changes: working.changes, schema: working.schema,
                 schemaChanged: working.schemaChanged, previousSchema: start.schema, versionVector: vector,
                 clock: clock.latest)
-            prepared.pendingRemovals = pendingArea.entries.keys.filter { candidates[$0] == nil }.sorted().map(Self.pendingKey)
-            prepared.pendingAdditions = candidates.filter { pendingArea.entries[$0.key] == nil }.sorted { $0.key < $1.key }
-                .map { dot, changeset in
-                    (Self.pendingKey(dot), [toAdopt.contains(dot) ? 1 : 0] + ChangesetCodec.encode(changeset))
-                }
-            let pendingChanged = !prepared.pendingRemovals.isEmpty || !prepared.pendingAdditions.isEmpty
+            prepared.pendingRemovals = removed.sorted().map(Self.pendingKey)
+            prepared.pendingAdditions = added.sorted().compactMap { dot in
+                area.entries[dot].map { (Self.pendingKey(dot), [$0.adopt ? 1 : 0] + ChangesetCodec.encode($0.changeset)) }
+            }
+            let pendingChanged = !removed.isEmpty || !added.isEmpty
             if pendingChanged { prepared.pendingGeneration = generation &+ 1 }
-            updatedPending = PendingArea(
-                generation: prepared.pendingGeneration ?? generation,
-                entries: candidates.mapValues { PendingChangeset(changeset: $0, adopt: toAdopt.contains($0.dot)) })
+            area.generation = prepared.pendingGeneration ?? generation
+            updatedPending = area
             // Nothing to store: every changeset was a duplicate, or still waits where it waited.
             guard !applied.isEmpty || pendingChanged else { return }
             if working.schemaChanged {
@@ -304,19 +314,19 @@ extension Replica {
         return bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
     }
 
-    /// The pending area as of `generation`: the decoded copy when it is current, else decoded from storage. An entry
-    /// that no longer decodes is left out (and stays stored, for `tributary-log` to show).
-    func pendingArea(generation: UInt64, in txn: TributaryStorageReadTransaction) throws -> PendingArea {
-        if let cached = pendingCache.withLock({ $0 }), cached.generation == generation { return cached }
-        var entries: [Dot: PendingChangeset] = [:]
+    /// The pending area as of `generation`: `taken` (the decoded copy) when it is current, else decoded from storage.
+    /// An entry that no longer decodes is left out (and stays stored, for `tributary-log` to show).
+    func pendingArea(generation: UInt64, taken: PendingArea?, in txn: TributaryStorageReadTransaction) throws -> PendingArea {
+        if let taken, taken.generation == generation { return taken }
+        var area = PendingArea(generation: generation)
         try txn.scan(pending) { _, value in
             guard let marker = value.first, marker <= 1,
                 let changeset = try? ChangesetCodec.decode(Array(value.dropFirst()))
             else { return true }
-            entries[changeset.dot] = PendingChangeset(changeset: changeset, adopt: marker == 1)
+            area.insert(PendingChangeset(changeset: changeset, adopt: marker == 1))
             return true
         }
-        return PendingArea(generation: generation, entries: entries)
+        return area
     }
 
     /// Whether an app's changeset can be adopted now: its origin's previous changeset is here, and everything its
@@ -354,11 +364,69 @@ extension Replica {
 }
 
 /// The pending area, decoded: what ``Replica/integrate(_:)`` reads instead of decoding every pending changeset again
-/// on every call.
+/// on every call, with the changesets arranged in lanes so that finding the ready ones does not test them all.
 struct PendingArea: Sendable {
     /// The stored pending generation this copy matches.
     var generation: UInt64
-    var entries: [Dot: PendingChangeset]
+    private(set) var entries: [Dot: PendingChangeset] = [:]
+    /// Each lane's changesets, by descending sequence in the lane: the last one is the lane's first.
+    private(set) var lanes: [PendingLane: [(sequence: UInt64, dot: Dot)]] = [:]
+
+    init(generation: UInt64) { self.generation = generation }
+
+    mutating func insert(_ entry: PendingChangeset) {
+        let dot = entry.changeset.dot
+        if let replaced = entries.updateValue(entry, forKey: dot) { _ = removeFromLane(replaced, dot) }
+        let (lane, sequence) = PendingLane.of(entry)
+        var order = lanes[lane, default: []]
+        // Binary search for the place that keeps the order descending.
+        var low = 0
+        var high = order.count
+        while low < high {
+            let middle = (low + high) / 2
+            if order[middle].sequence > sequence { low = middle + 1 } else { high = middle }
+        }
+        order.insert((sequence, dot), at: low)
+        lanes[lane] = order
+    }
+
+    mutating func remove(_ dot: Dot) -> PendingChangeset? {
+        guard let entry = entries.removeValue(forKey: dot) else { return nil }
+        _ = removeFromLane(entry, dot)
+        return entry
+    }
+
+    private mutating func removeFromLane(_ entry: PendingChangeset, _ dot: Dot) -> Bool {
+        let (lane, _) = PendingLane.of(entry)
+        guard var order = lanes.removeValue(forKey: lane) else { return false }
+        // Usually the lane's first, which is the last element.
+        if let index = order.lastIndex(where: { $0.dot == dot }) { order.remove(at: index) }
+        if !order.isEmpty { lanes[lane] = order }
+        return true
+    }
+
+    /// The dot of the lane's first changeset: the only one of the lane that can be ready.
+    func first(in lane: PendingLane) -> Dot? { lanes[lane]?.last?.dot }
+}
+
+/// A sequence of pending changesets of which only the first can be ready, because each needs the one before it:
+/// changesets from a peer, by the origin of their causal dot (each needs the version vector at its sequence minus
+/// one); changesets to adopt from an app, by their origin (each needs the app's previous one).
+struct PendingLane: Hashable, Comparable, Sendable {
+    var adopt: Bool
+    var origin: ReplicaID
+
+    static func of(_ entry: PendingChangeset) -> (lane: PendingLane, sequence: UInt64) {
+        if entry.adopt {
+            return (PendingLane(adopt: true, origin: entry.changeset.origin), entry.changeset.originSequence)
+        }
+        let causal = entry.changeset.causalDot
+        return (PendingLane(adopt: false, origin: causal.origin), causal.sequence)
+    }
+
+    static func < (lhs: PendingLane, rhs: PendingLane) -> Bool {
+        lhs.origin != rhs.origin ? lhs.origin < rhs.origin : !lhs.adopt && rhs.adopt
+    }
 }
 
 struct PendingChangeset: Sendable {
