@@ -3,25 +3,77 @@ public import TributaryModel
 /// An object read from a replica, by property name: for code that has no model type (tools, the daemon), and the
 /// form every typed read goes through.
 ///
-/// A value type: it is a copy of the object as of the snapshot that read it, and never changes.
+/// A value type: it is a copy of the object as of the snapshot that read it, and never changes. An object read from
+/// a replica keeps its values by property position, as its type declares them, and finds a property by name through
+/// the type's index; ``values`` builds the dictionary only when asked.
 public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
     /// The object's type name.
     public let type: String
     /// The object's primary key.
     public let primaryKey: PrimaryKey
-    /// Every property's value, the primary key included (under its property name).
-    public let values: [String: Value]
+    private let storage: Storage
+
+    private enum Storage: Sendable {
+        case named([String: Value])
+        /// One value per property of the type, in its order: the primary key's and resolved links included.
+        case positional(ObjectSchema, [Value])
+    }
 
     public init(type: String, primaryKey: PrimaryKey, values: [String: Value]) {
         self.type = type
         self.primaryKey = primaryKey
-        self.values = values
+        self.storage = .named(values)
+    }
+
+    /// An object with one value per property of `schema`, in its order.
+    init(schema: ObjectSchema, primaryKey: PrimaryKey, positional values: [Value]) {
+        self.type = schema.name
+        self.primaryKey = primaryKey
+        self.storage = .positional(schema, values)
+    }
+
+    /// Every property's value, the primary key included (under its property name).
+    public var values: [String: Value] {
+        switch storage {
+        case .named(let values):
+            return values
+        case .positional(let schema, let values):
+            var result: [String: Value] = Dictionary(minimumCapacity: values.count)
+            for (property, value) in zip(schema.properties, values) { result[property.name] = value }
+            return result
+        }
     }
 
     /// The value of a property (``Value/null`` for an unknown name).
-    public subscript(property: String) -> Value { values[property] ?? .null }
+    public subscript(property: String) -> Value {
+        switch storage {
+        case .named(let values):
+            return values[property] ?? .null
+        case .positional(let schema, let values):
+            guard let position = schema.position(ofProperty: property), position < values.count else { return .null }
+            return values[position]
+        }
+    }
+
+    /// Equal objects have the same type, primary key and values by name, however they are held.
+    public static func == (lhs: DynamicObject, rhs: DynamicObject) -> Bool {
+        guard lhs.type == rhs.type, lhs.primaryKey == rhs.primaryKey else { return false }
+        if case .positional(let left, let leftValues) = lhs.storage, case .positional(let right, let rightValues) = rhs.storage,
+            left.properties.map(\.name) == right.properties.map(\.name)
+        {
+            return leftValues == rightValues
+        }
+        return lhs.values == rhs.values
+    }
+
+    /// Hashes the type and primary key: equal objects have equal ones, and the values need no dictionary.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(type)
+        hasher.combine(primaryKey)
+    }
 
     public var description: String {
+        let values = self.values
         let fields = values.keys.sorted().map { "\($0): \(values[$0]!)" }
         return "\(type)[\(primaryKey)] {" + fields.joined(separator: ", ") + "}"
     }

@@ -31,8 +31,18 @@ struct Materializer {
     /// The object with these values, by position in `type.properties` (as
     /// ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)`` reads them): links resolved, primary key
     /// added.
-    func object(type: ObjectSchema, primaryKey: PrimaryKey, positional values: [Value]) throws -> DynamicObject {
-        DynamicObject(type: type.name, primaryKey: primaryKey, values: try fields(type: type, primaryKey: primaryKey, positional: values))
+    func object(type: ObjectSchema, primaryKey: PrimaryKey, positional values: consuming [Value]) throws -> DynamicObject {
+        var values = values  // consumed: the only reference, so the changes below copy nothing
+        let properties = type.properties
+        // By index, reading single fields: iterating the properties would copy each one.
+        for position in properties.indices where position < values.count {
+            if properties[position].name == type.primaryKey {
+                values[position] = primaryKey.value
+            } else if properties[position].kind.objectType != nil {
+                values[position] = try resolveLinks(values[position], properties[position])
+            }
+        }
+        return DynamicObject(schema: type, primaryKey: primaryKey, positional: values)
     }
 
     /// The values by name of the properties at the positions `wanted` marks (all when `nil`): links resolved,

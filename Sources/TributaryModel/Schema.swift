@@ -138,6 +138,11 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
         index.positions[name].map { properties[$0] }
     }
 
+    /// The position in ``properties`` of the property named `name`, if any.
+    public func position(ofProperty name: String) -> Int? {
+        index.positions[name]
+    }
+
     /// The position in ``properties`` of the property whose name has these UTF-8 bytes, if any: for decoders,
     /// which then need not build the name as a `String`.
     public func propertyPosition(utf8 name: UnsafeBufferPointer<UInt8>) -> Int? {
