@@ -111,7 +111,7 @@ let package = Package(
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryLogToolTests",
-            dependencies: ["Tributary", "TributaryModel", "TributaryTestSupport", "tributary-log"],
+            dependencies: ["Tributary", "TributaryModel", "TributaryTestSupport", "tributary-log", "tributary-sim"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryTests",

@@ -1,6 +1,7 @@
 // tributary-sim: the convergence simulator. Runs seeds; prints the seed of any failure; replays one seed exactly.
 import ArgumentParser
 import Foundation
+import Synchronization
 import TributarySimulator
 
 @main
@@ -37,9 +38,13 @@ struct TributarySim: ParsableCommand {
     @Option(help: "Directory for replica directories (default: /dev/shm if present, else the temporary directory).")
     var directory: String?
 
+    @Option(help: "Processes to run seeds in, each on its own share of the range (default 1; use the machine's cores for long runs).")
+    var jobs = 1
+
     func validate() throws {
         guard (3...7).contains(replicas) else { throw ValidationError("--replicas must be 3 to 7, got \(replicas).") }
         guard parsedSeeds != nil else { throw ValidationError("--seeds must be a number or a range like 1-10000, got '\(seeds)'.") }
+        guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be 1 to 64, got \(jobs).") }
         guard partialReplicas >= 0 && partialReplicas < replicas - 1 else {
             throw ValidationError("--partial-replicas must leave at least two full replicas.")
         }
@@ -54,6 +59,7 @@ struct TributarySim: ParsableCommand {
 
     func run() throws {
         let range = parsedSeeds!
+        if jobs > 1 && range.count > 1 { return try runInProcesses(range) }
         let root = directory ?? (FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory())
         let scratch = (root as NSString).appendingPathComponent("tributary-sim-\(getpid())")
         defer { try? FileManager.default.removeItem(atPath: scratch) }
@@ -81,5 +87,62 @@ struct TributarySim: ParsableCommand {
         print("\(total - failed.count)/\(total) seeds passed in \(String(format: "%.1f", Date().timeIntervalSince(started))) s"
             + (failed.isEmpty ? "" : "; failed: \(failed.map(String.init).joined(separator: ", "))"))
         if !failed.isEmpty { throw ExitCode.failure }
+    }
+
+    /// Splits the seeds into `jobs` contiguous shares, runs each in a child process of this tool, passes their lines
+    /// through as they come, and sums up.
+    func runInProcesses(_ range: ClosedRange<UInt64>) throws {
+        let started = Date()
+        let count = UInt64(min(jobs, range.count))
+        let share = UInt64(range.count) / count
+        // Per child, the start of a line not ended yet; the failed seeds and the count of passed ones.
+        let output = Mutex<(partial: [String], failed: [UInt64], passed: Int)>((Array(repeating: "", count: Int(count)), [], 0))
+        var children: [Process] = []
+        for index in 0..<count {
+            let low = range.lowerBound + index * share
+            let high = index == count - 1 ? range.upperBound : low + share - 1
+            let child = Process()
+            child.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
+            if !FileManager.default.isExecutableFile(atPath: child.executableURL!.path) {
+                child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+            }
+            child.arguments = [
+                "--seeds", "\(low)-\(high)", "--replicas", "\(replicas)", "--operations", "\(operations)",
+                "--partial-replicas", "\(partialReplicas)", "--oracle-orders", "\(oracleOrders)",
+            ] + (directory.map { ["--directory", $0] } ?? [])
+            let pipe = Pipe()
+            child.standardOutput = pipe
+            let slot = Int(index)
+            pipe.fileHandleForReading.readabilityHandler = { handle in
+                let data = handle.availableData
+                guard !data.isEmpty else { return }
+                output.withLock { state in
+                    state.partial[slot] += String(decoding: data, as: UTF8.self)
+                    while let newline = state.partial[slot].firstIndex(of: "\n") {
+                        let line = String(state.partial[slot][..<newline])
+                        state.partial[slot] = String(state.partial[slot][state.partial[slot].index(after: newline)...])
+                        // A child's own summary line is replaced by the sum below.
+                        if line.contains(" seeds passed in ") { continue }
+                        if line.hasPrefix("seed "), let seed = UInt64(line.dropFirst(5).prefix { $0.isNumber }) {
+                            if line.contains(": FAILED") { state.failed.append(seed) } else { state.passed += 1 }
+                        }
+                        print(line)
+                        fflush(nil)
+                    }
+                }
+            }
+            try child.run()
+            children.append(child)
+        }
+        for child in children { child.waitUntilExit() }
+        // Let the last lines in the pipes arrive.
+        Thread.sleep(forTimeInterval: 0.2)
+        let (_, failed, passed) = output.withLock { $0 }
+        let crashed = children.filter { $0.terminationReason != .exit || ($0.terminationStatus != 0 && $0.terminationStatus != 1) }
+        let total = range.count
+        print("\(passed)/\(total) seeds passed in \(String(format: "%.1f", Date().timeIntervalSince(started))) s with \(count) processes"
+            + (failed.isEmpty ? "" : "; failed: \(failed.sorted().map(String.init).joined(separator: ", "))")
+            + (crashed.isEmpty ? "" : "; \(crashed.count) process(es) ended abnormally"))
+        if !failed.isEmpty || !crashed.isEmpty || passed != total { throw ExitCode.failure }
     }
 }
