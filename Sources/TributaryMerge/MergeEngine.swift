@@ -298,6 +298,8 @@ struct InstructionApplier {
         // Erase wins: a create survives only if its writer had seen every erase of the object (rule 2).
         guard record.erasures.allSatisfy({ info.covers($0, causal: causal) }) else { return false }
         record.exists = true
+        // A new record: one allocation for its fields, not one per growth step.
+        if record.fields.isEmpty { record.fields.reserveCapacity(explicitStates.count + defaultStates.count) }
         for (field, converted) in explicitStates {
             guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
             try check(field.value, fits: property, QualifiedName(type: type, property: field.name), schema)

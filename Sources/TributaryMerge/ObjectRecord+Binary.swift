@@ -100,9 +100,10 @@ extension BinaryWriter {
 
     fileprivate mutating func fields(_ fields: [String: FieldState], stamps: StampIndex) {
         varint(fields.count)
-        for name in fields.keys.sorted() {
+        // Sorted pairs: no lookup (and hash) of each name again.
+        for (name, field) in fields.sorted(by: { $0.key < $1.key }) {
             string(name)
-            switch fields[name]! {
+            switch field {
             case .register(let register):
                 byte(FieldTag.register.rawValue)
                 stored(register.value, stamps: stamps)

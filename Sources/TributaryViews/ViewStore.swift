@@ -147,6 +147,8 @@ public struct ViewStore: Sendable {
         _ changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)], schema: Schema,
         in transaction: WriteTransaction
     ) throws {
+        // Changes come sorted by type: look each type and its indexed properties up once.
+        var current: (name: String, type: ObjectSchema?, indexed: [Property])?
         for change in changes {
             let key = Self.objectKey(type: change.key.type, primaryKey: change.key.primaryKey)
             if let after = change.after {
@@ -154,9 +156,12 @@ public struct ViewStore: Sendable {
             } else {
                 try transaction.delete(objects, key: key)
             }
-            guard let type = schema[type: change.key.type] else { continue }
-            let indexed = type.properties.filter { $0.isIndexed && !$0.isList && $0.name != type.primaryKey }
-            if indexed.isEmpty { continue }
+            if current?.name != change.key.type {
+                let type = schema[type: change.key.type]
+                let indexed = type?.properties.filter { $0.isIndexed && !$0.isList && $0.name != type?.primaryKey } ?? []
+                current = (change.key.type, type, indexed)
+            }
+            guard let type = current?.type, let indexed = current?.indexed, !indexed.isEmpty else { continue }
             let old = Self.indexKeys(change.before, key: change.key, type: type, properties: indexed, schema: schema)
             let new = Self.indexKeys(change.after, key: change.key, type: type, properties: indexed, schema: schema)
             for stale in old where !new.contains(stale) { try transaction.delete(indexes, key: stale) }
