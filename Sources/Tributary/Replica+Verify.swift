@@ -104,9 +104,11 @@ extension Replica {
             return report
         }
 
-        // Object records, in key order.
+        // Object records, in key order. (`changes` sorts: take it once.)
+        let changes = replayed.working.changes
         var expected: [([UInt8], [UInt8], RecordKey)] = []
-        for change in replayed.working.changes {
+        expected.reserveCapacity(changes.count)
+        for change in changes {
             guard let record = change.after else { continue }
             expected.append((ViewStore.objectKey(type: change.key.type, primaryKey: change.key.primaryKey), record.encoded(), change.key))
         }
@@ -145,9 +147,13 @@ extension Replica {
         // Index entries.
         var expectedIndex = Set<[UInt8]>()
         let schema = replayed.working.schema
-        for change in replayed.working.changes {
-            guard let type = schema[type: change.key.type] else { continue }
+        var indexedByType: [String: (ObjectSchema, [Property])] = [:]
+        for type in schema.types {
             let indexed = type.properties.filter { $0.isIndexed && !$0.isList && $0.name != type.primaryKey }
+            if !indexed.isEmpty { indexedByType[type.name] = (type, indexed) }
+        }
+        for change in changes {
+            guard let (type, indexed) = indexedByType[change.key.type] else { continue }
             expectedIndex.formUnion(
                 ViewStore.indexKeys(change.after, key: change.key, type: type, properties: indexed, schema: schema))
         }
