@@ -257,6 +257,14 @@ extension Replica {
                                 adoptions: working.adoptions, txn: txn)
                         } else {
                             let causal = changeset.causalDot
+                            if vector[causal.origin] >= causal.sequence {
+                                // Another changeset took this causal dot (a faulty relay): this one can never be
+                                // integrated, and must not hold up the rest of its lane.
+                                _ = area.remove(dot)
+                                if added.remove(dot) == nil { removed.insert(dot) }
+                                report.duplicates += 1
+                                continue
+                            }
                             guard vector[causal.origin] == causal.sequence - 1,
                                 vector.includes(changeset.context.removing(causal.origin)),
                                 changeset.contextExtras.allSatisfy(vector.includes)

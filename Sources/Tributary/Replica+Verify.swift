@@ -149,7 +149,7 @@ extension Replica {
         let schema = replayed.working.schema
         var indexedByType: [String: (ObjectSchema, [Property])] = [:]
         for type in schema.types {
-            let indexed = type.properties.filter { $0.isIndexed && !$0.isList && $0.name != type.primaryKey }
+            let indexed = ViewStore.indexedProperties(of: type)
             if !indexed.isEmpty { indexedByType[type.name] = (type, indexed) }
         }
         for change in changes {

@@ -364,7 +364,7 @@ public final class Replica: Sendable {
 
     static func typesWithChangedIndexes(_ old: Schema, _ new: Schema) -> [String] {
         func indexed(_ schema: Schema, _ name: String) -> [String] {
-            (schema[type: name]?.properties ?? []).filter { $0.isIndexed && !$0.isList }.map(\.name).sorted()
+            (schema[type: name].map(ViewStore.indexedProperties) ?? []).map(\.name).sorted()
         }
         return new.types.map(\.name).filter { indexed(old, $0) != indexed(new, $0) }
     }

@@ -158,7 +158,7 @@ public struct ViewStore: Sendable {
             }
             if current?.name != change.key.type {
                 let type = schema[type: change.key.type]
-                let indexed = type?.properties.filter { $0.isIndexed && !$0.isList && $0.name != type?.primaryKey } ?? []
+                let indexed = type.map(Self.indexedProperties) ?? []
                 current = (change.key.type, type, indexed)
             }
             guard let type = current?.type, let indexed = current?.indexed, !indexed.isEmpty else { continue }
@@ -167,6 +167,12 @@ public struct ViewStore: Sendable {
             for stale in old where !new.contains(stale) { try transaction.delete(indexes, key: stale) }
             for fresh in new where !old.contains(fresh) { try transaction.put(indexes, key: fresh, value: []) }
         }
+    }
+
+    /// The properties of `type` that have index entries: indexed, not lists, not the primary key (the record key
+    /// answers for it).
+    public static func indexedProperties(of type: ObjectSchema) -> [Property] {
+        type.properties.filter { $0.isIndexed && !$0.isList && $0.name != type.primaryKey }
     }
 
     public static func indexKeys(
@@ -194,7 +200,7 @@ public struct ViewStore: Sendable {
         }
         for key in stale { try transaction.delete(indexes, key: key) }
         guard let type = schema[type: typeName] else { return }
-        let indexed = type.properties.filter { $0.isIndexed && !$0.isList && $0.name != type.primaryKey }
+        let indexed = Self.indexedProperties(of: type)
         if indexed.isEmpty { return }
         var fresh: [[UInt8]] = []
         try scanRecords(ofType: typeName, in: transaction) { primaryKey, record in

@@ -92,4 +92,28 @@ struct PendingAreaTests {
         #expect(try cluster[1].integrate([all[3]]).integrated.count == 3)
         #expect(cluster[1].environment.statistics.lastTransactionID == transaction + 1)
     }
+
+    @Test("A changeset whose causal dot another one took (a faulty relay) is dropped, and does not hold up its lane")
+    func takenCausalDotDoesNotBlock() throws {
+        let cluster = try Cluster(1, schema: MergeSemanticsTests.schema)
+        let relay = ReplicaID(rawValue: 77)
+        let time = HybridTime(milliseconds: 1_700_000_000_000)
+        func upload(_ app: UInt64, _ sequence: UInt64, as relaySequence: UInt64, _ key: String) -> Changeset {
+            var context = VersionVector()
+            if relaySequence > 1 { context.advance(relay, to: relaySequence - 1) }
+            return Changeset(
+                origin: ReplicaID(rawValue: app), originSequence: sequence, time: time, context: context, schemaVersion: 1,
+                instructions: [.create(type: "Task", primaryKey: .string(key), fields: [], defaults: [])],
+                relay: Dot(origin: relay, sequence: relaySequence))
+        }
+        let first = upload(50, 1, as: 1, "a")
+        let impostor = upload(51, 1, as: 1, "b")  // claims the relay's first dot too
+        let second = upload(50, 2, as: 2, "c")
+        let report = try cluster[0].integrate([first, impostor, second])
+        #expect(report.integrated == [first.dot, second.dot])
+        #expect(report.waiting == 0)
+        #expect(try cluster[0].pendingDots().isEmpty)
+        #expect(try cluster[0].object("Task", primaryKey: .string("c")) != nil)
+        #expect(try cluster[0].object("Task", primaryKey: .string("b")) == nil)
+    }
 }
