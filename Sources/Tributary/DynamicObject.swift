@@ -59,7 +59,8 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
     public static func == (lhs: DynamicObject, rhs: DynamicObject) -> Bool {
         guard lhs.type == rhs.type, lhs.primaryKey == rhs.primaryKey else { return false }
         if case .positional(let left, let leftValues) = lhs.storage, case .positional(let right, let rightValues) = rhs.storage,
-            left.properties.map(\.name) == right.properties.map(\.name)
+            left.properties.count == right.properties.count,
+            left.properties.indices.allSatisfy({ left.properties[$0].name == right.properties[$0].name })
         {
             return leftValues == rightValues
         }

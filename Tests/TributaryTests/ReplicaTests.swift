@@ -37,6 +37,32 @@ struct ReplicaTests {
         #expect(try replica.verify().passed)
     }
 
+    @Test("An object read by key equals the same object built from its values by name, and hashes alike")
+    func readObjectsEqualTheirValuesByName() throws {
+        let directory = TemporaryDirectory()
+        let replica = try openChat(directory)
+        try replica.write { txn in
+            try txn.create("User", ["_id": "u1", "name": "Ada", "age": 36])
+            try txn.create("User", ["_id": "u2", "name": "Ada", "age": 36])
+        }
+        let read = try #require(try replica.object("User", primaryKey: .string("u1")))
+        let byName = DynamicObject(type: "User", primaryKey: .string("u1"), values: read.values)
+        #expect(read.values["_id"] == "u1")
+        #expect(read.values.count == Fixtures.chatSchema[type: "User"]?.properties.count)
+        #expect(read == byName && byName == read)
+        #expect(read.hashValue == byName.hashValue)
+        #expect(Set([read, byName]).count == 1)
+        #expect(read["no such property"] == .null)
+        // Another key, or another value, is another object.
+        let other = try #require(try replica.object("User", primaryKey: .string("u2")))
+        #expect(read != other)
+        try replica.write { txn in try txn.update("User", primaryKey: .string("u1"), ["age": 37]) }
+        let changed = try #require(try replica.object("User", primaryKey: .string("u1")))
+        #expect(changed != read)
+        #expect(changed["age"] == 37)
+        #expect(try replica.objects("User").first == changed)
+    }
+
     @Test func errorsNameTheTypePropertyAndValue() throws {
         let directory = TemporaryDirectory()
         let replica = try openChat(directory)
