@@ -83,3 +83,26 @@ public enum Fixtures {
                 ]),
         ])
 }
+
+/// Runs `body` on a thread of its own, and waits for it without holding a thread of Swift's cooperative pool.
+///
+/// Swift Testing runs tests on that pool, which has one thread per core. A long synchronous test (a fault loop, a
+/// thousand simulator seeds) holds its thread for minutes, and on a 2-core machine two of them starve the async tests
+/// (live results) of threads to resume on. Long synchronous tests run their bodies through this instead.
+public func offThePool(_ body: () throws -> Void) async throws {
+    try await withoutActuallyEscaping(body) { escapable in
+        let work = UncheckedBody(run: escapable)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let thread = Thread {
+                continuation.resume(with: Result { try work.run() })
+            }
+            thread.stackSize = 16 << 20
+            thread.start()
+        }
+    }
+}
+
+/// The body ``offThePool(_:)`` hands to its thread: it runs there while the caller waits, and only there.
+private struct UncheckedBody: @unchecked Sendable {
+    let run: () throws -> Void
+}

@@ -12,58 +12,62 @@ struct ConvergenceTests {
     static var deep: Bool { ProcessInfo.processInfo.environment["TRIBUTARY_DEEP"] == "1" }
 
     @Test("M1: 300 simulator seeds converge, verify, and match the oracle and the reference model")
-    func simulatorSeedsConverge() throws {
-        let directory = TemporaryDirectory("sim")
-        let first = SplitMix64.seedFromEnvironment(default: 1)
-        let count: UInt64 = Self.deep ? 2000 : 300
-        var failures: [String] = []
-        for seed in first..<(first + count) {
-            var configuration = SimulationConfiguration(seed: seed, directory: directory.path)
-            configuration.replicas = 3 + Int(seed % 3)
-            configuration.operations = Self.deep ? 3000 : 120
-            configuration.oracleOrders = 2
-            let result = try Simulation(configuration).run()
-            if !result.passed {
-                failures.append("seed \(seed): \(result.failures.prefix(3).joined(separator: "; "))")
+    func simulatorSeedsConverge() async throws {
+        try await offThePool {
+            let directory = TemporaryDirectory("sim")
+            let first = SplitMix64.seedFromEnvironment(default: 1)
+            let count: UInt64 = Self.deep ? 2000 : 300
+            var failures: [String] = []
+            for seed in first..<(first + count) {
+                var configuration = SimulationConfiguration(seed: seed, directory: directory.path)
+                configuration.replicas = 3 + Int(seed % 3)
+                configuration.operations = Self.deep ? 3000 : 120
+                configuration.oracleOrders = 2
+                let result = try Simulation(configuration).run()
+                if !result.passed {
+                    failures.append("seed \(seed): \(result.failures.prefix(3).joined(separator: "; "))")
+                }
             }
+            #expect(failures.isEmpty, "replay with: swift run tributary-sim --seeds <seed>\n\(failures.joined(separator: "\n"))")
         }
-        #expect(failures.isEmpty, "replay with: swift run tributary-sim --seeds <seed>\n\(failures.joined(separator: "\n"))")
     }
 
     @Test("M2: concurrent changesets applied in every order give one state")
-    func everyOrderGivesOneState() throws {
-        var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 2))
-        let sets = Self.deep ? 20_000 : 400
-        for set in 0..<sets {
-            let cluster = try Cluster(2 + Int(random.next() % 5), schema: MergeSemanticsTests.schema)
-            // A common base, then one concurrent write per replica.
-            try cluster[0].write { txn in
-                try txn.create("Person", ["_id": "p"])
-                try txn.create("Task", ["_id": "t", "tags": ["a", "b", "c"], "location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "x"]))])
-            }
-            try cluster.syncAll()
-            let base = cluster[0].versionVector
-            for index in cluster.replicas.indices {
-                cluster.clocks[index].advance(byMilliseconds: random.next() % 20)
-                try cluster[index].write { txn in try Self.randomWrite(txn, &random) }
-            }
-            var concurrent: [Changeset] = []
-            for replica in cluster.replicas {
-                concurrent += try replica.changesets(missingFrom: base, origins: [replica.replicaID])
-            }
-            let prefix = try cluster[0].changesets(missingFrom: VersionVector()).filter { base.includes($0.dot) }
-            var digests = Set<UInt64>()
-            for order in permutations(concurrent.count) {
-                var working = WorkingSet(source: EmptyRecordSource(), schema: Schema(types: []))
-                for changeset in prefix { try MergeEngine.apply(changeset, to: &working) }
-                for index in order { try MergeEngine.apply(concurrent[index], to: &working) }
-                let records = working.changes.compactMap { change in
-                    change.after.map { (type: change.key.type, primaryKey: change.key.primaryKey, bytes: $0.encoded()) }
+    func everyOrderGivesOneState() async throws {
+        try await offThePool {
+            var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 2))
+            let sets = Self.deep ? 20_000 : 400
+            for set in 0..<sets {
+                let cluster = try Cluster(2 + Int(random.next() % 5), schema: MergeSemanticsTests.schema)
+                // A common base, then one concurrent write per replica.
+                try cluster[0].write { txn in
+                    try txn.create("Person", ["_id": "p"])
+                    try txn.create("Task", ["_id": "t", "tags": ["a", "b", "c"], "location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "x"]))])
                 }
-                digests.insert(Replica.recordsDigest(of: records))
+                try cluster.syncAll()
+                let base = cluster[0].versionVector
+                for index in cluster.replicas.indices {
+                    cluster.clocks[index].advance(byMilliseconds: random.next() % 20)
+                    try cluster[index].write { txn in try Self.randomWrite(txn, &random) }
+                }
+                var concurrent: [Changeset] = []
+                for replica in cluster.replicas {
+                    concurrent += try replica.changesets(missingFrom: base, origins: [replica.replicaID])
+                }
+                let prefix = try cluster[0].changesets(missingFrom: VersionVector()).filter { base.includes($0.dot) }
+                var digests = Set<UInt64>()
+                for order in permutations(concurrent.count) {
+                    var working = WorkingSet(source: EmptyRecordSource(), schema: Schema(types: []))
+                    for changeset in prefix { try MergeEngine.apply(changeset, to: &working) }
+                    for index in order { try MergeEngine.apply(concurrent[index], to: &working) }
+                    let records = working.changes.compactMap { change in
+                        change.after.map { (type: change.key.type, primaryKey: change.key.primaryKey, bytes: $0.encoded()) }
+                    }
+                    digests.insert(Replica.recordsDigest(of: records))
+                }
+                #expect(digests.count == 1, "set \(set): \(concurrent.count) concurrent changesets gave \(digests.count) states")
+                if digests.count != 1 { return }
             }
-            #expect(digests.count == 1, "set \(set): \(concurrent.count) concurrent changesets gave \(digests.count) states")
-            if digests.count != 1 { return }
         }
     }
 

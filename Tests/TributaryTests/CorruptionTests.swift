@@ -189,39 +189,43 @@ struct CorruptionTests {
     }
 
     @Test("1-8 flipped bits in a log entry's payload, in every copy, are named by verify, changeset(at:) and scans")
-    func targetedPayloadFlips() throws {
-        let pristine = Self.pristine
-        let flips = Deep.count(ci: 1_000, deep: 5_000)
-        var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 0xD7))
-        let started = Date()
-        var copies = 0
-        var bits = 0
-        var multiCopy = 0
-        for _ in 0..<flips {
-            let sequence = 1 + random.next() % pristine.last
-            let value = try #require(pristine.entries[sequence])
-            guard value.count > LogEntry.headerSize else { continue }
-            let result = try flipAndCheck(
-                sequence: sequence, region: LogEntry.headerSize..<value.count, random: &random, strict: true)
-            copies += result.copies
-            bits += result.bits
-            if result.copies > 1 { multiCopy += 1 }
+    func targetedPayloadFlips() async throws {
+        try await offThePool {
+            let pristine = Self.pristine
+            let flips = Deep.count(ci: 1_000, deep: 5_000)
+            var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 0xD7))
+            let started = Date()
+            var copies = 0
+            var bits = 0
+            var multiCopy = 0
+            for _ in 0..<flips {
+                let sequence = 1 + random.next() % pristine.last
+                let value = try #require(pristine.entries[sequence])
+                guard value.count > LogEntry.headerSize else { continue }
+                let result = try flipAndCheck(
+                    sequence: sequence, region: LogEntry.headerSize..<value.count, random: &random, strict: true)
+                copies += result.copies
+                bits += result.bits
+                if result.copies > 1 { multiCopy += 1 }
+            }
+            print(
+                "D7 \(flips) targeted payload flips (\(bits) bits, \(copies) copies, \(multiCopy) entries stored more than "
+                    + "once) over \(pristine.last) entries of a \(pristine.file.count >> 10) KiB file, all named, "
+                    + "\(String(format: "%.1f", Date().timeIntervalSince(started))) s")
         }
-        print(
-            "D7 \(flips) targeted payload flips (\(bits) bits, \(copies) copies, \(multiCopy) entries stored more than "
-                + "once) over \(pristine.last) entries of a \(pristine.file.count >> 10) KiB file, all named, "
-                + "\(String(format: "%.1f", Date().timeIntervalSince(started))) s")
     }
 
     @Test("flipped bits in a log entry's header are caught by its checksum")
-    func targetedHeaderFlips() throws {
-        let pristine = Self.pristine
-        var random = SplitMix64(seed: 0xD8)
-        for _ in 0..<Deep.count(ci: 100, deep: 1_000) {
-            let sequence = 1 + random.next() % pristine.last
-            // Anywhere in the header, the stored checksum included. The origin and sequence the message names may
-            // be the damaged ones, so only the entry number is checked.
-            _ = try flipAndCheck(sequence: sequence, region: 0..<LogEntry.headerSize, random: &random, strict: false)
+    func targetedHeaderFlips() async throws {
+        try await offThePool {
+            let pristine = Self.pristine
+            var random = SplitMix64(seed: 0xD8)
+            for _ in 0..<Deep.count(ci: 100, deep: 1_000) {
+                let sequence = 1 + random.next() % pristine.last
+                // Anywhere in the header, the stored checksum included. The origin and sequence the message names may
+                // be the damaged ones, so only the entry number is checked.
+                _ = try flipAndCheck(sequence: sequence, region: 0..<LogEntry.headerSize, random: &random, strict: false)
+            }
         }
     }
 
@@ -250,62 +254,64 @@ struct CorruptionTests {
     }
 
     @Test("swapped, dropped and replaced log entries are caught")
-    func chainCatchesSwapsDropsAndReplacements() throws {
-        let pristine = Self.pristine
-        let key = ChangesetLog.key
-        let entries = pristine.entries
+    func chainCatchesSwapsDropsAndReplacements() async throws {
+        try await offThePool {
+            let pristine = Self.pristine
+            let key = ChangesetLog.key
+            let entries = pristine.entries
 
-        // Two entries swapped as stored: each says it is the other.
-        var (report, scan) = try editLog { txn, log in
-            try txn.put(log, key: key(5), value: entries[9]!)
-            try txn.put(log, key: key(9), value: entries[5]!)
+            // Two entries swapped as stored: each says it is the other.
+            var (report, scan) = try editLog { txn, log in
+                try txn.put(log, key: key(5), value: entries[9]!)
+                try txn.put(log, key: key(9), value: entries[5]!)
+            }
+            #expect(report.firstProblem?.contains("log entry stored at 5 says it is entry 9") == true, "\(report)")
+            #expect(scan?.contains("log entry stored at 5 says it is entry 9") == true, "\(scan ?? "no error")")
+
+            // Two neighbours swapped, with their sequence fields rewritten and checksums recomputed: only the chain
+            // can tell.
+            func forged(_ value: [UInt8], as sequence: UInt64, previousChain: UInt64? = nil, payload: [UInt8]? = nil) throws -> LogEntry {
+                let entry = try value.withUnsafeBytes { try LogEntry(decoding: $0, localSequence: readSequence($0)) }
+                return LogEntry(
+                    localSequence: sequence, origin: entry.origin, originSequence: entry.originSequence, time: entry.time,
+                    instructionCount: entry.instructionCount, uncompressedLength: entry.uncompressedLength,
+                    isCompressed: entry.isCompressed, previousChain: previousChain ?? entry.previousChain,
+                    payload: payload ?? entry.payload)
+            }
+            (report, scan) = try editLog { txn, log in
+                try txn.put(log, key: key(7), value: try forged(entries[8]!, as: 7).encoded())
+                try txn.put(log, key: key(8), value: try forged(entries[7]!, as: 8).encoded())
+            }
+            #expect(report.firstProblem?.contains("log entry 7") == true, "\(report)")
+            #expect(report.firstProblem?.contains("does not chain to entry 6") == true, "\(report)")
+            #expect(scan?.contains("does not chain") == true, "\(scan ?? "no error")")
+
+            // An entry dropped from the middle.
+            (report, scan) = try editLog { txn, log in try txn.delete(log, key: key(11)) }
+            #expect(report.firstProblem?.contains("log entry 11 is missing") == true, "\(report)")
+            #expect(scan?.contains("log entry 11 is missing") == true, "\(scan ?? "no error")")
+
+            // An entry replaced by another well-formed one (valid checksum, right sequence, right predecessor): the next
+            // entry no longer chains to it.
+            (report, scan) = try editLog { txn, log in
+                let other = try forged(entries[3]!, as: 3)
+                let previous = try entries[11]!.withUnsafeBytes { try LogEntry(decoding: $0, localSequence: 11) }
+                let replacement = LogEntry(
+                    localSequence: 12, origin: other.origin, originSequence: other.originSequence, time: other.time,
+                    instructionCount: other.instructionCount, uncompressedLength: other.uncompressedLength,
+                    isCompressed: other.isCompressed, previousChain: previous.checksum, payload: other.payload)
+                try txn.put(log, key: key(12), value: replacement.encoded())
+            }
+            #expect(!report.passed, "a replaced log entry went unnoticed")
+            #expect(scan?.contains("log entry 13") == true, "\(scan ?? "no error")")
+            #expect(scan?.contains("does not chain to entry 12") == true, "\(scan ?? "no error")")
+            print("D7 entry 12 replaced: verify says \(report.firstProblem ?? "nothing"); the scan says \(scan ?? "nothing")")
+
+            // The last entry dropped: no successor to break, but the views no longer equal the log.
+            (report, scan) = try editLog { txn, log in try txn.delete(log, key: key(pristine.last)) }
+            #expect(!report.passed, "dropping the last log entry went unnoticed")
+            print("D7 last entry dropped: \(report)")
         }
-        #expect(report.firstProblem?.contains("log entry stored at 5 says it is entry 9") == true, "\(report)")
-        #expect(scan?.contains("log entry stored at 5 says it is entry 9") == true, "\(scan ?? "no error")")
-
-        // Two neighbours swapped, with their sequence fields rewritten and checksums recomputed: only the chain
-        // can tell.
-        func forged(_ value: [UInt8], as sequence: UInt64, previousChain: UInt64? = nil, payload: [UInt8]? = nil) throws -> LogEntry {
-            let entry = try value.withUnsafeBytes { try LogEntry(decoding: $0, localSequence: readSequence($0)) }
-            return LogEntry(
-                localSequence: sequence, origin: entry.origin, originSequence: entry.originSequence, time: entry.time,
-                instructionCount: entry.instructionCount, uncompressedLength: entry.uncompressedLength,
-                isCompressed: entry.isCompressed, previousChain: previousChain ?? entry.previousChain,
-                payload: payload ?? entry.payload)
-        }
-        (report, scan) = try editLog { txn, log in
-            try txn.put(log, key: key(7), value: try forged(entries[8]!, as: 7).encoded())
-            try txn.put(log, key: key(8), value: try forged(entries[7]!, as: 8).encoded())
-        }
-        #expect(report.firstProblem?.contains("log entry 7") == true, "\(report)")
-        #expect(report.firstProblem?.contains("does not chain to entry 6") == true, "\(report)")
-        #expect(scan?.contains("does not chain") == true, "\(scan ?? "no error")")
-
-        // An entry dropped from the middle.
-        (report, scan) = try editLog { txn, log in try txn.delete(log, key: key(11)) }
-        #expect(report.firstProblem?.contains("log entry 11 is missing") == true, "\(report)")
-        #expect(scan?.contains("log entry 11 is missing") == true, "\(scan ?? "no error")")
-
-        // An entry replaced by another well-formed one (valid checksum, right sequence, right predecessor): the next
-        // entry no longer chains to it.
-        (report, scan) = try editLog { txn, log in
-            let other = try forged(entries[3]!, as: 3)
-            let previous = try entries[11]!.withUnsafeBytes { try LogEntry(decoding: $0, localSequence: 11) }
-            let replacement = LogEntry(
-                localSequence: 12, origin: other.origin, originSequence: other.originSequence, time: other.time,
-                instructionCount: other.instructionCount, uncompressedLength: other.uncompressedLength,
-                isCompressed: other.isCompressed, previousChain: previous.checksum, payload: other.payload)
-            try txn.put(log, key: key(12), value: replacement.encoded())
-        }
-        #expect(!report.passed, "a replaced log entry went unnoticed")
-        #expect(scan?.contains("log entry 13") == true, "\(scan ?? "no error")")
-        #expect(scan?.contains("does not chain to entry 12") == true, "\(scan ?? "no error")")
-        print("D7 entry 12 replaced: verify says \(report.firstProblem ?? "nothing"); the scan says \(scan ?? "nothing")")
-
-        // The last entry dropped: no successor to break, but the views no longer equal the log.
-        (report, scan) = try editLog { txn, log in try txn.delete(log, key: key(pristine.last)) }
-        #expect(!report.passed, "dropping the last log entry went unnoticed")
-        print("D7 last entry dropped: \(report)")
     }
 
     // MARK: Whole-file damage, in a child
@@ -369,87 +375,91 @@ struct CorruptionTests {
     }
 
     @Test("empty, truncated and garbage data.mdb files are refused as not a replica, never opened as data")
-    func damagedFiles() throws {
-        let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
-        let pristine = Self.pristine
-        let (reference, referenceLines) = try Self.inspect(pristine.file, executable: executable, expectedState: nil)
-        guard case .differentData(let expected) = reference else {
-            Issue.record("the pristine copy does not open cleanly: \(reference) \(referenceLines)")
-            return
-        }
-        // The undamaged copy opens, verifies and reads back.
-        #expect(referenceLines.contains("VERIFY passed"))
+    func damagedFiles() async throws {
+        try await offThePool {
+            let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
+            let pristine = Self.pristine
+            let (reference, referenceLines) = try Self.inspect(pristine.file, executable: executable, expectedState: nil)
+            guard case .differentData(let expected) = reference else {
+                Issue.record("the pristine copy does not open cleanly: \(reference) \(referenceLines)")
+                return
+            }
+            // The undamaged copy opens, verifies and reads back.
+            #expect(referenceLines.contains("VERIFY passed"))
 
-        var tally: [String: Int] = [:]
-        var cases: [(String, [UInt8])] = [("empty", [])]
-        var random = SplitMix64(seed: 0xF11E)
-        cases.append(("random garbage", (0..<pristine.file.count).map { _ in UInt8(truncatingIfNeeded: random.next()) }))
-        cases.append(("zeros", [UInt8](repeating: 0, count: pristine.file.count)))
-        cases.append(("a text file", Array(String(repeating: "not a database\n", count: 1_000).utf8)))
-        // Garbage after valid meta pages: the header passes, everything it points to is noise.
-        cases.append(("meta pages then garbage", Array(pristine.file[0..<8_192]) + (8_192..<pristine.file.count).map { _ in UInt8(truncatingIfNeeded: random.next()) }))
-        for size in stride(from: 4_096, to: pristine.file.count, by: 4_096) {
-            cases.append(("truncated to \(size)", Array(pristine.file[0..<size])))
-        }
-        var failures: [String] = []
-        for (name, bytes) in cases {
-            let (outcome, lines) = try Self.inspect(bytes, executable: executable, expectedState: expected)
-            tally[outcome.key, default: 0] += 1
-            switch outcome {
-            case .cleanError(let code):
-                // "Not a Tributary replica / damaged", or damage the log names.
-                if code != "notAReplica" && code != "corrupted" { failures.append("\(name): \(lines)") }
-            case .detected:
-                break
-            case .crashed:
-                // Garbage behind valid meta pages can crash LMDB in its B-tree code (known limitation, counted); a
-                // file that is merely cut short or not a database at all must be refused by name.
-                if name != "meta pages then garbage" { failures.append("\(name): \(outcome)") }
-            case .identical:
-                // Only a cut that removed nothing in use may open as the very same replica.
-                if !name.hasPrefix("truncated") { failures.append("\(name): opened as the original replica") }
-            case .differentData, .childFailed:
-                failures.append("\(name): \(outcome) \(lines)")
+            var tally: [String: Int] = [:]
+            var cases: [(String, [UInt8])] = [("empty", [])]
+            var random = SplitMix64(seed: 0xF11E)
+            cases.append(("random garbage", (0..<pristine.file.count).map { _ in UInt8(truncatingIfNeeded: random.next()) }))
+            cases.append(("zeros", [UInt8](repeating: 0, count: pristine.file.count)))
+            cases.append(("a text file", Array(String(repeating: "not a database\n", count: 1_000).utf8)))
+            // Garbage after valid meta pages: the header passes, everything it points to is noise.
+            cases.append(("meta pages then garbage", Array(pristine.file[0..<8_192]) + (8_192..<pristine.file.count).map { _ in UInt8(truncatingIfNeeded: random.next()) }))
+            for size in stride(from: 4_096, to: pristine.file.count, by: 4_096) {
+                cases.append(("truncated to \(size)", Array(pristine.file[0..<size])))
             }
-            if case .cleanError("notAReplica") = outcome {} else if !name.hasPrefix("truncated") && name != "meta pages then garbage" {
-                failures.append("\(name): \(outcome), not refused as not a replica: \(lines)")
+            var failures: [String] = []
+            for (name, bytes) in cases {
+                let (outcome, lines) = try Self.inspect(bytes, executable: executable, expectedState: expected)
+                tally[outcome.key, default: 0] += 1
+                switch outcome {
+                case .cleanError(let code):
+                    // "Not a Tributary replica / damaged", or damage the log names.
+                    if code != "notAReplica" && code != "corrupted" { failures.append("\(name): \(lines)") }
+                case .detected:
+                    break
+                case .crashed:
+                    // Garbage behind valid meta pages can crash LMDB in its B-tree code (known limitation, counted); a
+                    // file that is merely cut short or not a database at all must be refused by name.
+                    if name != "meta pages then garbage" { failures.append("\(name): \(outcome)") }
+                case .identical:
+                    // Only a cut that removed nothing in use may open as the very same replica.
+                    if !name.hasPrefix("truncated") { failures.append("\(name): opened as the original replica") }
+                case .differentData, .childFailed:
+                    failures.append("\(name): \(outcome) \(lines)")
+                }
+                if case .cleanError("notAReplica") = outcome {} else if !name.hasPrefix("truncated") && name != "meta pages then garbage" {
+                    failures.append("\(name): \(outcome), not refused as not a replica: \(lines)")
+                }
             }
+            print("D7 \(cases.count) damaged files: \(tally.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+            #expect(failures.isEmpty, "\(failures.count) damaged files mishandled: \(failures.prefix(5))")
         }
-        print("D7 \(cases.count) damaged files: \(tally.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
-        #expect(failures.isEmpty, "\(failures.count) damaged files mishandled: \(failures.prefix(5))")
     }
 
     @Test("random bit flips anywhere in data.mdb: a clean error, a named problem, the same data, or an LMDB crash")
-    func randomFlipsAnywhere() throws {
-        let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
-        let pristine = Self.pristine
-        let (reference, _) = try Self.inspect(pristine.file, executable: executable, expectedState: nil)
-        guard case .differentData(let expected) = reference else {
-            Issue.record("the pristine copy does not open cleanly: \(reference)")
-            return
-        }
-        let flips = Deep.count(ci: 150, deep: 20_000)
-        var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 0xF1F1))
-        var tally: [String: Int] = [:]
-        var silent: [String] = []
-        let started = Date()
-        for _ in 0..<flips {
-            var file = pristine.file
-            let bit = Int(random.next() % UInt64(file.count * 8))
-            file[bit / 8] ^= UInt8(1) << UInt8(bit % 8)
-            let (outcome, lines) = try Self.inspect(file, executable: executable, expectedState: expected)
-            tally[outcome.key, default: 0] += 1
-            switch outcome {
-            case .differentData, .childFailed:
-                silent.append("byte \(bit / 8) bit \(bit % 8) (page \(bit / 8 / 4_096)): \(outcome) \(lines)")
-            default:
-                break
+    func randomFlipsAnywhere() async throws {
+        try await offThePool {
+            let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
+            let pristine = Self.pristine
+            let (reference, _) = try Self.inspect(pristine.file, executable: executable, expectedState: nil)
+            guard case .differentData(let expected) = reference else {
+                Issue.record("the pristine copy does not open cleanly: \(reference)")
+                return
             }
+            let flips = Deep.count(ci: 150, deep: 20_000)
+            var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 0xF1F1))
+            var tally: [String: Int] = [:]
+            var silent: [String] = []
+            let started = Date()
+            for _ in 0..<flips {
+                var file = pristine.file
+                let bit = Int(random.next() % UInt64(file.count * 8))
+                file[bit / 8] ^= UInt8(1) << UInt8(bit % 8)
+                let (outcome, lines) = try Self.inspect(file, executable: executable, expectedState: expected)
+                tally[outcome.key, default: 0] += 1
+                switch outcome {
+                case .differentData, .childFailed:
+                    silent.append("byte \(bit / 8) bit \(bit % 8) (page \(bit / 8 / 4_096)): \(outcome) \(lines)")
+                default:
+                    break
+                }
+            }
+            print(
+                "D7 \(flips) random flips: \(tally.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")), "
+                    + "\(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+            #expect(silent.isEmpty, "\(silent.count) flips served different data as good: \(silent.prefix(5))")
         }
-        print(
-            "D7 \(flips) random flips: \(tally.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")), "
-                + "\(String(format: "%.1f", Date().timeIntervalSince(started))) s")
-        #expect(silent.isEmpty, "\(silent.count) flips served different data as good: \(silent.prefix(5))")
     }
 }
 

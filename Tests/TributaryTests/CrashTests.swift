@@ -93,49 +93,51 @@ struct CrashTests {
         ProcessInfo.processInfo.environment["TRIBUTARY_D1_KILLS"].flatMap(Int.init) ?? Deep.count(ci: 100, deep: 667)
 
     @Test("kill -9 loses no acknowledged commit", arguments: Mode.allCases)
-    func killedWriterLosesNoAcknowledgedCommit(mode: Mode) throws {
-        let child = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
-        let baseSeed = Self.baseSeed
-        var random = SplitMix64(seed: baseSeed ^ UInt64(mode.rawValue.hashValueStable))
-        print("D1 [\(mode)] base seed \(baseSeed) (TRIBUTARY_SEED=\(baseSeed) replays the workloads)")
-        let started = Date()
-        var kills = 0
-        var acked = 0
-        var inFlightSeen = 0
-        var run = 0
-        while kills < Self.killsPerMode {
-            run += 1
-            let directory = TemporaryDirectory("crash-\(mode)")
-            var expected: [UInt64: String] = [:]  // every acknowledged sequence in this directory and its digest
-            var knownLast: UInt64 = 0
-            let generations = 1 + Int(random.next() % 3)
-            for generation in 0..<generations where kills < Self.killsPerMode {
-                let seed = random.next() >> 1
-                let plan: KillPlan
-                switch random.next() % 20 {
-                case 0..<2: plan = .afterStart(milliseconds: 5 + Int(random.next() % 396))
-                case 2..<9: plan = .afterReady(milliseconds: 5 + Int(random.next() % 396))
-                case 9..<15: plan = .afterAcks(1 + Int(random.next() % 6), microseconds: Int(random.next() % 2_001))
-                default: plan = .afterBegin(2 + Int(random.next() % 5), microseconds: Int(random.next() % 60_000))
+    func killedWriterLosesNoAcknowledgedCommit(mode: Mode) async throws {
+        try await offThePool {
+            let child = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
+            let baseSeed = Self.baseSeed
+            var random = SplitMix64(seed: baseSeed ^ UInt64(mode.rawValue.hashValueStable))
+            print("D1 [\(mode)] base seed \(baseSeed) (TRIBUTARY_SEED=\(baseSeed) replays the workloads)")
+            let started = Date()
+            var kills = 0
+            var acked = 0
+            var inFlightSeen = 0
+            var run = 0
+            while kills < Self.killsPerMode {
+                run += 1
+                let directory = TemporaryDirectory("crash-\(mode)")
+                var expected: [UInt64: String] = [:]  // every acknowledged sequence in this directory and its digest
+                var knownLast: UInt64 = 0
+                let generations = 1 + Int(random.next() % 3)
+                for generation in 0..<generations where kills < Self.killsPerMode {
+                    let seed = random.next() >> 1
+                    let plan: KillPlan
+                    switch random.next() % 20 {
+                    case 0..<2: plan = .afterStart(milliseconds: 5 + Int(random.next() % 396))
+                    case 2..<9: plan = .afterReady(milliseconds: 5 + Int(random.next() % 396))
+                    case 9..<15: plan = .afterAcks(1 + Int(random.next() % 6), microseconds: Int(random.next() % 2_001))
+                    default: plan = .afterBegin(2 + Int(random.next() % 5), microseconds: Int(random.next() % 60_000))
+                    }
+                    let outcome = try killOnce(
+                        child: child, directory: directory, mode: mode, seed: seed, plan: plan, expected: &expected,
+                        knownLast: &knownLast)
+                    kills += 1
+                    acked += outcome.acks
+                    if outcome.inFlight { inFlightSeen += 1 }
+                    print(
+                        "D1 [\(mode)] run \(run).\(generation) seed \(seed): killed \(plan); \(outcome.acks) acks, "
+                            + "log ended at seq \(knownLast - 1)\(outcome.inFlight ? " (one unacked commit, complete)" : ""); "
+                            + "checked, one more written")
+                    if outcome.failed { return }
                 }
-                let outcome = try killOnce(
-                    child: child, directory: directory, mode: mode, seed: seed, plan: plan, expected: &expected,
-                    knownLast: &knownLast)
-                kills += 1
-                acked += outcome.acks
-                if outcome.inFlight { inFlightSeen += 1 }
-                print(
-                    "D1 [\(mode)] run \(run).\(generation) seed \(seed): killed \(plan); \(outcome.acks) acks, "
-                        + "log ended at seq \(knownLast - 1)\(outcome.inFlight ? " (one unacked commit, complete)" : ""); "
-                        + "checked, one more written")
-                if outcome.failed { return }
             }
+            let seconds = Date().timeIntervalSince(started)
+            print(
+                "D1 [\(mode)] \(kills) kills, \(acked) acknowledged commits checked, \(inFlightSeen) in-flight commits "
+                    + "found complete, \(String(format: "%.1f", seconds)) s")
+            #expect(kills >= Self.killsPerMode)
         }
-        let seconds = Date().timeIntervalSince(started)
-        print(
-            "D1 [\(mode)] \(kills) kills, \(acked) acknowledged commits checked, \(inFlightSeen) in-flight commits "
-                + "found complete, \(String(format: "%.1f", seconds)) s")
-        #expect(kills >= Self.killsPerMode)
     }
 
     /// The child's `hold-snapshot` mode: a reader killed while it holds a snapshot leaves its reader slot behind,
@@ -144,25 +146,27 @@ struct CrashTests {
     /// The replica stays open here while the child dies: when no process has the directory open, the next open
     /// resets LMDB's whole reader table, so there is no stale slot left to count.
     @Test("a reader killed while holding a snapshot leaves a slot that the stale-reader check clears")
-    func killedReaderSlotIsCleared() throws {
-        let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
-        let directory = TemporaryDirectory("crash-reader")
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
-        defer { replica.close() }
-        try replica.write { txn in try txn.create("User", ["_id": "u1", "name": "Ada"]) }
-        let child = try ChildProcess(
-            executable: executable, arguments: ["hold-snapshot", directory.path], stderrPath: directory.path + ".stderr")
-        defer { try? FileManager.default.removeItem(atPath: directory.path + ".stderr") }
-        let ready = try #require(child.waitForLine(startingWith: "READY", timeout: 60), "\(child.lines) \(child.standardError)")
-        #expect(ready == "READY 1", "the child holds \(ready.dropFirst(6)) reader slots")
-        #expect(replica.environment.clearStaleReaders() == 0, "a live reader's slot was cleared")
-        #expect(child.killAndWait() == .signaled(SIGKILL))
-        #expect(replica.environment.clearStaleReaders() == 1)
-        #expect(replica.environment.clearStaleReaders() == 0)
-        try replica.write { txn in try txn.create("User", ["_id": "u2", "name": "Alan"]) }
-        #expect(try replica.verify().passed)
+    func killedReaderSlotIsCleared() async throws {
+        try await offThePool {
+            let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
+            let directory = TemporaryDirectory("crash-reader")
+            var configuration = Replica.Configuration()
+            configuration.durability = .none
+            let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            defer { replica.close() }
+            try replica.write { txn in try txn.create("User", ["_id": "u1", "name": "Ada"]) }
+            let child = try ChildProcess(
+                executable: executable, arguments: ["hold-snapshot", directory.path], stderrPath: directory.path + ".stderr")
+            defer { try? FileManager.default.removeItem(atPath: directory.path + ".stderr") }
+            let ready = try #require(child.waitForLine(startingWith: "READY", timeout: 60), "\(child.lines) \(child.standardError)")
+            #expect(ready == "READY 1", "the child holds \(ready.dropFirst(6)) reader slots")
+            #expect(replica.environment.clearStaleReaders() == 0, "a live reader's slot was cleared")
+            #expect(child.killAndWait() == .signaled(SIGKILL))
+            #expect(replica.environment.clearStaleReaders() == 1)
+            #expect(replica.environment.clearStaleReaders() == 0)
+            try replica.write { txn in try txn.create("User", ["_id": "u2", "name": "Alan"]) }
+            #expect(try replica.verify().passed)
+        }
     }
 
     struct Outcome {

@@ -334,23 +334,31 @@ struct StorageFaultTests {
     }
 
     @Test("one write: every failing call leaves the replica as it was", arguments: [false, true])
-    func oneWrite(persistent: Bool) throws {
-        try run(.oneWrite, persistent: persistent, limit: Int.max)
+    func oneWrite(persistent: Bool) async throws {
+        try await offThePool {
+            try run(.oneWrite, persistent: persistent, limit: Int.max)
+        }
     }
 
     @Test("1,000-object batch: every failing call leaves the replica as it was", arguments: [false, true])
-    func batch(persistent: Bool) throws {
-        try run(.batch, persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
+    func batch(persistent: Bool) async throws {
+        try await offThePool {
+            try run(.batch, persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
+        }
     }
 
     @Test("remote integration: every failing call leaves the replica as it was", arguments: [false, true])
-    func integration(persistent: Bool) throws {
-        try run(try Scenario.integration(), persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
+    func integration(persistent: Bool) async throws {
+        try await offThePool {
+            try run(try Scenario.integration(), persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
+        }
     }
 
     @Test("migration: every failing call leaves the replica as it was", arguments: [false, true])
-    func migration(persistent: Bool) throws {
-        try run(.migration, persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
+    func migration(persistent: Bool) async throws {
+        try await offThePool {
+            try run(.migration, persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
+        }
     }
 
     func run(_ scenario: Scenario, persistent: Bool, limit: Int) throws {
@@ -382,16 +390,49 @@ struct StorageFaultTests {
     /// failing every call from N on must end, once the map reaches its maximum, with `.mapFull` naming both sizes and
     /// the state before.
     @Test("MDB_MAP_FULL at call N grows the map and completes the write", arguments: [Operation.put, .commit])
-    func mapFullGrowsAndRetries(operation: Operation) throws {
-        let mapFull: Int32 = -30792
-        let scenario = Scenario.batch
-        let expected = try Self.expectedAfter(scenario)
-        var random = SplitMix64(seed: 11)
-        var calls = 0
-        var points: [Int] = []
-        var checked = 0
-        repeat {
-            let directory = TemporaryDirectory("d3-mapfull")
+    func mapFullGrowsAndRetries(operation: Operation) async throws {
+        try await offThePool {
+            let mapFull: Int32 = -30792
+            let scenario = Scenario.batch
+            let expected = try Self.expectedAfter(scenario)
+            var random = SplitMix64(seed: 11)
+            var calls = 0
+            var points: [Int] = []
+            var checked = 0
+            repeat {
+                let directory = TemporaryDirectory("d3-mapfull")
+                var configuration = Self.configuration()
+                configuration.initialSize = 4 << 20
+                configuration.maximumSize = 64 << 20
+                let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+                var workload = ChatWorkload(seed: 99, prefix: "setup")
+                try replica.write { txn in try workload.run(scenario.setupOperations, in: txn, textLength: 60) }
+                let (users, messages) = (workload.users, workload.messages)
+                let mapBefore = replica.storageStatistics.mapSize
+                if points.isEmpty {
+                    replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: mapFull))
+                    _ = try scenario.act(replica, users, messages)
+                    calls = replica.environment._faultCounts.calls
+                    points = Self.failurePoints(calls: calls, limit: Deep.count(ci: 10, deep: 200), random: &random)
+                        .filter { $0 <= calls }
+                    continue
+                }
+                let n = points.removeFirst()
+                replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: n, resultCode: mapFull))
+                _ = try scenario.act(replica, users, messages)
+                let counts = replica.environment._faultCounts
+                replica.environment._injectFaults(nil)
+                #expect(counts.failures == 1)
+                #expect(replica.storageStatistics.mapSize > mapBefore, "N = \(n): the map did not grow")
+                #expect(try ReplicaDigest.objects(replica) == expected.objects, "N = \(n): the state after the retried write differs")
+                let report = try replica.verify()
+                #expect(report.passed, "N = \(n): \(report)")
+                checked += 1
+            } while !points.isEmpty
+            print("D3 MDB_MAP_FULL once at \(Self.lmdbName(operation)) call N: \(checked) points of \(calls) calls, each grown and completed")
+
+            // Persistent: the map grows to its maximum, then the caller gets .mapFull naming both sizes.
+            let directory = TemporaryDirectory("d3-mapfull-persistent")
             var configuration = Self.configuration()
             configuration.initialSize = 4 << 20
             configuration.maximumSize = 64 << 20
@@ -399,54 +440,23 @@ struct StorageFaultTests {
             var workload = ChatWorkload(seed: 99, prefix: "setup")
             try replica.write { txn in try workload.run(scenario.setupOperations, in: txn, textLength: 60) }
             let (users, messages) = (workload.users, workload.messages)
-            let mapBefore = replica.storageStatistics.mapSize
-            if points.isEmpty {
-                replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: mapFull))
+            let before = try Self.state(replica)
+            replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: 1, resultCode: mapFull, persistent: true))
+            do {
                 _ = try scenario.act(replica, users, messages)
-                calls = replica.environment._faultCounts.calls
-                points = Self.failurePoints(calls: calls, limit: Deep.count(ci: 10, deep: 200), random: &random)
-                    .filter { $0 <= calls }
-                continue
+                Issue.record("a write whose every \(Self.lmdbName(operation)) fails with MDB_MAP_FULL succeeded")
+            } catch let error as TributaryError {
+                #expect(error.code == .mapFull, "\(error.code): \(error.message)")
+                #expect(error.message.contains("\(64 << 20)"), "the maximum is not named: \(error.message)")
+                #expect(error.message.contains(directory.path), "the path is not named: \(error.message)")
             }
-            let n = points.removeFirst()
-            replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: n, resultCode: mapFull))
-            _ = try scenario.act(replica, users, messages)
-            let counts = replica.environment._faultCounts
             replica.environment._injectFaults(nil)
-            #expect(counts.failures == 1)
-            #expect(replica.storageStatistics.mapSize > mapBefore, "N = \(n): the map did not grow")
-            #expect(try ReplicaDigest.objects(replica) == expected.objects, "N = \(n): the state after the retried write differs")
-            let report = try replica.verify()
-            #expect(report.passed, "N = \(n): \(report)")
-            checked += 1
-        } while !points.isEmpty
-        print("D3 MDB_MAP_FULL once at \(Self.lmdbName(operation)) call N: \(checked) points of \(calls) calls, each grown and completed")
-
-        // Persistent: the map grows to its maximum, then the caller gets .mapFull naming both sizes.
-        let directory = TemporaryDirectory("d3-mapfull-persistent")
-        var configuration = Self.configuration()
-        configuration.initialSize = 4 << 20
-        configuration.maximumSize = 64 << 20
-        let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
-        var workload = ChatWorkload(seed: 99, prefix: "setup")
-        try replica.write { txn in try workload.run(scenario.setupOperations, in: txn, textLength: 60) }
-        let (users, messages) = (workload.users, workload.messages)
-        let before = try Self.state(replica)
-        replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: 1, resultCode: mapFull, persistent: true))
-        do {
+            #expect(replica.storageStatistics.mapSize == 64 << 20)
+            #expect(try Self.state(replica) == before)
+            #expect(try replica.verify().passed)
             _ = try scenario.act(replica, users, messages)
-            Issue.record("a write whose every \(Self.lmdbName(operation)) fails with MDB_MAP_FULL succeeded")
-        } catch let error as TributaryError {
-            #expect(error.code == .mapFull, "\(error.code): \(error.message)")
-            #expect(error.message.contains("\(64 << 20)"), "the maximum is not named: \(error.message)")
-            #expect(error.message.contains(directory.path), "the path is not named: \(error.message)")
+            #expect(try ReplicaDigest.objects(replica) == expected.objects)
         }
-        replica.environment._injectFaults(nil)
-        #expect(replica.storageStatistics.mapSize == 64 << 20)
-        #expect(try Self.state(replica) == before)
-        #expect(try replica.verify().passed)
-        _ = try scenario.act(replica, users, messages)
-        #expect(try ReplicaDigest.objects(replica) == expected.objects)
     }
 
     /// After `MDB_PANIC`, opening the directory again must not hand back the poisoned handle, even when the caller did
