@@ -91,10 +91,13 @@ public enum Fixtures {
 /// (live results) of threads to resume on. Long synchronous tests run their bodies through this instead.
 public func offThePool(_ body: () throws -> Void) async throws {
     try await withoutActuallyEscaping(body) { escapable in
-        let work = UncheckedBody(run: escapable)
+        let work = BodyHandOver(escapable)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let thread = Thread {
-                continuation.resume(with: Result { try work.run() })
+                // The body is released before the caller resumes: `withoutActuallyEscaping` checks that no reference
+                // to it is left when it returns.
+                let result = work.run()
+                continuation.resume(with: result)
             }
             thread.stackSize = 16 << 20
             thread.start()
@@ -102,7 +105,15 @@ public func offThePool(_ body: () throws -> Void) async throws {
     }
 }
 
-/// The body ``offThePool(_:)`` hands to its thread: it runs there while the caller waits, and only there.
-private struct UncheckedBody: @unchecked Sendable {
-    let run: () throws -> Void
+/// Hands ``offThePool(_:)``'s body to its thread, which runs it while the caller waits, then lets go of it.
+private final class BodyHandOver: @unchecked Sendable {
+    private var body: (() throws -> Void)?
+
+    init(_ body: @escaping () throws -> Void) { self.body = body }
+
+    func run() -> Result<Void, any Error> {
+        guard let body else { return .success(()) }
+        self.body = nil
+        return Result { try body() }
+    }
 }
