@@ -327,7 +327,8 @@ extension Replica {
     func pendingArea(generation: UInt64, taken: PendingArea?, in txn: TributaryStorageReadTransaction) throws -> PendingArea {
         if let taken, taken.generation == generation { return taken }
         var area = PendingArea(generation: generation)
-        try txn.scan(pending) { _, value in
+        // In descending key order, so that each lane's changesets are appended, not inserted at the front.
+        try txn.scan(pending, reverse: true) { _, value in
             guard let marker = value.first, marker <= 1,
                 let changeset = try? ChangesetCodec.decode(Array(value.dropFirst()))
             else { return true }
@@ -386,16 +387,20 @@ struct PendingArea: Sendable {
         let dot = entry.changeset.dot
         if let replaced = entries.updateValue(entry, forKey: dot) { _ = removeFromLane(replaced, dot) }
         let (lane, sequence) = PendingLane.of(entry)
-        var order = lanes[lane, default: []]
-        // Binary search for the place that keeps the order descending.
+        // Changed in place (through the dictionary's accessor), so the lane is not copied.
+        Self.insert((sequence, dot), into: &lanes[lane, default: []])
+    }
+
+    /// Inserts where the order stays descending: usually at the end (a lane's next changeset), at the start when a
+    /// lane is read back from storage in ascending key order.
+    private static func insert(_ item: (sequence: UInt64, dot: Dot), into order: inout [(sequence: UInt64, dot: Dot)]) {
         var low = 0
         var high = order.count
         while low < high {
             let middle = (low + high) / 2
-            if order[middle].sequence > sequence { low = middle + 1 } else { high = middle }
+            if order[middle].sequence > item.sequence { low = middle + 1 } else { high = middle }
         }
-        order.insert((sequence, dot), at: low)
-        lanes[lane] = order
+        order.insert(item, at: low)
     }
 
     mutating func remove(_ dot: Dot) -> PendingChangeset? {
@@ -406,6 +411,7 @@ struct PendingArea: Sendable {
 
     private mutating func removeFromLane(_ entry: PendingChangeset, _ dot: Dot) -> Bool {
         let (lane, _) = PendingLane.of(entry)
+        // Taken out of the dictionary while it changes, so it is not copied.
         guard var order = lanes.removeValue(forKey: lane) else { return false }
         // Usually the lane's first, which is the last element.
         if let index = order.lastIndex(where: { $0.dot == dot }) { order.remove(at: index) }

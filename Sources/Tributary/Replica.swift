@@ -198,9 +198,18 @@ public final class Replica: Sendable {
         let state = try environment.read { txn in
             try loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
         }
-        return Replica(
+        let replica = Replica(
             directory: directory, replicaID: replicaID, configuration: configuration, environment: environment, log: log,
             views: views, identity: identity, pending: pending, state: state)
+        // A replica written before schemas kept definition stamps (rule 8) gets them from its log, once: without them
+        // it would order a later definition against its properties differently from a replica that replayed the same
+        // log, and verify would find its stored schema different from the replayed one.
+        if !configuration.readOnly && !state.schema.types.isEmpty && state.schema.definitionStamps.isEmpty
+            && state.head.localSequence > 0
+        {
+            try replica.rebuildViews()
+        }
+        return replica
     }
 
     /// The replica's state as stored, with the log's head already read.

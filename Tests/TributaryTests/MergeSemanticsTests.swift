@@ -2,6 +2,8 @@ import Foundation
 import Testing
 @testable import Tributary
 import TributaryModel
+import TributaryStorage
+import TributaryViews
 import TributaryTestSupport
 
 /// Each test sets up two or three replicas, makes concurrent writes (no sync in between), syncs, and checks that
@@ -381,6 +383,33 @@ struct MergeSemanticsTests {
         try older[0].write { try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, default: "older"))) }
         _ = try cluster[0].integrate(try older[0].changesets(missingFrom: cluster[0].versionVector))
         #expect(cluster[0].schema[type: "Task"]?[property: "title"]?.defaultValue == "one")
+    }
+
+    @Test("Rule 8: a replica stored before definition stamps existed gets them from its log when it opens")
+    func replicaWithoutStampsIsRepairedAtOpen() throws {
+        let directory = TemporaryDirectory()
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        configuration.clock = ManualClock()
+        do {
+            let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
+            try replica.write { try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, default: "migrated"))) }
+            try replica.write { try $0.create("Task", ["_id": "t"]) }
+            // Store the schema as a build before stamps stored it.
+            var old = replica.schema
+            old.definitionStamps = [:]
+            try replica.environment.write { txn in try replica.views.setSchema(old, in: txn) }
+            replica.close()
+        }
+        let reopened = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
+        #expect(reopened.schema.definitionStamp(of: "title", in: "Task").kind == .redefinition)
+        #expect(try reopened.verify().passed)
+        #expect(try reopened.object("Task", primaryKey: .string("t"))?["title"] == "migrated")
+        // So an old app version's addition, stamped later, does not undo the migration.
+        let old = try Cluster(1, schema: Self.schema, firstReplicaID: 9)
+        old.clocks[0].advance(byMilliseconds: 60_000)
+        _ = try reopened.integrate(try old[0].changesets(missingFrom: VersionVector()))
+        #expect(reopened.schema[type: "Task"]?[property: "title"]?.defaultValue == "migrated")
     }
 
     /// Not ordered yet (docs/MergeSemantics.md, rule 8): removing a property is not ordered against a concurrent
