@@ -33,14 +33,9 @@ struct Materializer {
     /// added.
     func object(type: ObjectSchema, primaryKey: PrimaryKey, positional values: consuming [Value]) throws -> DynamicObject {
         var values = values  // consumed: the only reference, so the changes below copy nothing
-        let properties = type.properties
-        // By index, reading single fields: iterating the properties would copy each one.
-        for position in properties.indices where position < values.count {
-            if properties[position].name == type.primaryKey {
-                values[position] = primaryKey.value
-            } else if properties[position].kind.objectType != nil {
-                values[position] = try resolveLinks(values[position], properties[position])
-            }
+        for position in type.properties.indices where position < values.count {
+            let resolved = try value(at: position, of: type, primaryKey: primaryKey, positional: values)
+            values[position] = resolved
         }
         return DynamicObject(schema: type, primaryKey: primaryKey, positional: values)
     }
@@ -50,20 +45,23 @@ struct Materializer {
     func fields(type: ObjectSchema, primaryKey: PrimaryKey, positional values: [Value], wanted: [Bool]? = nil) throws
         -> [String: Value]
     {
-        let properties = type.properties
-        var result: [String: Value] = Dictionary(minimumCapacity: properties.count)
-        // By index, reading single fields: iterating the properties would copy each one.
-        for position in properties.indices where wanted?[position] ?? true {
-            let name = properties[position].name
-            if name == type.primaryKey {
-                result[name] = primaryKey.value
-            } else if properties[position].kind.objectType != nil {
-                result[name] = try resolveLinks(values[position], properties[position])
-            } else {
-                result[name] = values[position]
-            }
+        var result: [String: Value] = Dictionary(minimumCapacity: type.properties.count)
+        for position in type.properties.indices where wanted?[position] ?? true {
+            result[type.properties[position].name] = try value(at: position, of: type, primaryKey: primaryKey, positional: values)
         }
         return result
+    }
+
+    /// The value of the property at `position` as a read gives it: the primary key for the key property, links to
+    /// objects that do not exist left out (rule 7), else the stored value. Reads single fields by index: iterating the
+    /// properties would copy each one.
+    private func value(at position: Int, of type: ObjectSchema, primaryKey: PrimaryKey, positional values: [Value]) throws
+        -> Value
+    {
+        let properties = type.properties
+        if properties[position].name == type.primaryKey { return primaryKey.value }
+        if properties[position].kind.objectType != nil { return try resolveLinks(values[position], properties[position]) }
+        return values[position]
     }
 
     /// The object with these materialized values: links resolved, primary key added.

@@ -125,7 +125,7 @@ extension Replica {
             return try environment.read { txn in
                 var result: [Changeset] = []
                 try txn.scan(pending) { _, value in
-                    result.append(try ChangesetCodec.decode(Array(value.dropFirst())))
+                    result.append(try PendingChangeset(stored: value).changeset)
                     return true
                 }
                 return result
@@ -295,7 +295,7 @@ extension Replica {
                 clock: clock.latest)
             prepared.pendingRemovals = removed.sorted().map(Self.pendingKey)
             prepared.pendingAdditions = added.sorted().compactMap { dot in
-                area.entries[dot].map { (Self.pendingKey(dot), [$0.adopt ? 1 : 0] + ChangesetCodec.encode($0.changeset)) }
+                area.entries[dot].map { (Self.pendingKey(dot), $0.stored) }
             }
             let pendingChanged = !removed.isEmpty || !added.isEmpty
             if pendingChanged { prepared.pendingGeneration = generation &+ 1 }
@@ -319,7 +319,7 @@ extension Replica {
     /// The pending generation stored in `txn` (0 before any commit changed the pending area).
     func pendingGeneration(in txn: TributaryStorageReadTransaction) throws -> UInt64 {
         guard let bytes = try txn.get(identity, key: Self.pendingGenerationKey), bytes.count == 8 else { return 0 }
-        return bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+        return Self.identityNumber(bytes)
     }
 
     /// The pending area as of `generation`: `taken` (the decoded copy) when it is current, else decoded from storage.
@@ -329,10 +329,7 @@ extension Replica {
         var area = PendingArea(generation: generation)
         // In descending key order, so that each lane's changesets are appended, not inserted at the front.
         try txn.scan(pending, reverse: true) { _, value in
-            guard let marker = value.first, marker <= 1,
-                let changeset = try? ChangesetCodec.decode(Array(value.dropFirst()))
-            else { return true }
-            area.insert(PendingChangeset(changeset: changeset, adopt: marker == 1))
+            if let entry = try? PendingChangeset(stored: value) { area.insert(entry) }
             return true
         }
         return area
@@ -385,14 +382,14 @@ struct PendingArea: Sendable {
 
     mutating func insert(_ entry: PendingChangeset) {
         let dot = entry.changeset.dot
-        if let replaced = entries.updateValue(entry, forKey: dot) { _ = removeFromLane(replaced, dot) }
+        if let replaced = entries.updateValue(entry, forKey: dot) { removeFromLane(replaced, dot) }
         let (lane, sequence) = PendingLane.of(entry)
         // Changed in place (through the dictionary's accessor), so the lane is not copied.
         Self.insert((sequence, dot), into: &lanes[lane, default: []])
     }
 
-    /// Inserts where the order stays descending: usually at the end (a lane's next changeset), at the start when a
-    /// lane is read back from storage in ascending key order.
+    /// Inserts where the order stays descending: usually at the end (a lane's next changeset, or the next one read
+    /// back from storage, which is read in descending key order).
     private static func insert(_ item: (sequence: UInt64, dot: Dot), into order: inout [(sequence: UInt64, dot: Dot)]) {
         var low = 0
         var high = order.count
@@ -405,18 +402,17 @@ struct PendingArea: Sendable {
 
     mutating func remove(_ dot: Dot) -> PendingChangeset? {
         guard let entry = entries.removeValue(forKey: dot) else { return nil }
-        _ = removeFromLane(entry, dot)
+        removeFromLane(entry, dot)
         return entry
     }
 
-    private mutating func removeFromLane(_ entry: PendingChangeset, _ dot: Dot) -> Bool {
+    private mutating func removeFromLane(_ entry: PendingChangeset, _ dot: Dot) {
         let (lane, _) = PendingLane.of(entry)
         // Taken out of the dictionary while it changes, so it is not copied.
-        guard var order = lanes.removeValue(forKey: lane) else { return false }
+        guard var order = lanes.removeValue(forKey: lane) else { return }
         // Usually the lane's first, which is the last element.
         if let index = order.lastIndex(where: { $0.dot == dot }) { order.remove(at: index) }
         if !order.isEmpty { lanes[lane] = order }
-        return true
     }
 
     /// The dot of the lane's first changeset: the only one of the lane that can be ready.
@@ -447,6 +443,21 @@ struct PendingChangeset: Sendable {
     var changeset: Changeset
     /// Whether it came to be adopted (from an app) rather than integrated (from a peer).
     var adopt: Bool
+
+    init(changeset: Changeset, adopt: Bool) {
+        self.changeset = changeset
+        self.adopt = adopt
+    }
+
+    /// As the pending database stores it: one byte (1 to adopt, 0 to integrate), then the encoded changeset.
+    var stored: [UInt8] { [adopt ? 1 : 0] + ChangesetCodec.encode(changeset) }
+
+    init(stored value: UnsafeRawBufferPointer) throws {
+        guard let marker = value.first, marker <= 1 else {
+            throw ChangesetDecodingError(.invalidValue, "pending entry starts with \(value.first.map { "\($0)" } ?? "nothing"), not 0 or 1", offset: 0)
+        }
+        self.init(changeset: try ChangesetCodec.decode(Array(value.dropFirst())), adopt: marker == 1)
+    }
 }
 
 extension VersionVector {

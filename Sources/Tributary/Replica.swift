@@ -66,6 +66,17 @@ public final class Replica: Sendable {
     /// of the pending area is current without reading the area.
     static let pendingGenerationKey = Array("pendingGeneration".utf8)
 
+    /// How the identity database stores a number (the replica id, the clock, the pending generation): 8 bytes,
+    /// little-endian.
+    static func identityBytes(_ number: UInt64) -> [UInt8] {
+        withUnsafeBytes(of: number.littleEndian) { Array($0) }
+    }
+
+    /// The number stored as `bytes`, which the caller checked are 8.
+    static func identityNumber(_ bytes: [UInt8]) -> UInt64 {
+        bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+    }
+
     private init(
         directory: String, replicaID: ReplicaID, configuration: Configuration, environment: Environment,
         log: ChangesetLog, views: ViewStore, identity: Database, pending: Database, state: State
@@ -177,7 +188,7 @@ public final class Replica: Sendable {
             try environment.write { txn in
                 if try txn.get(identity, key: formatKey) == nil {
                     try txn.put(identity, key: formatKey, value: [formatVersion])
-                    try txn.put(identity, key: replicaIDKey, value: withUnsafeBytes(of: id.rawValue.littleEndian) { Array($0) })
+                    try txn.put(identity, key: replicaIDKey, value: identityBytes(id.rawValue))
                 }
             }
             stored = try environment.read { txn in
@@ -193,7 +204,7 @@ public final class Replica: Sendable {
                 "\(directory) was written in replica format \(format[0]); this build reads format \(formatVersion). "
                     + "Upgrade Tributary to open it")
         }
-        let replicaID = ReplicaID(rawValue: idBytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) })
+        let replicaID = ReplicaID(rawValue: identityNumber(idBytes))
 
         let state = try environment.read { txn in
             try loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
@@ -219,7 +230,7 @@ public final class Replica: Sendable {
         let vector = try views.versionVector(in: txn)
         var latest = HybridTime.zero
         if let clock = try txn.get(identity, key: clockKey), clock.count == 8 {
-            latest = HybridTime(rawValue: clock.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) })
+            latest = HybridTime(rawValue: identityNumber(clock))
         }
         if head.localSequence > 0 {
             latest = max(latest, try log.entry(head.localSequence, in: txn).time)
@@ -361,11 +372,11 @@ public final class Replica: Sendable {
             }
         }
         try views.setVersionVector(commit.versionVector, in: storage)
-        try storage.put(identity, key: Self.clockKey, value: withUnsafeBytes(of: commit.clock.rawValue.littleEndian) { Array($0) })
+        try storage.put(identity, key: Self.clockKey, value: Self.identityBytes(commit.clock.rawValue))
         for key in commit.pendingRemovals { try storage.delete(pending, key: key) }
         for (key, value) in commit.pendingAdditions { try storage.put(pending, key: key, value: value) }
         if let generation = commit.pendingGeneration {
-            try storage.put(identity, key: Self.pendingGenerationKey, value: withUnsafeBytes(of: generation.littleEndian) { Array($0) })
+            try storage.put(identity, key: Self.pendingGenerationKey, value: Self.identityBytes(generation))
         }
         if let declared = commit.declaredSchema { try storage.put(identity, key: Self.declaredSchemaKey, value: declared) }
         return head

@@ -25,8 +25,8 @@ struct SchemaMerger {
                 existing,
                 ObjectSchema(
                     name: existing.name, primaryKey: existing.primaryKey, embedded: existing.isEmbedded,
-                    properties: existing.properties.filter { $0.name != property.name } + [property]),
-                into: &schema, only: property.name)
+                    properties: [property]),
+                into: &schema, partial: true)
         case .removeProperty(let typeName, let name):
             guard var type = schema[type: typeName], type[property: name] != nil else { return }
             guard name != type.primaryKey else {
@@ -95,14 +95,13 @@ struct SchemaMerger {
     }
 
     /// Merges a definition of an existing type into `schema`: the union of the properties, and for a property both
-    /// define, the later definition of its index and default. `only` limits the merge to one property (an
-    /// `addProperty`). Fails naming both definitions when they disagree on the type's kind or primary key, or on what
-    /// a property holds.
+    /// define, the later definition of its index and default. Fails naming both definitions when they disagree on the
+    /// type's kind or primary key, or on what a property holds.
     ///
     /// When the definitions disagree on the properties' names, order or what they hold (not on indexes and
-    /// defaults), the merged properties are sorted by name, so that replicas that merged the same definitions in
-    /// other orders agree.
-    func merge(_ existing: ObjectSchema, _ incoming: ObjectSchema, into schema: inout Schema, only: String? = nil) throws {
+    /// defaults), or `incoming` is `partial` (the properties an `addProperty` adds), the merged properties are sorted
+    /// by name, so that replicas that merged the same definitions in other orders agree.
+    func merge(_ existing: ObjectSchema, _ incoming: ObjectSchema, into schema: inout Schema, partial: Bool = false) throws {
         guard existing.isEmbedded == incoming.isEmbedded else {
             throw MergeError(
                 .schemaConflict,
@@ -115,7 +114,7 @@ struct SchemaMerger {
         }
         var merged = existing
         let addition = DefinitionStamp(.addition, info.stamp)
-        for property in incoming.properties where only == nil || property.name == only {
+        for property in incoming.properties {
             guard let position = existing.properties.firstIndex(where: { $0.name == property.name }) else {
                 merged.properties.append(property)
                 record(.addition, of: property.name, in: existing.name, &schema)
@@ -134,10 +133,12 @@ struct SchemaMerger {
                 record(.addition, of: property.name, in: existing.name, &schema)
             }
         }
-        func layout(_ type: ObjectSchema) -> [Property] {
-            type.properties.map { Property($0.name, $0.kind, optional: $0.isOptional, list: $0.isList) }
-        }
-        if layout(incoming) != layout(existing) {
+        let sameLayout = incoming.properties.count == existing.properties.count
+            && incoming.properties.indices.allSatisfy { position in
+                incoming.properties[position].name == existing.properties[position].name
+                    && Self.holdsTheSame(incoming.properties[position], existing.properties[position])
+            }
+        if partial || !sameLayout {
             merged.properties.sort { $0.name < $1.name }
         }
         schema.upsert(merged)

@@ -47,9 +47,10 @@ struct PendingAreaTests {
         #expect(try target.integrate([all[4]]).waiting == 1)  // now decoded in memory
         // Another handle (another process) stores the changeset before it in the pending area, as integrate would.
         try target.environment.write { txn in
-            try txn.put(target.pending, key: Replica.pendingKey(all[3].dot), value: [0] + ChangesetCodec.encode(all[3]))
+            let entry = PendingChangeset(changeset: all[3], adopt: false)
+            try txn.put(target.pending, key: Replica.pendingKey(all[3].dot), value: entry.stored)
             let generation = try target.pendingGeneration(in: txn) + 1
-            try txn.put(target.identity, key: Replica.pendingGenerationKey, value: withUnsafeBytes(of: generation.littleEndian) { Array($0) })
+            try txn.put(target.identity, key: Replica.pendingGenerationKey, value: Replica.identityBytes(generation))
         }
         // The first three arrive: the one the other handle stored must be integrated too, then the last.
         let report = try target.integrate(Array(all.prefix(3)))

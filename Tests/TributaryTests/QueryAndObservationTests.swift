@@ -29,9 +29,9 @@ struct Message: Model, Equatable {
     static let indexedProperties: Set<String> = ["conversationID", "priority"]
 }
 
-// The limit guards against a hung observation. It is generous because this suite's async tests wait for a thread of
-// the cooperative pool (two on a 2-core machine) while the long synchronous storage suites (D1, D3) hold them: under
-// the full suite a test that takes 0.1 s alone has waited over 2 minutes.
+// The limit guards against a hung observation. It is generous because under the full suite this one shares 2 cores
+// with the long storage suites: they run off the cooperative pool (`offThePool`), yet the suite took 130-170 s in
+// clean CI runs, against 0.1 s for one of its tests alone.
 @Suite("Queries and live results", .timeLimit(.minutes(10)))
 struct QueryAndObservationTests {
     func open(_ directory: TemporaryDirectory) throws -> Replica {

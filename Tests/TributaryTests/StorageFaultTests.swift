@@ -399,15 +399,19 @@ struct StorageFaultTests {
             var calls = 0
             var points: [Int] = []
             var checked = 0
-            repeat {
-                let directory = TemporaryDirectory("d3-mapfull")
+            /// The scenario's starting state in a replica whose map starts at 4 MiB and may grow to 64 MiB.
+            func smallMapFixture(_ directory: TemporaryDirectory) throws -> (Replica, [String], [String]) {
                 var configuration = Self.configuration()
                 configuration.initialSize = 4 << 20
                 configuration.maximumSize = 64 << 20
                 let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
                 var workload = ChatWorkload(seed: 99, prefix: "setup")
                 try replica.write { txn in try workload.run(scenario.setupOperations, in: txn, textLength: 60) }
-                let (users, messages) = (workload.users, workload.messages)
+                return (replica, workload.users, workload.messages)
+            }
+            repeat {
+                let directory = TemporaryDirectory("d3-mapfull")
+                let (replica, users, messages) = try smallMapFixture(directory)
                 let mapBefore = replica.storageStatistics.mapSize
                 if points.isEmpty {
                     replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: mapFull))
@@ -433,13 +437,7 @@ struct StorageFaultTests {
 
             // Persistent: the map grows to its maximum, then the caller gets .mapFull naming both sizes.
             let directory = TemporaryDirectory("d3-mapfull-persistent")
-            var configuration = Self.configuration()
-            configuration.initialSize = 4 << 20
-            configuration.maximumSize = 64 << 20
-            let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
-            var workload = ChatWorkload(seed: 99, prefix: "setup")
-            try replica.write { txn in try workload.run(scenario.setupOperations, in: txn, textLength: 60) }
-            let (users, messages) = (workload.users, workload.messages)
+            let (replica, users, messages) = try smallMapFixture(directory)
             let before = try Self.state(replica)
             replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: 1, resultCode: mapFull, persistent: true))
             do {

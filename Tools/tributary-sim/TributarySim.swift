@@ -98,6 +98,7 @@ struct TributarySim: ParsableCommand {
         // Per child, the start of a line not ended yet; the failed seeds and the count of passed ones.
         let output = Mutex<(partial: [String], failed: [UInt64], passed: Int)>((Array(repeating: "", count: Int(count)), [], 0))
         var children: [Process] = []
+        let readers = DispatchGroup()
         for index in 0..<count {
             let low = range.lowerBound + index * share
             let high = index == count - 1 ? range.upperBound : low + share - 1
@@ -113,30 +114,34 @@ struct TributarySim: ParsableCommand {
             let pipe = Pipe()
             child.standardOutput = pipe
             let slot = Int(index)
-            pipe.fileHandleForReading.readabilityHandler = { handle in
-                let data = handle.availableData
-                guard !data.isEmpty else { return }
-                output.withLock { state in
-                    state.partial[slot] += String(decoding: data, as: UTF8.self)
-                    while let newline = state.partial[slot].firstIndex(of: "\n") {
-                        let line = String(state.partial[slot][..<newline])
-                        state.partial[slot] = String(state.partial[slot][state.partial[slot].index(after: newline)...])
-                        // A child's own summary line is replaced by the sum below.
-                        if line.contains(" seeds passed in ") { continue }
-                        if line.hasPrefix("seed "), let seed = UInt64(line.dropFirst(5).prefix { $0.isNumber }) {
-                            if line.contains(": FAILED") { state.failed.append(seed) } else { state.passed += 1 }
+            // One reader per child, until its output ends, so that no line is lost or cut at the end.
+            readers.enter()
+            Thread {
+                defer { readers.leave() }
+                while true {
+                    let data = pipe.fileHandleForReading.availableData
+                    if data.isEmpty { return }
+                    output.withLock { state in
+                        state.partial[slot] += String(decoding: data, as: UTF8.self)
+                        while let newline = state.partial[slot].firstIndex(of: "\n") {
+                            let line = String(state.partial[slot][..<newline])
+                            state.partial[slot].removeSubrange(...newline)
+                            // A child's own summary line is replaced by the sum below.
+                            if line.contains(" seeds passed in ") { continue }
+                            if line.hasPrefix("seed "), let seed = UInt64(line.dropFirst(5).prefix { $0.isNumber }) {
+                                if line.contains(": FAILED") { state.failed.append(seed) } else { state.passed += 1 }
+                            }
+                            print(line)
+                            fflush(nil)
                         }
-                        print(line)
-                        fflush(nil)
                     }
                 }
-            }
+            }.start()
             try child.run()
             children.append(child)
         }
         for child in children { child.waitUntilExit() }
-        // Let the last lines in the pipes arrive.
-        Thread.sleep(forTimeInterval: 0.2)
+        readers.wait()
         let (_, failed, passed) = output.withLock { $0 }
         let crashed = children.filter { $0.terminationReason != .exit || ($0.terminationStatus != 0 && $0.terminationStatus != 1) }
         let total = range.count
