@@ -265,7 +265,9 @@ struct InstructionApplier {
             defaultStates.append((field, converted))
         }
 
-        guard let typeSchema = state.schema[type: type] else { return }  // a type removed meanwhile
+        guard let typeSchema = state.schema[type: type],  // a type removed meanwhile
+            info.hasSeenRemovals(ofType: type, in: state.schema, causal: state.causalResolver)
+        else { return }
         guard !typeSchema.isEmbedded else {
             throw MergeError(.invalidInstruction, "cannot create a standalone object of embedded type '\(type)'")
         }
@@ -301,21 +303,28 @@ struct InstructionApplier {
         // A new record: one allocation for its fields, not one per growth step.
         if record.fields.isEmpty { record.fields.reserveCapacity(explicitStates.count + defaultStates.count) }
         for (field, converted) in explicitStates {
-            guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
-            try check(field.value, fits: property, QualifiedName(type: type, property: field.name), schema)
-            merge(converted, into: &record.fields[field.name], causal: causal)
+            // A property removed or renamed since the writer's view: the value follows the rename or is dropped.
+            guard field.name != typeSchema.primaryKey,
+                let name = info.writeTarget(of: field.name, in: type, schema: schema, causal: causal),
+                let property = typeSchema[property: name]
+            else { continue }
+            try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
+            merge(converted, into: &record.fields[name], causal: causal)
         }
         for (field, converted) in defaultStates {
-            guard field.name != typeSchema.primaryKey, let property = typeSchema[property: field.name] else { continue }
-            try check(field.value, fits: property, QualifiedName(type: type, property: field.name), schema)
+            guard field.name != typeSchema.primaryKey,
+                let name = info.writeTarget(of: field.name, in: type, schema: schema, causal: causal),
+                let property = typeSchema[property: name]
+            else { continue }
+            try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
             // A default never beats a value someone wrote (rule 3). Two defaults (possible only when the schema's
             // default changed between writers) are ordered by their encoding, so the choice is the same everywhere.
-            switch record.fields[field.name] {
+            switch record.fields[name] {
             case nil:
-                record.fields[field.name] = converted
+                record.fields[name] = converted
             case .register(let current)? where current.stamp == .zero:
                 if case .register(let new) = converted, defaultOrder(current.value).lexicographicallyPrecedes(defaultOrder(new.value)) {
-                    record.fields[field.name] = converted
+                    record.fields[name] = converted
                 }
             default:
                 break
@@ -333,7 +342,9 @@ struct InstructionApplier {
     }
 
     func erase(_ key: RecordKey, state: inout WorkingSet) throws {
-        guard let typeSchema = state.schema[type: key.type], !typeSchema.isEmbedded else { return }
+        guard let typeSchema = state.schema[type: key.type], !typeSchema.isEmbedded,
+            info.hasSeenRemovals(ofType: key.type, in: state.schema, causal: state.causalResolver)
+        else { return }
         let info = self.info
         let causal = state.causalResolver
         try state.withRecord(key) { stored in
@@ -359,7 +370,9 @@ struct InstructionApplier {
         _ path: FieldPath, state: inout WorkingSet,
         _ body: (inout FieldState?, Property) throws -> Void
     ) throws {
-        guard let typeSchema = state.schema[type: path.type], !typeSchema.isEmbedded else { return }
+        guard let typeSchema = state.schema[type: path.type], !typeSchema.isEmbedded,
+            info.hasSeenRemovals(ofType: path.type, in: state.schema, causal: state.causalResolver)
+        else { return }
         let key = RecordKey(type: path.type, primaryKey: path.primaryKey)
         let schema = state.schema
         let info = self.info
@@ -370,36 +383,41 @@ struct InstructionApplier {
             }
             stored = nil  // `record` is now the only reference: changing it copies nothing
             defer { stored = record }
-            return try Self.descend(
+            return try descend(
                 into: &record.fields, type: typeSchema, steps: path.steps[...], property: path.property, schema: schema,
-                body)
+                causal: causal, body)
         }
     }
 
-    static func descend(
+    func descend(
         into fields: inout [String: FieldState], type: ObjectSchema, steps: ArraySlice<EmbeddedStep>, property: String,
-        schema: Schema, _ body: (inout FieldState?, Property) throws -> Void
+        schema: Schema, causal: CausalResolver, _ body: (inout FieldState?, Property) throws -> Void
     ) throws -> Bool {
         guard let step = steps.first else {
             guard property != type.primaryKey else {
                 throw MergeError(.invalidInstruction, "the primary key '\(type.name).\(property)' cannot change")
             }
-            guard let definition = type[property: property] else { return false }  // removed meanwhile
+            // Removed or renamed since the writer's view: the write follows the rename or is dropped (rule 8).
+            guard let property = info.writeTarget(of: property, in: type.name, schema: schema, causal: causal),
+                let definition = type[property: property]
+            else { return false }
             var field = fields[property]
             try body(&field, definition)
             fields[property] = field
             return true
         }
-        guard let definition = type[property: step.property], case .embedded(let childTypeName) = definition.kind,
+        guard let stepProperty = info.writeTarget(of: step.property, in: type.name, schema: schema, causal: causal),
+            let definition = type[property: stepProperty], case .embedded(let childTypeName) = definition.kind,
             let childType = schema[type: childTypeName]
         else { return false }
-        switch fields[step.property] {
+        switch fields[stepProperty] {
         case .register(var register)?:
             guard case .embedded(var child) = register.value, child.id == step.id else { return false }
             let changed = try descend(
-                into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema, body)
+                into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
+                causal: causal, body)
             register.value = .embedded(child)
-            fields[step.property] = .register(register)
+            fields[stepProperty] = .register(register)
             return changed
         case .list(var list)?:
             guard
@@ -408,9 +426,10 @@ struct InstructionApplier {
                 }), case .embedded(var child)? = element.value
             else { return false }
             let changed = try descend(
-                into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema, body)
+                into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
+                causal: causal, body)
             list.elements[element.id]?.value = .embedded(child)
-            fields[step.property] = .list(list)
+            fields[stepProperty] = .list(list)
             return changed
         case nil:
             return false

@@ -4,23 +4,33 @@ import TributaryModel
 /// register that the latest definition sets (every redefinition is later than every addition, then the greater stamp
 /// is later); definitions that disagree on what a property holds are refused with an error naming both; removals
 /// and renames carry the data along.
+///
+/// Removals and renames are ordered like erases (rule 2): the schema remembers them, and an addition of a removed
+/// type or property, a redefinition of it, or a write to it, counts only if its changeset saw every removal of it. A
+/// write that did not see a rename follows it to the new name. So a replica of an old app version, whose first
+/// changeset adds the schema it declares, does not bring back what a concurrent migration removed, on any replica.
 struct SchemaMerger {
     let info: ChangesetInfo
 
     func apply(_ instruction: Instruction, to state: inout WorkingSet) throws {
         var schema = state.schema
+        let causal = state.causalResolver
         switch instruction {
         case .addType(let type):
+            guard info.hasSeenRemovals(ofType: type.name, in: schema, causal: causal) else { return }
+            let incoming = seenProperties(of: type, in: schema, causal: causal)
             if let existing = schema[type: type.name] {
-                try merge(existing, type, into: &schema)
+                try merge(existing, incoming, into: &schema)
             } else {
-                schema.upsert(type)
-                for property in type.properties { record(.addition, of: property.name, in: type.name, &schema) }
+                schema.upsert(incoming)
+                for property in incoming.properties { record(.addition, of: property.name, in: type.name, &schema) }
             }
         case .addProperty(let typeName, let property):
+            guard info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal) else { return }
             guard let existing = schema[type: typeName] else {
                 throw MergeError(.invalidInstruction, "cannot add property '\(property.name)' to unknown type '\(typeName)'")
             }
+            guard info.hasSeenRemovals(of: property.name, in: typeName, schema: schema, causal: causal) else { return }
             try merge(
                 existing,
                 ObjectSchema(
@@ -28,34 +38,51 @@ struct SchemaMerger {
                     properties: [property]),
                 into: &schema, partial: true)
         case .removeProperty(let typeName, let name):
-            guard var type = schema[type: typeName], type[property: name] != nil else { return }
-            guard name != type.primaryKey else {
+            if let type = schema[type: typeName], name == type.primaryKey {
                 throw MergeError(.invalidInstruction, "cannot remove the primary key '\(typeName).\(name)'")
             }
+            // Remembered even when the property is gone already, so that every replica holds the same removals.
+            schema.recordRemoval(PropertyRemoval(dot: info.dot), of: name, in: typeName)
+            guard var type = schema[type: typeName], type[property: name] != nil else { break }
             type.properties.removeAll { $0.name == name }
+            // Canonical order after a removal, so that a concurrent addition merged before or after it ends the same.
+            type.properties.sort { $0.name < $1.name }
             schema.upsert(type)
             schema.definitionStamps[PropertyName(type: typeName, property: name)] = nil
+            state.setSchema(schema)
             try rewriteFields(of: typeName, in: &state) { fields in fields.removeValue(forKey: name) }
+            return
         case .renameProperty(let typeName, let from, let to):
+            if let type = schema[type: typeName], from == type.primaryKey {
+                throw MergeError(.invalidInstruction, "cannot rename the primary key '\(typeName).\(from)'")
+            }
+            let seen = schema.removals(of: to, in: typeName).map(\.dot).filter { info.covers($0, causal: causal) }
+            let removal = PropertyRemoval(dot: info.dot, renamedTo: to, removalsOfNewNameSeen: seen)
             guard var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == from })
-            else { return }
+            else {
+                schema.recordRemoval(removal, of: from, in: typeName)
+                break
+            }
             if let clash = type[property: to] {
                 throw MergeError(
                     .schemaConflict,
                     "cannot rename '\(typeName).\(from)' to '\(to)': '\(typeName).\(clash)' already exists")
             }
-            guard from != type.primaryKey else {
-                throw MergeError(.invalidInstruction, "cannot rename the primary key '\(typeName).\(from)'")
-            }
+            schema.recordRemoval(removal, of: from, in: typeName)
             type.properties[index].name = to
+            type.properties.sort { $0.name < $1.name }
             schema.upsert(type)
             let stamp = schema.definitionStamps.removeValue(forKey: PropertyName(type: typeName, property: from))
             schema.definitionStamps[PropertyName(type: typeName, property: to)] = stamp
+            state.setSchema(schema)
             try rewriteFields(of: typeName, in: &state) { fields in
                 if let value = fields.removeValue(forKey: from) { fields[to] = value }
             }
+            return
         case .redefineProperty(let typeName, let property):
-            guard var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == property.name })
+            guard info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal),
+                info.hasSeenRemovals(of: property.name, in: typeName, schema: schema, causal: causal),
+                var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == property.name })
             else { return }
             let current = type.properties[index]
             guard Self.holdsTheSame(current, property) else {
@@ -70,11 +97,13 @@ struct SchemaMerger {
             schema.upsert(type)
             record(.redefinition, of: property.name, in: typeName, &schema)
         case .removeType(let typeName):
-            guard let type = schema[type: typeName] else { return }
-            if !type.isEmbedded {
-                for key in try state.keys(ofType: typeName) { try state.setRecord(nil, for: key) }
+            schema.recordRemoval(ofType: typeName, by: info.dot)
+            if let type = schema[type: typeName] {
+                if !type.isEmbedded {
+                    for key in try state.keys(ofType: typeName) { try state.setRecord(nil, for: key) }
+                }
+                schema.remove(type: typeName)
             }
-            schema.remove(type: typeName)
         case .setSchemaVersion(let version):
             // The highest version wins, so concurrent version changes agree.
             schema.version = max(schema.version, version)
@@ -82,6 +111,14 @@ struct SchemaMerger {
             throw MergeError(.invalidInstruction, "\(instruction) is not a schema instruction")
         }
         state.setSchema(schema)
+    }
+
+    /// `type` without the properties whose removals this changeset did not see all of.
+    private func seenProperties(of type: ObjectSchema, in schema: Schema, causal: CausalResolver) -> ObjectSchema {
+        guard !schema.propertyRemovals.isEmpty else { return type }
+        var seen = type
+        seen.properties.removeAll { !info.hasSeenRemovals(of: $0.name, in: type.name, schema: schema, causal: causal) }
+        return seen
     }
 
     /// Whether two definitions of a property hold the same values, so that they may differ only in their index and
@@ -188,5 +225,41 @@ struct SchemaMerger {
                 if changed { fields[name] = .list(list) }
             }
         }
+    }
+}
+
+extension ChangesetInfo {
+    /// Whether the changeset saw every removal of the type `type`: only then do its additions of the type and its
+    /// writes to objects of the type count (rule 8).
+    func hasSeenRemovals(ofType type: String, in schema: Schema, causal: CausalResolver) -> Bool {
+        guard !schema.typeRemovals.isEmpty, let dots = schema.typeRemovals[type] else { return true }
+        return dots.allSatisfy { covers($0, causal: causal) }
+    }
+
+    /// Whether the changeset saw every removal and rename of `property` of `type`: only then do its additions and
+    /// redefinitions of the property count.
+    func hasSeenRemovals(of property: String, in type: String, schema: Schema, causal: CausalResolver) -> Bool {
+        schema.removals(of: property, in: type).allSatisfy { covers($0.dot, causal: causal) }
+    }
+
+    /// The property that a write of this changeset to `property` of `type` goes to (rule 8): the property itself when
+    /// the changeset saw every removal and rename of it; the new name when what it did not see are renames to one
+    /// name (a write made before a rename is carried along by it, so one that arrives after it follows it); `nil`
+    /// when it did not see a removal, so the write is dropped as the removal would have dropped it.
+    func writeTarget(of property: String, in type: String, schema: Schema, causal: CausalResolver) -> String? {
+        guard !schema.propertyRemovals.isEmpty else { return property }
+        var name = property
+        var followed: PropertyRemoval? = nil
+        // Bounded: renames back and forth can form a cycle.
+        for _ in 0...schema.propertyRemovals.count {
+            let unseen = schema.removals(of: name, in: type).filter { removal in
+                !covers(removal.dot, causal: causal) && !(followed?.removalsOfNewNameSeen.contains(removal.dot) ?? false)
+            }
+            guard let first = unseen.first else { return name }
+            guard let next = first.renamedTo, unseen.allSatisfy({ $0.renamedTo == next }) else { return nil }
+            name = next
+            followed = first
+        }
+        return nil
     }
 }

@@ -34,8 +34,10 @@ extension BinaryWriter {
         varint(schema.version)
         varint(schema.types.count)
         for type in schema.types { objectSchema(type, &names) }
-        // Definition stamps follow, sorted, only when there are any: a declared schema encodes as it always did.
-        guard !schema.definitionStamps.isEmpty else { return }
+        // Definition stamps follow, sorted, only when there are any (or removals follow): a declared schema encodes
+        // as it always did.
+        let hasRemovals = !schema.propertyRemovals.isEmpty || !schema.typeRemovals.isEmpty
+        guard !schema.definitionStamps.isEmpty || hasRemovals else { return }
         varint(schema.definitionStamps.count)
         for (name, stamp) in schema.definitionStamps.sorted(by: { $0.key < $1.key }) {
             self.name(name.type, &names)
@@ -44,6 +46,36 @@ extension BinaryWriter {
             fixed64(stamp.stamp.time.rawValue)
             fixed64(stamp.stamp.replica.rawValue)
         }
+        // Then the removals, sorted, only when there are any.
+        guard hasRemovals else { return }
+        varint(schema.propertyRemovals.count)
+        for (name, removals) in schema.propertyRemovals.sorted(by: { $0.key < $1.key }) {
+            self.name(name.type, &names)
+            self.name(name.property, &names)
+            varint(removals.count)
+            for removal in removals {
+                dot(removal.dot)
+                if let renamedTo = removal.renamedTo {
+                    byte(1)
+                    self.name(renamedTo, &names)
+                    varint(removal.removalsOfNewNameSeen.count)
+                    for seen in removal.removalsOfNewNameSeen { dot(seen) }
+                } else {
+                    byte(0)
+                }
+            }
+        }
+        varint(schema.typeRemovals.count)
+        for (type, dots) in schema.typeRemovals.sorted(by: { $0.key < $1.key }) {
+            self.name(type, &names)
+            varint(dots.count)
+            for removal in dots { dot(removal) }
+        }
+    }
+
+    mutating func dot(_ dot: Dot) {
+        fixed64(dot.origin.rawValue)
+        varint(dot.sequence)
     }
 }
 
@@ -102,6 +134,42 @@ extension BinaryReader {
             schema.definitionStamps[PropertyName(type: type, property: property)] =
                 DefinitionStamp(kind, Stamp(time: time, replica: replica))
         }
+        // A schema stored before removals were remembered, or without any, ends here.
+        guard !isAtEnd else { return schema }
+        let removedProperties = try self.count("removed property", maximum: 10_000_000, minimumBytesEach: 3)
+        for _ in 0..<removedProperties {
+            let type = try name(.inline, "type name")
+            let property = try name(.inline, "property name")
+            let count = try self.count("removal", maximum: 10_000_000, minimumBytesEach: 10)
+            var removals: [PropertyRemoval] = []
+            for _ in 0..<count {
+                let dot = try dot()
+                let flag = try byte()
+                switch flag {
+                case 0: removals.append(PropertyRemoval(dot: dot))
+                case 1:
+                    let renamedTo = try name(.inline, "new property name")
+                    let seenCount = try self.count("removal seen by a rename", maximum: 10_000_000, minimumBytesEach: 9)
+                    var seen: [Dot] = []
+                    for _ in 0..<seenCount { seen.append(try self.dot()) }
+                    removals.append(PropertyRemoval(dot: dot, renamedTo: renamedTo, removalsOfNewNameSeen: seen))
+                default: throw error(.invalidValue, "bad rename flag \(flag) for a removal of '\(type).\(property)'")
+                }
+            }
+            schema.propertyRemovals[PropertyName(type: type, property: property)] = removals
+        }
+        let removedTypes = try self.count("removed type", maximum: 10_000_000, minimumBytesEach: 2)
+        for _ in 0..<removedTypes {
+            let type = try name(.inline, "type name")
+            let count = try self.count("type removal", maximum: 10_000_000, minimumBytesEach: 9)
+            var dots: [Dot] = []
+            for _ in 0..<count { dots.append(try dot()) }
+            schema.typeRemovals[type] = dots
+        }
         return schema
+    }
+
+    mutating func dot() throws(ChangesetDecodingError) -> Dot {
+        Dot(origin: ReplicaID(rawValue: try fixed64()), sequence: try varint())
     }
 }

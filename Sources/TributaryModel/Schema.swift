@@ -207,6 +207,32 @@ public struct PropertyName: Hashable, Comparable, Sendable, CustomStringConverti
     public var description: String { "\(type).\(property)" }
 }
 
+/// A removal of a property (or its rename) that a merged schema remembers, so that a concurrent addition of the
+/// property, or a concurrent write to it, is ordered against it the same way on every replica (DESIGN.md, rule 8).
+public struct PropertyRemoval: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The origin dot of the changeset that removed the property.
+    public var dot: Dot
+    /// For a rename, the property's new name: writes that did not see the rename go there.
+    public var renamedTo: String?
+    /// For a rename, the earlier removals of the new name that the rename saw (sorted): a write that follows the
+    /// rename is not dropped for them, since the rename came after them.
+    public var removalsOfNewNameSeen: [Dot]
+
+    public init(dot: Dot, renamedTo: String? = nil, removalsOfNewNameSeen: [Dot] = []) {
+        self.dot = dot
+        self.renamedTo = renamedTo
+        self.removalsOfNewNameSeen = removalsOfNewNameSeen.sorted()
+    }
+
+    public static func < (lhs: PropertyRemoval, rhs: PropertyRemoval) -> Bool {
+        if lhs.dot != rhs.dot { return lhs.dot < rhs.dot }
+        if lhs.renamedTo != rhs.renamedTo { return (lhs.renamedTo ?? "") < (rhs.renamedTo ?? "") }
+        return lhs.removalsOfNewNameSeen.lexicographicallyPrecedes(rhs.removalsOfNewNameSeen)
+    }
+
+    public var description: String { renamedTo.map { "renamed to '\($0)' by \(dot)" } ?? "removed by \(dot)" }
+}
+
 /// A replica's schema: its object types and a version number that migrations raise.
 public struct Schema: Hashable, Sendable {
     /// The schema version; opening a replica with a changed schema needs a higher one (and a migration).
@@ -217,6 +243,13 @@ public struct Schema: Hashable, Sendable {
     /// definitions resolve the same way on every replica. Empty for a declared schema; a property without an entry
     /// counts as ``DefinitionStamp/unknown``.
     public var definitionStamps: [PropertyName: DefinitionStamp] = [:]
+    /// For a merged schema: every removal and rename of a property, sorted by dot. An addition of the property, or a
+    /// write to it, counts only if its changeset saw all of them (rule 8, ordered like erases by rule 2). Kept even
+    /// when the property or its type is gone, so that every replica holds the same set whatever the order it merged in.
+    public var propertyRemovals: [PropertyName: [PropertyRemoval]] = [:]
+    /// For a merged schema: the dots of every removal of a type, sorted. An addition of the type, or a write to one of
+    /// its objects, counts only if its changeset saw all of them.
+    public var typeRemovals: [String: [Dot]] = [:]
 
     public init(version: UInt64 = 0, types: [ObjectSchema]) {
         self.version = version
@@ -249,7 +282,31 @@ public struct Schema: Hashable, Sendable {
         }
     }
 
-    /// Removes a type, with the definition stamps of its properties.
+    /// The removals and renames of `property` of `type` (empty when there were none).
+    public func removals(of property: String, in type: String) -> [PropertyRemoval] {
+        propertyRemovals.isEmpty ? [] : propertyRemovals[PropertyName(type: type, property: property)] ?? []
+    }
+
+    /// Records a removal or rename of `property` of `type`, keeping the list sorted and free of repeats.
+    public mutating func recordRemoval(_ removal: PropertyRemoval, of property: String, in type: String) {
+        let name = PropertyName(type: type, property: property)
+        var removals = propertyRemovals[name] ?? []
+        guard !removals.contains(removal) else { return }
+        removals.append(removal)
+        removals.sort()
+        propertyRemovals[name] = removals
+    }
+
+    /// Records a removal of the type `name`, keeping the list sorted and free of repeats.
+    public mutating func recordRemoval(ofType name: String, by dot: Dot) {
+        var dots = typeRemovals[name] ?? []
+        guard !dots.contains(dot) else { return }
+        dots.append(dot)
+        dots.sort()
+        typeRemovals[name] = dots
+    }
+
+    /// Removes a type, with the definition stamps of its properties (not the removals: they stay remembered).
     public mutating func remove(type name: String) {
         types.removeAll { $0.name == name }
         definitionStamps = definitionStamps.filter { $0.key.type != name }

@@ -600,6 +600,40 @@ struct AdoptedChangesetCodecTests {
         #expect(decoded.definitionStamp(of: "missing", in: "Task") == .unknown)
     }
 
+    @Test("Removals and renames round-trip, in one order whatever order they were recorded in; a truncation is an error")
+    func removalsRoundTrip() throws {
+        let first = Dot(origin: ReplicaID(rawValue: 3), sequence: 8)
+        let second = Dot(origin: ReplicaID(rawValue: 1), sequence: 40)
+        let rename = PropertyRemoval(dot: second, renamedTo: "details", removalsOfNewNameSeen: [first])
+        var schema = Schema(version: 2, types: Self.types)
+        schema.recordRemoval(PropertyRemoval(dot: first), of: "notes", in: "Task")
+        schema.recordRemoval(rename, of: "notes", in: "Task")
+        schema.recordRemoval(ofType: "Tag", by: second)
+        schema.recordRemoval(ofType: "Tag", by: first)
+        var other = Schema(version: 2, types: Self.types)
+        other.recordRemoval(ofType: "Tag", by: first)
+        other.recordRemoval(rename, of: "notes", in: "Task")
+        other.recordRemoval(ofType: "Tag", by: second)
+        other.recordRemoval(PropertyRemoval(dot: first), of: "notes", in: "Task")
+        other.recordRemoval(PropertyRemoval(dot: first), of: "notes", in: "Task")  // a repeat changes nothing
+        #expect(other == schema)
+        #expect(encode(schema) == encode(other))
+        var reader = BinaryReader(encode(schema), subject: "schema")
+        let decoded = try reader.schema()
+        #expect(decoded == schema)
+        #expect(decoded.removals(of: "notes", in: "Task") == [rename, PropertyRemoval(dot: first)])
+        #expect(decoded.typeRemovals["Tag"] == [second, first].sorted())
+        #expect(decoded.definitionStamps.isEmpty)
+        // Every truncation inside the removals is an error, never a trap or a wrong schema. (Cut right after the
+        // empty list of definition stamps that precedes them, it is a schema with neither.)
+        let withoutRemovals = encode(Schema(version: 2, types: Self.types))
+        let full = encode(schema)
+        for length in withoutRemovals.count + 2..<full.count {
+            var truncated = BinaryReader(Array(full.prefix(length)), subject: "schema")
+            #expect(throws: ChangesetDecodingError.self) { try truncated.schema() }
+        }
+    }
+
     @Test("A schema without stamps encodes as before stamps existed, and decodes with none")
     func schemaWithoutStamps() throws {
         let schema = Schema(version: 1, types: Self.types)

@@ -49,7 +49,10 @@ public final class Cluster {
     }
 
     /// Whether every replica's views are byte-identical.
-    public func converged() throws -> Bool {
+    public func converged() throws -> Bool { try Self.converged(replicas) }
+
+    /// Whether the views of `replicas` (of any clusters) are byte-identical.
+    public static func converged(_ replicas: [Replica]) throws -> Bool {
         let digests = try replicas.map { try $0.viewDigest() }
         return Set(digests).count == 1
     }

@@ -412,26 +412,123 @@ struct MergeSemanticsTests {
         #expect(reopened.schema[type: "Task"]?[property: "title"]?.defaultValue == "migrated")
     }
 
-    /// Not ordered yet (docs/MergeSemantics.md, rule 8): removing a property is not ordered against a concurrent
-    /// addition of it, such as the first changeset of a replica that still runs the old app version. A replica that
-    /// removed it first and then merged the addition has the property again; one that merged the addition first and
-    /// then the removal has not. This test records the divergence, and fails once it is fixed so that the marker
-    /// comes off.
-    @Test("Rule 8 (known issue): a removal of a property and a concurrent addition of it do not converge yet")
-    func removalAndConcurrentAddition() throws {
+    @Test("Rule 8: a removal of a property beats a concurrent addition of it (an old app version's first changeset), in any order")
+    func removalBeatsConcurrentAddition() throws {
         let cluster = try cluster(2)
         let old = try Cluster(1, schema: Self.schema, firstReplicaID: 9)  // a new replica of the old app version
-        try old[0].write { try $0.create("Task", ["_id": "o", "notes": "from the old version"]) }
+        old.clocks[0].advance(byMilliseconds: 60_000)  // stamped later than the removal: stamps do not decide this
+        try old[0].write { try $0.create("Task", ["_id": "o", "title": "kept", "notes": "from the old version"]) }
         let fromOld = try old[0].changesets(missingFrom: VersionVector())
         try cluster[0].write { try $0.emit(.removeProperty(type: "Task", name: "notes")) }
         _ = try cluster[1].integrate(fromOld)  // replica 1: the addition, then the removal
         try cluster.syncAll()
-        _ = try cluster[0].integrate(fromOld)  // replica 0: the removal, then the addition
+        let report = try cluster[0].integrate(fromOld)  // replica 0: the removal, then the addition
+        #expect(report.rejected.isEmpty)
         try cluster.syncAll()
-        let converged = try cluster.converged()
-        withKnownIssue("a property removal is not ordered against a concurrent addition") {
-            #expect(converged)
+        _ = try old[0].integrate(try cluster[0].changesets(missingFrom: old[0].versionVector))
+        for replica in cluster.replicas + old.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "notes"] == nil)
+            #expect(try value(replica, "title", key: .string("o")) == "kept")
+            #expect(try replica.verify().passed)
         }
+        #expect(try cluster.converged())
+        #expect(try Cluster.converged(cluster.replicas + old.replicas))
+    }
+
+    @Test("Rule 8: a write that did not see a property's removal is dropped, even once the property is added back")
+    func writeConcurrentWithRemovalIsDropped() throws {
+        let cluster = try cluster(3)
+        try seed(cluster, ["notes": "before"])
+        cluster.clocks[1].advance(byMilliseconds: 5)  // the concurrent write is stamped later
+        try cluster[0].write { try $0.emit(.removeProperty(type: "Task", name: "notes")) }
+        try cluster[1].write { try $0.update("Task", primaryKey: task, ["notes": "concurrent"]) }
+        // Replica 0 adds the property back, having seen its own removal only.
+        try cluster[0].write { try $0.addProperty(.scalar("notes", .string, optional: true), to: "Task") }
+        _ = try cluster.send(from: 0, to: 2)  // replica 2: removal, addition, then the write
+        _ = try cluster.send(from: 1, to: 2)
+        _ = try cluster.send(from: 1, to: 0)  // replica 0 likewise
+        try cluster.syncAll()  // replica 1: the write, then removal and addition
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "notes"] != nil)
+            #expect(try value(replica, "notes") == .null)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+        // A write that saw the removal counts.
+        try cluster[1].write { try $0.update("Task", primaryKey: task, ["notes": "after"]) }
+        try cluster.syncAll()
+        #expect(try value(cluster[0], "notes") == "after")
+    }
+
+    @Test("Rule 8: a write that did not see a rename follows it to the new name, in any order")
+    func writeConcurrentWithRenameFollowsIt() throws {
+        let cluster = try cluster(3)
+        try seed(cluster, ["notes": "before"])
+        cluster.clocks[1].advance(byMilliseconds: 5)
+        try cluster[0].write { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) }
+        try cluster[1].write { try $0.update("Task", primaryKey: task, ["notes": "concurrent"]) }
+        try cluster[1].write { try $0.create("Task", ["_id": "n", "notes": "new object"]) }
+        _ = try cluster.send(from: 0, to: 2)  // replica 2: the rename first
+        _ = try cluster.send(from: 1, to: 2)
+        try cluster.syncAll()  // replica 1: its writes first
+        for replica in cluster.replicas {
+            let type = try #require(replica.schema[type: "Task"])
+            #expect(type[property: "notes"] == nil)
+            #expect(type[property: "details"] != nil)
+            #expect(try value(replica, "details") == "concurrent")
+            #expect(try value(replica, "details", key: .string("n")) == "new object")
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: a removal of a type beats a concurrent create in it, which an addition of the type does not bring back")
+    func typeRemovalBeatsConcurrentCreate() throws {
+        let tagged = Schema(
+            version: 1,
+            types: Self.schema.types + [ObjectSchema(name: "Tag", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)])])
+        let cluster = try Cluster(3, schema: tagged)
+        try cluster[0].write { try $0.create("Tag", ["_id": "a", "name": "first"]) }
+        try cluster.syncAll()
+        cluster.clocks[1].advance(byMilliseconds: 5)
+        try cluster[0].write { try $0.emit(.removeType("Tag")) }
+        try cluster[1].write { try $0.create("Tag", ["_id": "b", "name": "concurrent"]) }
+        try cluster[1].write { try $0.update("Tag", primaryKey: .string("a"), ["name": "edited"]) }
+        // Replica 0 adds the type back, having seen its removal.
+        try cluster[0].write { try $0.addType(ObjectSchema(name: "Tag", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)])) }
+        _ = try cluster.send(from: 0, to: 2)
+        _ = try cluster.send(from: 1, to: 2)
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Tag"] != nil)
+            #expect(try replica.objects("Tag").isEmpty)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: a change of a property's type is not refused because of a concurrent addition of the old definition")
+    func typeChangeBeatsConcurrentOldAddition() throws {
+        let cluster = try cluster(2)
+        let old = try Cluster(1, schema: Self.schema, firstReplicaID: 9)
+        try old[0].write { try $0.create("Task", ["_id": "o", "count": 4]) }
+        let fromOld = try old[0].changesets(missingFrom: VersionVector())
+        // A migration makes `count` a string: it removes the old property and adds the new one in one changeset.
+        try cluster[0].write { txn in
+            try txn.emit(.removeProperty(type: "Task", name: "count"))
+            try txn.emit(.addProperty(type: "Task", .scalar("count", .string, default: "none")))
+        }
+        _ = try cluster[1].integrate(fromOld)
+        try cluster.syncAll()
+        let report = try cluster[0].integrate(fromOld)
+        #expect(report.rejected.isEmpty)
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "count"] == .scalar("count", .string, default: "none"))
+            #expect(try value(replica, "count", key: .string("o")) == "none")
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
     }
 
     @Test("Rule 9: a changeset stamped too far ahead waits until this replica's clock is near it")
