@@ -63,6 +63,12 @@ struct SchemaMerger {
                 schema.recordRemoval(removal, of: from, in: typeName)
                 break
             }
+            // The same rename made concurrently elsewhere and merged here already: this one has nothing left to do
+            // (the old name may be in use again, added back after that rename).
+            if schema.removals(of: from, in: typeName).contains(where: { $0.renamedTo == to && !info.covers($0.dot, causal: causal) }) {
+                schema.recordRemoval(removal, of: from, in: typeName)
+                break
+            }
             if let clash = type[property: to] {
                 throw MergeError(
                     .schemaConflict,
@@ -239,7 +245,26 @@ extension ChangesetInfo {
     /// Whether the changeset saw every removal and rename of `property` of `type`: only then do its additions and
     /// redefinitions of the property count.
     func hasSeenRemovals(of property: String, in type: String, schema: Schema, causal: CausalResolver) -> Bool {
-        schema.removals(of: property, in: type).allSatisfy { covers($0.dot, causal: causal) }
+        unseenRemovals(of: property, in: type, schema: schema, causal: causal).isEmpty
+    }
+
+    /// The removals and renames of `property` of `type` the changeset did not see. A rename made concurrently
+    /// elsewhere that is the same as one the changeset saw counts as seen: the changeset saw its effect.
+    func unseenRemovals(
+        of property: String, in type: String, schema: Schema, causal: CausalResolver
+    ) -> [PropertyRemoval] {
+        let removals = schema.removals(of: property, in: type)
+        guard !removals.isEmpty else { return [] }
+        var unseen: [PropertyRemoval] = []
+        var seenRenames: Set<String> = []
+        for removal in removals {
+            if covers(removal.dot, causal: causal) {
+                if let renamedTo = removal.renamedTo { seenRenames.insert(renamedTo) }
+            } else {
+                unseen.append(removal)
+            }
+        }
+        return unseen.filter { removal in !(removal.renamedTo.map(seenRenames.contains) ?? false) }
     }
 
     /// The property that a write of this changeset to `property` of `type` goes to (rule 8): the property itself when
@@ -252,8 +277,9 @@ extension ChangesetInfo {
         var followed: PropertyRemoval? = nil
         // Bounded: renames back and forth can form a cycle.
         for _ in 0...schema.propertyRemovals.count {
-            let unseen = schema.removals(of: name, in: type).filter { removal in
-                !covers(removal.dot, causal: causal) && !(followed?.removalsOfNewNameSeen.contains(removal.dot) ?? false)
+            let unseen = unseenRemovals(of: name, in: type, schema: schema, causal: causal).filter { removal in
+                // Removals of the new name that the followed rename saw came before it.
+                !(followed?.removalsOfNewNameSeen.contains(removal.dot) ?? false)
             }
             guard let first = unseen.first else { return name }
             guard let next = first.renamedTo, unseen.allSatisfy({ $0.renamedTo == next }) else { return nil }

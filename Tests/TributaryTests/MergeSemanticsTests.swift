@@ -482,6 +482,28 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    @Test("Rule 8: one rename made on several replicas (each running the migration) is one rename, in any order")
+    func concurrentIdenticalRenamesMerge() throws {
+        let cluster = try cluster(3)
+        try seed(cluster, ["notes": "before"])
+        for index in 0..<2 {
+            try cluster[index].write { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) }
+        }
+        // Replica 0 then uses the old name again, for a new property, and writes it.
+        try cluster[0].write { try $0.addProperty(.scalar("notes", .string, optional: true), to: "Task") }
+        try cluster[0].write { try $0.update("Task", primaryKey: task, ["notes": "new meaning"]) }
+        _ = try cluster.send(from: 0, to: 2)
+        let report = try cluster.send(from: 1, to: 2)  // replica 2: the other rename after the old name came back
+        #expect(report.rejected.isEmpty)
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(try value(replica, "details") == "before")
+            #expect(try value(replica, "notes") == "new meaning")
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
     @Test("Rule 8: a removal of a type beats a concurrent create in it, which an addition of the type does not bring back")
     func typeRemovalBeatsConcurrentCreate() throws {
         let tagged = Schema(
