@@ -46,8 +46,9 @@ public final class Transaction: ObjectReading {
     public var schema: Schema { working.schema }
 
     /// Applies an instruction to the working set and records it. A failure here (which the checks before each
-    /// call should prevent) poisons the transaction: it cannot commit.
-    func emit(_ instruction: Instruction) throws {
+    /// call should prevent) poisons the transaction: it cannot commit. Visible to the package's simulator, which
+    /// emits the schema removals and renames that apps make only through migrations.
+    package func emit(_ instruction: Instruction) throws {
         checkValid()
         if let failure { throw failure }
         do {

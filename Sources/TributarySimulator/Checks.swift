@@ -153,7 +153,84 @@ extension Simulation {
             if writer.origin == erased.origin { return erased.originSequence < writer.originSequence }
             return writer.contextIncludes(erased.dot) || writer.contextIncludes(erased.causalDot)
         }
+        // Rule 8: Card's properties, removed, renamed and added concurrently. A removal or rename counts against
+        // every addition of, and write to, the property that did not see it; one rename seen stands for the same rename
+        // made elsewhere; a write that did not see a rename follows it.
+        typealias Position = (changeset: Int, index: Int)
+        var removals: [String: [(changeset: Int, index: Int, renamedTo: String?)]] = [:]
+        var additions: [String: [Position]] = [:]
+        for (position, changeset) in changesets.enumerated() {
+            for (index, instruction) in changeset.instructions.enumerated() {
+                switch instruction {
+                case .removeProperty(let type, let name) where type == "Card":
+                    removals[name, default: []].append((position, index, nil))
+                case .renameProperty(let type, let from, let to) where type == "Card":
+                    removals[from, default: []].append((position, index, to))
+                    additions[to, default: []].append((position, index))
+                case .addProperty(let type, let property) where type == "Card":
+                    additions[property.name, default: []].append((position, index))
+                case .addType(let type) where type.name == "Card":
+                    for property in type.properties { additions[property.name, default: []].append((position, index)) }
+                default:
+                    break
+                }
+            }
+        }
+        func unseenRemovals(of name: String, by writer: Position) -> [(changeset: Int, index: Int, renamedTo: String?)] {
+            let all = removals[name] ?? []
+            let seen = all.filter { covers(writer.changeset, writer.index, ($0.changeset, $0.index)) }
+            let seenRenames = Set(seen.compactMap(\.renamedTo))
+            return all.filter { removal in
+                !covers(writer.changeset, writer.index, (removal.changeset, removal.index))
+                    && !(removal.renamedTo.map(seenRenames.contains) ?? false)
+            }
+        }
+        func target(of name: String, by writer: Position) -> String? {
+            var name = name
+            for _ in 0...removals.count {
+                let unseen = unseenRemovals(of: name, by: writer)
+                guard let first = unseen.first else { return name }
+                guard let next = first.renamedTo, unseen.allSatisfy({ $0.renamedTo == next }) else { return nil }
+                name = next
+            }
+            return nil
+        }
+        if !removals.isEmpty {
+            for (key, var history) in histories where key.type == "Card" {
+                var sets: [String: [Write]] = [:]
+                for (name, writes) in history.sets {
+                    for write in writes {
+                        if let landed = target(of: name, by: (write.changeset, write.index)) { sets[landed, default: []].append(write) }
+                    }
+                }
+                history.sets = sets
+                history.creates = history.creates.map { create in
+                    func landed(_ fields: [FieldValue]) -> [FieldValue] {
+                        fields.compactMap { field in
+                            target(of: field.name, by: (create.changeset, create.index)).map { FieldValue($0, field.value) }
+                        }
+                    }
+                    return (create.changeset, create.index, landed(create.explicit), landed(create.defaults))
+                }
+                var adds: [String: [(changeset: Int, index: Int, delta: Int64, base: Stamp)]] = [:]
+                for (name, increments) in history.adds {
+                    for increment in increments {
+                        if let landed = target(of: name, by: (increment.changeset, increment.index)) { adds[landed, default: []].append(increment) }
+                    }
+                }
+                history.adds = adds
+                histories[key] = history
+            }
+        }
         let schema = replicas[0].schema
+        if let card = schema[type: "Card"] {
+            for name in Set(additions.keys).union(removals.keys).sorted() {
+                let present = (additions[name] ?? []).contains { unseenRemovals(of: name, by: $0).isEmpty }
+                if present != (card[property: name] != nil) {
+                    fail("reference model: Card.\(name) should be \(present ? "present" : "absent") (rule 8), replicas disagree")
+                }
+            }
+        }
         var exists: [Key: Bool] = [:]
         for (key, history) in histories {
             exists[key] = history.creates.contains { create in history.erases.allSatisfy { covers(create.changeset, create.index, $0) } }

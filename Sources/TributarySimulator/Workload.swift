@@ -41,6 +41,25 @@ public enum Workload {
         .scalar("extraFlag", .bool, optional: true), .scalar("extraWhen", .date, optional: true),
     ]
 
+    /// Extra properties a simulation may remove (a migration dropping them), concurrently with additions of them and
+    /// writes to them.
+    static let removableProperties = ["extraNumber", "extraFlag", "extraWhen"]
+
+    /// The one rename a simulation makes (replicas may make it concurrently, as each runs the migration). The old name
+    /// is not added back once a replica has seen the rename, and neither name is removed: a rename against a concurrent
+    /// removal of either name is not ordered (docs/MergeSemantics.md).
+    static let rename = (from: "extraText", to: "renamedText")
+
+    /// A value for a write to an extra property.
+    static func extraValue(_ name: String, _ number: Int) -> Value {
+        switch name {
+        case "extraNumber": .int(Int64(number))
+        case "extraFlag": .bool(number % 2 == 0)
+        case "extraWhen": .date(Date(timeIntervalSince1970: Double(number)))
+        default: .string("extra-\(number)")
+        }
+    }
+
     /// A default for each extra property, which some additions of it give.
     static let extraDefaults: [String: Value] = [
         "extraText": "none", "extraNumber": 7, "extraFlag": false, "extraWhen": .date(Date(timeIntervalSince1970: 0)),
@@ -188,6 +207,12 @@ struct OperationGenerator {
             }
         case .set:
             switch type {
+            case "Card" where next(8) == 0:
+                // A write to an extra property, which may race with its removal or rename.
+                let extras = (Workload.extraProperties.map(\.name) + [Workload.rename.to]).filter { txn.schema[type: "Card"]?[property: $0] != nil }
+                guard !extras.isEmpty else { return }
+                let property = extras[next(extras.count)]
+                try txn.update(type, primaryKey: key, [property: Workload.extraValue(property, next(1000))])
             case "Card":
                 let choices: [(String, Value)] = [
                     ("title", .string(unique())), ("done", .bool(next(2) == 0)), ("note", next(4) == 0 ? .null : .string(unique())),
@@ -262,16 +287,31 @@ struct OperationGenerator {
             default: break
             }
         case .schemaChange:
-            // Replicas that add one property concurrently may pick different indexes and defaults for it: every
-            // replica must end with the same definition (rule 8).
-            var property = Workload.extraProperties[next(Workload.extraProperties.count)]
-            switch next(3) {
-            case 0: property.isIndexed = true
-            case 1: property.defaultValue = Workload.extraDefaults[property.name]
-            default: break
-            }
-            if txn.schema[type: "Card"]?[property: property.name] == nil {
-                try txn.addProperty(property, to: "Card")
+            guard let card = txn.schema[type: "Card"] else { return }
+            switch next(6) {
+            case 0:
+                // A migration drops an extra property, racing with additions of it and writes to it (rule 8).
+                let name = Workload.removableProperties[next(Workload.removableProperties.count)]
+                if card[property: name] != nil { try txn.emit(.removeProperty(type: "Card", name: name)) }
+            case 1:
+                // A migration renames a property; writes that did not see the rename follow it.
+                let (from, to) = Workload.rename
+                if card[property: from] != nil && card[property: to] == nil {
+                    try txn.emit(.renameProperty(type: "Card", from: from, to: to))
+                }
+            default:
+                // Replicas that add one property concurrently may pick different indexes and defaults for it: every
+                // replica must end with the same definition (rule 8).
+                var property = Workload.extraProperties[next(Workload.extraProperties.count)]
+                switch next(3) {
+                case 0: property.isIndexed = true
+                case 1: property.defaultValue = Workload.extraDefaults[property.name]
+                default: break
+                }
+                let renamed = property.name == Workload.rename.from && card[property: Workload.rename.to] != nil
+                if card[property: property.name] == nil && !renamed {
+                    try txn.addProperty(property, to: "Card")
+                }
             }
         }
     }
