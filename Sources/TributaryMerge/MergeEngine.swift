@@ -145,6 +145,14 @@ struct InstructionApplier {
         return list
     }
 
+    /// A list element's converted value and its value as they land (rule 8): unchanged unless the schema remembers
+    /// removals.
+    func landed(_ stored: StoredValue, _ value: Value, in state: WorkingSet) -> (StoredValue, Value) {
+        guard !state.schema.propertyRemovals.isEmpty else { return (stored, value) }
+        let causal = state.causalResolver
+        return (info.landed(stored, schema: state.schema, causal: causal), info.landed(value, schema: state.schema, causal: causal))
+    }
+
     // MARK: Instructions
 
     mutating func apply(_ instruction: Instruction, to state: inout WorkingSet) throws {
@@ -158,9 +166,11 @@ struct InstructionApplier {
         case .erase(let type, let key):
             try erase(RecordKey(type: type, primaryKey: key), state: &state)
         case .set(let path, let value):
-            let newState = try fieldState(value)
             let schema = state.schema
             let causal = state.causalResolver
+            // Converted as written (the ids drawn must not depend on the replica), then as it lands (rule 8).
+            let newState = info.landed(try fieldState(value), schema: schema, causal: causal)
+            let value = info.landed(value, schema: schema, causal: causal)
             try update(path, state: &state) { field, property in
                 try check(value, fits: property, path, schema)
                 merge(newState, into: &field, causal: causal)
@@ -179,14 +189,14 @@ struct InstructionApplier {
             }
         case .listInsert(let path, let anchor, let value):
             let id = try nextID()
-            let stored = try storedValue(value)
+            let (stored, value) = try landed(storedValue(value), value, in: state)
             try updateList(path, element: value, state: &state) { list in
                 list.slots[id] = Slot(id: id, parent: anchor.parent, side: anchor.side, stamp: stamp)
                 list.elements[id] = ListElement(
                     id: id, value: stored, valueStamp: stamp, position: id, positionStamp: stamp)
             }
         case .listSet(let path, let element, let value):
-            let stored = try storedValue(value)
+            let (stored, value) = try landed(storedValue(value), value, in: state)
             let stamp = self.stamp
             try updateList(path, element: value, state: &state) { list in
                 // Erase beats a concurrent set: a tombstone stays one (rule 5).
@@ -253,11 +263,17 @@ struct InstructionApplier {
         type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet
     ) throws {
         // Convert every value first: the ids drawn must not depend on what the replica holds.
+        // Then each as it lands (rule 8).
+        let schema = state.schema
+        let causal = state.causalResolver
         var explicitStates: [(FieldValue, FieldState)] = []
-        for field in explicit { explicitStates.append((field, try fieldState(field.value))) }
+        for field in explicit {
+            let converted = info.landed(try fieldState(field.value), schema: schema, causal: causal)
+            explicitStates.append((FieldValue(field.name, info.landed(field.value, schema: schema, causal: causal)), converted))
+        }
         var defaultStates: [(FieldValue, FieldState)] = []
         for field in defaults {
-            var converted = try fieldState(field.value)
+            var converted = info.landed(try fieldState(field.value), schema: schema, causal: causal)
             if case .register(var register) = converted {
                 register.stamp = .zero
                 converted = .register(register)
@@ -278,8 +294,6 @@ struct InstructionApplier {
                 .invalidInstruction, "primary key of '\(type)' is \(keyType), but the create gives \(key.type) \(key)")
         }
         let recordKey = RecordKey(type: type, primaryKey: key)
-        let schema = state.schema
-        let causal = state.causalResolver
         try state.withRecord(recordKey) { stored in
             var record = stored ?? ObjectRecord()
             stored = nil  // `record` is now the only reference: changing it copies nothing

@@ -288,4 +288,56 @@ extension ChangesetInfo {
         }
         return nil
     }
+
+    /// `value` as it lands (rule 8): in its embedded objects, at any depth, values written to properties removed since
+    /// the writer's view are dropped and values written to renamed ones move to the new name, as ``writeTarget(of:in:schema:causal:)``
+    /// says. What a replica checks against its schema.
+    func landed(_ value: Value, schema: Schema, causal: CausalResolver) -> Value {
+        guard !schema.propertyRemovals.isEmpty else { return value }
+        switch value {
+        case .embedded(let object):
+            var fields: [String: Value] = [:]
+            for name in object.fields.keys.sorted() {
+                guard let field = object.fields[name],
+                    let target = writeTarget(of: name, in: object.type, schema: schema, causal: causal)
+                else { continue }
+                fields[target] = landed(field, schema: schema, causal: causal)
+            }
+            return .embedded(EmbeddedObject(type: object.type, fields: fields))
+        case .list(let elements):
+            return .list(elements.map { landed($0, schema: schema, causal: causal) })
+        default:
+            return value
+        }
+    }
+
+    /// A converted field state as it lands: the same as ``landed(_:schema:causal:)-(Value,_,_)`` for the value it
+    /// was converted from. The ids were drawn from the value as written, so they are the same on every replica.
+    func landed(_ state: FieldState, schema: Schema, causal: CausalResolver) -> FieldState {
+        guard !schema.propertyRemovals.isEmpty else { return state }
+        switch state {
+        case .register(var register):
+            register.value = landed(register.value, schema: schema, causal: causal)
+            return .register(register)
+        case .list(var list):
+            for (id, element) in list.elements {
+                guard let value = element.value, case .embedded = value else { continue }
+                list.elements[id]?.value = landed(value, schema: schema, causal: causal)
+            }
+            return .list(list)
+        }
+    }
+
+    func landed(_ value: StoredValue, schema: Schema, causal: CausalResolver) -> StoredValue {
+        guard !schema.propertyRemovals.isEmpty, case .embedded(var child) = value else { return value }
+        var fields: [String: FieldState] = [:]
+        for name in child.fields.keys.sorted() {
+            guard let field = child.fields[name],
+                let target = writeTarget(of: name, in: child.type, schema: schema, causal: causal)
+            else { continue }
+            fields[target] = landed(field, schema: schema, causal: causal)
+        }
+        child.fields = fields
+        return .embedded(child)
+    }
 }

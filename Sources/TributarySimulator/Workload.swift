@@ -262,13 +262,16 @@ struct OperationGenerator {
         case .embedded:
             guard type == "Card" else { return }
             let card = try txn.object(type, primaryKey: key)
+            // Box.size comes and goes with schema changes.
+            let hasSize = txn.schema[type: "Box"]?[property: "size"] != nil
             switch next(4) {
             case 0:
                 let inner = next(2) == 0 ? Value.null : .embedded(EmbeddedObject(type: "Inner", fields: ["tag": .string(unique())]))
-                try txn.set(
-                    .embedded(EmbeddedObject(type: "Box", fields: ["label": .string(unique()), "size": .int(Int64(next(10))), "inner": inner])),
-                    at: ["box"], of: type, primaryKey: key)
-            case 1 where card?["box"].embeddedValue != nil:
+                var fields: [String: Value] = ["label": .string(unique()), "inner": inner]
+                let size = Value.int(Int64(next(10)))
+                if hasSize { fields["size"] = size }
+                try txn.set(.embedded(EmbeddedObject(type: "Box", fields: fields)), at: ["box"], of: type, primaryKey: key)
+            case 1 where card?["box"].embeddedValue != nil && hasSize:
                 try txn.set(.int(Int64(next(100))), at: ["box", "size"], of: type, primaryKey: key)
             case 2 where card?["box"].embeddedValue?["inner"].embeddedValue != nil:
                 try txn.set(.string(unique()), at: ["box", "inner", "tag"], of: type, primaryKey: key)
@@ -293,6 +296,15 @@ struct OperationGenerator {
                 // A migration drops an extra property, racing with additions of it and writes to it (rule 8).
                 let name = Workload.removableProperties[next(Workload.removableProperties.count)]
                 if card[property: name] != nil { try txn.emit(.removeProperty(type: "Card", name: name)) }
+            case 2:
+                // A migration drops a property of an embedded type, or a later one adds it back: the embedded objects
+                // that replicas write meanwhile carry values for it (rule 8).
+                guard let box = txn.schema[type: "Box"] else { return }
+                if box[property: "size"] != nil {
+                    try txn.emit(.removeProperty(type: "Box", name: "size"))
+                } else {
+                    try txn.addProperty(.scalar("size", .int, optional: true), to: "Box")
+                }
             case 1:
                 // A migration renames a property; writes that did not see the rename follow it.
                 let (from, to) = Workload.rename

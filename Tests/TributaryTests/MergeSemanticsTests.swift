@@ -504,6 +504,31 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    @Test("Rule 8: removals and renames of an embedded type's properties order the values that embedded objects carry")
+    func embeddedPropertyRemovalOrdersCarriedValues() throws {
+        let cluster = try cluster(3)
+        try seed(cluster)
+        try cluster[0].write { txn in
+            try txn.emit(.removeProperty(type: "Location", name: "floor"))
+            try txn.emit(.renameProperty(type: "Step", from: "text", to: "label"))
+        }
+        // Replica 1 has not seen the migration: it writes embedded objects with the old properties.
+        try cluster[1].write { txn in
+            try txn.update("Task", primaryKey: task, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo", "floor": 3]))])
+            try txn.insert(.embedded(EmbeddedObject(type: "Step", fields: ["text": "write it"])), at: 0, into: ["steps"], of: "Task", primaryKey: task)
+        }
+        _ = try cluster.send(from: 0, to: 2)  // replica 2: the migration first
+        _ = try cluster.send(from: 1, to: 2)
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(try value(replica, "location") == .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"])))
+            let steps = try #require(try value(replica, "steps")?.listValue)
+            #expect(steps == [.embedded(EmbeddedObject(type: "Step", fields: ["done": false, "label": "write it"]))])
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
     @Test("Rule 8: a removal of a type beats a concurrent create in it, which an addition of the type does not bring back")
     func typeRemovalBeatsConcurrentCreate() throws {
         let tagged = Schema(
