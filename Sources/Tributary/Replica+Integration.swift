@@ -149,6 +149,16 @@ extension Replica {
         try integrate(changesets, adopting: false)
     }
 
+    /// Integrates what waits in the pending area and is ready now. A changeset that waits for this replica's clock
+    /// (rule 9) becomes ready only as time passes, with nothing arriving to trigger a pass: a sync layer calls this
+    /// now and then (an integration of new changesets does it too).
+    ///
+    /// - Throws: ``TributaryError`` for storage failures (nothing is integrated then).
+    @discardableResult
+    public func integratePending() throws -> IntegrationReport {
+        try integrate([], adopting: false)
+    }
+
     /// Integrates changesets uploaded by app replicas that sync through this replica, adopting each into this
     /// replica's own sequence: it keeps its origin, origin sequence, stamp and author, and gets this replica's dot as
     /// its causal identity. Version vectors then count this replica's sequence, not one entry per app, so causal

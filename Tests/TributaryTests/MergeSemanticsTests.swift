@@ -589,7 +589,7 @@ struct MergeSemanticsTests {
         #expect(report.waiting == 1)
         #expect(try value(cluster[0], "title") == "untitled")
         cluster.clocks[0].advance(byMilliseconds: 2 * 3_600_000)
-        let later = try cluster[0].integrate([])
+        let later = try cluster[0].integratePending()
         #expect(later.integrated.count == 1)
         #expect(try value(cluster[0], "title") == "from the future")
     }
