@@ -18,7 +18,7 @@ struct SchemaMerger {
         switch instruction {
         case .addType(let type):
             guard info.hasSeenRemovals(ofType: type.name, in: schema, causal: causal) else { return }
-            let incoming = seenProperties(of: type, in: schema, causal: causal)
+            let incoming = landedProperties(of: type, in: schema, causal: causal)
             if let existing = schema[type: type.name] {
                 try merge(existing, incoming, into: &schema)
             } else {
@@ -30,12 +30,14 @@ struct SchemaMerger {
             guard let existing = schema[type: typeName] else {
                 throw MergeError(.invalidInstruction, "cannot add property '\(property.name)' to unknown type '\(typeName)'")
             }
-            guard info.hasSeenRemovals(of: property.name, in: typeName, schema: schema, causal: causal) else { return }
+            guard let name = info.writeTarget(of: property.name, in: typeName, schema: schema, causal: causal) else { return }
+            var landed = property
+            landed.name = name
             try merge(
                 existing,
                 ObjectSchema(
                     name: existing.name, primaryKey: existing.primaryKey, embedded: existing.isEmbedded,
-                    properties: [property]),
+                    properties: [landed]),
                 into: &schema, partial: true)
         case .removeProperty(let typeName, let name):
             if let type = schema[type: typeName], name == type.primaryKey {
@@ -85,11 +87,12 @@ struct SchemaMerger {
                 if let value = fields.removeValue(forKey: from) { fields[to] = value }
             }
             return
-        case .redefineProperty(let typeName, let property):
+        case .redefineProperty(let typeName, var property):
             guard info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal),
-                info.hasSeenRemovals(of: property.name, in: typeName, schema: schema, causal: causal),
-                var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == property.name })
+                let name = info.writeTarget(of: property.name, in: typeName, schema: schema, causal: causal),
+                var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == name })
             else { return }
+            property.name = name
             let current = type.properties[index]
             guard Self.holdsTheSame(current, property) else {
                 throw MergeError(
@@ -119,12 +122,21 @@ struct SchemaMerger {
         state.setSchema(schema)
     }
 
-    /// `type` without the properties whose removals this changeset did not see all of.
-    private func seenProperties(of type: ObjectSchema, in schema: Schema, causal: CausalResolver) -> ObjectSchema {
+    /// `type`'s properties as they land, like writes: without those removed since the writer's view, and under their
+    /// new names those renamed since (a definition added before a rename is carried along by it, so one that arrives
+    /// after it follows it).
+    private func landedProperties(of type: ObjectSchema, in schema: Schema, causal: CausalResolver) -> ObjectSchema {
         guard !schema.propertyRemovals.isEmpty else { return type }
-        var seen = type
-        seen.properties.removeAll { !info.hasSeenRemovals(of: $0.name, in: type.name, schema: schema, causal: causal) }
-        return seen
+        var landed = type
+        landed.properties = []
+        for var property in type.properties {
+            guard let name = info.writeTarget(of: property.name, in: type.name, schema: schema, causal: causal),
+                name == property.name || type[property: name] == nil
+            else { continue }
+            property.name = name
+            landed.properties.append(property)
+        }
+        return landed
     }
 
     /// Whether two definitions of a property hold the same values, so that they may differ only in their index and
@@ -242,12 +254,6 @@ extension ChangesetInfo {
         return dots.allSatisfy { covers($0, causal: causal) }
     }
 
-    /// Whether the changeset saw every removal and rename of `property` of `type`: only then do its additions and
-    /// redefinitions of the property count.
-    func hasSeenRemovals(of property: String, in type: String, schema: Schema, causal: CausalResolver) -> Bool {
-        unseenRemovals(of: property, in: type, schema: schema, causal: causal).isEmpty
-    }
-
     /// The removals and renames of `property` of `type` the changeset did not see. A rename made concurrently
     /// elsewhere that is the same as one the changeset saw counts as seen: the changeset saw its effect.
     func unseenRemovals(
@@ -267,10 +273,11 @@ extension ChangesetInfo {
         return unseen.filter { removal in !(removal.renamedTo.map(seenRenames.contains) ?? false) }
     }
 
-    /// The property that a write of this changeset to `property` of `type` goes to (rule 8): the property itself when
-    /// the changeset saw every removal and rename of it; the new name when what it did not see are renames to one
-    /// name (a write made before a rename is carried along by it, so one that arrives after it follows it); `nil`
-    /// when it did not see a removal, so the write is dropped as the removal would have dropped it.
+    /// The property that a write, addition or redefinition of this changeset for `property` of `type` goes to (rule
+    /// 8): the property itself when the changeset saw every removal and rename of it; the new name when what it did
+    /// not see are renames to one name (a write made before a rename is carried along by it, so one that arrives
+    /// after it follows it); `nil` when it did not see a removal, so the write is dropped as the removal would have
+    /// dropped it.
     func writeTarget(of property: String, in type: String, schema: Schema, causal: CausalResolver) -> String? {
         guard !schema.propertyRemovals.isEmpty else { return property }
         var name = property

@@ -12,6 +12,9 @@ extension Simulation {
         let digests = try full.map { try replicas[$0].viewDigest() }
         if Set(digests).count != 1 {
             fail("full replicas diverged: view digests \(zip(full, digests).map { "r\($0)=\(String($1, radix: 16))" })")
+            for index in full.dropFirst() where digests[full.firstIndex(of: index)!] != digests[0] {
+                try describeDifference(replicas[full[0]], replicas[index], names: ("r\(full[0])", "r\(index)"))
+            }
         }
         // An app replica's vector also counts its own changesets by origin; without that entry, all are equal.
         let vectors = replicas.map { replica in
@@ -76,6 +79,35 @@ extension Simulation {
         // 5. The reference model of rules 1-4 and 7, and the list checks.
         try checkReferenceModel(changesets)
         try checkLists()
+    }
+
+    /// Names the first thing two diverged replicas hold differently: a part of the schema, or a record.
+    func describeDifference(_ a: Replica, _ b: Replica, names: (String, String)) throws {
+        let (left, right) = (a.schema, b.schema)
+        if left.types != right.types {
+            for type in Set(left.types.map(\.name)).union(right.types.map(\.name)).sorted() where left[type: type] != right[type: type] {
+                fail("\(names.0) has \(left[type: type].map(String.init(describing:)) ?? "no \(type)"); \(names.1) has \(right[type: type].map(String.init(describing:)) ?? "no \(type)")")
+            }
+        }
+        if left.definitionStamps != right.definitionStamps {
+            for name in Set(left.definitionStamps.keys).union(right.definitionStamps.keys).sorted() where left.definitionStamps[name] != right.definitionStamps[name] {
+                fail("definition stamp of \(name): \(names.0) \(left.definitionStamps[name].map(String.init(describing:)) ?? "none"), \(names.1) \(right.definitionStamps[name].map(String.init(describing:)) ?? "none")")
+            }
+        }
+        if left.propertyRemovals != right.propertyRemovals || left.typeRemovals != right.typeRemovals {
+            fail("removals: \(names.0) \(left.propertyRemovals) \(left.typeRemovals); \(names.1) \(right.propertyRemovals) \(right.typeRemovals)")
+        }
+        if left.version != right.version { fail("schema version: \(names.0) \(left.version), \(names.1) \(right.version)") }
+        let keys = try a._recordKeys().map { "\($0.type)[\($0.primaryKey)]" }
+        let otherKeys = try b._recordKeys().map { "\($0.type)[\($0.primaryKey)]" }
+        if keys != otherKeys { fail("record keys differ: \(Set(keys).symmetricDifference(otherKeys).sorted().prefix(5))") }
+        for (type, key) in try a._recordKeys() {
+            let bytes = try a._recordBytes(type: type, primaryKey: key)
+            if try bytes != b._recordBytes(type: type, primaryKey: key) {
+                fail("\(type)[\(key)] differs: \(names.0) \(String(describing: try a.object(type, primaryKey: key))), \(names.1) \(String(describing: try b.object(type, primaryKey: key)))")
+                break
+            }
+        }
     }
 
     func oracleDigest(_ changesets: [Changeset], order: Int) throws -> UInt64 {
@@ -224,8 +256,13 @@ extension Simulation {
         }
         let schema = replicas[0].schema
         if let card = schema[type: "Card"] {
+            // An addition counts for the property it lands on, like a write.
+            var landed: [String: Int] = [:]
+            for (name, positions) in additions {
+                for position in positions { if let target = target(of: name, by: position) { landed[target, default: 0] += 1 } }
+            }
             for name in Set(additions.keys).union(removals.keys).sorted() {
-                let present = (additions[name] ?? []).contains { unseenRemovals(of: name, by: $0).isEmpty }
+                let present = landed[name, default: 0] > 0
                 if present != (card[property: name] != nil) {
                     fail("reference model: Card.\(name) should be \(present ? "present" : "absent") (rule 8), replicas disagree")
                 }

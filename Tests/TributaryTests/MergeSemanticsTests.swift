@@ -482,6 +482,30 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    @Test("Rule 8: a definition that did not see a rename follows it, like a write")
+    func definitionConcurrentWithRenameFollowsIt() throws {
+        let cluster = try cluster(3)
+        try seed(cluster)
+        cluster.clocks[1].advance(byMilliseconds: 5)
+        try cluster[0].write { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) }
+        // Replica 1 has not seen the rename: it indexes the old name, and a new replica adds the old name.
+        try cluster[1].write { try $0.emit(.redefineProperty(type: "Task", .scalar("notes", .string, optional: true, indexed: true))) }
+        let old = try Cluster(1, schema: Self.schema, firstReplicaID: 9)
+        old.clocks[0].advance(byMilliseconds: 60_000)
+        let fromOld = try old[0].changesets(missingFrom: VersionVector())
+        _ = try cluster[1].integrate(fromOld)
+        _ = try cluster.send(from: 0, to: 2)  // replica 2: the rename first
+        _ = try cluster.send(from: 1, to: 2)
+        try cluster.syncAll()  // replica 1: the redefinition and the addition first
+        let indexed = Property.scalar("details", .string, optional: true, indexed: true)
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "details"] == indexed)
+            #expect(replica.schema[type: "Task"]?[property: "notes"] == nil)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
     @Test("Rule 8: one rename made on several replicas (each running the migration) is one rename, in any order")
     func concurrentIdenticalRenamesMerge() throws {
         let cluster = try cluster(3)
