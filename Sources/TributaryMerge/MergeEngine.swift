@@ -145,6 +145,11 @@ struct InstructionApplier {
         return list
     }
 
+    /// Whether this changeset saw every removal of `type` (rule 8); costs nothing when no type was ever removed.
+    func hasSeenRemovals(ofType type: String, in state: WorkingSet) -> Bool {
+        state.schema.typeRemovals.isEmpty || info.hasSeenRemovals(ofType: type, in: state.schema, causal: state.causalResolver)
+    }
+
     /// A list element's converted value and its value as they land (rule 8): unchanged unless the schema remembers
     /// removals.
     func landed(_ stored: StoredValue, _ value: Value, in state: WorkingSet) -> (StoredValue, Value) {
@@ -169,8 +174,12 @@ struct InstructionApplier {
             let schema = state.schema
             let causal = state.causalResolver
             // Converted as written (the ids drawn must not depend on the replica), then as it lands (rule 8).
-            let newState = info.landed(try fieldState(value), schema: schema, causal: causal)
-            let value = info.landed(value, schema: schema, causal: causal)
+            var newState = try fieldState(value)
+            var value = value
+            if !schema.propertyRemovals.isEmpty {
+                newState = info.landed(newState, schema: schema, causal: causal)
+                value = info.landed(value, schema: schema, causal: causal)
+            }
             try update(path, state: &state) { field, property in
                 try check(value, fits: property, path, schema)
                 merge(newState, into: &field, causal: causal)
@@ -267,13 +276,20 @@ struct InstructionApplier {
         let schema = state.schema
         let causal = state.causalResolver
         var explicitStates: [(FieldValue, FieldState)] = []
+        let hasRemovals = !schema.propertyRemovals.isEmpty
         for field in explicit {
-            let converted = info.landed(try fieldState(field.value), schema: schema, causal: causal)
-            explicitStates.append((FieldValue(field.name, info.landed(field.value, schema: schema, causal: causal)), converted))
+            let converted = try fieldState(field.value)
+            if hasRemovals {
+                let landed = FieldValue(field.name, info.landed(field.value, schema: schema, causal: causal))
+                explicitStates.append((landed, info.landed(converted, schema: schema, causal: causal)))
+            } else {
+                explicitStates.append((field, converted))
+            }
         }
         var defaultStates: [(FieldValue, FieldState)] = []
         for field in defaults {
-            var converted = info.landed(try fieldState(field.value), schema: schema, causal: causal)
+            var converted = try fieldState(field.value)
+            if hasRemovals { converted = info.landed(converted, schema: schema, causal: causal) }
             if case .register(var register) = converted {
                 register.stamp = .zero
                 converted = .register(register)
@@ -282,7 +298,7 @@ struct InstructionApplier {
         }
 
         guard let typeSchema = state.schema[type: type],  // a type removed meanwhile
-            info.hasSeenRemovals(ofType: type, in: state.schema, causal: state.causalResolver)
+            schema.typeRemovals.isEmpty || info.hasSeenRemovals(ofType: type, in: schema, causal: causal)
         else { return }
         guard !typeSchema.isEmbedded else {
             throw MergeError(.invalidInstruction, "cannot create a standalone object of embedded type '\(type)'")
@@ -357,7 +373,7 @@ struct InstructionApplier {
 
     func erase(_ key: RecordKey, state: inout WorkingSet) throws {
         guard let typeSchema = state.schema[type: key.type], !typeSchema.isEmbedded,
-            info.hasSeenRemovals(ofType: key.type, in: state.schema, causal: state.causalResolver)
+            hasSeenRemovals(ofType: key.type, in: state)
         else { return }
         let info = self.info
         let causal = state.causalResolver
@@ -385,7 +401,7 @@ struct InstructionApplier {
         _ body: (inout FieldState?, Property) throws -> Void
     ) throws {
         guard let typeSchema = state.schema[type: path.type], !typeSchema.isEmbedded,
-            info.hasSeenRemovals(ofType: path.type, in: state.schema, causal: state.causalResolver)
+            hasSeenRemovals(ofType: path.type, in: state)
         else { return }
         let key = RecordKey(type: path.type, primaryKey: path.primaryKey)
         let schema = state.schema
