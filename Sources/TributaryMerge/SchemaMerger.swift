@@ -40,12 +40,10 @@ struct SchemaMerger {
                     properties: [landed]),
                 into: &schema, partial: true)
         case .removeProperty(let typeName, let name):
-            if let type = schema[type: typeName], name == type.primaryKey {
-                throw MergeError(.invalidInstruction, "cannot remove the primary key '\(typeName).\(name)'")
-            }
             // Remembered even when the property is gone already, so that every replica holds the same removals.
-            schema.recordRemoval(PropertyRemoval(dot: info.dot), of: name, in: typeName)
-            guard var type = schema[type: typeName], type[property: name] != nil else { break }
+            schema.recordRemoval(PropertyRemoval(dot: info.dot, removalsSeen: seenRemovals(of: name, in: typeName, schema, causal)), of: name, in: typeName)
+            // A primary key is never removed: a removal that names one concerned an earlier type of that name.
+            guard var type = schema[type: typeName], type[property: name] != nil, name != type.primaryKey else { break }
             type.properties.removeAll { $0.name == name }
             // Canonical order after a removal, so that a concurrent addition merged before or after it ends the same.
             type.properties.sort { $0.name < $1.name }
@@ -55,12 +53,12 @@ struct SchemaMerger {
             try rewriteFields(of: typeName, in: &state) { fields in fields.removeValue(forKey: name) }
             return
         case .renameProperty(let typeName, let from, let to):
-            if let type = schema[type: typeName], from == type.primaryKey {
-                throw MergeError(.invalidInstruction, "cannot rename the primary key '\(typeName).\(from)'")
-            }
-            let seen = schema.removals(of: to, in: typeName).map(\.dot).filter { info.covers($0, causal: causal) }
-            let removal = PropertyRemoval(dot: info.dot, renamedTo: to, removalsOfNewNameSeen: seen)
-            guard var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == from })
+            let removal = PropertyRemoval(
+                dot: info.dot, renamedTo: to, removalsOfNewNameSeen: seenRemovals(of: to, in: typeName, schema, causal),
+                removalsSeen: seenRemovals(of: from, in: typeName, schema, causal))
+            // A primary key is never renamed: a rename that names one concerned an earlier type of that name.
+            guard var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == from }),
+                from != type.primaryKey
             else {
                 schema.recordRemoval(removal, of: from, in: typeName)
                 break
@@ -122,20 +120,32 @@ struct SchemaMerger {
         state.setSchema(schema)
     }
 
+    /// The removals of `property` of `type` recorded so far that this changeset saw. Every removal it saw is recorded
+    /// already (a changeset applies after its causal past), so every replica computes the same list.
+    private func seenRemovals(of property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) -> [Dot] {
+        schema.removals(of: property, in: type).map(\.dot).filter { info.covers($0, causal: causal) }
+    }
+
     /// `type`'s properties as they land, like writes: without those removed since the writer's view, and under their
     /// new names those renamed since (a definition added before a rename is carried along by it, so one that arrives
-    /// after it follows it).
+    /// after it follows it). The primary key always stays. When anything moved or went, the properties are sorted by
+    /// name, as a removal or rename merged after the addition would have left them.
     private func landedProperties(of type: ObjectSchema, in schema: Schema, causal: CausalResolver) -> ObjectSchema {
         guard !schema.propertyRemovals.isEmpty else { return type }
         var landed = type
         landed.properties = []
         for var property in type.properties {
+            guard property.name != type.primaryKey else {
+                landed.properties.append(property)
+                continue
+            }
             guard let name = info.writeTarget(of: property.name, in: type.name, schema: schema, causal: causal),
                 name == property.name || type[property: name] == nil
             else { continue }
             property.name = name
             landed.properties.append(property)
         }
+        if landed.properties.map(\.name) != type.properties.map(\.name) { landed.properties.sort { $0.name < $1.name } }
         return landed
     }
 
@@ -254,44 +264,43 @@ extension ChangesetInfo {
         return dots.allSatisfy { covers($0, causal: causal) }
     }
 
-    /// The removals and renames of `property` of `type` the changeset did not see. A rename made concurrently
-    /// elsewhere that is the same as one the changeset saw counts as seen: the changeset saw its effect.
-    func unseenRemovals(
-        of property: String, in type: String, schema: Schema, causal: CausalResolver
-    ) -> [PropertyRemoval] {
-        let removals = schema.removals(of: property, in: type)
-        guard !removals.isEmpty else { return [] }
-        var unseen: [PropertyRemoval] = []
-        var seenRenames: Set<String> = []
-        for removal in removals {
-            if covers(removal.dot, causal: causal) {
-                if let renamedTo = removal.renamedTo { seenRenames.insert(renamedTo) }
-            } else {
-                unseen.append(removal)
-            }
-        }
-        return unseen.filter { removal in !(removal.renamedTo.map(seenRenames.contains) ?? false) }
-    }
-
     /// The property that a write, addition or redefinition of this changeset for `property` of `type` goes to (rule
-    /// 8): the property itself when the changeset saw every removal and rename of it; the new name when what it did
-    /// not see are renames to one name (a write made before a rename is carried along by it, so one that arrives
-    /// after it follows it); `nil` when it did not see a removal, so the write is dropped as the removal would have
-    /// dropped it.
+    /// 8): the property itself when the changeset saw every removal and rename of it; the new name when the first
+    /// ones it did not see are renames to one name (a write made before a rename is carried along by it, so one that
+    /// arrives after it follows it); `nil` when the first one it did not see is a removal, so the write is dropped as
+    /// that removal would have dropped it.
+    ///
+    /// "First" because a name can be used again: of the removals the changeset did not see, those that saw another
+    /// of them came after a later addition of the name and concern that property, not the one written. A rename made
+    /// concurrently with one that was seen, to the same name, is the same rename made elsewhere (each replica runs the
+    /// migration): it did nothing where that one had been merged, so it is not followed either.
     func writeTarget(of property: String, in type: String, schema: Schema, causal: CausalResolver) -> String? {
         guard !schema.propertyRemovals.isEmpty else { return property }
         var name = property
-        var followed: PropertyRemoval? = nil
+        // After following renames, the removals of their new names that they saw count as seen.
+        var seenThroughRename: [Dot] = []
         // Bounded: renames back and forth can form a cycle.
         for _ in 0...schema.propertyRemovals.count {
-            let unseen = unseenRemovals(of: name, in: type, schema: schema, causal: causal).filter { removal in
-                // Removals of the new name that the followed rename saw came before it.
-                !(followed?.removalsOfNewNameSeen.contains(removal.dot) ?? false)
+            let removals = schema.removals(of: name, in: type)
+            guard !removals.isEmpty else { return name }
+            var seen: [PropertyRemoval] = []
+            var unseen: [PropertyRemoval] = []
+            for removal in removals {
+                if covers(removal.dot, causal: causal) || seenThroughRename.contains(removal.dot) {
+                    seen.append(removal)
+                } else {
+                    unseen.append(removal)
+                }
             }
-            guard let first = unseen.first else { return name }
-            guard let next = first.renamedTo, unseen.allSatisfy({ $0.renamedTo == next }) else { return nil }
+            unseen.removeAll { removal in
+                guard let renamedTo = removal.renamedTo else { return false }
+                return seen.contains { $0.renamedTo == renamedTo && !removal.removalsSeen.contains($0.dot) }
+            }
+            let first = unseen.filter { removal in !unseen.contains { removal.removalsSeen.contains($0.dot) } }
+            guard let followed = first.first else { return name }
+            guard let next = followed.renamedTo, first.allSatisfy({ $0.renamedTo == next }) else { return nil }
             name = next
-            followed = first
+            seenThroughRename += followed.removalsOfNewNameSeen
         }
         return nil
     }

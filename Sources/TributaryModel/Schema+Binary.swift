@@ -63,6 +63,8 @@ extension BinaryWriter {
                 } else {
                     byte(0)
                 }
+                varint(removal.removalsSeen.count)
+                for seen in removal.removalsSeen { dot(seen) }
             }
         }
         varint(schema.typeRemovals.count)
@@ -145,28 +147,32 @@ extension BinaryReader {
             for _ in 0..<count {
                 let dot = try dot()
                 let flag = try byte()
+                var removal = PropertyRemoval(dot: dot)
                 switch flag {
-                case 0: removals.append(PropertyRemoval(dot: dot))
+                case 0: break
                 case 1:
-                    let renamedTo = try name(.inline, "new property name")
-                    let seenCount = try self.count("removal seen by a rename", maximum: 10_000_000, minimumBytesEach: 9)
-                    var seen: [Dot] = []
-                    for _ in 0..<seenCount { seen.append(try self.dot()) }
-                    removals.append(PropertyRemoval(dot: dot, renamedTo: renamedTo, removalsOfNewNameSeen: seen))
+                    removal.renamedTo = try name(.inline, "new property name")
+                    removal.removalsOfNewNameSeen = try dots("removal of the new name seen by a rename")
                 default: throw error(.invalidValue, "bad rename flag \(flag) for a removal of '\(type).\(property)'")
                 }
+                removal.removalsSeen = try dots("earlier removal seen")
+                removals.append(removal)
             }
             schema.propertyRemovals[PropertyName(type: type, property: property)] = removals
         }
         let removedTypes = try self.count("removed type", maximum: 10_000_000, minimumBytesEach: 2)
         for _ in 0..<removedTypes {
             let type = try name(.inline, "type name")
-            let count = try self.count("type removal", maximum: 10_000_000, minimumBytesEach: 9)
-            var dots: [Dot] = []
-            for _ in 0..<count { dots.append(try dot()) }
-            schema.typeRemovals[type] = dots
+            schema.typeRemovals[type] = try dots("type removal")
         }
         return schema
+    }
+
+    mutating func dots(_ what: String) throws(ChangesetDecodingError) -> [Dot] {
+        let count = try self.count(what, maximum: 10_000_000, minimumBytesEach: 9)
+        var dots: [Dot] = []
+        for _ in 0..<count { dots.append(try dot()) }
+        return dots
     }
 
     mutating func dot() throws(ChangesetDecodingError) -> Dot {

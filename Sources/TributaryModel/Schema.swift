@@ -217,17 +217,24 @@ public struct PropertyRemoval: Hashable, Comparable, Sendable, CustomStringConve
     /// For a rename, the earlier removals of the new name that the rename saw (sorted): a write that follows the
     /// rename is not dropped for them, since the rename came after them.
     public var removalsOfNewNameSeen: [Dot]
+    /// The earlier removals and renames of the same name that this one saw (sorted): which removals of a name came
+    /// after a later addition of it, and so concern another property of that name.
+    public var removalsSeen: [Dot]
 
-    public init(dot: Dot, renamedTo: String? = nil, removalsOfNewNameSeen: [Dot] = []) {
+    public init(dot: Dot, renamedTo: String? = nil, removalsOfNewNameSeen: [Dot] = [], removalsSeen: [Dot] = []) {
         self.dot = dot
         self.renamedTo = renamedTo
         self.removalsOfNewNameSeen = removalsOfNewNameSeen.sorted()
+        self.removalsSeen = removalsSeen.sorted()
     }
 
     public static func < (lhs: PropertyRemoval, rhs: PropertyRemoval) -> Bool {
         if lhs.dot != rhs.dot { return lhs.dot < rhs.dot }
         if lhs.renamedTo != rhs.renamedTo { return (lhs.renamedTo ?? "") < (rhs.renamedTo ?? "") }
-        return lhs.removalsOfNewNameSeen.lexicographicallyPrecedes(rhs.removalsOfNewNameSeen)
+        if lhs.removalsOfNewNameSeen != rhs.removalsOfNewNameSeen {
+            return lhs.removalsOfNewNameSeen.lexicographicallyPrecedes(rhs.removalsOfNewNameSeen)
+        }
+        return lhs.removalsSeen.lexicographicallyPrecedes(rhs.removalsSeen)
     }
 
     public var description: String { renamedTo.map { "renamed to '\($0)' by \(dot)" } ?? "removed by \(dot)" }

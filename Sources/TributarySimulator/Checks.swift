@@ -134,6 +134,10 @@ extension Simulation {
             vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
             remaining -= 1
         }
+        // The schema too: its definitions, definition stamps and removals must not depend on the order.
+        if working.schema != replicas[0].schema {
+            fail("oracle order \(order) gives another schema than the replicas: \(working.schema) against \(replicas[0].schema)")
+        }
         let records = working.changes.compactMap { change in
             change.after.map { (type: change.key.type, primaryKey: change.key.primaryKey, bytes: $0.encoded()) }
         }
@@ -208,22 +212,34 @@ extension Simulation {
                 }
             }
         }
-        func unseenRemovals(of name: String, by writer: Position) -> [(changeset: Int, index: Int, renamedTo: String?)] {
-            let all = removals[name] ?? []
-            let seen = all.filter { covers(writer.changeset, writer.index, ($0.changeset, $0.index)) }
-            let seenRenames = Set(seen.compactMap(\.renamedTo))
-            return all.filter { removal in
-                !covers(writer.changeset, writer.index, (removal.changeset, removal.index))
-                    && !(removal.renamedTo.map(seenRenames.contains) ?? false)
-            }
-        }
+        // Where a write (or addition) lands, from the history itself: of the removals of its name it did not see, the
+        // first ones (that saw no other of them) decide; a rename concurrent with a seen one to the same name is the
+        // same rename; after following a rename, what that rename saw counts as seen.
         func target(of name: String, by writer: Position) -> String? {
             var name = name
+            var viewer: [Position] = [writer]
             for _ in 0...removals.count {
-                let unseen = unseenRemovals(of: name, by: writer)
-                guard let first = unseen.first else { return name }
-                guard let next = first.renamedTo, unseen.allSatisfy({ $0.renamedTo == next }) else { return nil }
+                let all = removals[name] ?? []
+                let isSeen = { (removal: (changeset: Int, index: Int, renamedTo: String?)) in
+                    viewer.contains { covers($0.changeset, $0.index, (removal.changeset, removal.index)) }
+                }
+                let seen = all.filter(isSeen)
+                var unseen = all.filter { !isSeen($0) }
+                unseen.removeAll { removal in
+                    removal.renamedTo != nil && seen.contains { other in
+                        other.renamedTo == removal.renamedTo && !covers(removal.changeset, removal.index, (other.changeset, other.index))
+                    }
+                }
+                let first = unseen.filter { removal in
+                    !unseen.contains { other in
+                        (other.changeset, other.index) != (removal.changeset, removal.index)
+                            && covers(removal.changeset, removal.index, (other.changeset, other.index))
+                    }
+                }
+                guard let followed = first.first else { return name }
+                guard let next = followed.renamedTo, first.allSatisfy({ $0.renamedTo == next }) else { return nil }
                 name = next
+                viewer.append((followed.changeset, followed.index))
             }
             return nil
         }

@@ -553,6 +553,67 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    @Test("Rule 8: a write that missed a rename follows it even when the old name was used again and removed since")
+    func writeFollowsRenameAcrossReuseOfTheOldName() throws {
+        let cluster = try cluster(3)
+        try seed(cluster, ["notes": "before"])
+        cluster.clocks[1].advance(byMilliseconds: 5)
+        // Three migrations in a row on replica 0: rename, a new property with the old name, and its removal.
+        try cluster[0].write { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) }
+        try cluster[0].write { try $0.addProperty(.scalar("notes", .string, optional: true), to: "Task") }
+        try cluster[0].write { try $0.emit(.removeProperty(type: "Task", name: "notes")) }
+        try cluster[1].write { try $0.update("Task", primaryKey: task, ["notes": "concurrent"]) }
+        _ = try cluster.send(from: 0, to: 2)  // replica 2: the migrations first
+        _ = try cluster.send(from: 1, to: 2)
+        try cluster.syncAll()  // replica 1: its write first
+        for replica in cluster.replicas {
+            #expect(try value(replica, "details") == "concurrent")
+            #expect(replica.schema[type: "Task"]?[property: "notes"] == nil)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: a rename back to the old name, and a copy of the first rename made elsewhere, keep a concurrent write")
+    func renameBackWithConcurrentCopy() throws {
+        let cluster = try cluster(4)
+        try seed(cluster, ["notes": "before"])
+        cluster.clocks[2].advance(byMilliseconds: 5)
+        // Replicas 0 and 1 each run the migration that renames; replica 0 then runs one that renames back.
+        try cluster[0].write { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) }
+        try cluster[1].write { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) }
+        try cluster[0].write { try $0.emit(.renameProperty(type: "Task", from: "details", to: "notes")) }
+        try cluster[2].write { try $0.update("Task", primaryKey: task, ["notes": "concurrent"]) }
+        _ = try cluster.send(from: 0, to: 3)  // replica 3: both of replica 0's, then replica 1's copy, then the write
+        _ = try cluster.send(from: 1, to: 3)
+        _ = try cluster.send(from: 2, to: 3)
+        try cluster.syncAll()  // replica 2: the write first
+        for replica in cluster.replicas {
+            #expect(try value(replica, "notes") == "concurrent")
+            #expect(replica.schema[type: "Task"]?[property: "details"] == nil)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: a type added back without a property removed concurrently ends with its properties in one order")
+    func typeAddedBackWithoutRemovedPropertyIsSorted() throws {
+        let tag = ObjectSchema(
+            name: "Tag", properties: [.scalar("_id", .string), .scalar("zeta", .int, optional: true), .scalar("alpha", .int, optional: true), .scalar("extra", .int, optional: true)])
+        let cluster = try Cluster(3, schema: Schema(version: 1, types: Self.schema.types + [tag]))
+        try cluster[0].write { try $0.emit(.removeProperty(type: "Tag", name: "extra")) }
+        try cluster[1].write { try $0.emit(.removeType("Tag")) }
+        try cluster[1].write { try $0.addType(tag) }
+        _ = try cluster.send(from: 0, to: 2)  // replica 2: the property's removal first
+        _ = try cluster.send(from: 1, to: 2)
+        try cluster.syncAll()  // replica 1: the type's removal and addition first
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Tag"]?.properties.map(\.name) == ["_id", "alpha", "zeta"])
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
     @Test("Rule 8: a removal of a type beats a concurrent create in it, which an addition of the type does not bring back")
     func typeRemovalBeatsConcurrentCreate() throws {
         let tagged = Schema(
