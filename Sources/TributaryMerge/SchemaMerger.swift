@@ -312,12 +312,8 @@ extension ChangesetInfo {
         guard !schema.propertyRemovals.isEmpty else { return value }
         switch value {
         case .embedded(let object):
-            var fields: [String: Value] = [:]
-            for name in object.fields.keys.sorted() {
-                guard let field = object.fields[name],
-                    let target = writeTarget(of: name, in: object.type, schema: schema, causal: causal)
-                else { continue }
-                fields[target] = landed(field, schema: schema, causal: causal)
+            let fields = landed(object.fields, of: object.type, schema: schema, causal: causal) {
+                landed($0, schema: schema, causal: causal)
             }
             return .embedded(EmbeddedObject(type: object.type, fields: fields))
         case .list(let elements):
@@ -346,14 +342,22 @@ extension ChangesetInfo {
 
     func landed(_ value: StoredValue, schema: Schema, causal: CausalResolver) -> StoredValue {
         guard !schema.propertyRemovals.isEmpty, case .embedded(var child) = value else { return value }
-        var fields: [String: FieldState] = [:]
-        for name in child.fields.keys.sorted() {
-            guard let field = child.fields[name],
-                let target = writeTarget(of: name, in: child.type, schema: schema, causal: causal)
-            else { continue }
-            fields[target] = landed(field, schema: schema, causal: causal)
+        child.fields = landed(child.fields, of: child.type, schema: schema, causal: causal) {
+            landed($0, schema: schema, causal: causal)
         }
-        child.fields = fields
         return .embedded(child)
+    }
+
+    /// An embedded object's fields, each under the name it lands on (or left out), and its value landed by `land`.
+    private func landed<Field>(
+        _ fields: [String: Field], of type: String, schema: Schema, causal: CausalResolver, _ land: (Field) -> Field
+    ) -> [String: Field] {
+        var result: [String: Field] = [:]
+        for name in fields.keys.sorted() {
+            guard let field = fields[name], let target = writeTarget(of: name, in: type, schema: schema, causal: causal)
+            else { continue }
+            result[target] = land(field)
+        }
+        return result
     }
 }
