@@ -195,9 +195,20 @@ extension Simulation {
         typealias Position = (changeset: Int, index: Int)
         var removals: [String: [(changeset: Int, index: Int, renamedTo: String?)]] = [:]
         var additions: [String: [Position]] = [:]
+        // And whole types, removed and added back: a write to an object of a type, an erase, or an addition of the
+        // type, counts only if it saw every removal of the type.
+        var typeRemovals: [String: [Position]] = [:]
+        var typeAdditions: [String: [Position]] = [:]
         for (position, changeset) in changesets.enumerated() {
             for (index, instruction) in changeset.instructions.enumerated() {
                 switch instruction {
+                case .removeType(let type):
+                    typeRemovals[type, default: []].append((position, index))
+                case .addType(let type):
+                    typeAdditions[type.name, default: []].append((position, index))
+                    if type.name == "Card" {
+                        for property in type.properties { additions[property.name, default: []].append((position, index)) }
+                    }
                 case .removeProperty(let type, let name) where type == "Card":
                     removals[name, default: []].append((position, index, nil))
                 case .renameProperty(let type, let from, let to) where type == "Card":
@@ -205,8 +216,6 @@ extension Simulation {
                     additions[to, default: []].append((position, index))
                 case .addProperty(let type, let property) where type == "Card":
                     additions[property.name, default: []].append((position, index))
-                case .addType(let type) where type.name == "Card":
-                    for property in type.properties { additions[property.name, default: []].append((position, index)) }
                 default:
                     break
                 }
@@ -270,7 +279,27 @@ extension Simulation {
                 histories[key] = history
             }
         }
+        func seesTypeRemovals(_ type: String, _ writer: Position) -> Bool {
+            (typeRemovals[type] ?? []).allSatisfy { covers(writer.changeset, writer.index, $0) }
+        }
+        for (key, var history) in histories where typeRemovals[key.type] != nil {
+            history.creates.removeAll { !seesTypeRemovals(key.type, ($0.changeset, $0.index)) }
+            history.erases.removeAll { !seesTypeRemovals(key.type, $0) }
+            for (name, writes) in history.sets {
+                history.sets[name] = writes.filter { seesTypeRemovals(key.type, ($0.changeset, $0.index)) }
+            }
+            for (name, increments) in history.adds {
+                history.adds[name] = increments.filter { seesTypeRemovals(key.type, ($0.changeset, $0.index)) }
+            }
+            histories[key] = history
+        }
         let schema = replicas[0].schema
+        for type in typeRemovals.keys.sorted() {
+            let present = (typeAdditions[type] ?? []).contains { seesTypeRemovals(type, $0) }
+            if present != (schema[type: type] != nil) {
+                fail("reference model: type \(type) should be \(present ? "present" : "absent") (rule 8), replicas disagree")
+            }
+        }
         if let card = schema[type: "Card"] {
             // An addition counts for the property it lands on, like a write.
             var landed: [String: Int] = [:]
@@ -289,7 +318,7 @@ extension Simulation {
             exists[key] = history.creates.contains { create in history.erases.allSatisfy { covers(create.changeset, create.index, $0) } }
         }
         for (key, history) in histories.sorted(by: { "\($0.key.type)\($0.key.primaryKey)" < "\($1.key.type)\($1.key.primaryKey)" }) {
-            let stored = try replicas[0].object(key.type, primaryKey: key.primaryKey)
+            let stored = schema[type: key.type] == nil ? nil : try replicas[0].object(key.type, primaryKey: key.primaryKey)
             guard exists[key] == true else {
                 if stored != nil { fail("reference model: \(key.type)[\(key.primaryKey)] should be erased (rule 2), replicas hold it") }
                 continue

@@ -30,6 +30,8 @@ public enum Workload {
                     .scalar("_id", .int), .scalar("name", .string, optional: true),
                     Property("cards", .link("Card"), list: true), Property("labels", .scalar(.string), list: true),
                 ]),
+            // Removed and added back by migrations while replicas write its objects.
+            ObjectSchema(name: "Note", properties: [.scalar("_id", .string), .scalar("text", .string, optional: true)]),
             .embedded("Box", properties: [.scalar("label", .string, optional: true), .scalar("size", .int, optional: true), Property("inner", .embedded("Inner"))]),
             .embedded("Inner", properties: [.scalar("tag", .string, optional: true)]),
             .embedded("Item", properties: [.scalar("text", .string, optional: true), .scalar("done", .bool, default: false)]),
@@ -142,7 +144,8 @@ struct OperationGenerator {
     }
 
     mutating func type() -> String {
-        partial ? ["Card", "Member"][next(2)] : ["Card", "Member", "Board"][next(3)]
+        if next(10) == 0 { return "Note" }
+        return partial ? ["Card", "Member"][next(2)] : ["Card", "Member", "Board"][next(3)]
     }
 
     mutating func key(_ type: String) -> PrimaryKey {
@@ -180,6 +183,8 @@ struct OperationGenerator {
             if next(4) == 0 { values["box"] = .embedded(EmbeddedObject(type: "Box", fields: ["label": .string(unique())])) }
         case "Member":
             if next(2) == 0 { values["name"] = .string(unique()) }
+        case "Note":
+            if next(2) == 0 { values["text"] = .string(unique()) }
         default:
             if next(2) == 0 { values["name"] = .string(unique()) }
         }
@@ -192,6 +197,7 @@ struct OperationGenerator {
         let type = type()
         let key = key(type)
         let name = "\(type)[\(key)]"
+        guard txn.schema[type: type] != nil else { return }  // Note, removed for now
         let exists = try txn.object(type, primaryKey: key) != nil
         var kind = kind()
         if !exists && kind != .schemaChange { kind = .create }
@@ -222,6 +228,8 @@ struct OperationGenerator {
                 try txn.update(type, primaryKey: key, [property: value])
             case "Member":
                 try txn.update(type, primaryKey: key, next(2) == 0 ? ["name": .string(unique())] : ["score": .int(Int64(next(50)))])
+            case "Note":
+                try txn.update(type, primaryKey: key, ["text": .string(unique())])
             default:
                 try txn.update(type, primaryKey: key, ["name": .string(unique())])
             }
@@ -291,7 +299,7 @@ struct OperationGenerator {
             }
         case .schemaChange:
             guard let card = txn.schema[type: "Card"] else { return }
-            switch next(6) {
+            switch next(7) {
             case 0:
                 // A migration drops an extra property, racing with additions of it and writes to it (rule 8).
                 let name = Workload.removableProperties[next(Workload.removableProperties.count)]
@@ -304,6 +312,13 @@ struct OperationGenerator {
                     try txn.emit(.removeProperty(type: "Box", name: "size"))
                 } else {
                     try txn.addProperty(.scalar("size", .int, optional: true), to: "Box")
+                }
+            case 3:
+                // A migration drops a whole type, or a later one adds it back, while replicas write its objects.
+                if txn.schema[type: "Note"] != nil {
+                    try txn.emit(.removeType("Note"))
+                } else if let note = Workload.schema[type: "Note"] {
+                    try txn.addType(note)
                 }
             case 1:
                 // A migration renames a property; writes that did not see the rename follow it.
