@@ -298,7 +298,7 @@ struct InstructionApplier {
         }
 
         guard let typeSchema = state.schema[type: type],  // a type removed meanwhile
-            schema.typeRemovals.isEmpty || info.hasSeenRemovals(ofType: type, in: schema, causal: causal)
+            info.hasSeenRemovals(ofType: type, in: schema, causal: causal)
         else { return }
         guard !typeSchema.isEmbedded else {
             throw MergeError(.invalidInstruction, "cannot create a standalone object of embedded type '\(type)'")

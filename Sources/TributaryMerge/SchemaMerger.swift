@@ -41,7 +41,8 @@ struct SchemaMerger {
                 into: &schema, partial: true)
         case .removeProperty(let typeName, let name):
             // Remembered even when the property is gone already, so that every replica holds the same removals.
-            schema.recordRemoval(PropertyRemoval(dot: info.dot, removalsSeen: seenRemovals(of: name, in: typeName, schema, causal)), of: name, in: typeName)
+            let removal = PropertyRemoval(dot: info.dot, removalsSeen: seenRemovals(of: name, in: typeName, schema, causal))
+            schema.recordRemoval(removal, of: name, in: typeName)
             // A primary key is never removed: a removal that names one concerned an earlier type of that name.
             guard var type = schema[type: typeName], type[property: name] != nil, name != type.primaryKey else { break }
             type.properties.removeAll { $0.name == name }
@@ -56,25 +57,22 @@ struct SchemaMerger {
             let removal = PropertyRemoval(
                 dot: info.dot, renamedTo: to, removalsOfNewNameSeen: seenRemovals(of: to, in: typeName, schema, causal),
                 removalsSeen: seenRemovals(of: from, in: typeName, schema, causal))
-            // A primary key is never renamed: a rename that names one concerned an earlier type of that name.
-            guard var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == from }),
-                from != type.primaryKey
-            else {
-                schema.recordRemoval(removal, of: from, in: typeName)
-                break
-            }
             // The same rename made concurrently elsewhere and merged here already: this one has nothing left to do
-            // (the old name may be in use again, added back after that rename).
-            if schema.removals(of: from, in: typeName).contains(where: { $0.renamedTo == to && !info.covers($0.dot, causal: causal) }) {
-                schema.recordRemoval(removal, of: from, in: typeName)
-                break
+            // (the old name may be in use again, added back after that rename). Asked before this one is remembered.
+            let repeated = schema.removals(of: from, in: typeName).contains {
+                $0.renamedTo == to && !info.covers($0.dot, causal: causal)
             }
+            // Remembered whatever happens next, like a removal.
+            schema.recordRemoval(removal, of: from, in: typeName)
+            // A primary key is never renamed: a rename that names one concerned an earlier type of that name.
+            guard !repeated, var type = schema[type: typeName],
+                let index = type.properties.firstIndex(where: { $0.name == from }), from != type.primaryKey
+            else { break }
             if let clash = type[property: to] {
                 throw MergeError(
                     .schemaConflict,
                     "cannot rename '\(typeName).\(from)' to '\(to)': '\(typeName).\(clash)' already exists")
             }
-            schema.recordRemoval(removal, of: from, in: typeName)
             type.properties[index].name = to
             type.properties.sort { $0.name < $1.name }
             schema.upsert(type)

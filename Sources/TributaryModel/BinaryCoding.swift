@@ -42,6 +42,12 @@ public struct BinaryWriter: Sendable {
         withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
     }
 
+    /// A dot: its origin as a 64-bit word, then its sequence as a varint.
+    public mutating func dot(_ dot: Dot) {
+        fixed64(dot.origin.rawValue)
+        varint(dot.sequence)
+    }
+
     public mutating func lengthPrefixed(_ data: some Collection<UInt8>) {
         varint(data.count)
         bytes.append(contentsOf: data)
@@ -125,6 +131,10 @@ public struct BinaryReader {
         for index in 0..<8 { value |= UInt64(bytes[offset + index]) << (8 * UInt64(index)) }
         offset += 8
         return value
+    }
+
+    public mutating func dot() throws(ChangesetDecodingError) -> Dot {
+        Dot(origin: ReplicaID(rawValue: try fixed64()), sequence: try varint())
     }
 
     public mutating func fixed32() throws(ChangesetDecodingError) -> UInt32 {

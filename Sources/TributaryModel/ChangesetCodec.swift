@@ -42,16 +42,12 @@ public enum ChangesetCodec {
         // Relay adoption: a flag byte, then the relay's dot and the extra context dots.
         if let relay = changeset.relay {
             writer.byte(1)
-            writer.fixed64(relay.origin.rawValue)
-            writer.varint(relay.sequence)
+            writer.dot(relay)
         } else {
             writer.byte(0)
         }
         writer.varint(changeset.contextExtras.count)
-        for dot in changeset.contextExtras {
-            writer.fixed64(dot.origin.rawValue)
-            writer.varint(dot.sequence)
-        }
+        for dot in changeset.contextExtras { writer.dot(dot) }
         writer.varint(names.names.count)
         for name in names.names { writer.string(name) }
         writer.raw(body.bytes)
@@ -161,17 +157,15 @@ public enum ChangesetCodec {
         guard relayFlag <= 1 else { throw reader.error(.invalidValue, "bad relay flag \(relayFlag)") }
         var relay: Dot?
         if relayFlag == 1 {
-            let replica = ReplicaID(rawValue: try reader.fixed64())
-            let sequence = try reader.varint()
-            guard sequence > 0 else { throw reader.error(.invalidValue, "relay sequence is 0") }
-            relay = Dot(origin: replica, sequence: sequence)
+            let dot = try reader.dot()
+            guard dot.sequence > 0 else { throw reader.error(.invalidValue, "relay sequence is 0") }
+            relay = dot
         }
         let extraCount = try reader.count("context extra", maximum: reader.limits.maximumElements, minimumBytesEach: 9)
         var extras: [Dot] = []
         extras.reserveCapacity(extraCount)
         for _ in 0..<extraCount {
-            let replica = ReplicaID(rawValue: try reader.fixed64())
-            let dot = Dot(origin: replica, sequence: try reader.varint())
+            let dot = try reader.dot()
             if let last = extras.last, last >= dot { throw reader.error(.invalidValue, "context extras are not sorted") }
             extras.append(dot)
         }

@@ -74,11 +74,6 @@ extension BinaryWriter {
             for removal in dots { dot(removal) }
         }
     }
-
-    mutating func dot(_ dot: Dot) {
-        fixed64(dot.origin.rawValue)
-        varint(dot.sequence)
-    }
 }
 
 extension BinaryReader {
@@ -173,9 +168,5 @@ extension BinaryReader {
         var dots: [Dot] = []
         for _ in 0..<count { dots.append(try dot()) }
         return dots
-    }
-
-    mutating func dot() throws(ChangesetDecodingError) -> Dot {
-        Dot(origin: ReplicaID(rawValue: try fixed64()), sequence: try varint())
     }
 }

@@ -193,7 +193,8 @@ extension Simulation {
         // every addition of, and write to, the property that did not see it; one rename seen stands for the same rename
         // made elsewhere; a write that did not see a rename follows it.
         typealias Position = (changeset: Int, index: Int)
-        var removals: [String: [(changeset: Int, index: Int, renamedTo: String?)]] = [:]
+        typealias Removal = (changeset: Int, index: Int, renamedTo: String?)
+        var removals: [String: [Removal]] = [:]
         var additions: [String: [Position]] = [:]
         // And whole types, removed and added back: a write to an object of a type, an erase, or an addition of the
         // type, counts only if it saw every removal of the type.
@@ -229,7 +230,7 @@ extension Simulation {
             var viewer: [Position] = [writer]
             for _ in 0...removals.count {
                 let all = removals[name] ?? []
-                let isSeen = { (removal: (changeset: Int, index: Int, renamedTo: String?)) in
+                let isSeen = { (removal: Removal) in
                     viewer.contains { covers($0.changeset, $0.index, (removal.changeset, removal.index)) }
                 }
                 let seen = all.filter(isSeen)
