@@ -133,28 +133,41 @@ public final class Snapshot: ObjectReading {
         return try replica.views.record(type: type, primaryKey: primaryKey, in: storage)
     }
 
-    /// Built once per snapshot: every read materializes through it.
+    /// Built once per snapshot: every read materializes through it. A link's target is checked by its record's
+    /// header alone.
     private(set) lazy var materializer = Materializer(schema: schema) { [unowned self] type, key in
-        try self.record(type, key)?.exists ?? false
+        self.checkValid()
+        return try self.replica.views.exists(type: type, primaryKey: key, in: self.storage)
+    }
+
+    /// The projector that reads whole objects of each type, built on first use.
+    private var projectors: [String: RecordProjector] = [:]
+
+    func projector(_ type: ObjectSchema) -> RecordProjector {
+        if let projector = projectors[type.name] { return projector }
+        let projector = RecordProjector(type: type, schema: schema)
+        projectors[type.name] = projector
+        return projector
     }
 
     public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
         let objectType = try schema.requireType(type)
         checkValid()
-        let schema = self.schema
-        guard let bytes = try storage.get(replica.views.objects, key: ViewStore.objectKey(type: type, primaryKey: primaryKey)),
-            let values = try ObjectRecord.positionalValues(decoding: bytes, of: objectType, in: schema)
-        else { return nil }
+        let projector = projector(objectType)
+        let key = ViewStore.objectKey(type: type, primaryKey: primaryKey)
+        guard let values = try storage.withValue(replica.views.objects, key: key, { bytes in
+            try bytes.flatMap { bytes throws(ChangesetDecodingError) in try projector.values(bytes) }
+        }) else { return nil }
         return try materializer.object(type: objectType, primaryKey: primaryKey, positional: values)
     }
 
     public func objects(_ type: String) throws -> [DynamicObject] {
         let objectType = try schema.requireType(type)
-        let schema = self.schema
+        let projector = projector(objectType)
         let materializer = self.materializer
         var result: [DynamicObject] = []
         try scanAll(objectType) { primaryKey, bytes in
-            if let values = try ObjectRecord.positionalValues(decoding: Array(bytes), of: objectType, in: schema) {
+            if let values = try projector.values(bytes) {
                 result.append(try materializer.object(type: objectType, primaryKey: primaryKey, positional: values))
             }
         }
@@ -173,11 +186,10 @@ public final class Snapshot: ObjectReading {
 
     public func count(_ type: String) throws -> Int {
         checkValid()
-        _ = try schema.requireType(type)
+        let objectType = try schema.requireType(type)
         var count = 0
-        try replica.views.scanRecords(ofType: type, in: storage) { _, record in
-            if record.exists { count += 1 }
-            return true
+        try scanAll(objectType) { _, bytes in
+            if try ObjectRecord.exists(inStored: bytes) { count += 1 }
         }
         return count
     }

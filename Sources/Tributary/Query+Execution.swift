@@ -163,7 +163,6 @@ extension Snapshot {
     /// predicate reads, materializes the records that match, then applies SORT, DISTINCT and LIMIT. Candidates are
     /// taken in primary key order whatever the plan, so results do not depend on it.
     func matchingObjects(_ query: Query, _ planned: PlannedQuery, type: ObjectSchema) throws -> [DynamicObject] {
-        let schema = self.schema
         let materializer = self.materializer
         let source = ReaderObjectSource { type, key in (try? self.object(type, primaryKey: key))?.values }
         // A full scan tests most records and keeps few: it decodes only what the predicate reads, and the rest of a
@@ -171,16 +170,30 @@ extension Snapshot {
         let read = query.predicateProperties
         let wanted = type.properties.map { planned.plan != .fullScan || read.contains($0.name) }
         let readsAll = !wanted.contains(false)
+        let whole = projector(type)
+        let projector = readsAll ? whole : RecordProjector(type: type, schema: schema, wanted: wanted)
+        // Without SORT, DISTINCT or LIMIT the matches are the result as they are: they stay positional, with no
+        // dictionary of values by name. The clauses work on values by name.
+        let hasClauses = !query.clauses.isEmpty
+        var results: [DynamicObject] = []
         var matched: [(PrimaryKey, [String: Value])] = []
+
+        func keep(_ primaryKey: PrimaryKey, positional values: [Value]) throws {
+            if hasClauses {
+                matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
+            } else {
+                results.append(try materializer.object(type: type, primaryKey: primaryKey, positional: values))
+            }
+        }
 
         // A predicate on scalar properties alone is tested on the decoded values as they are, with no dictionary.
         let positional = query.positionalPredicate(for: type)
-        let keyPosition = type.primaryKey.flatMap { key in type.properties.firstIndex { $0.name == key } }
+        let keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
+        // One array for every candidate's values: a candidate that fails the predicate costs no allocation.
+        var projected: [Value] = []
 
-        func consider(_ primaryKey: PrimaryKey, _ bytes: [UInt8]) throws {
-            guard var projected = try ObjectRecord.positionalValues(
-                decoding: bytes, of: type, in: schema, wanted: readsAll ? nil : wanted)
-            else { return }
+        func consider(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer) throws {
+            guard try projector.project(bytes, into: &projected) else { return }
             if let positional {
                 if let keyPosition { projected[keyPosition] = primaryKey.value }
                 guard positional.matches(projected) else { return }
@@ -188,19 +201,18 @@ extension Snapshot {
                 let fields = try materializer.fields(
                     type: type, primaryKey: primaryKey, positional: projected, wanted: readsAll ? nil : wanted)
                 guard query.matches(fields, source: source) else { return }
-                if readsAll {
+                if readsAll && hasClauses {
                     matched.append((primaryKey, fields))
                     return
                 }
             }
-            let values = readsAll ? projected : try ObjectRecord.positionalValues(decoding: bytes, of: type, in: schema) ?? projected
-            matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
+            try keep(primaryKey, positional: readsAll ? projected : try whole.values(bytes) ?? projected)
         }
 
         func consider(keys: [PrimaryKey]) throws {
             for key in keys {
-                if let stored = try storage.get(replica.views.objects, key: ViewStore.objectKey(type: type.name, primaryKey: key)) {
-                    try consider(key, stored)
+                try storage.withValue(replica.views.objects, key: ViewStore.objectKey(type: type.name, primaryKey: key)) { bytes in
+                    if let bytes { try consider(key, bytes) }
                 }
             }
         }
@@ -227,11 +239,12 @@ extension Snapshot {
                     try consider(keys: Set(keys).sorted())
                 }
             } else {
-                try scanAll(type) { try consider($0, Array($1)) }
+                try scanAll(type) { try consider($0, $1) }
             }
         case .fullScan:
-            try scanAll(type) { try consider($0, Array($1)) }
+            try scanAll(type) { try consider($0, $1) }
         }
+        guard hasClauses else { return results }
         return query.applyClauses(to: matched, source: source).map {
             DynamicObject(type: type.name, primaryKey: $0.0, values: $0.1)
         }

@@ -55,6 +55,24 @@ extension ObjectRecord {
         }
     }
 
+    /// Whether the object a stored record belongs to exists, read from the record's header alone: what a check of
+    /// a link's target needs.
+    ///
+    /// - Throws: ``ChangesetDecodingError`` when the header is damaged or of an unknown version.
+    public static func exists(inStored bytes: UnsafeRawBufferPointer) throws(ChangesetDecodingError) -> Bool {
+        guard bytes.count >= 2 else {
+            throw ChangesetDecodingError(.truncated, "object record: truncated header: \(bytes.count) of 2 bytes", offset: 0)
+        }
+        guard bytes[0] == formatVersion else {
+            throw ChangesetDecodingError(
+                .unsupportedFormatVersion, "object record: record format version \(bytes[0]) is not supported", offset: 0)
+        }
+        guard bytes[1] <= 1 else {
+            throw ChangesetDecodingError(.invalidValue, "object record: unknown record flags \(bytes[1])", offset: 1)
+        }
+        return bytes[1] == 1
+    }
+
     /// Decodes a record.
     ///
     /// - Throws: ``ChangesetDecodingError`` for damaged or unknown bytes.

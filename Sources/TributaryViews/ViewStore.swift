@@ -67,6 +67,15 @@ public struct ViewStore: Sendable {
         }
     }
 
+    /// Whether the object of `type` with `primaryKey` exists (a record that is not a tombstone), read from the
+    /// record's header alone.
+    public func exists(type: String, primaryKey: PrimaryKey, in transaction: ReadTransaction) throws -> Bool {
+        try transaction.withValue(objects, key: Self.objectKey(type: type, primaryKey: primaryKey)) { value in
+            guard let value else { return false }
+            return try ObjectRecord.exists(inStored: value)
+        }
+    }
+
     /// Visits the records of a type in primary key order until `body` returns `false`.
     public func scanRecords(
         ofType type: String, in transaction: ReadTransaction,

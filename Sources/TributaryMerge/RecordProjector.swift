@@ -1,0 +1,213 @@
+import Foundation
+public import TributaryModel
+
+/// Reads the values of chosen properties straight from stored record bytes, in place: the path for queries and
+/// primary-key reads, which read many records and keep few of their values.
+///
+/// Build one per query (or per type a snapshot reads) and use it for every record: it works out once what
+/// ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)`` works out per record (each property's default,
+/// which positions to decode). A record whose fields are all scalars is read from the buffer without copying it
+/// and without building anything but the values themselves; any other record (lists, embedded objects, links,
+/// damaged bytes) is handed to ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)``, so both give the
+/// same values and the same errors.
+public struct RecordProjector: Sendable {
+    /// The type whose records this projector reads.
+    public let type: ObjectSchema
+    let schema: Schema
+    let limits: DecodingLimits
+    /// The positions to decode, or `nil` for all.
+    let wanted: [Bool]?
+    /// What each position holds before the stored fields replace it: the default of each decoded property,
+    /// ``Value/null`` for the others and for the primary key.
+    let initial: [Value]
+    /// Positions whose stored fields the fast path may read: decoded and neither the primary key nor a list.
+    let readable: [Bool]
+
+    /// - Parameter wanted: the positions in `type.properties` to decode, or `nil` for all of them.
+    public init(type: ObjectSchema, schema: Schema, wanted: [Bool]? = nil, limits: DecodingLimits = .standard) {
+        self.type = type
+        self.schema = schema
+        self.limits = limits
+        self.wanted = wanted
+        let keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
+        var initial: [Value] = []
+        var readable: [Bool] = []
+        for position in type.properties.indices {
+            let property = type.properties[position]
+            let decoded = position != keyPosition && wanted?[position] ?? true
+            initial.append(decoded ? ObjectRecord.value(nil, of: property, in: schema) : .null)
+            readable.append(decoded && !property.isList)
+        }
+        self.initial = initial
+        self.readable = readable
+    }
+
+    /// Reads a record's values into `values`, one per position in `type.properties`, as
+    /// ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)`` gives them. `values` is reused: a caller that
+    /// passes the same array for every record allocates it once.
+    ///
+    /// - Returns: `false` for a record whose object does not exist (a tombstone); `values` is then unspecified.
+    /// - Throws: ``ChangesetDecodingError`` for damaged bytes.
+    public func project(_ bytes: UnsafeRawBufferPointer, into values: inout [Value]) throws(ChangesetDecodingError) -> Bool {
+        switch scalarFields(bytes, into: &values) {
+        case .exists: return true
+        case .tombstone: return false
+        case .needsFullDecoder:
+            guard let decoded = try ObjectRecord.positionalValues(
+                decoding: Array(bytes), of: type, in: schema, wanted: wanted, limits: limits)
+            else { return false }
+            values = decoded
+            return true
+        }
+    }
+
+    /// A record's values as a new array, or `nil` for a tombstone.
+    public func values(_ bytes: UnsafeRawBufferPointer) throws(ChangesetDecodingError) -> [Value]? {
+        var values: [Value] = []
+        return try project(bytes, into: &values) ? values : nil
+    }
+
+    private enum Outcome {
+        case exists, tombstone, needsFullDecoder
+    }
+
+    /// The fast path: a record whose fields are all scalar registers. Anything else, or anything out of the
+    /// ordinary (a limit reached, bytes that do not parse), is left to the full decoder, which names the fault.
+    private func scalarFields(_ bytes: UnsafeRawBufferPointer, into values: inout [Value]) -> Outcome {
+        var reader = RawRecordReader(bytes)
+        guard reader.byte() == ObjectRecord.formatVersion, let flags = reader.byte(), flags <= 1 else {
+            return .needsFullDecoder
+        }
+        guard flags == 1 else { return .tombstone }
+        // Stamps and erasures are merge metadata: skip them.
+        guard let stampCount = reader.count(maximum: limits.maximumElements), reader.skip(stampCount * 16),
+            let erasureCount = reader.count(maximum: limits.maximumElements)
+        else { return .needsFullDecoder }
+        for _ in 0..<erasureCount {
+            guard reader.skip(8), reader.varint() != nil else { return .needsFullDecoder }
+        }
+        guard let fieldCount = reader.count(maximum: limits.maximumElements) else { return .needsFullDecoder }
+
+        if values.count == initial.count {
+            for position in initial.indices { values[position] = initial[position] }
+        } else {
+            values = initial
+        }
+        for _ in 0..<fieldCount {
+            guard let name = reader.lengthPrefixed(maximum: limits.maximumValueBytes) else { return .needsFullDecoder }
+            let position = type.propertyPosition(utf8: name.assumingMemoryBound(to: UInt8.self))
+            // A register (0) holding a scalar (0); lists and embedded objects take the full decoder.
+            guard reader.byte() == 0, reader.byte() == 0 else { return .needsFullDecoder }
+            let decode = position.map { readable[$0] } ?? false
+            guard var value = reader.scalar(decode: decode, limits: limits), reader.varint() != nil,
+                let addend = reader.zigzag()
+            else { return .needsFullDecoder }
+            if let position, decode {
+                if case .int(let base) = value { value = .int(base &+ addend) }
+                values[position] = value
+            }
+        }
+        return .exists
+    }
+}
+
+/// A bounds-checked reader over borrowed bytes that answers `nil` instead of throwing: the fast path gives up on
+/// anything unexpected and lets the full decoder report it.
+private struct RawRecordReader {
+    let bytes: UnsafeRawBufferPointer
+    var offset = 0
+
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    var remaining: Int { bytes.count - offset }
+
+    mutating func byte() -> UInt8? {
+        guard offset < bytes.count else { return nil }
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+
+    mutating func skip(_ count: Int) -> Bool {
+        guard count >= 0, count <= remaining else { return false }
+        offset += count
+        return true
+    }
+
+    mutating func varint() -> UInt64? {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while offset < bytes.count {
+            let byte = bytes[offset]
+            offset += 1
+            if shift == 63 && byte > 1 { return nil }
+            result |= UInt64(byte & 0x7F) << shift
+            if byte & 0x80 == 0 { return result }
+            shift += 7
+            if shift > 63 { return nil }
+        }
+        return nil
+    }
+
+    mutating func zigzag() -> Int64? {
+        guard let raw = varint() else { return nil }
+        return Int64(bitPattern: raw >> 1) ^ -Int64(bitPattern: raw & 1)
+    }
+
+    mutating func count(maximum: Int) -> Int? {
+        guard let raw = varint(), raw <= UInt64(maximum), raw <= UInt64(remaining) else { return nil }
+        return Int(raw)
+    }
+
+    mutating func fixed64() -> UInt64? {
+        guard remaining >= 8 else { return nil }
+        defer { offset += 8 }
+        return bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self).littleEndian
+    }
+
+    mutating func lengthPrefixed(maximum: Int) -> UnsafeRawBufferPointer? {
+        guard let length = count(maximum: maximum) else { return nil }
+        defer { offset += length }
+        return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length])
+    }
+
+    /// A scalar value (the tags of ``Value``'s encoding); with `decode` false it is skipped and reads as null.
+    /// Links, lists and embedded values give `nil`.
+    mutating func scalar(decode: Bool, limits: DecodingLimits) -> Value? {
+        guard let tag = byte() else { return nil }
+        switch tag {
+        case 0: return .null
+        case 1: return .bool(false)
+        case 2: return .bool(true)
+        case 3: return zigzag().map { .int($0) }
+        case 4: return fixed64().map { .double(Double(bitPattern: $0)) }
+        case 5:
+            guard let utf8 = lengthPrefixed(maximum: limits.maximumValueBytes) else { return nil }
+            let buffer = utf8.assumingMemoryBound(to: UInt8.self)
+            // ASCII is valid UTF-8 as it is; anything else is validated, even when skipped, as the full decoder does
+            // (which then reports it).
+            if buffer.allSatisfy({ $0 < 0x80 }) {
+                return decode ? .string(String(decoding: buffer, as: UTF8.self)) : .null
+            }
+            guard let string = String(validating: buffer, as: UTF8.self) else { return nil }
+            return decode ? .string(string) : .null
+        case 6:
+            guard let data = lengthPrefixed(maximum: limits.maximumValueBytes) else { return nil }
+            return decode ? .data(Data(data)) : .null
+        case 7: return fixed64().map { .date(Date(timeIntervalSince1970: Double(bitPattern: $0))) }
+        case 8:
+            guard remaining >= 16 else { return nil }
+            defer { offset += 16 }
+            guard decode else { return .null }
+            var tuple: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            withUnsafeMutableBytes(of: &tuple) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + 16])) }
+            return .uuid(UUID(uuid: tuple))
+        case 9:
+            guard remaining >= 12 else { return nil }
+            defer { offset += 12 }
+            guard decode else { return .null }
+            return ObjectID(bytes: Array(bytes[offset..<offset + 12])).map { .objectId($0) }
+        default:
+            return nil
+        }
+    }
+}
