@@ -172,47 +172,14 @@ extension Snapshot {
         let readsAll = !wanted.contains(false)
         let whole = projector(type)
         let projector = readsAll ? whole : RecordProjector(type: type, schema: schema, wanted: wanted)
-        // Without SORT, DISTINCT or LIMIT the matches are the result as they are: they stay positional, with no
-        // dictionary of values by name. The clauses work on values by name.
-        let hasClauses = !query.clauses.isEmpty
-        var results: [DynamicObject] = []
-        var matched: [(PrimaryKey, [String: Value])] = []
-
-        func keep(_ primaryKey: PrimaryKey, positional values: [Value]) throws {
-            if hasClauses {
-                matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
-            } else {
-                results.append(try materializer.object(type: type, primaryKey: primaryKey, positional: values))
-            }
-        }
-
-        // A predicate on scalar properties alone is tested on the decoded values as they are, with no dictionary.
-        let positional = query.positionalPredicate(for: type)
-        let keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
-        // One array for every candidate's values: a candidate that fails the predicate costs no allocation.
-        var projected: [Value] = []
-
-        func consider(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer) throws {
-            guard try projector.project(bytes, into: &projected) else { return }
-            if let positional {
-                if let keyPosition { projected[keyPosition] = primaryKey.value }
-                guard positional.matches(projected) else { return }
-            } else {
-                let fields = try materializer.fields(
-                    type: type, primaryKey: primaryKey, positional: projected, wanted: readsAll ? nil : wanted)
-                guard query.matches(fields, source: source) else { return }
-                if readsAll && hasClauses {
-                    matched.append((primaryKey, fields))
-                    return
-                }
-            }
-            try keep(primaryKey, positional: readsAll ? projected : try whole.values(bytes) ?? projected)
-        }
+        var filter = CandidateFilter(
+            query: query, type: type, materializer: materializer, source: source, projector: projector, whole: whole,
+            wanted: readsAll ? nil : wanted)
 
         func consider(keys: [PrimaryKey]) throws {
             for key in keys {
                 try storage.withValue(replica.views.objects, key: ViewStore.objectKey(type: type.name, primaryKey: key)) { bytes in
-                    if let bytes { try consider(key, bytes) }
+                    if let bytes { try filter.consider(key, bytes) }
                 }
             }
         }
@@ -239,13 +206,13 @@ extension Snapshot {
                     try consider(keys: Set(keys).sorted())
                 }
             } else {
-                try scanAll(type) { try consider($0, $1) }
+                try scanAll(type) { try filter.consider($0, $1) }
             }
         case .fullScan:
-            try scanAll(type) { try consider($0, $1) }
+            try scanAll(type) { try filter.consider($0, $1) }
         }
-        guard hasClauses else { return results }
-        return query.applyClauses(to: matched, source: source).map {
+        guard filter.hasClauses else { return filter.results }
+        return query.applyClauses(to: filter.matched, source: source).map {
             DynamicObject(type: type.name, primaryKey: $0.0, values: $0.1)
         }
     }
@@ -258,5 +225,94 @@ extension ObjectReading {
         let source = ReaderObjectSource { type, key in (try? self.object(type, primaryKey: key))?.values }
         let selected = query.apply(to: candidates.map { ($0.primaryKey, $0.values) }, source: source)
         return selected.map { DynamicObject(type: type, primaryKey: $0.0, values: $0.1) }
+    }
+}
+
+/// Tests candidate records against a query and keeps those that match. Its state is one value, so the per-record
+/// work touches no captured variables (whose accesses Swift checks at run time).
+private struct CandidateFilter {
+    let query: Query
+    let type: ObjectSchema
+    let materializer: Materializer
+    let source: ReaderObjectSource
+    /// Reads what the predicate needs.
+    let projector: RecordProjector
+    /// Reads whole records.
+    let whole: RecordProjector
+    /// The positions `projector` reads, or `nil` for all.
+    let wanted: [Bool]?
+    /// A predicate on scalar properties alone, tested on the decoded values as they are, with no dictionary.
+    let positional: PositionalPredicate?
+    let keyPosition: Int?
+    /// Without SORT, DISTINCT or LIMIT the matches are the result as they are: they stay positional, with no
+    /// dictionary of values by name. The clauses work on values by name.
+    let hasClauses: Bool
+    /// Where a candidate's fields are, and its values when decoded whole: one of each for every candidate, so a
+    /// candidate that fails the predicate costs no allocation.
+    var fields = RecordProjector.Fields()
+    var projected: [Value] = []
+    /// The matches, when there are no clauses.
+    var results: [DynamicObject] = []
+    /// The matches by name, for the clauses.
+    var matched: [(PrimaryKey, [String: Value])] = []
+
+    init(
+        query: Query, type: ObjectSchema, materializer: Materializer, source: ReaderObjectSource,
+        projector: RecordProjector, whole: RecordProjector, wanted: [Bool]?
+    ) {
+        self.query = query
+        self.type = type
+        self.materializer = materializer
+        self.source = source
+        self.projector = projector
+        self.whole = whole
+        self.wanted = wanted
+        positional = query.positionalPredicate(for: type)
+        keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
+        hasClauses = !query.clauses.isEmpty
+    }
+
+    mutating func consider(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer) throws {
+        if let positional, wanted != nil {
+            // A scan, which rejects most records: each is located, and only the values the predicate asks for are
+            // decoded. (The candidates an index names mostly match, and are decoded whole below.)
+            switch projector.locate(bytes, into: &fields) {
+            case .tombstone:
+                return
+            case .exists:
+                let projector = self.projector
+                let fields = self.fields
+                let keyPosition = self.keyPosition
+                let matches = positional.matches { position in
+                    position == keyPosition ? primaryKey.value : projector.value(at: position, in: bytes, fields)
+                }
+                guard matches else { return }
+                try keep(primaryKey, positional: whole.values(bytes) ?? [])
+                return
+            case .needsFullDecoder:
+                break  // decoded whole below
+            }
+        }
+        guard try projector.project(bytes, into: &projected, using: &fields) else { return }
+        if let positional {
+            if let keyPosition { projected[keyPosition] = primaryKey.value }
+            guard positional.matches(projected) else { return }
+        } else {
+            let fields = try materializer.fields(type: type, primaryKey: primaryKey, positional: projected, wanted: wanted)
+            guard query.matches(fields, source: source) else { return }
+            if wanted == nil && hasClauses {
+                matched.append((primaryKey, fields))
+                return
+            }
+        }
+        try keep(primaryKey, positional: wanted == nil ? projected : try whole.values(bytes) ?? projected)
+    }
+
+    private mutating func keep(_ primaryKey: PrimaryKey, positional values: [Value]) throws {
+        if hasClauses {
+            matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
+        } else {
+            results.append(try materializer.object(type: type, primaryKey: primaryKey, positional: values))
+        }
     }
 }

@@ -10,7 +10,9 @@ public import TributaryModel
 /// and without building anything but the values themselves; any other record (lists, embedded objects, links,
 /// damaged bytes) is handed to ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)``, so both give the
 /// same values and the same errors.
-public struct RecordProjector: Sendable {
+///
+/// A class, so that passing it around (into the closure a query's predicate reads through, say) copies no arrays.
+public final class RecordProjector: Sendable {
     /// The type whose records this projector reads.
     public let type: ObjectSchema
     let schema: Schema
@@ -22,6 +24,11 @@ public struct RecordProjector: Sendable {
     let initial: [Value]
     /// Positions whose stored fields the fast path may read: decoded and neither the primary key nor a list.
     let readable: [Bool]
+    /// The type's property names (as UTF-8) in the order a record stores its fields, with their positions: a record
+    /// usually holds these fields in this order, so each stored name is compared with one expected name, not looked up.
+    let storedOrder: [(name: [UInt8], position: Int)]
+    /// Each position's index in `storedOrder`.
+    let storedIndex: [Int]
 
     /// - Parameter wanted: the positions in `type.properties` to decode, or `nil` for all of them.
     public init(type: ObjectSchema, schema: Schema, wanted: [Bool]? = nil, limits: DecodingLimits = .standard) {
@@ -40,6 +47,35 @@ public struct RecordProjector: Sendable {
         }
         self.initial = initial
         self.readable = readable
+        // The record encoder sorts its fields by name as `String` orders them.
+        let order = type.properties.indices.filter {
+            $0 != keyPosition && type.position(ofProperty: type.properties[$0].name) == $0
+        }.sorted {
+            type.properties[$0].name < type.properties[$1].name
+        }
+        storedOrder = order.map { (Array(type.properties[$0].name.utf8), $0) }
+        var storedIndex = [Int](repeating: 0, count: type.properties.count)
+        for (index, position) in order.enumerated() { storedIndex[position] = index }
+        self.storedIndex = storedIndex
+    }
+
+    /// The position of the property a stored field name names, if any. `next` is the index in `storedOrder` of the
+    /// name expected next; it moves past the name found.
+    @inline(__always)
+    private func position(of name: UnsafeRawBufferPointer, next: inout Int) -> Int? {
+        if next < storedOrder.count {
+            let expected = storedOrder[next]
+            let matches = expected.name.count == name.count && expected.name.withUnsafeBytes { expectedBytes in
+                name.isEmpty || memcmp(expectedBytes.baseAddress!, name.baseAddress!, name.count) == 0
+            }
+            if matches {
+                next += 1
+                return expected.position
+            }
+        }
+        let position = type.propertyPosition(utf8: name.assumingMemoryBound(to: UInt8.self))
+        if let position, position < storedIndex.count { next = storedIndex[position] + 1 }
+        return position
     }
 
     /// Reads a record's values into `values`, one per position in `type.properties`, as
@@ -49,13 +85,26 @@ public struct RecordProjector: Sendable {
     /// - Returns: `false` for a record whose object does not exist (a tombstone); `values` is then unspecified.
     /// - Throws: ``ChangesetDecodingError`` for damaged bytes.
     public func project(_ bytes: UnsafeRawBufferPointer, into values: inout [Value]) throws(ChangesetDecodingError) -> Bool {
-        switch scalarFields(bytes, into: &values) {
-        case .exists: return true
-        case .tombstone: return false
+        var fields = Fields()
+        return try project(bytes, into: &values, using: &fields)
+    }
+
+    /// ``project(_:into:)``, with a ``Fields`` to reuse as well.
+    public func project(
+        _ bytes: UnsafeRawBufferPointer, into values: inout [Value], using fields: inout Fields
+    ) throws(ChangesetDecodingError) -> Bool {
+        switch locate(bytes, into: &fields) {
+        case .exists:
+            if values.count == initial.count {
+                for position in initial.indices { values[position] = value(at: position, in: bytes, fields) }
+            } else {
+                values = self.values(in: bytes, fields)
+            }
+            return true
+        case .tombstone:
+            return false
         case .needsFullDecoder:
-            guard let decoded = try ObjectRecord.positionalValues(
-                decoding: Array(bytes), of: type, in: schema, wanted: wanted, limits: limits)
-            else { return false }
+            guard let decoded = try fullDecode(bytes) else { return false }
             values = decoded
             return true
         }
@@ -67,13 +116,36 @@ public struct RecordProjector: Sendable {
         return try project(bytes, into: &values) ? values : nil
     }
 
-    private enum Outcome {
-        case exists, tombstone, needsFullDecoder
+    /// What the full decoder reads from a record that ``locate(_:into:)`` leaves to it.
+    public func fullDecode(_ bytes: UnsafeRawBufferPointer) throws(ChangesetDecodingError) -> [Value]? {
+        try ObjectRecord.positionalValues(decoding: Array(bytes), of: type, in: schema, wanted: wanted, limits: limits)
     }
 
-    /// The fast path: a record whose fields are all scalar registers. Anything else, or anything out of the
-    /// ordinary (a limit reached, bytes that do not parse), is left to the full decoder, which names the fault.
-    private func scalarFields(_ bytes: UnsafeRawBufferPointer, into values: inout [Value]) -> Outcome {
+    /// Where a record's scalar fields are, found by ``locate(_:into:)``: enough to decode any one of them later, and
+    /// only those a caller asks for (a query that tests one property and rejects the record decodes nothing else).
+    /// Reuse one for every record: it allocates once.
+    public struct Fields: Sendable {
+        /// Each position's stored value, as the offset of its tag in the record; -1 where the record holds none.
+        var offsets: [Int] = []
+
+        public init() {}
+    }
+
+    /// What ``locate(_:into:)`` found.
+    public enum Located: Sendable {
+        /// The object exists; its fields are located.
+        case exists
+        /// The record is a tombstone: its object does not exist.
+        case tombstone
+        /// The record holds a list or embedded object, or is damaged: ``fullDecode(_:)`` reads it (or names the
+        /// fault).
+        case needsFullDecoder
+    }
+
+    /// Finds the fields of a record whose fields are all scalar registers, checking every byte the full decoder
+    /// checks, so that a record located here decodes without error. Anything else, or anything out of the ordinary
+    /// (a limit reached, bytes that do not parse), is left to the full decoder, which names the fault.
+    public func locate(_ bytes: UnsafeRawBufferPointer, into fields: inout Fields) -> Located {
         var reader = RawRecordReader(bytes)
         guard reader.byte() == ObjectRecord.formatVersion, let flags = reader.byte(), flags <= 1 else {
             return .needsFullDecoder
@@ -88,26 +160,45 @@ public struct RecordProjector: Sendable {
         }
         guard let fieldCount = reader.count(maximum: limits.maximumElements) else { return .needsFullDecoder }
 
-        if values.count == initial.count {
-            for position in initial.indices { values[position] = initial[position] }
+        if fields.offsets.count == initial.count {
+            for position in initial.indices { fields.offsets[position] = -1 }
         } else {
-            values = initial
+            fields.offsets = Array(repeating: -1, count: initial.count)
         }
+        var next = 0
         for _ in 0..<fieldCount {
             guard let name = reader.lengthPrefixed(maximum: limits.maximumValueBytes) else { return .needsFullDecoder }
-            let position = type.propertyPosition(utf8: name.assumingMemoryBound(to: UInt8.self))
+            let position = position(of: name, next: &next)
             // A register (0) holding a scalar (0); lists and embedded objects take the full decoder.
             guard reader.byte() == 0, reader.byte() == 0 else { return .needsFullDecoder }
-            let decode = position.map { readable[$0] } ?? false
-            guard var value = reader.scalar(decode: decode, limits: limits), reader.varint() != nil,
-                let addend = reader.zigzag()
-            else { return .needsFullDecoder }
-            if let position, decode {
-                if case .int(let base) = value { value = .int(base &+ addend) }
-                values[position] = value
+            let start = reader.offset
+            guard reader.scalar(decode: false, limits: limits) != nil, reader.varint() != nil, reader.zigzag() != nil else {
+                return .needsFullDecoder
             }
+            if let position, readable[position] { fields.offsets[position] = start }
         }
         return .exists
+    }
+
+    /// Every position's value in a record ``locate(_:into:)`` located in `fields`.
+    public func values(in bytes: UnsafeRawBufferPointer, _ fields: Fields) -> [Value] {
+        initial.indices.map { value(at: $0, in: bytes, fields) }
+    }
+
+    /// The value of the property at `position` in a record ``locate(_:into:)`` located in `fields`, as
+    /// ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)`` gives it: the default where the record holds
+    /// none, ``Value/null`` for the primary key and positions not decoded, an integer with its increments added.
+    public func value(at position: Int, in bytes: UnsafeRawBufferPointer, _ fields: Fields) -> Value {
+        guard initial.indices.contains(position) else { return .null }
+        guard position < fields.offsets.count, fields.offsets[position] >= 0 else { return initial[position] }
+        var reader = RawRecordReader(bytes)
+        reader.offset = fields.offsets[position]
+        // `locate` checked these bytes: the reads cannot fail.
+        guard let value = reader.scalar(decode: true, limits: limits), reader.varint() != nil,
+            let addend = reader.zigzag()
+        else { return initial[position] }
+        if case .int(let base) = value { return .int(base &+ addend) }
+        return value
     }
 }
 

@@ -26,32 +26,35 @@ public struct PositionalPredicate: Sendable {
     /// Whether the object whose values (by position in the type's properties) are `values` matches. A position
     /// out of range reads as null.
     public func matches(_ values: [Value]) -> Bool {
-        Self.evaluate(root, values)
+        matches { values.indices.contains($0) ? values[$0] : .null }
     }
 
-    private static func evaluate(_ node: Node, _ values: [Value]) -> Bool {
+    /// Whether the object matches whose value at each position `value` gives. It is asked only for the positions the
+    /// terms evaluated need (`a > 1 AND b == 2` asks for no `b` when `a` is 1), so a reader can decode values on
+    /// demand.
+    public func matches(_ value: (Int) -> Value) -> Bool {
+        Self.evaluate(root, value)
+    }
+
+    private static func evaluate(_ node: Node, _ value: (Int) -> Value) -> Bool {
         switch node {
-        case .constant(let value):
-            return value
+        case .constant(let constant):
+            return constant
         case .and(let terms):
-            return terms.allSatisfy { evaluate($0, values) }
+            return terms.allSatisfy { evaluate($0, value) }
         case .or(let terms):
-            return terms.contains { evaluate($0, values) }
+            return terms.contains { evaluate($0, value) }
         case .not(let inner):
-            return !evaluate(inner, values)
+            return !evaluate(inner, value)
         case .compare(let position, let op, let options, let constant):
-            return queryCompare(value(at: position, values), op, constant, options: options)
+            return queryCompare(value(position), op, constant, options: options)
         case .compareAny(let position, let op, let options, let constants):
-            let left = value(at: position, values)
+            let left = value(position)
             return constants.contains { queryCompare(left, op, $0, options: options) }
         case .between(let position, let lower, let upper):
-            let left = value(at: position, values)
+            let left = value(position)
             return queryCompare(left, .greaterEqual, lower, options: []) && queryCompare(left, .lessEqual, upper, options: [])
         }
-    }
-
-    private static func value(at position: Int, _ values: [Value]) -> Value {
-        values.indices.contains(position) ? values[position] : .null
     }
 }
 

@@ -72,36 +72,30 @@ public class ReadTransaction {
         _ body: (_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) throws -> Bool
     ) throws {
         var cursor: OpaquePointer?
-        var rc = mdb_cursor_open(handle, database.dbi, &cursor)
+        let rc = mdb_cursor_open(handle, database.dbi, &cursor)
         guard rc == 0, let cursor else {
             throw environment.error(rc, "mdb_cursor_open", context: "database '\(database.name)'")
         }
         defer { mdb_cursor_close(cursor) }
         var key = MDB_val()
         var value = MDB_val()
-
-        func get(_ op: MDB_cursor_op) throws -> Bool {
-            if let injected = environment.faults.check(.cursorGet) {
-                throw environment.error(injected, "mdb_cursor_get", context: "database '\(database.name)'")
-            }
-            rc = mdb_cursor_get(cursor, &key, &value, op)
-            if rc == MDB_NOTFOUND { return false }
-            if rc != 0 { throw environment.error(rc, "mdb_cursor_get", context: "database '\(database.name)'") }
-            return true
-        }
-        func position(at bound: [UInt8]) throws -> Bool {
-            try bound.withUnsafeBytes { bytes in
-                key = MDB_val(mv_size: bytes.count, mv_data: UnsafeMutableRawPointer(mutating: bytes.baseAddress))
-                return try get(MDB_SET_RANGE)
-            }
-        }
+        // No nested functions here: variables they capture and change are checked for exclusive access on every use.
         var found: Bool
-        if !reverse {
-            found = try start.map(position(at:)) ?? get(MDB_FIRST)
+        if !reverse, let start {
+            found = try start.withUnsafeBytes { bytes in
+                key = MDB_val(mv_size: bytes.count, mv_data: UnsafeMutableRawPointer(mutating: bytes.baseAddress))
+                return try cursorGet(cursor, &key, &value, MDB_SET_RANGE, database)
+            }
+        } else if !reverse {
+            found = try cursorGet(cursor, &key, &value, MDB_FIRST, database)
         } else if let end {
-            found = try position(at: end) ? get(MDB_PREV) : get(MDB_LAST)
+            let positioned = try end.withUnsafeBytes { bytes in
+                key = MDB_val(mv_size: bytes.count, mv_data: UnsafeMutableRawPointer(mutating: bytes.baseAddress))
+                return try cursorGet(cursor, &key, &value, MDB_SET_RANGE, database)
+            }
+            found = try cursorGet(cursor, &key, &value, positioned ? MDB_PREV : MDB_LAST, database)
         } else {
-            found = try get(MDB_LAST)
+            found = try cursorGet(cursor, &key, &value, MDB_LAST, database)
         }
         while found {
             let keyBuffer = UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size)
@@ -109,8 +103,22 @@ public class ReadTransaction {
             if reverse, let start, compareBytes(keyBuffer, start) < 0 { return }
             let valueBuffer = UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
             guard try body(keyBuffer, valueBuffer) else { return }
-            found = try get(reverse ? MDB_PREV : MDB_NEXT)
+            found = try cursorGet(cursor, &key, &value, reverse ? MDB_PREV : MDB_NEXT, database)
         }
+    }
+
+    /// One `mdb_cursor_get`: `false` at the end of the data, an error for any failure.
+    @inline(__always)
+    private func cursorGet(
+        _ cursor: OpaquePointer, _ key: inout MDB_val, _ value: inout MDB_val, _ op: MDB_cursor_op, _ database: Database
+    ) throws -> Bool {
+        if let injected = environment.faults.check(.cursorGet) {
+            throw environment.error(injected, "mdb_cursor_get", context: "database '\(database.name)'")
+        }
+        let rc = mdb_cursor_get(cursor, &key, &value, op)
+        if rc == MDB_NOTFOUND { return false }
+        if rc != 0 { throw environment.error(rc, "mdb_cursor_get", context: "database '\(database.name)'") }
+        return true
     }
 
     /// The last key of the database, copied, or `nil` when it is empty.
