@@ -32,11 +32,34 @@ struct Materializer {
     /// ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)`` reads them): links resolved, primary key
     /// added.
     func object(type: ObjectSchema, primaryKey: PrimaryKey, positional values: consuming [Value]) throws -> DynamicObject {
-        var values = values  // consumed: the only reference, so the changes below copy nothing
-        for position in type.properties.indices where position < values.count {
-            let resolved = try value(at: position, of: type, primaryKey: primaryKey, positional: values)
-            values[position] = resolved
+        try object(type: type, layout: PositionalLayout(type), primaryKey: primaryKey, positional: values)
+    }
+
+    /// Which positions of a type's values a read fills in or resolves: worked out once for many objects.
+    struct PositionalLayout {
+        /// The primary key's position.
+        let keyPosition: Int?
+        /// The positions of links and embedded objects (whose links to objects that do not exist are left out).
+        let objectPositions: [Int]
+
+        init(_ type: ObjectSchema) {
+            let keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
+            self.keyPosition = keyPosition
+            objectPositions = type.properties.indices.filter {
+                $0 != keyPosition && type.properties[$0].kind.objectType != nil
+            }
         }
+    }
+
+    /// ``object(type:primaryKey:positional:)``, with the type's layout worked out already.
+    func object(type: ObjectSchema, layout: PositionalLayout, primaryKey: PrimaryKey, positional values: consuming [Value])
+        throws -> DynamicObject
+    {
+        var values = values  // consumed: the only reference, so the changes below copy nothing
+        for position in layout.objectPositions where position < values.count {
+            values[position] = try resolveLinks(values[position], type.properties[position])
+        }
+        if let keyPosition = layout.keyPosition, keyPosition < values.count { values[keyPosition] = primaryKey.value }
         return DynamicObject(schema: type, primaryKey: primaryKey, positional: values)
     }
 
@@ -140,30 +163,66 @@ public final class Snapshot: ObjectReading {
         return try self.replica.views.exists(type: type, primaryKey: key, in: self.storage)
     }
 
-    /// The projector that reads whole objects of each type, built on first use.
-    private var projectors: [String: RecordProjector] = [:]
+    /// What reading objects of one type needs, worked out once per snapshot and type.
+    final class TypeReader {
+        let type: ObjectSchema
+        /// Reads whole objects.
+        let projector: RecordProjector
+        /// What every record key of the type starts with.
+        let keyPrefix: [UInt8]
+        let layout: Materializer.PositionalLayout
+        /// Reused by every read of one object.
+        var fields = RecordProjector.Fields()
 
-    func projector(_ type: ObjectSchema) -> RecordProjector {
-        if let projector = projectors[type.name] { return projector }
-        let projector = RecordProjector(type: type, schema: schema)
-        projectors[type.name] = projector
-        return projector
+        init(type: ObjectSchema, schema: Schema) {
+            self.type = type
+            projector = RecordProjector(type: type, schema: schema)
+            keyPrefix = ViewStore.typePrefix(type.name)
+            layout = Materializer.PositionalLayout(type)
+        }
+    }
+
+    private var typeReaders: [String: TypeReader] = [:]
+    /// The last type read: reads of one type in a row skip the table.
+    private var lastTypeReader: TypeReader?
+
+    /// The reader of `type`, built on first use.
+    ///
+    /// - Throws: ``TributaryError`` with `.unknownType`.
+    func typeReader(_ type: String) throws -> TypeReader {
+        if let last = lastTypeReader, last.type.name == type { return last }
+        let reader: TypeReader
+        if let known = typeReaders[type] {
+            reader = known
+        } else {
+            reader = TypeReader(type: try schema.requireType(type), schema: schema)
+            typeReaders[type] = reader
+        }
+        lastTypeReader = reader
+        return reader
+    }
+
+    func projector(_ type: ObjectSchema) throws -> RecordProjector {
+        try typeReader(type.name).projector
     }
 
     public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
-        let objectType = try schema.requireType(type)
         checkValid()
-        let projector = projector(objectType)
-        let key = ViewStore.objectKey(type: type, primaryKey: primaryKey)
-        guard let values = try storage.withValue(replica.views.objects, key: key, { bytes in
-            try bytes.flatMap { bytes throws(ChangesetDecodingError) in try projector.values(bytes) }
-        }) else { return nil }
-        return try materializer.object(type: objectType, primaryKey: primaryKey, positional: values)
+        let reader = try typeReader(type)
+        let key = ViewStore.objectKey(prefix: reader.keyPrefix, primaryKey: primaryKey)
+        let values = try storage.withValue(replica.views.objects, key: key) { bytes -> [Value]? in
+            guard let bytes else { return nil }
+            var values: [Value] = []
+            return try reader.projector.project(bytes, into: &values, using: &reader.fields) ? values : nil
+        }
+        guard let values else { return nil }
+        return try materializer.object(type: reader.type, layout: reader.layout, primaryKey: primaryKey, positional: values)
     }
 
     public func objects(_ type: String) throws -> [DynamicObject] {
-        let objectType = try schema.requireType(type)
-        let projector = projector(objectType)
+        let reader = try typeReader(type)
+        let objectType = reader.type
+        let projector = reader.projector
         let materializer = self.materializer
         var result: [DynamicObject] = []
         try scanAll(objectType) { primaryKey, bytes in

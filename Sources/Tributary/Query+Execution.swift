@@ -170,15 +170,16 @@ extension Snapshot {
         let read = query.predicateProperties
         let wanted = type.properties.map { planned.plan != .fullScan || read.contains($0.name) }
         let readsAll = !wanted.contains(false)
-        let whole = projector(type)
+        let whole = try projector(type)
         let projector = readsAll ? whole : RecordProjector(type: type, schema: schema, wanted: wanted)
         var filter = CandidateFilter(
             query: query, type: type, materializer: materializer, source: source, projector: projector, whole: whole,
             wanted: readsAll ? nil : wanted)
 
+        let keyPrefix = ViewStore.typePrefix(type.name)
         func consider(keys: [PrimaryKey]) throws {
             for key in keys {
-                try storage.withValue(replica.views.objects, key: ViewStore.objectKey(type: type.name, primaryKey: key)) { bytes in
+                try storage.withValue(replica.views.objects, key: ViewStore.objectKey(prefix: keyPrefix, primaryKey: key)) { bytes in
                     if let bytes { try filter.consider(key, bytes) }
                 }
             }
@@ -244,6 +245,7 @@ private struct CandidateFilter {
     /// A predicate on scalar properties alone, tested on the decoded values as they are, with no dictionary.
     let positional: PositionalPredicate?
     let keyPosition: Int?
+    let layout: Materializer.PositionalLayout
     /// Without SORT, DISTINCT or LIMIT the matches are the result as they are: they stay positional, with no
     /// dictionary of values by name. The clauses work on values by name.
     let hasClauses: Bool
@@ -269,6 +271,7 @@ private struct CandidateFilter {
         self.wanted = wanted
         positional = query.positionalPredicate(for: type)
         keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
+        layout = Materializer.PositionalLayout(type)
         hasClauses = !query.clauses.isEmpty
     }
 
@@ -312,7 +315,7 @@ private struct CandidateFilter {
         if hasClauses {
             matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
         } else {
-            results.append(try materializer.object(type: type, primaryKey: primaryKey, positional: values))
+            results.append(try materializer.object(type: type, layout: layout, primaryKey: primaryKey, positional: values))
         }
     }
 }

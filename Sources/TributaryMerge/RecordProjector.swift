@@ -24,10 +24,14 @@ public final class RecordProjector: Sendable {
     let initial: [Value]
     /// Positions whose stored fields the fast path may read: decoded and neither the primary key nor a list.
     let readable: [Bool]
-    /// The type's property names (as UTF-8) in the order a record stores its fields, with their positions: a record
-    /// usually holds these fields in this order, so each stored name is compared with one expected name, not looked up.
-    let storedOrder: [(name: [UInt8], position: Int)]
-    /// Each position's index in `storedOrder`.
+    /// The type's property names in the order a record stores its fields: a record usually holds these fields in
+    /// this order, so each stored name is compared with one expected name, not looked up. The names' UTF-8 bytes,
+    /// one after another (flat, so that comparing one retains nothing), where each starts (and, last, where they
+    /// end), and each one's position in `type.properties`.
+    let storedNames: [UInt8]
+    let storedNameStarts: [Int]
+    let storedPositions: [Int]
+    /// Each position's index in the stored order.
     let storedIndex: [Int]
 
     /// - Parameter wanted: the positions in `type.properties` to decode, or `nil` for all of them.
@@ -53,7 +57,16 @@ public final class RecordProjector: Sendable {
         }.sorted {
             type.properties[$0].name < type.properties[$1].name
         }
-        storedOrder = order.map { (Array(type.properties[$0].name.utf8), $0) }
+        var names: [UInt8] = []
+        var starts: [Int] = []
+        for position in order {
+            starts.append(names.count)
+            names.append(contentsOf: type.properties[position].name.utf8)
+        }
+        starts.append(names.count)
+        storedNames = names
+        storedNameStarts = starts
+        storedPositions = order
         var storedIndex = [Int](repeating: 0, count: type.properties.count)
         for (index, position) in order.enumerated() { storedIndex[position] = index }
         self.storedIndex = storedIndex
@@ -63,14 +76,18 @@ public final class RecordProjector: Sendable {
     /// name expected next; it moves past the name found.
     @inline(__always)
     private func position(of name: UnsafeRawBufferPointer, next: inout Int) -> Int? {
-        if next < storedOrder.count {
-            let expected = storedOrder[next]
-            let matches = expected.name.count == name.count && expected.name.withUnsafeBytes { expectedBytes in
-                name.isEmpty || memcmp(expectedBytes.baseAddress!, name.baseAddress!, name.count) == 0
+        if next < storedPositions.count {
+            let start = storedNameStarts[next]
+            // Names are short: a loop beats a call to memcmp.
+            var matches = storedNameStarts[next + 1] - start == name.count
+            var index = 0
+            while matches, index < name.count {
+                matches = storedNames[start + index] == name[index]
+                index += 1
             }
             if matches {
                 next += 1
-                return expected.position
+                return storedPositions[next - 1]
             }
         }
         let position = type.propertyPosition(utf8: name.assumingMemoryBound(to: UInt8.self))
@@ -172,7 +189,7 @@ public final class RecordProjector: Sendable {
             // A register (0) holding a scalar (0); lists and embedded objects take the full decoder.
             guard reader.byte() == 0, reader.byte() == 0 else { return .needsFullDecoder }
             let start = reader.offset
-            guard reader.scalar(decode: false, limits: limits) != nil, reader.varint() != nil, reader.zigzag() != nil else {
+            guard reader.skipScalar(limits: limits), reader.varint() != nil, reader.zigzag() != nil else {
                 return .needsFullDecoder
             }
             if let position, readable[position] { fields.offsets[position] = start }
@@ -212,19 +229,31 @@ private struct RawRecordReader {
 
     var remaining: Int { bytes.count - offset }
 
+    @inline(__always)
     mutating func byte() -> UInt8? {
         guard offset < bytes.count else { return nil }
         defer { offset += 1 }
         return bytes[offset]
     }
 
+    @inline(__always)
     mutating func skip(_ count: Int) -> Bool {
         guard count >= 0, count <= remaining else { return false }
         offset += count
         return true
     }
 
+    @inline(__always)
     mutating func varint() -> UInt64? {
+        // Most varints here (stamp indices, lengths, small numbers) are one byte.
+        if offset < bytes.count, bytes[offset] < 0x80 {
+            defer { offset += 1 }
+            return UInt64(bytes[offset])
+        }
+        return longVarint()
+    }
+
+    mutating func longVarint() -> UInt64? {
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while offset < bytes.count {
@@ -239,26 +268,62 @@ private struct RawRecordReader {
         return nil
     }
 
+    @inline(__always)
     mutating func zigzag() -> Int64? {
         guard let raw = varint() else { return nil }
         return Int64(bitPattern: raw >> 1) ^ -Int64(bitPattern: raw & 1)
     }
 
+    @inline(__always)
     mutating func count(maximum: Int) -> Int? {
         guard let raw = varint(), raw <= UInt64(maximum), raw <= UInt64(remaining) else { return nil }
         return Int(raw)
     }
 
+    @inline(__always)
     mutating func fixed64() -> UInt64? {
         guard remaining >= 8 else { return nil }
         defer { offset += 8 }
         return bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self).littleEndian
     }
 
+    @inline(__always)
     mutating func lengthPrefixed(maximum: Int) -> UnsafeRawBufferPointer? {
         guard let length = count(maximum: maximum) else { return nil }
         defer { offset += length }
         return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length])
+    }
+
+    /// Skips a scalar value, checking it as ``scalar(decode:limits:)`` does; `false` where that gives `nil`.
+    mutating func skipScalar(limits: DecodingLimits) -> Bool {
+        guard let tag = byte() else { return false }
+        switch tag {
+        case 0, 1, 2: return true
+        case 3: return varint() != nil
+        case 4, 7: return skip(8)
+        case 5:
+            guard let utf8 = lengthPrefixed(maximum: limits.maximumValueBytes) else { return false }
+            return Self.isASCII(utf8) || String(validating: utf8.assumingMemoryBound(to: UInt8.self), as: UTF8.self) != nil
+        case 6: return lengthPrefixed(maximum: limits.maximumValueBytes) != nil
+        case 8: return skip(16)
+        case 9: return skip(12)
+        default: return false
+        }
+    }
+
+    /// Whether every byte is below 0x80, eight at a time.
+    static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var index = 0
+        var bits: UInt64 = 0
+        while index + 8 <= bytes.count {
+            bits |= bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+            index += 8
+        }
+        while index < bytes.count {
+            bits |= UInt64(bytes[index])
+            index += 1
+        }
+        return bits & 0x8080_8080_8080_8080 == 0
     }
 
     /// A scalar value (the tags of ``Value``'s encoding); with `decode` false it is skipped and reads as null.
@@ -276,7 +341,7 @@ private struct RawRecordReader {
             let buffer = utf8.assumingMemoryBound(to: UInt8.self)
             // ASCII is valid UTF-8 as it is; anything else is validated, even when skipped, as the full decoder does
             // (which then reports it).
-            if buffer.allSatisfy({ $0 < 0x80 }) {
+            if Self.isASCII(utf8) {
                 return decode ? .string(String(decoding: buffer, as: UTF8.self)) : .null
             }
             guard let string = String(validating: buffer, as: UTF8.self) else { return nil }
