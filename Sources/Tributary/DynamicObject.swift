@@ -16,7 +16,14 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
     private enum Storage: Sendable {
         case named([String: Value])
         /// One value per property of the type, in its order: the primary key's and resolved links included.
-        case positional(ObjectSchema, [Value])
+        case positional(PositionalType, [Value])
+    }
+
+    /// The type whose properties' order positional values follow: shared by every object a read returns, so that
+    /// making one copies nothing but a reference.
+    final class PositionalType: Sendable {
+        let schema: ObjectSchema
+        init(_ schema: ObjectSchema) { self.schema = schema }
     }
 
     public init(type: String, primaryKey: PrimaryKey, values: [String: Value]) {
@@ -26,8 +33,8 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// An object with one value per property of `schema`, in its order.
-    init(schema: ObjectSchema, primaryKey: PrimaryKey, positional values: [Value]) {
-        self.type = schema.name
+    init(schema: PositionalType, primaryKey: PrimaryKey, positional values: [Value]) {
+        self.type = schema.schema.name
         self.primaryKey = primaryKey
         self.storage = .positional(schema, values)
     }
@@ -37,9 +44,9 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
         switch storage {
         case .named(let values):
             return values
-        case .positional(let schema, let values):
+        case .positional(let type, let values):
             var result: [String: Value] = Dictionary(minimumCapacity: values.count)
-            for (property, value) in zip(schema.properties, values) { result[property.name] = value }
+            for (property, value) in zip(type.schema.properties, values) { result[property.name] = value }
             return result
         }
     }
@@ -49,8 +56,8 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
         switch storage {
         case .named(let values):
             return values[property] ?? .null
-        case .positional(let schema, let values):
-            guard let position = schema.position(ofProperty: property), position < values.count else { return .null }
+        case .positional(let type, let values):
+            guard let position = type.schema.position(ofProperty: property), position < values.count else { return .null }
             return values[position]
         }
     }
@@ -58,9 +65,13 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
     /// Equal objects have the same type, primary key and values by name, however they are held.
     public static func == (lhs: DynamicObject, rhs: DynamicObject) -> Bool {
         guard lhs.type == rhs.type, lhs.primaryKey == rhs.primaryKey else { return false }
-        if case .positional(let left, let leftValues) = lhs.storage, case .positional(let right, let rightValues) = rhs.storage,
-            left.properties.count == right.properties.count,
-            left.properties.indices.allSatisfy({ left.properties[$0].name == right.properties[$0].name })
+        if case .positional(let leftType, let leftValues) = lhs.storage,
+            case .positional(let rightType, let rightValues) = rhs.storage,
+            leftType === rightType || {
+                let (left, right) = (leftType.schema, rightType.schema)
+                return left.properties.count == right.properties.count
+                    && left.properties.indices.allSatisfy({ left.properties[$0].name == right.properties[$0].name })
+            }()
         {
             return leftValues == rightValues
         }

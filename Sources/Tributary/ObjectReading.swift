@@ -20,9 +20,16 @@ public protocol ObjectReading {
 
 /// Turns stored records into values: applies the merge rules' read side (counters, list order, defaults) and hides
 /// links to objects that do not exist (DESIGN.md, rule 7).
-struct Materializer {
+///
+/// A class: reads pass it around, and copying it would copy the whole schema.
+final class Materializer {
     let schema: Schema
     let exists: (String, PrimaryKey) throws -> Bool
+
+    init(schema: Schema, exists: @escaping (String, PrimaryKey) throws -> Bool) {
+        self.schema = schema
+        self.exists = exists
+    }
 
     func object(type: ObjectSchema, primaryKey: PrimaryKey, record: ObjectRecord) throws -> DynamicObject {
         try object(type: type, primaryKey: primaryKey, values: record.values(of: type, in: schema))
@@ -41,8 +48,11 @@ struct Materializer {
         let keyPosition: Int?
         /// The positions of links and embedded objects (whose links to objects that do not exist are left out).
         let objectPositions: [Int]
+        /// The type, as the objects read share it.
+        let positionalType: DynamicObject.PositionalType
 
         init(_ type: ObjectSchema) {
+            positionalType = DynamicObject.PositionalType(type)
             let keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
             self.keyPosition = keyPosition
             objectPositions = type.properties.indices.filter {
@@ -60,7 +70,7 @@ struct Materializer {
             values[position] = try resolveLinks(values[position], type.properties[position])
         }
         if let keyPosition = layout.keyPosition, keyPosition < values.count { values[keyPosition] = primaryKey.value }
-        return DynamicObject(schema: type, primaryKey: primaryKey, positional: values)
+        return DynamicObject(schema: layout.positionalType, primaryKey: primaryKey, positional: values)
     }
 
     /// The values by name of the properties at the positions `wanted` marks (all when `nil`): links resolved,
@@ -165,19 +175,31 @@ public final class Snapshot: ObjectReading {
 
     /// What reading objects of one type needs, worked out once per snapshot and type.
     final class TypeReader {
+        let name: String
         let type: ObjectSchema
         /// Reads whole objects.
         let projector: RecordProjector
         /// What every record key of the type starts with.
         let keyPrefix: [UInt8]
         let layout: Materializer.PositionalLayout
-        /// Reused by every read of one object.
+        /// Reused by every read of one object: where its fields are, and its key (the prefix, then the primary key).
         var fields = RecordProjector.Fields()
+        private var key: [UInt8]
+
+        /// The record key of the object with `primaryKey`, built in a buffer the reads share.
+        func key(_ primaryKey: PrimaryKey) -> [UInt8] {
+            key.removeSubrange(keyPrefix.count...)
+            KeyEncoding.append(primaryKey, to: &key)
+            return key
+        }
 
         init(type: ObjectSchema, schema: Schema) {
+            self.name = type.name
             self.type = type
             projector = RecordProjector(type: type, schema: schema)
             keyPrefix = ViewStore.typePrefix(type.name)
+            key = keyPrefix
+            key.reserveCapacity(keyPrefix.count + 32)
             layout = Materializer.PositionalLayout(type)
         }
     }
@@ -190,7 +212,7 @@ public final class Snapshot: ObjectReading {
     ///
     /// - Throws: ``TributaryError`` with `.unknownType`.
     func typeReader(_ type: String) throws -> TypeReader {
-        if let last = lastTypeReader, last.type.name == type { return last }
+        if let last = lastTypeReader, last.name == type { return last }
         let reader: TypeReader
         if let known = typeReaders[type] {
             reader = known
@@ -209,8 +231,7 @@ public final class Snapshot: ObjectReading {
     public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
         checkValid()
         let reader = try typeReader(type)
-        let key = ViewStore.objectKey(prefix: reader.keyPrefix, primaryKey: primaryKey)
-        let values = try storage.withValue(replica.views.objects, key: key) { bytes -> [Value]? in
+        let values = try storage.withValue(replica.views.objects, key: reader.key(primaryKey)) { bytes -> [Value]? in
             guard let bytes else { return nil }
             var values: [Value] = []
             return try reader.projector.project(bytes, into: &values, using: &reader.fields) ? values : nil

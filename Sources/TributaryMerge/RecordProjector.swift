@@ -199,7 +199,10 @@ public final class RecordProjector: Sendable {
 
     /// Every position's value in a record ``locate(_:into:)`` located in `fields`.
     public func values(in bytes: UnsafeRawBufferPointer, _ fields: Fields) -> [Value] {
-        initial.indices.map { value(at: $0, in: bytes, fields) }
+        var values: [Value] = []
+        values.reserveCapacity(initial.count)
+        for position in initial.indices { values.append(value(at: position, in: bytes, fields)) }
+        return values
     }
 
     /// The value of the property at `position` in a record ``locate(_:into:)`` located in `fields`, as

@@ -140,7 +140,12 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
 
     /// The position in ``properties`` of the property named `name`, if any.
     public func position(ofProperty name: String) -> Int? {
-        index.positions[name]
+        // A few properties: comparing names (small ones compare as two words) beats hashing one.
+        if properties.count <= 12 {
+            for position in properties.indices where properties[position].name == name { return position }
+            return nil
+        }
+        return index.positions[name]
     }
 
     /// The position in ``properties`` of the property whose name has these UTF-8 bytes, if any: for decoders,
