@@ -256,10 +256,18 @@ public final class Snapshot: ObjectReading {
 
     /// Calls `body` with every stored record of `type`, in primary key order.
     func scanAll(_ type: ObjectSchema, _ body: (PrimaryKey, UnsafeRawBufferPointer) throws -> Void) throws {
+        try scanStored(type) { key, bytes in
+            if let primaryKey = KeyEncoding.primaryKey(from: key) { try body(primaryKey, bytes) }
+        }
+    }
+
+    /// Calls `body` with every stored record of `type`, in primary key order, and its primary key as stored: for a
+    /// scan that decodes the keys of the records it keeps only.
+    func scanStored(_ type: ObjectSchema, _ body: (Slice<UnsafeRawBufferPointer>, UnsafeRawBufferPointer) throws -> Void) throws {
         checkValid()
         let prefix = ViewStore.typePrefix(type.name)
         try storage.scan(replica.views.objects, from: prefix, to: ViewStore.prefixEnd(prefix)) { key, bytes in
-            if let primaryKey = KeyEncoding.primaryKey(from: key[prefix.count...]) { try body(primaryKey, bytes) }
+            try body(key[prefix.count...], bytes)
             return true
         }
     }
@@ -268,7 +276,7 @@ public final class Snapshot: ObjectReading {
         checkValid()
         let objectType = try schema.requireType(type)
         var count = 0
-        try scanAll(objectType) { _, bytes in
+        try scanStored(objectType) { _, bytes in
             if try ObjectRecord.exists(inStored: bytes) { count += 1 }
         }
         return count

@@ -207,10 +207,10 @@ extension Snapshot {
                     try consider(keys: Set(keys).sorted())
                 }
             } else {
-                try scanAll(type) { try filter.consider($0, $1) }
+                try scanStored(type) { try filter.consider(storedKey: $0, $1) }
             }
         case .fullScan:
-            try scanAll(type) { try filter.consider($0, $1) }
+            try scanStored(type) { try filter.consider(storedKey: $0, $1) }
         }
         guard filter.hasClauses else { return filter.results }
         return query.applyClauses(to: filter.matched, source: source).map {
@@ -245,6 +245,8 @@ private struct CandidateFilter {
     /// A predicate on scalar properties alone, tested on the decoded values as they are, with no dictionary.
     let positional: PositionalPredicate?
     let keyPosition: Int?
+    /// Whether the predicate reads the primary key: if not, a scan decodes the keys of matches only.
+    let predicateReadsKey: Bool
     let layout: Materializer.PositionalLayout
     /// Without SORT, DISTINCT or LIMIT the matches are the result as they are: they stay positional, with no
     /// dictionary of values by name. The clauses work on values by name.
@@ -270,9 +272,32 @@ private struct CandidateFilter {
         self.whole = whole
         self.wanted = wanted
         positional = query.positionalPredicate(for: type)
-        keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
+        let keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
+        self.keyPosition = keyPosition
+        predicateReadsKey = keyPosition.map { wanted?[$0] ?? true } ?? false
         layout = Materializer.PositionalLayout(type)
         hasClauses = !query.clauses.isEmpty
+    }
+
+    /// Considers a scanned record, whose primary key is decoded only if the predicate reads it or the record matches.
+    mutating func consider(storedKey: Slice<UnsafeRawBufferPointer>, _ bytes: UnsafeRawBufferPointer) throws {
+        if let positional, wanted != nil, !predicateReadsKey {
+            switch projector.locate(bytes, into: &fields) {
+            case .tombstone:
+                return
+            case .exists:
+                let projector = self.projector
+                let fields = self.fields
+                guard positional.matches({ projector.value(at: $0, in: bytes, fields) }) else { return }
+                guard let primaryKey = KeyEncoding.primaryKey(from: storedKey) else { return }
+                try keep(primaryKey, positional: whole.values(bytes) ?? [])
+                return
+            case .needsFullDecoder:
+                break  // decoded whole below
+            }
+        }
+        guard let primaryKey = KeyEncoding.primaryKey(from: storedKey) else { return }
+        try consider(primaryKey, bytes)
     }
 
     mutating func consider(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer) throws {

@@ -125,6 +125,52 @@ struct QueryAndObservationTests {
         }
     }
 
+    @Test("Full scans, which decode only what the predicate reads, equal a filter of every object")
+    func fullScansAgreeWithFilters() throws {
+        let directory = TemporaryDirectory()
+        let replica = try open(directory)
+        var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 6))
+        try replica.write { txn in
+            for index in 0..<300 {
+                let text = ["hello", "Hello world", "naïve café", "x", ""][Int(random.next() % 5)] + " \(index)"
+                try txn.create(message(index, conversation: "c\(random.next() % 4)", text: text, priority: Int(random.next() % 9)))
+            }
+        }
+        // Updates (some objects' fields no longer in their first order) and deletes (tombstones the scan skips).
+        try replica.write { txn in
+            for _ in 0..<80 {
+                let key = PrimaryKey.string("m\(random.next() % 300)")
+                if random.next() % 4 == 0 {
+                    _ = try txn.delete("Message", primaryKey: key)
+                } else if try txn.object("Message", primaryKey: key) != nil {
+                    try txn.update("Message", primaryKey: key, ["author": .string("u\(random.next() % 5)"), "text": .string("edited")])
+                }
+            }
+        }
+        let all = try replica.objects(Message.self)
+        for _ in 0..<40 {
+            let author = "u\(random.next() % 5)"
+            let cutoff = Date(timeIntervalSince1970: Double(700 + random.next() % 300))
+            let cases: [(String, [Value], (Message) -> Bool)] = [
+                ("author == $0", [.string(author)], { $0.author == author }),
+                ("text CONTAINS[c] 'hello' AND timestamp > $0", [.date(cutoff)], {
+                    $0.text.lowercased().contains("hello") && $0.timestamp > cutoff
+                }),
+                ("NOT (author == $0) OR text BEGINSWITH 'na'", [.string(author)], { $0.author != author || $0.text.hasPrefix("na") }),
+                ("_id == 'm7' OR author == $0", [.string(author)], { $0._id == "m7" || $0.author == author }),
+                ("text == 'edited' AND _id ENDSWITH '1'", [], { $0.text == "edited" && $0._id.hasSuffix("1") }),
+            ]
+            for (query, arguments, predicate) in cases {
+                #expect(try replica.read { try $0.explain("Message", where: query, arguments: arguments) } == .fullScan)
+                let expected = all.filter(predicate)
+                let actual = try replica.objects(Message.self, where: query, arguments: arguments)
+                #expect(actual == expected, "\(query) with \(arguments)")
+                #expect(try replica.read { try $0.count("Message", where: query, arguments: arguments) } == expected.count)
+            }
+        }
+        #expect(try replica.read { try $0.count("Message") } == all.count)
+    }
+
     @Test("Invalid queries name the position and the types")
     func invalidQueries() throws {
         let directory = TemporaryDirectory()
