@@ -1,6 +1,10 @@
 public import TributaryModel
 import Synchronization
 import TributaryMerge
+import TributaryLog
+import TributaryQuery
+import TributaryStorage
+import TributaryViews
 
 /// A change of a live query's results.
 ///
@@ -49,9 +53,35 @@ public struct ResultsObservation<Element: Sendable>: AsyncSequence, Sendable {
     var relevantTypes: Set<String> { replica.schema.typesReachable(from: type) }
 
     func fetch() throws -> [DynamicObject] {
+        try replica.read { try fetch(in: $0) }
+    }
+
+    func fetch(in snapshot: Snapshot) throws -> [DynamicObject] {
+        if let query { return try snapshot.objects(type, where: query, arguments: arguments) }
+        return try snapshot.objects(type)
+    }
+
+    /// The results after the commits `registration` announced, with the change from `old`; `nil` when none of them
+    /// touched the observed types. Where it can, it re-reads only the objects those commits changed (see
+    /// ``Snapshot/incrementalResults(_:type:query:arguments:changed:)``); otherwise it runs the query again.
+    func refresh(_ old: [DynamicObject], _ registration: ObservationRegistration) throws
+        -> (results: [DynamicObject], change: ResultsDiff)?
+    {
         try replica.read { snapshot in
-            if let query { return try snapshot.objects(type, where: query, arguments: arguments) }
-            return try snapshot.objects(type)
+            switch registration.takeChanges(through: try snapshot.logSequence()) {
+            case .nothing:
+                return nil
+            case .keys(let keys):
+                if let updated = try snapshot.incrementalResults(old, type: type, query: query, arguments: arguments, changed: keys) {
+                    registration.incrementalRefreshes.wrappingAdd(1, ordering: .relaxed)
+                    return updated
+                }
+                let results = try fetch(in: snapshot)
+                return (results, ResultsDiff(old: old, new: results))
+            case .everything:
+                let results = try fetch(in: snapshot)
+                return (results, ResultsDiff(old: old, new: results))
+            }
         }
     }
 
@@ -69,8 +99,7 @@ public struct ResultsObservation<Element: Sendable>: AsyncSequence, Sendable {
             var current = old
             while true {
                 guard await registration.nextSignal(), !Task.isCancelled else { return nil }
-                let results = try observation.fetch()
-                let change = ResultsDiff(old: current, new: results)
+                guard let (results, change) = try observation.refresh(current, registration) else { continue }
                 current = results
                 previous = results
                 if !change.isEmpty {
@@ -111,6 +140,7 @@ public struct ObjectObservation<Element: Sendable>: AsyncSequence, Sendable {
             }
             while true {
                 guard await registration.nextSignal(), !Task.isCancelled else { return nil }
+                _ = registration.takeChanges(through: .max)  // the object is read again whatever changed
                 let current = try fetch()
                 if current != previous {
                     previous = current
@@ -121,24 +151,69 @@ public struct ObjectObservation<Element: Sendable>: AsyncSequence, Sendable {
     }
 }
 
-/// An observer's registration with its replica: a one-slot signal that commits to relevant types set. Releasing the
-/// registration unregisters it.
+/// An observer's registration with its replica: a one-slot signal that commits to relevant types set, and the keys
+/// those commits changed. Releasing the registration unregisters it.
 public final class ObservationRegistration: Sendable {
     private let replica: Replica
     private let identifier: UInt64
     private let signals: AsyncStream<Void>
+    private let pending = PendingBox()
     /// How many commits woke this observer (for tests of "a commit that cannot change the result does not wake").
     let wakes = WakeCounter()
+    /// How many refreshes read only the objects that changed (for tests that the path is taken).
+    let incrementalRefreshes = Atomic<Int>(0)
+
+    /// The commits an observer has not applied yet, shared with the closure that records them.
+    final class PendingBox: Sendable {
+        let changes = Mutex(PendingChanges())
+    }
+
+    /// The commits an observer has not applied yet.
+    struct PendingChanges {
+        /// The local log sequence of the last commit announced (relevant or not).
+        var announced: UInt64 = 0
+        /// Relevant commits not applied yet: each one's sequence and the keys (of the observed types) it changed.
+        var commits: [(sequence: UInt64, keys: [RecordKey])] = []
+        var keyCount = 0
+        /// Commits through this sequence changed the schema, or more keys than are worth keeping: re-read everything.
+        var rereadThrough: UInt64?
+    }
+
+    /// What a refresh at one snapshot must look at.
+    enum Refresh {
+        /// Nothing that changed the observed types.
+        case nothing
+        /// These keys changed.
+        case keys(Set<RecordKey>)
+        /// Anything may have changed: re-read the results.
+        case everything
+    }
+
+    /// Keys kept for an observer that is not iterating, before it falls back to re-reading everything.
+    static let maximumPendingKeys = 10_000
 
     init(replica: Replica, types: Set<String>) {
         self.replica = replica
         let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         signals = stream
         let wakes = self.wakes
+        let pending = self.pending
         identifier = replica.observers.add(
             ObserverRegistry.Entry(
-                onCommit: { keys, schemaChanged in
-                    if schemaChanged || keys.contains(where: { types.contains($0.type) }) {
+                onCommit: { keys, schemaChanged, sequence in
+                    let relevant = keys.filter { types.contains($0.type) }
+                    pending.changes.withLock { pending in
+                        pending.announced = max(pending.announced, sequence)
+                        if schemaChanged || pending.keyCount + relevant.count > Self.maximumPendingKeys {
+                            pending.rereadThrough = sequence
+                            pending.commits.removeAll()
+                            pending.keyCount = 0
+                        } else if !relevant.isEmpty {
+                            pending.commits.append((sequence, relevant))
+                            pending.keyCount += relevant.count
+                        }
+                    }
+                    if schemaChanged || !relevant.isEmpty {
                         wakes.count.wrappingAdd(1, ordering: .relaxed)
                         continuation.yield()
                     }
@@ -153,6 +228,24 @@ public final class ObservationRegistration: Sendable {
         var iterator = signals.makeAsyncIterator()
         return await iterator.next() != nil
     }
+
+    /// Takes what a refresh at a snapshot that ends at log sequence `snapshot` must look at. Commits after the
+    /// snapshot stay pending (a later refresh applies them); a commit the snapshot holds but that was not announced
+    /// yet (announcements follow commits) makes its keys unknown, so the refresh re-reads everything.
+    func takeChanges(through snapshot: UInt64) -> Refresh {
+        pending.changes.withLock { pending in
+            let covered = pending.commits.filter { $0.sequence <= snapshot }
+            pending.commits.removeAll { $0.sequence <= snapshot }
+            pending.keyCount = pending.commits.reduce(0) { $0 + $1.keys.count }
+            if let through = pending.rereadThrough {
+                if through <= snapshot { pending.rereadThrough = nil }
+                return .everything
+            }
+            if pending.announced < snapshot { return .everything }
+            if covered.isEmpty { return .nothing }
+            return .keys(Set(covered.flatMap(\.keys)))
+        }
+    }
 }
 
 /// The change from one result array to the next, by primary key.
@@ -162,6 +255,12 @@ struct ResultsDiff {
     var modifications: [Int] = []
 
     var isEmpty: Bool { deletions.isEmpty && insertions.isEmpty && modifications.isEmpty }
+
+    init(deletions: [Int], insertions: [Int], modifications: [Int]) {
+        self.deletions = deletions
+        self.insertions = insertions
+        self.modifications = modifications
+    }
 
     init(old: [DynamicObject], new: [DynamicObject]) {
         var newIndex: [PrimaryKey: Int] = [:]
@@ -238,4 +337,105 @@ extension Replica {
 
 final class WakeCounter: Sendable {
     let count = Atomic<Int>(0)
+}
+
+extension Snapshot {
+    /// The local log sequence this snapshot ends at: which commits it holds.
+    func logSequence() throws -> UInt64 {
+        checkValid()
+        return try replica.log.headUnverified(in: storage).localSequence
+    }
+
+    /// The results of a query after the objects `changed` names changed, computed from the previous results `old` by
+    /// reading only those objects, with the change from `old`: what running the query again would give, at the cost
+    /// of the objects that changed instead of the objects that match.
+    ///
+    /// `nil` where that would not be exactly what running the query again gives, or would cost more: a query with
+    /// SORT, DISTINCT or LIMIT (an object's place depends on the others), a predicate that follows links or reads
+    /// lists, a type with links (a link's target changing changes the linking object's values), changed objects of
+    /// other types, or more changed objects than the results hold when an index answers the query.
+    func incrementalResults(
+        _ old: [DynamicObject], type typeName: String, query text: String?, arguments: [Value], changed: Set<RecordKey>
+    ) throws -> (results: [DynamicObject], change: ResultsDiff)? {
+        guard changed.allSatisfy({ $0.type == typeName }), let type = schema[type: typeName], !type.isEmbedded,
+            !schema.holdsLinks(type)
+        else { return nil }
+        var predicate: PositionalPredicate?
+        if let text {
+            let parsed = try schema.query(text, arguments: arguments, type: type)
+            guard parsed.clauses.isEmpty, let compiled = parsed.positionalPredicate(for: type) else { return nil }
+            if plan(parsed, type: type).plan != .fullScan, changed.count > old.count + 64 { return nil }
+            predicate = compiled
+        }
+        let reader = try typeReader(typeName)
+        let keys = changed.map(\.primaryKey).sorted { KeyEncoding.precedes($0, $1) }
+        var results: [DynamicObject] = []
+        results.reserveCapacity(old.count + keys.count)
+        var deletions: [Int] = []
+        var insertions: [Int] = []
+        var modifications: [Int] = []
+        var index = 0
+        for key in keys {
+            let object = try matchingObject(reader, key, predicate)
+            // The old results before `key` stay, in place (both arrays are in stored key order).
+            var low = index
+            var high = old.count
+            while low < high {
+                let middle = (low + high) / 2
+                if KeyEncoding.precedes(old[middle].primaryKey, key) { low = middle + 1 } else { high = middle }
+            }
+            results.append(contentsOf: old[index..<low])
+            index = low
+            if index < old.count, old[index].primaryKey == key {
+                if let object {
+                    if object != old[index] { modifications.append(results.count) }
+                    results.append(object)
+                } else {
+                    deletions.append(index)
+                }
+                index += 1
+            } else if let object {
+                insertions.append(results.count)
+                results.append(object)
+            }
+        }
+        results.append(contentsOf: old[index...])
+        return (results, ResultsDiff(deletions: deletions, insertions: insertions, modifications: modifications))
+    }
+
+    /// The object of the reader's type with `primaryKey`, if it exists and matches `predicate`.
+    private func matchingObject(_ reader: TypeReader, _ primaryKey: PrimaryKey, _ predicate: PositionalPredicate?) throws
+        -> DynamicObject?
+    {
+        let values = try storage.withValue(replica.views.objects, key: reader.key(primaryKey)) { bytes -> [Value]? in
+            guard let bytes else { return nil }
+            var values: [Value] = []
+            return try reader.projector.project(bytes, into: &values, using: &reader.fields) ? values : nil
+        }
+        guard var values else { return nil }
+        if let predicate {
+            if let keyPosition = reader.layout.keyPosition, keyPosition < values.count { values[keyPosition] = primaryKey.value }
+            guard predicate.matches(values) else { return nil }
+        }
+        return try materializer.object(type: reader.type, layout: reader.layout, primaryKey: primaryKey, positional: values)
+    }
+}
+
+extension Schema {
+    /// Whether objects of `type` hold links, in their own properties or in embedded objects at any depth.
+    func holdsLinks(_ type: ObjectSchema) -> Bool {
+        var seen: Set<String> = [type.name]
+        var queue = [type]
+        while let current = queue.popLast() {
+            for property in current.properties {
+                switch property.kind {
+                case .link: return true
+                case .embedded(let name):
+                    if seen.insert(name).inserted, let embedded = self[type: name] { queue.append(embedded) }
+                case .scalar: break
+                }
+            }
+        }
+        return false
+    }
 }

@@ -4,7 +4,8 @@ import TributaryMerge
 /// The live observers of a replica, woken after each commit.
 final class ObserverRegistry: Sendable {
     struct Entry: Sendable {
-        var onCommit: @Sendable ([RecordKey], Bool) -> Void
+        /// The keys a commit changed, whether it changed the schema, and the local log sequence it ends at.
+        var onCommit: @Sendable ([RecordKey], Bool, UInt64) -> Void
         var onFinish: @Sendable () -> Void
     }
     private let entries = Mutex<[UInt64: Entry]>([:])
@@ -20,9 +21,10 @@ final class ObserverRegistry: Sendable {
         entries.withLock { _ = $0.removeValue(forKey: id) }
     }
 
-    func notify(changedKeys: [RecordKey], schemaChanged: Bool, replica: Replica) {
+    /// Called after each commit, in commit order (under the replica's write lock).
+    func notify(changedKeys: [RecordKey], schemaChanged: Bool, sequence: UInt64) {
         let current = entries.withLock { Array($0.values) }
-        for entry in current { entry.onCommit(changedKeys, schemaChanged) }
+        for entry in current { entry.onCommit(changedKeys, schemaChanged, sequence) }
     }
 
     func finishAll() {

@@ -161,7 +161,8 @@ extension Snapshot {
 
     /// Carries out a plan: reads each candidate record it names, tests the predicate on just the properties the
     /// predicate reads, materializes the records that match, then applies SORT, DISTINCT and LIMIT. Candidates are
-    /// taken in primary key order whatever the plan, so results do not depend on it.
+    /// taken in stored primary key order (``KeyEncoding/precedes(_:_:)``) whatever the plan, so results do not depend
+    /// on it.
     func matchingObjects(_ query: Query, _ planned: PlannedQuery, type: ObjectSchema) throws -> [DynamicObject] {
         let materializer = self.materializer
         let source = ReaderObjectSource { type, key in (try? self.object(type, primaryKey: key))?.values }
@@ -189,7 +190,7 @@ extension Snapshot {
         case .noMatch:
             return []
         case .primaryKey:
-            try consider(keys: Set(planned.keys).sorted())
+            try consider(keys: Set(planned.keys).sorted(by: KeyEncoding.precedes))
         case .index(let property, _):
             if let constraint = planned.constraint, let ranges = Self.indexBounds(constraint) {
                 var keys: [PrimaryKey] = []
@@ -204,7 +205,7 @@ extension Snapshot {
                 if case .equal(let values) = constraint.kind, values.count == 1 {
                     try consider(keys: keys)
                 } else {
-                    try consider(keys: Set(keys).sorted())
+                    try consider(keys: Set(keys).sorted(by: KeyEncoding.precedes))
                 }
             } else {
                 try scanStored(type) { try filter.consider(storedKey: $0, $1) }

@@ -396,7 +396,8 @@ public final class Replica: Sendable {
             if commit.schemaChanged { state.schema = commit.schema }
             state.clock = HybridLogicalClock(latest: max(state.clock.latest, commit.clock))
         }
-        observers.notify(changedKeys: commit.changes.map(\.key), schemaChanged: commit.schemaChanged, replica: self)
+        observers.notify(
+            changedKeys: commit.changes.map(\.key), schemaChanged: commit.schemaChanged, sequence: head.localSequence)
     }
 
     // MARK: Reading

@@ -27,6 +27,28 @@ public enum KeyEncoding {
         }
     }
 
+    /// Whether `a` sorts before `b` in stored order (the order of their encodings, which scans return), without
+    /// encoding them.
+    public static func precedes(_ a: PrimaryKey, _ b: PrimaryKey) -> Bool {
+        switch (a, b) {
+        case (.string(let x), .string(let y)): return x.utf8.lexicographicallyPrecedes(y.utf8)
+        case (.int(let x), .int(let y)): return x < y
+        case (.uuid(let x), .uuid(let y)):
+            return withUnsafeBytes(of: x.uuid) { x in withUnsafeBytes(of: y.uuid) { y in x.lexicographicallyPrecedes(y) } }
+        case (.objectId(let x), .objectId(let y)): return x.bytes.lexicographicallyPrecedes(y.bytes)
+        default: return tag(a) < tag(b)
+        }
+    }
+
+    private static func tag(_ key: PrimaryKey) -> UInt8 {
+        switch key {
+        case .string: 1
+        case .int: 2
+        case .uuid: 3
+        case .objectId: 4
+        }
+    }
+
     /// Decodes a primary key from `bytes` (which must hold exactly one).
     public static func primaryKey(from bytes: some Collection<UInt8>) -> PrimaryKey? {
         Array(bytes).withUnsafeBytes { primaryKey(from: $0[...]) }
