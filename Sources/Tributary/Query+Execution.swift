@@ -282,46 +282,41 @@ private struct CandidateFilter {
 
     /// Considers a scanned record, whose primary key is decoded only if the predicate reads it or the record matches.
     mutating func consider(storedKey: Slice<UnsafeRawBufferPointer>, _ bytes: UnsafeRawBufferPointer) throws {
-        if let positional, wanted != nil, !predicateReadsKey {
-            switch projector.locate(bytes, into: &fields) {
-            case .tombstone:
-                return
-            case .exists:
-                let projector = self.projector
-                let fields = self.fields
-                guard positional.matches({ projector.value(at: $0, in: bytes, fields) }) else { return }
-                guard let primaryKey = KeyEncoding.primaryKey(from: storedKey) else { return }
-                try keep(primaryKey, positional: whole.values(bytes) ?? [])
-                return
-            case .needsFullDecoder:
-                break  // decoded whole below
-            }
-        }
+        if !predicateReadsKey, try considerLocated(bytes, primaryKey: nil, storedKey: storedKey) { return }
         guard let primaryKey = KeyEncoding.primaryKey(from: storedKey) else { return }
         try consider(primaryKey, bytes)
     }
 
-    mutating func consider(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer) throws {
-        if let positional, wanted != nil {
-            // A scan, which rejects most records: each is located, and only the values the predicate asks for are
-            // decoded. (The candidates an index names mostly match, and are decoded whole below.)
-            switch projector.locate(bytes, into: &fields) {
-            case .tombstone:
-                return
-            case .exists:
-                let projector = self.projector
-                let fields = self.fields
-                let keyPosition = self.keyPosition
-                let matches = positional.matches { position in
-                    position == keyPosition ? primaryKey.value : projector.value(at: position, in: bytes, fields)
-                }
-                guard matches else { return }
-                try keep(primaryKey, positional: whole.values(bytes) ?? [])
-                return
-            case .needsFullDecoder:
-                break  // decoded whole below
+    /// A scan's path, which rejects most records: the record's fields are located, and only the values the predicate
+    /// asks for are decoded. (The candidates an index names mostly match, and are decoded whole.) Returns `false`,
+    /// having done nothing, for a record this cannot read (lists, embedded objects, damage) or a query it does not
+    /// serve. The primary key is `primaryKey`, or else decoded from `storedKey` if the record matches.
+    private mutating func considerLocated(
+        _ bytes: UnsafeRawBufferPointer, primaryKey: PrimaryKey?, storedKey: Slice<UnsafeRawBufferPointer>?
+    ) throws -> Bool {
+        guard let positional, wanted != nil else { return false }
+        switch projector.locate(bytes, into: &fields) {
+        case .tombstone:
+            return true
+        case .needsFullDecoder:
+            return false
+        case .exists:
+            let projector = self.projector
+            let fields = self.fields
+            let keyPosition = self.keyPosition
+            let matches = positional.matches { position in
+                position == keyPosition ? primaryKey?.value ?? .null : projector.value(at: position, in: bytes, fields)
             }
+            guard matches, let primaryKey = primaryKey ?? storedKey.flatMap({ KeyEncoding.primaryKey(from: $0) }) else {
+                return true
+            }
+            try keep(primaryKey, positional: whole.values(bytes) ?? [])
+            return true
         }
+    }
+
+    mutating func consider(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer) throws {
+        if try considerLocated(bytes, primaryKey: primaryKey, storedKey: nil) { return }
         guard try projector.project(bytes, into: &projected, using: &fields) else { return }
         if let positional {
             if let keyPosition { projected[keyPosition] = primaryKey.value }
