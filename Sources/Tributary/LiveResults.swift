@@ -351,8 +351,8 @@ extension Snapshot {
     /// of the objects that changed instead of the objects that match.
     ///
     /// `nil` where that would not be exactly what running the query again gives, or would cost more: a query with
-    /// SORT, DISTINCT or LIMIT (an object's place depends on the others), a predicate that follows links or reads
-    /// lists, a type with links (a link's target changing changes the linking object's values), changed objects of
+    /// DISTINCT, LIMIT or more than one SORT (whether an object shows depends on the others), a SORT or predicate
+    /// that follows links or reads lists, a type with links (a link's target changing changes the linking object's values), changed objects of
     /// other types, or more changed objects than the results hold when an index answers the query.
     func incrementalResults(
         _ old: [DynamicObject], type typeName: String, query text: String?, arguments: [Value], changed: Set<RecordKey>
@@ -361,14 +361,41 @@ extension Snapshot {
             !schema.holdsLinks(type)
         else { return nil }
         var predicate: PositionalPredicate?
+        var order: PositionalOrder?
         if let text {
             let parsed = try schema.query(text, arguments: arguments, type: type)
-            guard parsed.clauses.isEmpty, let compiled = parsed.positionalPredicate(for: type) else { return nil }
+            guard let compiled = parsed.positionalPredicate(for: type) else { return nil }
+            if !parsed.clauses.isEmpty {
+                guard let sort = parsed.positionalOrder(for: type) else { return nil }
+                order = sort
+            }
             if plan(parsed, type: type).plan != .fullScan, changed.count > old.count + 64 { return nil }
             predicate = compiled
         }
         let reader = try typeReader(typeName)
         let keys = changed.map(\.primaryKey).sorted { KeyEncoding.precedes($0, $1) }
+        if let order {
+            // Sorted: the changed objects leave their places, and those that match take the place their sort keys
+            // (then their stored keys, as the query's stable sort leaves ties) give them.
+            let properties = type.properties
+            func precedes(_ a: DynamicObject, _ b: DynamicObject) -> Bool {
+                let order = order.compare({ a[properties[$0].name] }, { b[properties[$0].name] })
+                return order != 0 ? order < 0 : KeyEncoding.precedes(a.primaryKey, b.primaryKey)
+            }
+            let leaving = Set(keys)
+            var results = old.filter { !leaving.contains($0.primaryKey) }
+            for key in keys {
+                guard let object = try matchingObject(reader, key, predicate) else { continue }
+                var low = 0
+                var high = results.count
+                while low < high {
+                    let middle = (low + high) / 2
+                    if precedes(results[middle], object) { low = middle + 1 } else { high = middle }
+                }
+                results.insert(object, at: low)
+            }
+            return (results, ResultsDiff(old: old, new: results))
+        }
         var results: [DynamicObject] = []
         results.reserveCapacity(old.count + keys.count)
         var deletions: [Int] = []

@@ -108,3 +108,38 @@ extension Query {
         return PositionalPredicate(root: root)
     }
 }
+
+/// A query's SORT compiled against one object type: compares two objects by their values at positions in the type's
+/// properties, as the SORT clause orders them. Objects it finds equal keep the order they came in (stored primary
+/// key order, for a query's candidates).
+public struct PositionalOrder: Sendable {
+    let keys: [(position: Int, ascending: Bool)]
+
+    /// Negative when the object whose values `left` gives sorts first, positive when the other does, 0 when the
+    /// sort keys tie.
+    public func compare(_ left: (Int) -> Value, _ right: (Int) -> Value) -> Int {
+        for key in keys {
+            let order = sortOrder(left(key.position), right(key.position))
+            if order != 0 { return key.ascending ? order : -order }
+        }
+        return 0
+    }
+}
+
+extension Query {
+    /// The order of a query whose clauses are exactly one SORT, on scalar properties of the queried type itself;
+    /// `nil` for any other clauses (DISTINCT, LIMIT, several SORTs) or key paths (through links, embedded objects or
+    /// lists, or with `@count` and the like).
+    public func positionalOrder(for type: ObjectSchema) -> PositionalOrder? {
+        guard type.name == typeName, descriptors.count == 1, case .sort(let sortKeys) = descriptors[0] else { return nil }
+        var keys: [(position: Int, ascending: Bool)] = []
+        for key in sortKeys {
+            let path = key.path
+            guard path.operation == nil, path.steps.count == 1, case .scalar = path.steps[0].target, !path.steps[0].isList,
+                let position = type.position(ofProperty: path.steps[0].name)
+            else { return nil }
+            keys.append((position, key.ascending))
+        }
+        return PositionalOrder(keys: keys)
+    }
+}
