@@ -352,13 +352,18 @@ extension Snapshot {
     ///
     /// `nil` where that would not be exactly what running the query again gives, or would cost more: a query with
     /// DISTINCT, LIMIT or more than one SORT (whether an object shows depends on the others), a SORT or predicate
-    /// that follows links or reads lists, a type with links (a link's target changing changes the linking object's values), changed objects of
-    /// other types, or more changed objects than the results hold when an index answers the query.
+    /// that follows links or reads lists, a type with links (a link's target changing changes the linking object's
+    /// values), changed objects of other types, or more changed objects than the results hold when an index answers
+    /// the query.
     func incrementalResults(
         _ old: [DynamicObject], type typeName: String, query text: String?, arguments: [Value], changed: Set<RecordKey>
     ) throws -> (results: [DynamicObject], change: ResultsDiff)? {
+        // Links show up in the types reachable from the type: its own (a link to itself) or its embedded types'.
+        let reachable = schema.typesReachable(from: typeName)
         guard changed.allSatisfy({ $0.type == typeName }), let type = schema[type: typeName], !type.isEmbedded,
-            !schema.holdsLinks(type)
+            !reachable.contains(where: { name in
+                schema[type: name]?.properties.contains { if case .link = $0.kind { true } else { false } } ?? false
+            })
         else { return nil }
         var predicate: PositionalPredicate?
         var order: PositionalOrder?
@@ -434,12 +439,7 @@ extension Snapshot {
     private func matchingObject(_ reader: TypeReader, _ primaryKey: PrimaryKey, _ predicate: PositionalPredicate?) throws
         -> DynamicObject?
     {
-        let values = try storage.withValue(replica.views.objects, key: reader.key(primaryKey)) { bytes -> [Value]? in
-            guard let bytes else { return nil }
-            var values: [Value] = []
-            return try reader.projector.project(bytes, into: &values, using: &reader.fields) ? values : nil
-        }
-        guard var values else { return nil }
+        guard var values = try storedValues(reader, primaryKey) else { return nil }
         if let predicate {
             if let keyPosition = reader.layout.keyPosition, keyPosition < values.count { values[keyPosition] = primaryKey.value }
             guard predicate.matches(values) else { return nil }
@@ -448,21 +448,3 @@ extension Snapshot {
     }
 }
 
-extension Schema {
-    /// Whether objects of `type` hold links, in their own properties or in embedded objects at any depth.
-    func holdsLinks(_ type: ObjectSchema) -> Bool {
-        var seen: Set<String> = [type.name]
-        var queue = [type]
-        while let current = queue.popLast() {
-            for property in current.properties {
-                switch property.kind {
-                case .link: return true
-                case .embedded(let name):
-                    if seen.insert(name).inserted, let embedded = self[type: name] { queue.append(embedded) }
-                case .scalar: break
-                }
-            }
-        }
-        return false
-    }
-}

@@ -175,6 +175,7 @@ public final class Snapshot: ObjectReading {
 
     /// What reading objects of one type needs, worked out once per snapshot and type.
     final class TypeReader {
+        /// `type.name`, kept apart: comparing it would otherwise copy the whole `ObjectSchema` out of the class.
         let name: String
         let type: ObjectSchema
         /// Reads whole objects.
@@ -224,19 +225,20 @@ public final class Snapshot: ObjectReading {
         return reader
     }
 
-    func projector(_ type: ObjectSchema) throws -> RecordProjector {
-        try typeReader(type.name).projector
-    }
-
-    public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
+    /// The stored values of the object of the reader's type with `primaryKey`, by position; `nil` when it does not
+    /// exist.
+    func storedValues(_ reader: TypeReader, _ primaryKey: PrimaryKey) throws -> [Value]? {
         checkValid()
-        let reader = try typeReader(type)
-        let values = try storage.withValue(replica.views.objects, key: reader.key(primaryKey)) { bytes -> [Value]? in
+        return try storage.withValue(replica.views.objects, key: reader.key(primaryKey)) { bytes -> [Value]? in
             guard let bytes else { return nil }
             var values: [Value] = []
             return try reader.projector.project(bytes, into: &values, using: &reader.fields) ? values : nil
         }
-        guard let values else { return nil }
+    }
+
+    public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
+        let reader = try typeReader(type)
+        guard let values = try storedValues(reader, primaryKey) else { return nil }
         return try materializer.object(type: reader.type, layout: reader.layout, primaryKey: primaryKey, positional: values)
     }
 

@@ -171,16 +171,15 @@ extension Snapshot {
         let read = query.predicateProperties
         let wanted = type.properties.map { planned.plan != .fullScan || read.contains($0.name) }
         let readsAll = !wanted.contains(false)
-        let whole = try projector(type)
-        let projector = readsAll ? whole : RecordProjector(type: type, schema: schema, wanted: wanted)
+        let reader = try typeReader(type.name)
+        let projector = readsAll ? reader.projector : RecordProjector(type: type, schema: schema, wanted: wanted)
         var filter = CandidateFilter(
-            query: query, type: type, materializer: materializer, source: source, projector: projector, whole: whole,
-            wanted: readsAll ? nil : wanted)
+            query: query, type: type, materializer: materializer, source: source, projector: projector,
+            whole: reader.projector, layout: reader.layout, wanted: readsAll ? nil : wanted)
 
-        let keyPrefix = ViewStore.typePrefix(type.name)
         func consider(keys: [PrimaryKey]) throws {
             for key in keys {
-                try storage.withValue(replica.views.objects, key: ViewStore.objectKey(prefix: keyPrefix, primaryKey: key)) { bytes in
+                try storage.withValue(replica.views.objects, key: reader.key(key)) { bytes in
                     if let bytes { try filter.consider(key, bytes) }
                 }
             }
@@ -245,10 +244,10 @@ private struct CandidateFilter {
     let wanted: [Bool]?
     /// A predicate on scalar properties alone, tested on the decoded values as they are, with no dictionary.
     let positional: PositionalPredicate?
-    let keyPosition: Int?
+    /// Where the primary key goes, and which values need links resolved.
+    let layout: Materializer.PositionalLayout
     /// Whether the predicate reads the primary key: if not, a scan decodes the keys of matches only.
     let predicateReadsKey: Bool
-    let layout: Materializer.PositionalLayout
     /// Without SORT, DISTINCT or LIMIT the matches are the result as they are: they stay positional, with no
     /// dictionary of values by name. The clauses work on values by name.
     let hasClauses: Bool
@@ -263,7 +262,7 @@ private struct CandidateFilter {
 
     init(
         query: Query, type: ObjectSchema, materializer: Materializer, source: ReaderObjectSource,
-        projector: RecordProjector, whole: RecordProjector, wanted: [Bool]?
+        projector: RecordProjector, whole: RecordProjector, layout: Materializer.PositionalLayout, wanted: [Bool]?
     ) {
         self.query = query
         self.type = type
@@ -271,55 +270,81 @@ private struct CandidateFilter {
         self.source = source
         self.projector = projector
         self.whole = whole
+        self.layout = layout
         self.wanted = wanted
         positional = query.positionalPredicate(for: type)
-        let keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
-        self.keyPosition = keyPosition
-        predicateReadsKey = keyPosition.map { wanted?[$0] ?? true } ?? false
-        layout = Materializer.PositionalLayout(type)
+        predicateReadsKey = layout.keyPosition.map { wanted?[$0] ?? true } ?? false
         hasClauses = !query.clauses.isEmpty
     }
 
     /// Considers a scanned record, whose primary key is decoded only if the predicate reads it or the record matches.
     mutating func consider(storedKey: Slice<UnsafeRawBufferPointer>, _ bytes: UnsafeRawBufferPointer) throws {
-        if !predicateReadsKey, try considerLocated(bytes, primaryKey: nil, storedKey: storedKey) { return }
-        guard let primaryKey = KeyEncoding.primaryKey(from: storedKey) else { return }
-        try consider(primaryKey, bytes)
+        var primaryKey: PrimaryKey?
+        if predicateReadsKey {
+            guard let key = KeyEncoding.primaryKey(from: storedKey) else { return }
+            primaryKey = key
+        }
+        let located = try considerLocated(bytes, primaryKey: primaryKey, storedKey: storedKey)
+        guard located != .handled, let primaryKey = primaryKey ?? KeyEncoding.primaryKey(from: storedKey) else { return }
+        try considerDecoded(primaryKey, bytes, fullDecoder: located == .needsFullDecoder)
+    }
+
+    /// Considers a record whose primary key is known (an index or the query named it).
+    mutating func consider(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer) throws {
+        let located = try considerLocated(bytes, primaryKey: primaryKey, storedKey: nil)
+        guard located != .handled else { return }
+        try considerDecoded(primaryKey, bytes, fullDecoder: located == .needsFullDecoder)
+    }
+
+    private enum LocatedOutcome {
+        /// Tested, and kept if it matched.
+        case handled
+        /// Not tried: the query needs more than located fields.
+        case notTried
+        /// Tried: the record needs the full decoder.
+        case needsFullDecoder
     }
 
     /// A scan's path, which rejects most records: the record's fields are located, and only the values the predicate
-    /// asks for are decoded. (The candidates an index names mostly match, and are decoded whole.) Returns `false`,
-    /// having done nothing, for a record this cannot read (lists, embedded objects, damage) or a query it does not
-    /// serve. The primary key is `primaryKey`, or else decoded from `storedKey` if the record matches.
+    /// asks for are decoded. (The candidates an index names mostly match, and are decoded whole.) The primary key is
+    /// `primaryKey`, or else decoded from `storedKey` if the record matches.
     private mutating func considerLocated(
         _ bytes: UnsafeRawBufferPointer, primaryKey: PrimaryKey?, storedKey: Slice<UnsafeRawBufferPointer>?
-    ) throws -> Bool {
-        guard let positional, wanted != nil else { return false }
+    ) throws -> LocatedOutcome {
+        guard let positional, wanted != nil else { return .notTried }
         switch projector.locate(bytes, into: &fields) {
         case .tombstone:
-            return true
+            return .handled
         case .needsFullDecoder:
-            return false
+            return .needsFullDecoder
         case .exists:
             let projector = self.projector
             let fields = self.fields
-            let keyPosition = self.keyPosition
+            let keyPosition = layout.keyPosition
             let matches = positional.matches { position in
                 position == keyPosition ? primaryKey?.value ?? .null : projector.value(at: position, in: bytes, fields)
             }
             guard matches, let primaryKey = primaryKey ?? storedKey.flatMap({ KeyEncoding.primaryKey(from: $0) }) else {
-                return true
+                return .handled
             }
             try keep(primaryKey, positional: whole.values(bytes) ?? [])
-            return true
+            return .handled
         }
     }
 
-    mutating func consider(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer) throws {
-        if try considerLocated(bytes, primaryKey: primaryKey, storedKey: nil) { return }
-        guard try projector.project(bytes, into: &projected, using: &fields) else { return }
+    /// The path for records decoded whole (or, with `fullDecoder`, by the full decoder, which the located path found
+    /// they need), and for predicates that are not positional.
+    private mutating func considerDecoded(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer, fullDecoder: Bool)
+        throws
+    {
+        if fullDecoder {
+            guard let decoded = try projector.fullDecode(bytes) else { return }
+            projected = decoded
+        } else {
+            guard try projector.project(bytes, into: &projected, using: &fields) else { return }
+        }
         if let positional {
-            if let keyPosition { projected[keyPosition] = primaryKey.value }
+            if let keyPosition = layout.keyPosition { projected[keyPosition] = primaryKey.value }
             guard positional.matches(projected) else { return }
         } else {
             let fields = try materializer.fields(type: type, primaryKey: primaryKey, positional: projected, wanted: wanted)

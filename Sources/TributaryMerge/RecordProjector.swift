@@ -72,8 +72,8 @@ public final class RecordProjector: Sendable {
         self.storedIndex = storedIndex
     }
 
-    /// The position of the property a stored field name names, if any. `next` is the index in `storedOrder` of the
-    /// name expected next; it moves past the name found.
+    /// The position of the property a stored field name names, if any. `next` is the index in the stored order of
+    /// the name expected next; it moves past the name found.
     @inline(__always)
     private func position(of name: UnsafeRawBufferPointer, next: inout Int) -> Int? {
         if next < storedPositions.count {
@@ -198,7 +198,7 @@ public final class RecordProjector: Sendable {
     }
 
     /// Every position's value in a record ``locate(_:into:)`` located in `fields`.
-    public func values(in bytes: UnsafeRawBufferPointer, _ fields: Fields) -> [Value] {
+    private func values(in bytes: UnsafeRawBufferPointer, _ fields: Fields) -> [Value] {
         var values: [Value] = []
         values.reserveCapacity(initial.count)
         for position in initial.indices { values.append(value(at: position, in: bytes, fields)) }
@@ -214,7 +214,7 @@ public final class RecordProjector: Sendable {
         var reader = RawRecordReader(bytes)
         reader.offset = fields.offsets[position]
         // `locate` checked these bytes: the reads cannot fail.
-        guard let value = reader.scalar(decode: true, limits: limits), reader.varint() != nil,
+        guard let value = reader.scalar(limits: limits), reader.varint() != nil,
             let addend = reader.zigzag()
         else { return initial[position] }
         if case .int(let base) = value { return .int(base &+ addend) }
@@ -297,7 +297,8 @@ private struct RawRecordReader {
         return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + length])
     }
 
-    /// Skips a scalar value, checking it as ``scalar(decode:limits:)`` does; `false` where that gives `nil`.
+    /// Skips a scalar value, checking it as ``scalar(limits:)`` does (strings are valid UTF-8, as the full decoder
+    /// checks even of values it does not keep); `false` where that gives `nil`.
     mutating func skipScalar(limits: DecodingLimits) -> Bool {
         guard let tag = byte() else { return false }
         switch tag {
@@ -329,9 +330,8 @@ private struct RawRecordReader {
         return bits & 0x8080_8080_8080_8080 == 0
     }
 
-    /// A scalar value (the tags of ``Value``'s encoding); with `decode` false it is skipped and reads as null.
-    /// Links, lists and embedded values give `nil`.
-    mutating func scalar(decode: Bool, limits: DecodingLimits) -> Value? {
+    /// A scalar value (the tags of ``Value``'s encoding). Links, lists and embedded values give `nil`.
+    mutating func scalar(limits: DecodingLimits) -> Value? {
         guard let tag = byte() else { return nil }
         switch tag {
         case 0: return .null
@@ -342,28 +342,21 @@ private struct RawRecordReader {
         case 5:
             guard let utf8 = lengthPrefixed(maximum: limits.maximumValueBytes) else { return nil }
             let buffer = utf8.assumingMemoryBound(to: UInt8.self)
-            // ASCII is valid UTF-8 as it is; anything else is validated, even when skipped, as the full decoder does
-            // (which then reports it).
-            if Self.isASCII(utf8) {
-                return decode ? .string(String(decoding: buffer, as: UTF8.self)) : .null
-            }
-            guard let string = String(validating: buffer, as: UTF8.self) else { return nil }
-            return decode ? .string(string) : .null
+            // ASCII is valid UTF-8 as it is; anything else is validated.
+            if Self.isASCII(utf8) { return .string(String(decoding: buffer, as: UTF8.self)) }
+            return String(validating: buffer, as: UTF8.self).map { .string($0) }
         case 6:
-            guard let data = lengthPrefixed(maximum: limits.maximumValueBytes) else { return nil }
-            return decode ? .data(Data(data)) : .null
+            return lengthPrefixed(maximum: limits.maximumValueBytes).map { .data(Data($0)) }
         case 7: return fixed64().map { .date(Date(timeIntervalSince1970: Double(bitPattern: $0))) }
         case 8:
             guard remaining >= 16 else { return nil }
             defer { offset += 16 }
-            guard decode else { return .null }
             var tuple: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
             withUnsafeMutableBytes(of: &tuple) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + 16])) }
             return .uuid(UUID(uuid: tuple))
         case 9:
             guard remaining >= 12 else { return nil }
             defer { offset += 12 }
-            guard decode else { return .null }
             return ObjectID(bytes: Array(bytes[offset..<offset + 12])).map { .objectId($0) }
         default:
             return nil

@@ -11,19 +11,12 @@ public enum KeyEncoding {
 
     /// Appends an order-preserving, self-delimiting encoding of a primary key.
     public static func append(_ key: PrimaryKey, to bytes: inout [UInt8]) {
+        bytes.append(tag(key))
         switch key {
-        case .string(let string):
-            bytes.append(1)
-            bytes.append(contentsOf: string.utf8)
-        case .int(let int):
-            bytes.append(2)
-            appendOrdered(int, to: &bytes)
-        case .uuid(let uuid):
-            bytes.append(3)
-            withUnsafeBytes(of: uuid.uuid) { bytes.append(contentsOf: $0) }
-        case .objectId(let id):
-            bytes.append(4)
-            bytes.append(contentsOf: id.bytes)
+        case .string(let string): bytes.append(contentsOf: string.utf8)
+        case .int(let int): appendOrdered(int, to: &bytes)
+        case .uuid(let uuid): withUnsafeBytes(of: uuid.uuid) { bytes.append(contentsOf: $0) }
+        case .objectId(let id): bytes.append(contentsOf: id.bytes)
         }
     }
 
@@ -40,6 +33,7 @@ public enum KeyEncoding {
         }
     }
 
+    /// The first byte of a key's encoding: keys of different primary key types sort by it.
     private static func tag(_ key: PrimaryKey) -> UInt8 {
         switch key {
         case .string: 1

@@ -29,14 +29,7 @@ public struct ViewStore: Sendable {
 
     /// The key of an object record: the type name, a zero byte, and the encoded primary key.
     public static func objectKey(type: String, primaryKey: PrimaryKey) -> [UInt8] {
-        objectKey(prefix: typePrefix(type), primaryKey: primaryKey)
-    }
-
-    /// The key of an object's record, from its type's ``typePrefix(_:)``: for readers that keep the prefix.
-    public static func objectKey(prefix: [UInt8], primaryKey: PrimaryKey) -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(prefix.count + 24)
-        bytes.append(contentsOf: prefix)
+        var bytes = typePrefix(type)
         KeyEncoding.append(primaryKey, to: &bytes)
         return bytes
     }
