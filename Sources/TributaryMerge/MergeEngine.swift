@@ -174,12 +174,8 @@ struct InstructionApplier {
             let schema = state.schema
             let causal = state.causalResolver
             // Converted as written (the ids drawn must not depend on the replica), then as it lands (rule 8).
-            var newState = try fieldState(value)
-            var value = value
-            if !schema.propertyRemovals.isEmpty {
-                newState = info.landed(newState, schema: schema, causal: causal)
-                value = info.landed(value, schema: schema, causal: causal)
-            }
+            let newState = info.landed(try fieldState(value), schema: schema, causal: causal)
+            let value = info.landed(value, schema: schema, causal: causal)
             try update(path, state: &state) { field, property in
                 try check(value, fits: property, path, schema)
                 merge(newState, into: &field, causal: causal)
