@@ -23,6 +23,8 @@ public final class Transaction: ObjectReading {
     var declaredSchema: Schema?
     private var failure: (any Error)?
     private var isValid = true
+    /// The plan of the last type created in, while the schema stays as it was.
+    private var createPlan: CreatePlan?
 
     init(replica: Replica, storage: TributaryStorageWriteTransaction, state: Replica.State, author: String) {
         self.replica = replica
@@ -51,6 +53,7 @@ public final class Transaction: ObjectReading {
     package func emit(_ instruction: Instruction) throws {
         checkValid()
         if let failure { throw failure }
+        if instruction.isSchemaInstruction { createPlan = nil }
         do {
             try MergeEngine.apply(instruction, index: instructions.count, of: info, to: &working, checkValues: false)
             instructions.append(instruction)
@@ -251,6 +254,10 @@ public final class Transaction: ObjectReading {
     }
 
     func emitCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) throws {
+        if let instruction = plannedCreate(type, key, values) {
+            try emit(instruction)
+            return
+        }
         var explicit: [FieldValue] = []
         for name in values.keys.sorted() where name != type.primaryKey {
             let value = values[name] ?? .null
@@ -269,6 +276,50 @@ public final class Transaction: ObjectReading {
         }
         defaults.sort { $0.name < $1.name }
         try emit(.create(type: type.name, primaryKey: key, fields: explicit, defaults: defaults))
+    }
+
+    /// What creating an object of one type needs, worked out once while the schema stays the same: the properties
+    /// other than the primary key, sorted by name (the order a create instruction lists its fields in).
+    struct CreatePlan {
+        let type: ObjectSchema
+        let properties: [Property]
+
+        init(_ type: ObjectSchema) {
+            self.type = type
+            properties = type.properties.filter { $0.name != type.primaryKey }.sorted { $0.name < $1.name }
+        }
+    }
+
+    /// The create instruction for valid `values`, built by walking the type's properties once; `nil` when anything
+    /// is wrong with them, for ``emitCreate(_:_:_:)`` to find and name.
+    private func plannedCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) -> Instruction? {
+        let plan: CreatePlan
+        if let cached = createPlan, cached.type.name == type.name {
+            plan = cached
+        } else {
+            plan = CreatePlan(type)
+            createPlan = plan
+        }
+        var explicit: [FieldValue] = []
+        explicit.reserveCapacity(values.count)
+        var defaults: [FieldValue] = []
+        var matched = values[type.primaryKey ?? ""] == nil ? 0 : 1
+        for property in plan.properties {
+            if let value = values[property.name] {
+                guard working.schema.problem(with: value, for: property) == nil,
+                    (try? checkLinkTargets(value, property)) != nil
+                else { return nil }
+                explicit.append(FieldValue(property.name, value))
+                matched += 1
+            } else if let value = property.defaultValue {
+                defaults.append(FieldValue(property.name, value))
+            } else if !property.isOptional && !property.isList {
+                return nil
+            }
+        }
+        // A name that is no property of the type.
+        guard matched == values.count else { return nil }
+        return .create(type: type.name, primaryKey: key, fields: explicit, defaults: defaults)
     }
 }
 

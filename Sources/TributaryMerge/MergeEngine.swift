@@ -36,14 +36,16 @@ public struct ChangesetInfo: Hashable, Sendable {
 /// Resolves a changeset's origin dot to its causal dot: the relay's dot when a relay adopted it, else itself.
 public struct CausalResolver {
     let adopted: [Dot: Dot]
-    let lookup: (Dot) -> Dot?
+    /// Where adoptions already stored are looked up. An existential, not a closure over it: a resolver is made for
+    /// every instruction applied, and a closure would allocate its context each time.
+    let source: (any RecordSource)?
 
-    public init(adopted: [Dot: Dot] = [:], lookup: @escaping (Dot) -> Dot? = { _ in nil }) {
+    public init(adopted: [Dot: Dot] = [:], source: (any RecordSource)? = nil) {
         self.adopted = adopted
-        self.lookup = lookup
+        self.source = source
     }
 
-    public func causalDot(of dot: Dot) -> Dot { adopted[dot] ?? lookup(dot) ?? dot }
+    public func causalDot(of dot: Dot) -> Dot { adopted[dot] ?? source?.causalDot(ofOrigin: dot) ?? dot }
 }
 
 /// The merge engine: applies changesets to object records by the rules of DESIGN.md, deterministically.
@@ -124,9 +126,10 @@ struct InstructionApplier {
     mutating func storedValue(_ value: Value) throws -> StoredValue {
         guard case .embedded(let object) = value else { return .scalar(value) }
         let id = try nextID()
-        var fields: [String: FieldState] = [:]
+        var fields = FieldTable()
+        fields.reserveCapacity(object.fields.count)
         for name in object.fields.keys.sorted() {
-            fields[name] = try fieldState(object.fields[name] ?? .null)
+            _ = fields.appendInOrder(name, try fieldState(object.fields[name] ?? .null))
         }
         return .embedded(EmbeddedState(id: id, type: object.type, fields: fields))
     }
@@ -272,6 +275,7 @@ struct InstructionApplier {
         let schema = state.schema
         let causal = state.causalResolver
         var explicitStates: [(FieldValue, FieldState)] = []
+        explicitStates.reserveCapacity(explicit.count)
         let hasRemovals = !schema.propertyRemovals.isEmpty
         for field in explicit {
             let converted = try fieldState(field.value)
@@ -283,6 +287,7 @@ struct InstructionApplier {
             }
         }
         var defaultStates: [(FieldValue, FieldState)] = []
+        defaultStates.reserveCapacity(defaults.count)
         for field in defaults {
             var converted = try fieldState(field.value)
             if hasRemovals { converted = info.landed(converted, schema: schema, causal: causal) }
@@ -416,7 +421,7 @@ struct InstructionApplier {
     }
 
     func descend(
-        into fields: inout [String: FieldState], type: ObjectSchema, steps: ArraySlice<EmbeddedStep>, property: String,
+        into fields: inout FieldTable, type: ObjectSchema, steps: ArraySlice<EmbeddedStep>, property: String,
         schema: Schema, causal: CausalResolver, _ body: (inout FieldState?, Property) throws -> Void
     ) throws -> Bool {
         guard let step = steps.first else {
@@ -427,9 +432,7 @@ struct InstructionApplier {
             guard let property = info.writeTarget(of: property, in: type.name, schema: schema, causal: causal),
                 let definition = type[property: property]
             else { return false }
-            var field = fields[property]
-            try body(&field, definition)
-            fields[property] = field
+            try body(&fields[property], definition)
             return true
         }
         guard let stepProperty = info.writeTarget(of: step.property, in: type.name, schema: schema, causal: causal),

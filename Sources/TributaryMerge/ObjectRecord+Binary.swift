@@ -38,8 +38,8 @@ extension ObjectRecord {
         return writer.bytes
     }
 
-    private static func collectStamps(_ fields: [String: FieldState], into stamps: inout StampCollector) {
-        for field in fields.values {
+    private static func collectStamps(_ fields: FieldTable, into stamps: inout StampCollector) {
+        for field in fields.states {
             switch field {
             case .register(let register):
                 stamps.insert(register.stamp)
@@ -116,10 +116,10 @@ extension BinaryWriter {
         varint(index.position(of: stamp))
     }
 
-    fileprivate mutating func fields(_ fields: [String: FieldState], stamps: StampIndex) {
+    fileprivate mutating func fields(_ fields: FieldTable, stamps: StampIndex) {
         varint(fields.count)
-        // Sorted pairs: no lookup (and hash) of each name again.
-        for (name, field) in fields.sorted(by: { $0.key < $1.key }) {
+        // The table keeps its fields sorted by name: the order the encoding stores.
+        for (name, field) in fields {
             string(name)
             switch field {
             case .register(let register):
@@ -179,19 +179,23 @@ extension BinaryReader {
         return table[Int(index)]
     }
 
-    fileprivate mutating func fields(stamps: [Stamp], depth: Int) throws(ChangesetDecodingError)
-        -> [String: FieldState]
+    fileprivate mutating func fields(stamps: [Stamp], depth: Int, lenientStamps: Bool = false)
+        throws(ChangesetDecodingError) -> FieldTable
     {
         guard depth <= limits.maximumDepth else {
             throw error(.limitExceeded, "embedded objects nest deeper than \(limits.maximumDepth) levels")
         }
         let count = try self.count("field", maximum: limits.maximumElements, minimumBytesEach: 3)
-        var fields: [String: FieldState] = [:]
+        var fields = FieldTable()
         fields.reserveCapacity(count)
         for _ in 0..<count {
             let name = try string("field name")
-            guard fields[name] == nil else { throw error(.invalidValue, "field '\(name)' appears twice") }
-            fields[name] = try fieldState(stamps: stamps, depth: depth)
+            let state = try fieldState(stamps: stamps, depth: depth, lenientStamps: lenientStamps)
+            // The encoder writes names sorted; a record written otherwise still reads, each name once.
+            if !fields.appendInOrder(name, state) {
+                guard fields[name] == nil else { throw error(.invalidValue, "field '\(name)' appears twice") }
+                fields[name] = state
+            }
         }
         return fields
     }
@@ -254,16 +258,7 @@ extension BinaryReader {
         case .embedded:
             let id = try elementID()
             let type = try string("embedded type")
-            guard depth < limits.maximumDepth else {
-                throw error(.limitExceeded, "embedded objects nest deeper than \(limits.maximumDepth) levels")
-            }
-            var fields: [String: FieldState] = [:]
-            let count = try self.count("field", maximum: limits.maximumElements, minimumBytesEach: 3)
-            for _ in 0..<count {
-                let name = try string("field name")
-                guard fields[name] == nil else { throw error(.invalidValue, "field '\(name)' appears twice") }
-                fields[name] = try fieldState(stamps: stamps, depth: depth + 1, lenientStamps: lenientStamps)
-            }
+            let fields = try self.fields(stamps: stamps, depth: depth + 1, lenientStamps: lenientStamps)
             return .embedded(EmbeddedState(id: id, type: type, fields: fields))
         case nil: throw error(.invalidTag, "unknown stored value tag \(tag)")
         }

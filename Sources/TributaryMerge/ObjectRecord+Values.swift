@@ -9,7 +9,7 @@ extension ObjectRecord {
         Self.values(fields, of: type, in: schema)
     }
 
-    static func values(_ fields: [String: FieldState], of type: ObjectSchema, in schema: Schema) -> [String: Value] {
+    static func values(_ fields: FieldTable, of type: ObjectSchema, in schema: Schema) -> [String: Value] {
         var result: [String: Value] = Dictionary(minimumCapacity: type.properties.count)
         for property in type.properties where property.name != type.primaryKey {
             result[property.name] = value(fields[property.name], of: property, in: schema)

@@ -12,9 +12,9 @@ public struct ObjectRecord: Hashable, Sendable {
     /// covers every one of them (rule 2). Sorted.
     public var erasures: [Dot]
     /// Property states by name.
-    public var fields: [String: FieldState]
+    public var fields: FieldTable
 
-    public init(exists: Bool = false, erasures: [Dot] = [], fields: [String: FieldState] = [:]) {
+    public init(exists: Bool = false, erasures: [Dot] = [], fields: FieldTable = [:]) {
         self.exists = exists
         self.erasures = erasures
         self.fields = fields
@@ -54,9 +54,9 @@ public enum StoredValue: Hashable, Sendable {
 public struct EmbeddedState: Hashable, Sendable {
     public var id: ElementID
     public var type: String
-    public var fields: [String: FieldState]
+    public var fields: FieldTable
 
-    public init(id: ElementID, type: String, fields: [String: FieldState]) {
+    public init(id: ElementID, type: String, fields: FieldTable) {
         self.id = id
         self.type = type
         self.fields = fields

@@ -210,7 +210,7 @@ struct SchemaMerger {
     /// Applies `transform` to the fields of every object of `typeName`, or, for an embedded type, of every embedded
     /// object of that type at any depth.
     func rewriteFields(
-        of typeName: String, in state: inout WorkingSet, _ transform: (inout [String: FieldState]) -> Void
+        of typeName: String, in state: inout WorkingSet, _ transform: (inout FieldTable) -> Void
     ) throws {
         guard let type = state.schema[type: typeName] else { return }
         let topLevel = type.isEmbedded ? state.schema.types.filter { !$0.isEmbedded }.map(\.name) : [typeName]
@@ -229,7 +229,7 @@ struct SchemaMerger {
     }
 
     static func rewriteEmbedded(
-        _ fields: inout [String: FieldState], type: String, _ transform: (inout [String: FieldState]) -> Void
+        _ fields: inout FieldTable, type: String, _ transform: (inout FieldTable) -> Void
     ) {
         for (name, field) in fields {
             switch field {
@@ -340,9 +340,11 @@ extension ChangesetInfo {
 
     func landed(_ value: StoredValue, schema: Schema, causal: CausalResolver) -> StoredValue {
         guard !schema.propertyRemovals.isEmpty, case .embedded(var child) = value else { return value }
-        child.fields = landed(child.fields, of: child.type, schema: schema, causal: causal) {
+        // Rare (a schema that remembers removals): through a dictionary, as embedded values land.
+        let fields = Dictionary(uniqueKeysWithValues: child.fields.lazy.map { ($0.key, $0.value) })
+        child.fields = FieldTable(landed(fields, of: child.type, schema: schema, causal: causal) {
             landed($0, schema: schema, causal: causal)
-        }
+        })
         return .embedded(child)
     }
 

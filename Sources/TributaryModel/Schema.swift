@@ -135,7 +135,7 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
 
     /// The property named `name`, if any.
     public subscript(property name: String) -> Property? {
-        index.positions[name].map { properties[$0] }
+        position(ofProperty: name).map { properties[$0] }
     }
 
     /// The position in ``properties`` of the property named `name`, if any.
