@@ -25,6 +25,7 @@ public final class Transaction: ObjectReading {
     private var isValid = true
     /// The plan of the last type created in, while the schema stays as it was.
     private var createPlan: CreatePlan?
+    private var createScratch: [Value?] = []
 
     init(replica: Replica, storage: TributaryStorageWriteTransaction, state: Replica.State, author: String) {
         self.replica = replica
@@ -254,10 +255,76 @@ public final class Transaction: ObjectReading {
     }
 
     func emitCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) throws {
-        if let instruction = plannedCreate(type, key, values) {
-            try emit(instruction)
-            return
+        try emit(plannedCreate(type, key, values) ?? checkedCreate(type, key, values))
+    }
+
+    /// What creating an object of one type needs, worked out once while the schema stays the same (only ``emit(_:)``
+    /// changes it, and it drops the plan): the properties other than the primary key, sorted by name (the order a
+    /// create instruction lists its fields in).
+    struct CreatePlan {
+        let type: ObjectSchema
+        let properties: [Property]
+
+        init(_ type: ObjectSchema) {
+            self.type = type
+            properties = type.properties.filter { $0.name != type.primaryKey }.sorted { $0.name < $1.name }
         }
+
+        /// The position in ``properties`` of the property spelled exactly `name` (the same bytes, not merely an
+        /// equal `String`: an instruction keeps the caller's spelling, and the slow path handles other spellings).
+        func position(of name: String) -> Int? {
+            for position in properties.indices where properties[position].name == name {
+                return properties[position].name.utf8.elementsEqual(name.utf8) ? position : nil
+            }
+            return nil
+        }
+    }
+
+    /// The create instruction for valid `values`, built in one pass over them and one over the type's properties;
+    /// `nil` when anything is wrong with them (or a name is spelled otherwise than in the schema), for
+    /// ``emitCreate(_:_:_:)``'s general path to build or to find and name.
+    func plannedCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) -> Instruction? {
+        let plan: CreatePlan
+        if let cached = createPlan, cached.type.name == type.name {
+            plan = cached
+        } else {
+            plan = CreatePlan(type)
+            createPlan = plan
+        }
+        // The values by property position, in a buffer kept between creates.
+        var given = createScratch
+        createScratch = []
+        defer { createScratch = given }
+        given.removeAll(keepingCapacity: true)
+        given.append(contentsOf: repeatElement(nil, count: plan.properties.count))
+        for (name, value) in values {
+            if let keyName = type.primaryKey, name == keyName {
+                guard keyName.utf8.elementsEqual(name.utf8) else { return nil }
+                continue
+            }
+            guard let position = plan.position(of: name) else { return nil }
+            given[position] = value
+        }
+        var explicit: [FieldValue] = []
+        explicit.reserveCapacity(values.count)
+        var defaults: [FieldValue] = []
+        for (position, property) in plan.properties.enumerated() {
+            if let value = given[position] {
+                guard working.schema.problem(with: value, for: property) == nil,
+                    (try? checkLinkTargets(value, property)) != nil
+                else { return nil }
+                explicit.append(FieldValue(property.name, value))
+            } else if let value = property.defaultValue {
+                defaults.append(FieldValue(property.name, value))
+            } else if !property.isOptional && !property.isList {
+                return nil
+            }
+        }
+        return .create(type: type.name, primaryKey: key, fields: explicit, defaults: defaults)
+    }
+
+    /// The create instruction for `values`, checking each one and naming the first problem.
+    func checkedCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) throws -> Instruction {
         var explicit: [FieldValue] = []
         for name in values.keys.sorted() where name != type.primaryKey {
             let value = values[name] ?? .null
@@ -275,50 +342,6 @@ public final class Transaction: ObjectReading {
             }
         }
         defaults.sort { $0.name < $1.name }
-        try emit(.create(type: type.name, primaryKey: key, fields: explicit, defaults: defaults))
-    }
-
-    /// What creating an object of one type needs, worked out once while the schema stays the same: the properties
-    /// other than the primary key, sorted by name (the order a create instruction lists its fields in).
-    struct CreatePlan {
-        let type: ObjectSchema
-        let properties: [Property]
-
-        init(_ type: ObjectSchema) {
-            self.type = type
-            properties = type.properties.filter { $0.name != type.primaryKey }.sorted { $0.name < $1.name }
-        }
-    }
-
-    /// The create instruction for valid `values`, built by walking the type's properties once; `nil` when anything
-    /// is wrong with them, for ``emitCreate(_:_:_:)`` to find and name.
-    private func plannedCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) -> Instruction? {
-        let plan: CreatePlan
-        if let cached = createPlan, cached.type.name == type.name {
-            plan = cached
-        } else {
-            plan = CreatePlan(type)
-            createPlan = plan
-        }
-        var explicit: [FieldValue] = []
-        explicit.reserveCapacity(values.count)
-        var defaults: [FieldValue] = []
-        var matched = values[type.primaryKey ?? ""] == nil ? 0 : 1
-        for property in plan.properties {
-            if let value = values[property.name] {
-                guard working.schema.problem(with: value, for: property) == nil,
-                    (try? checkLinkTargets(value, property)) != nil
-                else { return nil }
-                explicit.append(FieldValue(property.name, value))
-                matched += 1
-            } else if let value = property.defaultValue {
-                defaults.append(FieldValue(property.name, value))
-            } else if !property.isOptional && !property.isList {
-                return nil
-            }
-        }
-        // A name that is no property of the type.
-        guard matched == values.count else { return nil }
         return .create(type: type.name, primaryKey: key, fields: explicit, defaults: defaults)
     }
 }

@@ -15,6 +15,7 @@ public struct FieldTable: Hashable, Sendable, ExpressibleByDictionaryLiteral {
 
     public init() {}
 
+    /// A table of the given fields; a name given twice keeps its last state.
     public init(dictionaryLiteral elements: (String, FieldState)...) {
         for (name, state) in elements { self[name] = state }
     }
@@ -28,6 +29,9 @@ public struct FieldTable: Hashable, Sendable, ExpressibleByDictionaryLiteral {
     public var isEmpty: Bool { entries.isEmpty }
 
     public mutating func reserveCapacity(_ capacity: Int) { entries.reserveCapacity(capacity) }
+
+    /// The last name in the table, the greatest.
+    public var lastName: String? { entries.last?.name }
 
     /// The field names, sorted.
     public var names: [String] { entries.map(\.name) }

@@ -129,7 +129,7 @@ struct InstructionApplier {
         var fields = FieldTable()
         fields.reserveCapacity(object.fields.count)
         for name in object.fields.keys.sorted() {
-            _ = fields.appendInOrder(name, try fieldState(object.fields[name] ?? .null))
+            fields[name] = try fieldState(object.fields[name] ?? .null)
         }
         return .embedded(EmbeddedState(id: id, type: object.type, fields: fields))
     }
@@ -432,7 +432,10 @@ struct InstructionApplier {
             guard let property = info.writeTarget(of: property, in: type.name, schema: schema, causal: causal),
                 let definition = type[property: property]
             else { return false }
-            try body(&fields[property], definition)
+            // Written back only when `body` succeeds: a write that throws leaves the field as it was.
+            var field = fields[property]
+            try body(&field, definition)
+            fields[property] = field
             return true
         }
         guard let stepProperty = info.writeTarget(of: step.property, in: type.name, schema: schema, causal: causal),

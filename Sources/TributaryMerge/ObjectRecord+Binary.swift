@@ -187,13 +187,17 @@ extension BinaryReader {
         }
         let count = try self.count("field", maximum: limits.maximumElements, minimumBytesEach: 3)
         var fields = FieldTable()
-        fields.reserveCapacity(count)
+        // A damaged count can claim far more fields than follow: reserve only what a record usually holds.
+        fields.reserveCapacity(min(count, 16))
         for _ in 0..<count {
             let name = try string("field name")
-            let state = try fieldState(stamps: stamps, depth: depth, lenientStamps: lenientStamps)
             // The encoder writes names sorted; a record written otherwise still reads, each name once.
-            if !fields.appendInOrder(name, state) {
-                guard fields[name] == nil else { throw error(.invalidValue, "field '\(name)' appears twice") }
+            let inOrder = fields.lastName.map { $0 < name } ?? true
+            if !inOrder, fields[name] != nil { throw error(.invalidValue, "field '\(name)' appears twice") }
+            let state = try fieldState(stamps: stamps, depth: depth, lenientStamps: lenientStamps)
+            if inOrder {
+                _ = fields.appendInOrder(name, state)
+            } else {
                 fields[name] = state
             }
         }

@@ -94,7 +94,7 @@ public struct WorkingSet {
     /// moved out of the working set while `body` runs, so changing it copies nothing. When `body` returns `false`
     /// the record is not marked changed.
     public mutating func withRecord(_ key: RecordKey, _ body: (inout ObjectRecord?) throws -> Bool) throws {
-        var index: Dictionary<RecordKey, Entry>.Index
+        let index: Dictionary<RecordKey, Entry>.Index
         if let found = entries.index(forKey: key) {
             index = found
         } else {
@@ -104,12 +104,10 @@ public struct WorkingSet {
         }
         var record = entries.values[index].current
         entries.values[index].current = nil
-        let count = entries.count
         var changed = false
         defer {
-            // `body` may have loaded other records, which can move entries: then look the entry up again. Entries
-            // are never removed, so an unchanged count means nothing moved.
-            if entries.count != count, let moved = entries.index(forKey: key) { index = moved }
+            // The index is still good: `body` cannot reach this working set (exclusive access to it holds while this
+            // method runs), so nothing was inserted and nothing moved.
             entries.values[index].current = record
             if changed && !entries.values[index].changed {
                 entries.values[index].changed = true

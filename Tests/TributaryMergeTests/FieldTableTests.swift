@@ -83,7 +83,49 @@ import TributaryModel
         #expect(decoded == record)
         #expect(decoded.encoded() == bytes)
 
+        // The second copy is named as soon as its name is read, before its state: where the decoder always named it.
         let twice = prefix + first + first
-        #expect(throws: ChangesetDecodingError.self) { try ObjectRecord(decoding: twice) }
+        let error = #expect(throws: ChangesetDecodingError.self) { try ObjectRecord(decoding: twice) }
+        #expect(error?.code == .invalidValue)
+        #expect(error?.offset == prefix.count + first.count + 1 + alpha.count)
+        #expect(error?.description.contains("field 'alpha' appears twice") == true)
+    }
+
+    /// Names beyond ASCII (composed and decomposed accents, the Kelvin sign, which equals "K" as a `String`) sort as
+    /// `String` orders them, which is the order the record encoding has always stored.
+    @Test func namesSortAsStringsOrderThem() throws {
+        let names = ["b", "a", "B", "aa", "\u{E9}", "e\u{301}x", "z", "\u{212A}", "_id", "\u{1F600}"]
+        var table = FieldTable()
+        for (index, name) in names.enumerated() { table[name] = Self.state(Int64(index)) }
+        let sorted = Set(names).sorted()
+        #expect(table.names == sorted)
+        // In the encoding, each name follows its length byte; they appear in table order.
+        let bytes = ObjectRecord(exists: true, fields: table).encoded()
+        var last = -1
+        for name in table.names {
+            let at = try #require(bytes.firstRange(of: [UInt8(name.utf8.count)] + Array(name.utf8))?.lowerBound)
+            #expect(at > last, "\(name) out of order")
+            last = at
+        }
+        #expect(try ObjectRecord(decoding: bytes).fields == table)
+    }
+
+    /// The modify accessor writes back what its body left, also when the body throws (callers that must not keep a
+    /// partial change copy the field first, as the merge engine's path descent does).
+    @Test func modifyKeepsWhatTheBodyLeftWhenItThrows() {
+        struct Stop: Error {}
+        var table: FieldTable = ["a": Self.state(1)]
+        func setThenThrow(_ field: inout FieldState?) throws {
+            field = Self.state(42)
+            throw Stop()
+        }
+        #expect(throws: Stop.self) { try setThenThrow(&table["a"]) }
+        #expect(table["a"] == Self.state(42))
+        func removeThenThrow(_ field: inout FieldState?) throws {
+            field = nil
+            throw Stop()
+        }
+        #expect(throws: Stop.self) { try removeThenThrow(&table["a"]) }
+        #expect(table.isEmpty)
     }
 }
