@@ -6,14 +6,16 @@ final class RawLMDB {
     let environment: OpaquePointer
     var database = MDB_dbi()
 
-    init(path: String, mapSize: Int = 4 << 30) throws {
+    /// - Parameter synced: `false` opens with `MDB_NOSYNC`: commits are not flushed, as in Tributary's scratch views.
+    init(path: String, mapSize: Int = 4 << 30, synced: Bool = true) throws {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         var handle: OpaquePointer?
         try check(mdb_env_create(&handle), "mdb_env_create")
         environment = handle!
         try check(mdb_env_set_mapsize(environment, mapSize), "mdb_env_set_mapsize")
         try check(mdb_env_set_maxdbs(environment, 4), "mdb_env_set_maxdbs")
-        try check(mdb_env_open(environment, path, UInt32(MDB_NOTLS), 0o644), "mdb_env_open")
+        let flags = UInt32(MDB_NOTLS) | (synced ? 0 : UInt32(MDB_NOSYNC))
+        try check(mdb_env_open(environment, path, flags, 0o644), "mdb_env_open")
         var txn: OpaquePointer?
         try check(mdb_txn_begin(environment, nil, 0, &txn), "mdb_txn_begin")
         try check(mdb_dbi_open(txn, "objects", UInt32(MDB_CREATE), &database), "mdb_dbi_open")
