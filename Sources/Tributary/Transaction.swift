@@ -25,7 +25,6 @@ public final class Transaction: ObjectReading {
     private var isValid = true
     /// The plan of the last type created in, while the schema stays as it was.
     private var createPlan: CreatePlan?
-    private var createScratch: [Value?] = []
 
     init(replica: Replica, storage: TributaryStorageWriteTransaction, state: Replica.State, author: String) {
         self.replica = replica
@@ -262,11 +261,11 @@ public final class Transaction: ObjectReading {
     /// changes it, and it drops the plan): the properties other than the primary key, sorted by name (the order a
     /// create instruction lists its fields in).
     struct CreatePlan {
-        let type: ObjectSchema
+        let typeName: String
         let properties: [Property]
 
         init(_ type: ObjectSchema) {
-            self.type = type
+            typeName = type.name
             properties = type.properties.filter { $0.name != type.primaryKey }.sorted { $0.name < $1.name }
         }
 
@@ -285,18 +284,14 @@ public final class Transaction: ObjectReading {
     /// ``emitCreate(_:_:_:)``'s general path to build or to find and name.
     func plannedCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) -> Instruction? {
         let plan: CreatePlan
-        if let cached = createPlan, cached.type.name == type.name {
+        if let cached = createPlan, cached.typeName == type.name {
             plan = cached
         } else {
             plan = CreatePlan(type)
             createPlan = plan
         }
-        // The values by property position, in a buffer kept between creates.
-        var given = createScratch
-        createScratch = []
-        defer { createScratch = given }
-        given.removeAll(keepingCapacity: true)
-        given.append(contentsOf: repeatElement(nil, count: plan.properties.count))
+        // The values by property position.
+        var given = [Value?](repeating: nil, count: plan.properties.count)
         for (name, value) in values {
             if let keyName = type.primaryKey, name == keyName {
                 guard keyName.utf8.elementsEqual(name.utf8) else { return nil }

@@ -71,10 +71,15 @@ public struct WorkingSet {
 
     /// The current record of an object.
     public mutating func record(_ key: RecordKey) throws -> ObjectRecord? {
-        if let entry = entries[key] { return entry.current }
+        entries.values[try entryIndex(key)].current
+    }
+
+    /// Where the entry of an object is, loading its record from the source on first use.
+    private mutating func entryIndex(_ key: RecordKey) throws -> Dictionary<RecordKey, Entry>.Index {
+        if let index = entries.index(forKey: key) { return index }
         let record = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
         entries[key] = Entry(current: record, original: record, changed: false)
-        return record
+        return entries.index(forKey: key)!
     }
 
     /// Replaces the record of an object (`nil` removes it).
@@ -94,14 +99,7 @@ public struct WorkingSet {
     /// moved out of the working set while `body` runs, so changing it copies nothing. When `body` returns `false`
     /// the record is not marked changed.
     public mutating func withRecord(_ key: RecordKey, _ body: (inout ObjectRecord?) throws -> Bool) throws {
-        let index: Dictionary<RecordKey, Entry>.Index
-        if let found = entries.index(forKey: key) {
-            index = found
-        } else {
-            let record = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
-            entries[key] = Entry(current: record, original: record, changed: false)
-            index = entries.index(forKey: key)!
-        }
+        let index = try entryIndex(key)
         var record = entries.values[index].current
         entries.values[index].current = nil
         var changed = false
