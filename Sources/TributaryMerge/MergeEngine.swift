@@ -354,7 +354,7 @@ struct InstructionApplier {
             case nil:
                 record.fields[name] = converted
             case .register(let current)? where current.stamp == .zero:
-                if case .register(let new) = converted, defaultOrder(current.value).lexicographicallyPrecedes(defaultOrder(new.value)) {
+                if case .register(let new) = converted, Self.defaultOrder(current.value).lexicographicallyPrecedes(Self.defaultOrder(new.value)) {
                     record.fields[name] = converted
                 }
             default:
@@ -364,7 +364,9 @@ struct InstructionApplier {
         return true
     }
 
-    private func defaultOrder(_ value: StoredValue) -> [UInt8] {
+    /// The order of two defaults of one field (possible only when the schema's default changed between writers): by
+    /// their encoding, so that the choice is the same everywhere.
+    static func defaultOrder(_ value: StoredValue) -> [UInt8] {
         guard case .scalar(let scalar) = value else { return [] }
         var writer = BinaryWriter()
         var names = NameTable.inline

@@ -42,6 +42,7 @@ struct SchemaMerger {
         case .removeProperty(let typeName, let name):
             // Remembered even when the property is gone already, so that every replica holds the same removals.
             let removal = PropertyRemoval(dot: info.dot, removalsSeen: seenRemovals(of: name, in: typeName, schema, causal))
+            try refuseDisagreement(with: removal, of: name, in: typeName, schema, causal)
             schema.recordRemoval(removal, of: name, in: typeName)
             // A primary key is never removed: a removal that names one concerned an earlier type of that name.
             guard var type = schema[type: typeName], type[property: name] != nil, name != type.primaryKey else { break }
@@ -57,6 +58,7 @@ struct SchemaMerger {
             let removal = PropertyRemoval(
                 dot: info.dot, renamedTo: to, removalsOfNewNameSeen: seenRemovals(of: to, in: typeName, schema, causal),
                 removalsSeen: seenRemovals(of: from, in: typeName, schema, causal))
+            try refuseDisagreement(with: removal, of: from, in: typeName, schema, causal)
             // The same rename made concurrently elsewhere and merged here already: this one has nothing left to do
             // (the old name may be in use again, added back after that rename). Asked before this one is remembered.
             let repeated = schema.removals(of: from, in: typeName).contains {
@@ -68,19 +70,36 @@ struct SchemaMerger {
             guard !repeated, var type = schema[type: typeName],
                 let index = type.properties.firstIndex(where: { $0.name == from }), from != type.primaryKey
             else { break }
-            if let clash = type[property: to] {
-                throw MergeError(
-                    .schemaConflict,
-                    "cannot rename '\(typeName).\(from)' to '\(to)': '\(typeName).\(clash)' already exists")
+            var renamed = type.properties[index]
+            renamed.name = to
+            let movedStamp = schema.definitionStamps.removeValue(forKey: PropertyName(type: typeName, property: from))
+            type.properties.remove(at: index)
+            if let existing = type.properties.firstIndex(where: { $0.name == to }) {
+                // The new name was added concurrently (a new replica declaring the renamed schema, say). Merged the
+                // other way round, that addition would have merged into the renamed property; so it does here.
+                let added = type.properties[existing]
+                guard Self.holdsTheSame(added, renamed) else {
+                    throw MergeError(
+                        .schemaConflict,
+                        "cannot rename '\(typeName).\(from)' to '\(to)': '\(typeName).\(added)' was added concurrently, "
+                            + "and it does not hold what \(renamed) holds")
+                }
+                // The later definition wins, as it would have when the addition merged after the rename.
+                let addedStamp = schema.definitionStamp(of: to, in: typeName)
+                if addedStamp <= movedStamp ?? .unknown {
+                    type.properties[existing] = renamed
+                    schema.definitionStamps[PropertyName(type: typeName, property: to)] = movedStamp
+                }
+            } else {
+                type.properties.append(renamed)
+                schema.definitionStamps[PropertyName(type: typeName, property: to)] = movedStamp
             }
-            type.properties[index].name = to
             type.properties.sort { $0.name < $1.name }
             schema.upsert(type)
-            let stamp = schema.definitionStamps.removeValue(forKey: PropertyName(type: typeName, property: from))
-            schema.definitionStamps[PropertyName(type: typeName, property: to)] = stamp
             state.setSchema(schema)
             try rewriteFields(of: typeName, in: &state) { fields in
-                if let value = fields.removeValue(forKey: from) { fields[to] = value }
+                guard let moved = fields.removeValue(forKey: from) else { return }
+                fields[to] = fields[to].map { Self.join(moved, $0) } ?? moved
             }
             return
         case .redefineProperty(let typeName, var property):
@@ -116,6 +135,41 @@ struct SchemaMerger {
             throw MergeError(.invalidInstruction, "\(instruction) is not a schema instruction")
         }
         state.setSchema(schema)
+    }
+
+    /// Refuses a removal or rename of `property` of `type` that disagrees with one made concurrently (rule 8): a
+    /// rename against a removal, or against a rename to another name. Merged in either order they would leave the
+    /// replicas with different schemas and data, so whichever of the two a replica merges second is refused, on
+    /// every replica, naming both. Two removals agree, and so do two renames to one name (one migration run on
+    /// several replicas).
+    ///
+    /// A pair does not disagree when one of them concerns a later property of that name: it saw a rename that the
+    /// other is a copy of (the name was used again after that rename), so the copy renames nothing that the later
+    /// one touches. A removal gets no such pass: one that the later property's addition did not see removes that
+    /// property too (an addition counts only if it saw every removal), so a concurrent rename of it disagrees.
+    private func refuseDisagreement(
+        with incoming: PropertyRemoval, of property: String, in type: String, _ schema: Schema, _ causal: CausalResolver
+    ) throws {
+        let recorded = schema.removals(of: property, in: type)
+        // A copy of a rename that `later` saw and `copy` did not.
+        func isCopy(_ copy: PropertyRemoval, ofOneSeenBy later: PropertyRemoval) -> Bool {
+            guard let target = copy.renamedTo else { return false }
+            return recorded.contains { seen in
+                seen.renamedTo == target && later.removalsSeen.contains(seen.dot) && !copy.removalsSeen.contains(seen.dot)
+            }
+        }
+        // Recorded ones that this changeset did not see: made concurrently (it applies after its causal past).
+        for other in recorded where other.renamedTo != incoming.renamedTo && !info.covers(other.dot, causal: causal) {
+            if isCopy(other, ofOneSeenBy: incoming) || isCopy(incoming, ofOneSeenBy: other) { continue }
+            throw MergeError(
+                .schemaConflict,
+                "'\(type).\(property)' is \(Self.describe(incoming)) and, concurrently, \(Self.describe(other)): two "
+                    + "migrations disagree about it; the changeset merged second is refused on every replica")
+        }
+    }
+
+    private static func describe(_ removal: PropertyRemoval) -> String {
+        removal.renamedTo.map { "renamed to '\($0)' by changeset \(removal.dot)" } ?? "removed by changeset \(removal.dot)"
     }
 
     /// The removals of `property` of `type` recorded so far that this changeset saw. Every removal it saw is recorded
@@ -205,6 +259,30 @@ struct SchemaMerger {
             merged.properties.sort { $0.name < $1.name }
         }
         schema.upsert(merged)
+    }
+
+    /// The state of a renamed property (`moved`) merged with the state of the property of its new name that was
+    /// added concurrently (`added`), as the writes that made `added` would have merged into `moved` had the rename
+    /// come first: a register by the greater stamp (two defaults as a create orders them, increments on one default
+    /// adding up); a list as the union of the two, whose positions and elements have distinct ids.
+    static func join(_ moved: FieldState, _ added: FieldState) -> FieldState {
+        switch (moved, added) {
+        case (.register(var kept), .register(let other)):
+            if other.stamp > kept.stamp { return added }
+            guard other.stamp == kept.stamp else { return moved }
+            if kept.value == other.value {
+                kept.addend = kept.addend &+ other.addend
+                return .register(kept)
+            }
+            let order = InstructionApplier.defaultOrder
+            return order(kept.value).lexicographicallyPrecedes(order(other.value)) ? added : moved
+        case (.list(var list), .list(let other)):
+            list.slots.merge(other.slots) { old, _ in old }
+            list.elements.merge(other.elements) { old, new in new.valueStamp > old.valueStamp ? new : old }
+            return .list(list)
+        default:
+            return moved
+        }
     }
 
     /// Applies `transform` to the fields of every object of `typeName`, or, for an embedded type, of every embedded

@@ -596,6 +596,164 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    /// Makes `first` on replica 0 and `second` on replica 1 concurrently, then merges them in both orders: replica 2
+    /// gets replica 0's changesets first, replica 3 replica 1's. Returns the reasons each replica gave for refusing.
+    func mergeInBothOrders(
+        _ first: (Transaction) throws -> Void, _ second: (Transaction) throws -> Void
+    ) throws -> (cluster: Cluster, reasons: [[String]]) {
+        let cluster = try cluster(4)
+        try seed(cluster, ["notes": "before"])
+        try cluster[0].write(first)
+        try cluster[1].write(second)
+        var reasons: [[String]] = Array(repeating: [], count: 4)
+        for (target, sources) in [(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])] {
+            for source in sources {
+                reasons[target] += try cluster.send(from: source, to: target).rejected.map(\.reason)
+            }
+        }
+        return (cluster, reasons)
+    }
+
+    @Test("Rule 8: a rename and a concurrent removal of one property are refused, in either order, naming both")
+    func renameAgainstConcurrentRemovalIsRefused() throws {
+        let (cluster, reasons) = try mergeInBothOrders(
+            { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) },
+            { try $0.emit(.removeProperty(type: "Task", name: "notes")) })
+        func last(_ replica: Replica) -> Dot {
+            Dot(origin: replica.replicaID, sequence: replica.versionVector[replica.replicaID])
+        }
+        let (rename, removal) = (last(cluster[0]), last(cluster[1]))
+        // Every replica refuses whichever of the two it merged second, and says what both did.
+        for (index, refused) in reasons.enumerated() {
+            let reason = try #require(refused.first, "replica \(index) merged both")
+            #expect(refused.count == 1)
+            #expect(reason.contains("'Task.notes'"))
+            #expect(reason.contains("renamed to 'details' by changeset \(rename)"))
+            #expect(reason.contains("removed by changeset \(removal)"))
+            #expect(try cluster[index].verify().passed)
+        }
+        // Each kept the one it merged first: nothing it held is lost.
+        for index in [0, 2] { #expect(try value(cluster[index], "details") == "before") }
+        for index in [1, 3] {
+            #expect(cluster[index].schema[type: "Task"]?[property: "details"] == nil)
+            #expect(cluster[index].schema[type: "Task"]?[property: "notes"] == nil)
+            #expect(try cluster[index].object("Task", primaryKey: task)?.values["notes"] == nil)
+        }
+    }
+
+    @Test("Rule 8: concurrent renames of one property to different names are refused, in either order, naming both")
+    func concurrentRenamesToDifferentNamesAreRefused() throws {
+        let (cluster, reasons) = try mergeInBothOrders(
+            { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) },
+            { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "remarks")) })
+        for (index, refused) in reasons.enumerated() {
+            let reason = try #require(refused.first, "replica \(index) merged both")
+            #expect(reason.contains("renamed to 'details'") && reason.contains("renamed to 'remarks'"))
+        }
+        for index in [0, 2] { #expect(try value(cluster[index], "details") == "before") }
+        for index in [1, 3] { #expect(try value(cluster[index], "remarks") == "before") }
+    }
+
+    @Test("Rule 8: a rename of a property added back after a removal disagrees with a concurrent removal of the old one")
+    func renameOfReAddedPropertyAgainstConcurrentRemovalIsRefused() throws {
+        // The concurrent removal removes the property added back too (that addition did not see it), so renaming
+        // that property disagrees with it, in either order.
+        let (_, reasons) = try mergeInBothOrders(
+            { txn in
+                try txn.emit(.removeProperty(type: "Task", name: "notes"))
+                try txn.addProperty(.scalar("notes", .string, optional: true), to: "Task")
+                try txn.emit(.renameProperty(type: "Task", from: "notes", to: "details"))
+            },
+            { try $0.emit(.removeProperty(type: "Task", name: "notes")) })
+        for (index, refused) in reasons.enumerated() {
+            #expect(refused.count == 1, "replica \(index): \(refused)")
+        }
+    }
+
+    @Test("Rule 8: concurrent removals of one property, and a copy of a rename against a later use of the name, agree")
+    func agreeingConcurrentRemovalsAndRenamesMerge() throws {
+        let removals = try mergeInBothOrders(
+            { try $0.emit(.removeProperty(type: "Task", name: "notes")) },
+            { try $0.emit(.removeProperty(type: "Task", name: "notes")) })
+        #expect(removals.reasons.allSatisfy { $0.isEmpty })
+        try removals.cluster.syncAll()
+        #expect(try removals.cluster.converged())
+
+        // Replica 0 renames, uses the old name again and removes it; replica 1 runs the same rename only.
+        let renames = try mergeInBothOrders(
+            { txn in
+                try txn.emit(.renameProperty(type: "Task", from: "notes", to: "details"))
+                try txn.addProperty(.scalar("notes", .int, optional: true), to: "Task")
+                try txn.emit(.removeProperty(type: "Task", name: "notes"))
+            },
+            { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) })
+        #expect(renames.reasons.allSatisfy { $0.isEmpty }, "\(renames.reasons)")
+        try renames.cluster.syncAll()
+        for replica in renames.cluster.replicas {
+            #expect(try value(replica, "details") == "before")
+            #expect(replica.schema[type: "Task"]?[property: "notes"] == nil)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try renames.cluster.converged())
+    }
+
+    @Test("Rule 8: a property added concurrently under a rename's new name merges with the renamed one, in either order")
+    func renameOntoConcurrentAdditionMerges() throws {
+        let (cluster, reasons) = try mergeInBothOrders(
+            { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) },
+            { txn in
+                // A replica of the new app version, which declares the new name without having seen the rename.
+                try txn.addProperty(.scalar("details", .string, optional: true, indexed: true), to: "Task")
+                try txn.update("Task", primaryKey: task, ["details": "from 1"])
+                try txn.create("Task", ["_id": "n", "details": "new object"])
+            })
+        #expect(reasons.allSatisfy { $0.isEmpty }, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            let type = try #require(replica.schema[type: "Task"])
+            #expect(type[property: "notes"] == nil)
+            // The addition is the later definition: its index wins.
+            #expect(type[property: "details"] == .scalar("details", .string, optional: true, indexed: true))
+            // Both objects: the task's value by the greater stamp (replica 1 wrote after the seed), the new one as written.
+            #expect(try value(replica, "details") == "from 1")
+            #expect(try value(replica, "details", key: .string("n")) == "new object")
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: a list renamed onto a list added concurrently keeps the elements of both, in either order")
+    func renamedListJoinsConcurrentlyAddedList() throws {
+        let (cluster, reasons) = try mergeInBothOrders(
+            { txn in
+                try txn.insert("a", at: 0, into: ["tags"], of: "Task", primaryKey: task)
+                try txn.emit(.renameProperty(type: "Task", from: "tags", to: "labels"))
+            },
+            { txn in
+                try txn.addProperty(Property("labels", .scalar(.string), list: true), to: "Task")
+                try txn.insert("b", at: 0, into: ["labels"], of: "Task", primaryKey: task)
+            })
+        #expect(reasons.allSatisfy { $0.isEmpty }, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            let labels = try #require(try value(replica, "labels")?.listValue)
+            #expect(Set(labels) == ["a", "b"])
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: a property added concurrently under a rename's new name with another type is refused, in either order")
+    func renameOntoConcurrentConflictingAdditionIsRefused() throws {
+        let (_, reasons) = try mergeInBothOrders(
+            { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) },
+            { try $0.addProperty(.scalar("details", .int, optional: true), to: "Task") })
+        for (index, refused) in reasons.enumerated() {
+            let reason = try #require(refused.first, "replica \(index) merged both")
+            #expect(reason.contains("details: int?") && reason.contains("details: string?"), "\(reason)")
+        }
+    }
+
     @Test("Rule 8: a type added back without a property removed concurrently ends with its properties in one order")
     func typeAddedBackWithoutRemovedPropertyIsSorted() throws {
         let tag = ObjectSchema(
