@@ -274,6 +274,16 @@ public final class MigrationContext {
         // Renames first: the values stay under the new name.
         for (type, pairs) in renames.sorted(by: { $0.key < $1.key }) {
             for (from, to) in pairs.sorted(by: { $0.key < $1.key }) where stored[type: type]?[property: from] != nil {
+                // The app's own previous schema has the new name: renaming onto it would merge two properties' values.
+                // (A property of that name that only another replica added is the renamed one, as rule 8 merges it.)
+                if let existing = transaction.working.schema[type: type]?[property: to],
+                    declared[type: type]?[property: to] != nil
+                {
+                    throw TributaryError(
+                        .migrationFailed,
+                        "cannot rename '\(type).\(from)' to '\(to)': the previous schema already has '\(type).\(existing)'; "
+                            + "rename or remove that property first")
+                }
                 try transaction.emit(.renameProperty(type: type, from: from, to: to))
             }
         }

@@ -177,6 +177,27 @@ struct MigrationTests {
         #expect(try v2.verify().passed)
     }
 
+    @Test("Renaming a property onto one the previous schema has fails, naming both, and changes nothing")
+    func renameOntoExistingPropertyFails() throws {
+        let directory = TemporaryDirectory()
+        let old = Schema(version: 1, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("nick", .string), .scalar("name", .string)])])
+        let new = Schema(version: 2, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("name", .string)])])
+        do {
+            let v1 = try open(directory, old)
+            try v1.write { try $0.create("Person", ["_id": 1, "nick": "Bo", "name": "Bob"]) }
+            v1.close()
+        }
+        #expect {
+            _ = try open(directory, new, migration: Migration { $0.renameProperty(onType: "Person", from: "nick", to: "name") })
+        } throws: { error in
+            guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
+            return error.message.contains("'Person.nick' to 'name'") && error.message.contains("'Person.name: string'")
+        }
+        let reopened = try open(directory, old)
+        #expect(try reopened.object("Person", primaryKey: .int(1))?["nick"] == "Bo")
+        #expect(try reopened.object("Person", primaryKey: .int(1))?["name"] == "Bob")
+    }
+
     func addressSchema(_ version: UInt64, embedded: Bool) -> Schema {
         Schema(version: version, types: [
             ObjectSchema(name: "Contact", properties: [
