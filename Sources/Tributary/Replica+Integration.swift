@@ -54,6 +54,35 @@ extension Replica {
         missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil,
         holds: ((String, PrimaryKey) -> Bool)? = nil, excluding: Set<Dot> = []
     ) throws -> [Changeset] {
+        try missingEntries(from: vector, limit: limit, origins: origins, excluding: excluding) { entry, context in
+            var changeset = try log.changeset(of: entry, context: context)
+            if let holds {
+                changeset.instructions = changeset.instructions.map { instruction in
+                    guard let object = instruction.object, !holds(object.type, object.primaryKey) else { return instruction }
+                    return .omitted
+                }
+            }
+            return changeset
+        }
+    }
+
+    /// The changesets ``changesets(missingFrom:limit:origins:holds:excluding:)`` returns (without projection), each
+    /// as ``ChangesetCodec`` encodes it: the bytes a sync layer sends, read from the log without decoding them. The
+    /// other replica passes them to ``integrate(encoded:)``.
+    public func encodedChangesets(
+        missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil, excluding: Set<Dot> = []
+    ) throws -> [[UInt8]] {
+        try missingEntries(from: vector, limit: limit, origins: origins, excluding: excluding) { entry, context in
+            try log.encodedChangeset(of: entry, context: context)
+        }
+    }
+
+    /// Reads, in log order, the entries of the changesets a replica with version vector `vector` lacks, and makes
+    /// each into an element of the result with `element`.
+    private func missingEntries<Element>(
+        from vector: VersionVector, limit: Int, origins: Set<ReplicaID>?, excluding: Set<Dot>,
+        _ element: (LogEntry, ZstdContext) throws -> Element
+    ) throws -> [Element] {
         do {
             return try environment.read { txn in
                 let have = try views.versionVector(in: txn)
@@ -64,7 +93,7 @@ extension Replica {
                 }
                 sequences.sort()
                 let context = ZstdContext()
-                var result: [Changeset] = []
+                var result: [Element] = []
                 for sequence in sequences {
                     guard result.count < limit else { break }
                     let entry = try log.entry(sequence, in: txn)
@@ -73,16 +102,7 @@ extension Replica {
                     if let origins, origins.contains(entry.origin), try log.causalDot(ofOrigin: entry.dot, in: txn) != nil {
                         continue
                     }
-                    var changeset = try log.changeset(of: entry, context: context)
-                    if let holds {
-                        changeset.instructions = changeset.instructions.map { instruction in
-                            guard let object = instruction.object, !holds(object.type, object.primaryKey) else {
-                                return instruction
-                            }
-                            return .omitted
-                        }
-                    }
-                    result.append(changeset)
+                    result.append(try element(entry, context))
                 }
                 return result
             }
@@ -146,7 +166,28 @@ extension Replica {
     /// - Throws: ``TributaryError`` for storage failures (nothing is integrated then).
     @discardableResult
     public func integrate(_ changesets: [Changeset]) throws -> IntegrationReport {
-        try integrate(changesets, adopting: false)
+        try integrate(changesets.map { PendingChangeset(changeset: $0, adopt: false) }, adopting: false)
+    }
+
+    /// Integrates changesets as ``ChangesetCodec`` encodes them (what ``encodedChangesets(missingFrom:limit:origins:excluding:)``
+    /// returns and a sync layer receives), like ``integrate(_:)``. The bytes go into the log as they came, so a
+    /// changeset is decoded once and never encoded again.
+    ///
+    /// - Throws: ``TributaryError`` with `.invalidChangeset` naming the first element that does not decode (nothing
+    ///   is integrated then), or for storage failures.
+    @discardableResult
+    public func integrate(encoded changesets: [[UInt8]]) throws -> IntegrationReport {
+        var decoded: [PendingChangeset] = []
+        decoded.reserveCapacity(changesets.count)
+        for (index, bytes) in changesets.enumerated() {
+            do {
+                decoded.append(PendingChangeset(changeset: try ChangesetCodec.decode(bytes, limits: log.decodingLimits), adopt: false, encoded: bytes))
+            } catch {
+                throw TributaryError(
+                    .invalidChangeset, "changeset \(index) of \(changesets.count) (\(bytes.count) bytes) cannot be decoded: \(error)")
+            }
+        }
+        return try integrate(decoded, adopting: false)
     }
 
     /// Integrates what waits in the pending area and is ready now. A changeset that waits for this replica's clock
@@ -156,7 +197,7 @@ extension Replica {
     /// - Throws: ``TributaryError`` for storage failures (nothing is integrated then).
     @discardableResult
     public func integratePending() throws -> IntegrationReport {
-        try integrate([], adopting: false)
+        try integrate([PendingChangeset](), adopting: false)
     }
 
     /// Integrates changesets uploaded by app replicas that sync through this replica, adopting each into this
@@ -168,10 +209,10 @@ extension Replica {
     /// terms (its own entry) to this replica's (the dots its earlier changesets were adopted as).
     @discardableResult
     public func adopt(_ changesets: [Changeset]) throws -> IntegrationReport {
-        try integrate(changesets, adopting: true)
+        try integrate(changesets.map { PendingChangeset(changeset: $0, adopt: true) }, adopting: true)
     }
 
-    func integrate(_ changesets: [Changeset], adopting: Bool) throws -> IntegrationReport {
+    func integrate(_ changesets: [PendingChangeset], adopting: Bool) throws -> IntegrationReport {
         guard !configuration.readOnly else {
             throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
         }
@@ -192,7 +233,7 @@ extension Replica {
         }
     }
 
-    private func integrateOnce(_ incoming: [Changeset], adopting: Bool, rejected: [IntegrationReport.Rejection]) throws
+    private func integrateOnce(_ incoming: [PendingChangeset], adopting: Bool, rejected: [IntegrationReport.Rejection]) throws
         -> IntegrationReport
     {
         var start = state.withLock { $0 }
@@ -234,7 +275,8 @@ extension Replica {
             taken = nil
             var added = Set<Dot>()
             var removed = Set<Dot>()
-            for changeset in incoming {
+            for var received in incoming {
+                let changeset = received.changeset
                 let causal = changeset.causalDot
                 if try vector[causal.origin] >= causal.sequence || area.entries[changeset.dot] != nil
                     || (changeset.relay == nil && known(changeset.dot))
@@ -242,7 +284,8 @@ extension Replica {
                     report.duplicates += 1
                     continue
                 }
-                area.insert(PendingChangeset(changeset: changeset, adopt: adopting && changeset.relay == nil))
+                received.adopt = adopting && changeset.relay == nil
+                area.insert(received)
                 added.insert(changeset.dot)
             }
             for dot in rejectedDots where area.remove(dot) != nil {
@@ -259,12 +302,14 @@ extension Replica {
                 for lane in area.lanes.keys.sorted() {
                     while let dot = area.first(in: lane), let entry = area.entries[dot] {
                         var changeset = entry.changeset
+                        var encoded = entry.encoded
                         guard changeset.time.milliseconds <= now &+ skew else { break }
                         if entry.adopt {
                             guard try adoptable(changeset, vector: vector, known: known) else { break }
                             changeset = try adopted(
                                 changeset, as: Dot(origin: replicaID, sequence: vector[replicaID] + 1),
                                 adoptions: working.adoptions, txn: txn)
+                            encoded = nil  // adopted: a new causal identity
                         } else {
                             let causal = changeset.causalDot
                             if vector[causal.origin] >= causal.sequence {
@@ -290,7 +335,7 @@ extension Replica {
                         try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
                         vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
                         integratedHere.insert(changeset.dot)
-                        applied.append((changeset, ChangesetCodec.encode(changeset)))
+                        applied.append((changeset, encoded ?? ChangesetCodec.encode(changeset)))
                         _ = area.remove(dot)
                         if added.remove(dot) == nil { removed.insert(dot) }
                         progress = true
@@ -450,23 +495,28 @@ struct PendingLane: Hashable, Comparable, Sendable {
 }
 
 struct PendingChangeset: Sendable {
-    var changeset: Changeset
+    let changeset: Changeset
     /// Whether it came to be adopted (from an app) rather than integrated (from a peer).
     var adopt: Bool
+    /// The changeset's encoding, when it came encoded (from a peer, or from the pending database): the log stores
+    /// these bytes instead of encoding it again. It decoded to `changeset`, which never changes afterwards.
+    let encoded: [UInt8]?
 
-    init(changeset: Changeset, adopt: Bool) {
+    init(changeset: Changeset, adopt: Bool, encoded: [UInt8]? = nil) {
         self.changeset = changeset
         self.adopt = adopt
+        self.encoded = encoded
     }
 
     /// As the pending database stores it: one byte (1 to adopt, 0 to integrate), then the encoded changeset.
-    var stored: [UInt8] { [adopt ? 1 : 0] + ChangesetCodec.encode(changeset) }
+    var stored: [UInt8] { [adopt ? 1 : 0] + (encoded ?? ChangesetCodec.encode(changeset)) }
 
     init(stored value: UnsafeRawBufferPointer) throws {
         guard let marker = value.first, marker <= 1 else {
             throw ChangesetDecodingError(.invalidValue, "pending entry starts with \(value.first.map { "\($0)" } ?? "nothing"), not 0 or 1", offset: 0)
         }
-        self.init(changeset: try ChangesetCodec.decode(Array(value.dropFirst())), adopt: marker == 1)
+        let bytes = Array(value.dropFirst())
+        self.init(changeset: try ChangesetCodec.decode(bytes), adopt: marker == 1, encoded: bytes)
     }
 }
 

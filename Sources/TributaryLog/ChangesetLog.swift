@@ -145,7 +145,9 @@ public struct ChangesetLog: Sendable {
         }
     }
 
-    var decodingLimits: DecodingLimits {
+    /// The limits a changeset read from this log, or received for it, is decoded under: values up to the log's
+    /// largest changeset.
+    public var decodingLimits: DecodingLimits {
         var limits = DecodingLimits()
         limits.maximumValueBytes = maximumChangesetBytes
         limits.maximumInstructions = max(limits.maximumInstructions, 4_000_000)

@@ -19,7 +19,7 @@ struct SyncBenchmarks {
     }
 
     /// 100,000 instructions written locally (in transactions of 100) on one replica, then integrated by another one
-    /// changeset at a time, from their encoded bytes as a sync layer receives them: the same number of commits on
+    /// changeset at a time, from their encoded bytes as a sync layer receives them (`integrate(encoded:)`): the same number of commits on
     /// each side, and the values each side starts from built before its clock starts. Neither side flushes to disk,
     /// so the figures compare the work, not the disk.
     func integrate() throws {
@@ -48,7 +48,7 @@ struct SyncBenchmarks {
         let encoded = changesets.map(ChangesetCodec.encode)
         let remote = try Replica.open(directory: context.path("integrate-remote"), schema: StorageBenchmarks.schema, configuration: configuration(id: 2, durability: .none))
         let remoteSeconds = try time {
-            for bytes in encoded { try remote.integrate([try ChangesetCodec.decode(bytes)]) }
+            for bytes in encoded { try remote.integrate(encoded: [bytes]) }
         }
         let converged = try remote.recordsDigest() == local.recordsDigest()
         precondition(converged, "integration did not converge")
@@ -83,7 +83,8 @@ struct SyncBenchmarks {
         // Baseline: a scan of every log entry that decodes and checksums each one (header and payload), the way a
         // log without an origin index would find what a peer lacks. One untimed pass of each side first, then three
         // rounds each, alternating.
-        var exported: [Changeset] = []
+        // Exported as a sync layer sends them: encoded (`encodedChangesets(missingFrom:)`).
+        var exported: [[UInt8]] = []
         var scanned = 0
         let scan = {
             scanned = 0
@@ -92,12 +93,12 @@ struct SyncBenchmarks {
                 return true
             }
         }
-        exported = try source.changesets(missingFrom: vector)
+        exported = try source.encodedChangesets(missingFrom: vector)
         try scan()
         var seconds = 0.0
         var baseline = 0.0
         for _ in 0..<3 {
-            seconds += try time { exported = try source.changesets(missingFrom: vector) }
+            seconds += try time { exported = try source.encodedChangesets(missingFrom: vector) }
             baseline += try time { try scan() }
         }
         precondition(exported.count == count / 100 && scanned == exported.count)
