@@ -47,9 +47,10 @@ public enum Workload {
     /// writes to them.
     static let removableProperties = ["extraNumber", "extraFlag", "extraWhen"]
 
-    /// The one rename a simulation makes (replicas may make it concurrently, as each runs the migration). The old name
-    /// is not added back once a replica has seen the rename, and neither name is removed: a rename against a concurrent
-    /// removal of either name is not ordered (docs/MergeSemantics.md).
+    /// The one rename a simulation makes (replicas may make it concurrently, as each runs the migration), and the new
+    /// name added by replicas that have not seen it (new installs of the app version that renamed). The old name is
+    /// not added back once a replica has seen the rename, and neither name is removed: a rename against a concurrent
+    /// removal is refused (docs/MergeSemantics.md), which the simulation does not model.
     static let rename = (from: "extraText", to: "renamedText")
 
     /// A value for a write to an extra property.
@@ -321,9 +322,14 @@ struct OperationGenerator {
                     try txn.addType(note)
                 }
             case 1:
-                // A migration renames a property; writes that did not see the rename follow it.
                 let (from, to) = Workload.rename
-                if card[property: from] != nil && card[property: to] == nil {
+                guard card[property: from] != nil && card[property: to] == nil else { return }
+                if next(3) == 0 {
+                    // A replica of the app version that renamed, which declares the new name before it has seen the
+                    // rename (a new install): the addition is the renamed property, in whatever order they merge.
+                    try txn.addProperty(.scalar(to, .string, optional: true, indexed: next(2) == 0), to: "Card")
+                } else {
+                    // A migration renames a property; writes that did not see the rename follow it.
                     try txn.emit(.renameProperty(type: "Card", from: from, to: to))
                 }
             default:
