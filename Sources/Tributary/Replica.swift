@@ -383,8 +383,9 @@ public final class Replica: Sendable {
     }
 
     static func typesWithChangedIndexes(_ old: Schema, _ new: Schema) -> [String] {
-        func indexed(_ schema: Schema, _ name: String) -> [String] {
-            (schema[type: name].map(ViewStore.indexedProperties) ?? []).map(\.name).sorted()
+        // Whole definitions, not names: an object without a value is indexed under the property's default.
+        func indexed(_ schema: Schema, _ name: String) -> [Property] {
+            (schema[type: name].map(ViewStore.indexedProperties) ?? []).sorted { $0.name < $1.name }
         }
         return new.types.map(\.name).filter { indexed(old, $0) != indexed(new, $0) }
     }

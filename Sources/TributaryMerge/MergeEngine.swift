@@ -333,6 +333,10 @@ struct InstructionApplier {
         record.exists = true
         // A new record: one allocation for its fields, not one per growth step.
         if record.fields.isEmpty { record.fields.reserveCapacity(explicitStates.count + defaultStates.count) }
+        // Values that land on one name (one given under a name since renamed to it), joined as the rename joins them
+        // when it merges after this create; only a schema that remembers removals can have them.
+        var landedTwice: [(name: String, state: FieldState, direct: Bool)] = []
+        let hasRemovals = !schema.propertyRemovals.isEmpty
         for (field, converted) in explicitStates {
             // A property removed or renamed since the writer's view: the value follows the rename or is dropped.
             guard field.name != typeSchema.primaryKey,
@@ -340,8 +344,21 @@ struct InstructionApplier {
                 let property = typeSchema[property: name]
             else { continue }
             try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
-            merge(converted, into: &record.fields[name], causal: causal)
+            guard hasRemovals else {
+                merge(converted, into: &record.fields[name], causal: causal)
+                continue
+            }
+            let direct = field.name == name
+            if let at = landedTwice.firstIndex(where: { $0.name == name }) {
+                let present = landedTwice[at]
+                landedTwice[at].state =
+                    present.direct ? SchemaMerger.join(converted, present.state) : SchemaMerger.join(present.state, converted)
+                landedTwice[at].direct = direct || present.direct
+            } else {
+                landedTwice.append((name, converted, direct))
+            }
         }
+        for landed in landedTwice { merge(landed.state, into: &record.fields[landed.name], causal: causal) }
         for (field, converted) in defaultStates {
             guard field.name != typeSchema.primaryKey,
                 let name = info.writeTarget(of: field.name, in: type, schema: schema, causal: causal),

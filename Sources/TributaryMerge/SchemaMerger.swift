@@ -44,15 +44,7 @@ struct SchemaMerger {
             let removal = PropertyRemoval(dot: info.dot, removalsSeen: seenRemovals(of: name, in: typeName, schema, causal))
             try refuseDisagreement(with: removal, of: name, in: typeName, schema, causal)
             schema.recordRemoval(removal, of: name, in: typeName)
-            // A primary key is never removed: a removal that names one concerned an earlier type of that name.
-            guard var type = schema[type: typeName], type[property: name] != nil, name != type.primaryKey else { break }
-            type.properties.removeAll { $0.name == name }
-            // Canonical order after a removal, so that a concurrent addition merged before or after it ends the same.
-            type.properties.sort { $0.name < $1.name }
-            schema.upsert(type)
-            schema.definitionStamps[PropertyName(type: typeName, property: name)] = nil
-            state.setSchema(schema)
-            try rewriteFields(of: typeName, in: &state) { fields in fields.removeValue(forKey: name) }
+            try remove(name, of: typeName, schema, in: &state)
             return
         case .renameProperty(let typeName, let from, let to):
             let removal = PropertyRemoval(
@@ -64,12 +56,20 @@ struct SchemaMerger {
             let repeated = schema.removals(of: from, in: typeName).contains {
                 $0.renamedTo == to && !info.covers($0.dot, causal: causal)
             }
+            // The name the property lands on, like a write to the new name (asked before this one is remembered): a
+            // rename of the new name that this one did not see moves it on; a removal of it that this one did not see
+            // removes it (as that removal does when it merges after this rename).
+            let landing = info.writeTarget(of: to, in: typeName, schema: schema, causal: causal)
             // Remembered whatever happens next, like a removal.
             schema.recordRemoval(removal, of: from, in: typeName)
             // A primary key is never renamed: a rename that names one concerned an earlier type of that name.
             guard !repeated, var type = schema[type: typeName],
                 let index = type.properties.firstIndex(where: { $0.name == from }), from != type.primaryKey
             else { break }
+            guard let to = landing else {
+                try remove(from, of: typeName, schema, in: &state)
+                return
+            }
             var renamed = type.properties[index]
             renamed.name = to
             let movedStamp = schema.definitionStamps.removeValue(forKey: PropertyName(type: typeName, property: from))
@@ -84,9 +84,12 @@ struct SchemaMerger {
                         "cannot rename '\(typeName).\(from)' to '\(to)': '\(typeName).\(added)' was added concurrently, "
                             + "and it does not hold what \(renamed) holds")
                 }
-                // The later definition wins, as it would have when the addition merged after the rename.
+                // The later definition wins, as it would have when the addition merged after the rename. Two renamed
+                // properties defined by one changeset tie: then the one that describes itself first wins, whichever
+                // rename merged first.
                 let addedStamp = schema.definitionStamp(of: to, in: typeName)
-                if addedStamp <= movedStamp ?? .unknown {
+                let moved = movedStamp ?? .unknown
+                if addedStamp < moved || (addedStamp == moved && renamed.description < added.description) {
                     type.properties[existing] = renamed
                     schema.definitionStamps[PropertyName(type: typeName, property: to)] = movedStamp
                 }
@@ -135,6 +138,21 @@ struct SchemaMerger {
             throw MergeError(.invalidInstruction, "\(instruction) is not a schema instruction")
         }
         state.setSchema(schema)
+    }
+
+    /// Removes `property` of `typeName` from `schema` and from every object, and stores the schema in `state`.
+    private func remove(_ property: String, of typeName: String, _ schema: Schema, in state: inout WorkingSet) throws {
+        var schema = schema
+        defer { state.setSchema(schema) }
+        // A primary key is never removed: a removal that names one concerned an earlier type of that name.
+        guard var type = schema[type: typeName], type[property: property] != nil, property != type.primaryKey else { return }
+        type.properties.removeAll { $0.name == property }
+        // Canonical order after a removal, so that a concurrent addition merged before or after it ends the same.
+        type.properties.sort { $0.name < $1.name }
+        schema.upsert(type)
+        schema.definitionStamps[PropertyName(type: typeName, property: property)] = nil
+        state.setSchema(schema)
+        try rewriteFields(of: typeName, in: &state) { fields in fields.removeValue(forKey: property) }
     }
 
     /// Refuses a removal or rename of `property` of `type` that disagrees with one made concurrently (rule 8): a
@@ -355,8 +373,10 @@ extension ChangesetInfo {
         var name = property
         // After following renames, the removals of their new names that they saw count as seen.
         var seenThroughRename: [Dot] = []
-        // Bounded: renames back and forth can form a cycle.
-        for _ in 0...schema.propertyRemovals.count {
+        // Bounded: renames back and forth can form a cycle. Each step follows a different removal (one that saw the
+        // one before), so there are at most as many steps as removals.
+        let steps = schema.propertyRemovals.values.reduce(0) { $0 + $1.count }
+        for _ in 0...steps {
             let removals = schema.removals(of: name, in: type)
             guard !removals.isEmpty else { return name }
             var seen: [PropertyRemoval] = []
@@ -390,7 +410,7 @@ extension ChangesetInfo {
         case .embedded(let object):
             let fields = landed(object.fields, of: object.type, schema: schema, causal: causal) {
                 landed($0, schema: schema, causal: causal)
-            }
+            } join: { SchemaMerger.join($0, $1) }
             return .embedded(EmbeddedObject(type: object.type, fields: fields))
         case .list(let elements):
             return .list(elements.map { landed($0, schema: schema, causal: causal) })
@@ -422,20 +442,45 @@ extension ChangesetInfo {
         let fields = Dictionary(uniqueKeysWithValues: child.fields.lazy.map { ($0.key, $0.value) })
         child.fields = FieldTable(landed(fields, of: child.type, schema: schema, causal: causal) {
             landed($0, schema: schema, causal: causal)
-        })
+        } join: { SchemaMerger.join($0, $1) })
         return .embedded(child)
     }
 
     /// An embedded object's fields, each under the name it lands on (or left out), and its value landed by `land`.
+    ///
+    /// Two values that land on one name (one written under a name since renamed to it) are joined by `join` as the
+    /// rename joins them when it merges after the write: the value moved by the rename first, the one written under
+    /// the name itself second.
     private func landed<Field>(
-        _ fields: [String: Field], of type: String, schema: Schema, causal: CausalResolver, _ land: (Field) -> Field
+        _ fields: [String: Field], of type: String, schema: Schema, causal: CausalResolver, _ land: (Field) -> Field,
+        join: (_ moved: Field, _ added: Field) -> Field
     ) -> [String: Field] {
-        var result: [String: Field] = [:]
+        var result: [String: (field: Field, direct: Bool)] = [:]
         for name in fields.keys.sorted() {
             guard let field = fields[name], let target = writeTarget(of: name, in: type, schema: schema, causal: causal)
             else { continue }
-            result[target] = land(field)
+            let landed = land(field)
+            let direct = name == target
+            if let present = result[target] {
+                let joined = present.direct ? join(landed, present.field) : join(present.field, landed)
+                result[target] = (joined, direct || present.direct)
+            } else {
+                result[target] = (landed, direct)
+            }
         }
-        return result
+        return result.mapValues(\.field)
+    }
+}
+
+extension SchemaMerger {
+    /// ``join(_:_:)`` for values as written: what a replica checks against its schema picks the same value.
+    static func join(_ moved: Value, _ added: Value) -> Value {
+        switch (moved, added) {
+        case (.embedded, _), (.list, _), (_, .embedded), (_, .list):
+            return moved
+        default:
+            let order = InstructionApplier.defaultOrder
+            return order(.scalar(moved)).lexicographicallyPrecedes(order(.scalar(added))) ? added : moved
+        }
     }
 }

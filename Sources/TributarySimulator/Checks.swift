@@ -228,7 +228,7 @@ extension Simulation {
         func target(of name: String, by writer: Position) -> String? {
             var name = name
             var viewer: [Position] = [writer]
-            for _ in 0...removals.count {
+            for _ in 0...removals.values.reduce(0, { $0 + $1.count }) {
                 let all = removals[name] ?? []
                 let isSeen = { (removal: Removal) in
                     viewer.contains { covers($0.changeset, $0.index, (removal.changeset, removal.index)) }
