@@ -371,8 +371,10 @@ extension ChangesetInfo {
     func writeTarget(of property: String, in type: String, schema: Schema, causal: CausalResolver) -> String? {
         guard !schema.propertyRemovals.isEmpty else { return property }
         var name = property
-        // After following renames, the removals of their new names that they saw count as seen.
-        var seenThroughRename: [Dot] = []
+        // Whose view decides which removals of `name` count as seen: the writer's, until the write follows a rename;
+        // from then on the rename's (the removals of its new name that it saw), since the rename carries the value
+        // on, as it does when it merges after the write.
+        var viewOfRename: [Dot]?
         // Bounded: renames back and forth can form a cycle. Each step follows a different removal (one that saw the
         // one before), so there are at most as many steps as removals.
         let steps = schema.propertyRemovals.values.reduce(0) { $0 + $1.count }
@@ -382,7 +384,7 @@ extension ChangesetInfo {
             var seen: [PropertyRemoval] = []
             var unseen: [PropertyRemoval] = []
             for removal in removals {
-                if covers(removal.dot, causal: causal) || seenThroughRename.contains(removal.dot) {
+                if viewOfRename.map({ $0.contains(removal.dot) }) ?? covers(removal.dot, causal: causal) {
                     seen.append(removal)
                 } else {
                     unseen.append(removal)
@@ -396,7 +398,8 @@ extension ChangesetInfo {
             guard let followed = first.first else { return name }
             guard let next = followed.renamedTo, first.allSatisfy({ $0.renamedTo == next }) else { return nil }
             name = next
-            seenThroughRename += followed.removalsOfNewNameSeen
+            // Copies of one rename (made on several replicas) carry the value alike: what any of them saw.
+            viewOfRename = first.flatMap(\.removalsOfNewNameSeen)
         }
         return nil
     }

@@ -249,7 +249,8 @@ extension Simulation {
                 guard let followed = first.first else { return name }
                 guard let next = followed.renamedTo, first.allSatisfy({ $0.renamedTo == next }) else { return nil }
                 name = next
-                viewer.append((followed.changeset, followed.index))
+                // From here on the renames' view decides, since they carry the value on.
+                viewer = first.map { ($0.changeset, $0.index) }
             }
             return nil
         }

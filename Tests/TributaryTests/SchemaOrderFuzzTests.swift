@@ -79,8 +79,8 @@ struct SchemaOrderFuzzTests {
     /// The smallest scenarios of the order dependences this test found, each of which now converges: a redefinition
     /// of an indexed property's default (R1), a rename into a name removed concurrently (R2), two properties renamed
     /// to one name (R3), a write that missed a chain of renames that comes back to its name (R4), a rename onto a
-    /// name that was renamed away concurrently (R5), and a create with values for both a renamed property and its
-    /// new name (R7). Writer 0 is w0, and so on; the object `t` exists before the writers start.
+    /// name that was renamed away concurrently (R5), a create with values for both a renamed property and its new name
+    /// (R7), and a write that follows a rename whose new name its own changeset renamed on (R8). Writer 0 is w0, and so on; the object `t` exists before the writers start.
     @Test("Reproductions of order dependences found by the fuzzer converge", arguments: SchemaFuzz.reproductions)
     func reproductionConverges(_ reproduction: SchemaFuzz.Reproduction) throws {
         let schema = Schema(version: 1, types: [ObjectSchema(name: SchemaFuzz.typeName, properties: [.scalar("_id", .string)] + reproduction.properties)])
@@ -146,6 +146,16 @@ extension SchemaFuzz {
             .write(writer: 0, advance: 0, [.rename(from: "b", to: "c")]),
             .write(writer: 1, advance: 0, [.add(.scalar("c", .int, optional: true)), .rename(from: "c", to: "a")]),
         ]),
+        Reproduction(
+            name: "R8: a write that follows a rename onto a name its own changeset renamed on",
+            properties: [.scalar("c", .string, optional: true, indexed: true, default: "s1")], fields: [:],
+            steps: [
+                .write(writer: 0, advance: 0, [.rename(from: "c", to: "a")]),
+                .sync(from: 0, to: 2), .sync(from: 2, to: 1),
+                .write(writer: 1, advance: 0, [.rename(from: "a", to: "d")]),
+                .write(writer: 2, advance: 0, [.add(.scalar("d", .string, optional: true, default: .null))]),
+                .write(writer: 2, advance: 0, [.rename(from: "d", to: "b"), .update(key: "t", property: "a", "s11")]),
+            ]),
         Reproduction(name: "R7: a create with values for a renamed property and its new name", properties: [.scalar("d", .string, optional: true)], fields: [:], steps: [
             .write(writer: 0, advance: 0, [.rename(from: "d", to: "a")]),
             .write(writer: 1, advance: 0, [.add(.scalar("a", .string, optional: true))]),
