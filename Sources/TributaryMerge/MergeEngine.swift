@@ -335,7 +335,7 @@ struct InstructionApplier {
         if record.fields.isEmpty { record.fields.reserveCapacity(explicitStates.count + defaultStates.count) }
         // Values that land on one name (one given under a name since renamed to it), joined as the rename joins them
         // when it merges after this create; only a schema that remembers removals can have them.
-        var landedTwice: [(name: String, state: FieldState, direct: Bool)] = []
+        var landedTwice: [(name: String, landing: SchemaMerger.Landing<FieldState>)] = []
         let hasRemovals = !schema.propertyRemovals.isEmpty
         for (field, converted) in explicitStates {
             // A property removed or renamed since the writer's view: the value follows the rename or is dropped.
@@ -348,17 +348,12 @@ struct InstructionApplier {
                 merge(converted, into: &record.fields[name], causal: causal)
                 continue
             }
-            let direct = field.name == name
-            if let at = landedTwice.firstIndex(where: { $0.name == name }) {
-                let present = landedTwice[at]
-                landedTwice[at].state =
-                    present.direct ? SchemaMerger.join(converted, present.state) : SchemaMerger.join(present.state, converted)
-                landedTwice[at].direct = direct || present.direct
-            } else {
-                landedTwice.append((name, converted, direct))
-            }
+            let at = landedTwice.firstIndex { $0.name == name }
+            let landing = SchemaMerger.Landing(
+                converted, direct: field.name == name, onto: at.map { landedTwice[$0].landing }, join: SchemaMerger.join)
+            if let at { landedTwice[at].landing = landing } else { landedTwice.append((name, landing)) }
         }
-        for landed in landedTwice { merge(landed.state, into: &record.fields[landed.name], causal: causal) }
+        for landed in landedTwice { merge(landed.landing.field, into: &record.fields[landed.name], causal: causal) }
         for (field, converted) in defaultStates {
             guard field.name != typeSchema.primaryKey,
                 let name = info.writeTarget(of: field.name, in: type, schema: schema, causal: causal),

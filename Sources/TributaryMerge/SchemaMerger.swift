@@ -143,9 +143,11 @@ struct SchemaMerger {
     /// Removes `property` of `typeName` from `schema` and from every object, and stores the schema in `state`.
     private func remove(_ property: String, of typeName: String, _ schema: Schema, in state: inout WorkingSet) throws {
         var schema = schema
-        defer { state.setSchema(schema) }
         // A primary key is never removed: a removal that names one concerned an earlier type of that name.
-        guard var type = schema[type: typeName], type[property: property] != nil, property != type.primaryKey else { return }
+        guard var type = schema[type: typeName], type[property: property] != nil, property != type.primaryKey else {
+            state.setSchema(schema)
+            return
+        }
         type.properties.removeAll { $0.name == property }
         // Canonical order after a removal, so that a concurrent addition merged before or after it ends the same.
         type.properties.sort { $0.name < $1.name }
@@ -449,34 +451,45 @@ extension ChangesetInfo {
         return .embedded(child)
     }
 
-    /// An embedded object's fields, each under the name it lands on (or left out), and its value landed by `land`.
-    ///
-    /// Two values that land on one name (one written under a name since renamed to it) are joined by `join` as the
-    /// rename joins them when it merges after the write: the value moved by the rename first, the one written under
-    /// the name itself second.
+    /// An embedded object's fields, each under the name it lands on (or left out), and its value landed by `land`;
+    /// two that land on one name joined by `join` (see ``SchemaMerger/Landing``).
     private func landed<Field>(
         _ fields: [String: Field], of type: String, schema: Schema, causal: CausalResolver, _ land: (Field) -> Field,
         join: (_ moved: Field, _ added: Field) -> Field
     ) -> [String: Field] {
-        var result: [String: (field: Field, direct: Bool)] = [:]
+        var result: [String: SchemaMerger.Landing<Field>] = [:]
         for name in fields.keys.sorted() {
             guard let field = fields[name], let target = writeTarget(of: name, in: type, schema: schema, causal: causal)
             else { continue }
-            let landed = land(field)
-            let direct = name == target
-            if let present = result[target] {
-                let joined = present.direct ? join(landed, present.field) : join(present.field, landed)
-                result[target] = (joined, direct || present.direct)
-            } else {
-                result[target] = (landed, direct)
-            }
+            result[target] = SchemaMerger.Landing(land(field), direct: name == target, onto: result[target], join: join)
         }
         return result.mapValues(\.field)
     }
 }
 
 extension SchemaMerger {
-    /// ``join(_:_:)`` for values as written: what a replica checks against its schema picks the same value.
+    /// A value that lands on a property, and whether it was written under that name (`direct`) or under a name since
+    /// renamed to it. Two values that land on one property are joined as the rename joins them when it merges after
+    /// the write: the moved one first, the direct one second.
+    struct Landing<Field> {
+        var field: Field
+        var direct: Bool
+
+        init(_ field: Field, direct: Bool, onto present: Landing?, join: (_ moved: Field, _ added: Field) -> Field) {
+            guard let present else {
+                self.field = field
+                self.direct = direct
+                return
+            }
+            self.field = present.direct ? join(field, present.field) : join(present.field, field)
+            self.direct = direct || present.direct
+        }
+    }
+}
+
+extension SchemaMerger {
+    /// ``join(_:_:)`` for values as written, which a replica checks against its schema: the same choice for single
+    /// values; for lists and embedded objects (which the state join merges) the moved one, which holds the same kind.
     static func join(_ moved: Value, _ added: Value) -> Value {
         switch (moved, added) {
         case (.embedded, _), (.list, _), (_, .embedded), (_, .list):
