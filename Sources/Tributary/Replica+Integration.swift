@@ -89,7 +89,13 @@ extension Replica {
                 var sequences: [UInt64] = []
                 for entry in have.entries where vector[entry.replica] < entry.sequence {
                     if let origins, !origins.contains(entry.replica) { continue }
-                    sequences.append(contentsOf: try log.localSequences(from: entry.replica, after: vector[entry.replica], in: txn))
+                    // A dot of the origin index names one changeset (a relay adopts under its own sequences), so an
+                    // excluded one is skipped before its entry is read. An adopted changeset is listed under its relay
+                    // dot, and checked again by its origin dot below.
+                    for (dot, sequence) in try log.originEntries(from: entry.replica, after: vector[entry.replica], in: txn)
+                    where !excluding.contains(dot) {
+                        sequences.append(sequence)
+                    }
                 }
                 sequences.sort()
                 let context = ZstdContext()

@@ -45,6 +45,10 @@ public final class Replica: Sendable {
     /// The pending area decoded, as of the pending generation it was read or written at: integration decodes it from
     /// storage again only when another handle changed it (see ``Replica/pendingGenerationKey``).
     let pendingCache = Mutex<PendingArea?>(nil)
+    /// The zstd context commits compress their changesets with: creating one per commit costs more than compressing
+    /// a small changeset. Only ``persist(_:head:in:)`` uses it, inside an LMDB write transaction, and LMDB lets one
+    /// write transaction run at a time per environment: that is what makes sharing it safe.
+    nonisolated(unsafe) let compressionContext = ZstdContext()
     let observers = ObserverRegistry()
     /// Where async writes run: one serial queue per replica, so one replica's long write never delays another's.
     let writerQueue = DispatchQueue(label: "tributary.writer")
@@ -360,9 +364,8 @@ public final class Replica: Sendable {
     /// Writes a prepared commit into the storage transaction; returns the log's new head.
     func persist(_ commit: PreparedCommit, head: LogHead, in storage: WriteTransaction) throws -> LogHead {
         var head = head
-        let context = ZstdContext()
         for (changeset, encoded) in commit.changesets {
-            try log.append(changeset, encoded: encoded, after: &head, in: storage, context: context)
+            try log.append(changeset, encoded: encoded, after: &head, in: storage, context: compressionContext)
         }
         try views.write(commit.changes, schema: commit.schema, in: storage)
         if commit.schemaChanged {

@@ -207,17 +207,25 @@ public struct ChangesetLog: Sendable {
         }
     }
 
-    /// The local sequences of the changesets from `origin` with origin sequence greater than `after`, in order.
-    public func localSequences(from origin: ReplicaID, after: UInt64, in transaction: ReadTransaction) throws -> [UInt64] {
-        var result: [UInt64] = []
+    /// The changesets from `origin` with origin sequence greater than `after`, in origin order: each one's origin dot
+    /// and local sequence. Reads the origin index only, so a caller can skip changesets by dot without reading them.
+    public func originEntries(
+        from origin: ReplicaID, after: UInt64, in transaction: ReadTransaction
+    ) throws -> [(dot: Dot, localSequence: UInt64)] {
+        var result: [(dot: Dot, localSequence: UInt64)] = []
+        func append(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
+            guard key.count == 16, value.count == 8 else { return }
+            let sequence = UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+            result.append((Dot(origin: origin, sequence: sequence), UInt64(bigEndian: value.loadUnaligned(as: UInt64.self))))
+        }
         let start = Self.originKey(Dot(origin: origin, sequence: after &+ 1))
         let end = Self.originKey(Dot(origin: origin, sequence: UInt64.max))
-        try transaction.scan(origins, from: start, to: end) { _, value in
-            if value.count == 8 { result.append(UInt64(bigEndian: value.loadUnaligned(as: UInt64.self))) }
+        try transaction.scan(origins, from: start, to: end) { key, value in
+            append(key, value)
             return true
         }
-        if let last = try transaction.get(origins, key: end), last.count == 8 {
-            result.append(last.withUnsafeBytes { UInt64(bigEndian: $0.loadUnaligned(as: UInt64.self)) })
+        try end.withUnsafeBytes { key in
+            try transaction.withValue(origins, key: end) { value in if let value { append(key, value) } }
         }
         return result
     }

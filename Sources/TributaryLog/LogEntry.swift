@@ -72,9 +72,10 @@ public struct LogEntry: Hashable, Sendable {
     }
 
     func computeChecksum() -> UInt64 {
-        var bytes = headerBytes()
-        bytes.append(contentsOf: payload)
-        return XXHash64.hash(bytes)
+        var hasher = XXHash64.State()
+        headerBytes().withUnsafeBytes { hasher.update($0) }
+        payload.withUnsafeBytes { hasher.update($0) }
+        return hasher.finalize()
     }
 
     /// The stored bytes.
@@ -102,9 +103,10 @@ public struct LogEntry: Hashable, Sendable {
         let origin = ReplicaID(rawValue: u64(10))
         let originSequence = u64(18)
         let stored = u64(50)
-        var hashed = Array(bytes[0..<50])
-        hashed.append(contentsOf: bytes[Self.headerSize...])
-        let computed = XXHash64.hash(hashed)
+        var hasher = XXHash64.State()
+        hasher.update(UnsafeRawBufferPointer(rebasing: bytes[0..<50]))
+        hasher.update(UnsafeRawBufferPointer(rebasing: bytes[Self.headerSize...]))
+        let computed = hasher.finalize()
         guard computed == stored else {
             throw LogError(
                 .checksumMismatch, localSequence: localSequence,

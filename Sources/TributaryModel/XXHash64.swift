@@ -15,63 +15,115 @@ public enum XXHash64 {
 
     /// The hash of the raw bytes with `seed`.
     public static func hash(_ bytes: UnsafeRawBufferPointer, seed: UInt64 = 0) -> UInt64 {
-        let count = bytes.count
-        var offset = 0
-        var hash: UInt64
-        @inline(__always) func read64(_ at: Int) -> UInt64 {
-            UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self))
+        var state = State(seed: seed)
+        state.update(bytes)
+        return state.finalize()
+    }
+
+    /// The hash of several pieces of memory, as if they were one: the same value `hash(_:seed:)` gives for
+    /// their concatenation, without copying them together.
+    public struct State: Sendable {
+        private var v1: UInt64, v2: UInt64, v3: UInt64, v4: UInt64
+        private let seed: UInt64
+        private var total = 0
+        /// Up to 31 bytes that do not yet fill a 32-byte stripe.
+        private var buffer: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        private var buffered = 0
+
+        /// A hash of no bytes yet.
+        public init(seed: UInt64 = 0) {
+            self.seed = seed
+            v1 = seed &+ prime1 &+ prime2
+            v2 = seed &+ prime2
+            v3 = seed
+            v4 = seed &- prime1
         }
-        @inline(__always) func read32(_ at: Int) -> UInt64 {
-            UInt64(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt32.self)))
-        }
-        @inline(__always) func round(_ accumulator: UInt64, _ input: UInt64) -> UInt64 {
+
+        @inline(__always) private static func round(_ accumulator: UInt64, _ input: UInt64) -> UInt64 {
             (accumulator &+ input &* prime2).rotatedLeft(31) &* prime1
         }
-        @inline(__always) func merge(_ accumulator: UInt64, _ value: UInt64) -> UInt64 {
+
+        @inline(__always) private static func merge(_ accumulator: UInt64, _ value: UInt64) -> UInt64 {
             (accumulator ^ round(0, value)) &* prime1 &+ prime4
         }
-        if count >= 32 {
-            var v1 = seed &+ prime1 &+ prime2
-            var v2 = seed &+ prime2
-            var v3 = seed
-            var v4 = seed &- prime1
-            while offset + 32 <= count {
-                v1 = round(v1, read64(offset))
-                v2 = round(v2, read64(offset + 8))
-                v3 = round(v3, read64(offset + 16))
-                v4 = round(v4, read64(offset + 24))
+
+        @inline(__always) private mutating func stripe(_ bytes: UnsafeRawBufferPointer, at offset: Int) {
+            func read64(_ at: Int) -> UInt64 { UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self)) }
+            v1 = Self.round(v1, read64(offset))
+            v2 = Self.round(v2, read64(offset + 8))
+            v3 = Self.round(v3, read64(offset + 16))
+            v4 = Self.round(v4, read64(offset + 24))
+        }
+
+        /// Adds `bytes` to what is hashed.
+        public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+            guard !bytes.isEmpty else { return }
+            total += bytes.count
+            var offset = 0
+            if buffered > 0 {
+                let taken = Swift.min(32 - buffered, bytes.count)
+                withUnsafeMutableBytes(of: &buffer) { stored in
+                    stored.baseAddress!.advanced(by: buffered).copyMemory(from: bytes.baseAddress!, byteCount: taken)
+                }
+                buffered += taken
+                offset = taken
+                guard buffered == 32 else { return }
+                let full = buffer
+                withUnsafeBytes(of: full) { stripe($0, at: 0) }
+                buffered = 0
+            }
+            while offset + 32 <= bytes.count {
+                stripe(bytes, at: offset)
                 offset += 32
             }
-            hash = v1.rotatedLeft(1) &+ v2.rotatedLeft(7) &+ v3.rotatedLeft(12) &+ v4.rotatedLeft(18)
-            hash = merge(hash, v1)
-            hash = merge(hash, v2)
-            hash = merge(hash, v3)
-            hash = merge(hash, v4)
-        } else {
-            hash = seed &+ prime5
+            if offset < bytes.count {
+                withUnsafeMutableBytes(of: &buffer) { stored in
+                    stored.baseAddress!.copyMemory(from: bytes.baseAddress!.advanced(by: offset), byteCount: bytes.count - offset)
+                }
+                buffered = bytes.count - offset
+            }
         }
-        hash = hash &+ UInt64(count)
-        while offset + 8 <= count {
-            hash ^= round(0, read64(offset))
-            hash = hash.rotatedLeft(27) &* prime1 &+ prime4
-            offset += 8
+
+        /// The hash of everything added.
+        public func finalize() -> UInt64 {
+            var hash: UInt64
+            if total >= 32 {
+                hash = v1.rotatedLeft(1) &+ v2.rotatedLeft(7) &+ v3.rotatedLeft(12) &+ v4.rotatedLeft(18)
+                hash = Self.merge(hash, v1)
+                hash = Self.merge(hash, v2)
+                hash = Self.merge(hash, v3)
+                hash = Self.merge(hash, v4)
+            } else {
+                hash = seed &+ prime5
+            }
+            hash = hash &+ UInt64(truncatingIfNeeded: total)
+            let tail = buffer
+            let count = buffered
+            return withUnsafeBytes(of: tail) { bytes in
+                var offset = 0
+                while offset + 8 <= count {
+                    hash ^= Self.round(0, UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
+                    hash = hash.rotatedLeft(27) &* prime1 &+ prime4
+                    offset += 8
+                }
+                if offset + 4 <= count {
+                    hash ^= UInt64(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self))) &* prime1
+                    hash = hash.rotatedLeft(23) &* prime2 &+ prime3
+                    offset += 4
+                }
+                while offset < count {
+                    hash ^= UInt64(bytes[offset]) &* prime5
+                    hash = hash.rotatedLeft(11) &* prime1
+                    offset += 1
+                }
+                hash ^= hash >> 33
+                hash = hash &* prime2
+                hash ^= hash >> 29
+                hash = hash &* prime3
+                hash ^= hash >> 32
+                return hash
+            }
         }
-        if offset + 4 <= count {
-            hash ^= read32(offset) &* prime1
-            hash = hash.rotatedLeft(23) &* prime2 &+ prime3
-            offset += 4
-        }
-        while offset < count {
-            hash ^= UInt64(bytes[offset]) &* prime5
-            hash = hash.rotatedLeft(11) &* prime1
-            offset += 1
-        }
-        hash ^= hash >> 33
-        hash = hash &* prime2
-        hash ^= hash >> 29
-        hash = hash &* prime3
-        hash ^= hash >> 32
-        return hash
     }
 }
 

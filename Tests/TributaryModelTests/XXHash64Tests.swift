@@ -86,4 +86,20 @@ private let patternHashes: [UInt64] = [
         // Bytes 3..<43 of the pattern, checked with python-xxhash.
         #expect(XXHash64.hash(Array(bytes[3..<43])) == 0x1935_3840_D867_1BA4)
     }
+
+    @Test("Pieces hash like their concatenation, split anywhere", arguments: [0, 1, 31, 32, 33, 58, 64, 100])
+    func pieces(length: Int) {
+        let bytes = pattern(length)
+        bytes.withUnsafeBytes { all in
+            for first in 0...length {
+                for second in first...length {
+                    var state = XXHash64.State()
+                    state.update(UnsafeRawBufferPointer(rebasing: all[0..<first]))
+                    state.update(UnsafeRawBufferPointer(rebasing: all[first..<second]))
+                    state.update(UnsafeRawBufferPointer(rebasing: all[second..<length]))
+                    #expect(state.finalize() == patternHashes[length], "length \(length), split at \(first) and \(second)")
+                }
+            }
+        }
+    }
 }
