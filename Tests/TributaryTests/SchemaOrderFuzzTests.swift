@@ -26,7 +26,8 @@ import TributaryTestSupport
 /// `TRIBUTARY_SCHEMA_FUZZ_MINIMIZE` how many failing seeds get a smaller scenario worked out (2; a few seconds each).
 /// A failing seed prints its scenario (as the Swift each writer ran), the delivery orders, what each replica ended
 /// with, and a smaller scenario that fails the same way. Replay one with
-/// `TRIBUTARY_SEED=<seed> TRIBUTARY_SCHEMA_FUZZ_SEEDS=1 swift test --filter SchemaOrderFuzz`.
+/// `TRIBUTARY_SEED=<seed> TRIBUTARY_SCHEMA_FUZZ_SEEDS=1 swift test --filter SchemaOrderFuzz`; replayed alone, a seed
+/// listed as a known issue prints its scenario and smallest form too.
 @Suite("Schema merge order fuzz (rule 8)")
 struct SchemaOrderFuzzTests {
     static var seedCount: Int {
@@ -52,6 +53,11 @@ struct SchemaOrderFuzzTests {
                 var failure = "SchemaOrderFuzz seed \(seed) FAILED [\(outcome.category)]\n" + outcome.log
                 if outcome.onlyRefusalOrder {
                     refusalOrder.append("SchemaOrderFuzz seed \(seed): [\(outcome.category)]")
+                    // Replaying one seed shows it whole, with its smallest form.
+                    if count == 1 {
+                        let smaller = try SchemaFuzz.minimize(scenario, failingAs: outcome.category)
+                        print(failure + "\n--- smallest scenario failing the same way ---\n" + (try SchemaFuzz.execute(smaller)?.log ?? "?"))
+                    }
                     continue
                 }
                 if failures.count < minimizing {
