@@ -55,11 +55,15 @@ public struct WorkingSet {
 
     /// A record as loaded and as changed since.
     private struct Entry {
+        var key: RecordKey
         var current: ObjectRecord?
         var original: ObjectRecord?
         var changed: Bool
     }
-    private var entries: [RecordKey: Entry] = [:]
+    /// The entries, in the order they were first used; an entry never moves, so its position stays good.
+    private var entries: [Entry] = []
+    /// Where each key's entry is. Positions, not entries: growing the table then moves small values.
+    private var positions: [RecordKey: Int] = [:]
     private var changedCount = 0
     /// Adoptions recorded by changesets applied in this working set, not yet stored.
     public private(set) var adoptions: [Dot: Dot] = [:]
@@ -71,27 +75,34 @@ public struct WorkingSet {
 
     /// The current record of an object.
     public mutating func record(_ key: RecordKey) throws -> ObjectRecord? {
-        entries.values[try entryIndex(key)].current
+        entries[try position(of: key)].current
     }
 
     /// Where the entry of an object is, loading its record from the source on first use.
-    private mutating func entryIndex(_ key: RecordKey) throws -> Dictionary<RecordKey, Entry>.Index {
-        if let index = entries.index(forKey: key) { return index }
+    private mutating func position(of key: RecordKey) throws -> Int {
+        if let position = positions[key] { return position }
         let record = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
-        entries[key] = Entry(current: record, original: record, changed: false)
-        return entries.index(forKey: key)!
+        return insert(Entry(key: key, current: record, original: record, changed: false))
+    }
+
+    @discardableResult
+    private mutating func insert(_ entry: Entry) -> Int {
+        let position = entries.count
+        positions[entry.key] = position
+        entries.append(entry)
+        return position
     }
 
     /// Replaces the record of an object (`nil` removes it).
     public mutating func setRecord(_ record: ObjectRecord?, for key: RecordKey) throws {
-        if let index = entries.index(forKey: key) {
-            if !entries.values[index].changed { changedCount += 1 }
-            entries.values[index].current = record
-            entries.values[index].changed = true
+        if let position = positions[key] {
+            if !entries[position].changed { changedCount += 1 }
+            entries[position].current = record
+            entries[position].changed = true
             return
         }
         let original = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
-        entries[key] = Entry(current: record, original: original, changed: true)
+        insert(Entry(key: key, current: record, original: original, changed: true))
         changedCount += 1
     }
 
@@ -99,16 +110,14 @@ public struct WorkingSet {
     /// moved out of the working set while `body` runs, so changing it copies nothing. When `body` returns `false`
     /// the record is not marked changed.
     public mutating func withRecord(_ key: RecordKey, _ body: (inout ObjectRecord?) throws -> Bool) throws {
-        let index = try entryIndex(key)
-        var record = entries.values[index].current
-        entries.values[index].current = nil
+        let position = try position(of: key)
+        var record = entries[position].current
+        entries[position].current = nil
         var changed = false
         defer {
-            // The index is still good: `body` cannot reach this working set (exclusive access to it holds while this
-            // method runs), so nothing was inserted and nothing moved.
-            entries.values[index].current = record
-            if changed && !entries.values[index].changed {
-                entries.values[index].changed = true
+            entries[position].current = record
+            if changed && !entries[position].changed {
+                entries[position].changed = true
                 changedCount += 1
             }
         }
@@ -118,8 +127,8 @@ public struct WorkingSet {
     /// Every key of a type: stored ones and ones this working set added.
     public mutating func keys(ofType type: String) throws -> [RecordKey] {
         var keys = Set(try source.loadPrimaryKeys(ofType: type).map { RecordKey(type: type, primaryKey: $0) })
-        for (key, entry) in entries where key.type == type {
-            if entry.current == nil { keys.remove(key) } else { keys.insert(key) }
+        for entry in entries where entry.key.type == type {
+            if entry.current == nil { keys.remove(entry.key) } else { keys.insert(entry.key) }
         }
         return keys.sorted()
     }
@@ -137,6 +146,7 @@ public struct WorkingSet {
     /// Makes room for `count` more records at most (one per instruction, say), so that a large changeset does not
     /// grow the table step by step.
     public mutating func reserveCapacity(forMoreRecords count: Int) {
+        positions.reserveCapacity(positions.count + count)
         entries.reserveCapacity(entries.count + count)
     }
 
@@ -152,8 +162,8 @@ public struct WorkingSet {
         var records: [(before: ObjectRecord?, after: ObjectRecord?)] = []
         keys.reserveCapacity(changedCount)
         records.reserveCapacity(changedCount)
-        for (key, entry) in entries where entry.changed {
-            keys.append(key)
+        for entry in entries where entry.changed {
+            keys.append(entry.key)
             records.append((entry.original, entry.current))
         }
         let order = Self.keyOrder(keys)
