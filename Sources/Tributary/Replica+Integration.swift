@@ -66,14 +66,20 @@ extension Replica {
         }
     }
 
-    /// The changesets ``changesets(missingFrom:limit:origins:holds:excluding:)`` returns (without projection), each
-    /// as ``ChangesetCodec`` encodes it: the bytes a sync layer sends, read from the log without decoding them. The
-    /// other replica passes them to ``integrate(encoded:)``.
+    /// The changesets ``changesets(missingFrom:limit:origins:holds:excluding:)`` returns (without projection), as
+    /// bytes: what a sync layer sends, read from the log without decoding them. The other replica passes them to
+    /// ``integrate(encoded:)``.
+    ///
+    /// - Parameter compressed: `false` (the default): each changeset as ``ChangesetCodec`` encodes it. `true`: each
+    ///   as the log stores it, a zstd frame of that encoding when compressing made it smaller (most changesets of
+    ///   more than a few instructions; the log's compression ratio is about 4.8). Neither side then runs zstd's
+    ///   compressor, and the bytes on the wire shrink by that ratio. ``integrate(encoded:)`` tells the two apart.
     public func encodedChangesets(
-        missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil, excluding: Set<Dot> = []
+        missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil, excluding: Set<Dot> = [],
+        compressed: Bool = false
     ) throws -> [[UInt8]] {
         try missingEntries(from: vector, limit: limit, origins: origins, excluding: excluding) { entry, context in
-            try log.encodedChangeset(of: entry, context: context)
+            compressed ? log.storedChangeset(of: entry) : try log.encodedChangeset(of: entry, context: context)
         }
     }
 
@@ -175,19 +181,23 @@ extension Replica {
         try integrate(changesets.map { PendingChangeset(changeset: $0, adopt: false) }, adopting: false)
     }
 
-    /// Integrates changesets as ``ChangesetCodec`` encodes them (what ``encodedChangesets(missingFrom:limit:origins:excluding:)``
-    /// returns and a sync layer receives), like ``integrate(_:)``. The bytes go into the log as they came, so a
-    /// changeset is decoded once and never encoded again.
+    /// Integrates changesets as bytes (what ``encodedChangesets(missingFrom:limit:origins:excluding:compressed:)``
+    /// returns and a sync layer receives, in either of its forms), like ``integrate(_:)``. The bytes go into the log
+    /// as they came, so a changeset is decoded once and never encoded or compressed again.
     ///
-    /// - Throws: ``TributaryError`` with `.invalidChangeset` naming the first element that does not decode (nothing
-    ///   is integrated then), or for storage failures.
+    /// - Throws: ``TributaryError`` with `.invalidChangeset` naming the first element that does not decompress or
+    ///   decode (nothing is integrated then), or for storage failures.
     @discardableResult
     public func integrate(encoded changesets: [[UInt8]]) throws -> IntegrationReport {
         var decoded: [PendingChangeset] = []
         decoded.reserveCapacity(changesets.count)
+        let context = ZstdContext()
         for (index, bytes) in changesets.enumerated() {
             do {
-                decoded.append(PendingChangeset(changeset: try ChangesetCodec.decode(bytes, limits: log.decodingLimits), adopt: false, encoded: bytes))
+                let received = try log.received(bytes, context: context)
+                decoded.append(
+                    PendingChangeset(
+                        changeset: received.changeset, adopt: false, encoded: received.encoded, frame: received.frame))
             } catch {
                 throw TributaryError(
                     .invalidChangeset, "changeset \(index) of \(changesets.count) (\(bytes.count) bytes) cannot be decoded: \(error)")
@@ -298,7 +308,7 @@ extension Replica {
                 if added.remove(dot) == nil { removed.insert(dot) }
             }
 
-            var applied: [(changeset: Changeset, encoded: [UInt8])] = []
+            var applied: [(changeset: Changeset, encoded: [UInt8], frame: [UInt8]?)] = []
             // Apply every ready changeset; repeat until none is ready. Only the first changeset of each lane can be
             // ready (see ``PendingLane``), so a pass costs one test per lane, however many changesets wait. Lanes go
             // in their order, so the log order is deterministic for a given input.
@@ -309,6 +319,7 @@ extension Replica {
                     while let dot = area.first(in: lane), let entry = area.entries[dot] {
                         var changeset = entry.changeset
                         var encoded = entry.encoded
+                        var frame = entry.frame
                         guard changeset.time.milliseconds <= now &+ skew else { break }
                         if entry.adopt {
                             guard try adoptable(changeset, vector: vector, known: known) else { break }
@@ -316,6 +327,7 @@ extension Replica {
                                 changeset, as: Dot(origin: replicaID, sequence: vector[replicaID] + 1),
                                 adoptions: working.adoptions, txn: txn)
                             encoded = nil  // adopted: a new causal identity
+                            frame = nil
                         } else {
                             let causal = changeset.causalDot
                             if vector[causal.origin] >= causal.sequence {
@@ -341,7 +353,7 @@ extension Replica {
                         try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
                         vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
                         integratedHere.insert(changeset.dot)
-                        applied.append((changeset, encoded ?? ChangesetCodec.encode(changeset)))
+                        applied.append((changeset, encoded ?? ChangesetCodec.encode(changeset), encoded == nil ? nil : frame))
                         _ = area.remove(dot)
                         if added.remove(dot) == nil { removed.insert(dot) }
                         progress = true
@@ -507,11 +519,15 @@ struct PendingChangeset: Sendable {
     /// The changeset's encoding, when it came encoded (from a peer, or from the pending database): the log stores
     /// these bytes instead of encoding it again. It decoded to `changeset`, which never changes afterwards.
     let encoded: [UInt8]?
+    /// The zstd frame of `encoded` it came in, if it came compressed: the log stores it as it came. Not kept in the
+    /// pending database (a changeset that waits there is compressed again when it is integrated).
+    let frame: [UInt8]?
 
-    init(changeset: Changeset, adopt: Bool, encoded: [UInt8]? = nil) {
+    init(changeset: Changeset, adopt: Bool, encoded: [UInt8]? = nil, frame: [UInt8]? = nil) {
         self.changeset = changeset
         self.adopt = adopt
         self.encoded = encoded
+        self.frame = frame
     }
 
     /// As the pending database stores it: one byte (1 to adopt, 0 to integrate), then the encoded changeset.

@@ -346,7 +346,8 @@ public final class Replica: Sendable {
     /// Everything a commit writes, computed once: if the map fills, the storage transaction is retried with the
     /// same commit.
     struct PreparedCommit {
-        var changesets: [(changeset: Changeset, encoded: [UInt8])]
+        /// Each changeset with its encoding and, when it came compressed from a peer, the zstd frame it came in.
+        var changesets: [(changeset: Changeset, encoded: [UInt8], frame: [UInt8]?)]
         var changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)]
         var schema: Schema
         var schemaChanged: Bool
@@ -364,8 +365,8 @@ public final class Replica: Sendable {
     /// Writes a prepared commit into the storage transaction; returns the log's new head.
     func persist(_ commit: PreparedCommit, head: LogHead, in storage: WriteTransaction) throws -> LogHead {
         var head = head
-        for (changeset, encoded) in commit.changesets {
-            try log.append(changeset, encoded: encoded, after: &head, in: storage, context: compressionContext)
+        for (changeset, encoded, frame) in commit.changesets {
+            try log.append(changeset, encoded: encoded, frame: frame, after: &head, in: storage, context: compressionContext)
         }
         try views.write(commit.changes, schema: commit.schema, in: storage)
         if commit.schemaChanged {

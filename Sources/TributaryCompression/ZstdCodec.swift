@@ -19,6 +19,12 @@ public struct ZstdCodec: Sendable {
     /// The largest window a frame may ask for: 128 MiB, zstd's own default decoding limit.
     public static let maximumWindowBytes: UInt64 = 1 << 27
 
+    /// Whether `bytes` start as a zstd frame does (its magic number), so that a reader can tell a frame from data
+    /// whose format starts otherwise.
+    public static func startsFrame(_ bytes: [UInt8]) -> Bool {
+        bytes.count >= 4 && bytes[0] == 0x28 && bytes[1] == 0xB5 && bytes[2] == 0x2F && bytes[3] == 0xFD
+    }
+
     /// The compression level (1 fastest ... 19 smallest). Default: 3.
     public var level: Int32
     /// A dictionary trained on typical payloads, shared by the compressing and decompressing sides, or `nil`.

@@ -145,6 +145,36 @@ public struct ChangesetLog: Sendable {
         }
     }
 
+    /// The changeset an entry holds, as the entry stores it: a zstd frame of its encoding when that was smaller, else
+    /// the encoding itself (which starts "TRCS", never as a frame does). What a peer can receive without this
+    /// replica decompressing it, and store without compressing it again (see ``received(_:context:)``).
+    public func storedChangeset(of entry: LogEntry) -> [UInt8] { entry.payload }
+
+    /// A changeset as a peer sent it, in either form ``storedChangeset(of:)`` gives: decoded, with its encoding, and
+    /// the zstd frame it came in, if it came compressed, for ``append(_:encoded:frame:after:in:context:)`` to store.
+    ///
+    /// - Throws: ``LogError`` with `.undecodable` (and local sequence 0: the bytes are not from this log) when they do
+    ///   not decompress within the log's largest changeset or do not decode.
+    public func received(
+        _ bytes: [UInt8], context: ZstdContext? = nil
+    ) throws(LogError) -> (changeset: Changeset, encoded: [UInt8], frame: [UInt8]?) {
+        var encoded = bytes
+        var frame: [UInt8]?
+        if ZstdCodec.startsFrame(bytes) {
+            do {
+                encoded = try codec.decompress(bytes, maximumOutputBytes: maximumChangesetBytes, context: context)
+            } catch {
+                throw LogError(.undecodable, localSequence: 0, "a received zstd frame of \(bytes.count) bytes cannot be decompressed: \(error)")
+            }
+            frame = bytes
+        }
+        do {
+            return (try ChangesetCodec.decode(encoded, limits: decodingLimits), encoded, frame)
+        } catch {
+            throw LogError(.undecodable, localSequence: 0, "a received changeset of \(encoded.count) bytes cannot be decoded: \(error)")
+        }
+    }
+
     /// The limits a changeset read from this log, or received for it, is decoded under: values up to the log's
     /// largest changeset.
     public var decodingLimits: DecodingLimits {
@@ -246,13 +276,14 @@ public struct ChangesetLog: Sendable {
     // MARK: Writing
 
     /// Appends a changeset after `head` and records it in the origin index. `encoded` is its encoding, when the
-    /// caller already has it.
+    /// caller already has it; `frame`, a zstd frame of that encoding as a peer sent it (see ``received(_:context:)``),
+    /// is stored as it came instead of compressing the encoding again.
     ///
     /// - Throws: ``LogError/Code/tooLarge`` for a changeset over ``maximumChangesetBytes``, or a storage error.
     @discardableResult
     public func append(
-        _ changeset: Changeset, encoded: [UInt8]? = nil, after head: inout LogHead, in transaction: WriteTransaction,
-        context: ZstdContext? = nil
+        _ changeset: Changeset, encoded: [UInt8]? = nil, frame: [UInt8]? = nil, after head: inout LogHead,
+        in transaction: WriteTransaction, context: ZstdContext? = nil
     ) throws -> LogEntry {
         let bytes = encoded ?? ChangesetCodec.encode(changeset)
         let localSequence = head.localSequence + 1
@@ -264,7 +295,11 @@ public struct ChangesetLog: Sendable {
         }
         var payload = bytes
         var compressed = false
-        if bytes.count >= compressionThreshold {
+        if let frame, encoded != nil, frame.count < bytes.count {
+            // The frame a peer sent, which decompressed to `encoded` (see ``received(_:context:)``): stored as it came.
+            payload = frame
+            compressed = true
+        } else if bytes.count >= compressionThreshold {
             let packed = try codec.compress(bytes, context: context)
             if packed.count < bytes.count {
                 payload = packed

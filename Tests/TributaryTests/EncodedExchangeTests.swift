@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Tributary
+import TributaryCompression
 import TributaryModel
 import TributaryTestSupport
 
@@ -83,5 +84,91 @@ struct EncodedExchangeTests {
         #expect(try cluster[1].pendingDots().isEmpty)
         bytes.removeAll()
         #expect(try cluster[1].integrate(encoded: []).integrated.isEmpty)
+    }
+
+    /// A history whose changesets come in both stored forms: small ones the log keeps as encoded, and batches of
+    /// creates it keeps as zstd frames.
+    func writeMixedHistory(_ replica: Replica) throws {
+        try writeHistory(replica, writes: 4)
+        for batch in 0..<3 {
+            try replica.write { txn in
+                for index in 0..<40 {
+                    try txn.create("Task", ["_id": .string("b\(batch)-\(index)"), "title": .string("batch \(batch) task \(index)")])
+                }
+            }
+        }
+    }
+
+    @Test("Compressed export sends what the log stores; integrating it stores the same bytes and converges")
+    func compressedExchange() throws {
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        try writeMixedHistory(cluster[0])
+        let since = VersionVector()
+        let plain = try cluster[0].encodedChangesets(missingFrom: since)
+        let stored = try cluster[0].encodedChangesets(missingFrom: since, compressed: true)
+        #expect(stored.count == plain.count)
+        let frames = stored.filter(ZstdCodec.startsFrame)
+        #expect(frames.count >= 3, "the batches of creates are stored compressed")
+        #expect(frames.count < stored.count, "small changesets are stored as encoded")
+        #expect(stored.reduce(0) { $0 + $1.count } < plain.reduce(0) { $0 + $1.count } / 2)
+        // Each frame holds the plain encoding; each element that is not a frame is that encoding.
+        let codec = ZstdCodec()
+        for (packed, encoded) in zip(stored, plain) {
+            let unpacked = ZstdCodec.startsFrame(packed) ? try codec.decompress(packed, maximumOutputBytes: 1 << 20) : packed
+            #expect(unpacked == encoded)
+        }
+        // Replica 1 integrates the stored form, later ones first (they wait, then complete); replica 2 the plain one.
+        let half = stored.count / 2
+        #expect(try cluster[1].integrate(encoded: Array(stored[half...])).waiting == stored.count - half)
+        #expect(try cluster[1].integrate(encoded: Array(stored[..<half])).integrated.count == stored.count)
+        #expect(try cluster[2].integrate(encoded: plain).integrated.count == plain.count)
+        #expect(try cluster[1].recordsDigest() == cluster[0].recordsDigest())
+        #expect(try cluster[2].recordsDigest() == cluster[0].recordsDigest())
+        #expect(try cluster[1].verify().passed)
+        // Both receivers log what replica 0 logged, byte for byte, whichever form they received.
+        for receiver in [cluster[1], cluster[2]] {
+            #expect(try receiver.encodedChangesets(missingFrom: since, origins: [cluster[0].replicaID], compressed: true) == stored)
+        }
+    }
+
+    @Test("A frame is stored as it came, not compressed again")
+    func frameStoredAsItCame() throws {
+        let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)
+        try writeMixedHistory(cluster[0])
+        // Frames made by another compression level than the receiver's: only storing them as they came keeps them.
+        let plain = try cluster[0].encodedChangesets(missingFrom: cluster[1].versionVector)
+        let stored = try cluster[0].encodedChangesets(missingFrom: cluster[1].versionVector, compressed: true)
+        let other = ZstdCodec(level: 19)
+        let sent = try zip(plain, stored).map { encoded, packed in
+            ZstdCodec.startsFrame(packed) ? try other.compress(encoded) : packed
+        }
+        #expect(sent != stored, "level 19 makes other frames than the log's level")
+        #expect(try cluster[1].integrate(encoded: sent).integrated.count == sent.count)
+        #expect(try cluster[1].encodedChangesets(missingFrom: VersionVector(), origins: [cluster[0].replicaID], compressed: true) == sent)
+        #expect(try cluster[1].recordsDigest() == cluster[0].recordsDigest())
+        #expect(try cluster[1].verify().passed)
+    }
+
+    @Test("A damaged zstd frame is refused, naming which changeset; nothing of the batch is integrated")
+    func damagedFrameIsRefused() throws {
+        let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)
+        try writeMixedHistory(cluster[0])
+        var bytes = try cluster[0].encodedChangesets(missingFrom: cluster[1].versionVector, compressed: true)
+        let damaged = try #require(bytes.indices.last { ZstdCodec.startsFrame(bytes[$0]) })
+        bytes[damaged][bytes[damaged].count / 2] ^= 0x5A
+        let before = cluster[1].versionVector
+        #expect {
+            try cluster[1].integrate(encoded: bytes)
+        } throws: { error in
+            guard let error = error as? TributaryError, error.code == .invalidChangeset else { return false }
+            return error.message.contains("changeset \(damaged) of \(bytes.count)")
+        }
+        #expect(cluster[1].versionVector == before)
+        #expect(try cluster[1].pendingDots().isEmpty)
+        // A frame cut short is refused too.
+        bytes = try cluster[0].encodedChangesets(missingFrom: cluster[1].versionVector, compressed: true)
+        bytes[damaged].removeLast(3)
+        #expect(throws: TributaryError.self) { try cluster[1].integrate(encoded: bytes) }
+        #expect(cluster[1].versionVector == before)
     }
 }
