@@ -73,17 +73,22 @@ struct EncodedExchangeTests {
         try writeHistory(cluster[0], writes: 3)
         var bytes = try cluster[0].encodedChangesets(missingFrom: cluster[1].versionVector)
         bytes[2][bytes[2].count / 2] ^= 0x5A
-        let before = cluster[1].versionVector
-        #expect {
-            try cluster[1].integrate(encoded: bytes)
-        } throws: { error in
-            guard let error = error as? TributaryError, error.code == .invalidChangeset else { return false }
-            return error.message.contains("changeset 2 of \(bytes.count)")
-        }
-        #expect(cluster[1].versionVector == before)
-        #expect(try cluster[1].pendingDots().isEmpty)
+        try expectRefused(bytes, naming: 2, by: cluster[1])
         bytes.removeAll()
         #expect(try cluster[1].integrate(encoded: []).integrated.isEmpty)
+    }
+
+    /// Checks that `replica` refuses `bytes` with an error naming element `index`, and integrates none of them.
+    func expectRefused(_ bytes: [[UInt8]], naming index: Int, by replica: Replica) throws {
+        let before = replica.versionVector
+        #expect {
+            try replica.integrate(encoded: bytes)
+        } throws: { error in
+            guard let error = error as? TributaryError, error.code == .invalidChangeset else { return false }
+            return error.message.contains("changeset \(index) of \(bytes.count)")
+        }
+        #expect(replica.versionVector == before)
+        #expect(try replica.pendingDots().isEmpty)
     }
 
     /// A history whose changesets come in both stored forms: small ones the log keeps as encoded, and batches of
@@ -156,19 +161,10 @@ struct EncodedExchangeTests {
         var bytes = try cluster[0].encodedChangesets(missingFrom: cluster[1].versionVector, compressed: true)
         let damaged = try #require(bytes.indices.last { ZstdCodec.startsFrame(bytes[$0]) })
         bytes[damaged][bytes[damaged].count / 2] ^= 0x5A
-        let before = cluster[1].versionVector
-        #expect {
-            try cluster[1].integrate(encoded: bytes)
-        } throws: { error in
-            guard let error = error as? TributaryError, error.code == .invalidChangeset else { return false }
-            return error.message.contains("changeset \(damaged) of \(bytes.count)")
-        }
-        #expect(cluster[1].versionVector == before)
-        #expect(try cluster[1].pendingDots().isEmpty)
+        try expectRefused(bytes, naming: damaged, by: cluster[1])
         // A frame cut short is refused too.
         bytes = try cluster[0].encodedChangesets(missingFrom: cluster[1].versionVector, compressed: true)
         bytes[damaged].removeLast(3)
-        #expect(throws: TributaryError.self) { try cluster[1].integrate(encoded: bytes) }
-        #expect(cluster[1].versionVector == before)
+        try expectRefused(bytes, naming: damaged, by: cluster[1])
     }
 }
