@@ -4,12 +4,25 @@ import TributaryModel
 import TributaryViews
 
 /// The merge engine's view of a replica in a storage transaction: records from the views, adoptions from the log.
-struct ReplicaRecordSource: RecordSource {
+///
+/// A class: the merge engine copies its source into a causal resolver for every instruction it applies, and copying
+/// one reference costs a retain where copying this struct's fields would cost one each.
+final class ReplicaRecordSource: RecordSource {
     let views: ViewStore
     let log: ChangesetLog
     let transaction: TributaryStorageReadTransaction
     /// Where the log is read, when not in `transaction` (a rebuild into scratch views reads the replica's log).
-    var logTransaction: TributaryStorageReadTransaction?
+    let logTransaction: TributaryStorageReadTransaction?
+
+    init(
+        views: ViewStore, log: ChangesetLog, transaction: TributaryStorageReadTransaction,
+        logTransaction: TributaryStorageReadTransaction? = nil
+    ) {
+        self.views = views
+        self.log = log
+        self.transaction = transaction
+        self.logTransaction = logTransaction
+    }
 
     func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? {
         try views.record(type: type, primaryKey: primaryKey, in: transaction)

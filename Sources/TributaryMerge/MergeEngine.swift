@@ -331,6 +331,12 @@ struct InstructionApplier {
         // Erase wins: a create survives only if its writer had seen every erase of the object (rule 2).
         guard record.erasures.allSatisfy({ info.covers($0, causal: causal) }) else { return false }
         record.exists = true
+        if record.fields.isEmpty && schema.propertyRemovals.isEmpty,
+            let fields = try newFields(type: typeSchema, schema: schema, explicit: explicitStates, defaults: defaultStates)
+        {
+            record.fields = fields
+            return true
+        }
         // A new record: one allocation for its fields, not one per growth step.
         if record.fields.isEmpty { record.fields.reserveCapacity(explicitStates.count + defaultStates.count) }
         // Values that land on one name (one given under a name since renamed to it), joined as the rename joins them
@@ -374,6 +380,45 @@ struct InstructionApplier {
             }
         }
         return true
+    }
+
+    /// The fields a create gives an object that has none, when no property was ever removed or renamed (so every
+    /// value lands on the property it names): the explicit values and the defaults of properties not given, each
+    /// checked, merged in name order without the general path's lookups and merges. `nil` when the create names a
+    /// property twice, or as a default one it also gives (an instruction from elsewhere may): the general path then
+    /// decides, as for any record. Both build the same fields for what this one accepts.
+    private func newFields(
+        type: ObjectSchema, schema: Schema, explicit: [(FieldValue, FieldState)], defaults: [(FieldValue, FieldState)]
+    ) throws -> FieldTable? {
+        var fields = FieldTable()
+        fields.reserveCapacity(explicit.count + defaults.count)
+        var next = defaults.startIndex
+        /// Appends the defaults that sort before `name` (all of them when `nil`); `false` when one is out of order.
+        func appendDefaults(before name: String?) -> Bool {
+            while next < defaults.endIndex, name.map({ defaults[next].0.name < $0 }) ?? true {
+                let (field, state) = defaults[next]
+                next += 1
+                guard field.name != type.primaryKey, type.position(ofProperty: field.name) != nil else { continue }
+                guard fields.appendInOrder(field.name, state) else { return false }
+            }
+            return true
+        }
+        // Checked in the general path's order, explicit values first, so that a bad create fails the same way.
+        for (field, state) in explicit {
+            guard field.name != type.primaryKey, let position = type.position(ofProperty: field.name) else { continue }
+            if checkValues {
+                try check(
+                    field.value, fits: type.properties[position], QualifiedName(type: type.name, property: field.name),
+                    schema)
+            }
+            guard appendDefaults(before: field.name), fields.appendInOrder(field.name, state) else { return nil }
+        }
+        guard appendDefaults(before: nil) else { return nil }
+        for (field, _) in defaults where checkValues && field.name != type.primaryKey {
+            guard let property = type[property: field.name] else { continue }
+            try check(field.value, fits: property, QualifiedName(type: type.name, property: field.name), schema)
+        }
+        return fields
     }
 
     /// The order of two defaults of one field (possible only when the schema's default changed between writers): by

@@ -284,7 +284,12 @@ struct StampCollector {
         }
     }
 
-    func sorted() -> [Stamp] { (large.map(Array.init) ?? small).sorted() }
+    /// The stamps, sorted (in place: the collector is spent).
+    mutating func sorted() -> [Stamp] {
+        if let large { return large.sorted() }
+        small.sort()
+        return small
+    }
 }
 
 /// Positions in a sorted stamp table.
