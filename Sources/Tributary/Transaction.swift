@@ -303,9 +303,10 @@ public final class Transaction: ObjectReading {
         var explicit: [FieldValue] = []
         explicit.reserveCapacity(values.count)
         var defaults: [FieldValue] = []
+        let schema = working.schema  // read once: reading a class's stored struct copies it each time
         for (position, property) in plan.properties.enumerated() {
             if let value = given[position] {
-                guard working.schema.problem(with: value, for: property) == nil,
+                guard schema.problem(with: value, for: property) == nil,
                     (try? checkLinkTargets(value, property)) != nil
                 else { return nil }
                 explicit.append(FieldValue(property.name, value))

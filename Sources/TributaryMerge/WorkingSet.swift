@@ -158,16 +158,19 @@ public struct WorkingSet {
 
     /// The changed records, in key order: each with its record before and after.
     public var changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)] {
+        // The keys and where their entries are; the records are copied once, into the result.
         var keys: [RecordKey] = []
-        var records: [(before: ObjectRecord?, after: ObjectRecord?)] = []
+        var changed: [Int] = []
         keys.reserveCapacity(changedCount)
-        records.reserveCapacity(changedCount)
-        for entry in entries where entry.changed {
-            keys.append(entry.key)
-            records.append((entry.original, entry.current))
+        changed.reserveCapacity(changedCount)
+        for position in entries.indices where entries[position].changed {
+            keys.append(entries[position].key)
+            changed.append(position)
         }
-        let order = Self.keyOrder(keys)
-        return order.map { (keys[$0], records[$0].before, records[$0].after) }
+        return Self.keyOrder(keys).map { index in
+            let position = changed[index]
+            return (keys[index], entries[position].original, entries[position].current)
+        }
     }
 
     /// The positions of `keys` in key order. Sorts positions, not keys or records: moving those retains and releases

@@ -21,11 +21,23 @@ public struct NameTable: Sendable {
         self.names = names
     }
 
+    /// The index of `name`, added when new. Up to 16 names are found by comparing (a changeset names a few types and
+    /// properties, and comparing short names is cheaper than hashing them); past that, through a hash table. Both find
+    /// names as `String` equality does.
     mutating func index(of name: String) -> Int {
-        if let index = indices[name] { return index }
+        if names.count <= 16 {
+            if let index = names.firstIndex(of: name) { return index }
+        } else if let index = indices[name] {
+            return index
+        }
         let index = names.count
         names.append(name)
-        indices[name] = index
+        if names.count == 17 {
+            indices.reserveCapacity(32)
+            for (position, known) in names.enumerated() { indices[known] = position }
+        } else if names.count > 17 {
+            indices[name] = index
+        }
         return index
     }
 }

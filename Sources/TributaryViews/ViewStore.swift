@@ -29,14 +29,17 @@ public struct ViewStore: Sendable {
 
     /// The key of an object record: the type name, a zero byte, and the encoded primary key.
     public static func objectKey(type: String, primaryKey: PrimaryKey) -> [UInt8] {
-        var bytes = typePrefix(type)
+        // One allocation: a key of 17 bytes or less (all but string keys) fits what is reserved.
+        var bytes = typePrefix(type, reserving: 17)
         KeyEncoding.append(primaryKey, to: &bytes)
         return bytes
     }
 
-    /// The prefix every record key of `type` starts with.
-    public static func typePrefix(_ type: String) -> [UInt8] {
-        var bytes = Array(type.utf8)
+    /// The prefix every record key of `type` starts with, with room for `extra` more bytes.
+    public static func typePrefix(_ type: String, reserving extra: Int = 0) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(type.utf8.count + 1 + extra)
+        bytes.append(contentsOf: type.utf8)
         bytes.append(0)
         return bytes
     }
@@ -50,8 +53,8 @@ public struct ViewStore: Sendable {
 
     /// The prefix of the index keys of `type.property`.
     public static func indexPrefix(type: String, property: String) -> [UInt8] {
-        var bytes = Array(type.utf8)
-        bytes.append(0)
+        // Room for the value and the primary key that follow in an index key, so that building one allocates once.
+        var bytes = typePrefix(type, reserving: property.utf8.count + 1 + 40)
         bytes.append(contentsOf: property.utf8)
         bytes.append(0)
         return bytes

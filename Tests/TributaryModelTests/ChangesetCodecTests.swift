@@ -240,6 +240,25 @@ private func decodingError(
         #expect(value.bitPattern == nan.bitPattern)
     }
 
+    @Test("Names are stored once each, however many a changeset uses (a few are found by comparing, more by hashing)")
+    func namesAreStoredOnce() throws {
+        for count in [1, 15, 16, 17, 18, 40] {
+            // Each name twice, the second time after all the others, as property names of one type.
+            let names = (0..<count).map { "property\($0)ø" }
+            let instructions = (names + names).map { name in
+                Instruction.set(FieldPath(type: "Type", primaryKey: .int(1), property: name), .int(1))
+            }
+            let changeset = ChangesetSamples.changeset(instructions)
+            let bytes = ChangesetCodec.encode(changeset)
+            #expect(try ChangesetCodec.decode(bytes) == changeset, "\(count) names")
+            for name in names + ["Type"] {
+                let utf8 = Array(name.utf8)
+                let occurrences = (0...(bytes.count - utf8.count)).count { bytes[$0..<($0 + utf8.count)].elementsEqual(utf8) }
+                #expect(occurrences == 1, "'\(name)' of \(count) names is stored \(occurrences) times")
+            }
+        }
+    }
+
     @Test("Every sample changeset round-trips, and encoding is deterministic")
     func samplesRoundTrip() throws {
         for changeset in ChangesetSamples.changesets {
