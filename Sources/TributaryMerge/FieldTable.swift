@@ -109,6 +109,14 @@ public struct FieldTable: Hashable, Sendable, ExpressibleByDictionaryLiteral {
         return true
     }
 
+    /// Calls `body` with each field in name order, reading them where they are instead of copying each one out as
+    /// iterating does: what an encoder walking every record wants.
+    func forEachField(_ body: (String, FieldState) -> Void) {
+        entries.withUnsafeBufferPointer { entries in
+            for index in entries.indices { body(entries[index].name, entries[index].state) }
+        }
+    }
+
     /// Removes a field and returns its state, if it had one.
     @discardableResult
     public mutating func removeValue(forKey name: String) -> FieldState? {

@@ -34,12 +34,13 @@ extension ObjectRecord {
             writer.fixed64(dot.origin.rawValue)
             writer.varint(dot.sequence)
         }
-        writer.fields(fields, stamps: index)
+        var names = NameTable.inline  // values in records write their names inline
+        writer.fields(fields, stamps: index, names: &names)
         return writer.bytes
     }
 
     private static func collectStamps(_ fields: FieldTable, into stamps: inout StampCollector) {
-        for field in fields.states {
+        fields.forEachField { _, field in
             switch field {
             case .register(let register):
                 stamps.insert(register.stamp)
@@ -116,15 +117,15 @@ extension BinaryWriter {
         varint(index.position(of: stamp))
     }
 
-    fileprivate mutating func fields(_ fields: FieldTable, stamps: StampIndex) {
+    fileprivate mutating func fields(_ fields: FieldTable, stamps: StampIndex, names: inout NameTable) {
         varint(fields.count)
         // The table keeps its fields sorted by name: the order the encoding stores.
-        for (name, field) in fields {
+        fields.forEachField { name, field in
             string(name)
             switch field {
             case .register(let register):
                 byte(FieldTag.register.rawValue)
-                stored(register.value, stamps: stamps)
+                stored(register.value, stamps: stamps, names: &names)
                 stamp(register.stamp, stamps)
                 zigzag(register.addend)
             case .list(let list):
@@ -143,7 +144,7 @@ extension BinaryWriter {
                     elementID(element.id)
                     if let value = element.value {
                         byte(1)
-                        stored(value, stamps: stamps)
+                        stored(value, stamps: stamps, names: &names)
                     } else {
                         byte(0)
                     }
@@ -155,17 +156,16 @@ extension BinaryWriter {
         }
     }
 
-    fileprivate mutating func stored(_ value: StoredValue, stamps: StampIndex) {
+    fileprivate mutating func stored(_ value: StoredValue, stamps: StampIndex, names: inout NameTable) {
         switch value {
         case .scalar(let scalar):
             byte(StoredTag.scalar.rawValue)
-            var names = NameTable.inline
             self.value(scalar, &names)
         case .embedded(let child):
             byte(StoredTag.embedded.rawValue)
             elementID(child.id)
             string(child.type)
-            fields(child.fields, stamps: stamps)
+            fields(child.fields, stamps: stamps, names: &names)
         }
     }
 }
