@@ -161,23 +161,27 @@ public struct ViewStore: Sendable {
     ) throws {
         // Changes come sorted by type: look each type and its indexed properties up once.
         var current: (name: String, type: ObjectSchema?, indexed: [Property])?
-        for change in changes {
-            let key = Self.objectKey(type: change.key.type, primaryKey: change.key.primaryKey)
-            if let after = change.after {
-                try transaction.put(objects, key: key, value: after.encoded())
-            } else {
-                try transaction.delete(objects, key: key)
+        // Each change is read where it is: iterating would copy it out, retaining and releasing both records.
+        try changes.withUnsafeBufferPointer { changes in
+            for change in changes.indices {
+                let recordKey = changes[change].key
+                let key = Self.objectKey(type: recordKey.type, primaryKey: recordKey.primaryKey)
+                if let encoded = changes[change].after?.encoded() {
+                    try transaction.put(objects, key: key, value: encoded)
+                } else {
+                    try transaction.delete(objects, key: key)
+                }
+                if current?.name != recordKey.type {
+                    let type = schema[type: recordKey.type]
+                    let indexed = type.map(Self.indexedProperties) ?? []
+                    current = (recordKey.type, type, indexed)
+                }
+                guard let type = current?.type, let indexed = current?.indexed, !indexed.isEmpty else { continue }
+                let old = Self.indexKeys(changes[change].before, key: recordKey, type: type, properties: indexed, schema: schema)
+                let new = Self.indexKeys(changes[change].after, key: recordKey, type: type, properties: indexed, schema: schema)
+                for stale in old where !new.contains(stale) { try transaction.delete(indexes, key: stale) }
+                for fresh in new where !old.contains(fresh) { try transaction.put(indexes, key: fresh, value: []) }
             }
-            if current?.name != change.key.type {
-                let type = schema[type: change.key.type]
-                let indexed = type.map(Self.indexedProperties) ?? []
-                current = (change.key.type, type, indexed)
-            }
-            guard let type = current?.type, let indexed = current?.indexed, !indexed.isEmpty else { continue }
-            let old = Self.indexKeys(change.before, key: change.key, type: type, properties: indexed, schema: schema)
-            let new = Self.indexKeys(change.after, key: change.key, type: type, properties: indexed, schema: schema)
-            for stale in old where !new.contains(stale) { try transaction.delete(indexes, key: stale) }
-            for fresh in new where !old.contains(fresh) { try transaction.put(indexes, key: fresh, value: []) }
         }
     }
 
