@@ -386,7 +386,9 @@ struct InstructionApplier {
     /// value lands on the property it names): the explicit values and the defaults of properties not given, each
     /// checked, merged in name order without the general path's lookups and merges. `nil` when the create names a
     /// property twice, or as a default one it also gives (an instruction from elsewhere may): the general path then
-    /// decides, as for any record. Both build the same fields for what this one accepts.
+    /// decides, as for any record. Both build the same fields for what this one accepts. A create that throws leaves
+    /// the record without the fields the general path would have merged before the failing check: callers discard a
+    /// working set whose apply threw, so nothing sees the difference.
     private func newFields(
         type: ObjectSchema, schema: Schema, explicit: [(FieldValue, FieldState)], defaults: [(FieldValue, FieldState)]
     ) throws -> FieldTable? {
