@@ -310,7 +310,7 @@ public struct ChangesetLog: Sendable {
             localSequence: localSequence, origin: changeset.origin, originSequence: changeset.originSequence,
             time: changeset.time, instructionCount: UInt32(clamping: changeset.instructions.count),
             uncompressedLength: length, isCompressed: compressed, previousChain: head.chain, payload: payload)
-        try transaction.put(entries, key: Self.key(localSequence), value: entry.encoded())
+        try transaction.append(entries, key: Self.key(localSequence), value: entry.encoded())
         // The first entry of an origin dot stays its entry: an adopted copy of a changeset this replica already
         // holds only records the adoption.
         if try self.localSequence(of: changeset.dot, in: transaction) == nil {

@@ -23,7 +23,7 @@ public struct StorageError: Error, Hashable, Sendable, CustomStringConvertible {
         private enum Wrapped: Hashable, Sendable {
             case mapFull, mapResized, readersFull, transactionFull, corrupted, panic, diskFull, io
             case notFound, permissionDenied, versionMismatch, invalidFile, badValueSize, invalidArgument
-            case closed, other
+            case closed, keyExists, other
         }
         private var wrapped: Wrapped
         /// The map (the largest size the database may reach) is full, and growing it was not possible.
@@ -56,6 +56,8 @@ public struct StorageError: Error, Hashable, Sendable, CustomStringConvertible {
         public static var invalidArgument: Self { Self(wrapped: .invalidArgument) }
         /// The environment was closed.
         public static var closed: Self { Self(wrapped: .closed) }
+        /// An append's key does not sort after the last key of its database (nothing was stored).
+        public static var keyExists: Self { Self(wrapped: .keyExists) }
         /// Any other LMDB or system error; `lmdbCode` and `message` say which.
         public static var other: Self { Self(wrapped: .other) }
         public var description: String { "\(wrapped)" }
@@ -107,6 +109,7 @@ public struct StorageError: Error, Hashable, Sendable, CustomStringConvertible {
         case ENOSPC, EFBIG, EDQUOT: return .diskFull
         case EIO: return .diskFull  // a short write (RLIMIT_FSIZE, a full disk on some file systems) shows as EIO
         case ENOENT, MDB_NOTFOUND: return .notFound
+        case MDB_KEYEXIST: return .keyExists
         case EACCES, EPERM, EROFS: return .permissionDenied
         default: return .other
         }

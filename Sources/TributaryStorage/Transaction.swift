@@ -159,16 +159,31 @@ public final class WriteTransaction: ReadTransaction {
 
     /// Stores the bytes of `bytes` under `key`, replacing what was there.
     public func put(_ database: Database, key: [UInt8], bytes: UnsafeRawBufferPointer) throws {
+        try put(database, key: key, bytes: bytes, flags: 0)
+    }
+
+    /// Stores `value` under `key`, which must sort after every key `database` holds: LMDB then goes straight to the
+    /// last page instead of searching, and fills pages instead of splitting them in half. For keys that only grow,
+    /// such as a log's sequence numbers.
+    ///
+    /// - Throws: ``StorageError`` with `.keyExists` when `key` does not sort after the last key (nothing is stored),
+    ///   and as ``put(_:key:value:)`` does.
+    public func append(_ database: Database, key: [UInt8], value: [UInt8]) throws {
+        try value.withUnsafeBytes { try put(database, key: key, bytes: $0, flags: UInt32(MDB_APPEND)) }
+    }
+
+    private func put(_ database: Database, key: [UInt8], bytes: UnsafeRawBufferPointer, flags: UInt32) throws {
         if let injected = environment.faults.check(.put) {
             throw environment.error(injected, "mdb_put", context: "database '\(database.name)'")
         }
         let rc = key.withUnsafeBytes { keyBytes in
             var keyValue = MDB_val(mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
             var value = MDB_val(mv_size: bytes.count, mv_data: UnsafeMutableRawPointer(mutating: bytes.baseAddress))
-            return mdb_put(handle, database.dbi, &keyValue, &value, 0)
+            return mdb_put(handle, database.dbi, &keyValue, &value, flags)
         }
         if rc != 0 {
-            throw environment.error(rc, "mdb_put", context: "database '\(database.name)', \(bytes.count)-byte value")
+            let what = flags & UInt32(MDB_APPEND) != 0 ? "an append whose key does not sort after the last key, " : ""
+            throw environment.error(rc, "mdb_put", context: "database '\(database.name)', \(what)\(bytes.count)-byte value")
         }
     }
 
