@@ -189,21 +189,25 @@ extension Replica {
     ///   decode (nothing is integrated then), or for storage failures.
     @discardableResult
     public func integrate(encoded changesets: [[UInt8]]) throws -> IntegrationReport {
-        var decoded: [PendingChangeset] = []
-        decoded.reserveCapacity(changesets.count)
-        let context = ZstdContext()
-        for (index, bytes) in changesets.enumerated() {
-            do {
-                let received = try log.received(bytes, context: context)
-                decoded.append(
-                    PendingChangeset(
-                        changeset: received.changeset, adopt: false, encoded: received.encoded, frame: received.frame))
-            } catch {
-                throw TributaryError(
-                    .invalidChangeset, "changeset \(index) of \(changesets.count) (\(bytes.count) bytes) cannot be decoded: \(error)")
+        try integrate(adopting: false) {
+            // Decoded under the write lock, which integration takes anyway: the replica's zstd context is then free
+            // to use, and creating a decompression context per call costs more than decompressing a small frame.
+            var decoded: [PendingChangeset] = []
+            decoded.reserveCapacity(changesets.count)
+            for (index, bytes) in changesets.enumerated() {
+                do {
+                    let received = try log.received(bytes, context: compressionContext)
+                    decoded.append(
+                        PendingChangeset(
+                            changeset: received.changeset, adopt: false, encoded: received.encoded, frame: received.frame))
+                } catch {
+                    throw TributaryError(
+                        .invalidChangeset,
+                        "changeset \(index) of \(changesets.count) (\(bytes.count) bytes) cannot be decoded: \(error)")
+                }
             }
+            return decoded
         }
-        return try integrate(decoded, adopting: false)
     }
 
     /// Integrates what waits in the pending area and is ready now. A changeset that waits for this replica's clock
@@ -229,11 +233,17 @@ extension Replica {
     }
 
     func integrate(_ changesets: [PendingChangeset], adopting: Bool) throws -> IntegrationReport {
+        try integrate(adopting: adopting) { changesets }
+    }
+
+    /// Integrates the changesets `incoming` gives; it runs holding the write lock.
+    private func integrate(adopting: Bool, _ incoming: () throws -> [PendingChangeset]) throws -> IntegrationReport {
         guard !configuration.readOnly else {
             throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
         }
         do {
             return try writeLock.withLock {
+                let changesets = try incoming()
                 var rejected: [IntegrationReport.Rejection] = []
                 while true {
                     do {

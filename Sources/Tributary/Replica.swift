@@ -45,9 +45,10 @@ public final class Replica: Sendable {
     /// The pending area decoded, as of the pending generation it was read or written at: integration decodes it from
     /// storage again only when another handle changed it (see ``Replica/pendingGenerationKey``).
     let pendingCache = Mutex<PendingArea?>(nil)
-    /// The zstd context commits compress their changesets with: creating one per commit costs more than compressing
-    /// a small changeset. Only ``persist(_:head:in:)`` uses it, inside an LMDB write transaction, and LMDB lets one
-    /// write transaction run at a time per environment: that is what makes sharing it safe.
+    /// The zstd context commits compress their changesets with, and ``integrate(encoded:)`` decompresses received
+    /// frames with: creating one per commit costs more than compressing a small changeset. It is used only while
+    /// holding ``writeLock`` (by ``persist(_:head:in:)`` and by that decoding), which lets one thread in at a time:
+    /// that is what makes sharing it safe.
     nonisolated(unsafe) let compressionContext = ZstdContext()
     let observers = ObserverRegistry()
     /// Where async writes run: one serial queue per replica, so one replica's long write never delays another's.
