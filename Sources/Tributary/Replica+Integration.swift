@@ -401,8 +401,7 @@ extension Replica {
 
     /// The pending generation stored in `txn` (0 before any commit changed the pending area).
     func pendingGeneration(in txn: TributaryStorageReadTransaction) throws -> UInt64 {
-        guard let bytes = try txn.get(identity, key: Self.pendingGenerationKey), bytes.count == 8 else { return 0 }
-        return Self.identityNumber(bytes)
+        try Self.identityNumber(Self.pendingGenerationKey, "pending generation", identity: identity, in: txn) ?? 0
     }
 
     /// The pending area as of `generation`: `taken` (the decoded copy) when it is current, else decoded from storage.

@@ -1,3 +1,4 @@
+import Foundation
 import TributaryCompression
 import TributaryLog
 import TributaryMerge
@@ -89,6 +90,24 @@ extension Replica {
         report.changesetsChecked = replayed.changesets
         progress?(replayed.changesets, total)
 
+        // Lookups by key must find what a scan finds: a damaged branch page sends lookups to the wrong leaf while a
+        // scan, which walks the leaves in order, still sees every entry.
+        let lookedUp: [(Database, String)] = [
+            (log.entries, "a log entry"), (log.origins, "an entry of the log's origin index"),
+            (log.adoptions, "an entry of the log's adoptions"), (views.objects, "an object record"),
+            (views.indexes, "an index entry"),
+        ]
+        for (database, what) in lookedUp {
+            if let key = try Self.firstKeyLookupMisses(database, in: txn) {
+                let name = database.name == views.objects.name ? describe(key: key) : "a \(key.count)-byte key"
+                report.firstProblem =
+                    "the storage file is damaged: \(what) (\(name)) is stored, but a lookup by its key does not find it"
+                    + (database.name == views.objects.name || database.name == views.indexes.name
+                        ? "; rebuildViews() rewrites the views" : "; restore this replica from a peer or a backup")
+                return report
+            }
+        }
+
         // Schema and version vector.
         let storedSchema = try views.schema(in: txn) ?? Schema(types: [])
         var expectedSchemaBytes = BinaryWriter()
@@ -172,6 +191,22 @@ extension Replica {
         }
         report.firstProblem = problem
         return report
+    }
+
+    /// The first key of `database` that a scan finds and a lookup by that key does not (or finds with another
+    /// value), or `nil`: what a damaged branch page of LMDB's B-tree looks like from outside.
+    static func firstKeyLookupMisses(_ database: Database, in txn: TributaryStorageReadTransaction) throws -> [UInt8]? {
+        var missed: [UInt8]?
+        try txn.scan(database) { key, value in
+            let storedKey = Array(key)
+            let found = try txn.withValue(database, key: storedKey) { found in
+                guard let found, found.count == value.count else { return false }
+                return found.count == 0 || memcmp(found.baseAddress!, value.baseAddress!, found.count) == 0
+            }
+            if !found { missed = storedKey }
+            return found
+        }
+        return missed
     }
 
     private func describe(key: [UInt8]) -> String {

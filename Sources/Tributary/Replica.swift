@@ -72,14 +72,43 @@ public final class Replica: Sendable {
     static let pendingGenerationKey = Array("pendingGeneration".utf8)
 
     /// How the identity database stores a number (the replica id, the clock, the pending generation): 8 bytes,
-    /// little-endian.
+    /// little-endian, then their XXH64 checksum (8 bytes, little-endian). LMDB keeps no checksums: without one, a
+    /// flipped bit in the replica id would make the replica write as another replica.
     static func identityBytes(_ number: UInt64) -> [UInt8] {
-        withUnsafeBytes(of: number.littleEndian) { Array($0) }
+        var bytes = withUnsafeBytes(of: number.littleEndian) { Array($0) }
+        let checksum = XXHash64.hash(bytes, seed: identityChecksumSeed)
+        withUnsafeBytes(of: checksum.littleEndian) { bytes.append(contentsOf: $0) }
+        return bytes
     }
 
-    /// The number stored as `bytes`, which the caller checked are 8.
-    static func identityNumber(_ bytes: [UInt8]) -> UInt64 {
-        bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+    static let identityChecksumSeed: UInt64 = 0x7269_6465_6e74_6974  // "identit"
+
+    /// The number stored as `bytes` by ``identityBytes(_:)``, or as the 8 bytes without a checksum that replicas
+    /// written before the checksum hold; `nil` when the bytes are of another length or fail their checksum.
+    static func identityNumber(_ bytes: [UInt8]) -> UInt64? {
+        guard bytes.count == 8 || bytes.count == 16 else { return nil }
+        let number = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+        if bytes.count == 16 {
+            let stored = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: 8, as: UInt64.self)) }
+            guard stored == XXHash64.hash(Array(bytes[0..<8]), seed: identityChecksumSeed) else { return nil }
+        }
+        return number
+    }
+
+    /// The number stored under `key` in the identity database, `nil` when there is none.
+    ///
+    /// - Throws: ``TributaryError`` with `.corrupted` naming `what` when the stored bytes are damaged.
+    static func identityNumber(
+        _ key: [UInt8], _ what: String, identity: Database, in txn: TributaryStorageReadTransaction
+    ) throws -> UInt64? {
+        guard let bytes = try txn.get(identity, key: key) else { return nil }
+        guard let number = identityNumber(bytes) else {
+            throw TributaryError(
+                .corrupted,
+                "the replica's stored \(what) is damaged (\(bytes.count) bytes that fail their checksum): the storage "
+                    + "file is corrupted; restore this replica from a peer or a backup")
+        }
+        return number
     }
 
     private init(
@@ -200,7 +229,8 @@ public final class Replica: Sendable {
                 (format: try txn.get(identity, key: formatKey), id: try txn.get(identity, key: replicaIDKey))
             }
         }
-        guard let format = stored.format, format.count == 1, let idBytes = stored.id, idBytes.count == 8 else {
+        guard let format = stored.format, format.count == 1, let idBytes = stored.id, idBytes.count == 8 || idBytes.count == 16
+        else {
             throw TributaryError(.notAReplica, "\(directory) holds a damaged replica identity")
         }
         guard format[0] <= formatVersion else {
@@ -209,7 +239,17 @@ public final class Replica: Sendable {
                 "\(directory) was written in replica format \(format[0]); this build reads format \(formatVersion). "
                     + "Upgrade Tributary to open it")
         }
-        let replicaID = ReplicaID(rawValue: identityNumber(idBytes))
+        guard let id = identityNumber(idBytes) else {
+            throw TributaryError(
+                .corrupted,
+                "\(directory) holds a damaged replica id (it fails its checksum): the storage file is corrupted; restore "
+                    + "this replica from a peer or a backup")
+        }
+        let replicaID = ReplicaID(rawValue: id)
+        // A replica written before identity checksums: its id gets one now (the clock gets one at the next commit).
+        if idBytes.count == 8 && !configuration.readOnly {
+            try environment.write { txn in try txn.put(identity, key: replicaIDKey, value: identityBytes(id)) }
+        }
 
         let state = try environment.read { txn in
             try loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
@@ -234,8 +274,8 @@ public final class Replica: Sendable {
     ) throws -> State {
         let vector = try views.versionVector(in: txn)
         var latest = HybridTime.zero
-        if let clock = try txn.get(identity, key: clockKey), clock.count == 8 {
-            latest = HybridTime(rawValue: identityNumber(clock))
+        if let clock = try identityNumber(clockKey, "clock", identity: identity, in: txn) {
+            latest = HybridTime(rawValue: clock)
         }
         if head.localSequence > 0 {
             latest = max(latest, try log.entry(head.localSequence, in: txn).time)
