@@ -179,8 +179,14 @@ public struct ViewStore: Sendable {
                 guard let type = current?.type, let indexed = current?.indexed, !indexed.isEmpty else { continue }
                 let old = Self.indexKeys(changes[change].before, key: recordKey, type: type, properties: indexed, schema: schema)
                 let new = Self.indexKeys(changes[change].after, key: recordKey, type: type, properties: indexed, schema: schema)
-                for stale in old where !new.contains(stale) { try transaction.delete(indexes, key: stale) }
-                for fresh in new where !old.contains(fresh) { try transaction.put(indexes, key: fresh, value: []) }
+                // In key order, not the sets' (which Swift seeds per process): the same writes then lay out the
+                // same pages, so a damaged file found once can be made again.
+                for stale in old.subtracting(new).sorted(by: { $0.lexicographicallyPrecedes($1) }) {
+                    try transaction.delete(indexes, key: stale)
+                }
+                for fresh in new.subtracting(old).sorted(by: { $0.lexicographicallyPrecedes($1) }) {
+                    try transaction.put(indexes, key: fresh, value: [])
+                }
             }
         }
     }

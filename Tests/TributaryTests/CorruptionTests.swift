@@ -572,7 +572,7 @@ struct CorruptionTests {
                 }
             }
             print(
-                "D7 \(flips) random flips: \(tally.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")), "
+                "D7 \(flips) random flips of the pristine file \(String(XXHash64.hash(pristine.file), radix: 16)): \(tally.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")), "
                     + "\(String(format: "%.1f", Date().timeIntervalSince(started))) s")
             #expect(silent.isEmpty, "\(silent.count) flips served different data as good (the original: \(expected)): \(silent.prefix(5))")
         }
