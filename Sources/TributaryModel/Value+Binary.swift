@@ -21,21 +21,24 @@ public struct NameTable: Sendable {
         self.names = names
     }
 
-    /// The index of `name`, added when new. Up to 16 names are found by comparing (a changeset names a few types and
-    /// properties, and comparing short names is cheaper than hashing them); past that, through a hash table. Both find
-    /// names as `String` equality does.
+    /// How many names are found by comparing them one by one; a table of more finds them through a hash table.
+    static let comparedNames = 16
+
+    /// The index of `name`, added when new. Up to ``comparedNames`` names are found by comparing (a changeset names a
+    /// few types and properties, and comparing short names is cheaper than hashing them); past that, through a hash
+    /// table, built when the table outgrows comparing. Both find names as `String` equality does.
     mutating func index(of name: String) -> Int {
-        if names.count <= 16 {
+        if names.count <= Self.comparedNames {
             if let index = names.firstIndex(of: name) { return index }
         } else if let index = indices[name] {
             return index
         }
         let index = names.count
         names.append(name)
-        if names.count == 17 {
-            indices.reserveCapacity(32)
+        if names.count == Self.comparedNames + 1 {
+            indices.reserveCapacity(2 * names.count)
             for (position, known) in names.enumerated() { indices[known] = position }
-        } else if names.count > 17 {
+        } else if names.count > Self.comparedNames + 1 {
             indices[name] = index
         }
         return index
