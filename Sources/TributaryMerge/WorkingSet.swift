@@ -80,10 +80,22 @@ public struct WorkingSet {
 
     /// Where the entry of an object is, loading its record from the source on first use.
     private mutating func position(of key: RecordKey) throws -> Int {
-        if let position = positions[key] { return position }
-        let record = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
-        return insert(Entry(key: key, current: record, original: record, changed: false))
+        // One probe of the table whether the key is there or not: a new key's slot is claimed as it is looked up.
+        let next = entries.count
+        let position = Self.claim(&positions[key, default: next], next)
+        guard position == next else { return position }
+        do {
+            let record = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
+            entries.append(Entry(key: key, current: record, original: record, changed: false))
+        } catch {
+            positions[key] = nil
+            throw error
+        }
+        return position
     }
+
+    /// The position in `slot`, which holds `next` when the lookup that gave it inserted it.
+    private static func claim(_ slot: inout Int, _ next: Int) -> Int { slot }
 
     @discardableResult
     private mutating func insert(_ entry: Entry) -> Int {
