@@ -102,6 +102,13 @@ public final class Replica: Sendable {
         _ key: [UInt8], _ what: String, identity: Database, in txn: TributaryStorageReadTransaction
     ) throws -> UInt64? {
         guard let bytes = try txn.get(identity, key: key) else { return nil }
+        return try checkedIdentityNumber(bytes, what)
+    }
+
+    /// The number stored as `bytes`.
+    ///
+    /// - Throws: ``TributaryError`` with `.corrupted` naming `what` when the bytes are damaged.
+    static func checkedIdentityNumber(_ bytes: [UInt8], _ what: String) throws -> UInt64 {
         guard let number = identityNumber(bytes) else {
             throw TributaryError(
                 .corrupted,
@@ -239,12 +246,7 @@ public final class Replica: Sendable {
                 "\(directory) was written in replica format \(format[0]); this build reads format \(formatVersion). "
                     + "Upgrade Tributary to open it")
         }
-        guard let id = identityNumber(idBytes) else {
-            throw TributaryError(
-                .corrupted,
-                "\(directory) holds a damaged replica id (it fails its checksum): the storage file is corrupted; restore "
-                    + "this replica from a peer or a backup")
-        }
+        let id = try checkedIdentityNumber(idBytes, "replica id")
         let replicaID = ReplicaID(rawValue: id)
         // A replica written before identity checksums: its id gets one now (the clock gets one at the next commit).
         if idBytes.count == 8 && !configuration.readOnly {
