@@ -40,7 +40,7 @@ struct StorageBenchmarks {
         if context.wants("primary_key_read") { try primaryKeyReads(replica, raw) }
         if context.wants("replay") { try replay(replica) }
         if context.wants("log_") { try logSize(replica) }
-        if context.wants("single_commit") { try singleCommits() }
+        if context.wants("single_object_durable_commit") { try singleCommits() }
     }
 
     /// The same records, as raw key/value pairs: Tributary's own keys and record sizes, with random bytes.
