@@ -53,7 +53,9 @@ struct BenchContext {
     let exportChangesets: Int
     let only: String?
 
-    func wants(_ name: String) -> Bool { only.map { name.contains($0) } ?? true }
+    /// Whether to run the benchmarks of `group` (a prefix of their measurements' names): `--only` names part of the
+    /// group, or the group and part of a measurement's name.
+    func wants(_ group: String) -> Bool { only.map { group.contains($0) || $0.hasPrefix(group) } ?? true }
 
     func path(_ name: String) -> String { (root as NSString).appendingPathComponent(name) }
 }

@@ -19,7 +19,7 @@ struct QueryBenchmarks {
         ])
 
     func run() throws {
-        guard ["indexed_equality", "full_scan", "sorted_query", "notification"].contains(where: context.wants) else { return }
+        guard ["indexed_equality", "full_scan", "sorted_query", "commit_to_notification"].contains(where: context.wants) else { return }
         var configuration = Replica.Configuration()
         configuration.durability = .none
         let replica = try Replica.open(directory: context.path("query"), schema: Self.schema, configuration: configuration)
@@ -36,7 +36,7 @@ struct QueryBenchmarks {
         if context.wants("indexed_equality") { try indexedEquality(replica) }
         if context.wants("full_scan") { try fullScan(replica, count: count) }
         if context.wants("sorted_query") { try sortedQuery(replica) }
-        if context.wants("notification") { try notificationLatency(replica) }
+        if context.wants("commit_to_notification") { try notificationLatency(replica) }
     }
 
     func indexedEquality(_ replica: Replica) throws {

@@ -14,7 +14,7 @@ struct SyncBenchmarks {
     }
 
     func run() throws {
-        if context.wants("integrate") { try integrate() }
+        if context.wants("integrate") || context.wants("sync_bytes") { try integrate() }
         if context.wants("export") { try export() }
     }
 
