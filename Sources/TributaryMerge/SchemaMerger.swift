@@ -56,12 +56,13 @@ struct SchemaMerger {
             let repeated = schema.removals(of: from, in: typeName).contains {
                 $0.renamedTo == to && !info.covers($0.dot, causal: causal)
             }
-            // The name the property lands on, like a write to the new name (asked before this one is remembered): a
-            // rename of the new name that this one did not see moves it on; a removal of it that this one did not see
-            // removes it (as that removal does when it merges after this rename).
-            let landing = info.writeTarget(of: to, in: typeName, schema: schema, causal: causal)
             // Remembered whatever happens next, like a removal.
             schema.recordRemoval(removal, of: from, in: typeName)
+            // The name the property lands on, like a write to the new name: a rename of the new name that this one
+            // did not see moves it on; a removal of it that this one did not see removes it (as that removal does when
+            // it merges after this rename). Asked after this one is remembered, so that renames made concurrently that
+            // lead back to `from` are seen as a cycle, which lands on the same name whichever of them merges last.
+            let landing = info.writeTarget(of: to, in: typeName, schema: schema, causal: causal)
             // A primary key is never renamed: a rename that names one concerned an earlier type of that name.
             guard !repeated, var type = schema[type: typeName],
                 let index = type.properties.firstIndex(where: { $0.name == from }), from != type.primaryKey
@@ -370,6 +371,10 @@ extension ChangesetInfo {
     /// of them came after a later addition of the name and concern that property, not the one written. A rename made
     /// concurrently with one that was seen, to the same name, is the same rename made elsewhere (each replica runs the
     /// migration): it did nothing where that one had been merged, so it is not followed either.
+    ///
+    /// Renames made concurrently can form a cycle (`c` renamed to `d` on one replica while `d` is renamed to `c` on
+    /// another): following them comes back to a rename already followed. The property then lives at the new name of
+    /// the rename in the cycle with the least dot, on every replica, whichever rename merged last.
     func writeTarget(of property: String, in type: String, schema: Schema, causal: CausalResolver) -> String? {
         guard !schema.propertyRemovals.isEmpty else { return property }
         var name = property
@@ -377,8 +382,11 @@ extension ChangesetInfo {
         // from then on the rename's (the removals of its new name that it saw), since the rename carries the value
         // on, as it does when it merges after the write.
         var viewOfRename: [Dot]?
-        // Bounded: renames back and forth can form a cycle. Each step follows a different removal (one that saw the
-        // one before), so there are at most as many steps as removals.
+        // The renames followed so far, each step's by the name it renamed and the least dot of its copies (renames in
+        // one changeset share a dot), with the name it led to.
+        var path: [(from: String, dot: Dot, to: String)] = []
+        // Bounded: each step follows a rename not followed before (a repeat is a cycle, resolved below), so there are
+        // at most as many steps as removals.
         let steps = schema.propertyRemovals.values.reduce(0) { $0 + $1.count }
         for _ in 0...steps {
             let removals = schema.removals(of: name, in: type)
@@ -399,6 +407,11 @@ extension ChangesetInfo {
             let first = unseen.filter { removal in !unseen.contains { removal.removalsSeen.contains($0.dot) } }
             guard let followed = first.first else { return name }
             guard let next = followed.renamedTo, first.allSatisfy({ $0.renamedTo == next }) else { return nil }
+            let dot = first.map(\.dot).min() ?? followed.dot
+            if let start = path.firstIndex(where: { $0.from == name && $0.dot == dot }) {
+                return path[start...].min { ($0.dot, $0.from) < ($1.dot, $1.from) }?.to
+            }
+            path.append((name, dot, next))
             name = next
             // Copies of one rename (made on several replicas) carry the value alike: what any of them saw.
             viewOfRename = first.flatMap(\.removalsOfNewNameSeen)

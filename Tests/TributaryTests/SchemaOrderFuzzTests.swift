@@ -86,7 +86,8 @@ struct SchemaOrderFuzzTests {
     /// of an indexed property's default (R1), a rename into a name removed concurrently (R2), two properties renamed
     /// to one name (R3), a write that missed a chain of renames that comes back to its name (R4), a rename onto a
     /// name that was renamed away concurrently (R5), a create with values for both a renamed property and its new name
-    /// (R7), and a write that follows a rename whose new name its own changeset renamed on (R8). Writer 0 is w0, and so on; the object `t` exists before the writers start.
+    /// (R7), a write that follows a rename whose new name its own changeset renamed on (R8), and renames that form a
+    /// cycle (R9). Writer 0 is w0, and so on; the object `t` exists before the writers start.
     @Test("Reproductions of order dependences found by the fuzzer converge", arguments: SchemaFuzz.reproductions)
     func reproductionConverges(_ reproduction: SchemaFuzz.Reproduction) throws {
         let schema = Schema(version: 1, types: [ObjectSchema(name: SchemaFuzz.typeName, properties: [.scalar("_id", .string)] + reproduction.properties)])
@@ -162,6 +163,32 @@ extension SchemaFuzz {
                 .write(writer: 2, advance: 0, [.add(.scalar("d", .string, optional: true, default: .null))]),
                 .write(writer: 2, advance: 0, [.rename(from: "d", to: "b"), .update(key: "t", property: "a", "s11")]),
             ]),
+        Reproduction(name: "R9: two properties renamed onto each other's names concurrently (c→d against d→c)", properties: [], fields: [:], steps: [
+            .write(writer: 0, advance: 0, [.add(.scalar("c", .string, optional: true, indexed: true))]),
+            .write(writer: 1, advance: 0, [.add(.scalar("d", .string, optional: true))]),
+            .write(writer: 1, advance: 0, [.rename(from: "d", to: "c")]),
+            .write(writer: 0, advance: 0, [.rename(from: "c", to: "d")]),
+        ]),
+        Reproduction(name: "R9b: writes to both names that missed a swap of them", properties: [], fields: [:], steps: [
+            .write(writer: 0, advance: 0, [.add(.scalar("c", .string, optional: true))]),
+            .write(writer: 0, advance: 0, [.update(key: "t", property: "c", "c0")]),
+            .write(writer: 1, advance: 0, [.add(.scalar("d", .string, optional: true))]),
+            .write(writer: 1, advance: 0, [.update(key: "t", property: "d", "d1")]),
+            .sync(from: 0, to: 2), .sync(from: 1, to: 2),
+            .write(writer: 1, advance: 0, [.rename(from: "d", to: "c")]),
+            .write(writer: 0, advance: 0, [.rename(from: "c", to: "d")]),
+            .write(writer: 2, advance: 3, [.update(key: "t", property: "c", "c2")]),
+            .write(writer: 2, advance: 3, [.update(key: "t", property: "d", "d2")]),
+        ]),
+        Reproduction(name: "R9c: three renames in a cycle, on three replicas (a→b, b→c, c→a)", properties: [], fields: [:], steps: [
+            .write(writer: 0, advance: 0, [.add(.scalar("a", .string, optional: true))]),
+            .write(writer: 1, advance: 0, [.add(.scalar("b", .string, optional: true))]),
+            .write(writer: 2, advance: 0, [.add(.scalar("c", .string, optional: true))]),
+            .write(writer: 0, advance: 0, [.update(key: "t", property: "a", "A")]),
+            .write(writer: 0, advance: 0, [.rename(from: "a", to: "b")]),
+            .write(writer: 1, advance: 0, [.rename(from: "b", to: "c")]),
+            .write(writer: 2, advance: 0, [.rename(from: "c", to: "a")]),
+        ]),
         Reproduction(name: "R7: a create with values for a renamed property and its new name", properties: [.scalar("d", .string, optional: true)], fields: [:], steps: [
             .write(writer: 0, advance: 0, [.rename(from: "d", to: "a")]),
             .write(writer: 1, advance: 0, [.add(.scalar("a", .string, optional: true))]),
