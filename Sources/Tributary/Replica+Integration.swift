@@ -171,7 +171,9 @@ extension Replica {
     /// origin, origin sequence, stamp and author, and its effects written to the views, all in one atomic commit.
     ///
     /// Integration is idempotent: a changeset already integrated is ignored. Changesets may arrive in any order: one
-    /// whose causal predecessors are missing waits, durably, in the pending area until they arrive. A changeset
+    /// whose causal predecessors are missing waits, durably, in the pending area until they arrive. The batch is
+    /// applied in the order given, as far as causal order allows: the export of a peer (in its log order) is then
+    /// integrated in the peer's order, and refuses what the peer refused (see docs/MergeSemantics.md, rule 8). A changeset
     /// stamped more than ``Configuration/maximumClockSkew`` ahead of this replica's clock also waits (rule 9), so
     /// that a wrong clock cannot win every later conflict.
     ///
@@ -301,6 +303,9 @@ extension Replica {
             taken = nil
             var added = Set<Dot>()
             var removed = Set<Dot>()
+            // The batch's changesets, in the order they came.
+            var batch: [Dot] = []
+            batch.reserveCapacity(incoming.count)
             for var received in incoming {
                 let changeset = received.changeset
                 let causal = changeset.causalDot
@@ -312,62 +317,73 @@ extension Replica {
                 }
                 received.adopt = adopting && changeset.relay == nil
                 area.insert(received)
-                added.insert(changeset.dot)
+                if added.insert(changeset.dot).inserted { batch.append(changeset.dot) }
             }
             for dot in rejectedDots where area.remove(dot) != nil {
                 if added.remove(dot) == nil { removed.insert(dot) }
             }
 
             var applied: [(changeset: Changeset, encoded: [UInt8], frame: [UInt8]?)] = []
-            // Apply every ready changeset; repeat until none is ready. Only the first changeset of each lane can be
-            // ready (see ``PendingLane``), so a pass costs one test per lane, however many changesets wait. Lanes go
-            // in their order, so the log order is deterministic for a given input.
+            /// Applies the changeset `dot` names, the first of its lane, if it is ready; `true` when it left the
+            /// pending area (applied, or dropped as one that can never be integrated).
+            func step(_ dot: Dot) throws -> Bool {
+                guard let entry = area.entries[dot] else { return false }
+                var changeset = entry.changeset
+                var encoded = entry.encoded
+                var frame = entry.frame
+                guard changeset.time.milliseconds <= now &+ skew else { return false }
+                if entry.adopt {
+                    guard try adoptable(changeset, vector: vector, known: known) else { return false }
+                    changeset = try adopted(
+                        changeset, as: Dot(origin: replicaID, sequence: vector[replicaID] + 1),
+                        adoptions: working.adoptions, txn: txn)
+                    encoded = nil  // adopted: a new causal identity
+                    frame = nil
+                } else {
+                    let causal = changeset.causalDot
+                    if vector[causal.origin] >= causal.sequence {
+                        // Another changeset took this causal dot (a faulty relay): this one can never be
+                        // integrated, and must not hold up the rest of its lane.
+                        _ = area.remove(dot)
+                        if added.remove(dot) == nil { removed.insert(dot) }
+                        report.duplicates += 1
+                        return true
+                    }
+                    guard vector[causal.origin] == causal.sequence - 1,
+                        vector.includes(changeset.context.removing(causal.origin)),
+                        changeset.contextExtras.allSatisfy(vector.includes)
+                    else { return false }
+                }
+                if try known(changeset.dot) {
+                    // This replica holds the changeset already (it wrote it, before a relay adopted it): the
+                    // log records the adoption; the changeset is not applied twice.
+                    if let relay = changeset.relay { working.recordAdoption(of: changeset.dot, as: relay) }
+                } else {
+                    try MergeEngine.apply(changeset, to: &working)
+                }
+                try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
+                vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
+                integratedHere.insert(changeset.dot)
+                applied.append((changeset, encoded ?? ChangesetCodec.encode(changeset), encoded == nil ? nil : frame))
+                _ = area.remove(dot)
+                if added.remove(dot) == nil { removed.insert(dot) }
+                return true
+            }
+            // Apply every ready changeset; repeat until none is ready. First the batch, in the order it came: a
+            // peer's export is in the peer's log order, and integrated in that order it makes the peer's decisions
+            // (a schema conflict refuses the changeset merged second; see docs/MergeSemantics.md, rule 8), so a
+            // replica reset from a peer holds what the peer holds. Then every lane, in the lanes' order: only the
+            // first changeset of each lane can be ready (see ``PendingLane``), so a pass costs one test per lane,
+            // however many changesets wait. The log order is deterministic for a given input.
             var progress = true
             while progress {
                 progress = false
+                for dot in batch {
+                    guard let entry = area.entries[dot], area.first(in: PendingLane.of(entry).lane) == dot else { continue }
+                    if try step(dot) { progress = true }
+                }
                 for lane in area.lanes.keys.sorted() {
-                    while let dot = area.first(in: lane), let entry = area.entries[dot] {
-                        var changeset = entry.changeset
-                        var encoded = entry.encoded
-                        var frame = entry.frame
-                        guard changeset.time.milliseconds <= now &+ skew else { break }
-                        if entry.adopt {
-                            guard try adoptable(changeset, vector: vector, known: known) else { break }
-                            changeset = try adopted(
-                                changeset, as: Dot(origin: replicaID, sequence: vector[replicaID] + 1),
-                                adoptions: working.adoptions, txn: txn)
-                            encoded = nil  // adopted: a new causal identity
-                            frame = nil
-                        } else {
-                            let causal = changeset.causalDot
-                            if vector[causal.origin] >= causal.sequence {
-                                // Another changeset took this causal dot (a faulty relay): this one can never be
-                                // integrated, and must not hold up the rest of its lane.
-                                _ = area.remove(dot)
-                                if added.remove(dot) == nil { removed.insert(dot) }
-                                report.duplicates += 1
-                                continue
-                            }
-                            guard vector[causal.origin] == causal.sequence - 1,
-                                vector.includes(changeset.context.removing(causal.origin)),
-                                changeset.contextExtras.allSatisfy(vector.includes)
-                            else { break }
-                        }
-                        if try known(changeset.dot) {
-                            // This replica holds the changeset already (it wrote it, before a relay adopted it): the
-                            // log records the adoption; the changeset is not applied twice.
-                            if let relay = changeset.relay { working.recordAdoption(of: changeset.dot, as: relay) }
-                        } else {
-                            try MergeEngine.apply(changeset, to: &working)
-                        }
-                        try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
-                        vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
-                        integratedHere.insert(changeset.dot)
-                        applied.append((changeset, encoded ?? ChangesetCodec.encode(changeset), encoded == nil ? nil : frame))
-                        _ = area.remove(dot)
-                        if added.remove(dot) == nil { removed.insert(dot) }
-                        progress = true
-                    }
+                    while let dot = area.first(in: lane), try step(dot) { progress = true }
                 }
             }
             report.integrated = applied.map(\.changeset.dot)

@@ -304,6 +304,68 @@ struct MergeSemanticsTests {
         #expect(reason.contains("priority: string?"))
     }
 
+    @Test("Rule 8: a replica that refused what a peer integrated converges again when reset from that peer")
+    func resetFromPeerAfterOrderDependentRefusal() throws {
+        // Replica 0 adds `priority` as an int; replica 1 renames `notes` (a string) to `priority`, then removes it.
+        // Merged in that order, the rename is refused (replica 2); in the other order, the addition did not see the
+        // removal and counts for nothing, so nothing is refused (replica 3): the known order dependence of rule 8
+        // (docs/MergeSemantics.md). The documented way out: reset the replica that refused from its peer.
+        let cluster = try cluster(4)
+        try cluster[0].write { try $0.create("Task", ["_id": "t", "notes": "written before"]) }
+        try cluster.syncAll()
+        try cluster[0].write { try $0.emit(.addProperty(type: "Task", .scalar("priority", .int, optional: true))) }
+        try cluster[1].write { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "priority")) }
+        try cluster[1].write { try $0.emit(.removeProperty(type: "Task", name: "priority")) }
+        let refused = Dot(origin: cluster[1].replicaID, sequence: 2)
+        #expect(try cluster.send(from: 0, to: 2).rejected.isEmpty)
+        let refusal = try cluster.send(from: 1, to: 2)
+        #expect(refusal.rejected.map(\.dot) == [refused])
+        #expect(refusal.waiting == 1)  // the removal depends on the refused rename
+        #expect(try cluster.send(from: 1, to: 3).rejected.isEmpty)
+        #expect(try cluster.send(from: 0, to: 3).rejected.isEmpty)
+        let (stuck, peer) = (cluster[2], cluster[3])
+        try stuck.write { try $0.create("Task", ["_id": "written-while-stuck"]) }
+        #expect(try !Cluster.converged([stuck, peer]))
+
+        // The reset: what the stuck replica wrote that the peer lacks, kept aside for the app; a new replica (with a
+        // new id, so that no changeset id is ever used twice) that integrates everything the peer holds.
+        let unsynced = try stuck.changesets(missingFrom: peer.versionVector, origins: [stuck.replicaID])
+        #expect(unsynced.count == 1)
+        #expect(unsynced.first?.instructions.contains { $0.object?.primaryKey == .string("written-while-stuck") } == true)
+        stuck.close()
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        configuration.clock = cluster.clocks[2]
+        // Opened with the app's schema, as a new install is: its first changeset declares that schema.
+        let reset = try Replica.open(
+            directory: cluster.directory.appending("reset"), schema: Self.schema, configuration: configuration)
+        defer { reset.close() }
+        let report = try reset.integrate(try peer.changesets(missingFrom: VersionVector()))
+        #expect(report.rejected.isEmpty)
+        #expect(report.waiting == 0)
+        #expect(reset.replicaID != stuck.replicaID)
+        // Integrated in the order the peer's log holds them (the batch's order), not origin by origin.
+        func logOrder(_ replica: Replica) throws -> [Dot] {
+            var dots: [Dot] = []
+            try replica.forEachChangeset { _, changeset in
+                dots.append(changeset.dot)
+                return true
+            }
+            return dots
+        }
+        #expect(try logOrder(reset).dropFirst() == logOrder(peer)[...])
+        // The peer takes the new replica's declaration of the schema; it refuses nothing, and changes nothing.
+        #expect(try peer.integrate(try reset.changesets(missingFrom: peer.versionVector)).rejected.isEmpty)
+        #expect(try Cluster.converged([reset, peer]))
+        #expect(try reset.verify().passed)
+        #expect(reset.schema[type: "Task"]?[property: "priority"] == nil)
+
+        // The app writes again what it still wants; the two stay converged.
+        try reset.write { try $0.create("Task", ["_id": "written-while-stuck"]) }
+        #expect(try peer.integrate(try reset.changesets(missingFrom: peer.versionVector)).rejected.isEmpty)
+        #expect(try Cluster.converged([reset, peer]))
+    }
+
     @Test("Rule 8: concurrent changes of one property's index or default: the greatest stamp wins, in any order")
     func concurrentRedefinitionsConverge() throws {
         let cluster = try cluster(3)
