@@ -53,9 +53,10 @@ struct SchemaMerger {
             try refuseDisagreement(with: removal, of: from, in: typeName, schema, causal)
             // The same rename made concurrently elsewhere and merged here already: this one has nothing left to do
             // (the old name may be in use again, added back after that rename). Asked before this one is remembered.
-            let repeated = schema.removals(of: from, in: typeName).contains {
+            let copies = schema.removals(of: from, in: typeName).filter {
                 $0.renamedTo == to && !info.covers($0.dot, causal: causal)
             }
+            let repeated = !copies.isEmpty
             // Remembered whatever happens next, like a removal.
             schema.recordRemoval(removal, of: from, in: typeName)
             // The name the property lands on, like a write to the new name: a rename of the new name that this one
@@ -63,6 +64,19 @@ struct SchemaMerger {
             // it merges after this rename). Asked after this one is remembered, so that renames made concurrently that
             // lead back to `from` are seen as a cycle, which lands on the same name whichever of them merges last.
             let landing = info.writeTarget(of: to, in: typeName, schema: schema, causal: causal)
+            if repeated, landing == nil {
+                // Copies of one rename land only where every copy would: this one would drop the property (a removal
+                // of its new name that it did not see), so it drops what a copy merged earlier put there, as that
+                // copy would have dropped it merging after this one. Unless the property there is not that copy's:
+                // one of the removals of the name came after the copies (none of them saw it).
+                let landedByCopy = schema.removals(of: to, in: typeName).allSatisfy { later in
+                    copies.contains { $0.removalsOfNewNameSeen.contains(later.dot) }
+                }
+                if landedByCopy {
+                    try remove(to, of: typeName, schema, in: &state)
+                    return
+                }
+            }
             // A primary key is never renamed: a rename that names one concerned an earlier type of that name.
             guard !repeated, var type = schema[type: typeName],
                 let index = type.properties.firstIndex(where: { $0.name == from }), from != type.primaryKey

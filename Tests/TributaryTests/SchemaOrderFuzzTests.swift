@@ -191,6 +191,17 @@ extension SchemaFuzz {
             .write(writer: 1, advance: 0, [.rename(from: "b", to: "c")]),
             .write(writer: 2, advance: 0, [.rename(from: "c", to: "a")]),
         ]),
+        Reproduction(
+            name: "R10: two copies of a rename onto a removed name, one of which missed a removal of it",
+            properties: [.scalar("a", .string, optional: true), .scalar("d", .int, default: 1)], fields: ["a": "A", "d": 3],
+            steps: [
+                .write(writer: 1, advance: 0, [.remove("a")]),
+                .write(writer: 2, advance: 0, [.remove("a")]),
+                .sync(from: 1, to: 0),
+                .write(writer: 1, advance: 0, [.rename(from: "d", to: "a")]),
+                .sync(from: 2, to: 0),
+                .write(writer: 0, advance: 0, [.rename(from: "d", to: "a")]),
+            ]),
         Reproduction(name: "R7: a create with values for a renamed property and its new name", properties: [.scalar("d", .string, optional: true)], fields: [:], steps: [
             .write(writer: 0, advance: 0, [.rename(from: "d", to: "a")]),
             .write(writer: 1, advance: 0, [.add(.scalar("a", .string, optional: true))]),
