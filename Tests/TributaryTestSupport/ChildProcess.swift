@@ -255,17 +255,30 @@ public final class ChildProcess: Sendable {
 
     /// Starts `executable` with `arguments`.
     public init(executable: String, arguments: [String], stderrPath: String) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        let errorHandle = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
-        process.standardError = errorHandle
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        try? errorHandle.close()
+        var attempt = 0
+        var started: (Process, Pipe)?
+        while started == nil {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
+            let errorHandle = try FileHandle(forWritingTo: URL(fileURLWithPath: stderrPath))
+            process.standardError = errorHandle
+            process.standardInput = FileHandle.nullDevice
+            do {
+                try process.run()
+                started = (process, pipe)
+            } catch let error as NSError where error.domain == NSPOSIXErrorDomain && error.code == Int(EBADF) && attempt < 5 {
+                // Foundation's Process asks posix_spawn to close every descriptor it saw open; one that another
+                // thread closed meanwhile (a test running beside this one) fails the spawn with EBADF. Nothing was
+                // started: try again. A deep D7 run, thousands of spawns, met it twice in half an hour.
+                attempt += 1
+            }
+            try? errorHandle.close()
+        }
+        guard let (process, pipe) = started else { preconditionFailure("the loop ends only once a child started") }
         self.process = process
         self.pid = process.processIdentifier
         self.stderrPath = stderrPath
@@ -280,7 +293,9 @@ public final class ChildProcess: Sendable {
                 if n <= 0 { break }
                 self.append(buffer[0..<n])
             }
-            _ = pipe  // the pipe (and its file descriptor) lives as long as the reader
+            // Closed here, before the output is marked finished: once `waitForExit` returns, this child holds no
+            // descriptor that a later spawn could see open and then find closed.
+            try? pipe.fileHandleForReading.close()
             self.condition.lock()
             self.output.withLock { $0.finished = true }
             self.condition.broadcast()
