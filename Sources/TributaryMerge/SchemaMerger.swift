@@ -53,8 +53,16 @@ struct SchemaMerger {
             try refuseDisagreement(with: removal, of: from, in: typeName, schema, causal)
             // The same rename made concurrently elsewhere and merged here already: this one has nothing left to do
             // (the old name may be in use again, added back after that rename). Asked before this one is remembered.
-            let copies = schema.removals(of: from, in: typeName).filter {
-                $0.renamedTo == to && !info.covers($0.dot, causal: causal)
+            // Copies of this rename merged already: the same rename (of `from` to `to`) made concurrently on other
+            // replicas, of the same property. A removal or rename of `from` that one of the two saw and the other did
+            // not means that they renamed different properties of that name (it was used again), so not copies.
+            let removalsOfFrom = schema.removals(of: from, in: typeName)
+            let copies = removalsOfFrom.filter { other in
+                other.renamedTo == to && !info.covers(other.dot, causal: causal)
+                    && !removalsOfFrom.contains { between in
+                        between.dot != other.dot
+                            && other.removalsSeen.contains(between.dot) != info.covers(between.dot, causal: causal)
+                    }
             }
             let repeated = !copies.isEmpty
             // Remembered whatever happens next, like a removal.
@@ -102,9 +110,9 @@ struct SchemaMerger {
                 // The later definition wins, as it would have when the addition merged after the rename. Two renamed
                 // properties defined by one changeset tie: then the one that describes itself first wins, whichever
                 // rename merged first.
-                let addedStamp = schema.definitionStamp(of: to, in: typeName)
-                let moved = movedStamp ?? .unknown
-                if addedStamp < moved || (addedStamp == moved && renamed.description < added.description) {
+                if Self.replaces(
+                    renamed, stamped: movedStamp ?? .unknown, added, stamped: schema.definitionStamp(of: to, in: typeName))
+                {
                     type.properties[existing] = renamed
                     schema.definitionStamps[PropertyName(type: typeName, property: to)] = movedStamp
                 }
@@ -133,7 +141,10 @@ struct SchemaMerger {
                     "'\(typeName).\(property.name)' cannot be redefined from \(current) to \(property): only its index or default may change")
             }
             // A concurrent redefinition with a greater stamp may have set it already.
-            guard DefinitionStamp(.redefinition, info.stamp) > schema.definitionStamp(of: property.name, in: typeName)
+            guard
+                Self.replaces(
+                    property, stamped: DefinitionStamp(.redefinition, info.stamp), current,
+                    stamped: schema.definitionStamp(of: property.name, in: typeName))
             else { return }
             type.properties[index] = property
             schema.upsert(type)
@@ -280,7 +291,7 @@ struct SchemaMerger {
             }
             // The later definition wins, even when it is the same one: its stamp is kept, so that the stamps agree
             // in whatever order replicas merge the definitions.
-            if addition > schema.definitionStamp(of: property.name, in: existing.name) {
+            if Self.replaces(property, stamped: addition, current, stamped: schema.definitionStamp(of: property.name, in: existing.name)) {
                 merged.properties[position] = property
                 record(.addition, of: property.name, in: existing.name, &schema)
             }
@@ -294,6 +305,15 @@ struct SchemaMerger {
             merged.properties.sort { $0.name < $1.name }
         }
         schema.upsert(merged)
+    }
+
+    /// Whether `property`, defined by a changeset as `stamp` says, replaces `current`, defined as `currentStamp` says
+    /// (rule 8): the later definition wins; two from one changeset (two names it defined, which a rename made one)
+    /// are ordered by their descriptions, the one that sorts first winning, so the outcome is the same in any order.
+    static func replaces(
+        _ property: Property, stamped stamp: DefinitionStamp, _ current: Property, stamped currentStamp: DefinitionStamp
+    ) -> Bool {
+        stamp > currentStamp || (stamp == currentStamp && property.description < current.description)
     }
 
     /// The state of a renamed property (`moved`) merged with the state of the property of its new name that was

@@ -202,6 +202,32 @@ extension SchemaFuzz {
                 .sync(from: 2, to: 0),
                 .write(writer: 0, advance: 0, [.rename(from: "d", to: "a")]),
             ]),
+        Reproduction(
+            name: "R11: a rename that saw one copy of a rename, against another copy of it (c→d twice; d→c, c→d)",
+            properties: [.scalar("c", .string, optional: true, indexed: true, default: "s2")], fields: [:],
+            steps: [
+                .write(writer: 1, advance: 0, [.rename(from: "c", to: "d")]),
+                .write(writer: 2, advance: 0, [.rename(from: "c", to: "d")]),
+                .write(writer: 1, advance: 0, [.rename(from: "d", to: "c"), .rename(from: "c", to: "d")]),
+            ]),
+        Reproduction(
+            name: "R11b: a rename of a name used again, against a copy of the rename of its earlier property",
+            properties: [.scalar("c", .int, default: 1), .scalar("d", .int, optional: true, default: 2)], fields: [:],
+            steps: [
+                .write(writer: 1, advance: 0, [.rename(from: "d", to: "a"), .rename(from: "c", to: "d")]),
+                .write(writer: 1, advance: 0, [.remove("a"), .rename(from: "d", to: "a")]),
+                .write(writer: 2, advance: 0, [.rename(from: "d", to: "a")]),
+            ]),
+        Reproduction(
+            name: "R12: one changeset redefines a property and, differently, the name a concurrent rename moves it to",
+            properties: [.scalar("a", .string, optional: true, indexed: true)], fields: [:],
+            steps: [
+                .write(writer: 1, advance: 0, [.rename(from: "a", to: "d")]),
+                .write(writer: 0, advance: 0, [.add(.scalar("d", .string, optional: true))]),
+                .write(writer: 0, advance: 0, [
+                    .redefine(.scalar("a", .string, optional: true)), .redefine(.scalar("d", .string, optional: true, indexed: true)),
+                ]),
+            ]),
         Reproduction(name: "R7: a create with values for a renamed property and its new name", properties: [.scalar("d", .string, optional: true)], fields: [:], steps: [
             .write(writer: 0, advance: 0, [.rename(from: "d", to: "a")]),
             .write(writer: 1, advance: 0, [.add(.scalar("a", .string, optional: true))]),
