@@ -51,11 +51,11 @@ struct SchemaMerger {
                 dot: info.dot, renamedTo: to, removalsOfNewNameSeen: seenRemovals(of: to, in: typeName, schema, causal),
                 removalsSeen: seenRemovals(of: from, in: typeName, schema, causal))
             try refuseDisagreement(with: removal, of: from, in: typeName, schema, causal)
-            // The same rename made concurrently elsewhere and merged here already: this one has nothing left to do
-            // (the old name may be in use again, added back after that rename). Asked before this one is remembered.
             // Copies of this rename merged already: the same rename (of `from` to `to`) made concurrently on other
-            // replicas, of the same property. A removal or rename of `from` that one of the two saw and the other did
-            // not means that they renamed different properties of that name (it was used again), so not copies.
+            // replicas, of the same property. This one does not move the property again (the old name may be in use
+            // again, added back after that rename); it can only drop it, below. A removal or rename of `from` that one
+            // of the two saw and the other did not means that they renamed different properties of that name (it was
+            // used again), so they are not copies. Asked before this one is remembered.
             let removalsOfFrom = schema.removals(of: from, in: typeName)
             let copies = removalsOfFrom.filter { other in
                 other.renamedTo == to && !info.covers(other.dot, causal: causal)
