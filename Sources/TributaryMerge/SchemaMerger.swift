@@ -57,13 +57,7 @@ struct SchemaMerger {
             // of the two saw and the other did not means that they renamed different properties of that name (it was
             // used again), so they are not copies. Asked before this one is remembered.
             let removalsOfFrom = schema.removals(of: from, in: typeName)
-            let copies = removalsOfFrom.filter { other in
-                other.renamedTo == to && !info.covers(other.dot, causal: causal)
-                    && !removalsOfFrom.contains { between in
-                        between.dot != other.dot
-                            && other.removalsSeen.contains(between.dot) != info.covers(between.dot, causal: causal)
-                    }
-            }
+            let copies = removalsOfFrom.filter { removal.isCopy(of: $0, among: removalsOfFrom) }
             let repeated = !copies.isEmpty
             // Remembered whatever happens next, like a removal.
             schema.recordRemoval(removal, of: from, in: typeName)
@@ -387,6 +381,22 @@ struct SchemaMerger {
     }
 }
 
+extension PropertyRemoval {
+    /// Whether this rename and `other`, two renames of one name among `removals` (all of that name's), are copies of
+    /// one rename, as when one migration runs on several replicas: the same new name, made concurrently (neither saw
+    /// the other), of the same property. A removal or rename of the name that one of them saw and the other did not
+    /// means that the name was used again between them, so they renamed different properties of that name.
+    func isCopy(of other: PropertyRemoval, among removals: [PropertyRemoval]) -> Bool {
+        guard let target = renamedTo, other.renamedTo == target, dot != other.dot,
+            !removalsSeen.contains(other.dot), !other.removalsSeen.contains(dot)
+        else { return false }
+        return removals.allSatisfy { between in
+            between.dot == dot || between.dot == other.dot
+                || removalsSeen.contains(between.dot) == other.removalsSeen.contains(between.dot)
+        }
+    }
+}
+
 extension ChangesetInfo {
     /// Whether the changeset saw every removal of the type `type`: only then do its additions of the type and its
     /// writes to objects of the type count (rule 8).
@@ -434,10 +444,7 @@ extension ChangesetInfo {
                     unseen.append(removal)
                 }
             }
-            unseen.removeAll { removal in
-                guard let renamedTo = removal.renamedTo else { return false }
-                return seen.contains { $0.renamedTo == renamedTo && !removal.removalsSeen.contains($0.dot) }
-            }
+            unseen.removeAll { removal in seen.contains { removal.isCopy(of: $0, among: removals) } }
             let first = unseen.filter { removal in !unseen.contains { removal.removalsSeen.contains($0.dot) } }
             guard let followed = first.first else { return name }
             guard let next = followed.renamedTo, first.allSatisfy({ $0.renamedTo == next }) else { return nil }

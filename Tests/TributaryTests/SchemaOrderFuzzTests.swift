@@ -228,6 +228,14 @@ extension SchemaFuzz {
                     .redefine(.scalar("a", .string, optional: true)), .redefine(.scalar("d", .string, optional: true, indexed: true)),
                 ]),
             ]),
+        Reproduction(
+            name: "R11c: an addition of a renamed name, against a rename of that name that had seen a copy of the first",
+            properties: [.scalar("a", .int, optional: true)], fields: [:],
+            steps: [
+                .write(writer: 1, advance: 0, [.rename(from: "a", to: "d"), .add(.scalar("a", .int, optional: true, indexed: true))]),
+                .write(writer: 0, advance: 0, [.rename(from: "a", to: "d"), .rename(from: "d", to: "a")]),
+                .write(writer: 0, advance: 0, [.rename(from: "a", to: "d")]),
+            ]),
         Reproduction(name: "R7: a create with values for a renamed property and its new name", properties: [.scalar("d", .string, optional: true)], fields: [:], steps: [
             .write(writer: 0, advance: 0, [.rename(from: "d", to: "a")]),
             .write(writer: 1, advance: 0, [.add(.scalar("a", .string, optional: true))]),
