@@ -98,7 +98,7 @@ let package = Package(
             path: "Tests/tributary-crash-child", swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryStorageTests",
-            dependencies: ["TributaryStorage", "TributaryCompression", "TributaryTestSupport", "CZstd"],
+            dependencies: ["TributaryStorage", "TributaryCompression", "TributaryModel", "TributaryTestSupport", "CZstd"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestSupport"],

@@ -89,6 +89,9 @@ public final class Environment: @unchecked Sendable {
         init(_ snapshot: Snapshot) { self.snapshot = snapshot }
     }
     private let state = Mutex(State())
+    /// Pages of the data file known to exist (it never shrinks): a commit whose pages end within them need not look
+    /// at the file (see ``coverMappedPages()``).
+    private let coveredPages = Atomic<Int>(0)
 
     private init(path: String, configuration: Configuration, handle: OpaquePointer, staleReaders: Int) {
         self.path = path
@@ -233,9 +236,19 @@ public final class Environment: @unchecked Sendable {
 
     /// Extends the data file over free pages LMDB left unwritten at its end, so that the file always covers what the
     /// last commit counts and a shorter file can be told apart as damaged.
+    ///
+    /// Asks the file only when the last commit's pages end beyond what it is known to hold. Asking after every commit
+    /// (`fstat` and LMDB's statistics) cost durable single-object commits about a seventh of their speed.
     func coverMappedPages() {
+        var info = MDB_envinfo()
+        guard mdb_env_info(handle, &info) == 0 else { return }
+        if Int(info.me_last_pgno) + 1 <= coveredPages.load(ordering: .relaxed) { return }
         let shortfall = Self.mappedPagesShortfall(handle)
-        if shortfall.bytes > 0 && shortfall.descriptor >= 0 { _ = ftruncate(shortfall.descriptor, off_t(shortfall.needed)) }
+        guard shortfall.descriptor >= 0, shortfall.pageSize > 0 else { return }
+        if shortfall.bytes > 0 {
+            guard ftruncate(shortfall.descriptor, off_t(shortfall.needed)) == 0 else { return }
+        }
+        coveredPages.store(shortfall.needed / shortfall.pageSize, ordering: .relaxed)
     }
 
     /// Whether ``close()`` was called.
