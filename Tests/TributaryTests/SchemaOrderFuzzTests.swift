@@ -20,7 +20,7 @@ import TributaryTestSupport
 /// - a replica reset from any of them (a new one that integrates its whole export in one call) holds byte for byte
 ///   what it holds, refusing nothing.
 ///
-/// The fourth to sixth do not hold yet: which changeset a replica refuses can depend on the order it merged in
+/// The third to fifth do not hold yet: which changeset a replica refuses can depend on the order it merged in
 /// (docs/MergeSemantics.md says so). Seeds that fail only those are listed as a known issue; any other failure fails
 /// the test.
 ///
