@@ -166,7 +166,7 @@ extension Replica {
                     }
                 }
                 let after = working.schema
-                try scratchViews.write(working.changes, schema: after, in: scratchTxn)
+                try scratchViews.write(working.takeChanges(), schema: after, in: scratchTxn)
                 if working.schemaChanged {
                     for type in Self.typesWithChangedIndexes(before, after) {
                         try scratchViews.rebuildIndexes(ofType: type, schema: after, in: scratchTxn)

@@ -389,7 +389,7 @@ extension Replica {
             report.integrated = applied.map(\.changeset.dot)
             report.waiting = area.entries.count
             var prepared = PreparedCommit(
-                changesets: applied, changes: working.changes, schema: working.schema,
+                changesets: applied, changes: working.takeChanges(), schema: working.schema,
                 schemaChanged: working.schemaChanged, previousSchema: start.schema, versionVector: vector,
                 clock: clock.latest)
             prepared.pendingRemovals = removed.sorted().map(Self.pendingKey)

@@ -26,10 +26,10 @@ extension Replica {
     public func objects(asOf localSequence: UInt64, progress: ((Int) -> Void)? = nil) throws -> ReplayedObjects {
         do {
             return try environment.read { txn in
-                let replayed = try replay(in: txn, through: localSequence, progress: progress)
+                var replayed = try replay(in: txn, through: localSequence, progress: progress)
                 let schema = replayed.working.schema
                 var records: [RecordKey: ObjectRecord] = [:]
-                for change in replayed.working.changes { if let after = change.after { records[change.key] = after } }
+                for change in replayed.working.takeChanges() { if let after = change.after { records[change.key] = after } }
                 let materializer = Materializer(schema: schema) { type, key in
                     records[RecordKey(type: type, primaryKey: key)]?.exists ?? false
                 }

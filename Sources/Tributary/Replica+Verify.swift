@@ -124,7 +124,7 @@ extension Replica {
         }
 
         // Object records, in key order. (`changes` sorts: take it once.)
-        let changes = replayed.working.changes
+        let changes = replayed.working.takeChanges()
         var expected: [([UInt8], [UInt8], RecordKey)] = []
         expected.reserveCapacity(changes.count)
         for change in changes {
@@ -225,10 +225,11 @@ extension Replica {
             try environment.reserve(additionalBytes: environment.statistics.usedBytes)
             try writeLock.withLock {
                 let replayedVector = try environment.write { txn -> (Schema, VersionVector) in
-                    let replayed = try replay(in: txn)
+                    var replayed = try replay(in: txn)
                     try views.removeAll(in: txn)
                     let schema = replayed.working.schema
-                    try views.write(replayed.working.changes.map { ($0.key, nil, $0.after) }, schema: schema, in: txn)
+                    // A replay starts from nothing: every change's `before` is nil, as the emptied views are.
+                    try views.write(replayed.working.takeChanges(), schema: schema, in: txn)
                     try views.setSchema(schema, in: txn)
                     try views.setVersionVector(replayed.versionVector, in: txn)
                     return (schema, replayed.versionVector)

@@ -79,7 +79,7 @@ public final class Transaction: ObjectReading {
         var vector = start.versionVector
         vector.advance(info.dot.origin, to: info.dot.sequence)
         return Replica.PreparedCommit(
-            changesets: [(changeset, ChangesetCodec.encode(changeset), nil)], changes: working.changes,
+            changesets: [(changeset, ChangesetCodec.encode(changeset), nil)], changes: working.takeChanges(),
             schema: working.schema, schemaChanged: working.schemaChanged, previousSchema: start.schema,
             versionVector: vector, clock: info.stamp.time,
             declaredSchema: declaredSchema.map { schema in
