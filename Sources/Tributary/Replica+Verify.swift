@@ -36,11 +36,15 @@ struct ReplayedState {
 
 extension Replica {
     /// Replays the log (through `end`, or all of it) into memory, checking every entry's checksum and chain.
+    ///
+    /// - Parameter working: where to replay into: by default, an empty working set that keeps every record in
+    ///   memory; ``rebuildViews()`` passes one that spills into the views it rebuilds.
     func replay(
         in transaction: TributaryStorageReadTransaction, through end: UInt64? = nil,
+        into working: WorkingSet = WorkingSet(source: EmptyRecordSource(), schema: Schema(types: [])),
         progress: ((Int) -> Void)? = nil
     ) throws -> ReplayedState {
-        var replayed = ReplayedState(working: WorkingSet(source: EmptyRecordSource(), schema: Schema(types: [])))
+        var replayed = ReplayedState(working: working)
         let context = ZstdContext()
         try log.scan(in: transaction, through: end) { entry in
             let changeset = try log.changeset(of: entry, context: context)
@@ -219,17 +223,35 @@ extension Replica {
     /// Drops every view and rebuilds it by replaying the log: the repair for views that ``verify(progress:)``
     /// found differing. The log itself is not changed.
     public func rebuildViews() throws {
+        try rebuildViews(recordsInMemory: Self.rebuildRecordsInMemory)
+    }
+
+    /// ``rebuildViews()``, keeping at most `recordsInMemory` records in memory (tests and the simulator use small
+    /// numbers, so that records are written and loaded again often).
+    package func rebuildViews(recordsInMemory: Int) throws {
         do {
             // The new views are written before the old ones' pages can be reused: make room for both up front, so
             // that a full map does not make the whole replay run twice.
             try environment.reserve(additionalBytes: environment.statistics.usedBytes)
             try writeLock.withLock {
                 let replayedVector = try environment.write { txn -> (Schema, VersionVector) in
-                    var replayed = try replay(in: txn)
                     try views.removeAll(in: txn)
+                    // The replay writes its records into the emptied views as it goes, a few thousand at a time, and
+                    // loads them from there when a later changeset changes them again: memory stays bounded however
+                    // many objects the replica holds. The indexes are built at the end, from the final schema.
+                    let views = self.views
+                    let source = RebuiltViews(views: views, transaction: txn)
+                    var working = WorkingSet(source: source, schema: Schema(types: []))
+                    working.spill = WorkingSet.Spill(threshold: recordsInMemory) { changes in
+                        try views.write(changes, schema: Schema(types: []), updatingIndexes: false, in: txn)
+                        source.hasRecords = true
+                    }
+                    var replayed = try replay(in: txn, into: working)
                     let schema = replayed.working.schema
-                    // A replay starts from nothing: every change's `before` is nil, as the emptied views are.
-                    try views.write(replayed.working.takeChanges(), schema: schema, in: txn)
+                    try views.write(replayed.working.takeChanges(), schema: schema, updatingIndexes: false, in: txn)
+                    for type in schema.types where !ViewStore.indexedProperties(of: type).isEmpty {
+                        try views.rebuildIndexes(ofType: type.name, schema: schema, in: txn)
+                    }
                     try views.setSchema(schema, in: txn)
                     try views.setVersionVector(replayed.versionVector, in: txn)
                     return (schema, replayed.versionVector)
@@ -246,6 +268,38 @@ extension Replica {
 }
 
 extension Replica {
+    /// How many records a rebuild of the views keeps in memory before it writes them (about a kilobyte each).
+    ///
+    /// Once it has written some, each object the replay meets for the first time is looked up in the views; that
+    /// costs a replica too large for this number about a tenth of its rebuild's speed, and saves it from holding every
+    /// object in memory at once.
+    static let rebuildRecordsInMemory = 131_072
+
+    /// What a rebuild of the views replays into: the records it wrote so far. Unlike the replica's own source, it
+    /// does not look adoptions up in the log, which holds those of changesets the replay has not reached yet; the
+    /// replay knows the adoptions it made, as a replay into memory does.
+    final class RebuiltViews: RecordSource {
+        let views: ViewStore
+        let transaction: TributaryStorageReadTransaction
+        /// Whether any record was written yet: until then there is nothing to look up.
+        var hasRecords = false
+
+        init(views: ViewStore, transaction: TributaryStorageReadTransaction) {
+            self.views = views
+            self.transaction = transaction
+        }
+
+        func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? {
+            guard hasRecords else { return nil }
+            return try views.record(type: type, primaryKey: primaryKey, in: transaction)
+        }
+
+        func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] {
+            guard hasRecords else { return [] }
+            return try views.primaryKeys(ofType: type, in: transaction)
+        }
+    }
+
     /// The changeset at `localSequence`, decoded.
     ///
     /// - Throws: ``TributaryError`` with `.corrupted` when the entry is damaged or missing.

@@ -67,6 +67,7 @@ public enum MergeEngine {
         if changeset.instructions.count > 256 { state.reserveCapacity(forMoreRecords: changeset.instructions.count) }
         for (index, instruction) in changeset.instructions.enumerated() {
             try apply(instruction, index: index, of: info, to: &state)
+            try state.spillIfNeeded()
         }
     }
 

@@ -68,6 +68,26 @@ public struct WorkingSet {
     /// Adoptions recorded by changesets applied in this working set, not yet stored.
     public private(set) var adoptions: [Dot: Dot] = [:]
 
+    /// Where a working set too large to keep in memory writes its changes, and from how many records on.
+    ///
+    /// A rebuild of the views replays the whole log into one working set: without a spill it would hold every object
+    /// in memory at once. With one, ``spillIfNeeded()`` hands the changes to `write` (which stores them where the
+    /// ``source`` then loads them from) and starts over empty, so memory stays in proportion to `threshold`.
+    public struct Spill {
+        public var threshold: Int
+        public var write: ([(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)]) throws -> Void
+
+        public init(
+            threshold: Int, write: @escaping ([(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)]) throws -> Void
+        ) {
+            self.threshold = max(1, threshold)
+            self.write = write
+        }
+    }
+
+    /// The spill, if this working set has one; `nil` keeps every record in memory until the caller takes them.
+    public var spill: Spill?
+
     public init(source: any RecordSource, schema: Schema) {
         self.source = source
         self.schema = schema
@@ -156,10 +176,19 @@ public struct WorkingSet {
     }
 
     /// Makes room for `count` more records at most (one per instruction, say), so that a large changeset does not
-    /// grow the table step by step.
+    /// grow the table step by step. With a spill, never for more records than it lets the working set hold.
     public mutating func reserveCapacity(forMoreRecords count: Int) {
-        positions.reserveCapacity(positions.count + count)
-        entries.reserveCapacity(entries.count + count)
+        let total = min(entries.count + count, spill?.threshold ?? Int.max)
+        positions.reserveCapacity(total)
+        entries.reserveCapacity(total)
+    }
+
+    /// Writes the changes through the ``spill`` and empties the working set, when it holds as many records as the
+    /// spill's threshold. Called between instructions: no record is being changed then.
+    public mutating func spillIfNeeded() throws {
+        // Only the threshold is read on the way: copying the spill out would retain its closure every instruction.
+        guard entries.count >= (spill?.threshold ?? Int.max), let write = spill?.write else { return }
+        try write(takeChanges())
     }
 
     /// Replaces the schema.

@@ -155,9 +155,12 @@ public struct ViewStore: Sendable {
     // MARK: Writing
 
     /// Writes changed records and updates the indexes of their indexed properties.
+    ///
+    /// - Parameter updatingIndexes: `false` writes the records alone, for a caller that rebuilds the indexes after
+    ///   (``rebuildIndexes(ofType:schema:in:)``): a rebuild of the views, whose schema may still change.
     public func write(
         _ changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)], schema: Schema,
-        in transaction: WriteTransaction
+        updatingIndexes: Bool = true, in transaction: WriteTransaction
     ) throws {
         // Changes come sorted by type: look each type and its indexed properties up once.
         var current: (name: String, type: ObjectSchema?, indexed: [Property])?
@@ -171,6 +174,7 @@ public struct ViewStore: Sendable {
                 } else {
                     try transaction.delete(objects, key: key)
                 }
+                guard updatingIndexes else { continue }
                 if current?.name != recordKey.type {
                     let type = schema[type: recordKey.type]
                     let indexed = type.map(Self.indexedProperties) ?? []
