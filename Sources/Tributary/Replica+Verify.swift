@@ -132,8 +132,8 @@ extension Replica {
         var expected: [([UInt8], [UInt8], RecordKey)] = []
         expected.reserveCapacity(changes.count)
         for change in changes {
-            guard let record = change.after else { continue }
-            expected.append((ViewStore.objectKey(type: change.key.type, primaryKey: change.key.primaryKey), record.encoded(), change.key))
+            guard let encoded = change.encodedAfter() else { continue }
+            expected.append((ViewStore.objectKey(type: change.key.type, primaryKey: change.key.primaryKey), encoded, change.key))
         }
         expected.sort { $0.0.lexicographicallyPrecedes($1.0) }
         var index = 0

@@ -391,7 +391,7 @@ public final class Replica: Sendable {
     struct PreparedCommit {
         /// Each changeset with its encoding and, when it came compressed from a peer, the zstd frame it came in.
         var changesets: [(changeset: Changeset, encoded: [UInt8], frame: [UInt8]?)]
-        var changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)]
+        var changes: [RecordChange]
         var schema: Schema
         var schemaChanged: Bool
         var previousSchema: Schema

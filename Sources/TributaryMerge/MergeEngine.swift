@@ -271,6 +271,7 @@ struct InstructionApplier {
     mutating func create(
         type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet
     ) throws {
+        if try createNew(type: type, key: key, explicit: explicit, defaults: defaults, state: &state) { return }
         // Convert every value first: the ids drawn must not depend on what the replica holds.
         // Then each as it lands (rule 8).
         let schema = state.schema
@@ -385,43 +386,107 @@ struct InstructionApplier {
 
     /// The fields a create gives an object that has none, when no property was ever removed or renamed (so every
     /// value lands on the property it names): the explicit values and the defaults of properties not given, each
-    /// checked, merged in name order without the general path's lookups and merges. `nil` when the create names a
-    /// property twice, or as a default one it also gives (an instruction from elsewhere may): the general path then
-    /// decides, as for any record. Both build the same fields for what this one accepts. A create that throws leaves
-    /// the record without the fields the general path would have merged before the failing check: callers discard a
-    /// working set whose apply threw, so nothing sees the difference.
+    /// checked, in the order ``newRecordOrder(type:schema:explicit:defaults:)`` gives, without the general path's
+    /// lookups and merges. `nil` when that order is `nil`: the general path then decides, as for any record. Both
+    /// build the same fields for what this one accepts. A create that throws leaves the record without the fields
+    /// the general path would have merged before the failing check: callers discard a working set whose apply
+    /// threw, so nothing sees the difference.
     private func newFields(
         type: ObjectSchema, schema: Schema, explicit: [(FieldValue, FieldState)], defaults: [(FieldValue, FieldState)]
     ) throws -> FieldTable? {
+        guard let order = try newRecordOrder(type: type, schema: schema, explicit: explicit.map(\.0), defaults: defaults.map(\.0))
+        else { return nil }
         var fields = FieldTable()
-        fields.reserveCapacity(explicit.count + defaults.count)
+        fields.reserveCapacity(order.count)
+        for (isDefault, index) in order {
+            let (field, state) = isDefault ? defaults[index] : explicit[index]
+            guard fields.appendInOrder(field.name, state) else { return nil }  // the order is by name: never taken
+        }
+        return fields
+    }
+
+    /// Where each value of a create lands in an object that has no fields, when no property was ever removed or
+    /// renamed: the explicit values and the defaults of properties not given, merged in name order, each a position
+    /// in `explicit` or in `defaults`. The primary key and names the type does not have are left out. `nil` when the
+    /// create names a property twice, or as a default one it also gives, or out of order (an instruction from
+    /// elsewhere may): the general path then decides. Values are checked (with ``checkValues``) explicit ones first,
+    /// each before its place is taken, then the defaults: the order the general path checks them in, so that a bad
+    /// create fails the same way.
+    private func newRecordOrder(type: ObjectSchema, schema: Schema, explicit: [FieldValue], defaults: [FieldValue]) throws
+        -> [(isDefault: Bool, index: Int)]?
+    {
+        var order: [(isDefault: Bool, index: Int)] = []
+        order.reserveCapacity(explicit.count + defaults.count)
+        var last: String?
+        /// Takes the next place; `false` when `name` does not sort after the last name placed.
+        func place(_ name: String, _ isDefault: Bool, _ index: Int) -> Bool {
+            if let last, !(last < name) { return false }
+            last = name
+            order.append((isDefault, index))
+            return true
+        }
         var next = defaults.startIndex
-        /// Appends the defaults that sort before `name` (all of them when `nil`); `false` when one is out of order.
-        func appendDefaults(before name: String?) -> Bool {
-            while next < defaults.endIndex, name.map({ defaults[next].0.name < $0 }) ?? true {
-                let (field, state) = defaults[next]
+        /// Places the defaults that sort before `name` (all of them when `nil`); `false` when one is out of order.
+        func placeDefaults(before name: String?) -> Bool {
+            while next < defaults.endIndex, name.map({ defaults[next].name < $0 }) ?? true {
+                let index = next
                 next += 1
+                let field = defaults[index]
                 guard field.name != type.primaryKey, type.position(ofProperty: field.name) != nil else { continue }
-                guard fields.appendInOrder(field.name, state) else { return false }
+                guard place(field.name, true, index) else { return false }
             }
             return true
         }
-        // Checked in the general path's order, explicit values first, so that a bad create fails the same way.
-        for (field, state) in explicit {
+        for index in explicit.indices {
+            let field = explicit[index]
             guard field.name != type.primaryKey, let position = type.position(ofProperty: field.name) else { continue }
             if checkValues {
                 try check(
                     field.value, fits: type.properties[position], QualifiedName(type: type.name, property: field.name),
                     schema)
             }
-            guard appendDefaults(before: field.name), fields.appendInOrder(field.name, state) else { return nil }
+            guard placeDefaults(before: field.name), place(field.name, false, index) else { return nil }
         }
-        guard appendDefaults(before: nil) else { return nil }
-        for (field, _) in defaults where checkValues && field.name != type.primaryKey {
+        guard placeDefaults(before: nil) else { return nil }
+        for field in defaults where checkValues && field.name != type.primaryKey {
             guard let property = type[property: field.name] else { continue }
             try check(field.value, fits: property, QualifiedName(type: type.name, property: field.name), schema)
         }
-        return fields
+        return order
+    }
+
+    /// The common create: of an object that has no record, here or stored, with plain values only (no lists, no
+    /// embedded objects, so no ids to draw), in a schema that never removed or renamed a property or a type. Its
+    /// record is encoded straight from the values, in the order ``newRecordOrder(type:schema:explicit:defaults:)``
+    /// gives, without building it: the bytes ``create(type:key:explicit:defaults:state:)``'s general path would
+    /// store, and a replay or a large import does not spend its time building records and encoding them. Returns
+    /// `false`, changing nothing, when any of that does not hold (the general path then applies the create).
+    private func createNew(
+        type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet
+    ) throws -> Bool {
+        func isPlain(_ field: FieldValue) -> Bool {
+            switch field.value {
+            case .list, .embedded: false
+            default: true
+            }
+        }
+        guard state.schema.propertyRemovals.isEmpty, state.schema.typeRemovals.isEmpty,
+            explicit.allSatisfy(isPlain), defaults.allSatisfy(isPlain),
+            let typeSchema = state.schema[type: type], !typeSchema.isEmbedded
+        else { return false }
+        // A key of the wrong type is refused by the general path, with its error.
+        if let keyProperty = typeSchema.primaryKeyProperty, case .scalar(let keyType) = keyProperty.kind,
+            keyType != key.type
+        {
+            return false
+        }
+        let schema = state.schema
+        let stamp = self.stamp
+        return try state.createEncoded(RecordKey(type: type, primaryKey: key)) {
+            guard let order = try newRecordOrder(type: typeSchema, schema: schema, explicit: explicit, defaults: defaults)
+            else { return nil }
+            return ObjectRecord.encodedNew(order, explicit: explicit, defaults: defaults, stamp: stamp)
+        }
     }
 
     /// The order of two defaults of one field (possible only when the schema's default changed between writers): by

@@ -39,6 +39,48 @@ extension ObjectRecord {
         return writer.bytes
     }
 
+    /// The bytes of a new record, one that exists and has no erasures, whose fields are plain values (no lists, no
+    /// embedded objects), each a register without increments: `fields` in name order, each a position in
+    /// `explicit` (a value written, stamped `stamp`) or in `defaults` (a default, stamped zero). The same bytes as
+    /// ``encoded()`` of that record, written without building it.
+    static func encodedNew(
+        _ fields: [(isDefault: Bool, index: Int)], explicit: [FieldValue], defaults: [FieldValue], stamp: Stamp
+    ) -> [UInt8] {
+        let hasDefaults = fields.contains { $0.isDefault }
+        let hasWritten = fields.contains { !$0.isDefault }
+        // The stamp table, sorted: zero sorts first.
+        var table: [Stamp] = []
+        if hasDefaults { table.append(.zero) }
+        if hasWritten, table.last != stamp { table.append(stamp) }
+        let writtenIndex = table.count - 1
+
+        var writer = BinaryWriter(capacity: 32 + table.count * 16 + fields.count * 24)
+        writer.byte(Self.formatVersion)
+        writer.byte(1)  // exists
+        writer.varint(table.count)
+        for stamp in table {
+            writer.fixed64(stamp.time.rawValue)
+            writer.fixed64(stamp.replica.rawValue)
+        }
+        writer.varint(0)  // erasures
+        var names = NameTable.inline
+        writer.varint(fields.count)
+        explicit.withUnsafeBufferPointer { explicit in
+            defaults.withUnsafeBufferPointer { defaults in
+                for field in fields {
+                    let source = field.isDefault ? defaults : explicit
+                    writer.string(source[field.index].name)
+                    writer.byte(FieldTag.register.rawValue)
+                    writer.byte(StoredTag.scalar.rawValue)
+                    writer.value(source[field.index].value, &names)
+                    writer.varint(field.isDefault ? 0 : writtenIndex)
+                    writer.zigzag(0)
+                }
+            }
+        }
+        return writer.bytes
+    }
+
     private static func collectStamps(_ fields: FieldTable, into stamps: inout StampCollector) {
         fields.forEachField { _, field in
             switch field {

@@ -44,6 +44,46 @@ public struct RecordKey: Hashable, Sendable, Comparable, CustomStringConvertible
     public var description: String { "\(type)[\(primaryKey)]" }
 }
 
+/// A record a working set changed: its key, and its record before and after.
+///
+/// The record after may be known only as its encoding (a new object created with plain values is encoded straight
+/// from them): ``after`` then decodes it, and ``encodedAfter()`` hands the bytes over as they are.
+public struct RecordChange: Sendable {
+    public let key: RecordKey
+    /// The record before (as the working set's source held it), or `nil`.
+    public let before: ObjectRecord?
+    private let builtAfter: ObjectRecord?
+    private let storedAfter: [UInt8]?
+
+    /// A change to `after` (`nil`: the record is removed).
+    public init(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?) {
+        self.key = key
+        self.before = before
+        builtAfter = after
+        storedAfter = nil
+    }
+
+    /// A change to the record encoded as `encodedAfter`.
+    public init(key: RecordKey, before: ObjectRecord?, encodedAfter: [UInt8]) {
+        self.key = key
+        self.before = before
+        builtAfter = nil
+        storedAfter = encodedAfter
+    }
+
+    /// The record after, or `nil` when it is removed.
+    public var after: ObjectRecord? {
+        // Bytes this process encoded from a record's values: they decode.
+        builtAfter ?? storedAfter.flatMap { try? ObjectRecord(decoding: $0) }
+    }
+
+    /// The stored form of the record after, or `nil` when it is removed.
+    public func encodedAfter() -> [UInt8]? { storedAfter ?? builtAfter?.encoded() }
+
+    /// Whether the record after is held as its encoding (for tests).
+    var holdsEncoding: Bool { storedAfter != nil }
+}
+
 /// The records and schema a transaction (or an integration) works on: records are loaded from a
 /// ``RecordSource`` on first use and kept, changed, in memory until the caller writes them back.
 public struct WorkingSet {
@@ -56,9 +96,12 @@ public struct WorkingSet {
     /// A record as loaded and as changed since.
     private struct Entry {
         var key: RecordKey
+        /// The record now; `nil` when there is none, or when it is held as `encoded` until someone reads it.
         var current: ObjectRecord?
         var original: ObjectRecord?
         var changed: Bool
+        /// The record now, as its stored form, when it was made so (``createEncoded(_:_:)``); `current` is then nil.
+        var encoded: [UInt8]? = nil
     }
     /// The entries, in the order they were first used; an entry never moves, so its position stays good.
     private var entries: [Entry] = []
@@ -75,11 +118,9 @@ public struct WorkingSet {
     /// ``source`` then loads them from) and starts over empty, so memory stays in proportion to `threshold`.
     public struct Spill {
         public var threshold: Int
-        public var write: ([(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)]) throws -> Void
+        public var write: ([RecordChange]) throws -> Void
 
-        public init(
-            threshold: Int, write: @escaping ([(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)]) throws -> Void
-        ) {
+        public init(threshold: Int, write: @escaping ([RecordChange]) throws -> Void) {
             self.threshold = max(1, threshold)
             self.write = write
         }
@@ -95,7 +136,32 @@ public struct WorkingSet {
 
     /// The current record of an object.
     public mutating func record(_ key: RecordKey) throws -> ObjectRecord? {
-        entries[try position(of: key)].current
+        let position = try position(of: key)
+        try decodeIfEncoded(position)
+        return entries[position].current
+    }
+
+    /// Turns an entry held as its encoding into its record, for a reader or a writer that needs the record.
+    private mutating func decodeIfEncoded(_ position: Int) throws {
+        guard let encoded = entries[position].encoded else { return }
+        entries[position].current = try ObjectRecord(decoding: encoded)
+        entries[position].encoded = nil
+    }
+
+    /// Sets the record of an object that has none, here or in the source, to the one `encode` returns the stored
+    /// form of; `encode` runs only then, and may return `nil` to leave the record to the caller. Returns whether it
+    /// set the record. The record is decoded only if it is read or changed again in this working set.
+    public mutating func createEncoded(_ key: RecordKey, _ encode: () throws -> [UInt8]?) throws -> Bool {
+        let position = try position(of: key)
+        guard entries[position].current == nil, entries[position].encoded == nil, let bytes = try encode() else {
+            return false
+        }
+        entries[position].encoded = bytes
+        if !entries[position].changed {
+            entries[position].changed = true
+            changedCount += 1
+        }
+        return true
     }
 
     /// Where the entry of an object is, loading its record from the source on first use.
@@ -130,6 +196,7 @@ public struct WorkingSet {
         if let position = positions[key] {
             if !entries[position].changed { changedCount += 1 }
             entries[position].current = record
+            entries[position].encoded = nil
             entries[position].changed = true
             return
         }
@@ -143,6 +210,7 @@ public struct WorkingSet {
     /// the record is not marked changed.
     public mutating func withRecord(_ key: RecordKey, _ body: (inout ObjectRecord?) throws -> Bool) throws {
         let position = try position(of: key)
+        try decodeIfEncoded(position)
         var record = entries[position].current
         entries[position].current = nil
         var changed = false
@@ -160,7 +228,7 @@ public struct WorkingSet {
     public mutating func keys(ofType type: String) throws -> [RecordKey] {
         var keys = Set(try source.loadPrimaryKeys(ofType: type).map { RecordKey(type: type, primaryKey: $0) })
         for entry in entries where entry.key.type == type {
-            if entry.current == nil { keys.remove(entry.key) } else { keys.insert(entry.key) }
+            if entry.current == nil && entry.encoded == nil { keys.remove(entry.key) } else { keys.insert(entry.key) }
         }
         return keys.sorted()
     }
@@ -198,29 +266,35 @@ public struct WorkingSet {
     }
 
     /// The changed records, in key order: each with its record before and after.
-    public var changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)] {
+    public var changes: [RecordChange] {
         let (keys, changed) = changedKeys()
         // The records are copied once, into the result.
         return Self.keyOrder(keys).map { index in
-            let position = changed[index]
-            return (keys[index], entries[position].original, entries[position].current)
+            let entry = entries[changed[index]]
+            if let encoded = entry.encoded { return RecordChange(key: keys[index], before: entry.original, encodedAfter: encoded) }
+            return RecordChange(key: keys[index], before: entry.original, after: entry.current)
         }
     }
 
     /// ``changes``, moved out instead of copied: what a commit or a replay that is done with the working set wants.
     /// Copying a record retains everything it holds, and releases it again when the working set goes; a large
     /// import or replay spent a tenth of its time on that. The working set is left empty, with its schema.
-    public mutating func takeChanges() -> [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)] {
+    public mutating func takeChanges() -> [RecordChange] {
         let (keys, changed) = changedKeys()
-        var taken: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)] = []
+        var taken: [RecordChange] = []
         taken.reserveCapacity(keys.count)
         for index in Self.keyOrder(keys) {
             let position = changed[index]
             var before: ObjectRecord? = nil
-            var after: ObjectRecord? = nil
             swap(&before, &entries[position].original)
+            if let encoded = entries[position].encoded {
+                entries[position].encoded = nil
+                taken.append(RecordChange(key: keys[index], before: before, encodedAfter: encoded))
+                continue
+            }
+            var after: ObjectRecord? = nil
             swap(&after, &entries[position].current)
-            taken.append((keys[index], before, after))
+            taken.append(RecordChange(key: keys[index], before: before, after: after))
         }
         entries = []
         positions = [:]

@@ -159,7 +159,7 @@ public struct ViewStore: Sendable {
     /// - Parameter updatingIndexes: `false` writes the records alone, for a caller that rebuilds the indexes after
     ///   (``rebuildIndexes(ofType:schema:in:)``): a rebuild of the views, whose schema may still change.
     public func write(
-        _ changes: [(key: RecordKey, before: ObjectRecord?, after: ObjectRecord?)], schema: Schema,
+        _ changes: [RecordChange], schema: Schema,
         updatingIndexes: Bool = true, in transaction: WriteTransaction
     ) throws {
         // Changes come sorted by type: look each type and its indexed properties up once.
@@ -169,7 +169,7 @@ public struct ViewStore: Sendable {
             for change in changes.indices {
                 let recordKey = changes[change].key
                 let key = Self.objectKey(type: recordKey.type, primaryKey: recordKey.primaryKey)
-                if let encoded = changes[change].after?.encoded() {
+                if let encoded = changes[change].encodedAfter() {
                     try transaction.put(objects, key: key, value: encoded)
                 } else {
                     try transaction.delete(objects, key: key)
