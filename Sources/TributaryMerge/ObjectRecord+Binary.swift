@@ -46,19 +46,24 @@ extension ObjectRecord {
     static func encodedNew(
         _ fields: [(isDefault: Bool, index: Int)], explicit: [FieldValue], defaults: [FieldValue], stamp: Stamp
     ) -> [UInt8] {
-        let hasDefaults = fields.contains { $0.isDefault }
-        let hasWritten = fields.contains { !$0.isDefault }
-        // The stamp table, sorted: zero sorts first.
-        var table: [Stamp] = []
-        if hasDefaults { table.append(.zero) }
-        if hasWritten, table.last != stamp { table.append(stamp) }
-        let writtenIndex = table.count - 1
+        var hasDefaults = false
+        var hasWritten = false
+        for field in fields {
+            if field.isDefault { hasDefaults = true } else { hasWritten = true }
+        }
+        // The stamp table, sorted: zero, for defaults, sorts first.
+        let writesStamp = hasWritten && !(hasDefaults && stamp == .zero)
+        let writtenIndex = hasDefaults && writesStamp ? 1 : 0
 
-        var writer = BinaryWriter(capacity: 32 + table.count * 16 + fields.count * 24)
+        var writer = BinaryWriter(capacity: 36 + fields.count * 24)
         writer.byte(Self.formatVersion)
         writer.byte(1)  // exists
-        writer.varint(table.count)
-        for stamp in table {
+        writer.varint((hasDefaults ? 1 : 0) + (writesStamp ? 1 : 0))
+        if hasDefaults {
+            writer.fixed64(Stamp.zero.time.rawValue)
+            writer.fixed64(Stamp.zero.replica.rawValue)
+        }
+        if writesStamp {
             writer.fixed64(stamp.time.rawValue)
             writer.fixed64(stamp.replica.rawValue)
         }
