@@ -456,11 +456,13 @@ struct InstructionApplier {
     }
 
     /// The common create: of an object that has no record, here or stored, with plain values only (no lists, no
-    /// embedded objects, so no ids to draw), in a schema that never removed or renamed a property or a type. Its
-    /// record is encoded straight from the values, in the order ``newRecordOrder(type:schema:explicit:defaults:)``
-    /// gives, without building it: the bytes ``create(type:key:explicit:defaults:state:)``'s general path would
-    /// store, and a replay or a large import does not spend its time building records and encoding them. Returns
-    /// `false`, changing nothing, when any of that does not hold (the general path then applies the create).
+    /// embedded objects, so no ids to draw), in a schema that never removed or renamed a property or a type. The
+    /// working set keeps the record as a ``NewRecord`` (the values, in the order
+    /// ``newRecordOrder(type:schema:explicit:defaults:)`` gives): unless something reads or changes it again, it is
+    /// encoded straight from the values, without being built, into the bytes the general path of
+    /// ``create(type:key:explicit:defaults:state:)`` would store; a replay or a large import then does not spend its
+    /// time building records. Returns `false`, changing nothing, when any of that does not hold (the general path
+    /// then applies the create).
     private func createNew(
         type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet
     ) throws -> Bool {
@@ -482,10 +484,10 @@ struct InstructionApplier {
         }
         let schema = state.schema
         let stamp = self.stamp
-        return try state.createEncoded(RecordKey(type: type, primaryKey: key)) {
+        return try state.createNew(RecordKey(type: type, primaryKey: key)) {
             guard let order = try newRecordOrder(type: typeSchema, schema: schema, explicit: explicit, defaults: defaults)
             else { return nil }
-            return ObjectRecord.encodedNew(order, explicit: explicit, defaults: defaults, stamp: stamp)
+            return NewRecord(order: order, explicit: explicit, defaults: defaults, stamp: stamp)
         }
     }
 

@@ -44,10 +44,36 @@ public struct RecordKey: Hashable, Sendable, Comparable, CustomStringConvertible
     public var description: String { "\(type)[\(primaryKey)]" }
 }
 
+/// The record a create makes of an object that has none, with plain values only, before it is built: the create's
+/// values, where each lands (in name order) and the create's stamp. Most such records are never read or changed again
+/// in their working set (a replay, a large import): they are encoded straight from the values, without being built.
+struct NewRecord {
+    /// Each field, in name order: a position in `explicit` (stamped `stamp`) or in `defaults` (stamped zero).
+    let order: [(isDefault: Bool, index: Int)]
+    let explicit: [FieldValue]
+    let defaults: [FieldValue]
+    let stamp: Stamp
+
+    /// The record: one that exists, with a register per field.
+    func built() -> ObjectRecord {
+        var fields = FieldTable()
+        fields.reserveCapacity(order.count)
+        for (isDefault, index) in order {
+            let field = isDefault ? defaults[index] : explicit[index]
+            let register = Register(value: .scalar(field.value), stamp: isDefault ? .zero : stamp)
+            _ = fields.appendInOrder(field.name, .register(register))  // in name order: always appended
+        }
+        return ObjectRecord(exists: true, fields: fields)
+    }
+
+    /// The record's stored form: ``built()``'s `encoded()`, without building it.
+    func encoded() -> [UInt8] { ObjectRecord.encodedNew(order, explicit: explicit, defaults: defaults, stamp: stamp) }
+}
+
 /// A record a working set changed: its key, and its record before and after.
 ///
-/// The record after may be known only as its encoding (a new object created with plain values is encoded straight
-/// from them): ``after`` then decodes it, and ``encodedAfter()`` hands the bytes over as they are.
+/// The record after may be known only as its encoding (a new object created with plain values, encoded straight from
+/// them): ``after`` then decodes it, and ``encodedAfter()`` hands the bytes over as they are.
 public struct RecordChange: Sendable {
     public let key: RecordKey
     /// The record before (as the working set's source held it), or `nil`.
@@ -73,7 +99,7 @@ public struct RecordChange: Sendable {
 
     /// The record after, or `nil` when it is removed.
     public var after: ObjectRecord? {
-        // Bytes this process encoded from a record's values: they decode.
+        // Bytes this process encoded from a record's values (``NewRecord``): they decode.
         builtAfter ?? storedAfter.flatMap { try? ObjectRecord(decoding: $0) }
     }
 
@@ -93,6 +119,11 @@ public struct WorkingSet {
     /// Whether the schema changed.
     public private(set) var schemaChanged = false
 
+    /// The latest create's record, kept as its values until the next create (a write often changes the object it
+    /// has just created, and building the record from its values costs less than decoding its bytes), with the
+    /// position of its entry. Every other record a create made is kept as its bytes until something needs it.
+    private var latestCreate: (position: Int, record: NewRecord)?
+
     /// A record as loaded and as changed since.
     private struct Entry {
         var key: RecordKey
@@ -100,8 +131,9 @@ public struct WorkingSet {
         var current: ObjectRecord?
         var original: ObjectRecord?
         var changed: Bool
-        /// The record now, as its stored form, when it was made so (``createEncoded(_:_:)``); `current` is then nil.
-        var encoded: [UInt8]? = nil
+        /// The record now as its stored form, when a create made it and nothing built it since (``createNew(_:_:)``),
+        /// unless it is the latest create's; `current` is then nil.
+        var unbuilt: [UInt8]? = nil
     }
     /// The entries, in the order they were first used; an entry never moves, so its position stays good.
     private var entries: [Entry] = []
@@ -137,26 +169,42 @@ public struct WorkingSet {
     /// The current record of an object.
     public mutating func record(_ key: RecordKey) throws -> ObjectRecord? {
         let position = try position(of: key)
-        try decodeIfEncoded(position)
+        try buildIfUnbuilt(position)
         return entries[position].current
     }
 
-    /// Turns an entry held as its encoding into its record, for a reader or a writer that needs the record.
-    private mutating func decodeIfEncoded(_ position: Int) throws {
-        guard let encoded = entries[position].encoded else { return }
-        entries[position].current = try ObjectRecord(decoding: encoded)
-        entries[position].encoded = nil
+    /// Builds the record of an entry a create left unbuilt, for a reader or a writer that needs the record.
+    private mutating func buildIfUnbuilt(_ position: Int) throws {
+        if let latestCreate, latestCreate.position == position {
+            entries[position].current = latestCreate.record.built()
+            self.latestCreate = nil
+        } else if let bytes = entries[position].unbuilt {
+            entries[position].current = try ObjectRecord(decoding: bytes)
+            entries[position].unbuilt = nil
+        }
     }
 
-    /// Sets the record of an object that has none, here or in the source, to the one `encode` returns the stored
-    /// form of; `encode` runs only then, and may return `nil` to leave the record to the caller. Returns whether it
-    /// set the record. The record is decoded only if it is read or changed again in this working set.
-    public mutating func createEncoded(_ key: RecordKey, _ encode: () throws -> [UInt8]?) throws -> Bool {
+    /// Whether the entry holds a record a create made and nothing built since.
+    private func isUnbuilt(_ position: Int) -> Bool {
+        entries[position].unbuilt != nil || latestCreate?.position == position
+    }
+
+    /// Keeps the latest create's record as its bytes, like the others.
+    private mutating func encodeLatestCreate() {
+        guard let latestCreate else { return }
+        entries[latestCreate.position].unbuilt = latestCreate.record.encoded()
+        self.latestCreate = nil
+    }
+
+    /// Sets the record of an object that has none, here or in the source, to the one `make` describes; `make` runs
+    /// only then, and may return `nil` to leave the record to the caller. Returns whether it set the record. The
+    /// record is built only if it is read or changed again in this working set; otherwise it is encoded straight from
+    /// the create's values.
+    mutating func createNew(_ key: RecordKey, _ make: () throws -> NewRecord?) throws -> Bool {
         let position = try position(of: key)
-        guard entries[position].current == nil, entries[position].encoded == nil, let bytes = try encode() else {
-            return false
-        }
-        entries[position].encoded = bytes
+        guard entries[position].current == nil, !isUnbuilt(position), let record = try make() else { return false }
+        encodeLatestCreate()
+        latestCreate = (position, record)
         if !entries[position].changed {
             entries[position].changed = true
             changedCount += 1
@@ -196,7 +244,8 @@ public struct WorkingSet {
         if let position = positions[key] {
             if !entries[position].changed { changedCount += 1 }
             entries[position].current = record
-            entries[position].encoded = nil
+            entries[position].unbuilt = nil
+            if latestCreate?.position == position { latestCreate = nil }
             entries[position].changed = true
             return
         }
@@ -210,7 +259,7 @@ public struct WorkingSet {
     /// the record is not marked changed.
     public mutating func withRecord(_ key: RecordKey, _ body: (inout ObjectRecord?) throws -> Bool) throws {
         let position = try position(of: key)
-        try decodeIfEncoded(position)
+        try buildIfUnbuilt(position)
         var record = entries[position].current
         entries[position].current = nil
         var changed = false
@@ -227,8 +276,9 @@ public struct WorkingSet {
     /// Every key of a type: stored ones and ones this working set added.
     public mutating func keys(ofType type: String) throws -> [RecordKey] {
         var keys = Set(try source.loadPrimaryKeys(ofType: type).map { RecordKey(type: type, primaryKey: $0) })
-        for entry in entries where entry.key.type == type {
-            if entry.current == nil && entry.encoded == nil { keys.remove(entry.key) } else { keys.insert(entry.key) }
+        for position in entries.indices where entries[position].key.type == type {
+            let key = entries[position].key
+            if entries[position].current == nil && !isUnbuilt(position) { keys.remove(key) } else { keys.insert(key) }
         }
         return keys.sorted()
     }
@@ -271,7 +321,12 @@ public struct WorkingSet {
         // The records are copied once, into the result.
         return Self.keyOrder(keys).map { index in
             let entry = entries[changed[index]]
-            if let encoded = entry.encoded { return RecordChange(key: keys[index], before: entry.original, encodedAfter: encoded) }
+            if let unbuilt = entry.unbuilt {
+                return RecordChange(key: keys[index], before: entry.original, encodedAfter: unbuilt)
+            }
+            if let latestCreate, latestCreate.position == changed[index] {
+                return RecordChange(key: keys[index], before: entry.original, encodedAfter: latestCreate.record.encoded())
+            }
             return RecordChange(key: keys[index], before: entry.original, after: entry.current)
         }
     }
@@ -280,6 +335,7 @@ public struct WorkingSet {
     /// Copying a record retains everything it holds, and releases it again when the working set goes; a large
     /// import or replay spent a tenth of its time on that. The working set is left empty, with its schema.
     public mutating func takeChanges() -> [RecordChange] {
+        encodeLatestCreate()
         let (keys, changed) = changedKeys()
         var taken: [RecordChange] = []
         taken.reserveCapacity(keys.count)
@@ -287,9 +343,9 @@ public struct WorkingSet {
             let position = changed[index]
             var before: ObjectRecord? = nil
             swap(&before, &entries[position].original)
-            if let encoded = entries[position].encoded {
-                entries[position].encoded = nil
-                taken.append(RecordChange(key: keys[index], before: before, encodedAfter: encoded))
+            if let unbuilt = entries[position].unbuilt {
+                entries[position].unbuilt = nil
+                taken.append(RecordChange(key: keys[index], before: before, encodedAfter: unbuilt))
                 continue
             }
             var after: ObjectRecord? = nil
