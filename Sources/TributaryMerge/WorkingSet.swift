@@ -70,6 +70,54 @@ struct NewRecord {
     func encoded() -> [UInt8] { ObjectRecord.encodedNew(order, explicit: explicit, defaults: defaults, stamp: stamp) }
 }
 
+/// Where the values of a create land in a new record, worked out for one create and kept for the next: valid for a
+/// create of the same type that names the same properties in the same order, while each is still the property it
+/// was (``holds(for:explicit:defaults:)`` checks).
+struct NewRecordPlan {
+    let typeName: String
+    let primaryKey: String?
+    let explicitNames: [String]
+    let defaultNames: [String]
+    /// The position in the type's properties of each name given; `nil` for the primary key and names it lacks.
+    let explicitPositions: [Int?]
+    let defaultPositions: [Int?]
+    let order: [(isDefault: Bool, index: Int)]
+
+    init(type: ObjectSchema, explicit: [FieldValue], defaults: [FieldValue], order: [(isDefault: Bool, index: Int)]) {
+        func position(_ field: FieldValue) -> Int? {
+            field.name == type.primaryKey ? nil : type.position(ofProperty: field.name)
+        }
+        typeName = type.name
+        primaryKey = type.primaryKey
+        explicitNames = explicit.map(\.name)
+        defaultNames = defaults.map(\.name)
+        explicitPositions = explicit.map(position)
+        defaultPositions = defaults.map(position)
+        self.order = order
+    }
+
+    /// Whether the plan holds for a create of `type` with these values: the same type and names (as `String`s, which
+    /// is how they are placed), each still the property it was.
+    func holds(for type: ObjectSchema, explicit: [FieldValue], defaults: [FieldValue]) -> Bool {
+        guard typeName == type.name, primaryKey == type.primaryKey, explicit.count == explicitNames.count,
+            defaults.count == defaultNames.count
+        else { return false }
+        func same(_ fields: [FieldValue], _ names: [String], _ positions: [Int?]) -> Bool {
+            for index in fields.indices {
+                let name = names[index]
+                guard fields[index].name == name else { return false }
+                if let position = positions[index] {
+                    guard position < type.properties.count, type.properties[position].name == name else { return false }
+                } else if name != type.primaryKey && type.position(ofProperty: name) != nil {
+                    return false
+                }
+            }
+            return true
+        }
+        return same(explicit, explicitNames, explicitPositions) && same(defaults, defaultNames, defaultPositions)
+    }
+}
+
 /// A record a working set changed: its key, and its record before and after.
 ///
 /// The record after may be known only as its encoding (a new object created with plain values, encoded straight from
@@ -123,6 +171,8 @@ public struct WorkingSet {
     /// has just created, and building the record from its values costs less than decoding its bytes), with the
     /// position of its entry. Every other record a create made is kept as its bytes until something needs it.
     private var latestCreate: (position: Int, record: NewRecord)?
+    /// The plan of the latest create that made a new record, for the next one.
+    private var newRecordPlan: NewRecordPlan?
 
     /// A record as loaded and as changed since.
     private struct Entry {
@@ -197,12 +247,15 @@ public struct WorkingSet {
     }
 
     /// Sets the record of an object that has none, here or in the source, to the one `make` describes; `make` runs
-    /// only then, and may return `nil` to leave the record to the caller. Returns whether it set the record. The
+    /// only then (given the plan of the latest such create, to use or replace), and may return `nil` to leave the
+    /// record to the caller. Returns whether it set the record. The
     /// record is built only if it is read or changed again in this working set; otherwise it is encoded straight from
     /// the create's values.
-    mutating func createNew(_ key: RecordKey, _ make: () throws -> NewRecord?) throws -> Bool {
+    mutating func createNew(_ key: RecordKey, _ make: (inout NewRecordPlan?) throws -> NewRecord?) throws -> Bool {
         let position = try position(of: key)
-        guard entries[position].current == nil, !isUnbuilt(position), let record = try make() else { return false }
+        guard entries[position].current == nil, !isUnbuilt(position), let record = try make(&newRecordPlan) else {
+            return false
+        }
         encodeLatestCreate()
         latestCreate = (position, record)
         if !entries[position].changed {

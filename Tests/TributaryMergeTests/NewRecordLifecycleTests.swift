@@ -20,8 +20,22 @@ import TributaryTestSupport
                 ])
         ])
 
-    static var generalSchema: Schema {
-        var schema = Self.schema
+    /// The same type with two more properties: `aa`, which sorts between `a` and `b` and moves the properties after
+    /// it, and `d`, which creates name before it exists (and which is then no property).
+    static let widerSchema = Schema(
+        version: 2,
+        types: [
+            ObjectSchema(
+                name: "Item",
+                properties: [
+                    .scalar("_id", .int), .scalar("a", .string, optional: true), .scalar("aa", .int, optional: true),
+                    .scalar("b", .int, default: .int(7)), .scalar("c", .double, optional: true),
+                    .scalar("d", .bool, optional: true),
+                ])
+        ])
+
+    static func general(_ schema: Schema) -> Schema {
+        var schema = schema
         schema.recordRemoval(ofType: "Gone", by: Dot(origin: ReplicaID(rawValue: 77), sequence: 1))
         return schema
     }
@@ -42,19 +56,27 @@ import TributaryTestSupport
     func unbuiltRecordsBehaveAsBuiltOnes(seed: UInt64) throws {
         var generator = SplitMix64(seed: seed)
         var fast = WorkingSet(source: EmptyRecordSource(), schema: Self.schema)
-        var general = WorkingSet(source: EmptyRecordSource(), schema: Self.generalSchema)
+        var general = WorkingSet(source: EmptyRecordSource(), schema: Self.general(Self.schema))
+        var schema = Self.schema
         var fastTaken: [RecordChange] = []
         var generalTaken: [RecordChange] = []
         var encoded = 0
         for sequence in UInt64(1)...200 {
+            // Halfway, the type gains properties: plans of earlier creates must not place values by the old positions.
+            if sequence == 100 {
+                schema = Self.widerSchema
+                fast.setSchema(schema)
+                general.setSchema(Self.general(schema))
+            }
             let key = PrimaryKey.int(Int64(generator.next() % 12))
             let recordKey = RecordKey(type: "Item", primaryKey: key)
-            let instruction: Instruction?
+            var instruction: Instruction?
             switch generator.next() % 6 {
             case 0, 1:
                 var fields: [FieldValue] = []
                 if generator.next() % 2 == 0 { fields.append(FieldValue("a", .string("s\(sequence)"))) }
                 if generator.next() % 2 == 0 { fields.append(FieldValue("c", .double(Double(sequence)))) }
+                if generator.next() % 3 == 0 { fields.append(FieldValue("d", .bool(sequence % 2 == 0))) }
                 let defaults = fields.contains { $0.name == "b" } ? [] : [FieldValue("b", .int(7))]
                 instruction = .create(type: "Item", primaryKey: key, fields: fields, defaults: defaults)
             case 2:
@@ -70,9 +92,15 @@ import TributaryTestSupport
                     fastTaken += fast.takeChanges()
                     generalTaken += general.takeChanges()
                     // Taken changes leave the working sets empty: reload nothing, as a store would not have them.
-                    fast = WorkingSet(source: EmptyRecordSource(), schema: Self.schema)
-                    general = WorkingSet(source: EmptyRecordSource(), schema: Self.generalSchema)
+                    fast = WorkingSet(source: EmptyRecordSource(), schema: schema)
+                    general = WorkingSet(source: EmptyRecordSource(), schema: Self.general(schema))
                 }
+            }
+            // Around the change, two creates that name the same properties, one of them (`d`) added by the change.
+            if sequence == 99 || sequence == 100 {
+                instruction = .create(
+                    type: "Item", primaryKey: .int(Int64(sequence)),
+                    fields: [FieldValue("a", .string("x")), FieldValue("d", .bool(true))], defaults: [])
             }
             if let instruction {
                 try MergeEngine.apply(instruction, index: 0, of: Self.info(sequence), to: &fast)
