@@ -177,7 +177,8 @@ public struct WorkingSet {
     /// A record as loaded and as changed since.
     private struct Entry {
         var key: RecordKey
-        /// The record now; `nil` when there is none, or when it is held as `encoded` until someone reads it.
+        /// The record now; `nil` when there is none, or when a create made it and it is not built yet (`unbuilt`, or
+        /// the latest create's).
         var current: ObjectRecord?
         var original: ObjectRecord?
         var changed: Bool
@@ -248,9 +249,8 @@ public struct WorkingSet {
 
     /// Sets the record of an object that has none, here or in the source, to the one `make` describes; `make` runs
     /// only then (given the plan of the latest such create, to use or replace), and may return `nil` to leave the
-    /// record to the caller. Returns whether it set the record. The
-    /// record is built only if it is read or changed again in this working set; otherwise it is encoded straight from
-    /// the create's values.
+    /// record to the caller. Returns whether it set the record. The record is built only if it is read or changed
+    /// again in this working set; otherwise it is encoded straight from the create's values.
     mutating func createNew(_ key: RecordKey, _ make: (inout NewRecordPlan?) throws -> NewRecord?) throws -> Bool {
         let position = try position(of: key)
         guard entries[position].current == nil, !isUnbuilt(position), let record = try make(&newRecordPlan) else {
