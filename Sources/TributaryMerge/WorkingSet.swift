@@ -200,8 +200,8 @@ public struct WorkingSet {
     /// in memory at once. With one, ``spillIfNeeded()`` hands the changes to `write` (which stores them where the
     /// ``source`` then loads them from) and starts over empty, so memory stays in proportion to `threshold`.
     public struct Spill {
-        public var threshold: Int
-        public var write: ([RecordChange]) throws -> Void
+        public let threshold: Int
+        public let write: ([RecordChange]) throws -> Void
 
         public init(threshold: Int, write: @escaping ([RecordChange]) throws -> Void) {
             self.threshold = max(1, threshold)
