@@ -188,8 +188,8 @@ public struct WorkingSet {
     }
     /// The entries, in the order they were first used; an entry never moves, so its position stays good.
     private var entries: [Entry] = []
-    /// Where each key's entry is. Positions, not entries: growing the table then moves small values.
-    private var positions: [RecordKey: Int] = [:]
+    /// Where each key's entry is.
+    private var positions = PositionTable()
     private var changedCount = 0
     /// Adoptions recorded by changesets applied in this working set, not yet stored.
     public private(set) var adoptions: [Dot: Dot] = [:]
@@ -248,12 +248,15 @@ public struct WorkingSet {
     }
 
     /// Sets the record of an object that has none, here or in the source, to the one `make` describes; `make` runs
-    /// only then (given the plan of the latest such create, to use or replace), and may return `nil` to leave the
-    /// record to the caller. Returns whether it set the record. The record is built only if it is read or changed
-    /// again in this working set; otherwise it is encoded straight from the create's values.
-    mutating func createNew(_ key: RecordKey, _ make: (inout NewRecordPlan?) throws -> NewRecord?) throws -> Bool {
+    /// only then (given the plan of the latest such create, to use or replace, and the schema), and may return `nil`
+    /// to leave the record to the caller. Returns whether it set the record. The record is built only if it is read
+    /// or changed again in this working set; otherwise it is encoded straight from the create's values.
+    mutating func createNew(
+        _ key: RecordKey, _ make: (inout NewRecordPlan?, borrowing Schema) throws -> NewRecord?
+    ) throws -> Bool {
         let position = try position(of: key)
-        guard entries[position].current == nil, !isUnbuilt(position), let record = try make(&newRecordPlan) else {
+        guard entries[position].current == nil, !isUnbuilt(position), let record = try make(&newRecordPlan, schema)
+        else {
             return false
         }
         encodeLatestCreate()
@@ -267,34 +270,28 @@ public struct WorkingSet {
 
     /// Where the entry of an object is, loading its record from the source on first use.
     private mutating func position(of key: RecordKey) throws -> Int {
-        // One probe of the table whether the key is there or not: a new key's slot is claimed as it is looked up.
-        let next = entries.count
-        let position = Self.claim(&positions[key, default: next], next)
-        guard position == next else { return position }
-        do {
-            let record = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
-            entries.append(Entry(key: key, current: record, original: record, changed: false))
-        } catch {
-            positions[key] = nil
-            throw error
-        }
-        return position
+        let hash = key.hashValue
+        if let position = existingPosition(of: key, hash: hash) { return position }
+        let record = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
+        return insert(Entry(key: key, current: record, original: record, changed: false), hash: hash)
     }
 
-    /// The position in `slot`, which holds `next` when the lookup that gave it inserted it.
-    private static func claim(_ slot: inout Int, _ next: Int) -> Int { slot }
+    private func existingPosition(of key: RecordKey, hash: Int) -> Int? {
+        entries.withUnsafeBufferPointer { entries in positions.position(hash: hash) { entries[$0].key == key } }
+    }
 
     @discardableResult
-    private mutating func insert(_ entry: Entry) -> Int {
+    private mutating func insert(_ entry: Entry, hash: Int) -> Int {
         let position = entries.count
-        positions[entry.key] = position
+        positions.insert(hash: hash, position: position)
         entries.append(entry)
         return position
     }
 
     /// Replaces the record of an object (`nil` removes it).
     public mutating func setRecord(_ record: ObjectRecord?, for key: RecordKey) throws {
-        if let position = positions[key] {
+        let hash = key.hashValue
+        if let position = existingPosition(of: key, hash: hash) {
             if !entries[position].changed { changedCount += 1 }
             entries[position].current = record
             entries[position].unbuilt = nil
@@ -303,7 +300,7 @@ public struct WorkingSet {
             return
         }
         let original = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
-        insert(Entry(key: key, current: record, original: original, changed: true))
+        insert(Entry(key: key, current: record, original: original, changed: true), hash: hash)
         changedCount += 1
     }
 
@@ -406,7 +403,7 @@ public struct WorkingSet {
             taken.append(RecordChange(key: keys[index], before: before, after: after))
         }
         entries = []
-        positions = [:]
+        positions.removeAll()
         changedCount = 0
         return taken
     }

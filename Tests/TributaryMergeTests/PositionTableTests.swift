@@ -1,0 +1,56 @@
+import Testing
+@testable import TributaryMerge
+import TributaryModel
+
+/// The working set finds each key's entry through a `PositionTable`. Checked against a dictionary, with hashes drawn
+/// from a few values so that keys share their hash bits (the table must then tell them apart by the key), and with
+/// enough keys to make it grow several times.
+@Suite struct PositionTableTests {
+    /// Keys `0..<count` with hashes from `hashes`: key `k` has `hashes[k % hashes.count]`.
+    static func run(count: Int, hashes: [Int], reserve: Int? = nil) {
+        var table = PositionTable()
+        if let reserve { table.reserveCapacity(reserve) }
+        var keys: [Int] = []  // position -> key, as the working set's entries
+        var expected: [Int: Int] = [:]
+        var generator = SplitMix64(seed: UInt64(count))
+        func hash(_ key: Int) -> Int { hashes[key % hashes.count] }
+        func find(_ key: Int) -> Int? { table.position(hash: hash(key)) { keys[$0] == key } }
+        for _ in 0..<count * 2 {
+            let key = Int(generator.next() % UInt64(count))
+            if let position = find(key) {
+                #expect(expected[key] == position)
+            } else {
+                #expect(expected[key] == nil)
+                let position = keys.count
+                keys.append(key)
+                table.insert(hash: hash(key), position: position)
+                expected[key] = position
+            }
+        }
+        #expect(table.count == expected.count)
+        for key in 0..<count { #expect(find(key) == expected[key]) }
+        #expect(find(count) == nil)
+        table.removeAll()
+        #expect(table.count == 0)
+        #expect(find(0) == nil)
+    }
+
+    @Test func distinctHashes() {
+        var generator = SplitMix64(seed: 11)
+        Self.run(count: 5_000, hashes: (0..<5_000).map { _ in Int(bitPattern: UInt(generator.next())) })
+    }
+
+    @Test func sharedHashBits() {
+        // Equal low 32 bits (what a slot keeps), different high bits: the keys collide in every way the table sees.
+        Self.run(count: 600, hashes: [0x1234_5678, 0x7_1234_5678, -0x1234_5678_0000_0000 | 0x1234_5678])
+        // Hashes whose low bits differ only above the table's mask: the same start slot, different kept bits.
+        Self.run(count: 600, hashes: (0..<8).map { $0 << 20 })
+        Self.run(count: 300, hashes: [0])
+    }
+
+    @Test func reservedCapacity() {
+        var generator = SplitMix64(seed: 12)
+        Self.run(count: 2_000, hashes: (0..<64).map { _ in Int(bitPattern: UInt(generator.next())) }, reserve: 2_000)
+        Self.run(count: 2_000, hashes: (0..<64).map { _ in Int(bitPattern: UInt(generator.next())) }, reserve: 3)
+    }
+}
