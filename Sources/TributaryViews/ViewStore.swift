@@ -164,13 +164,22 @@ public struct ViewStore: Sendable {
     ) throws {
         // Changes come sorted by type: look each type and its indexed properties up once.
         var current: (name: String, type: ObjectSchema?, indexed: [Property])?
+        // A record whose key sorts after every stored one is appended: LMDB then skips the search of the tree and
+        // fills its pages. Changes come in key order, so new objects with growing keys (a rebuild, an import) all
+        // are. `last` is never below the greatest stored key.
+        var last = try transaction.lastKey(objects)
         // Each change is read where it is: iterating would copy it out, retaining and releasing both records.
         try changes.withUnsafeBufferPointer { changes in
             for change in changes.indices {
                 let recordKey = changes[change].key
                 let key = Self.objectKey(type: recordKey.type, primaryKey: recordKey.primaryKey)
                 if let encoded = changes[change].encodedAfter() {
-                    try transaction.put(objects, key: key, value: encoded)
+                    if last.map({ $0.lexicographicallyPrecedes(key) }) ?? true {
+                        try transaction.append(objects, key: key, value: encoded)
+                        last = key
+                    } else {
+                        try transaction.put(objects, key: key, value: encoded)
+                    }
                 } else {
                     try transaction.delete(objects, key: key)
                 }
