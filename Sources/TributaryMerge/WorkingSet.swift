@@ -270,10 +270,19 @@ public struct WorkingSet {
 
     /// Where the entry of an object is, loading its record from the source on first use.
     private mutating func position(of key: RecordKey) throws -> Int {
-        let hash = key.hashValue
+        let hash = Self.tableHash(key)
         if let position = existingPosition(of: key, hash: hash) { return position }
         let record = try source.loadRecord(type: key.type, primaryKey: key.primaryKey)
         return insert(Entry(key: key, current: record, original: record, changed: false), hash: hash)
+    }
+
+    /// The hash `positions` keeps a key under. Integer keys that differ only in their last three bits hash alike but
+    /// for those bits, so their slots are neighbours: creating or reading objects with consecutive keys (a replay, an
+    /// import) reads one cache line of the table per eight objects, not one per object. The rest of the hash is
+    /// `Hasher`'s, seeded per process, so keys still cannot be chosen to collide.
+    static func tableHash(_ key: RecordKey) -> Int {
+        guard case .int(let value) = key.primaryKey else { return key.hashValue }
+        return (value >> 3).hashValue << 3 | Int(value & 7)
     }
 
     private func existingPosition(of key: RecordKey, hash: Int) -> Int? {
@@ -290,7 +299,7 @@ public struct WorkingSet {
 
     /// Replaces the record of an object (`nil` removes it).
     public mutating func setRecord(_ record: ObjectRecord?, for key: RecordKey) throws {
-        let hash = key.hashValue
+        let hash = Self.tableHash(key)
         if let position = existingPosition(of: key, hash: hash) {
             if !entries[position].changed { changedCount += 1 }
             entries[position].current = record

@@ -53,4 +53,18 @@ import TributaryModel
         Self.run(count: 2_000, hashes: (0..<64).map { _ in Int(bitPattern: UInt(generator.next())) }, reserve: 2_000)
         Self.run(count: 2_000, hashes: (0..<64).map { _ in Int(bitPattern: UInt(generator.next())) }, reserve: 3)
     }
+
+    /// Integer keys that differ only in their last three bits get neighbouring slots (what makes consecutive keys
+    /// cheap to look up); keys are still told apart by type and by every other bit.
+    @Test func workingSetHashes() {
+        for group in [Int64.min >> 3, -2, -1, 0, 1, 12_345, Int64.max >> 3] {
+            let hashes = (0..<8).map { WorkingSet.tableHash(RecordKey(type: "Item", primaryKey: .int(group << 3 | $0))) }
+            #expect(Set(hashes.map { $0 >> 3 }).count == 1)
+            #expect(hashes.map { $0 & 7 } == Array(0..<8))
+            #expect(hashes[3] == WorkingSet.tableHash(RecordKey(type: "Other", primaryKey: .int(group << 3 | 3))))
+        }
+        let strings = (0..<100).map { WorkingSet.tableHash(RecordKey(type: "Item", primaryKey: .string("k\($0)"))) }
+        #expect(Set(strings).count == 100)
+        #expect(strings[7] == WorkingSet.tableHash(RecordKey(type: "Item", primaryKey: .string("k7"))))
+    }
 }
