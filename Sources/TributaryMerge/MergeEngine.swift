@@ -472,19 +472,19 @@ struct InstructionApplier {
             default: true
             }
         }
-        guard explicit.allSatisfy(isPlain), defaults.allSatisfy(isPlain) else { return false }
+        guard state.schema.propertyRemovals.isEmpty, state.schema.typeRemovals.isEmpty,
+            explicit.allSatisfy(isPlain), defaults.allSatisfy(isPlain),
+            let typeSchema = state.schema[type: type], !typeSchema.isEmbedded
+        else { return false }
+        // A key of the wrong type is refused by the general path, with its error.
+        if let name = typeSchema.primaryKey, let position = typeSchema.position(ofProperty: name),
+            case .scalar(let keyType) = typeSchema.properties[position].kind, keyType != key.type
+        {
+            return false
+        }
         let stamp = self.stamp
         // The schema is the working set's, lent: copying it for every create retained and released all it holds.
         return try state.createNew(RecordKey(type: type, primaryKey: key)) { plan, schema in
-            guard schema.propertyRemovals.isEmpty, schema.typeRemovals.isEmpty,
-                let typeSchema = schema[type: type], !typeSchema.isEmbedded
-            else { return nil }
-            // A key of the wrong type is refused by the general path, with its error.
-            if let name = typeSchema.primaryKey, let position = typeSchema.position(ofProperty: name),
-                case .scalar(let keyType) = typeSchema.properties[position].kind, keyType != key.type
-            {
-                return nil
-            }
             guard
                 let order = try newRecordOrder(
                     type: typeSchema, schema: schema, explicit: explicit, defaults: defaults, plan: &plan)

@@ -15,7 +15,7 @@ struct PositionTable {
 
     /// Room for `capacity` positions without growing: at most half the slots are used, so probes stay short.
     mutating func reserveCapacity(_ capacity: Int) {
-        if capacity * 2 > slots.count { resize(to: capacity * 2) }
+        if capacity > slots.count / 2 { resize(to: capacity.multipliedReportingOverflow(by: 2).overflow ? .max : capacity * 2) }
     }
 
     /// The position whose key `matches`, among those stored with `hash`.
@@ -51,7 +51,7 @@ struct PositionTable {
 
     private mutating func resize(to minimum: Int) {
         var capacity = 16
-        while capacity < minimum { capacity *= 2 }
+        while capacity < minimum && capacity <= Int.max / 4 { capacity *= 2 }
         var resized = [UInt64](repeating: 0, count: capacity)
         for value in slots where value != 0 { Self.place(value, in: &resized) }
         slots = resized

@@ -278,7 +278,7 @@ public struct WorkingSet {
 
     /// The hash `positions` keeps a key under. Integer keys that differ only in their last three bits hash alike but
     /// for those bits, so their slots are neighbours: creating or reading objects with consecutive keys (a replay, an
-    /// import) reads one cache line of the table per eight objects, not one per object. The rest of the hash is
+    /// import) reads one or two cache lines of the table per eight objects, not one per object. The rest of the hash is
     /// `Hasher`'s, seeded per process, so keys still cannot be chosen to collide.
     static func tableHash(_ key: RecordKey) -> Int {
         guard case .int(let value) = key.primaryKey else { return key.hashValue }

@@ -54,7 +54,7 @@ public struct BinaryWriter: Sendable {
     }
 
     public mutating func string(_ string: String) {
-        // A native string is read where it is; only a bridged or small one is copied first.
+        // A native string (small or not) is read where it is; only a foreign one is copied first.
         if string.utf8.withContiguousStorageIfAvailable({ lengthPrefixed($0) }) != nil { return }
         var string = string
         string.withUTF8 { lengthPrefixed($0) }

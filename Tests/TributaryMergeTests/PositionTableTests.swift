@@ -30,9 +30,14 @@ import TributaryModel
         #expect(table.count == expected.count)
         for key in 0..<count { #expect(find(key) == expected[key]) }
         #expect(find(count) == nil)
+        // Emptied, as a working set empties it after taking its changes, and used again.
         table.removeAll()
         #expect(table.count == 0)
         #expect(find(0) == nil)
+        keys = [count + 1, count + 2]
+        table.insert(hash: hash(count + 1), position: 0)
+        table.insert(hash: hash(count + 2), position: 1)
+        #expect(find(count + 1) == 0 && find(count + 2) == 1 && find(0) == nil)
     }
 
     @Test func distinctHashes() {
