@@ -26,8 +26,13 @@ import TributaryViews
 /// - Warning: Do not open one replica directory for writing from two processes at once. Read-only opens (such as
 ///   `tributary-log`) may run alongside a writer.
 public final class Replica: Sendable {
-    /// The replica format this build writes and reads.
-    public static let formatVersion: UInt8 = 1
+    /// The replica format this build writes and reads (and every earlier one).
+    ///
+    /// - 1: the first.
+    /// - 2: the log's origin index keeps one key per run of an origin's changesets that follow each other in the log
+    ///   (`ChangesetLog.origins`). A build that reads format 1 only would not find the others, so a replica of format
+    ///   1 opened for writing is raised to 2, and such a build then refuses to open it.
+    public static let formatVersion: UInt8 = 2
 
     /// The replica's directory.
     public let directory: String
@@ -245,6 +250,9 @@ public final class Replica: Sendable {
                 .newerFormat,
                 "\(directory) was written in replica format \(format[0]); this build reads format \(formatVersion). "
                     + "Upgrade Tributary to open it")
+        }
+        if format[0] < formatVersion && !configuration.readOnly {
+            try environment.write { txn in try txn.put(identity, key: formatKey, value: [formatVersion]) }
         }
         let id = try checkedIdentityNumber(idBytes, "replica id")
         let replicaID = ReplicaID(rawValue: id)

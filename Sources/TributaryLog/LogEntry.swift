@@ -87,6 +87,15 @@ public struct LogEntry: Hashable, Sendable {
         return writer.bytes
     }
 
+    /// The origin dot in the header of the stored bytes of the entry at `localSequence`, without checking the
+    /// checksum; `nil` when the bytes are too short for a header or say they are another entry.
+    public static func originDot(ofStored bytes: UnsafeRawBufferPointer, localSequence: UInt64) -> Dot? {
+        guard bytes.count >= headerSize, bytes[0] == format else { return nil }
+        func u64(_ offset: Int) -> UInt64 { UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) }
+        guard u64(2) == localSequence else { return nil }
+        return Dot(origin: ReplicaID(rawValue: u64(10)), sequence: u64(18))
+    }
+
     /// Decodes the stored bytes of the entry at `localSequence` and checks its checksum and sequence.
     ///
     /// - Throws: ``LogError`` with `.truncated`, `.unsupportedFormat`, `.checksumMismatch` (naming the entry, its
