@@ -103,7 +103,9 @@ extension Replica {
                         sequences.append(sequence)
                     }
                 }
+                // An adopted changeset is listed under its origin's dot and its relay's: once is enough.
                 sequences.sort()
+                sequences = sequences.enumerated().filter { $0.offset == 0 || sequences[$0.offset - 1] != $0.element }.map(\.element)
                 let context = ZstdContext()
                 var result: [Element] = []
                 for sequence in sequences {

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TributaryCompression
 import TributaryLog
 import TributaryMerge
 public import TributaryModel
@@ -73,11 +74,13 @@ extension Replica {
                 var next: UInt64 = 1
                 while next <= end {
                     let batchEnd = min(end, next + 9_999)
+                    let context = ZstdContext()
                     try copy.environment.write { destination in
                         try log.scan(in: source, from: next, through: batchEnd) { entry in
                             try destination.put(copy.log.entries, key: ChangesetLog.key(entry.localSequence), value: entry.encoded())
-                            try destination.put(
-                                copy.log.origins, key: ChangesetLog.originKey(entry.dot), value: ChangesetLog.key(entry.localSequence))
+                            // Indexed as the log indexes what it appends: relay dots and adoptions included.
+                            let relay = try log.changeset(of: entry, context: context).relay
+                            try copy.log.index(entry.dot, relay: relay, at: entry.localSequence, in: destination)
                             return true
                         }
                     }

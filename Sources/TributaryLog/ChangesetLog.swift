@@ -270,10 +270,18 @@ public struct ChangesetLog: Sendable {
 
     /// The origin dot the header of entry `localSequence` names, or `nil` when the log has no such entry. Reads the
     /// header only: the payload's checksum is checked where the entry is read.
+    ///
+    /// - Throws: ``LogError`` naming the entry when its header is damaged: a run must not end early, quietly, at it.
     private func originDot(ofEntry localSequence: UInt64, in transaction: ReadTransaction) throws -> Dot? {
         try transaction.withValue(entries, key: Self.key(localSequence)) { value in
             guard let value else { return nil }
-            return LogEntry.originDot(ofStored: value, localSequence: localSequence)
+            guard let dot = LogEntry.originDot(ofStored: value, localSequence: localSequence) else {
+                throw LogError(
+                    .truncated, localSequence: localSequence,
+                    "log entry \(localSequence) has a damaged header (\(value.count) bytes): restore this replica from a "
+                        + "peer or a backup")
+            }
+            return dot
         }
     }
 
@@ -320,7 +328,12 @@ public struct ChangesetLog: Sendable {
             while shortest < longest {
                 let middle = shortest + (longest - shortest + 1) / 2
                 let dot = Dot(origin: origin, sequence: key.sequence + middle)
-                if try originDot(ofEntry: key.localSequence + middle, in: transaction) == dot {
+                guard let named = try originDot(ofEntry: key.localSequence + middle, in: transaction) else {
+                    throw LogError(
+                        .missingEntry, localSequence: key.localSequence + middle,
+                        "the log has no entry \(key.localSequence + middle), before its last (\(last))")
+                }
+                if named == dot {
                     shortest = middle
                 } else {
                     longest = middle - 1
@@ -333,6 +346,34 @@ public struct ChangesetLog: Sendable {
             }
         }
         return result
+    }
+
+    /// Records the entry at `localSequence`, written already, in the origin index and the adoptions: what
+    /// ``append(_:encoded:frame:after:in:context:)`` does after writing an entry, for a copy of a log.
+    ///
+    /// The first entry of an origin dot stays its entry: an adopted copy of a changeset the log already holds only
+    /// records the adoption. A changeset whose origin's previous changeset is the entry just before it continues that
+    /// one's run, and gets no key of its own (see ``origins``); every other one does. So every dot without a key
+    /// follows held dots back to a key, at consecutive entries, and no key can later come between them (those dots are
+    /// held): a run's entries are always those of a prefix of the sequences up to the next key.
+    public func index(_ dot: Dot, relay: Dot?, at localSequence: UInt64, in transaction: WriteTransaction) throws {
+        // Counting from an earlier key may land on this very entry (it names the dot) without the entries between
+        // continuing the run: that is not holding it.
+        let held = try self.localSequence(of: dot, in: transaction)
+        if held == nil || held == localSequence {
+            var continuesRun = false
+            if dot.sequence > 0 && localSequence > 1 {
+                let previous = Dot(origin: dot.origin, sequence: dot.sequence - 1)
+                continuesRun = try self.localSequence(of: previous, in: transaction) == localSequence - 1
+            }
+            if !continuesRun {
+                try transaction.put(origins, key: Self.originKey(dot), value: Self.key(localSequence))
+            }
+        }
+        if let relay {
+            try transaction.put(origins, key: Self.originKey(relay), value: Self.key(localSequence))
+            try transaction.put(adoptions, key: Self.originKey(dot), value: Self.originKey(relay))
+        }
     }
 
     /// The local sequence of the log's last entry, 0 when it is empty.
@@ -391,23 +432,7 @@ public struct ChangesetLog: Sendable {
             time: changeset.time, instructionCount: UInt32(clamping: changeset.instructions.count),
             uncompressedLength: length, isCompressed: compressed, previousChain: head.chain, payload: payload)
         try transaction.append(entries, key: Self.key(localSequence), value: entry.encoded())
-        // The first entry of an origin dot stays its entry: an adopted copy of a changeset this replica already
-        // holds only records the adoption. A changeset whose origin's previous one is the entry just before it
-        // continues that one's run, and needs no key (see ``origins``).
-        if try self.localSequence(of: changeset.dot, in: transaction) == nil {
-            let previous = Dot(origin: changeset.origin, sequence: changeset.originSequence &- 1)
-            var continuesRun = false
-            if changeset.originSequence > 0 && localSequence > 1 {
-                continuesRun = try self.localSequence(of: previous, in: transaction) == localSequence - 1
-            }
-            if !continuesRun {
-                try transaction.put(origins, key: Self.originKey(changeset.dot), value: Self.key(localSequence))
-            }
-        }
-        if let relay = changeset.relay {
-            try transaction.put(origins, key: Self.originKey(relay), value: Self.key(localSequence))
-            try transaction.put(adoptions, key: Self.originKey(changeset.dot), value: Self.originKey(relay))
-        }
+        try index(changeset.dot, relay: changeset.relay, at: localSequence, in: transaction)
         head = LogHead(localSequence: localSequence, chain: entry.checksum)
         return entry
     }

@@ -85,7 +85,7 @@ struct OriginIndexTests {
         return model
     }
 
-    static func check(_ model: Model, in environment: Environment, log: ChangesetLog, everyKey: Bool) throws {
+    static func check(_ model: Model, in environment: Environment, log: ChangesetLog, everyKey: Bool?) throws {
         try environment.read { txn in
             var expected = model.first
             for (dot, local) in model.relayDots { expected[dot] = local }
@@ -111,9 +111,9 @@ struct OriginIndexTests {
                 }
             }
             let keys = try log.originCount(in: txn)
-            if everyKey {
+            if everyKey == true {
                 #expect(keys == expected.count)
-            } else {
+            } else if everyKey == false {
                 // Runs share keys: far fewer keys than dots.
                 #expect(keys < expected.count * 2 / 3, "\(keys) keys for \(expected.count) dots")
             }
@@ -129,6 +129,115 @@ struct OriginIndexTests {
         let log = try ChangesetLog(environment: environment)
         let model = try Self.write(count: 600, seed: seed, in: environment, log: log)
         try Self.check(model, in: environment, log: log, everyKey: false)
+    }
+
+    static func open(_ directory: TemporaryDirectory) throws -> (Environment, ChangesetLog) {
+        var configuration = Environment.Configuration()
+        configuration.durability = .noSync
+        let environment = try Environment.open(path: directory.path, configuration: configuration)
+        return (environment, try ChangesetLog(environment: environment))
+    }
+
+    @Test("A log whose first half has a key for every changeset (format 1) and whose second half does not")
+    func denseThenSparse() throws {
+        let directory = TemporaryDirectory()
+        let (environment, log) = try Self.open(directory)
+        let first = try Self.write(count: 200, seed: 5, everyKey: true, in: environment, log: log)
+        // Continue the same origins' sequences, without the extra keys.
+        var model = first
+        let denseKeys = try environment.read { try log.originCount(in: $0) }
+        var head = try environment.read { try log.head(in: $0) }
+        var generator = SplitMix64(seed: 6)
+        try environment.write { txn in
+            for _ in 0..<200 {
+                let origin = Self.origins[Int(generator.next() % 2)]
+                let sequence = model.next[origin, default: 0] + 1
+                model.next[origin] = sequence
+                let changeset = Self.changeset(origin, sequence)
+                model.first[changeset.dot] = head.localSequence + 1
+                try log.append(changeset, after: &head, in: txn)
+                model.written.append(changeset)
+            }
+        }
+        try Self.check(model, in: environment, log: log, everyKey: nil)
+        // Two origins in random alternation: about one key per two changesets.
+        #expect(try environment.read { try log.originCount(in: $0) } - denseKeys < 150)
+    }
+
+    @Test("Gaps: a changeset that arrives after a later one of its origin, and counting that lands on another run")
+    func gaps() throws {
+        let directory = TemporaryDirectory()
+        let (environment, log) = try Self.open(directory)
+        let o = Self.origins[0]
+        let x = Self.origins[1]
+        let r = Self.relay
+        var head = LogHead()
+        // 1 (o,1), 2 (x,1), 3 (o,3), 4 (o,2), 5 (o,4): (o,4) follows (o,3) in sequence but not in the log.
+        // 6 (r,1), 7 and 8 relay copies under (r,2) and (r,3) of (x,2) and (x,3), 9 (r,4): it follows the relay dot
+        // (r,3) at entry 8.
+        let changesets = [
+            Self.changeset(o, 1), Self.changeset(x, 1), Self.changeset(o, 3), Self.changeset(o, 2), Self.changeset(o, 4),
+            Self.changeset(r, 1), Self.changeset(x, 2, relay: Dot(origin: r, sequence: 2)),
+            Self.changeset(x, 3, relay: Dot(origin: r, sequence: 3)), Self.changeset(r, 4),
+        ]
+        try environment.write { txn in for changeset in changesets { try log.append(changeset, after: &head, in: txn) } }
+        try environment.read { txn throws in
+            let expected: [(Dot, UInt64?)] = [
+                (Dot(origin: o, sequence: 1), 1), (Dot(origin: o, sequence: 2), 4), (Dot(origin: o, sequence: 3), 3),
+                (Dot(origin: o, sequence: 4), 5), (Dot(origin: o, sequence: 5), nil), (Dot(origin: x, sequence: 3), 8),
+                (Dot(origin: r, sequence: 3), 8), (Dot(origin: r, sequence: 4), 9), (Dot(origin: r, sequence: 5), nil),
+            ]
+            for (dot, local) in expected { #expect(try log.localSequence(of: dot, in: txn) == local, "\(dot)") }
+            #expect(try log.originEntries(from: o, after: 0, in: txn).map(\.localSequence) == [1, 4, 3, 5])
+            #expect(try log.originEntries(from: o, after: 2, in: txn).map(\.localSequence) == [3, 5])
+            #expect(try log.originEntries(from: r, after: 0, in: txn).map(\.localSequence) == [6, 7, 8, 9])
+            #expect(try log.originEntries(from: r, after: 3, in: txn).map(\.localSequence) == [9])
+        }
+    }
+
+    @Test("A log copied without its relay keys (as copies were before), continued: counting must not stand for a run")
+    func copyWithoutRelayKeys() throws {
+        let directory = TemporaryDirectory()
+        let (environment, log) = try Self.open(directory)
+        let a = Self.origins[0]
+        let r = Self.relay
+        var head = LogHead()
+        // 1 (r,1), 2 (r,2), 3 and 4 relay copies under (r,3) and (r,4) of (a,1) and (a,2); then the relay keys are
+        // dropped, as an old copy of the log lacks them; then 5 (r,5).
+        try environment.write { txn in
+            for changeset in [
+                Self.changeset(r, 1), Self.changeset(r, 2), Self.changeset(a, 1, relay: Dot(origin: r, sequence: 3)),
+                Self.changeset(a, 2, relay: Dot(origin: r, sequence: 4)),
+            ] { try log.append(changeset, after: &head, in: txn) }
+            for sequence: UInt64 in [3, 4] {
+                try txn.delete(log.origins, key: ChangesetLog.originKey(Dot(origin: r, sequence: sequence)))
+            }
+            try log.append(Self.changeset(r, 5), after: &head, in: txn)
+        }
+        try environment.read { txn throws in
+            #expect(try log.localSequence(of: Dot(origin: r, sequence: 5), in: txn) == 5)
+            #expect(try log.originEntries(from: r, after: 4, in: txn).map(\.localSequence) == [5])
+            #expect(try log.originEntries(from: r, after: 0, in: txn).map(\.localSequence) == [1, 2, 5])
+        }
+    }
+
+    @Test("A damaged header inside a run is an error, not the run's end")
+    func damagedHeaderInRun() throws {
+        let directory = TemporaryDirectory()
+        let (environment, log) = try Self.open(directory)
+        let o = Self.origins[0]
+        var head = LogHead()
+        try environment.write { txn in
+            for sequence in 1...20 { try log.append(Self.changeset(o, UInt64(sequence)), after: &head, in: txn) }
+        }
+        #expect(try environment.read { try log.originCount(in: $0) } == 1)
+        // Entry 11 is the first one the search for the run's end reads.
+        try environment.write { try $0.put(log.entries, key: ChangesetLog.key(11), value: [1, 2, 3]) }
+        try environment.read { txn throws in
+            #expect(throws: LogError.self) { try log.originEntries(from: o, after: 0, in: txn) }
+            #expect(throws: LogError.self) { try log.localSequence(of: Dot(origin: o, sequence: 11), in: txn) }
+            #expect(try log.localSequence(of: Dot(origin: o, sequence: 12), in: txn) == 12)
+        }
     }
 
     @Test("A log with a key for every changeset (replica format 1) reads the same")
@@ -180,5 +289,36 @@ struct ReplicaFormatUpgradeTests {
         // The first changeset declares the schema; then ten creates.
         #expect(exported.filter { $0.origin == replica.replicaID }.map(\.originSequence) == Array(1...11))
         #expect(try replica.verify().passed)
+    }
+}
+
+
+/// `replay(through:into:)` copies a log and indexes the copy as the log indexes what it appends: relay dots and
+/// adoptions included, and the first entry of a dot stays its entry. The copy then exports what its source exports.
+@Suite("Copies of a log with relay adoptions")
+struct ReplayCopyIndexTests {
+    @Test func copyExportsWhatItsSourceExports() throws {
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        for round in 0..<3 {
+            for app in 1...2 {
+                try cluster[app].write { _ = try $0.upsert("Task", ["_id": .string("t\(app)"), "title": .string("r\(round)")]) }
+                let uploads = try cluster[app].changesets(
+                    missingFrom: cluster[0].versionVector, origins: [cluster[app].replicaID])
+                try cluster[0].adopt(uploads)
+                try cluster[app].integrate(try cluster[0].changesets(missingFrom: cluster[app].versionVector))
+            }
+            try cluster[0].write { _ = try $0.upsert("Task", ["_id": "relay", "title": .string("r\(round)")]) }
+        }
+        let source = cluster[0]
+        let directory = TemporaryDirectory()
+        let copy = try source.replay(through: .max, into: directory.path)
+        defer { copy.close() }
+        #expect(try copy.changesets(missingFrom: VersionVector()) == source.changesets(missingFrom: VersionVector()))
+        for relaySequence in [UInt64(0), 2, 5] {
+            let vector = VersionVector([(source.replicaID, relaySequence)])
+            #expect(try copy.changesets(missingFrom: vector).map(\.dot) == source.changesets(missingFrom: vector).map(\.dot))
+        }
+        #expect(try copy.recordsDigest() == source.recordsDigest())
+        #expect(try copy.verify().passed)
     }
 }
