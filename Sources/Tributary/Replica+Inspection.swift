@@ -184,7 +184,7 @@ extension Replica {
                 let changeset = try log.changeset(of: entry, context: context)
                 vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
                 batchInstructions += changeset.instructions.count
-                batch.append((changeset, try log.localSequence(of: changeset.dot, in: txn) == entry.localSequence))
+                batch.append((changeset, try log.isFirstEntry(entry, in: txn)))
                 replayed += 1
                 // Bound the batch by instructions too: one changeset may hold thousands.
                 if batch.count >= batchSize || batchInstructions >= 20 * batchSize { try flush() }

@@ -48,7 +48,7 @@ extension Replica {
         let context = ZstdContext()
         try log.scan(in: transaction, through: end) { entry in
             let changeset = try log.changeset(of: entry, context: context)
-            if try log.localSequence(of: changeset.dot, in: transaction) == entry.localSequence {
+            if try log.isFirstEntry(entry, in: transaction) {
                 try MergeEngine.apply(changeset, to: &replayed.working)
             } else if let relay = changeset.relay {
                 // A relay's copy of a changeset this replica wrote earlier: it records the adoption only.

@@ -246,6 +246,21 @@ public struct ChangesetLog: Sendable {
         return candidate
     }
 
+    /// Whether `entry` is its changeset's first entry (a later one is a relay's adopted copy, which records the adoption
+    /// only). What a replay asks of every entry.
+    ///
+    /// - Throws: ``LogError`` naming the entry when the origin index does not hold its changeset at it or before it:
+    ///   the index is damaged, and a replay that went on would leave the changeset out.
+    public func isFirstEntry(_ entry: LogEntry, in transaction: ReadTransaction) throws -> Bool {
+        guard let first = try localSequence(of: entry.dot, in: transaction), first <= entry.localSequence else {
+            throw LogError(
+                .missingEntry, localSequence: entry.localSequence,
+                "the log's origin index does not find changeset \(entry.dot) of entry \(entry.localSequence): the index "
+                    + "is damaged; restore this replica from a peer or a backup")
+        }
+        return first == entry.localSequence
+    }
+
     /// The last key of the origin index at or before `dot`, among its origin's: that key's origin sequence and local
     /// sequence.
     private func indexedKey(

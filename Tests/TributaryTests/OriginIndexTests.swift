@@ -322,3 +322,37 @@ struct ReplayCopyIndexTests {
         #expect(try copy.verify().passed)
     }
 }
+
+
+/// A key missing from the origin index would make a replay leave its changesets out; verify names the damage, and a
+/// rebuild stops instead of building views without them.
+@Suite("A damaged origin index")
+struct DamagedOriginIndexTests {
+    @Test func missingKeyIsReported() throws {
+        let directory = TemporaryDirectory()
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        var replicaID = ReplicaID(rawValue: 0)
+        do {
+            let replica = try Replica.open(directory: directory.path, schema: MergeSemanticsTests.schema, configuration: configuration)
+            for index in 0..<5 { try replica.write { _ = try $0.create("Task", ["_id": .string("a\(index)")]) } }
+            replicaID = replica.replicaID
+            #expect(try replica.verify().passed)
+            replica.close()
+        }
+        do {
+            // The replica's own changesets are one run: its first changeset holds the only key.
+            let environment = try Environment.open(path: directory.path)
+            let log = try ChangesetLog(environment: environment)
+            let deleted = try environment.write { txn in
+                try txn.delete(log.origins, key: ChangesetLog.originKey(Dot(origin: replicaID, sequence: 1)))
+            }
+            #expect(deleted)
+        }
+        let replica = try Replica.open(directory: directory.path, schema: MergeSemanticsTests.schema, configuration: configuration)
+        defer { replica.close() }
+        let report = try replica.verify()
+        #expect(report.firstProblem?.contains("origin index does not find changeset") == true, "\(report)")
+        #expect(throws: (any Error).self) { try replica.rebuildViews() }
+    }
+}
