@@ -202,6 +202,10 @@ extension Replica {
         }
         report.changesetsChecked = replayed
         progress?(replayed, total)
+        if let problem = try firstLookupProblem(in: txn) {
+            report.firstProblem = problem
+            return report
+        }
 
         // 2. Schema and version vector.
         let storedSchema = try views.schema(in: txn) ?? Schema(types: [])

@@ -65,11 +65,35 @@ extension Replica {
     /// Checks the replica: every log entry's checksum and chain, then rebuilds the views by replaying the log and
     /// compares them with the stored views, byte for byte. Runs on a snapshot, alongside writers.
     ///
+    /// A replica of up to 131,072 records is replayed in memory. A larger one is replayed into scratch views in the
+    /// system's temporary directory, in batches (``verify(rebuildingIn:batchSize:progress:)``), so that memory stays
+    /// bounded whatever the replica's size; the scratch directory is removed afterwards. Both find the same problems,
+    /// in the same words.
+    ///
     /// - Parameter progress: called now and then with the number of changesets replayed so far and the total.
     /// - Returns: a report whose ``VerificationReport/firstProblem`` names the first damaged entry or differing
     ///   view, if any.
-    /// - Throws: ``TributaryError`` only when storage cannot be read at all.
+    /// - Throws: ``TributaryError`` when storage cannot be read at all, or a large replica's scratch views cannot be
+    ///   written.
     public func verify(progress: ((Int, Int) -> Void)? = nil) throws -> VerificationReport {
+        try verify(recordsInMemory: Self.rebuildRecordsInMemory, progress: progress)
+    }
+
+    /// ``verify(progress:)``, replaying in memory when the views hold at most `recordsInMemory` records (tests use
+    /// small bounds to check that both ways agree).
+    package func verify(recordsInMemory: Int, progress: ((Int, Int) -> Void)? = nil) throws -> VerificationReport {
+        let records: Int
+        do {
+            records = try environment.read { txn in try txn.count(views.objects) }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+        if records > recordsInMemory {
+            let scratch = FileManager.default.temporaryDirectory
+                .appendingPathComponent("tributary-verify-\(UUID().uuidString)").path
+            defer { try? FileManager.default.removeItem(atPath: scratch) }
+            return try verify(rebuildingIn: scratch, progress: progress)
+        }
         do {
             return try environment.read { txn in try verify(in: txn, progress: progress) }
         } catch {
@@ -94,22 +118,9 @@ extension Replica {
         report.changesetsChecked = replayed.changesets
         progress?(replayed.changesets, total)
 
-        // Lookups by key must find what a scan finds: a damaged branch page sends lookups to the wrong leaf while a
-        // scan, which walks the leaves in order, still sees every entry.
-        let lookedUp: [(Database, String)] = [
-            (log.entries, "a log entry"), (log.origins, "an entry of the log's origin index"),
-            (log.adoptions, "an entry of the log's adoptions"), (views.objects, "an object record"),
-            (views.indexes, "an index entry"),
-        ]
-        for (database, what) in lookedUp {
-            if let key = try Self.firstKeyLookupMisses(database, in: txn) {
-                let name = database.name == views.objects.name ? describe(key: key) : "a \(key.count)-byte key"
-                report.firstProblem =
-                    "the storage file is damaged: \(what) (\(name)) is stored, but a lookup by its key does not find it"
-                    + (database.name == views.objects.name || database.name == views.indexes.name
-                        ? "; rebuildViews() rewrites the views" : "; restore this replica from a peer or a backup")
-                return report
-            }
+        if let problem = try firstLookupProblem(in: txn) {
+            report.firstProblem = problem
+            return report
         }
 
         // Schema and version vector.
@@ -180,21 +191,48 @@ extension Replica {
             expectedIndex.formUnion(
                 ViewStore.indexKeys(change.after, key: change.key, type: type, properties: indexed, schema: schema))
         }
-        var storedIndexCount = 0
+        // In key order, side by side, as the scratch views' comparison walks them (the same problem, in the same words).
+        let expectedSorted = expectedIndex.sorted { $0.lexicographicallyPrecedes($1) }
+        var matched = 0
         try txn.scan(views.indexes) { key, _ in
-            storedIndexCount += 1
-            if !expectedIndex.contains(Array(key)) {
-                problem = "the index holds an entry the log does not produce (\(key.count) bytes)"
+            let have = Array(key)
+            if matched == expectedSorted.count || have.lexicographicallyPrecedes(expectedSorted[matched]) {
+                problem = "the index holds an entry the log does not produce (\(Self.describeIndexKey(have)))"
                 return false
             }
+            if expectedSorted[matched].lexicographicallyPrecedes(have) {
+                problem = "the index lacks an entry the log produces (\(Self.describeIndexKey(expectedSorted[matched])))"
+                return false
+            }
+            matched += 1
             return true
         }
-        report.indexEntriesCompared = storedIndexCount
-        if problem == nil && storedIndexCount != expectedIndex.count {
-            problem = "the index lacks \(expectedIndex.count - storedIndexCount) entries the log produces"
+        report.indexEntriesCompared = matched
+        if problem == nil && matched < expectedSorted.count {
+            problem = "the index lacks an entry the log produces (\(Self.describeIndexKey(expectedSorted[matched])))"
         }
         report.firstProblem = problem
         return report
+    }
+
+    /// What ``firstKeyLookupMisses(_:in:)`` finds in the log's and the views' databases, as a report says it, or `nil`.
+    /// Lookups by key must find what a scan finds: a damaged branch page sends lookups to the wrong leaf while a scan,
+    /// which walks the leaves in order, still sees every entry.
+    func firstLookupProblem(in txn: TributaryStorageReadTransaction) throws -> String? {
+        let lookedUp: [(Database, String)] = [
+            (log.entries, "a log entry"), (log.origins, "an entry of the log's origin index"),
+            (log.adoptions, "an entry of the log's adoptions"), (views.objects, "an object record"),
+            (views.indexes, "an index entry"),
+        ]
+        for (database, what) in lookedUp {
+            if let key = try Self.firstKeyLookupMisses(database, in: txn) {
+                let name = database.name == views.objects.name ? describe(key: key) : "a \(key.count)-byte key"
+                return "the storage file is damaged: \(what) (\(name)) is stored, but a lookup by its key does not find it"
+                    + (database.name == views.objects.name || database.name == views.indexes.name
+                        ? "; rebuildViews() rewrites the views" : "; restore this replica from a peer or a backup")
+            }
+        }
+        return nil
     }
 
     /// The first key of `database` that a scan finds and a lookup by that key does not (or finds with another
