@@ -192,11 +192,11 @@ extension Replica {
             }
             try flush()
         } catch let error as LogError {
-            report.changesetsChecked = Int(error.localSequence) - 1
+            report.changesetsChecked = max(0, Int(error.localSequence) - 1)
             report.firstProblem = error.message
             return report
         } catch let error as MergeError {
-            report.changesetsChecked = replayed
+            report.changesetsChecked = try changesets(before: error, in: txn)
             report.firstProblem = "the log cannot be replayed: \(error)"
             return report
         }

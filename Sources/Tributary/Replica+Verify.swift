@@ -35,7 +35,8 @@ struct ReplayedState {
 }
 
 extension Replica {
-    /// Replays the log (through `end`, or all of it) into memory, checking every entry's checksum and chain.
+    /// Replays the log (through `end`, or all of it) into memory, checking every entry's checksum and chain. Throws
+    /// ``LogError`` at a damaged entry, or one whose changeset the origin index does not find.
     ///
     /// - Parameter working: where to replay into: by default, an empty working set that keeps every record in
     ///   memory; ``rebuildViews()`` passes one that spills into the views it rebuilds.
@@ -91,6 +92,15 @@ extension Replica {
         if records > recordsInMemory {
             let scratch = FileManager.default.temporaryDirectory
                 .appendingPathComponent("tributary-verify-\(UUID().uuidString)").path
+            do {
+                try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+            } catch {
+                throw TributaryError(
+                    .storage,
+                    "verify replays this replica's \(records) records into scratch views on disk, and cannot create "
+                        + "\(scratch): \(error.localizedDescription). Set TMPDIR to a writable directory with room for a "
+                        + "copy of the views, or call verify(rebuildingIn:) with one")
+            }
             defer { try? FileManager.default.removeItem(atPath: scratch) }
             return try verify(rebuildingIn: scratch, progress: progress)
         }
@@ -108,10 +118,11 @@ extension Replica {
         do {
             replayed = try replay(in: txn) { progress?($0, total) }
         } catch let error as LogError {
-            report.changesetsChecked = Int(error.localSequence) - 1
+            report.changesetsChecked = max(0, Int(error.localSequence) - 1)
             report.firstProblem = error.message
             return report
         } catch let error as MergeError {
+            report.changesetsChecked = try changesets(before: error, in: txn)
             report.firstProblem = "the log cannot be replayed: \(error)"
             return report
         }
@@ -179,7 +190,8 @@ extension Replica {
         }
 
         // Index entries.
-        var expectedIndex = Set<[UInt8]>()
+        // Each entry names its object's primary key, so no two records produce the same one: an array, sorted once.
+        var expectedIndex: [[UInt8]] = []
         let schema = replayed.working.schema
         var indexedByType: [String: (ObjectSchema, [Property])] = [:]
         for type in schema.types {
@@ -188,11 +200,12 @@ extension Replica {
         }
         for change in changes {
             guard let (type, indexed) = indexedByType[change.key.type] else { continue }
-            expectedIndex.formUnion(
+            expectedIndex.append(contentsOf:
                 ViewStore.indexKeys(change.after, key: change.key, type: type, properties: indexed, schema: schema))
         }
         // In key order, side by side, as the scratch views' comparison walks them (the same problem, in the same words).
-        let expectedSorted = expectedIndex.sorted { $0.lexicographicallyPrecedes($1) }
+        expectedIndex.sort { $0.lexicographicallyPrecedes($1) }
+        let expectedSorted = expectedIndex
         var matched = 0
         try txn.scan(views.indexes) { key, _ in
             let have = Array(key)
@@ -213,6 +226,12 @@ extension Replica {
         }
         report.firstProblem = problem
         return report
+    }
+
+    /// The number of changesets replayed before the one that failed with `error`, as a report counts them.
+    func changesets(before error: MergeError, in txn: TributaryStorageReadTransaction) throws -> Int {
+        guard let dot = error.dot, let failed = try? log.localSequence(of: dot, in: txn) else { return 0 }
+        return max(0, Int(failed) - 1)
     }
 
     /// What ``firstKeyLookupMisses(_:in:)`` finds in the log's and the views' databases, as a report says it, or `nil`.

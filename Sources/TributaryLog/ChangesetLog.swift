@@ -246,13 +246,14 @@ public struct ChangesetLog: Sendable {
         return candidate
     }
 
-    /// Whether `entry` is its changeset's first entry (a later one is a relay's adopted copy, which records the adoption
-    /// only). What a replay asks of every entry.
+    /// Whether `entry` is the entry the origin index gives for its changeset: its first one (a later one is a relay's
+    /// adopted copy, which records the adoption only). What a replay asks of every entry. (Copies of a log made before
+    /// replica format 2 may index a later copy instead; the replay then applies that one, as it always did there.)
     ///
-    /// - Throws: ``LogError`` naming the entry when the origin index does not hold its changeset at it or before it:
-    ///   the index is damaged, and a replay that went on would leave the changeset out.
+    /// - Throws: ``LogError`` naming the entry when the origin index does not find its changeset at all: the index is
+    ///   damaged, and a replay that went on would leave the changeset out.
     public func isFirstEntry(_ entry: LogEntry, in transaction: ReadTransaction) throws -> Bool {
-        guard let first = try localSequence(of: entry.dot, in: transaction), first <= entry.localSequence else {
+        guard let first = try localSequence(of: entry.dot, in: transaction) else {
             throw LogError(
                 .missingEntry, localSequence: entry.localSequence,
                 "the log's origin index does not find changeset \(entry.dot) of entry \(entry.localSequence): the index "

@@ -74,7 +74,7 @@ struct Verify: ParsableCommand {
         // Called after every 1,000 changesets replayed and 4,096 records compared.
         let trimmer = MappedPageTrimmer(every: 16)
         if inMemory {
-            return try opened.verify { progress.update($0, of: $1) }
+            return try opened.verify(recordsInMemory: .max) { progress.update($0, of: $1) }
         }
         let directory: String
         var created = false
