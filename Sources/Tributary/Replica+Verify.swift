@@ -286,6 +286,14 @@ extension Replica {
     /// ``rebuildViews()``, keeping at most `recordsInMemory` records in memory (tests and the simulator use small
     /// numbers, so that records are written and loaded again often).
     package func rebuildViews(recordsInMemory: Int) throws {
+        try rebuildViews(recordsInMemory: recordsInMemory) { _ in }
+    }
+
+    /// ``rebuildViews(recordsInMemory:)``; `alsoDo` writes in the rebuild's transaction, last, so that it commits with
+    /// the rebuilt views or not at all.
+    func rebuildViews(
+        recordsInMemory: Int, inTheSameTransaction alsoDo: (TributaryStorageWriteTransaction) throws -> Void
+    ) throws {
         do {
             // The new views are written before the old ones' pages can be reused: make room for both up front, so
             // that a full map does not make the whole replay run twice.
@@ -311,6 +319,7 @@ extension Replica {
                     }
                     try views.setSchema(schema, in: txn)
                     try views.setVersionVector(replayed.versionVector, in: txn)
+                    try alsoDo(txn)
                     return (schema, replayed.versionVector)
                 }
                 state.withLock { state in

@@ -31,7 +31,10 @@ public final class Replica: Sendable {
     /// - 1: the first.
     /// - 2: the log's origin index keeps one key per run of an origin's changesets that follow each other in the log
     ///   (`ChangesetLog.origins`). A build that reads format 1 only would not find the others, so a replica of format
-    ///   1 opened for writing is raised to 2, and such a build then refuses to open it.
+    ///   1 opened for writing is raised to 2, and such a build then refuses to open it. And the schema's removals and
+    ///   renames of a property remember the renames onto its name that they saw (`PropertyRemoval.renamesOntoSeen`):
+    ///   a replica of format 1 whose schema holds a rename rebuilds its views from its log when it is raised, so that
+    ///   its removals hold them too.
     public static let formatVersion: UInt8 = 2
 
     /// The replica's directory.
@@ -251,9 +254,8 @@ public final class Replica: Sendable {
                 "\(directory) was written in replica format \(format[0]); this build reads format \(formatVersion). "
                     + "Upgrade Tributary to open it")
         }
-        if format[0] < formatVersion && !configuration.readOnly {
-            try environment.write { txn in try txn.put(identity, key: formatKey, value: [formatVersion]) }
-        }
+        // Raised at the end, with the views when they need upgrading too (`raiseFormat(from:)`).
+        let raisingFormat = format[0] < formatVersion && !configuration.readOnly
         let id = try checkedIdentityNumber(idBytes, "replica id")
         let replicaID = ReplicaID(rawValue: id)
         // A replica written before identity checksums: its id gets one now (the clock gets one at the next commit).
@@ -275,7 +277,35 @@ public final class Replica: Sendable {
         {
             try replica.rebuildViews()
         }
+        if raisingFormat {
+            try replica.raiseFormat(from: format[0])
+        }
         return replica
+    }
+
+    /// Raises a replica of an earlier format, opened for writing, to ``formatVersion``.
+    ///
+    /// From format 1, a schema that holds a rename lacks what format 2 adds to its removals (the renames onto their
+    /// name they saw): the views are rebuilt from the log, and the format raised in the same transaction, so that a
+    /// build that reads format 1 only never finds format-2 bytes in a replica that says format 1, and an interrupted
+    /// rebuild runs again at the next open. A rebuild that fails leaves the stored views as they were (nothing
+    /// committed is lost, and the replica still opens; its removals then lack those lists, as an earlier build wrote
+    /// them): it fails only when the log holds what the merge rules of this build refuse on replay, or when the map
+    /// cannot hold a second copy of the views, and ``verify(progress:)`` names either.
+    func raiseFormat(from stored: UInt8) throws {
+        let raise = { (txn: TributaryStorageWriteTransaction) in
+            try txn.put(self.identity, key: Self.formatKey, value: [Self.formatVersion])
+        }
+        let schema = state.withLock { $0.schema }
+        if stored < 2, schema.propertyRemovals.values.contains(where: { $0.contains { $0.renamedTo != nil } }) {
+            do {
+                try rebuildViews(recordsInMemory: Self.rebuildRecordsInMemory, inTheSameTransaction: raise)
+                return
+            } catch {
+                // Below: raised without the rebuild.
+            }
+        }
+        try environment.write(raise)
     }
 
     /// The replica's state as stored, with the log's head already read.

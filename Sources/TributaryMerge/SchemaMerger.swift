@@ -41,7 +41,9 @@ struct SchemaMerger {
                 into: &schema, partial: true)
         case .removeProperty(let typeName, let name):
             // Remembered even when the property is gone already, so that every replica holds the same removals.
-            let removal = PropertyRemoval(dot: info.dot, removalsSeen: seenRemovals(of: name, in: typeName, schema, causal))
+            let removal = PropertyRemoval(
+                dot: info.dot, removalsSeen: seenRemovals(of: name, in: typeName, schema, causal),
+                renamesOntoSeen: seenRenames(onto: name, in: typeName, schema, causal))
             try refuseDisagreement(with: removal, of: name, in: typeName, schema, causal)
             schema.recordRemoval(removal, of: name, in: typeName)
             try remove(name, of: typeName, schema, in: &state)
@@ -49,13 +51,14 @@ struct SchemaMerger {
         case .renameProperty(let typeName, let from, let to):
             let removal = PropertyRemoval(
                 dot: info.dot, renamedTo: to, removalsOfNewNameSeen: seenRemovals(of: to, in: typeName, schema, causal),
-                removalsSeen: seenRemovals(of: from, in: typeName, schema, causal))
+                removalsSeen: seenRemovals(of: from, in: typeName, schema, causal),
+                renamesOntoSeen: seenRenames(onto: from, in: typeName, schema, causal))
             try refuseDisagreement(with: removal, of: from, in: typeName, schema, causal)
             // Copies of this rename merged already: the same rename (of `from` to `to`) made concurrently on other
-            // replicas, of the same property. This one does not move the property again (the old name may be in use
-            // again, added back after that rename); it can only drop it, below. A removal or rename of `from` that one
-            // of the two saw and the other did not means that they renamed different properties of that name (it was
-            // used again), so they are not copies. Asked before this one is remembered.
+            // replicas, of the same property. This one does not move the property from `from` again (the old name may
+            // be in use again, added back after that rename); it can only move it on or drop it, below. A removal or
+            // rename of `from` that one of the two saw and the other did not means that they renamed different
+            // properties of that name (it was used again), so they are not copies. Asked before this one is remembered.
             let removalsOfFrom = schema.removals(of: from, in: typeName)
             let copies = removalsOfFrom.filter { removal.isCopy(of: $0, among: removalsOfFrom) }
             let repeated = !copies.isEmpty
@@ -66,61 +69,28 @@ struct SchemaMerger {
             // it merges after this rename). Asked after this one is remembered, so that renames made concurrently that
             // lead back to `from` are seen as a cycle, which lands on the same name whichever of them merges last.
             let landing = info.writeTarget(of: to, in: typeName, schema: schema, causal: causal)
-            if repeated, landing == nil {
-                // Copies of one rename land only where every copy would: this one would drop the property (a removal
-                // of its new name that it did not see), so it drops what a copy merged earlier put there, as that
-                // copy would have dropped it merging after this one. Unless the property there is not that copy's:
-                // one of the removals of the name came after the copies (none of them saw it).
-                let landedByCopy = schema.removals(of: to, in: typeName).allSatisfy { later in
-                    copies.contains { $0.removalsOfNewNameSeen.contains(later.dot) }
-                }
-                if landedByCopy {
-                    try remove(to, of: typeName, schema, in: &state)
+            if repeated {
+                // Copies of one rename land only where every copy would. One merged earlier put the property at the
+                // new name; this one would have put it elsewhere, following a removal or rename of the new name that
+                // it did not see (and that copy did). Merged before that copy, this one would have landed first and
+                // the removal or rename would then have taken the property on, and that copy would have done
+                // nothing; so the property goes where this one lands, or is dropped: where it is now, if renames
+                // that saw a copy moved it on since.
+                if let place = Self.place(ofPropertyPlacedBy: copies, at: to, in: typeName, schema), place != landing {
+                    if let landing {
+                        try move(place, to: landing, of: typeName, schema, in: &state, copyOf: (from, to))
+                    } else {
+                        try remove(place, of: typeName, schema, in: &state)
+                    }
                     return
                 }
+                break
             }
-            // A primary key is never renamed: a rename that names one concerned an earlier type of that name.
-            guard !repeated, var type = schema[type: typeName],
-                let index = type.properties.firstIndex(where: { $0.name == from }), from != type.primaryKey
-            else { break }
-            guard let to = landing else {
+            guard let landing else {
                 try remove(from, of: typeName, schema, in: &state)
                 return
             }
-            var renamed = type.properties[index]
-            renamed.name = to
-            let movedStamp = schema.definitionStamps.removeValue(forKey: PropertyName(type: typeName, property: from))
-            type.properties.remove(at: index)
-            if let existing = type.properties.firstIndex(where: { $0.name == to }) {
-                // The new name was added concurrently (a new replica declaring the renamed schema, say). Merged the
-                // other way round, that addition would have merged into the renamed property; so it does here.
-                let added = type.properties[existing]
-                guard Self.holdsTheSame(added, renamed) else {
-                    throw MergeError(
-                        .schemaConflict,
-                        "cannot rename '\(typeName).\(from)' to '\(to)': '\(typeName).\(added)' was added concurrently, "
-                            + "and it does not hold what \(renamed) holds")
-                }
-                // The later definition wins, as it would have when the addition merged after the rename. Two renamed
-                // properties defined by one changeset tie: then the one that describes itself first wins, whichever
-                // rename merged first.
-                if Self.replaces(
-                    renamed, stamped: movedStamp ?? .unknown, added, stamped: schema.definitionStamp(of: to, in: typeName))
-                {
-                    type.properties[existing] = renamed
-                    schema.definitionStamps[PropertyName(type: typeName, property: to)] = movedStamp
-                }
-            } else {
-                type.properties.append(renamed)
-                schema.definitionStamps[PropertyName(type: typeName, property: to)] = movedStamp
-            }
-            type.properties.sort { $0.name < $1.name }
-            schema.upsert(type)
-            state.setSchema(schema)
-            try rewriteFields(of: typeName, in: &state) { fields in
-                guard let moved = fields.removeValue(forKey: from) else { return }
-                fields[to] = fields[to].map { Self.join(moved, $0) } ?? moved
-            }
+            try move(from, to: landing, of: typeName, schema, in: &state)
             return
         case .redefineProperty(let typeName, var property):
             guard info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal),
@@ -158,6 +128,59 @@ struct SchemaMerger {
             throw MergeError(.invalidInstruction, "\(instruction) is not a schema instruction")
         }
         state.setSchema(schema)
+    }
+
+    /// Moves `property` of `typeName` to the name `to`, in `schema` and in every object, and stores the schema in
+    /// `state`: what a rename does (or, with `copyOf`, a late copy of the rename of that old name to that new name).
+    /// When `to` exists already (added, or renamed to, concurrently), the two merge as ``join(_:_:)`` says, and the
+    /// later definition of index and default wins.
+    private func move(
+        _ property: String, to: String, of typeName: String, _ schema: Schema, in state: inout WorkingSet,
+        copyOf rename: (from: String, to: String)? = nil
+    ) throws {
+        var schema = schema
+        // A primary key is never renamed: a rename that names one concerned an earlier type of that name.
+        guard var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == property }),
+            property != type.primaryKey
+        else {
+            state.setSchema(schema)
+            return
+        }
+        var renamed = type.properties[index]
+        renamed.name = to
+        let movedStamp = schema.definitionStamps.removeValue(forKey: PropertyName(type: typeName, property: property))
+        type.properties.remove(at: index)
+        if let existing = type.properties.firstIndex(where: { $0.name == to }) {
+            // The new name was added concurrently (a new replica declaring the renamed schema, say). Merged the
+            // other way round, that addition would have merged into the renamed property; so it does here.
+            let added = type.properties[existing]
+            guard Self.holdsTheSame(added, renamed) else {
+                let what = rename.map { "move '\(typeName).\(property)' on to '\(to)' for a copy of the rename of '\($0.from)' to '\($0.to)'" }
+                throw MergeError(
+                    .schemaConflict,
+                    "cannot \(what ?? "rename '\(typeName).\(property)' to '\(to)'"): '\(typeName).\(added)' was added concurrently, "
+                        + "and it does not hold what \(renamed) holds")
+            }
+            // The later definition wins, as it would have when the addition merged after the rename. Two renamed
+            // properties defined by one changeset tie: then the one that describes itself first wins, whichever
+            // rename merged first.
+            if Self.replaces(
+                renamed, stamped: movedStamp ?? .unknown, added, stamped: schema.definitionStamp(of: to, in: typeName))
+            {
+                type.properties[existing] = renamed
+                schema.definitionStamps[PropertyName(type: typeName, property: to)] = movedStamp
+            }
+        } else {
+            type.properties.append(renamed)
+            schema.definitionStamps[PropertyName(type: typeName, property: to)] = movedStamp
+        }
+        type.properties.sort { $0.name < $1.name }
+        schema.upsert(type)
+        state.setSchema(schema)
+        try rewriteFields(of: typeName, in: &state) { fields in
+            guard let moved = fields.removeValue(forKey: property) else { return }
+            fields[to] = fields[to].map { Self.join(moved, $0) } ?? moved
+        }
     }
 
     /// Removes `property` of `typeName` from `schema` and from every object, and stores the schema in `state`.
@@ -216,6 +239,51 @@ struct SchemaMerger {
     /// already (a changeset applies after its causal past), so every replica computes the same list.
     private func seenRemovals(of property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) -> [Dot] {
         schema.removals(of: property, in: type).map(\.dot).filter { info.covers($0, causal: causal) }
+    }
+
+    /// The renames of other properties of `type` to `property`, recorded so far, that this changeset saw. Every
+    /// rename it saw is recorded already (a changeset applies after its causal past), so every replica computes the
+    /// same list.
+    private func seenRenames(onto property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) -> [Dot] {
+        var dots: Set<Dot> = []
+        for (name, removals) in schema.propertyRemovals where name.type == type {
+            for removal in removals where removal.renamedTo == property && info.covers(removal.dot, causal: causal) {
+                dots.insert(removal.dot)
+            }
+        }
+        return dots.sorted()
+    }
+
+    /// Where the property that `copies` (copies of one rename, merged already) put at `name` is now: there, unless
+    /// removals or renames of the name that none of them saw came since. Those that saw a copy concern that property:
+    /// a rename took it on (and the walk goes on from its new name), a removal dropped it (`nil`). `nil` too when the
+    /// first of those the copies did not see had not seen a copy: the name was then used again, and what is there is
+    /// not the copies' property.
+    static func place(
+        ofPropertyPlacedBy copies: [PropertyRemoval], at name: String, in type: String, _ schema: Schema
+    ) -> String? {
+        var name = name
+        // The renames that brought the property to `name`, and the removals of `name` that they saw.
+        var arrivals = Set(copies.map(\.dot))
+        var seenByArrivals = Set(copies.flatMap(\.removalsOfNewNameSeen))
+        // Bounded: each step follows a rename recorded in the schema.
+        let steps = schema.propertyRemovals.values.reduce(0) { $0 + $1.count }
+        for _ in 0...steps {
+            let removals = schema.removals(of: name, in: type)
+            let seen = removals.filter { seenByArrivals.contains($0.dot) }
+            let unseen = removals.filter { removal in
+                !seenByArrivals.contains(removal.dot) && !seen.contains { removal.isCopy(of: $0, among: removals) }
+            }
+            let first = unseen.filter { removal in !unseen.contains { removal.removalsSeen.contains($0.dot) } }
+            guard !first.isEmpty else { return name }
+            guard first.allSatisfy({ !arrivals.isDisjoint(with: $0.renamesOntoSeen) }),
+                let next = first[0].renamedTo, first.allSatisfy({ $0.renamedTo == next })
+            else { return nil }
+            name = next
+            arrivals = Set(first.map(\.dot))
+            seenByArrivals = Set(first.flatMap(\.removalsOfNewNameSeen))
+        }
+        return nil
     }
 
     /// `type`'s properties as they land, like writes: without those removed since the writer's view, and under their

@@ -55,16 +55,24 @@ extension BinaryWriter {
             varint(removals.count)
             for removal in removals {
                 dot(removal.dot)
+                // Flags: bit 0, a rename (its new name and the removals of it it saw follow); bit 1, renames onto
+                // the name seen (their list ends the entry). Bit 1 only when there are any, so that a schema without
+                // them encodes as it did before they were remembered.
+                let ontoFlag: UInt8 = removal.renamesOntoSeen.isEmpty ? 0 : 2
                 if let renamedTo = removal.renamedTo {
-                    byte(1)
+                    byte(1 | ontoFlag)
                     self.name(renamedTo, &names)
                     varint(removal.removalsOfNewNameSeen.count)
                     for seen in removal.removalsOfNewNameSeen { dot(seen) }
                 } else {
-                    byte(0)
+                    byte(ontoFlag)
                 }
                 varint(removal.removalsSeen.count)
                 for seen in removal.removalsSeen { dot(seen) }
+                if ontoFlag != 0 {
+                    varint(removal.renamesOntoSeen.count)
+                    for seen in removal.renamesOntoSeen { dot(seen) }
+                }
             }
         }
         varint(schema.typeRemovals.count)
@@ -143,14 +151,15 @@ extension BinaryReader {
                 let dot = try dot()
                 let flag = try byte()
                 var removal = PropertyRemoval(dot: dot)
-                switch flag {
-                case 0: break
-                case 1:
+                guard flag & ~3 == 0 else {
+                    throw error(.invalidValue, "bad flags \(flag) for a removal of '\(type).\(property)'")
+                }
+                if flag & 1 != 0 {
                     removal.renamedTo = try name(.inline, "new property name")
                     removal.removalsOfNewNameSeen = try dots("removal of the new name seen by a rename")
-                default: throw error(.invalidValue, "bad rename flag \(flag) for a removal of '\(type).\(property)'")
                 }
                 removal.removalsSeen = try dots("earlier removal seen")
+                if flag & 2 != 0 { removal.renamesOntoSeen = try dots("rename onto the name seen by a removal") }
                 removals.append(removal)
             }
             schema.propertyRemovals[PropertyName(type: type, property: property)] = removals

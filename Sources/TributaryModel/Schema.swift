@@ -225,12 +225,19 @@ public struct PropertyRemoval: Hashable, Comparable, Sendable, CustomStringConve
     /// The earlier removals and renames of the same name that this one saw (sorted): which removals of a name came
     /// after a later addition of it, and so concern another property of that name.
     public var removalsSeen: [Dot]
+    /// The renames of other properties to this name that this one saw (sorted): a removal or rename that saw such a
+    /// rename concerns the property that rename brought here, wherever that rename merged.
+    public var renamesOntoSeen: [Dot]
 
-    public init(dot: Dot, renamedTo: String? = nil, removalsOfNewNameSeen: [Dot] = [], removalsSeen: [Dot] = []) {
+    public init(
+        dot: Dot, renamedTo: String? = nil, removalsOfNewNameSeen: [Dot] = [], removalsSeen: [Dot] = [],
+        renamesOntoSeen: [Dot] = []
+    ) {
         self.dot = dot
         self.renamedTo = renamedTo
         self.removalsOfNewNameSeen = removalsOfNewNameSeen.sorted()
         self.removalsSeen = removalsSeen.sorted()
+        self.renamesOntoSeen = renamesOntoSeen.sorted()
     }
 
     public static func < (lhs: PropertyRemoval, rhs: PropertyRemoval) -> Bool {
@@ -239,7 +246,8 @@ public struct PropertyRemoval: Hashable, Comparable, Sendable, CustomStringConve
         if lhs.removalsOfNewNameSeen != rhs.removalsOfNewNameSeen {
             return lhs.removalsOfNewNameSeen.lexicographicallyPrecedes(rhs.removalsOfNewNameSeen)
         }
-        return lhs.removalsSeen.lexicographicallyPrecedes(rhs.removalsSeen)
+        if lhs.removalsSeen != rhs.removalsSeen { return lhs.removalsSeen.lexicographicallyPrecedes(rhs.removalsSeen) }
+        return lhs.renamesOntoSeen.lexicographicallyPrecedes(rhs.renamesOntoSeen)
     }
 
     public var description: String { renamedTo.map { "renamed to '\($0)' by \(dot)" } ?? "removed by \(dot)" }

@@ -624,9 +624,14 @@ struct AdoptedChangesetCodecTests {
         let first = Dot(origin: ReplicaID(rawValue: 3), sequence: 8)
         let second = Dot(origin: ReplicaID(rawValue: 1), sequence: 40)
         let rename = PropertyRemoval(dot: second, renamedTo: "details", removalsOfNewNameSeen: [first])
+        let third = Dot(origin: ReplicaID(rawValue: 2), sequence: 5)
+        let removalAfterRename = PropertyRemoval(dot: third, removalsSeen: [second], renamesOntoSeen: [second, first])
+        let renameAfterRename = PropertyRemoval(dot: third, renamedTo: "notes", renamesOntoSeen: [second])
         var schema = Schema(version: 2, types: Self.types)
         schema.recordRemoval(PropertyRemoval(dot: first), of: "notes", in: "Task")
         schema.recordRemoval(rename, of: "notes", in: "Task")
+        schema.recordRemoval(removalAfterRename, of: "details", in: "Task")
+        schema.recordRemoval(renameAfterRename, of: "title", in: "Task")
         schema.recordRemoval(ofType: "Tag", by: second)
         schema.recordRemoval(ofType: "Tag", by: first)
         var other = Schema(version: 2, types: Self.types)
@@ -635,12 +640,17 @@ struct AdoptedChangesetCodecTests {
         other.recordRemoval(ofType: "Tag", by: second)
         other.recordRemoval(PropertyRemoval(dot: first), of: "notes", in: "Task")
         other.recordRemoval(PropertyRemoval(dot: first), of: "notes", in: "Task")  // a repeat changes nothing
+        other.recordRemoval(renameAfterRename, of: "title", in: "Task")
+        other.recordRemoval(removalAfterRename, of: "details", in: "Task")
         #expect(other == schema)
         #expect(encode(schema) == encode(other))
         var reader = BinaryReader(encode(schema), subject: "schema")
         let decoded = try reader.schema()
         #expect(decoded == schema)
         #expect(decoded.removals(of: "notes", in: "Task") == [rename, PropertyRemoval(dot: first)])
+        #expect(decoded.removals(of: "details", in: "Task") == [removalAfterRename])
+        #expect(decoded.removals(of: "details", in: "Task").first?.renamesOntoSeen == [second, first].sorted())
+        #expect(decoded.removals(of: "title", in: "Task") == [renameAfterRename])
         #expect(decoded.typeRemovals["Tag"] == [second, first].sorted())
         #expect(decoded.definitionStamps.isEmpty)
         // Every truncation inside the removals is an error, never a trap or a wrong schema. (Cut right after the
@@ -650,6 +660,31 @@ struct AdoptedChangesetCodecTests {
         for length in withoutRemovals.count + 2..<full.count {
             var truncated = BinaryReader(Array(full.prefix(length)), subject: "schema")
             #expect(throws: ChangesetDecodingError.self) { try truncated.schema() }
+        }
+    }
+
+    @Test("A removal that saw no rename onto its name encodes as replica format 1 stored it; unknown flags are refused")
+    func removalFlags() throws {
+        let dot = Dot(origin: ReplicaID(rawValue: 3), sequence: 8)
+        var schema = Schema(version: 2, types: Self.types)
+        schema.recordRemoval(PropertyRemoval(dot: dot), of: "notes", in: "Task")
+        let bytes = encode(schema)
+        // The removal's flags (0), its empty list of removals seen, and the empty list of type removals: nothing of
+        // the renames seen, which only a removal that saw some writes (flag bit 1, and its list after the others).
+        #expect(Array(bytes.suffix(3)) == [0, 0, 0])
+        var withOnto = schema
+        withOnto.recordRemoval(PropertyRemoval(dot: dot, renamesOntoSeen: [dot]), of: "notes", in: "Task")
+        withOnto.propertyRemovals[PropertyName(type: "Task", property: "notes")]?.removeFirst()
+        let ontoBytes = encode(withOnto)
+        #expect(ontoBytes.count == bytes.count + 1 + 9)
+        #expect(ontoBytes[bytes.count - 3] == 2)
+        var flagged = bytes
+        flagged[bytes.count - 3] = 4
+        var reader = BinaryReader(flagged, subject: "schema")
+        #expect {
+            try reader.schema()
+        } throws: { error in
+            String(describing: error).contains("bad flags 4 for a removal of 'Task.notes'")
         }
     }
 
