@@ -26,12 +26,44 @@ struct RenamesOntoSeenTests {
         return (rename, removal)
     }
 
+    static var configuration: Replica.Configuration {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        return configuration
+    }
+
+    /// A replica that ran ``migrate(_:)``, then stored as a build of format 1 stored it: the format byte 1 and the
+    /// schema without the renames its removals saw; `damagingEntry` also flips a byte in that log entry's payload.
+    /// Returns the schema as this build stores it.
+    static func formatOneReplica(in directory: String, damagingEntry: UInt64? = nil) throws -> Schema {
+        let expected: Schema
+        do {
+            let replica = try Replica.open(directory: directory, schema: schema, configuration: configuration)
+            defer { replica.close() }
+            _ = try migrate(replica)
+            expected = replica.schema
+        }
+        let environment = try Environment.open(path: directory)
+        defer { environment.close() }
+        let databases = try environment.openDatabases(["replica", "log"])
+        let views = try ViewStore(environment: environment)
+        try environment.write { txn in
+            try txn.put(databases[0], key: Array("format".utf8), value: [1])
+            try views.setSchema(expected.withoutRenamesOntoSeen, in: txn)
+            if let damagingEntry {
+                let key = withUnsafeBytes(of: damagingEntry.bigEndian) { Array($0) }
+                var entry = try #require(try txn.get(databases[1], key: key))
+                entry[entry.count - 1] ^= 0x40
+                try txn.put(databases[1], key: key, value: entry)
+            }
+        }
+        return expected
+    }
+
     @Test("A removal records the renames onto its name that it saw; the first rename, which saw none, records none")
     func recorded() throws {
         let directory = TemporaryDirectory()
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
+        let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: Self.configuration)
         defer { replica.close() }
         let (rename, removal) = try Self.migrate(replica)
         #expect(replica.schema.removals(of: "b", in: "Task") == [PropertyRemoval(dot: removal, renamesOntoSeen: [rename])])
@@ -42,28 +74,10 @@ struct RenamesOntoSeenTests {
     @Test("A replica of format 1 whose schema lacks them gets them from its log when opened for writing")
     func upgradedFromFormatOne() throws {
         let directory = TemporaryDirectory()
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        let expected: Schema
-        do {
-            let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
-            _ = try Self.migrate(replica)
-            expected = replica.schema
-            replica.close()
-        }
+        let expected = try Self.formatOneReplica(in: directory.path)
         #expect(expected.propertyRemovals.values.contains { $0.contains { !$0.renamesOntoSeen.isEmpty } })
-        // As a build of format 1 stored it: the same schema without the renames seen, and the format byte 1.
         let stripped = expected.withoutRenamesOntoSeen
-        do {
-            let environment = try Environment.open(path: directory.path)
-            let identity = try environment.openDatabases(["replica"])[0]
-            let views = try ViewStore(environment: environment)
-            try environment.write { txn in
-                try txn.put(identity, key: Array("format".utf8), value: [1])
-                try views.setSchema(stripped, in: txn)
-            }
-        }
-        var readOnly = configuration
+        var readOnly = Self.configuration
         readOnly.readOnly = true
         do {
             let replica = try Replica.open(directory: directory.path, configuration: readOnly)
@@ -71,7 +85,7 @@ struct RenamesOntoSeenTests {
             #expect(replica.schema == stripped)
             replica.close()
         }
-        let replica = try Replica.open(directory: directory.path, configuration: configuration)
+        let replica = try Replica.open(directory: directory.path, configuration: Self.configuration)
         defer { replica.close() }
         #expect(try replica.summary().formatVersion == 2)
         #expect(replica.schema == expected)
@@ -81,31 +95,9 @@ struct RenamesOntoSeenTests {
     @Test("A replica of format 1 whose rebuild fails (a damaged log entry) opens with its stored views, raised to format 2")
     func upgradeWhoseRebuildFails() throws {
         let directory = TemporaryDirectory()
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        let stripped: Schema
-        do {
-            let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
-            _ = try Self.migrate(replica)
-            stripped = replica.schema.withoutRenamesOntoSeen
-            replica.close()
-        }
-        // And a flipped byte in the second log entry's payload (the create): the replay stops there, naming it.
-        do {
-            let environment = try Environment.open(path: directory.path)
-            defer { environment.close() }
-            let databases = try environment.openDatabases(["replica", "log"])
-            let views = try ViewStore(environment: environment)
-            let key = withUnsafeBytes(of: UInt64(2).bigEndian) { Array($0) }
-            try environment.write { txn in
-                try txn.put(databases[0], key: Array("format".utf8), value: [1])
-                try views.setSchema(stripped, in: txn)
-                var entry = try #require(try txn.get(databases[1], key: key))
-                entry[entry.count - 1] ^= 0x40
-                try txn.put(databases[1], key: key, value: entry)
-            }
-        }
-        let replica = try Replica.open(directory: directory.path, configuration: configuration)
+        // The second log entry is the create: the replay stops there, naming it.
+        let stripped = try Self.formatOneReplica(in: directory.path, damagingEntry: 2).withoutRenamesOntoSeen
+        let replica = try Replica.open(directory: directory.path, configuration: Self.configuration)
         #expect(replica.schema == stripped)
         #expect(try replica.object("Task", primaryKey: .string("t")) != nil)
         // Nothing committed was lost, and verify names the damage.
