@@ -272,40 +272,54 @@ public final class Replica: Sendable {
         // A replica written before schemas kept definition stamps (rule 8) gets them from its log, once: without them
         // it would order a later definition against its properties differently from a replica that replayed the same
         // log, and verify would find its stored schema different from the replayed one.
-        if !configuration.readOnly && !state.schema.types.isEmpty && state.schema.definitionStamps.isEmpty
-            && state.head.localSequence > 0
-        {
-            try replica.rebuildViews()
-        }
+        let lacksStamps = !configuration.readOnly && !state.schema.types.isEmpty
+            && state.schema.definitionStamps.isEmpty && state.head.localSequence > 0
         if raisingFormat {
-            try replica.raiseFormat(from: format[0])
+            try replica.raiseFormat(from: format[0], rebuilding: lacksStamps)
+        } else if lacksStamps {
+            try replica.rebuildViews()
         }
         return replica
     }
 
-    /// Raises a replica of an earlier format, opened for writing, to ``formatVersion``.
+    /// Raises a replica of an earlier format, opened for writing, to ``formatVersion``, rebuilding its views from its
+    /// log first when `rebuilding` says so or its stored schema needs it.
     ///
     /// From format 1, a schema that holds a rename lacks what format 2 adds to its removals (the renames onto their
-    /// name they saw): the views are rebuilt from the log, and the format raised in the same transaction, so that a
-    /// build that reads format 1 only never finds format-2 bytes in a replica that says format 1, and an interrupted
-    /// rebuild runs again at the next open. A rebuild that fails leaves the stored views as they were (nothing
-    /// committed is lost, and the replica still opens; its removals then lack those lists, as an earlier build wrote
-    /// them): it fails only when the log holds what the merge rules of this build refuse on replay, or when the map
-    /// cannot hold a second copy of the views, and ``verify(progress:)`` names either.
-    func raiseFormat(from stored: UInt8) throws {
+    /// name they saw), so the views are rebuilt. The rebuild and the new format commit in one transaction: a build
+    /// that reads format 1 only never finds format-2 bytes in a replica that says format 1, and an interrupted rebuild
+    /// runs again at the next open. A rebuild that fails for lack of room (a full disk, a map at its maximum size) or
+    /// another storage error fails the open and changes nothing. One that fails on what the log holds (a damaged
+    /// entry, a changeset the merge rules of this build refuse on replay) leaves the stored views as they were and
+    /// raises the format alone: nothing committed is lost and the replica opens, its removals lacking those lists as
+    /// an earlier build wrote them, and ``verify(progress:)`` names the entry at fault.
+    func raiseFormat(from stored: UInt8, rebuilding: Bool) throws {
         let raise = { (txn: TributaryStorageWriteTransaction) in
             try txn.put(self.identity, key: Self.formatKey, value: [Self.formatVersion])
         }
         let schema = state.withLock { $0.schema }
-        if stored < 2, schema.propertyRemovals.values.contains(where: { $0.contains { $0.renamedTo != nil } }) {
+        let lacksRenamesOntoSeen = stored < 2
+            && schema.propertyRemovals.values.contains(where: { $0.contains { $0.renamedTo != nil } })
+        if rebuilding || lacksRenamesOntoSeen {
             do {
                 try rebuildViews(recordsInMemory: Self.rebuildRecordsInMemory, inTheSameTransaction: raise)
                 return
-            } catch {
+            } catch let error as TributaryError where Self.isAboutTheLog(error) {
                 // Below: raised without the rebuild.
             }
         }
         try environment.write(raise)
+    }
+
+    /// Whether `error`, from a replay, is about what the log holds, not about the storage under it.
+    static func isAboutTheLog(_ error: TributaryError) -> Bool {
+        switch error.code {
+        case .corrupted, .schemaConflict, .invalidChangeset, .schemaMismatch, .clockSkew, .missingPredecessor,
+            .invalidValue, .wrongType, .unknownType, .unknownProperty, .missingProperty:
+            return true
+        default:
+            return false
+        }
     }
 
     /// The replica's state as stored, with the log's head already read.

@@ -447,8 +447,10 @@ struct MergeSemanticsTests {
         #expect(cluster[0].schema[type: "Task"]?[property: "title"]?.defaultValue == "one")
     }
 
-    @Test("Rule 8: a replica stored before definition stamps existed gets them from its log when it opens")
-    func replicaWithoutStampsIsRepairedAtOpen() throws {
+    @Test(
+        "Rule 8: a replica stored before definition stamps existed gets them from its log when it opens (format 1 too, raised to 2)",
+        arguments: [Replica.formatVersion, 1])
+    func replicaWithoutStampsIsRepairedAtOpen(storedFormat: UInt8) throws {
         let directory = TemporaryDirectory()
         var configuration = Replica.Configuration()
         configuration.durability = .none
@@ -460,10 +462,14 @@ struct MergeSemanticsTests {
             // Store the schema as a build before stamps stored it.
             var old = replica.schema
             old.definitionStamps = [:]
-            try replica.environment.write { txn in try replica.views.setSchema(old, in: txn) }
+            try replica.environment.write { txn in
+                try replica.views.setSchema(old, in: txn)
+                try txn.put(replica.identity, key: Replica.formatKey, value: [storedFormat])
+            }
             replica.close()
         }
         let reopened = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
+        #expect(try reopened.summary().formatVersion == Replica.formatVersion)
         #expect(reopened.schema.definitionStamp(of: "title", in: "Task").kind == .redefinition)
         #expect(try reopened.verify().passed)
         #expect(try reopened.object("Task", primaryKey: .string("t"))?["title"] == "migrated")

@@ -33,9 +33,12 @@ struct RenamesOntoSeenTests {
     }
 
     /// A replica that ran ``migrate(_:)``, then stored as a build of format 1 stored it: the format byte 1 and the
-    /// schema without the renames its removals saw; `damagingEntry` also flips a byte in that log entry's payload.
-    /// Returns the schema as this build stores it.
-    static func formatOneReplica(in directory: String, damagingEntry: UInt64? = nil) throws -> Schema {
+    /// schema without the renames its removals saw (and, `withoutStamps`, without definition stamps, as a build before
+    /// those stored it); `damagingEntry` also flips a byte in that log entry's payload. Returns the schema as this
+    /// build stores it.
+    static func formatOneReplica(
+        in directory: String, withoutStamps: Bool = false, damagingEntry: UInt64? = nil
+    ) throws -> Schema {
         let expected: Schema
         do {
             let replica = try Replica.open(directory: directory, schema: schema, configuration: configuration)
@@ -49,7 +52,9 @@ struct RenamesOntoSeenTests {
         let views = try ViewStore(environment: environment)
         try environment.write { txn in
             try txn.put(databases[0], key: Array("format".utf8), value: [1])
-            try views.setSchema(expected.withoutRenamesOntoSeen, in: txn)
+            var stored = expected.withoutRenamesOntoSeen
+            if withoutStamps { stored.definitionStamps = [:] }
+            try views.setSchema(stored, in: txn)
             if let damagingEntry {
                 let key = withUnsafeBytes(of: damagingEntry.bigEndian) { Array($0) }
                 var entry = try #require(try txn.get(databases[1], key: key))
@@ -71,12 +76,16 @@ struct RenamesOntoSeenTests {
         #expect(try replica.verify().passed)
     }
 
-    @Test("A replica of format 1 whose schema lacks them gets them from its log when opened for writing")
-    func upgradedFromFormatOne() throws {
+    @Test(
+        "A replica of format 1 whose schema lacks them gets them from its log when opened for writing (and its definition stamps, if it lacks those too)",
+        arguments: [false, true])
+    func upgradedFromFormatOne(withoutStamps: Bool) throws {
         let directory = TemporaryDirectory()
-        let expected = try Self.formatOneReplica(in: directory.path)
+        let expected = try Self.formatOneReplica(in: directory.path, withoutStamps: withoutStamps)
         #expect(expected.propertyRemovals.values.contains { $0.contains { !$0.renamesOntoSeen.isEmpty } })
-        let stripped = expected.withoutRenamesOntoSeen
+        #expect(!expected.definitionStamps.isEmpty)
+        var stripped = expected.withoutRenamesOntoSeen
+        if withoutStamps { stripped.definitionStamps = [:] }
         var readOnly = Self.configuration
         readOnly.readOnly = true
         do {
