@@ -254,7 +254,7 @@ public final class Replica: Sendable {
                 "\(directory) was written in replica format \(format[0]); this build reads format \(formatVersion). "
                     + "Upgrade Tributary to open it")
         }
-        // Raised at the end, with the views when they need upgrading too (`raiseFormat(from:)`).
+        // Raised at the end, with the views when they need upgrading too (`raiseFormat(from:rebuilding:)`).
         let raisingFormat = format[0] < formatVersion && !configuration.readOnly
         let id = try checkedIdentityNumber(idBytes, "replica id")
         let replicaID = ReplicaID(rawValue: id)

@@ -155,11 +155,12 @@ struct SchemaMerger {
             // other way round, that addition would have merged into the renamed property; so it does here.
             let added = type.properties[existing]
             guard Self.holdsTheSame(added, renamed) else {
-                let what = rename.map { "move '\(typeName).\(property)' on to '\(to)' for a copy of the rename of '\($0.from)' to '\($0.to)'" }
+                let what = rename.map {
+                    "move '\(typeName).\(property)' on to '\(to)' for a copy of the rename of '\($0.from)' to '\($0.to)'"
+                } ?? "rename '\(typeName).\(property)' to '\(to)'"
                 throw MergeError(
                     .schemaConflict,
-                    "cannot \(what ?? "rename '\(typeName).\(property)' to '\(to)'"): '\(typeName).\(added)' was added concurrently, "
-                        + "and it does not hold what \(renamed) holds")
+                    "cannot \(what): '\(typeName).\(added)' was added concurrently, and it does not hold what \(renamed) holds")
             }
             // The later definition wins, as it would have when the addition merged after the rename. Two renamed
             // properties defined by one changeset tie: then the one that describes itself first wins, whichever
@@ -269,12 +270,9 @@ struct SchemaMerger {
         // Bounded: each step follows a rename recorded in the schema.
         let steps = schema.propertyRemovals.values.reduce(0) { $0 + $1.count }
         for _ in 0...steps {
-            let removals = schema.removals(of: name, in: type)
-            let seen = removals.filter { seenByArrivals.contains($0.dot) }
-            let unseen = removals.filter { removal in
-                !seenByArrivals.contains(removal.dot) && !seen.contains { removal.isCopy(of: $0, among: removals) }
+            let first = PropertyRemoval.firstUnseen(among: schema.removals(of: name, in: type)) {
+                seenByArrivals.contains($0.dot)
             }
-            let first = unseen.filter { removal in !unseen.contains { removal.removalsSeen.contains($0.dot) } }
             guard !first.isEmpty else { return name }
             guard first.allSatisfy({ !arrivals.isDisjoint(with: $0.renamesOntoSeen) }),
                 let next = first[0].renamedTo, first.allSatisfy({ $0.renamedTo == next })
@@ -450,6 +448,21 @@ struct SchemaMerger {
 }
 
 extension PropertyRemoval {
+    /// Of `removals` (all of one name's), the first of those that a view did not see (`isSeen` says which it saw): the
+    /// unseen ones, less copies of seen ones (the same rename made elsewhere did nothing more), that saw none of the
+    /// other unseen ones. Those that saw one came after a later addition of the name, and concern that property.
+    static func firstUnseen(
+        among removals: [PropertyRemoval], seen isSeen: (PropertyRemoval) -> Bool
+    ) -> [PropertyRemoval] {
+        var seen: [PropertyRemoval] = []
+        var unseen: [PropertyRemoval] = []
+        for removal in removals {
+            if isSeen(removal) { seen.append(removal) } else { unseen.append(removal) }
+        }
+        unseen.removeAll { removal in seen.contains { removal.isCopy(of: $0, among: removals) } }
+        return unseen.filter { removal in !unseen.contains { removal.removalsSeen.contains($0.dot) } }
+    }
+
     /// Whether this rename and `other`, two renames of one name among `removals` (all of that name's), are copies of
     /// one rename, as when one migration runs on several replicas: the same new name, made concurrently (neither saw
     /// the other), of the same property. A removal or rename of the name that one of them saw and the other did not
@@ -503,17 +516,9 @@ extension ChangesetInfo {
         for _ in 0...steps {
             let removals = schema.removals(of: name, in: type)
             guard !removals.isEmpty else { return name }
-            var seen: [PropertyRemoval] = []
-            var unseen: [PropertyRemoval] = []
-            for removal in removals {
-                if viewOfRename.map({ $0.contains(removal.dot) }) ?? covers(removal.dot, causal: causal) {
-                    seen.append(removal)
-                } else {
-                    unseen.append(removal)
-                }
+            let first = PropertyRemoval.firstUnseen(among: removals) { removal in
+                viewOfRename.map { $0.contains(removal.dot) } ?? covers(removal.dot, causal: causal)
             }
-            unseen.removeAll { removal in seen.contains { removal.isCopy(of: $0, among: removals) } }
-            let first = unseen.filter { removal in !unseen.contains { removal.removalsSeen.contains($0.dot) } }
             guard let followed = first.first else { return name }
             guard let next = followed.renamedTo, first.allSatisfy({ $0.renamedTo == next }) else { return nil }
             let dot = first.map(\.dot).min() ?? followed.dot

@@ -670,7 +670,7 @@ struct AdoptedChangesetCodecTests {
         schema.recordRemoval(PropertyRemoval(dot: dot), of: "notes", in: "Task")
         let bytes = encode(schema)
         // The removal's flags (0), its empty list of removals seen, and the empty list of type removals: nothing of
-        // the renames seen, which only a removal that saw some writes (flag bit 1, and its list after the others).
+        // the renames onto its name seen, which only a removal that saw some writes (flag bit 1, then their list).
         #expect(Array(bytes.suffix(3)) == [0, 0, 0])
         var withOnto = schema
         withOnto.recordRemoval(PropertyRemoval(dot: dot, renamesOntoSeen: [dot]), of: "notes", in: "Task")
