@@ -446,7 +446,14 @@ extension Replica {
     }
 
     /// The changeset as this replica adopts it: its relay dot set, and its context restated without its origin's
-    /// entry: the origin's earlier changesets that the rest of the context does not reach become extra dots.
+    /// entry. The origin's previous changeset becomes an extra dot when the rest of the context does not reach it and
+    /// this replica's own sequence does not order it first (another relay adopted it, or none did).
+    ///
+    /// One extra dot is enough, however many changesets the app wrote offline: a replica integrates that previous
+    /// changeset only after everything its own context and extra dot name, so the whole run comes with it; and the
+    /// merge rules count a changeset's earlier ones from the same origin as seen (``ChangesetInfo/covers(_:causal:)``)
+    /// without the extras. Listing every earlier changeset instead made an offline run of k changesets cost O(k²)
+    /// lookups and dots.
     private func adopted(
         _ changeset: Changeset, as relay: Dot, adoptions: [Dot: Dot], txn: TributaryStorageReadTransaction
     ) throws -> Changeset {
@@ -454,15 +461,12 @@ extension Replica {
         result.relay = relay
         result.context = changeset.context.removing(changeset.origin)
         var extras = Set(changeset.contextExtras)
-        var sequence = changeset.originSequence
-        // Walk back through the origin's earlier changesets until one the context already reaches: the rest came
-        // before it. Bounded by the changesets the app wrote since it last downloaded.
-        while sequence > 1 {
-            sequence -= 1
-            let earlier = Dot(origin: changeset.origin, sequence: sequence)
-            let causal = try adoptions[earlier] ?? log.causalDot(ofOrigin: earlier, in: txn) ?? earlier
-            if result.context.includes(causal) { break }
-            extras.insert(causal)
+        if changeset.originSequence > 1 {
+            let previous = Dot(origin: changeset.origin, sequence: changeset.originSequence - 1)
+            let causal = try adoptions[previous] ?? log.causalDot(ofOrigin: previous, in: txn) ?? previous
+            // This replica's own earlier dots come before `relay` in its sequence, which every replica integrates in
+            // order.
+            if causal.origin != relay.origin && !result.context.includes(causal) { extras.insert(causal) }
         }
         result.contextExtras = extras.sorted()
         return result

@@ -178,8 +178,10 @@ public struct Changeset: Hashable, Sendable {
     public var time: HybridTime
     /// What the origin had integrated when it wrote this changeset, by causal dots: its causal context.
     public var context: VersionVector
-    /// Causal dots the context covers besides `context`: the origin's own earlier changesets, adopted by a relay after
-    /// the point `context` reaches. Sorted; empty unless a relay adopted the changeset.
+    /// Causal dots the context covers besides `context`: the causal dot of the origin's previous changeset, when a
+    /// relay adopted this one and neither `context` nor the relay's own sequence orders that one first (changesets
+    /// adopted by earlier builds may list every earlier changeset of the origin). Sorted; empty unless a relay
+    /// adopted the changeset.
     public var contextExtras: [Dot]
     /// The relay's dot, when a relay adopted the changeset into its sequence; `nil` otherwise.
     public var relay: Dot?

@@ -88,10 +88,75 @@ struct RelayTests {
         #expect(report.integrated.count == 5)
         let adopted = try cluster[0].changesets(missingFrom: VersionVector()).filter { $0.origin == cluster[1].replicaID }
         #expect(adopted.map(\.originSequence) == [1, 2, 3, 4, 5, 6])  // its schema changeset, then the five
-        #expect(adopted.last?.contextExtras.count == 4)  // the four before it, adopted after the app last downloaded
+        // The four before it were adopted after the app last downloaded; this relay's own sequence orders them first,
+        // so no extra dot names them.
+        #expect(adopted.allSatisfy { $0.contextExtras.isEmpty })
         try cluster[1].integrate(try cluster[0].changesets(missingFrom: cluster[1].versionVector))
         #expect(try cluster[1].recordsDigest() == cluster[0].recordsDigest())
         #expect(try cluster[1].verify().passed)
+    }
+
+    @Test("A long offline run costs one extra dot per changeset at most, and each relay adopts it in linear work")
+    func longOfflineRunStaysSmall() throws {
+        let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)
+        try sync(cluster, app: 1)
+        let count = 600
+        for index in 0..<count { try cluster[1].write { try $0.create("Person", ["_id": .string("p\(index)")]) } }
+        let before = try cluster[0].logStatistics()
+        try sync(cluster, app: 1)
+        let adopted = try cluster[0].changesets(missingFrom: VersionVector()).filter { $0.origin == cluster[1].replicaID }
+        #expect(adopted.count == count + 1)
+        #expect(adopted.allSatisfy { $0.contextExtras.isEmpty })
+        // About 75 bytes each, encoded. Listing every earlier changeset of the run as an extra dot made them 1.8 MB.
+        let added = try cluster[0].logStatistics().uncompressedBytes - before.uncompressedBytes
+        #expect(added < 150 * count, "the relay's log grew by \(added) bytes for \(count) changesets")
+        #expect(try cluster[1].recordsDigest() == cluster[0].recordsDigest())
+    }
+
+    @Test("An app that moves to another relay mid-run: the second relay names the first's adoption, and peers wait for it")
+    func runAcrossTwoRelays() throws {
+        // 0 and 1 are relays (peers of each other), 2 is a peer of both, 3 is an app.
+        let cluster = try Cluster(4, schema: MergeSemanticsTests.schema)
+        let app = cluster[3]
+        func upload(to relay: Int) throws {
+            try cluster[relay].adopt(try app.changesets(missingFrom: cluster[relay].versionVector, origins: [app.replicaID]))
+        }
+        try upload(to: 0)
+        try app.integrate(try cluster[0].changesets(missingFrom: app.versionVector))
+        // Peer 2 holds what the app last downloaded and relay 1's own first changeset, not the run that follows.
+        try cluster.send(from: 0, to: 2)
+        try cluster.send(from: 1, to: 2)
+        for index in 0..<3 { try app.write { try $0.create("Person", ["_id": .string("a\(index)")]) } }
+        try upload(to: 0)
+        // Relay 1 gets relay 0's log, then the rest of the run, which the app uploads to it.
+        try cluster.send(from: 0, to: 1)
+        for index in 0..<3 { try app.write { try $0.update("Person", primaryKey: .string("a\(index)"), ["name": "moved"]) } }
+        try upload(to: 1)
+        let second = try cluster[1].changesets(missingFrom: cluster[0].versionVector).filter { $0.origin == app.replicaID }
+        #expect(second.count == 3)
+        // The first of them follows a changeset relay 0 adopted: it names that adoption, and only that one.
+        let firstRun = try cluster[0].changesets(missingFrom: VersionVector()).filter { $0.origin == app.replicaID }
+        let lastAtRelay0 = try #require(firstRun.last?.relay)
+        if !second[0].context.includes(lastAtRelay0) { #expect(second[0].contextExtras == [lastAtRelay0]) }
+        #expect(second.dropFirst().allSatisfy { $0.contextExtras.isEmpty })
+
+        // Peer 2 hears from relay 1 first. The second run's context is met; its extra dot is not, so it waits for the
+        // first run (its updates would otherwise find no objects), then both integrate.
+        #expect(cluster[2].versionVector.includes(second[0].context))
+        #expect(cluster[2].versionVector[cluster[1].replicaID] == second[0].causalDot.sequence - 1)
+        let waiting = try cluster[2].integrate(second)
+        #expect(waiting.integrated.isEmpty)
+        #expect(waiting.waiting == 3)
+        try cluster.send(from: 0, to: 2)
+        try cluster.send(from: 1, to: 2)
+        #expect(try cluster[2].pendingDots().isEmpty)
+        try cluster.send(from: 1, to: 0)
+        try app.integrate(try cluster[0].changesets(missingFrom: app.versionVector))
+        for replica in cluster.replicas {
+            #expect(try replica.object("Person", primaryKey: .string("a2"))?["name"] == "moved")
+            #expect(try replica.verify().passed)
+        }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
     }
 
     @Test("Causal metadata per changeset stays bounded with 1,000 writing apps through one relay")
