@@ -50,11 +50,19 @@ extension Replica {
         public var deleteReplicaIfMigrationNeeded: Bool = false
         /// The most reader slots, which bounds concurrently open snapshots across processes. Default: 1,024.
         public var maximumReaders: Int = 1024
+        /// The most bytes a batch given to ``Replica/integrate(encoded:)`` may decode to before its next element (one
+        /// changeset may always come alone, up to the log's limit of 256 MiB). A batch is decoded whole before it is
+        /// applied, and a few kilobytes of zstd frames can claim gigabytes. Default: 256 MiB.
+        public var maximumBatchBytes: Int = 256 << 20
 
         public init() {}
 
+        /// The skew in milliseconds, at most 2^48 (about 8,900 years), so that adding it to a clock reading cannot
+        /// overflow: a skew of `.seconds(.max)` means no bound.
         var maximumClockSkewMilliseconds: UInt64 {
             let (seconds, attoseconds) = maximumClockSkew.components
+            let bound: Int64 = 1 << 48
+            guard seconds < bound / 1000 else { return UInt64(bound) }
             return UInt64(max(0, seconds)) * 1000 + UInt64(max(0, attoseconds) / 1_000_000_000_000_000)
         }
     }

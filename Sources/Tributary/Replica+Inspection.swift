@@ -192,7 +192,7 @@ extension Replica {
             }
             try flush()
         } catch let error as LogError {
-            report.changesetsChecked = max(0, Int(error.localSequence) - 1)
+            report.changesetsChecked = max(0, Int(clamping: error.localSequence) - 1)
             report.firstProblem = error.message
             return report
         } catch let error as MergeError {

@@ -159,7 +159,7 @@ extension Replica {
             return try environment.read { txn in
                 var result: [Changeset] = []
                 try txn.scan(pending) { _, value in
-                    result.append(try PendingChangeset(stored: value).changeset)
+                    result.append(try PendingChangeset(stored: value, limits: log.decodingLimits).changeset)
                     return true
                 }
                 return result
@@ -189,8 +189,13 @@ extension Replica {
     /// returns and a sync layer receives, in either of its forms), like ``integrate(_:)``. The bytes go into the log
     /// as they came, so a changeset is decoded once and never encoded or compressed again.
     ///
+    /// A batch is decoded whole before any of it is applied, so what it decodes to is bounded: past
+    /// ``Configuration/maximumBatchBytes`` in all, the rest of the batch must come in another call. A few kilobytes
+    /// of zstd frames can otherwise claim gigabytes.
+    ///
     /// - Throws: ``TributaryError`` with `.invalidChangeset` naming the first element that does not decompress or
-    ///   decode (nothing is integrated then), or for storage failures.
+    ///   decode, with `.transactionTooLarge` naming the element at which the batch decodes to more than that bound
+    ///   (nothing is integrated then), or for storage failures.
     @discardableResult
     public func integrate(encoded changesets: [[UInt8]]) throws -> IntegrationReport {
         try integrate(adopting: false) {
@@ -198,9 +203,19 @@ extension Replica {
             // to use, and creating a decompression context per call costs more than decompressing a small frame.
             var decoded: [PendingChangeset] = []
             decoded.reserveCapacity(changesets.count)
+            var decodedBytes = 0
             for (index, bytes) in changesets.enumerated() {
+                if index > 0 && decodedBytes > configuration.maximumBatchBytes {
+                    throw TributaryError(
+                        .transactionTooLarge,
+                        "changesets 0-\(index - 1) of a batch of \(changesets.count) decode to \(decodedBytes) bytes, over "
+                            + "the limit of \(configuration.maximumBatchBytes) for one batch (maximumBatchBytes); nothing "
+                            + "was integrated: pass "
+                            + "changesets 0-\(index - 1) in one call and the rest in others")
+                }
                 do {
                     let received = try log.received(bytes, context: compressionContext)
+                    decodedBytes += received.encoded.count
                     decoded.append(
                         PendingChangeset(
                             changeset: received.changeset, adopt: false, encoded: received.encoded, frame: received.frame))
@@ -361,6 +376,15 @@ extension Replica {
                     // log records the adoption; the changeset is not applied twice.
                     if let relay = changeset.relay { working.recordAdoption(of: changeset.dot, as: relay) }
                 } else {
+                    // A key no local write could store is refused here, by the changeset, rather than failing the
+                    // storage transaction of every batch that brings it.
+                    for (index, instruction) in changeset.instructions.enumerated() {
+                        if let object = instruction.object,
+                            let problem = KeyEncoding.problem(storing: object.primaryKey, of: object.type)
+                        {
+                            throw MergeError(.invalidInstruction, problem, dot: changeset.dot, instructionIndex: index)
+                        }
+                    }
                     try MergeEngine.apply(changeset, to: &working)
                 }
                 try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
@@ -429,7 +453,7 @@ extension Replica {
         var area = PendingArea(generation: generation)
         // In descending key order, so that each lane's changesets are appended, not inserted at the front.
         try txn.scan(pending, reverse: true) { _, value in
-            if let entry = try? PendingChangeset(stored: value) { area.insert(entry) }
+            if let entry = try? PendingChangeset(stored: value, limits: log.decodingLimits) { area.insert(entry) }
             return true
         }
         return area
@@ -564,12 +588,13 @@ struct PendingChangeset: Sendable {
     /// As the pending database stores it: one byte (1 to adopt, 0 to integrate), then the encoded changeset.
     var stored: [UInt8] { [adopt ? 1 : 0] + (encoded ?? ChangesetCodec.encode(changeset)) }
 
-    init(stored value: UnsafeRawBufferPointer) throws {
+    /// Decodes a stored entry under `limits`: the log's, which the changeset was accepted under.
+    init(stored value: UnsafeRawBufferPointer, limits: DecodingLimits) throws {
         guard let marker = value.first, marker <= 1 else {
             throw ChangesetDecodingError(.invalidValue, "pending entry starts with \(value.first.map { "\($0)" } ?? "nothing"), not 0 or 1", offset: 0)
         }
         let bytes = Array(value.dropFirst())
-        self.init(changeset: try ChangesetCodec.decode(bytes), adopt: marker == 1, encoded: bytes)
+        self.init(changeset: try ChangesetCodec.decode(bytes, limits: limits), adopt: marker == 1, encoded: bytes)
     }
 }
 

@@ -118,7 +118,7 @@ extension Replica {
         do {
             replayed = try replay(in: txn) { progress?($0, total) }
         } catch let error as LogError {
-            report.changesetsChecked = max(0, Int(error.localSequence) - 1)
+            report.changesetsChecked = max(0, Int(clamping: error.localSequence) - 1)
             report.firstProblem = error.message
             return report
         } catch let error as MergeError {

@@ -423,6 +423,13 @@ public final class Replica: Sendable {
             try environment.write { storage in
                 if outcome == nil {
                     start = try freshState(start, in: storage)
+                    // Only a damaged stored vector counts this many; the next dot would not fit.
+                    guard start.versionVector[replicaID] < .max else {
+                        throw TributaryError(
+                            .corrupted,
+                            "replica \(directory): its stored version vector counts \(UInt64.max) changesets of its own, "
+                                + "so no write can follow; the views are damaged (rebuild them from the log)")
+                    }
                     let transaction = Transaction(replica: self, storage: storage, state: start, author: author)
                     defer { transaction.invalidate() }
                     let result = try body(transaction)

@@ -221,11 +221,7 @@ public final class Transaction: ObjectReading {
             throw TributaryError(
                 .wrongType, "primary key '\(type).\(keyName)' is \(keyProperty.typeDescription), got \(keyValue.kindName) \(keyValue)")
         }
-        if case .string(let string) = key, string.utf8.count > KeyEncoding.maximumPrimaryKeyBytes {
-            throw TributaryError(
-                .invalidValue,
-                "primary key of \(type) is \(string.utf8.count) bytes long; the limit is \(KeyEncoding.maximumPrimaryKeyBytes)")
-        }
+        if let problem = KeyEncoding.problem(storing: key, of: type) { throw TributaryError(.invalidValue, problem) }
         return (objectType, key)
     }
 

@@ -18,7 +18,7 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
             case notAReplica, newerFormat, migrationRequired, schemaMismatch, unknownType, unknownProperty
             case wrongType, missingProperty, duplicatePrimaryKey, objectNotFound, invalidPath, invalidValue
             case schemaConflict, invalidChangeset, corrupted, diskFull, mapFull, storage, clockSkew, closed
-            case transactionTooLarge, readOnly, migrationFailed, missingPredecessor, invalidQuery
+            case transactionTooLarge, readOnly, migrationFailed, missingPredecessor, invalidQuery, nestedWrite
         }
         private var wrapped: Wrapped
         /// The directory does not hold a Tributary replica, or its files are damaged beyond opening.
@@ -72,6 +72,9 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
         public static var missingPredecessor: Self { Self(wrapped: .missingPredecessor) }
         /// A query could not be parsed or does not fit the schema.
         public static var invalidQuery: Self { Self(wrapped: .invalidQuery) }
+        /// A write (or an integration, or a rebuild) was started inside a write on the same replica and thread, where
+        /// it would wait for itself; do the work in the outer transaction instead.
+        public static var nestedWrite: Self { Self(wrapped: .nestedWrite) }
         public var description: String { "\(wrapped)" }
     }
 

@@ -22,11 +22,16 @@ final class WriteLock: Sendable {
         #endif
     }
 
+    /// - Throws: ``TributaryError/Code/nestedWrite`` when the calling thread holds the lock already; else what
+    ///   `body` throws.
     func withLock<T>(_ body: () throws -> T) throws -> T {
         let me = Self.currentThread()
-        precondition(
-            owner.load(ordering: .relaxed) != me,
-            "write(_:) called inside write(_:) on the same replica: nest the work in the outer transaction instead")
+        guard owner.load(ordering: .relaxed) != me else {
+            throw TributaryError(
+                .nestedWrite,
+                "a write, integration or rebuild was started inside a write on the same replica and thread, where it "
+                    + "would wait for itself: do the work in the outer transaction instead")
+        }
         return try mutex.withLock { _ in
             owner.store(me, ordering: .relaxed)
             defer { owner.store(0, ordering: .relaxed) }

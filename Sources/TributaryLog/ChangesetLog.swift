@@ -334,6 +334,13 @@ public struct ChangesetLog: Sendable {
         var result: [(dot: Dot, localSequence: UInt64)] = []
         for index in keys.indices {
             let key = keys[index]
+            // A damaged page could list keys out of order; the arithmetic below needs them ascending.
+            if index + 1 < keys.count, keys[index + 1].sequence <= key.sequence {
+                throw LogError(
+                    .sequenceMismatch, localSequence: keys[index + 1].localSequence,
+                    "the origin index of \(origin) lists sequence \(keys[index + 1].sequence) after \(key.sequence): "
+                        + "the index is damaged")
+            }
             // The run goes on while each next entry names the next dot, up to the next key and the log's end. Its
             // entries are those of a prefix of that range (each one continues the one before), so the end is found
             // by bisection, reading a few headers.
@@ -422,6 +429,12 @@ public struct ChangesetLog: Sendable {
         _ changeset: Changeset, encoded: [UInt8]? = nil, frame: [UInt8]? = nil, after head: inout LogHead,
         in transaction: WriteTransaction, context: ZstdContext? = nil
     ) throws -> LogEntry {
+        guard head.localSequence < .max else {
+            throw LogError(
+                .sequenceMismatch, localSequence: head.localSequence,
+                "the log's last entry has local sequence \(head.localSequence), the largest there is: no entry can follow "
+                    + "it (the log is damaged)")
+        }
         let bytes = encoded ?? ChangesetCodec.encode(changeset)
         let localSequence = head.localSequence + 1
         guard bytes.count <= maximumChangesetBytes, let length = UInt32(exactly: bytes.count) else {

@@ -84,6 +84,14 @@ extension ObjectRecord {
         return result
     }
 
+    /// Whether `wanted` (positions in a type's properties, or `nil` for all) asks for `position`; positions past its
+    /// end are not wanted.
+    @inline(__always)
+    static func isWanted(_ position: Int, in wanted: [Bool]?) -> Bool {
+        guard let wanted else { return true }
+        return position < wanted.count && wanted[position]
+    }
+
     /// Reads an object's values from its stored bytes, by position in `type.properties`: the form that builds no
     /// dictionary. Returns `nil` for a tombstone. Positions `wanted` leaves out, and the primary key's, hold
     /// ``Value/null``; the others hold what ``values(of:in:)`` would give for them.
@@ -117,7 +125,7 @@ extension ObjectRecord {
         values.reserveCapacity(properties.count)
         // By index, reading single fields: iterating the properties would copy each one.
         for position in properties.indices {
-            let decoded = position != keyPosition && wanted?[position] ?? true
+            let decoded = position != keyPosition && ObjectRecord.isWanted(position, in: wanted)
             values.append(decoded ? value(nil, of: properties[position], in: schema) : .null)
         }
         let fieldCount = try reader.count("field", maximum: reader.limits.maximumElements, minimumBytesEach: 3)
@@ -132,7 +140,9 @@ extension ObjectRecord {
                 var value = try reader.value(.inline)
                 _ = try reader.varint()
                 let addend = try reader.zigzag()
-                if let position, position != keyPosition, !properties[position].isList, wanted?[position] ?? true {
+                if let position, position != keyPosition, !properties[position].isList,
+                    ObjectRecord.isWanted(position, in: wanted)
+                {
                     if case .int(let base) = value { value = .int(base &+ addend) }
                     values[position] = value
                 }
@@ -141,7 +151,7 @@ extension ObjectRecord {
             // Lists and embedded objects: decode the field fully, then read it the usual way.
             reader.offset = start
             let field = try reader.fieldState(stamps: [], depth: 0, lenientStamps: true)
-            if let position, position != keyPosition, wanted?[position] ?? true {
+            if let position, position != keyPosition, ObjectRecord.isWanted(position, in: wanted) {
                 values[position] = value(field, of: properties[position], in: schema)
             }
         }

@@ -45,7 +45,7 @@ public final class RecordProjector: Sendable {
         var readable: [Bool] = []
         for position in type.properties.indices {
             let property = type.properties[position]
-            let decoded = position != keyPosition && wanted?[position] ?? true
+            let decoded = position != keyPosition && ObjectRecord.isWanted(position, in: wanted)
             initial.append(decoded ? ObjectRecord.value(nil, of: property, in: schema) : .null)
             readable.append(decoded && !property.isList)
         }

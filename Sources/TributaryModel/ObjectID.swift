@@ -30,7 +30,9 @@ public struct ObjectID: Hashable, Comparable, Sendable, CustomStringConvertible 
 
     /// A new id: the current time, then random bytes.
     public static func generate(date: Date = Date()) -> ObjectID {
-        let seconds = UInt32(clamping: Int64(date.timeIntervalSince1970))
+        // Clamped: a date before 1970 or after 2106 (or not a number) still makes an id, as MongoDB's do.
+        let interval = date.timeIntervalSince1970
+        let seconds = interval.isNaN ? 0 : UInt32(max(0, min(interval, Double(UInt32.max))))
         var bytes: [UInt8] = [
             UInt8(seconds >> 24), UInt8(truncatingIfNeeded: seconds >> 16), UInt8(truncatingIfNeeded: seconds >> 8),
             UInt8(truncatingIfNeeded: seconds),

@@ -167,9 +167,18 @@ public final class Environment: @unchecked Sendable {
             mdb_env_close(handle)
             return StorageError(resultCode: rc, operation: operation, path: path)
         }
-        rc = mdb_env_set_maxdbs(handle, MDB_dbi(configuration.maximumDatabases))
+        guard let databases = MDB_dbi(exactly: configuration.maximumDatabases), databases > 0,
+            let readers = UInt32(exactly: configuration.maximumReaders), readers > 0
+        else {
+            mdb_env_close(handle)
+            throw StorageError(
+                code: .invalidArgument, resultCode: EINVAL, operation: "mdb_env_open", path: path,
+                message: "maximumDatabases (\(configuration.maximumDatabases)) and maximumReaders "
+                    + "(\(configuration.maximumReaders)) must be from 1 to \(UInt32.max)")
+        }
+        rc = mdb_env_set_maxdbs(handle, databases)
         if rc != 0 { throw fail(rc, "mdb_env_set_maxdbs") }
-        rc = mdb_env_set_maxreaders(handle, UInt32(configuration.maximumReaders))
+        rc = mdb_env_set_maxreaders(handle, readers)
         if rc != 0 { throw fail(rc, "mdb_env_set_maxreaders") }
         rc = mdb_env_set_mapsize(handle, max(configuration.initialMapSize, 1 << 16))
         if rc != 0 { throw fail(rc, "mdb_env_set_mapsize") }
@@ -221,6 +230,14 @@ public final class Environment: @unchecked Sendable {
     static let repairableShortfallPages = 64
 
     /// How far the data file falls short of the pages LMDB's last commit counts (0 bytes when it covers them).
+    /// The bytes of pages 0 through `lastPage`: `Int.max` when that overflows, as a damaged meta page's page number may
+    /// make it (LMDB's own arithmetic wraps silently there).
+    static func bytes(throughPage lastPage: some BinaryInteger, pageSize: some BinaryInteger) -> Int {
+        let (pages, pagesOverflow) = Int(clamping: lastPage).addingReportingOverflow(1)
+        let (bytes, bytesOverflow) = pages.multipliedReportingOverflow(by: Int(clamping: pageSize))
+        return pagesOverflow || bytesOverflow || pages <= 0 ? .max : bytes
+    }
+
     private static func mappedPagesShortfall(_ handle: OpaquePointer) -> (bytes: Int, needed: Int, pageSize: Int, descriptor: Int32) {
         var descriptor: mdb_filehandle_t = -1
         guard mdb_env_get_fd(handle, &descriptor) == 0 else { return (0, 0, 4096, -1) }
@@ -229,7 +246,7 @@ public final class Environment: @unchecked Sendable {
         var pages = MDB_stat()
         mdb_env_stat(handle, &pages)
         var file = stat()
-        let needed = (Int(info.me_last_pgno) + 1) * Int(pages.ms_psize)
+        let needed = bytes(throughPage: info.me_last_pgno, pageSize: pages.ms_psize)
         guard fstat(descriptor, &file) == 0 else { return (0, needed, Int(pages.ms_psize), descriptor) }
         return (max(0, needed - Int(file.st_size)), needed, Int(pages.ms_psize), descriptor)
     }
@@ -242,7 +259,7 @@ public final class Environment: @unchecked Sendable {
     func coverMappedPages() {
         var info = MDB_envinfo()
         guard mdb_env_info(handle, &info) == 0 else { return }
-        if Int(info.me_last_pgno) + 1 <= coveredPages.load(ordering: .relaxed) { return }
+        if Int(clamping: info.me_last_pgno) < coveredPages.load(ordering: .relaxed) { return }
         let shortfall = Self.mappedPagesShortfall(handle)
         guard shortfall.descriptor >= 0, shortfall.pageSize > 0 else { return }
         if shortfall.bytes > 0 {
@@ -486,7 +503,7 @@ public final class Environment: @unchecked Sendable {
         var stat = MDB_stat()
         mdb_env_stat(handle, &stat)
         return Statistics(
-            mapSize: Int(info.me_mapsize), usedBytes: (Int(info.me_last_pgno) + 1) * Int(stat.ms_psize),
+            mapSize: Int(info.me_mapsize), usedBytes: Self.bytes(throughPage: info.me_last_pgno, pageSize: stat.ms_psize),
             pageSize: Int(stat.ms_psize), lastTransactionID: Int(info.me_last_txnid),
             readersUsed: Int(info.me_numreaders), maximumReaders: Int(info.me_maxreaders))
     }

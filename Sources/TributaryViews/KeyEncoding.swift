@@ -9,6 +9,12 @@ public enum KeyEncoding {
     /// are told apart by evaluating the query on the candidates.
     public static let maximumIndexedValueBytes = 200
 
+    /// Why an object of `type` with primary key `key` cannot be stored (its key is too long), or `nil`.
+    public static func problem(storing key: PrimaryKey, of type: String) -> String? {
+        guard case .string(let string) = key, string.utf8.count > maximumPrimaryKeyBytes else { return nil }
+        return "primary key of \(type) is \(string.utf8.count) bytes long; the limit is \(maximumPrimaryKeyBytes)"
+    }
+
     /// Appends an order-preserving, self-delimiting encoding of a primary key.
     public static func append(_ key: PrimaryKey, to bytes: inout [UInt8]) {
         bytes.append(tag(key))

@@ -237,8 +237,12 @@ private enum RecordSamples {
         let type = Self.projectedType
         let schema = Schema(version: 1, types: [type])
         let corpus = ([Self.scalarRecord] + RecordSamples.records).map { $0.encoded() }
-        // Every property; the scalar ones only; none but the primary key.
-        let masks: [[Bool]?] = [nil, type.properties.map { !$0.isList && $0.kind.objectType == nil }, type.properties.map { _ in false }]
+        // Every property; the scalar ones only; none but the primary key; and masks shorter than the properties (the
+        // positions past their end are not wanted), which used to trap.
+        let masks: [[Bool]?] = [
+            nil, type.properties.map { !$0.isList && $0.kind.objectType == nil }, type.properties.map { _ in false }, [],
+            type.properties.dropLast().map { _ in true },
+        ]
         let projectors = masks.map { RecordProjector(type: type, schema: schema, wanted: $0) }
 
         // The scalar record, read in place, holds what was written, with the increment added and the default filled.
@@ -248,6 +252,11 @@ private enum RecordSamples {
         #expect(read[type.position(ofProperty: "missing")!] == .int(5))
         #expect(read[type.position(ofProperty: "values")!] == .list([]))
         #expect(read[type.position(ofProperty: "_id")!] == .null)
+        // A mask shorter than the properties reads what the same mask padded with `false` reads.
+        let short = try #require(try corpus[0].withUnsafeBytes { try projectors[4].values($0) })
+        let padded = RecordProjector(type: type, schema: schema, wanted: masks[4]! + [false])
+        #expect(short == (try corpus[0].withUnsafeBytes { try padded.values($0) }))
+        #expect(short.last == .null)
 
         let count = ProcessInfo.processInfo.environment["TRIBUTARY_FUZZ_COUNT"].flatMap { Int($0) }.map { $0 / 5 } ?? 20_000
         var problems: [String] = []
