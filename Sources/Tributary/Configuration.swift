@@ -50,9 +50,10 @@ extension Replica {
         public var deleteReplicaIfMigrationNeeded: Bool = false
         /// The most reader slots, which bounds concurrently open snapshots across processes. Default: 1,024.
         public var maximumReaders: Int = 1024
-        /// The most bytes a batch given to ``Replica/integrate(encoded:)`` may decode to before its next element (one
-        /// changeset may always come alone, up to the log's limit of 256 MiB). A batch is decoded whole before it is
-        /// applied, and a few kilobytes of zstd frames can claim gigabytes. Default: 256 MiB.
+        /// The most bytes a batch given to ``Replica/integrate(encoded:)`` may decompress to (its changesets'
+        /// encodings) before its next element; one changeset may always come alone, up to the log's limit of 256 MiB.
+        /// A batch is decoded whole before it is applied, and a few kilobytes of zstd frames can claim gigabytes. The
+        /// decoded changesets take a small multiple of their encodings' bytes in memory. Default: 256 MiB.
         public var maximumBatchBytes: Int = 256 << 20
 
         public init() {}

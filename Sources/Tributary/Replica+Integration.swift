@@ -376,14 +376,10 @@ extension Replica {
                     // log records the adoption; the changeset is not applied twice.
                     if let relay = changeset.relay { working.recordAdoption(of: changeset.dot, as: relay) }
                 } else {
-                    // A key no local write could store is refused here, by the changeset, rather than failing the
-                    // storage transaction of every batch that brings it.
-                    for (index, instruction) in changeset.instructions.enumerated() {
-                        if let object = instruction.object,
-                            let problem = KeyEncoding.problem(storing: object.primaryKey, of: object.type)
-                        {
-                            throw MergeError(.invalidInstruction, problem, dot: changeset.dot, instructionIndex: index)
-                        }
+                    // A value or key the views could not store (or read back) is refused here, by the changeset,
+                    // rather than failing the storage transaction of every batch that brings it.
+                    if let (index, problem) = StorableValues.problem(in: changeset.instructions) {
+                        throw MergeError(.invalidInstruction, problem, dot: changeset.dot, instructionIndex: index)
                     }
                     try MergeEngine.apply(changeset, to: &working)
                 }

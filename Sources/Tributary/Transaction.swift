@@ -68,6 +68,9 @@ public final class Transaction: ObjectReading {
     func prepareCommit() throws -> Replica.PreparedCommit? {
         if let failure { throw failure }
         guard !instructions.isEmpty else { return nil }
+        if let (_, problem) = StorableValues.problem(in: instructions) {
+            throw TributaryError(.invalidValue, "the transaction cannot commit: \(problem)")
+        }
         if working.schemaChanged {
             do { try working.schema.validate() } catch {
                 throw TributaryError(.schemaMismatch, "the schema this transaction built is invalid: \(error)")

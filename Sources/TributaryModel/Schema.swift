@@ -418,21 +418,14 @@ extension Property {
         return elementProblem(value)
     }
 
-    /// Why `value` cannot be one element of this property (or its single value), or `nil`. A string or data value
-    /// may hold at most ``DecodingLimits/maximumValueBytes`` of the standard limits (16 MiB, as in Realm): the
-    /// views decode their records under them.
+    /// Why `value` cannot be one element of this property (or its single value), or `nil`.
     public func elementProblem(_ value: Value) -> String? {
         if case .null = value {
             return isOptional ? nil : "expected \(kind), got null (the property is required)"
         }
-        let limit = DecodingLimits.standard.maximumValueBytes
         switch (kind, value) {
-        case (.scalar(.string), .string(let string)):
-            let bytes = string.utf8.count
-            return bytes > limit ? "a string of \(bytes) bytes (UTF-8), over the limit of \(limit)" : nil
-        case (.scalar(.data), .data(let data)):
-            return data.count > limit ? "data of \(data.count) bytes, over the limit of \(limit)" : nil
-        case (.scalar(.bool), .bool), (.scalar(.int), .int), (.scalar(.double), .double), (.scalar(.date), .date),
+        case (.scalar(.bool), .bool), (.scalar(.int), .int), (.scalar(.double), .double),
+            (.scalar(.string), .string), (.scalar(.data), .data), (.scalar(.date), .date),
             (.scalar(.uuid), .uuid), (.scalar(.objectId), .objectId), (.link, .link):
             return nil
         case (.embedded(let type), .embedded(let object)):

@@ -1,0 +1,74 @@
+import TributaryModel
+import TributaryViews
+
+/// What the views can store and read back: string and data values of at most 16 MiB (the standard decoding limit,
+/// which records are read under; Realm's limit too), and primary keys, of objects and in links, of at most
+/// ``KeyEncoding/maximumPrimaryKeyBytes``.
+///
+/// Checked on every new changeset before it is applied: a local transaction's when it commits, a peer's when it is
+/// integrated (refusing that changeset alone). Never on replay, so a log that holds what an earlier build let through
+/// still replays.
+enum StorableValues {
+    static let maximumValueBytes = DecodingLimits.standard.maximumValueBytes
+
+    /// The first of `instructions` that holds a value or key the views cannot store: its index, and why.
+    static func problem(in instructions: [Instruction]) -> (index: Int, message: String)? {
+        for (index, instruction) in instructions.enumerated() {
+            if let message = problem(in: instruction) { return (index, message) }
+        }
+        return nil
+    }
+
+    static func problem(in instruction: Instruction) -> String? {
+        if let object = instruction.object, let problem = KeyEncoding.problem(storing: object.primaryKey, of: object.type) {
+            return problem
+        }
+        switch instruction {
+        case .create(let type, _, let fields, let defaults):
+            for field in fields + defaults {
+                if let problem = problem(field.value) { return "\(type).\(field.name): \(problem)" }
+            }
+        case .set(let path, let value), .listInsert(let path, _, let value), .listSet(let path, _, let value):
+            if let problem = problem(value) { return "\(path): \(problem)" }
+        case .addType(let type):
+            for property in type.properties {
+                if let value = property.defaultValue, let problem = problem(value) {
+                    return "the default of \(type.name).\(property.name): \(problem)"
+                }
+            }
+        case .addProperty(let type, let property), .redefineProperty(let type, let property):
+            if let value = property.defaultValue, let problem = problem(value) {
+                return "the default of \(type).\(property.name): \(problem)"
+            }
+        default:
+            break
+        }
+        return nil
+    }
+
+    /// Why `value`, or a value inside it (in a list or an embedded object), cannot be stored; `nil` when it can.
+    static func problem(_ value: Value) -> String? {
+        switch value {
+        case .string(let string):
+            let bytes = string.utf8.count
+            return bytes > maximumValueBytes ? "a string of \(bytes) bytes (UTF-8), over the limit of \(maximumValueBytes)" : nil
+        case .data(let data):
+            return data.count > maximumValueBytes ? "data of \(data.count) bytes, over the limit of \(maximumValueBytes)" : nil
+        case .link(let key):
+            guard case .string(let string) = key, string.utf8.count > KeyEncoding.maximumPrimaryKeyBytes else { return nil }
+            return "a link to a primary key of \(string.utf8.count) bytes; the limit is \(KeyEncoding.maximumPrimaryKeyBytes)"
+        case .list(let elements):
+            for (index, element) in elements.enumerated() {
+                if let problem = problem(element) { return "element \(index): \(problem)" }
+            }
+            return nil
+        case .embedded(let object):
+            for name in object.fields.keys.sorted() {
+                if let value = object.fields[name], let problem = problem(value) { return "\(object.type).\(name): \(problem)" }
+            }
+            return nil
+        case .null, .bool, .int, .double, .date, .uuid, .objectId:
+            return nil
+        }
+    }
+}
