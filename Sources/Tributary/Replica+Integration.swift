@@ -475,7 +475,7 @@ extension Replica {
     /// without the extras. Listing every earlier changeset instead made an offline run of k changesets cost O(k²)
     /// lookups and dots.
     private func adopted(
-        _ changeset: Changeset, as relay: Dot, adoptions: [Dot: Dot], txn: TributaryStorageReadTransaction
+        _ changeset: Changeset, as relay: Dot, adoptions: [Dot: [Dot]], txn: TributaryStorageReadTransaction
     ) throws -> Changeset {
         var result = changeset
         result.relay = relay
@@ -483,7 +483,8 @@ extension Replica {
         var extras = Set(changeset.contextExtras)
         if changeset.originSequence > 1 {
             let previous = Dot(origin: changeset.origin, sequence: changeset.originSequence - 1)
-            let causal = try adoptions[previous] ?? log.causalDot(ofOrigin: previous, in: txn) ?? previous
+            // Any of its adoptions orders it before this one: the first recorded.
+            let causal = try adoptions[previous]?.first ?? log.causalDot(ofOrigin: previous, in: txn) ?? previous
             // This replica's own earlier dots come before `relay` in its sequence, which every replica integrates in
             // order.
             if causal.origin != relay.origin && !result.context.includes(causal) { extras.insert(causal) }

@@ -395,7 +395,12 @@ public struct ChangesetLog: Sendable {
         }
         if let relay {
             try transaction.put(origins, key: Self.originKey(relay), value: Self.key(localSequence))
-            try transaction.put(adoptions, key: Self.originKey(dot), value: Self.originKey(relay))
+            // Every adoption is kept, in the order recorded: a changeset adopted by two relays is seen through either.
+            let recorded = try causalDots(ofOrigin: dot, in: transaction)
+            if !recorded.contains(relay) {
+                try transaction.put(
+                    adoptions, key: Self.originKey(dot), value: (recorded + [relay]).flatMap { Self.originKey($0) })
+            }
         }
     }
 
@@ -404,13 +409,22 @@ public struct ChangesetLog: Sendable {
         try transaction.lastKey(entries).flatMap { key in key.withUnsafeBytes { Self.sequence(fromKey: $0) } } ?? 0
     }
 
-    /// The relay dot the changeset with origin dot `dot` was adopted as, if a relay adopted it.
+    /// The relay dot the changeset with origin dot `dot` was first adopted as, if a relay adopted it.
     public func causalDot(ofOrigin dot: Dot, in transaction: ReadTransaction) throws -> Dot? {
+        try causalDots(ofOrigin: dot, in: transaction).first
+    }
+
+    /// Every relay dot the changeset with origin dot `dot` was adopted as, in the order this log recorded them (more
+    /// than one when an app uploaded it to two relays before it heard of either adoption). Stored as one value of
+    /// 16 bytes per dot; a value of another length is damage, and reads as none.
+    public func causalDots(ofOrigin dot: Dot, in transaction: ReadTransaction) throws -> [Dot] {
         try transaction.withValue(adoptions, key: Self.originKey(dot)) { value in
-            guard let value, value.count == 16 else { return nil }
-            let origin = UInt64(bigEndian: value.loadUnaligned(fromByteOffset: 0, as: UInt64.self))
-            let sequence = UInt64(bigEndian: value.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
-            return Dot(origin: ReplicaID(rawValue: origin), sequence: sequence)
+            guard let value, !value.isEmpty, value.count % 16 == 0 else { return [] }
+            return stride(from: 0, to: value.count, by: 16).map { offset in
+                Dot(
+                    origin: ReplicaID(rawValue: UInt64(bigEndian: value.loadUnaligned(fromByteOffset: offset, as: UInt64.self))),
+                    sequence: UInt64(bigEndian: value.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self)))
+            }
         }
     }
 

@@ -28,24 +28,31 @@ public struct ChangesetInfo: Hashable, Sendable {
         if dot.origin == self.dot.origin { return dot.sequence < self.dot.sequence }
         // The writer may have seen it before a relay adopted it (by its origin dot) or after (by the relay's dot).
         if context.includes(dot) || contextExtras.contains(dot) { return true }
-        let causalDot = causal.causalDot(of: dot)
-        return causalDot != dot && (context.includes(causalDot) || contextExtras.contains(causalDot))
+        // Any of its adoptions: one changeset adopted by two relays is seen through either. A writer's context names
+        // only what it integrated, and a replica integrates all of that before the writer's changeset, so every
+        // replica knows the copy the writer saw when it asks, and all of them answer alike.
+        return causal.anyCausalDot(of: dot) { context.includes($0) || contextExtras.contains($0) }
     }
 }
 
-/// Resolves a changeset's origin dot to its causal dot: the relay's dot when a relay adopted it, else itself.
+/// Resolves a changeset's origin dot to its causal dots: the relay dots it was adopted as.
 public struct CausalResolver {
-    let adopted: [Dot: Dot]
+    let adopted: [Dot: [Dot]]
     /// Where adoptions already stored are looked up. An existential, not a closure over it: a resolver is made for
     /// every instruction applied, and a closure would allocate its context each time.
     let source: (any RecordSource)?
 
-    public init(adopted: [Dot: Dot] = [:], source: (any RecordSource)? = nil) {
+    public init(adopted: [Dot: [Dot]] = [:], source: (any RecordSource)? = nil) {
         self.adopted = adopted
         self.source = source
     }
 
-    public func causalDot(of dot: Dot) -> Dot { adopted[dot] ?? source?.causalDot(ofOrigin: dot) ?? dot }
+    /// Whether one of the relay dots the changeset with origin dot `dot` was adopted as passes `test`: those
+    /// recorded in the working set, then those stored.
+    public func anyCausalDot(of dot: Dot, _ test: (Dot) -> Bool) -> Bool {
+        if let copies = adopted[dot], copies.contains(where: test) { return true }
+        return source?.causalDots(ofOrigin: dot).contains(where: test) ?? false
+    }
 }
 
 /// The merge engine: applies changesets to object records by the rules of DESIGN.md, deterministically.

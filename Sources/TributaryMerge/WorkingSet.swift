@@ -6,12 +6,13 @@ public protocol RecordSource {
     func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord?
     /// The primary keys of every stored record of a type, in key order.
     func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey]
-    /// The causal dot of the changeset with origin dot `dot`, when a relay adopted it; `nil` otherwise.
-    func causalDot(ofOrigin dot: Dot) -> Dot?
+    /// The causal dots of the changeset with origin dot `dot`: every relay dot it was adopted as (an app that
+    /// uploaded it to two relays before it heard of either adoption has two), in the order they were recorded.
+    func causalDots(ofOrigin dot: Dot) -> [Dot]
 }
 
 extension RecordSource {
-    public func causalDot(ofOrigin dot: Dot) -> Dot? { nil }
+    public func causalDots(ofOrigin dot: Dot) -> [Dot] { [] }
 }
 
 /// A source with nothing stored: what a replay of a log, or an oracle, starts from.
@@ -191,8 +192,8 @@ public struct WorkingSet {
     /// Where each key's entry is.
     private var positions = PositionTable()
     private var changedCount = 0
-    /// Adoptions recorded by changesets applied in this working set, not yet stored.
-    public private(set) var adoptions: [Dot: Dot] = [:]
+    /// Adoptions recorded by changesets applied in this working set, not yet stored: relay dots by origin dot.
+    public private(set) var adoptions: [Dot: [Dot]] = [:]
 
     /// Where a working set too large to keep in memory writes its changes, and from how many records on.
     ///
@@ -344,7 +345,7 @@ public struct WorkingSet {
 
     /// Records that a relay adopted the changeset with origin dot `origin` as `causal`.
     public mutating func recordAdoption(of origin: Dot, as causal: Dot) {
-        adoptions[origin] = causal
+        if adoptions[origin]?.contains(causal) != true { adoptions[origin, default: []].append(causal) }
     }
 
     /// Resolves origin dots to causal dots, through this working set's adoptions and then the source's.

@@ -1,7 +1,9 @@
 import Foundation
 import Testing
 @testable import Tributary
+import TributaryLog
 import TributaryModel
+import TributaryStorage
 import TributaryTestSupport
 
 /// App replicas that sync through a relay, which adopts their changesets into its own sequence (DESIGN.md).
@@ -157,6 +159,50 @@ struct RelayTests {
             #expect(try replica.verify().passed)
         }
         #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+    }
+
+    @Test("A changeset an app uploaded to two relays is seen through either copy, on every replica alike")
+    func oneChangesetAdoptedByTwoRelays() throws {
+        // 0 and 1 are relays, 2 is a peer that writes, 3 is an app.
+        let cluster = try Cluster(4, schema: MergeSemanticsTests.schema)
+        let app = cluster[3]
+        func upload(to relay: Int) throws {
+            try cluster[relay].adopt(try app.changesets(missingFrom: cluster[relay].versionVector, origins: [app.replicaID]))
+        }
+        func exchange(_ pairs: [(Int, Int)]) throws { for (source, target) in pairs { try cluster.send(from: source, to: target) } }
+        try upload(to: 0)
+        try exchange([(0, 1), (1, 0)])
+        try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "first"]) }
+        try exchange([(2, 0), (2, 1), (0, 2), (1, 2)])
+        try app.integrate(try cluster[0].changesets(missingFrom: app.versionVector))
+        cluster.advanceClocks(byMilliseconds: 1000)
+        // The app erases t and uploads the erase to both relays before it hears of either adoption.
+        try app.write { _ = try $0.delete("Task", primaryKey: .string("t")) }
+        let erase = Dot(origin: app.replicaID, sequence: app.versionVector[app.replicaID])
+        try upload(to: 0)
+        try upload(to: 1)
+        // The peer hears of the erase from relay 0 and creates t again, after it: t is revived (rule 3).
+        try exchange([(0, 2)])
+        cluster.advanceClocks(byMilliseconds: 1000)
+        try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "revived"]) }
+        // Relay 0 records relay 1's copy of the erase before the peer's create arrives. It used to keep only the
+        // latest copy, which the peer had not seen: the create counted as concurrent with the erase, and relay 0 alone
+        // kept t erased, for good.
+        try exchange([(1, 0), (2, 0)])
+        for _ in 0..<3 { try exchange([(0, 1), (1, 0), (0, 2), (2, 0), (1, 2), (2, 1)]) }
+        try app.integrate(try cluster[0].changesets(missingFrom: app.versionVector))
+        for relay in 0...1 {
+            let copies = try cluster[relay].environment.read { try cluster[relay].log.causalDots(ofOrigin: erase, in: $0) }
+            #expect(Set(copies.map(\.origin)) == [cluster[0].replicaID, cluster[1].replicaID], "relay \(relay) holds \(copies)")
+        }
+        for (index, replica) in cluster.replicas.enumerated() {
+            #expect(try replica.object("Task", primaryKey: .string("t"))?["title"] == "revived", "replica \(index)")
+            #expect(try replica.verify().passed, "replica \(index)")
+        }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+        let before = try cluster[0].viewDigest()
+        try cluster[0].rebuildViews()
+        #expect(try cluster[0].viewDigest() == before)
     }
 
     @Test("Causal metadata per changeset stays bounded with 1,000 writing apps through one relay")
