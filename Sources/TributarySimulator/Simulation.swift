@@ -12,7 +12,7 @@ public struct SimulationConfiguration: Sendable {
     public var replicas = 5
     /// Write transactions, across all replicas.
     public var operations = 10_000
-    /// How many of the replicas are partial (hold every other key), each syncing through replica 0.
+    /// How many of the replicas are partial (hold every other key), each syncing through replicas 0 and 1, its relays.
     public var partialReplicas = 1
     /// Random causal orders the oracle replays the changesets in.
     public var oracleOrders = 3
@@ -34,6 +34,8 @@ public struct SimulationResult: Sendable {
     public var duplicates = 0
     public var crashes = 0
     public var changesets = 0
+    /// Changesets of the app replica that both relays adopted.
+    public var adoptedTwice = 0
     public var seconds = 0.0
 
     public var passed: Bool { failures.isEmpty }
@@ -66,6 +68,8 @@ public final class Simulation {
     }
 
     var replicaCount: Int { max(3, min(7, configuration.replicas)) }
+    /// The full replicas that partial ones sync through.
+    static let relays = [0, 1]
     func isPartial(_ index: Int) -> Bool { index >= replicaCount - configuration.partialReplicas && index > 0 }
 
     func next(_ bound: Int) -> Int { Int(random.next() % UInt64(max(bound, 1))) }
@@ -105,8 +109,12 @@ public final class Simulation {
         for index in 0..<replicaCount { replicas.append(try open(index)) }
         for source in 0..<replicaCount {
             for target in 0..<replicaCount where source != target {
-                // Partial replicas talk to replica 0 only.
-                if (isPartial(source) || isPartial(target)) && source != 0 && target != 0 { continue }
+                // Partial replicas talk to their relays only, replicas 0 and 1: one that uploads to both before it
+                // hears of either adoption has its changeset adopted twice.
+                if isPartial(source) || isPartial(target) {
+                    let other = isPartial(source) ? target : source
+                    guard Self.relays.contains(other), !isPartial(other) else { continue }
+                }
                 links.append(Link(source: source, target: target))
             }
         }

@@ -29,7 +29,7 @@ struct TributarySim: ParsableCommand {
     @Option(help: "Write transactions per run.")
     var operations = 10_000
 
-    @Option(help: "Partial replicas among them (they hold every other key and sync through replica 0).")
+    @Option(help: "Partial replicas among them (they hold every other key and sync through replicas 0 and 1, their relays).")
     var partialReplicas = 1
 
     @Option(help: "Random causal orders the oracle replays per seed.")
@@ -74,6 +74,7 @@ struct TributarySim: ParsableCommand {
             let result = try Simulation(configuration).run()
             let line = "seed \(seed): \(result.passed ? "ok" : "FAILED") \(result.operations) ops, \(result.changesets) changesets, "
                 + "\(result.deliveries) deliveries, \(result.duplicates) duplicates, \(result.crashes) crashes, "
+                + "\(result.adoptedTwice) adopted by both relays, "
                 + String(format: "%.2f s", result.seconds)
             print(line)
             if !result.passed {
