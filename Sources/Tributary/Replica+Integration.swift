@@ -371,6 +371,7 @@ extension Replica {
                         changeset.contextExtras.allSatisfy(vector.includes)
                     else { return false }
                 }
+                let bytes = encoded ?? ChangesetCodec.encode(changeset)
                 if try known(changeset.dot) {
                     // This replica holds the changeset already (it wrote it, before a relay adopted it): the
                     // log records the adoption; the changeset is not applied twice.
@@ -378,7 +379,7 @@ extension Replica {
                 } else {
                     // A value or key the views could not store (or read back) is refused here, by the changeset,
                     // rather than failing the storage transaction of every batch that brings it.
-                    if let (index, problem) = StorableValues.problem(in: changeset.instructions) {
+                    if let (index, problem) = StorableValues.problem(in: changeset.instructions, encodedBytes: bytes.count) {
                         throw MergeError(.invalidInstruction, problem, dot: changeset.dot, instructionIndex: index)
                     }
                     try MergeEngine.apply(changeset, to: &working)
@@ -386,7 +387,7 @@ extension Replica {
                 try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
                 vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
                 integratedHere.insert(changeset.dot)
-                applied.append((changeset, encoded ?? ChangesetCodec.encode(changeset), encoded == nil ? nil : frame))
+                applied.append((changeset, bytes, encoded == nil ? nil : frame))
                 _ = area.remove(dot)
                 if added.remove(dot) == nil { removed.insert(dot) }
                 return true

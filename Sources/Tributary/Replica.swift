@@ -35,7 +35,11 @@ public final class Replica: Sendable {
     ///   renames of a property remember the renames onto its name that they saw (`PropertyRemoval.renamesOntoSeen`):
     ///   a replica of format 1 whose schema holds a rename rebuilds its views from its log when it is raised, so that
     ///   its removals hold them too.
-    public static let formatVersion: UInt8 = 2
+    /// - 3: the log's adoptions keep every relay dot a changeset was adopted as (an app's changeset uploaded to two
+    ///   relays has two), where earlier builds kept the last one recorded, so that whether a writer saw a changeset
+    ///   is answered alike everywhere. A replica of an earlier format opened for writing rebuilds its adoptions from
+    ///   its log when it is raised.
+    public static let formatVersion: UInt8 = 3
 
     /// The replica's directory.
     public let directory: String
@@ -293,8 +297,18 @@ public final class Replica: Sendable {
     /// entry, a changeset the merge rules of this build refuse on replay) leaves the stored views as they were and
     /// raises the format alone: nothing committed is lost and the replica opens, its removals lacking those lists as
     /// an earlier build wrote them, and ``verify(progress:)`` names the entry at fault.
+    ///
+    /// Below format 3, the log's adoptions are rebuilt from its entries in the same transaction
+    /// (``ChangesetLog/rebuildAdoptions(in:)``).
     func raiseFormat(from stored: UInt8, rebuilding: Bool) throws {
         let raise = { (txn: TributaryStorageWriteTransaction) in
+            if stored < 3 {
+                do {
+                    try self.log.rebuildAdoptions(in: txn)
+                } catch is LogError {
+                    // A damaged entry: the adoptions stay as the earlier build kept them, and verify names the entry.
+                }
+            }
             try txn.put(self.identity, key: Self.formatKey, value: [Self.formatVersion])
         }
         let schema = state.withLock { $0.schema }

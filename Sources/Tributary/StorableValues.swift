@@ -1,8 +1,8 @@
 import TributaryModel
 import TributaryViews
 
-/// What the views can store and read back: string and data values of at most 16 MiB (the standard decoding limit,
-/// which records are read under; Realm's limit too), and primary keys, of objects and in links, of at most
+/// What the views can store and read back: string and data values (and link keys) of at most 16 MiB (the standard
+/// decoding limit, which records are read under; Realm's limit too), and objects' primary keys of at most
 /// ``KeyEncoding/maximumPrimaryKeyBytes``.
 ///
 /// Checked on every new changeset before it is applied: a local transaction's when it commits, a peer's when it is
@@ -12,20 +12,28 @@ enum StorableValues {
     static let maximumValueBytes = DecodingLimits.standard.maximumValueBytes
 
     /// The first of `instructions` that holds a value or key the views cannot store: its index, and why.
-    static func problem(in instructions: [Instruction]) -> (index: Int, message: String)? {
+    ///
+    /// - Parameter encodedBytes: the size of the changeset's encoding. Only a changeset whose encoding is larger than
+    ///   the value limit can hold a value over it, so the values of others are not walked; object keys always are.
+    static func problem(in instructions: [Instruction], encodedBytes: Int) -> (index: Int, message: String)? {
+        let mayHoldLargeValues = encodedBytes > maximumValueBytes
         for (index, instruction) in instructions.enumerated() {
-            if let message = problem(in: instruction) { return (index, message) }
+            if let object = instruction.object, let problem = KeyEncoding.problem(storing: object.primaryKey, of: object.type) {
+                return (index, problem)
+            }
+            if mayHoldLargeValues, let message = valueProblem(in: instruction) { return (index, message) }
         }
         return nil
     }
 
-    static func problem(in instruction: Instruction) -> String? {
-        if let object = instruction.object, let problem = KeyEncoding.problem(storing: object.primaryKey, of: object.type) {
-            return problem
-        }
+    /// Why a value in `instruction` (a field, a default, an element) cannot be stored, or `nil`.
+    static func valueProblem(in instruction: Instruction) -> String? {
         switch instruction {
         case .create(let type, _, let fields, let defaults):
-            for field in fields + defaults {
+            for field in fields {
+                if let problem = problem(field.value) { return "\(type).\(field.name): \(problem)" }
+            }
+            for field in defaults {
                 if let problem = problem(field.value) { return "\(type).\(field.name): \(problem)" }
             }
         case .set(let path, let value), .listInsert(let path, _, let value), .listSet(let path, _, let value):
@@ -55,8 +63,10 @@ enum StorableValues {
         case .data(let data):
             return data.count > maximumValueBytes ? "data of \(data.count) bytes, over the limit of \(maximumValueBytes)" : nil
         case .link(let key):
-            guard case .string(let string) = key, string.utf8.count > KeyEncoding.maximumPrimaryKeyBytes else { return nil }
-            return "a link to a primary key of \(string.utf8.count) bytes; the limit is \(KeyEncoding.maximumPrimaryKeyBytes)"
+            // A link to a key no object can have is stored like any value, and reads as null (rule 7); only its
+            // size matters to the record.
+            guard case .string(let string) = key, string.utf8.count > maximumValueBytes else { return nil }
+            return "a link to a primary key of \(string.utf8.count) bytes, over the limit of \(maximumValueBytes)"
         case .list(let elements):
             for (index, element) in elements.enumerated() {
                 if let problem = problem(element) { return "element \(index): \(problem)" }

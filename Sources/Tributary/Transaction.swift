@@ -68,9 +68,6 @@ public final class Transaction: ObjectReading {
     func prepareCommit() throws -> Replica.PreparedCommit? {
         if let failure { throw failure }
         guard !instructions.isEmpty else { return nil }
-        if let (_, problem) = StorableValues.problem(in: instructions) {
-            throw TributaryError(.invalidValue, "the transaction cannot commit: \(problem)")
-        }
         if working.schemaChanged {
             do { try working.schema.validate() } catch {
                 throw TributaryError(.schemaMismatch, "the schema this transaction built is invalid: \(error)")
@@ -79,10 +76,18 @@ public final class Transaction: ObjectReading {
         let changeset = Changeset(
             origin: info.dot.origin, originSequence: info.dot.sequence, time: info.stamp.time, context: info.context,
             author: author, schemaVersion: working.schema.version, instructions: instructions)
+        let encoded = ChangesetCodec.encode(changeset)
+        // The writes checked each object's key already; only a changeset larger than the value limit can hold a value
+        // over it.
+        if encoded.count > StorableValues.maximumValueBytes,
+            let (_, problem) = StorableValues.problem(in: instructions, encodedBytes: encoded.count)
+        {
+            throw TributaryError(.invalidValue, "the transaction cannot commit: \(problem)")
+        }
         var vector = start.versionVector
         vector.advance(info.dot.origin, to: info.dot.sequence)
         return Replica.PreparedCommit(
-            changesets: [(changeset, ChangesetCodec.encode(changeset), nil)], changes: working.takeChanges(),
+            changesets: [(changeset, encoded, nil)], changes: working.takeChanges(),
             schema: working.schema, schemaChanged: working.schemaChanged, previousSchema: start.schema,
             versionVector: vector, clock: info.stamp.time,
             declaredSchema: declaredSchema.map { schema in

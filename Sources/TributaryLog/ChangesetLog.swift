@@ -409,6 +409,51 @@ public struct ChangesetLog: Sendable {
         try transaction.lastKey(entries).flatMap { key in key.withUnsafeBytes { Self.sequence(fromKey: $0) } } ?? 0
     }
 
+    /// Rewrites the adoptions from the log's entries, each relay dot in log order: what ``index(_:relay:at:in:)``
+    /// records as entries are appended. Builds before replica format 3 kept only the last relay dot of a changeset
+    /// adopted twice. Reads the header of the entries whose origin dot has an adoption recorded, and only those.
+    ///
+    /// - Returns: how many relay dots the adoptions now hold.
+    @discardableResult
+    public func rebuildAdoptions(in transaction: WriteTransaction) throws -> Int {
+        guard try transaction.count(adoptions) > 0 else { return 0 }
+        var adopted = Set<Dot>()
+        try transaction.scan(adoptions) { key, _ in
+            if key.count == 16 {
+                adopted.insert(
+                    Dot(
+                        origin: ReplicaID(rawValue: UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 0, as: UInt64.self))),
+                        sequence: UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 8, as: UInt64.self))))
+            }
+            return true
+        }
+        var copies: [Dot: [Dot]] = [:]
+        var order: [Dot] = []
+        let context = ZstdContext()
+        try scan(in: transaction) { entry in
+            let dot = Dot(origin: entry.origin, sequence: entry.originSequence)
+            guard adopted.contains(dot) else { return true }
+            let header: ChangesetCodec.Header
+            do {
+                header = try ChangesetCodec.decodeHeader(encodedChangeset(of: entry, context: context), limits: decodingLimits)
+            } catch {
+                throw LogError(
+                    .undecodable, localSequence: entry.localSequence,
+                    "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decoded: \(error)")
+            }
+            if let relay = header.relay, copies[dot]?.contains(relay) != true {
+                if copies[dot] == nil { order.append(dot) }
+                copies[dot, default: []].append(relay)
+            }
+            return true
+        }
+        try transaction.removeAll(adoptions)
+        for dot in order {
+            try transaction.put(adoptions, key: Self.originKey(dot), value: copies[dot]!.flatMap { Self.originKey($0) })
+        }
+        return copies.values.reduce(0) { $0 + $1.count }
+    }
+
     /// The relay dot the changeset with origin dot `dot` was first adopted as, if a relay adopted it.
     public func causalDot(ofOrigin dot: Dot, in transaction: ReadTransaction) throws -> Dot? {
         try causalDots(ofOrigin: dot, in: transaction).first

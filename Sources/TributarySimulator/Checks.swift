@@ -84,6 +84,15 @@ extension Simulation {
         result.adoptedTwice = copies.values.filter { $0.count > 1 }.count
         let twice = logged.filter { copies[$0.dot]!.count > 1 && $0.relay == nil }.count
         if twice > 0 { fail("the log holds \(twice) changesets twice that no relay adopted") }
+        // Each copy comes from another relay: a relay adopts a changeset once.
+        let relayIDs = Set(Self.relays.map { replicas[$0].replicaID })
+        for (dot, dots) in copies where dots.count > 1 {
+            let relays = dots.map(\.origin)
+            if Set(relays).count != relays.count || !Set(relays).isSubset(of: relayIDs) {
+                fail("changeset \(dot) is logged under \(dots): not once per relay")
+                break
+            }
+        }
         let causal = Set(logged.map(\.causalDot)).count
         if causal != logged.count { fail("two changesets share a causal dot") }
 

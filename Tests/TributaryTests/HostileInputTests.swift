@@ -131,18 +131,24 @@ struct HostileInputTests {
         #expect(try replica.verify().passed)
     }
 
-    @Test("A link to an over-long primary key, from a peer, refuses that changeset")
-    func longLinkKeyFromPeer() throws {
+    @Test("A link to a key over 16 MiB, from a peer, refuses that changeset; one to a key no object can have reads as null")
+    func longLinkKeysFromPeer() throws {
         let directory = TemporaryDirectory("long-link")
         let replica = try Self.open(directory.path)
-        let long = String(repeating: "k", count: 300)
-        let bad = Self.changeset(
-            origin: 83, sequence: 1,
-            [.create(type: "Task", primaryKey: .string("t"), fields: [FieldValue("owner", .link(.string(long)))], defaults: [])])
-        let report = try replica.integrate([bad])
-        #expect(report.rejected.map(\.dot) == [bad.dot], "\(report)")
-        #expect(report.rejected.first?.reason.contains("a link to a primary key of 300 bytes") == true, "\(report)")
-        #expect(try replica.object("Task", primaryKey: .string("t")) == nil)
+        func task(_ id: String, origin: UInt64, owner: String) -> Changeset {
+            Self.changeset(
+                origin: origin, sequence: 1,
+                [.create(type: "Task", primaryKey: .string(id), fields: [FieldValue("owner", .link(.string(owner)))], defaults: [])])
+        }
+        let huge = task("huge", origin: 83, owner: String(repeating: "k", count: (16 << 20) + 1))
+        let long = task("long", origin: 84, owner: String(repeating: "k", count: 300))
+        let report = try replica.integrate([huge, long])
+        #expect(report.rejected.map(\.dot) == [huge.dot], "\(report)")
+        #expect(report.rejected.first?.reason.contains("a link to a primary key of 16777217 bytes, over the limit") == true, "\(report)")
+        #expect(report.integrated == [long.dot], "\(report)")
+        #expect(try replica.object("Task", primaryKey: .string("huge")) == nil)
+        #expect(try replica.object("Task", primaryKey: .string("long"))?["owner"] == .null)
+        #expect(try replica.verify().passed)
     }
 
     @Test("A log that already holds a value over 16 MiB (let through by an earlier build) still replays")

@@ -161,6 +161,37 @@ struct RelayTests {
         #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
     }
 
+    @Test("A replica of format 2, whose adoptions kept one copy of a changeset adopted twice, gets both when raised")
+    func adoptionsRebuiltWhenRaised() throws {
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        let app = cluster[2]
+        for relay in 0...1 {
+            try cluster[relay].adopt(try app.changesets(missingFrom: cluster[relay].versionVector, origins: [app.replicaID]))
+        }
+        try app.write { try $0.create("Person", ["_id": "p"]) }
+        let written = Dot(origin: app.replicaID, sequence: app.versionVector[app.replicaID])
+        for relay in 0...1 {
+            try cluster[relay].adopt(try app.changesets(missingFrom: cluster[relay].versionVector, origins: [app.replicaID]))
+        }
+        try cluster.send(from: 1, to: 0)
+        let relay = cluster[0]
+        let copies = try relay.environment.read { try relay.log.causalDots(ofOrigin: written, in: $0) }
+        #expect(copies.count == 2)
+        // As a build before format 3 left it: the copy recorded last, alone, and format 2.
+        try relay.environment.write { txn in
+            try txn.put(relay.log.adoptions, key: ChangesetLog.originKey(written), value: ChangesetLog.originKey(copies[1]))
+            try txn.put(relay.identity, key: Replica.formatKey, value: [2])
+        }
+        let directory = relay.directory
+        relay.close()
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        let reopened = try Replica.open(directory: directory, schema: MergeSemanticsTests.schema, configuration: configuration)
+        #expect(try reopened.summary().formatVersion == 3)
+        #expect(try reopened.environment.read { try reopened.log.causalDots(ofOrigin: written, in: $0) } == copies)
+        #expect(try reopened.verify().passed)
+    }
+
     @Test("A changeset an app uploaded to two relays is seen through either copy, on every replica alike")
     func oneChangesetAdoptedByTwoRelays() throws {
         // 0 and 1 are relays, 2 is a peer that writes, 3 is an app.

@@ -96,12 +96,12 @@ struct RenamesOntoSeenTests {
         }
         let replica = try Replica.open(directory: directory.path, configuration: Self.configuration)
         defer { replica.close() }
-        #expect(try replica.summary().formatVersion == 2)
+        #expect(try replica.summary().formatVersion == Replica.formatVersion)
         #expect(replica.schema == expected)
         #expect(try replica.verify().passed)
     }
 
-    @Test("A replica of format 1 whose rebuild fails (a damaged log entry) opens with its stored views, raised to format 2")
+    @Test("A replica of format 1 whose rebuild fails (a damaged log entry) opens with its stored views, raised to the current format")
     func upgradeWhoseRebuildFails() throws {
         let directory = TemporaryDirectory()
         // The second log entry is the create: the replay stops there, naming it.
@@ -118,7 +118,7 @@ struct RenamesOntoSeenTests {
         let environment = try Environment.open(path: directory.path)
         defer { environment.close() }
         let identity = try environment.openDatabases(["replica"])[0]
-        #expect(try environment.read { try $0.get(identity, key: Array("format".utf8)) } == [2])
+        #expect(try environment.read { try $0.get(identity, key: Array("format".utf8)) } == [Replica.formatVersion])
     }
 }
 
