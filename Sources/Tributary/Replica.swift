@@ -299,22 +299,25 @@ public final class Replica: Sendable {
     /// an earlier build wrote them, and ``verify(progress:)`` names the entry at fault.
     ///
     /// Below format 3, the log's adoptions are rebuilt from its entries in the same transaction
-    /// (``ChangesetLog/rebuildAdoptions(in:)``).
+    /// (``ChangesetLog/adoptions(fromEntriesIn:)``), and when some changeset was adopted twice the views are rebuilt
+    /// too: an earlier build merged against the copy it recorded last, where this one counts every copy.
     func raiseFormat(from stored: UInt8, rebuilding: Bool) throws {
-        let raise = { (txn: TributaryStorageWriteTransaction) in
-            if stored < 3 {
-                do {
-                    try self.log.rebuildAdoptions(in: txn)
-                } catch is LogError {
-                    // A damaged entry: the adoptions stay as the earlier build kept them, and verify names the entry.
-                }
+        var adoptions: ChangesetLog.RebuiltAdoptions?
+        if stored < 3 {
+            do {
+                adoptions = try environment.read { try log.adoptions(fromEntriesIn: $0) }
+            } catch is LogError {
+                // A damaged entry: the adoptions stay as the earlier build kept them, and verify names the entry.
             }
+        }
+        let raise = { (txn: TributaryStorageWriteTransaction) in
+            if let adoptions { try self.log.store(adoptions, in: txn) }
             try txn.put(self.identity, key: Self.formatKey, value: [Self.formatVersion])
         }
         let schema = state.withLock { $0.schema }
         let lacksRenamesOntoSeen = stored < 2
             && schema.propertyRemovals.values.contains(where: { $0.contains { $0.renamedTo != nil } })
-        if rebuilding || lacksRenamesOntoSeen {
+        if rebuilding || lacksRenamesOntoSeen || adoptions?.adoptedMoreThanOnce == true {
             do {
                 try rebuildViews(recordsInMemory: Self.rebuildRecordsInMemory, inTheSameTransaction: raise)
                 return

@@ -409,30 +409,29 @@ public struct ChangesetLog: Sendable {
         try transaction.lastKey(entries).flatMap { key in key.withUnsafeBytes { Self.sequence(fromKey: $0) } } ?? 0
     }
 
-    /// Rewrites the adoptions from the log's entries, each relay dot in log order: what ``index(_:relay:at:in:)``
-    /// records as entries are appended. Builds before replica format 3 kept only the last relay dot of a changeset
-    /// adopted twice. Reads the header of the entries whose origin dot has an adoption recorded, and only those.
-    ///
-    /// - Returns: how many relay dots the adoptions now hold.
-    @discardableResult
-    public func rebuildAdoptions(in transaction: WriteTransaction) throws -> Int {
-        guard try transaction.count(adoptions) > 0 else { return 0 }
-        var adopted = Set<Dot>()
-        try transaction.scan(adoptions) { key, _ in
-            if key.count == 16 {
-                adopted.insert(
-                    Dot(
-                        origin: ReplicaID(rawValue: UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 0, as: UInt64.self))),
-                        sequence: UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 8, as: UInt64.self))))
-            }
-            return true
-        }
-        var copies: [Dot: [Dot]] = [:]
+    /// The adoptions as the log's entries give them, in log order: what ``index(_:relay:at:in:)`` records as entries
+    /// are appended. See ``adoptions(fromEntriesIn:)``.
+    public struct RebuiltAdoptions: Sendable {
+        /// Origin dots in the order their first relay dot appears.
         var order: [Dot] = []
+        /// Every relay dot of each origin dot, in log order.
+        var copies: [Dot: [Dot]] = [:]
+        /// Each relay dot's log entry.
+        var relayEntries: [(relay: Dot, localSequence: UInt64)] = []
+
+        /// Whether some changeset was adopted more than once (by two relays).
+        public var adoptedMoreThanOnce: Bool { copies.values.contains { $0.count > 1 } }
+    }
+
+    /// Reads the header of every entry, for the adoptions and relay dots the log holds. Builds before replica format 3
+    /// kept only the last relay dot of a changeset adopted twice, and copies of a log made before relay dots were
+    /// indexed have none.
+    ///
+    /// - Throws: ``LogError`` for a damaged entry (nothing is changed).
+    public func adoptions(fromEntriesIn transaction: ReadTransaction) throws -> RebuiltAdoptions {
+        var result = RebuiltAdoptions()
         let context = ZstdContext()
         try scan(in: transaction) { entry in
-            let dot = Dot(origin: entry.origin, sequence: entry.originSequence)
-            guard adopted.contains(dot) else { return true }
             let header: ChangesetCodec.Header
             do {
                 header = try ChangesetCodec.decodeHeader(encodedChangeset(of: entry, context: context), limits: decodingLimits)
@@ -441,17 +440,27 @@ public struct ChangesetLog: Sendable {
                     .undecodable, localSequence: entry.localSequence,
                     "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decoded: \(error)")
             }
-            if let relay = header.relay, copies[dot]?.contains(relay) != true {
-                if copies[dot] == nil { order.append(dot) }
-                copies[dot, default: []].append(relay)
+            guard let relay = header.relay else { return true }
+            let dot = Dot(origin: entry.origin, sequence: entry.originSequence)
+            result.relayEntries.append((relay, entry.localSequence))
+            if result.copies[dot]?.contains(relay) != true {
+                if result.copies[dot] == nil { result.order.append(dot) }
+                result.copies[dot, default: []].append(relay)
             }
             return true
         }
+        return result
+    }
+
+    /// Replaces the adoptions with `rebuilt`, and indexes every relay dot at its entry.
+    public func store(_ rebuilt: RebuiltAdoptions, in transaction: WriteTransaction) throws {
         try transaction.removeAll(adoptions)
-        for dot in order {
-            try transaction.put(adoptions, key: Self.originKey(dot), value: copies[dot]!.flatMap { Self.originKey($0) })
+        for dot in rebuilt.order {
+            try transaction.put(adoptions, key: Self.originKey(dot), value: rebuilt.copies[dot]!.flatMap { Self.originKey($0) })
         }
-        return copies.values.reduce(0) { $0 + $1.count }
+        for (relay, localSequence) in rebuilt.relayEntries {
+            try transaction.put(origins, key: Self.originKey(relay), value: Self.key(localSequence))
+        }
     }
 
     /// The relay dot the changeset with origin dot `dot` was first adopted as, if a relay adopted it.

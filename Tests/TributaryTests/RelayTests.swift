@@ -5,6 +5,7 @@ import TributaryLog
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+import TributaryViews
 
 /// App replicas that sync through a relay, which adopts their changesets into its own sequence (DESIGN.md).
 @Suite("Relays and bounded causal metadata")
@@ -161,8 +162,17 @@ struct RelayTests {
         #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
     }
 
-    @Test("A replica of format 2, whose adoptions kept one copy of a changeset adopted twice, gets both when raised")
-    func adoptionsRebuiltWhenRaised() throws {
+    /// How a relay's log could look when written by an earlier build.
+    enum EarlierAdoptions: CaseIterable {
+        /// Format 2: the copy recorded last, alone.
+        case lastCopyOnly
+        /// A copy of a log made before copies indexed relay dots: no adoptions, no relay dots in the origin index.
+        case none
+    }
+
+    @Test("A replica of format 2 gets every copy of a changeset adopted twice when raised, and its views rebuilt",
+        arguments: EarlierAdoptions.allCases)
+    func adoptionsRebuiltWhenRaised(_ earlier: EarlierAdoptions) throws {
         let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
         let app = cluster[2]
         for relay in 0...1 {
@@ -177,9 +187,17 @@ struct RelayTests {
         let relay = cluster[0]
         let copies = try relay.environment.read { try relay.log.causalDots(ofOrigin: written, in: $0) }
         #expect(copies.count == 2)
-        // As a build before format 3 left it: the copy recorded last, alone, and format 2.
+        let digest = try relay.viewDigest()
         try relay.environment.write { txn in
-            try txn.put(relay.log.adoptions, key: ChangesetLog.originKey(written), value: ChangesetLog.originKey(copies[1]))
+            switch earlier {
+            case .lastCopyOnly:
+                try txn.put(relay.log.adoptions, key: ChangesetLog.originKey(written), value: ChangesetLog.originKey(copies[1]))
+            case .none:
+                try txn.removeAll(relay.log.adoptions)
+                for copy in copies { _ = try txn.delete(relay.log.origins, key: ChangesetLog.originKey(copy)) }
+            }
+            // Views an earlier build's merge left: here, the object's record gone, which only a rebuild brings back.
+            _ = try txn.delete(relay.views.objects, key: ViewStore.objectKey(type: "Person", primaryKey: .string("p")))
             try txn.put(relay.identity, key: Replica.formatKey, value: [2])
         }
         let directory = relay.directory
@@ -189,6 +207,11 @@ struct RelayTests {
         let reopened = try Replica.open(directory: directory, schema: MergeSemanticsTests.schema, configuration: configuration)
         #expect(try reopened.summary().formatVersion == 3)
         #expect(try reopened.environment.read { try reopened.log.causalDots(ofOrigin: written, in: $0) } == copies)
+        for copy in copies {
+            #expect(try reopened.environment.read { try reopened.log.localSequence(of: copy, in: $0) } != nil)
+        }
+        #expect(try reopened.object("Person", primaryKey: .string("p")) != nil)
+        #expect(try reopened.viewDigest() == digest)
         #expect(try reopened.verify().passed)
     }
 
