@@ -10,12 +10,16 @@ import TributaryViews
 /// App replicas that sync through a relay, which adopts their changesets into its own sequence (DESIGN.md).
 @Suite("Relays and bounded causal metadata")
 struct RelayTests {
+    /// What the app `app` wrote that `relay` lacks, uploaded to it and adopted there.
+    static func upload(_ cluster: Cluster, app: Int, to relay: Int) throws {
+        let uploads = try cluster[app].changesets(missingFrom: cluster[relay].versionVector, origins: [cluster[app].replicaID])
+        try cluster[relay].adopt(uploads)
+    }
+
     /// Replica 0 is the relay; the others are apps that talk to it only.
     func sync(_ cluster: Cluster, app: Int) throws {
-        let relay = cluster[0]
-        let uploads = try cluster[app].changesets(missingFrom: relay.versionVector, origins: [cluster[app].replicaID])
-        try relay.adopt(uploads)
-        try cluster[app].integrate(try relay.changesets(missingFrom: cluster[app].versionVector))
+        try Self.upload(cluster, app: app, to: 0)
+        try cluster[app].integrate(try cluster[0].changesets(missingFrom: cluster[app].versionVector))
     }
 
     @Test("Adopted changesets keep their origin, stamp and author; contexts name the relay, not the apps")
@@ -121,9 +125,7 @@ struct RelayTests {
         // 0 and 1 are relays (peers of each other), 2 is a peer of both, 3 is an app.
         let cluster = try Cluster(4, schema: MergeSemanticsTests.schema)
         let app = cluster[3]
-        func upload(to relay: Int) throws {
-            try cluster[relay].adopt(try app.changesets(missingFrom: cluster[relay].versionVector, origins: [app.replicaID]))
-        }
+        func upload(to relay: Int) throws { try Self.upload(cluster, app: 3, to: relay) }
         try upload(to: 0)
         try app.integrate(try cluster[0].changesets(missingFrom: app.versionVector))
         // Peer 2 holds what the app last downloaded and relay 1's own first changeset, not the run that follows.
@@ -175,14 +177,10 @@ struct RelayTests {
     func adoptionsRebuiltWhenRaised(_ earlier: EarlierAdoptions) throws {
         let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
         let app = cluster[2]
-        for relay in 0...1 {
-            try cluster[relay].adopt(try app.changesets(missingFrom: cluster[relay].versionVector, origins: [app.replicaID]))
-        }
+        for relay in 0...1 { try Self.upload(cluster, app: 2, to: relay) }
         try app.write { try $0.create("Person", ["_id": "p"]) }
         let written = Dot(origin: app.replicaID, sequence: app.versionVector[app.replicaID])
-        for relay in 0...1 {
-            try cluster[relay].adopt(try app.changesets(missingFrom: cluster[relay].versionVector, origins: [app.replicaID]))
-        }
+        for relay in 0...1 { try Self.upload(cluster, app: 2, to: relay) }
         try cluster.send(from: 1, to: 0)
         let relay = cluster[0]
         let copies = try relay.environment.read { try relay.log.causalDots(ofOrigin: written, in: $0) }
@@ -220,9 +218,7 @@ struct RelayTests {
         // 0 and 1 are relays, 2 is a peer that writes, 3 is an app.
         let cluster = try Cluster(4, schema: MergeSemanticsTests.schema)
         let app = cluster[3]
-        func upload(to relay: Int) throws {
-            try cluster[relay].adopt(try app.changesets(missingFrom: cluster[relay].versionVector, origins: [app.replicaID]))
-        }
+        func upload(to relay: Int) throws { try Self.upload(cluster, app: 3, to: relay) }
         func exchange(_ pairs: [(Int, Int)]) throws { for (source, target) in pairs { try cluster.send(from: source, to: target) } }
         try upload(to: 0)
         try exchange([(0, 1), (1, 0)])
