@@ -124,7 +124,7 @@ extension ObjectRecord {
     /// Decodes a record.
     ///
     /// - Throws: ``ChangesetDecodingError`` for damaged or unknown bytes.
-    public init(decoding bytes: [UInt8], limits: DecodingLimits = .standard) throws(ChangesetDecodingError) {
+    public init(decoding bytes: [UInt8], limits: DecodingLimits = .storedRecord) throws(ChangesetDecodingError) {
         var reader = BinaryReader(bytes, subject: "object record", limits: limits)
         let version = try reader.byte()
         guard version == Self.formatVersion else {

@@ -74,7 +74,7 @@ extension ObjectRecord {
     ///
     /// The result equals ``values(of:in:)`` on the decoded record.
     public static func values(
-        decoding bytes: [UInt8], of type: ObjectSchema, in schema: Schema, limits: DecodingLimits = .standard
+        decoding bytes: [UInt8], of type: ObjectSchema, in schema: Schema, limits: DecodingLimits = .storedRecord
     ) throws(ChangesetDecodingError) -> [String: Value]? {
         guard let values = try positionalValues(decoding: bytes, of: type, in: schema, limits: limits) else { return nil }
         var result: [String: Value] = Dictionary(minimumCapacity: type.properties.count)
@@ -100,7 +100,7 @@ extension ObjectRecord {
     ///   it tests.
     public static func positionalValues(
         decoding bytes: [UInt8], of type: ObjectSchema, in schema: Schema, wanted: [Bool]? = nil,
-        limits: DecodingLimits = .standard
+        limits: DecodingLimits = .storedRecord
     ) throws(ChangesetDecodingError) -> [Value]? {
         var reader = BinaryReader(bytes, subject: "object record", limits: limits)
         let version = try reader.byte()

@@ -35,7 +35,7 @@ public final class RecordProjector: Sendable {
     let storedIndex: [Int]
 
     /// - Parameter wanted: the positions in `type.properties` to decode, or `nil` for all of them.
-    public init(type: ObjectSchema, schema: Schema, wanted: [Bool]? = nil, limits: DecodingLimits = .standard) {
+    public init(type: ObjectSchema, schema: Schema, wanted: [Bool]? = nil, limits: DecodingLimits = .storedRecord) {
         self.type = type
         self.schema = schema
         self.limits = limits

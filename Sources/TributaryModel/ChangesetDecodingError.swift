@@ -56,4 +56,18 @@ public struct DecodingLimits: Hashable, Sendable {
 
     /// The defaults.
     public static let standard = DecodingLimits()
+
+    /// The bounds a stored object record is read under. A record is built by this replica's own merges, never taken
+    /// from a peer, and grows with its object's history (a list keeps the elements it lost, as tombstones, and every
+    /// replacement of a whole list adds its elements again), so its counts are not bounded: the standard 1,000,000
+    /// made an object unreadable once its lists had seen that many elements. The reader still ties every count to
+    /// the bytes that remain, so damaged bytes cannot claim memory. Values up to the log's largest changeset; nesting
+    /// up to 128 (path steps and value nesting, each bounded by 32 in a changeset).
+    public static let storedRecord: DecodingLimits = {
+        var limits = DecodingLimits()
+        limits.maximumElements = .max
+        limits.maximumDepth = 128
+        limits.maximumValueBytes = 256 << 20
+        return limits
+    }()
 }

@@ -264,3 +264,20 @@ struct HostileInputTests {
         #expect(seconds == [0, .max, 0, .max, 0])
     }
 }
+
+/// Records grow with their object's history; the bounds that protect decoding from a peer's bytes must not make a
+/// replica's own records unreadable.
+@Suite("Stored records past the standard decoding limits")
+struct StoredRecordLimitTests {
+    @Test("An object whose list holds more than 1,000,000 elements reads and verifies")
+    func listPastAMillionElements() throws {
+        let directory = TemporaryDirectory("long-list")
+        let replica = try HostileInputTests.open(directory.path)
+        let count = DecodingLimits.standard.maximumElements + 1
+        try replica.write { try $0.create("Task", ["_id": "t", "tags": .list(Array(repeating: "x", count: count))]) }
+        // It used to commit, and then fail every read and write of the object: "list element count ... is over the
+        // limit of 1000000".
+        #expect(try replica.object("Task", primaryKey: .string("t"))?["tags"].listValue?.count == count)
+        #expect(try replica.verify().passed)
+    }
+}
