@@ -1,9 +1,10 @@
 import TributaryModel
 import TributaryViews
 
-/// What the views can store and read back: string and data values (and link keys) of at most 16 MiB (the standard
-/// decoding limit, which records are read under; Realm's limit too), and objects' primary keys of at most
-/// ``KeyEncoding/maximumPrimaryKeyBytes``.
+/// What a new changeset may hold: string and data values (and link keys) of at most 16 MiB (Realm's limit, and the
+/// standard decoding limit, which the stored schema, and so its defaults, is read under; records are read under
+/// ``DecodingLimits/storedRecord``), and objects' primary keys of at most ``KeyEncoding/maximumPrimaryKeyBytes`` (what
+/// fits an LMDB key). Each bound depends on the changeset alone, so every replica decides alike.
 ///
 /// Checked on every new changeset before it is applied: a local transaction's when it commits, a peer's when it is
 /// integrated (refusing that changeset alone). Never on replay, so a log that holds what an earlier build let through

@@ -118,15 +118,29 @@ public struct ChangesetLog: Sendable {
     }
 
     /// Decompresses and decodes the changeset an entry holds, and checks it against the entry's header.
+    /// The header of the changeset an entry holds, its instructions left undecoded.
+    public func header(of entry: LogEntry, context: ZstdContext? = nil) throws(LogError) -> ChangesetCodec.Header {
+        let bytes = try encodedChangeset(of: entry, context: context)
+        do {
+            return try ChangesetCodec.decodeHeader(bytes, limits: decodingLimits)
+        } catch {
+            throw Self.undecodable(entry, error)
+        }
+    }
+
+    private static func undecodable(_ entry: LogEntry, _ error: ChangesetDecodingError) -> LogError {
+        LogError(
+            .undecodable, localSequence: entry.localSequence,
+            "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decoded: \(error)")
+    }
+
     public func changeset(of entry: LogEntry, context: ZstdContext? = nil) throws(LogError) -> Changeset {
         let bytes = try encodedChangeset(of: entry, context: context)
         let changeset: Changeset
         do {
             changeset = try ChangesetCodec.decode(bytes, limits: decodingLimits)
         } catch {
-            throw LogError(
-                .undecodable, localSequence: entry.localSequence,
-                "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decoded: \(error)")
+            throw Self.undecodable(entry, error)
         }
         guard changeset.dot == entry.dot, changeset.time == entry.time,
             changeset.instructions.count == Int(entry.instructionCount)
@@ -432,15 +446,7 @@ public struct ChangesetLog: Sendable {
         var result = RebuiltAdoptions()
         let context = ZstdContext()
         try scan(in: transaction) { entry in
-            let header: ChangesetCodec.Header
-            do {
-                header = try ChangesetCodec.decodeHeader(encodedChangeset(of: entry, context: context), limits: decodingLimits)
-            } catch {
-                throw LogError(
-                    .undecodable, localSequence: entry.localSequence,
-                    "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decoded: \(error)")
-            }
-            guard let relay = header.relay else { return true }
+            guard let relay = try header(of: entry, context: context).relay else { return true }
             let dot = Dot(origin: entry.origin, sequence: entry.originSequence)
             result.relayEntries.append((relay, entry.localSequence))
             if result.copies[dot]?.contains(relay) != true {

@@ -229,7 +229,6 @@ public final class Environment: @unchecked Sendable {
     /// The most missing pages a writable open fills in (the free pages of one crashed commit).
     static let repairableShortfallPages = 64
 
-    /// How far the data file falls short of the pages LMDB's last commit counts (0 bytes when it covers them).
     /// The bytes of pages 0 through `lastPage`: `Int.max` when that overflows, as a damaged meta page's page number may
     /// make it (LMDB's own arithmetic wraps silently there).
     static func bytes(throughPage lastPage: some BinaryInteger, pageSize: some BinaryInteger) -> Int {
@@ -238,6 +237,7 @@ public final class Environment: @unchecked Sendable {
         return pagesOverflow || bytesOverflow || pages <= 0 ? .max : bytes
     }
 
+    /// How far the data file falls short of the pages LMDB's last commit counts (0 bytes when it covers them).
     private static func mappedPagesShortfall(_ handle: OpaquePointer) -> (bytes: Int, needed: Int, pageSize: Int, descriptor: Int32) {
         var descriptor: mdb_filehandle_t = -1
         guard mdb_env_get_fd(handle, &descriptor) == 0 else { return (0, 0, 4096, -1) }
