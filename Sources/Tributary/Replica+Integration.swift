@@ -179,10 +179,34 @@ extension Replica {
     /// stamped more than ``Configuration/maximumClockSkew`` ahead of this replica's clock also waits (rule 9), so
     /// that a wrong clock cannot win every later conflict.
     ///
-    /// - Throws: ``TributaryError`` for storage failures (nothing is integrated then).
+    /// - Throws: ``TributaryError`` with `.invalidChangeset` naming the first changeset whose encoding would not
+    ///   decode under the log's limits (values nested too deeply, too many instructions or elements; nothing is
+    ///   integrated then, as replay and peers could not read it back), or for storage failures (nothing is integrated
+    ///   then).
     @discardableResult
     public func integrate(_ changesets: [Changeset]) throws -> IntegrationReport {
-        try integrate(changesets.map { PendingChangeset(changeset: $0, adopt: false) }, adopting: false)
+        try integrate(try encodedForLog(changesets, adopt: false), adopting: false)
+    }
+
+    /// In-memory changesets as the log takes them: each encoded once (the pending area and the log keep these bytes),
+    /// and the whole call refused, before anything is applied or waits, when one's encoding would not decode under
+    /// the log's limits. Replay, verify and every peer read the log under those limits, so an entry over them would
+    /// be lost to all of them.
+    private func encodedForLog(_ changesets: [Changeset], adopt: Bool) throws -> [PendingChangeset] {
+        var pending: [PendingChangeset] = []
+        pending.reserveCapacity(changesets.count)
+        for (index, changeset) in changesets.enumerated() {
+            do {
+                let encoded = try ChangesetCodec.encode(changeset, within: log.decodingLimits)
+                pending.append(PendingChangeset(changeset: changeset, adopt: adopt, encoded: encoded))
+            } catch {
+                throw TributaryError(
+                    .invalidChangeset,
+                    "changeset \(index) of \(changesets.count) (\(changeset.dot)) could not be read back from the log: "
+                        + "\(error); nothing was integrated")
+            }
+        }
+        return pending
     }
 
     /// Integrates changesets as bytes (what ``encodedChangesets(missingFrom:limit:origins:excluding:compressed:)``
@@ -246,9 +270,11 @@ extension Replica {
     ///
     /// An app's changesets are adopted in its own order; each one's causal context is rewritten from the app's
     /// terms (its own entry) to this replica's (the dots its earlier changesets were adopted as).
+    ///
+    /// - Throws: what ``integrate(_:)`` throws.
     @discardableResult
     public func adopt(_ changesets: [Changeset]) throws -> IntegrationReport {
-        try integrate(changesets.map { PendingChangeset(changeset: $0, adopt: true) }, adopting: true)
+        try integrate(try encodedForLog(changesets, adopt: true), adopting: true)
     }
 
     func integrate(_ changesets: [PendingChangeset], adopting: Bool) throws -> IntegrationReport {

@@ -1,4 +1,5 @@
 public import TributaryModel
+import TributaryLog
 import TributaryMerge
 import TributaryViews
 import TributaryQuery
@@ -76,7 +77,18 @@ public final class Transaction: ObjectReading {
         let changeset = Changeset(
             origin: info.dot.origin, originSequence: info.dot.sequence, time: info.stamp.time, context: info.context,
             author: author, schemaVersion: working.schema.version, instructions: instructions)
-        let encoded = ChangesetCodec.encode(changeset)
+        // Nothing goes into the log that the log cannot read back: replay, verify and every peer decode it under the
+        // log's limits.
+        let encoded: [UInt8]
+        do {
+            encoded = try ChangesetCodec.encode(changeset, within: replica.log.decodingLimits)
+        } catch {
+            let tooLarge = error.instructionIndex == nil
+            throw TributaryError(
+                tooLarge ? .transactionTooLarge : .invalidValue,
+                "the transaction cannot commit, as its log entry could not be read back: \(error)"
+                    + (tooLarge ? "; split it into smaller transactions" : ""))
+        }
         // The writes checked each object's key already; only a changeset larger than the value limit can hold a value
         // over it.
         if encoded.count > StorableValues.maximumValueBytes,

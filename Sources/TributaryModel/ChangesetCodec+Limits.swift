@@ -1,0 +1,146 @@
+extension ChangesetCodec {
+    /// Why a changeset would not decode under some ``DecodingLimits``.
+    public struct LimitProblem: Error, Hashable, Sendable, CustomStringConvertible {
+        /// The instruction that holds what is over a limit, or `nil` when the header is (too many instructions,
+        /// names or context entries).
+        public var instructionIndex: Int?
+        /// What is over which limit.
+        public var message: String
+
+        public var description: String {
+            instructionIndex.map { "instruction \($0): \(message)" } ?? message
+        }
+    }
+
+    /// Encodes `changeset`, or tells why its encoding would not decode under `limits`.
+    ///
+    /// A writer encodes what it is about to store or send with this, so that nothing is written that its readers
+    /// refuse: a log entry that cannot be decoded again is lost to replay, verify and every peer. It asks what
+    /// ``decode(_:limits:)`` asks of the same bytes (counts, nesting, value sizes). The instructions are walked in
+    /// memory before anything is encoded, into nested values only (a changeset of flat objects costs a pass over its
+    /// fields), and no deeper than the limit, so a value nested without bound is named rather than recursed into;
+    /// the header (instructions, names, context entries) is then read back from the encoding.
+    public static func encode(_ changeset: Changeset, within limits: DecodingLimits) throws(LimitProblem) -> [UInt8] {
+        let walker = LimitWalker(limits: limits)
+        for (index, instruction) in changeset.instructions.enumerated() {
+            if let message = walker.problem(in: instruction) {
+                throw LimitProblem(instructionIndex: index, message: message)
+            }
+        }
+        let encoded = encode(changeset)
+        do {
+            _ = try decodeHeader(encoded, limits: limits)
+        } catch {
+            throw LimitProblem(instructionIndex: nil, message: error.message)
+        }
+        return encoded
+    }
+}
+
+/// The instruction-level bounds of ``ChangesetCodec/decode(_:limits:)``, asked of values in memory. Each check
+/// names the decoder's own words for what it refuses.
+private struct LimitWalker {
+    let limits: DecodingLimits
+    /// `BinaryReader.objectSchema`'s bound on a type's properties.
+    static let maximumPropertiesPerType = 10_000
+
+    func problem(in instruction: Instruction) -> String? {
+        switch instruction {
+        case .addType(let type):
+            if type.properties.count > Self.maximumPropertiesPerType {
+                return "type '\(type.name)' has \(type.properties.count) properties, more than the "
+                    + "\(Self.maximumPropertiesPerType) a changeset may define"
+            }
+            for property in type.properties {
+                if let problem = defaultProblem(property, of: type.name) { return problem }
+            }
+            return nil
+        case .addProperty(let type, let property), .redefineProperty(let type, let property):
+            return defaultProblem(property, of: type)
+        case .removeProperty, .renameProperty, .removeType, .setSchemaVersion, .omitted:
+            return nil
+        case .create(let type, let key, let fields, let defaults):
+            if let problem = keyProblem(key) { return "the primary key of \(type): \(problem)" }
+            return fieldsProblem(fields, of: type) ?? fieldsProblem(defaults, of: type)
+        case .erase(let type, let key):
+            return keyProblem(key).map { "the primary key of \(type): \($0)" }
+        case .set(let path, let value), .listInsert(let path, _, let value), .listSet(let path, _, let value):
+            if let problem = pathProblem(path) { return problem }
+            return valueProblem(value, depth: 0).map { "\(path): \($0)" }
+        case .addInteger(let path, _, _), .listErase(let path, _), .listMove(let path, _, _), .listClear(let path):
+            return pathProblem(path)
+        }
+    }
+
+    private func defaultProblem(_ property: Property, of type: String) -> String? {
+        guard let value = property.defaultValue else { return nil }
+        return valueProblem(value, depth: 0).map { "the default of \(type).\(property.name): \($0)" }
+    }
+
+    private func fieldsProblem(_ fields: [FieldValue], of type: String) -> String? {
+        if fields.count > limits.maximumElements {
+            return "\(fields.count) fields of \(type), more than \(limits.maximumElements)"
+        }
+        for field in fields {
+            if let problem = valueProblem(field.value, depth: 0) { return "\(type).\(field.name): \(problem)" }
+        }
+        return nil
+    }
+
+    private func pathProblem(_ path: FieldPath) -> String? {
+        if let problem = keyProblem(path.primaryKey) { return "the primary key of \(path.type): \(problem)" }
+        if path.steps.count > limits.maximumDepth {
+            return "\(path) reaches \(path.steps.count) embedded objects deep, more than \(limits.maximumDepth)"
+        }
+        return nil
+    }
+
+    private func keyProblem(_ key: PrimaryKey) -> String? {
+        guard case .string(let string) = key else { return nil }
+        return bytesProblem(string.utf8.count, "a string")
+    }
+
+    private func bytesProblem(_ count: Int, _ what: String) -> String? {
+        count > limits.maximumValueBytes ? "\(what) of \(count) bytes, over the limit of \(limits.maximumValueBytes)" : nil
+    }
+
+    /// Why `value`, at nesting `depth` (0 for a field's value), would not decode. A list or embedded object at the
+    /// deepest level decodes only when empty. Recursion stops there, so a value nested without bound is named, not
+    /// walked.
+    private func valueProblem(_ value: Value, depth: Int) -> String? {
+        switch value {
+        case .null, .bool, .int, .double, .date, .uuid, .objectId:
+            return nil
+        case .string(let string):
+            return bytesProblem(string.utf8.count, "a string")
+        case .data(let data):
+            return bytesProblem(data.count, "data")
+        case .link(let key):
+            return keyProblem(key).map { "a link: \($0)" }
+        case .embedded(let object):
+            if object.fields.count > limits.maximumElements {
+                return "an embedded \(object.type) of \(object.fields.count) fields, more than \(limits.maximumElements)"
+            }
+            if !object.fields.isEmpty, depth >= limits.maximumDepth { return nestingProblem }
+            for name in object.fields.keys.sorted() {
+                if let field = object.fields[name], let problem = valueProblem(field, depth: depth + 1) {
+                    return "\(object.type).\(name): \(problem)"
+                }
+            }
+            return nil
+        case .list(let elements):
+            if elements.count > limits.maximumElements {
+                return "a list of \(elements.count) elements, more than \(limits.maximumElements)"
+            }
+            if !elements.isEmpty, depth >= limits.maximumDepth { return nestingProblem }
+            for (index, element) in elements.enumerated() {
+                if let problem = valueProblem(element, depth: depth + 1) { return "element \(index): \(problem)" }
+            }
+            return nil
+        }
+    }
+
+    private var nestingProblem: String {
+        "lists and embedded objects nest more than \(limits.maximumDepth) levels deep"
+    }
+}
