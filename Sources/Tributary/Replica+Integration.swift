@@ -48,8 +48,10 @@ extension Replica {
     ///     instructions on objects for which `holds` returns `true` are kept, the rest replaced by
     ///     ``Instruction/omitted``. The projection keeps the changeset's identity, so the partial replica's version
     ///     vector stays complete. A partial replica must not export what it received this way.
-    ///   - excluding: origin dots of changesets the other replica holds already though its vector does not count
-    ///     them: its ``pendingDots()``. They are neither read nor sent.
+    ///   - excluding: causal dots of changesets the other replica holds already though its vector does not count
+    ///     them: its ``pendingDots()``. They are neither read nor sent. A relay's copy of an app's changeset is named
+    ///     by the relay's dot, so another relay's copy of it is still sent: the one that waits may wait for the
+    ///     relay's earlier changesets, and the other may come in first.
     public func changesets(
         missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil,
         holds: ((String, PrimaryKey) -> Bool)? = nil, excluding: Set<Dot> = []
@@ -96,8 +98,7 @@ extension Replica {
                 for entry in have.entries where vector[entry.replica] < entry.sequence {
                     if let origins, !origins.contains(entry.replica) { continue }
                     // A dot of the origin index names one changeset (a relay adopts under its own sequences), so an
-                    // excluded one is skipped before its entry is read. An adopted changeset is listed under its relay
-                    // dot, and checked again by its origin dot below.
+                    // excluded one is skipped before its entry is read.
                     for (dot, sequence) in try log.originEntries(from: entry.replica, after: vector[entry.replica], in: txn)
                     where !excluding.contains(dot) {
                         sequences.append(sequence)
@@ -111,7 +112,6 @@ extension Replica {
                 for sequence in sequences {
                     guard result.count < limit else { break }
                     let entry = try log.entry(sequence, in: txn)
-                    if excluding.contains(entry.dot) { continue }
                     // An app uploads only what no relay adopted yet.
                     if let origins, origins.contains(entry.origin), try log.causalDot(ofOrigin: entry.dot, in: txn) != nil {
                         continue
@@ -125,9 +125,9 @@ extension Replica {
         }
     }
 
-    /// The origin dots of the changesets waiting in the pending area. A peer that exports to this replica can pass
-    /// them as `excluding:` to ``changesets(missingFrom:limit:origins:holds:excluding:)``, so as not to send them
-    /// again. Reads keys only.
+    /// The causal dots of the changesets waiting in the pending area: a relay's dot for a relay's copy of an app's
+    /// changeset, the origin dot otherwise. A peer that exports to this replica can pass them as `excluding:` to
+    /// ``changesets(missingFrom:limit:origins:holds:excluding:)``, so as not to send them again. Reads keys only.
     public func pendingDots() throws -> Set<Dot> {
         do {
             return try environment.read { txn in
@@ -338,9 +338,9 @@ extension Replica {
                 try integratedHere.contains(dot) || log.localSequence(of: dot, in: txn) != nil
             }
 
-            // Candidates: everything pending and the batch, by origin dot. Entries remember whether they came to be
-            // adopted (from an app) or integrated (from a peer). `added` and `removed` are the changes to the stored
-            // pending area.
+            // Candidates: everything pending and the batch, by causal dot (see ``PendingChangeset/key``). Entries
+            // remember whether they came to be adopted (from an app) or integrated (from a peer). `added` and
+            // `removed` are the changes to the stored pending area: keys of the area, and stored keys.
             let generation = try pendingGeneration(in: txn)
             var area = try pendingArea(generation: generation, taken: taken, in: txn)
             taken = nil
@@ -352,7 +352,7 @@ extension Replica {
             for var received in incoming {
                 let changeset = received.changeset
                 let causal = changeset.causalDot
-                if try vector[causal.origin] >= causal.sequence || area.entries[changeset.dot] != nil
+                if try vector[causal.origin] >= causal.sequence || area.entries[causal] != nil
                     || (changeset.relay == nil && known(changeset.dot))
                 {
                     report.duplicates += 1
@@ -360,10 +360,18 @@ extension Replica {
                 }
                 received.adopt = adopting && changeset.relay == nil
                 area.insert(received)
-                if added.insert(changeset.dot).inserted { batch.append(changeset.dot) }
+                if added.insert(causal).inserted { batch.append(causal) }
             }
-            for dot in rejectedDots where area.remove(dot) != nil {
-                if added.remove(dot) == nil { removed.insert(dot) }
+            /// Takes the entry `key` names out of the area, and out of storage if it was stored.
+            func drop(_ key: Dot) {
+                guard let entry = area.remove(key), added.remove(key) == nil else { return }
+                removed.insert(entry.storedKey ?? key)
+            }
+            // A refused changeset is dropped with every copy of it that waits.
+            if !rejectedDots.isEmpty {
+                for key in area.entries.keys.sorted() where rejectedDots.contains(area.entries[key]!.changeset.dot) {
+                    drop(key)
+                }
             }
 
             var applied: [(changeset: Changeset, encoded: [UInt8], frame: [UInt8]?)] = []
@@ -374,6 +382,13 @@ extension Replica {
                 var changeset = entry.changeset
                 var encoded = entry.encoded
                 var frame = entry.frame
+                if changeset.relay == nil, try known(changeset.dot) {
+                    // Integrated meanwhile through a relay's copy, which waited beside it: an app's upload is not
+                    // adopted again, and a peer's changeset not applied twice.
+                    drop(dot)
+                    report.duplicates += 1
+                    return true
+                }
                 guard changeset.time.milliseconds <= now &+ skew else { return false }
                 if entry.adopt {
                     guard try adoptable(changeset, vector: vector, known: known) else { return false }
@@ -387,8 +402,7 @@ extension Replica {
                     if vector[causal.origin] >= causal.sequence {
                         // Another changeset took this causal dot (a faulty relay): this one can never be
                         // integrated, and must not hold up the rest of its lane.
-                        _ = area.remove(dot)
-                        if added.remove(dot) == nil { removed.insert(dot) }
+                        drop(dot)
                         report.duplicates += 1
                         return true
                     }
@@ -414,8 +428,7 @@ extension Replica {
                 vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
                 integratedHere.insert(changeset.dot)
                 applied.append((changeset, bytes, encoded == nil ? nil : frame))
-                _ = area.remove(dot)
-                if added.remove(dot) == nil { removed.insert(dot) }
+                drop(dot)
                 return true
             }
             // Apply every ready changeset; repeat until none is ready. First the batch, in the order it came: a
@@ -475,8 +488,12 @@ extension Replica {
         if let taken, taken.generation == generation { return taken }
         var area = PendingArea(generation: generation)
         // In descending key order, so that each lane's changesets are appended, not inserted at the front.
-        try txn.scan(pending, reverse: true) { _, value in
-            if let entry = try? PendingChangeset(stored: value, limits: log.decodingLimits) { area.insert(entry) }
+        try txn.scan(pending, reverse: true) { key, value in
+            if var entry = try? PendingChangeset(stored: value, limits: log.decodingLimits) {
+                // Builds before stop 22 stored a relay's copy under its origin dot.
+                if let stored = Self.dot(pendingKey: key), stored != entry.key { entry.storedKey = stored }
+                area.insert(entry)
+            }
             return true
         }
         return area
@@ -533,7 +550,7 @@ struct PendingArea: Sendable {
     init(generation: UInt64) { self.generation = generation }
 
     mutating func insert(_ entry: PendingChangeset) {
-        let dot = entry.changeset.dot
+        let dot = entry.key
         if let replaced = entries.updateValue(entry, forKey: dot) { removeFromLane(replaced, dot) }
         let (lane, sequence) = PendingLane.of(entry)
         // Changed in place (through the dictionary's accessor), so the lane is not copied.
@@ -601,6 +618,14 @@ struct PendingChangeset: Sendable {
     /// The zstd frame of `encoded` it came in, if it came compressed: the log stores it as it came. Not kept in the
     /// pending database (a changeset that waits there is compressed again when it is integrated).
     let frame: [UInt8]?
+    /// The key it is stored under in the pending database, when that is not ``key`` (an earlier build's).
+    var storedKey: Dot?
+
+    /// What it waits under, in the pending area and its database: its causal dot, which is a relay's dot for a
+    /// relay's copy and the origin dot otherwise. Two relays' copies of one changeset wait side by side: keyed by the
+    /// origin dot, the second was dropped as a duplicate of the first, and when each waited for the relay's earlier
+    /// changesets (two relays that adopted two apps' uploads in opposite orders), neither ever came in.
+    var key: Dot { changeset.causalDot }
 
     init(changeset: Changeset, adopt: Bool, encoded: [UInt8]? = nil, frame: [UInt8]? = nil) {
         self.changeset = changeset

@@ -173,7 +173,7 @@ public final class Simulation {
         // is sent again, as a sync protocol would not; duplicates still come from messages delivered twice and from
         // one changeset sent to a target by several sources.
         var held = try target.pendingDots()
-        for message in link.queue { for changeset in message { held.insert(changeset.dot) } }
+        for message in link.queue { for changeset in message { held.insert(changeset.causalDot) } }
         let batch: [Changeset]
         if isPartial(link.source) {
             batch = try source.changesets(missingFrom: target.versionVector, origins: [source.replicaID], excluding: held)

@@ -255,6 +255,103 @@ struct RelayTests {
         #expect(try cluster[0].viewDigest() == before)
     }
 
+    @Test("Two relays that adopted two apps' uploads in opposite orders: a peer that hears the later copies first integrates all")
+    func crossedCopiesDoNotDeadlock() throws {
+        // 0 and 1 are relays, 2 is a peer, 3 and 4 are apps.
+        let cluster = try Cluster(5, schema: MergeSemanticsTests.schema)
+        let peer = cluster[2]
+        try cluster[3].write { try $0.create("Task", ["_id": "a", "title": "from app 3"]) }
+        try cluster[4].write { try $0.create("Task", ["_id": "b", "title": "from app 4"]) }
+        let (a, b) = (cluster[3].replicaID, cluster[4].replicaID)
+        let creates = ["a": Dot(origin: a, sequence: try cluster[3].versionVector[a]), "b": Dot(origin: b, sequence: try cluster[4].versionVector[b])]
+        // Neither app hears of an adoption: each uploads to both relays, which adopt them in opposite orders.
+        try Self.upload(cluster, app: 3, to: 0)
+        try Self.upload(cluster, app: 4, to: 0)
+        try Self.upload(cluster, app: 4, to: 1)
+        try Self.upload(cluster, app: 3, to: 1)
+        let fromRelay0 = try cluster[0].changesets(missingFrom: peer.versionVector)
+        let fromRelay1 = try cluster[1].changesets(missingFrom: peer.versionVector)
+        // The later copies arrive first (messages reordered): each waits for its relay's earlier one, which is the
+        // other app's changeset, waiting under the other relay's copy.
+        #expect(try peer.integrate(fromRelay0.filter { $0.origin == b }).integrated.isEmpty)
+        #expect(try peer.integrate(fromRelay1.filter { $0.origin == a }).integrated.isEmpty)
+        // One full export of each relay, in either form, lets every copy in. The first copies used to be dropped as
+        // duplicates of the waiting ones, which then waited for them for ever: both relays' lanes stalled, and
+        // everything later from either relay with them.
+        try peer.integrate(encoded: try cluster[0].encodedChangesets(missingFrom: peer.versionVector, excluding: try peer.pendingDots()))
+        try peer.integrate(try cluster[1].changesets(missingFrom: peer.versionVector, excluding: try peer.pendingDots()))
+        #expect(try peer.pendingDots().isEmpty)
+        var both = try cluster[0].versionVector
+        both.formUnion(try cluster[1].versionVector)
+        let peerVector = try peer.versionVector
+        #expect(peerVector.removing(peer.replicaID) == both, "\(peerVector) \(both)")
+        for (key, relay) in [("a", 0), ("b", 1)] {
+            #expect(try peer.object("Task", primaryKey: .string(key)) != nil, "\(key)")
+            let copies = try peer.environment.read { try peer.log.causalDots(ofOrigin: creates[key]!, in: $0) }
+            #expect(Set(copies.map(\.origin)) == [cluster[0].replicaID, cluster[1].replicaID], "\(key) via relay \(relay): \(copies)")
+        }
+        #expect(try peer.verify().passed)
+        // The relays exchange, and the apps hear from them: every replica holds the same.
+        try cluster.send(from: 0, to: 1)
+        try cluster.send(from: 1, to: 0)
+        for app in 3...4 {
+            for relay in 0...1 { try cluster[app].integrate(try cluster[relay].changesets(missingFrom: cluster[app].versionVector)) }
+        }
+        let digests = try cluster.replicas.map { try $0.recordsDigest() }
+        #expect(Set(digests).count == 1, "\(digests)")
+    }
+
+    @Test("A relay whose app's upload waits takes another relay's copy of it, and does not adopt it again")
+    func uploadWaitsBesideAnotherRelaysCopy() throws {
+        // 0 and 1 are relays, 2 is an app.
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        let app = cluster[2]
+        try app.write { try $0.create("Task", ["_id": "t", "title": "1"]) }
+        try app.write { try $0.update("Task", primaryKey: .string("t"), ["title": "2"]) }
+        let last = Dot(origin: app.replicaID, sequence: app.versionVector[app.replicaID])
+        // Relay 1 gets the app's last changeset alone: it waits for the one before.
+        let uploads = try app.changesets(missingFrom: cluster[1].versionVector, origins: [app.replicaID])
+        #expect(try cluster[1].adopt([uploads.last!]).waiting == 1)
+        // Relay 0 adopts the whole run and sends it to relay 1: its copy of the last changeset waits beside the
+        // upload until the one before is in, then comes in; the upload is then a duplicate.
+        try Self.upload(cluster, app: 2, to: 0)
+        let ownSequence = try cluster[1].versionVector[cluster[1].replicaID]
+        try cluster.send(from: 0, to: 1)
+        #expect(try cluster[1].pendingDots().isEmpty)
+        #expect(try cluster[1].versionVector[cluster[1].replicaID] == ownSequence)
+        let copies = try cluster[1].environment.read { try cluster[1].log.causalDots(ofOrigin: last, in: $0) }
+        #expect(copies.map(\.origin) == [cluster[0].replicaID])
+        #expect(try cluster[1].object("Task", primaryKey: .string("t"))?["title"] == "2")
+        #expect(try cluster[1].verify().passed)
+    }
+
+    @Test("A relay's copy stored by an earlier build under its origin dot is integrated, and leaves the pending area")
+    func earlierBuildsPendingKey() throws {
+        // 0 is a relay, 1 a peer, 2 an app.
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        let peer = cluster[1]
+        try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "1"]) }
+        try cluster[2].write { try $0.update("Task", primaryKey: .string("t"), ["title": "2"]) }
+        try Self.upload(cluster, app: 2, to: 0)
+        let copies = try cluster[0].changesets(missingFrom: peer.versionVector)
+        let later = copies.last!
+        #expect(later.relay != nil)
+        #expect(try peer.integrate([later]).waiting == 1)
+        // As an earlier build stored it: under the changeset's origin dot.
+        try peer.environment.write { txn in
+            try txn.delete(peer.pending, key: Replica.pendingKey(later.causalDot))
+            try txn.put(peer.pending, key: Replica.pendingKey(later.dot), value: PendingChangeset(changeset: later, adopt: false).stored)
+            let generation = try peer.pendingGeneration(in: txn) + 1
+            try txn.put(peer.identity, key: Replica.pendingGenerationKey, value: Replica.identityBytes(generation))
+        }
+        #expect(try peer.pendingDots() == [later.dot])
+        try cluster.send(from: 0, to: 1)
+        #expect(try peer.pendingDots().isEmpty)
+        #expect(try peer.environment.read { try $0.count(peer.pending) } == 0)
+        #expect(try peer.object("Task", primaryKey: .string("t"))?["title"] == "2")
+        #expect(try peer.verify().passed)
+    }
+
     @Test("Causal metadata per changeset stays bounded with 1,000 writing apps through one relay")
     func metadataStaysBounded() throws {
         let measured = try RelayTests.metadataBytes(apps: 1000)
