@@ -12,8 +12,12 @@ public struct SimulationConfiguration: Sendable {
     public var replicas = 5
     /// Write transactions, across all replicas.
     public var operations = 10_000
-    /// How many of the replicas are partial (hold every other key), each syncing through replicas 0 and 1, its relays.
-    public var partialReplicas = 1
+    /// How many of the replicas are partial (hold every other key), each an app syncing through replicas 0 and 1, its
+    /// relays; `nil` for two (one with three replicas). Two apps that upload to both relays are what makes relays
+    /// adopt changesets in different orders, a pattern one app cannot make (it found a peer that stalled for good).
+    public var partialReplicas: Int?
+    /// ``partialReplicas``, or its default.
+    public var partialCount: Int { partialReplicas ?? min(2, replicas - 2) }
     /// Random causal orders the oracle replays the changesets in.
     public var oracleOrders = 3
     /// Where replica directories go; a fresh subdirectory per run.
@@ -34,7 +38,7 @@ public struct SimulationResult: Sendable {
     public var duplicates = 0
     public var crashes = 0
     public var changesets = 0
-    /// Changesets of the app replica that both relays adopted.
+    /// Changesets of the app replicas that both relays adopted.
     public var adoptedTwice = 0
     public var seconds = 0.0
 
@@ -70,7 +74,7 @@ public final class Simulation {
     var replicaCount: Int { max(3, min(7, configuration.replicas)) }
     /// The full replicas that partial ones sync through.
     static let relays = [0, 1]
-    func isPartial(_ index: Int) -> Bool { index >= replicaCount - configuration.partialReplicas && index > 0 }
+    func isPartial(_ index: Int) -> Bool { index >= replicaCount - configuration.partialCount && index > 1 }
 
     func next(_ bound: Int) -> Int { Int(random.next() % UInt64(max(bound, 1))) }
     func chance(_ percent: Double) -> Bool { Double(random.next() % 1_000_000) < percent * 10_000 }

@@ -20,7 +20,7 @@ struct ConvergenceTests {
             var failures: [String] = []
             for seed in first..<(first + count) {
                 var configuration = SimulationConfiguration(seed: seed, directory: directory.path)
-                configuration.replicas = 3 + Int(seed % 3)
+                configuration.replicas = 3 + Int(seed % 3)  // apps: one with 3 replicas, two with 4 or 5
                 configuration.operations = Self.deep ? 3000 : 120
                 configuration.oracleOrders = 2
                 let result = try Simulation(configuration).run()

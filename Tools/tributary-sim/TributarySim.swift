@@ -29,8 +29,8 @@ struct TributarySim: ParsableCommand {
     @Option(help: "Write transactions per run.")
     var operations = 10_000
 
-    @Option(help: "Partial replicas among them (they hold every other key and sync through replicas 0 and 1, their relays).")
-    var partialReplicas = 1
+    @Option(help: "Partial replicas among them (apps that hold every other key and sync through replicas 0 and 1, their relays). Default: 2, or 1 with 3 replicas.")
+    var partialReplicas: Int?
 
     @Option(help: "Random causal orders the oracle replays per seed.")
     var oracleOrders = 3
@@ -45,8 +45,8 @@ struct TributarySim: ParsableCommand {
         guard (3...7).contains(replicas) else { throw ValidationError("--replicas must be 3 to 7, got \(replicas).") }
         guard parsedSeeds != nil else { throw ValidationError("--seeds must be a number or a range like 1-10000, got '\(seeds)'.") }
         guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be 1 to 64, got \(jobs).") }
-        guard partialReplicas >= 0 && partialReplicas < replicas - 1 else {
-            throw ValidationError("--partial-replicas must leave at least two full replicas.")
+        if let partialReplicas, !(0...(replicas - 2)).contains(partialReplicas) {
+            throw ValidationError("--partial-replicas must be 0 to \(replicas - 2) with \(replicas) replicas: replicas 0 and 1 are full (the relays).")
         }
     }
 
@@ -80,7 +80,7 @@ struct TributarySim: ParsableCommand {
             if !result.passed {
                 failed.append(seed)
                 for failure in result.failures.prefix(20) { print("  \(failure)") }
-                print("  replay: tributary-sim --seeds \(seed) --replicas \(replicas) --operations \(operations) --partial-replicas \(partialReplicas)")
+                print("  replay: tributary-sim --seeds \(seed) --replicas \(replicas) --operations \(operations) --partial-replicas \(configuration.partialCount)")
             }
             fflush(nil)
         }
@@ -108,10 +108,11 @@ struct TributarySim: ParsableCommand {
             if !FileManager.default.isExecutableFile(atPath: child.executableURL!.path) {
                 child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
             }
-            child.arguments = [
-                "--seeds", "\(low)-\(high)", "--replicas", "\(replicas)", "--operations", "\(operations)",
-                "--partial-replicas", "\(partialReplicas)", "--oracle-orders", "\(oracleOrders)",
-            ] + (directory.map { ["--directory", $0] } ?? [])
+            child.arguments =
+                ["--seeds", "\(low)-\(high)", "--replicas", "\(replicas)", "--operations", "\(operations)"]
+                + (partialReplicas.map { ["--partial-replicas", "\($0)"] } ?? [])
+                + ["--oracle-orders", "\(oracleOrders)"]
+                + (directory.map { ["--directory", $0] } ?? [])
             let pipe = Pipe()
             child.standardOutput = pipe
             let slot = Int(index)
