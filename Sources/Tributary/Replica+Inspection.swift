@@ -146,6 +146,7 @@ extension Replica {
         var schema = Schema(types: [])
         var vector = VersionVector()
         var batch: [(changeset: Changeset, apply: Bool)] = []
+        var adoptions = ChangesetLog.RebuiltAdoptions()
         var batchInstructions = 0
         var replayed = 0
         func flush() throws {
@@ -182,6 +183,7 @@ extension Replica {
             let context = ZstdContext()
             try log.scan(in: txn) { entry in
                 let changeset = try log.changeset(of: entry, context: context)
+                if let relay = changeset.relay { adoptions.record(changeset.dot, relay: relay, at: entry.localSequence) }
                 vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
                 batchInstructions += changeset.instructions.count
                 batch.append((changeset, try log.isFirstEntry(entry, in: txn)))
@@ -202,7 +204,7 @@ extension Replica {
         }
         report.changesetsChecked = replayed
         progress?(replayed, total)
-        if let problem = try firstLookupProblem(in: txn) {
+        if let problem = try firstLookupProblem(in: txn) ?? log.adoptionProblem(expected: adoptions, in: txn) {
             report.firstProblem = problem
             return report
         }

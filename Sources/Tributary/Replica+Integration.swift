@@ -367,6 +367,14 @@ extension Replica {
                 guard let entry = area.remove(key), added.remove(key) == nil else { return }
                 removed.insert(entry.storedKey ?? key)
             }
+            // Rows an earlier build stored under another key move to their own, in this commit: left there, an
+            // upload stored under that key would overwrite them.
+            for key in area.takeEarlierKeys() {
+                guard let stored = area.entries[key]?.storedKey else { continue }
+                removed.insert(stored)
+                added.insert(key)
+                area.forgetStoredKey(of: key)
+            }
             // A refused changeset is dropped with every copy of it that waits.
             if !rejectedDots.isEmpty {
                 for key in area.entries.keys.sorted() where rejectedDots.contains(area.entries[key]!.changeset.dot) {
@@ -411,7 +419,20 @@ extension Replica {
                         changeset.contextExtras.allSatisfy(vector.includes)
                     else { return false }
                 }
-                let bytes = encoded ?? ChangesetCodec.encode(changeset)
+                // Only an adopted changeset is encoded here (its relay dot and extra dot are new); it is refused alone
+                // if that takes it over the limits the log is read under.
+                let bytes: [UInt8]
+                if let encoded {
+                    bytes = encoded
+                } else {
+                    do {
+                        bytes = try ChangesetCodec.encode(changeset, within: log.decodingLimits)
+                    } catch {
+                        throw MergeError(
+                            .limitExceeded, "adopted, it could not be read back from the log: \(error)", dot: changeset.dot,
+                            instructionIndex: error.instructionIndex)
+                    }
+                }
                 if try known(changeset.dot) {
                     // This replica holds the changeset already (it wrote it, before a relay adopted it): the
                     // log records the adoption; the changeset is not applied twice.
@@ -549,8 +570,12 @@ struct PendingArea: Sendable {
 
     init(generation: UInt64) { self.generation = generation }
 
+    /// Keys of entries read from rows an earlier build stored under another key (their ``PendingChangeset/storedKey``).
+    private var earlierKeys: [Dot] = []
+
     mutating func insert(_ entry: PendingChangeset) {
         let dot = entry.key
+        if entry.storedKey != nil { earlierKeys.append(dot) }
         if let replaced = entries.updateValue(entry, forKey: dot) { removeFromLane(replaced, dot) }
         let (lane, sequence) = PendingLane.of(entry)
         // Changed in place (through the dictionary's accessor), so the lane is not copied.
@@ -583,6 +608,15 @@ struct PendingArea: Sendable {
         if let index = order.lastIndex(where: { $0.dot == dot }) { order.remove(at: index) }
         if !order.isEmpty { lanes[lane] = order }
     }
+
+    /// The keys of entries stored under another key, once: the caller moves their rows.
+    mutating func takeEarlierKeys() -> [Dot] {
+        defer { earlierKeys = [] }
+        return earlierKeys
+    }
+
+    /// Records that the entry `key` names is stored under it now.
+    mutating func forgetStoredKey(of key: Dot) { entries[key]?.storedKey = nil }
 
     /// The dot of the lane's first changeset: the only one of the lane that can be ready.
     func first(in lane: PendingLane) -> Dot? { lanes[lane]?.last?.dot }

@@ -32,6 +32,8 @@ struct ReplayedState {
     var working: WorkingSet
     var versionVector = VersionVector()
     var changesets = 0
+    /// The relays' copies the entries hold, for ``ChangesetLog/adoptionProblem(expected:in:)``.
+    var adoptions = ChangesetLog.RebuiltAdoptions()
 }
 
 extension Replica {
@@ -49,6 +51,7 @@ extension Replica {
         let context = ZstdContext()
         try log.scan(in: transaction, through: end) { entry in
             let changeset = try log.changeset(of: entry, context: context)
+            if let relay = changeset.relay { replayed.adoptions.record(changeset.dot, relay: relay, at: entry.localSequence) }
             if try log.isFirstEntry(entry, in: transaction) {
                 try MergeEngine.apply(changeset, to: &replayed.working)
             } else if let relay = changeset.relay {
@@ -129,7 +132,7 @@ extension Replica {
         report.changesetsChecked = replayed.changesets
         progress?(replayed.changesets, total)
 
-        if let problem = try firstLookupProblem(in: txn) {
+        if let problem = try firstLookupProblem(in: txn) ?? log.adoptionProblem(expected: replayed.adoptions, in: txn) {
             report.firstProblem = problem
             return report
         }

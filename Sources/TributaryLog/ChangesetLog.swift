@@ -435,6 +435,19 @@ public struct ChangesetLog: Sendable {
 
         /// Whether some changeset was adopted more than once (by two relays).
         public var adoptedMoreThanOnce: Bool { copies.values.contains { $0.count > 1 } }
+
+        /// None yet: entries are recorded as a scan of the log meets them.
+        public init() {}
+
+        /// Records the entry at `localSequence`, which holds `relay`'s copy of the changeset `dot`. Entries must be
+        /// recorded in log order.
+        public mutating func record(_ dot: Dot, relay: Dot, at localSequence: UInt64) {
+            relayEntries.append((relay, localSequence))
+            if copies[dot]?.contains(relay) != true {
+                if copies[dot] == nil { order.append(dot) }
+                copies[dot, default: []].append(relay)
+            }
+        }
     }
 
     /// Reads the header of every entry, for the adoptions and relay dots the log holds. Builds before replica format 3
@@ -447,12 +460,7 @@ public struct ChangesetLog: Sendable {
         let context = ZstdContext()
         try scan(in: transaction) { entry in
             guard let relay = try header(of: entry, context: context).relay else { return true }
-            let dot = Dot(origin: entry.origin, sequence: entry.originSequence)
-            result.relayEntries.append((relay, entry.localSequence))
-            if result.copies[dot]?.contains(relay) != true {
-                if result.copies[dot] == nil { result.order.append(dot) }
-                result.copies[dot, default: []].append(relay)
-            }
+            result.record(Dot(origin: entry.origin, sequence: entry.originSequence), relay: relay, at: entry.localSequence)
             return true
         }
         return result
@@ -467,6 +475,45 @@ public struct ChangesetLog: Sendable {
         for (relay, localSequence) in rebuilt.relayEntries {
             try transaction.put(origins, key: Self.originKey(relay), value: Self.key(localSequence))
         }
+    }
+
+    /// The first way the stored adoptions, and the origin index's relay dots, differ from `expected` (what the
+    /// entries hold, recorded as a scan met them), in words for a verify report; `nil` when they agree.
+    ///
+    /// Merges read the adoptions to decide whether a writer had seen a changeset, so adoptions that lost a copy, or
+    /// name one no entry holds, can make a replica merge differently from its peers.
+    public func adoptionProblem(expected: RebuiltAdoptions, in transaction: ReadTransaction) throws -> String? {
+        for dot in expected.order {
+            let stored = try causalDots(ofOrigin: dot, in: transaction)
+            let copies = expected.copies[dot] ?? []
+            if stored != copies {
+                return "the log's adoptions of changeset \(dot) are \(stored), but its entries hold the copies \(copies)"
+            }
+        }
+        var problem: String?
+        try transaction.scan(adoptions) { key, _ in
+            guard key.count == 16 else {
+                problem = "the log's adoptions hold a key of \(key.count) bytes"
+                return false
+            }
+            let dot = Dot(
+                origin: ReplicaID(rawValue: UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 0, as: UInt64.self))),
+                sequence: UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+            if expected.copies[dot] == nil {
+                problem = "the log's adoptions name changeset \(dot), of which no entry holds a relay's copy"
+                return false
+            }
+            return true
+        }
+        if let problem { return problem }
+        for (relay, localSequence) in expected.relayEntries {
+            let indexed = try self.localSequence(of: relay, in: transaction)
+            if indexed != localSequence {
+                return "the origin index gives relay dot \(relay) "
+                    + (indexed.map { "entry \($0)" } ?? "no entry") + ", but entry \(localSequence) holds it"
+            }
+        }
+        return nil
     }
 
     /// The relay dot the changeset with origin dot `dot` was first adopted as, if a relay adopted it.

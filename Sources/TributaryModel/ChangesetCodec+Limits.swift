@@ -41,8 +41,7 @@ extension ChangesetCodec {
 /// names the decoder's own words for what it refuses.
 private struct LimitWalker {
     let limits: DecodingLimits
-    /// `BinaryReader.objectSchema`'s bound on a type's properties.
-    static let maximumPropertiesPerType = 10_000
+    static let maximumPropertiesPerType = BinaryReader.maximumPropertiesPerType
 
     func problem(in instruction: Instruction) -> String? {
         switch instruction {

@@ -106,12 +106,15 @@ extension BinaryReader {
         return property
     }
 
+    /// The most properties one type may have in a changeset or a stored schema.
+    public static let maximumPropertiesPerType = 10_000
+
     public mutating func objectSchema(_ names: NameTable) throws(ChangesetDecodingError) -> ObjectSchema {
         let typeName = try name(names, "type name")
         let embedded = try byte()
         guard embedded <= 1 else { throw error(.invalidValue, "bad embedded flag \(embedded) for type '\(typeName)'") }
         let primaryKey = embedded == 1 ? nil : try name(names, "primary key name")
-        let count = try self.count("property", maximum: 10_000, minimumBytesEach: 3)
+        let count = try self.count("property", maximum: Self.maximumPropertiesPerType, minimumBytesEach: 3)
         var properties: [Property] = []
         properties.reserveCapacity(count)
         for _ in 0..<count { properties.append(try property(names)) }

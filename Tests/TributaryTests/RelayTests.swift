@@ -345,11 +345,69 @@ struct RelayTests {
             try txn.put(peer.identity, key: Replica.pendingGenerationKey, value: Replica.identityBytes(generation))
         }
         #expect(try peer.pendingDots() == [later.dot])
+        // The next integration moves the row to its own key, so that nothing else stored under the origin dot (an
+        // upload, were this a relay) can overwrite it.
+        #expect(try peer.integratePending().waiting == 1)
+        let keys = try peer.environment.read { txn in
+            var keys: [[UInt8]] = []
+            try txn.scan(peer.pending) { key, _ in keys.append(Array(key)); return true }
+            return keys
+        }
+        #expect(keys == [Replica.pendingKey(later.causalDot)])
+        #expect(try peer.pendingDots() == [later.causalDot])
         try cluster.send(from: 0, to: 1)
         #expect(try peer.pendingDots().isEmpty)
         #expect(try peer.environment.read { try $0.count(peer.pending) } == 0)
         #expect(try peer.object("Task", primaryKey: .string("t"))?["title"] == "2")
         #expect(try peer.verify().passed)
+    }
+
+    @Test("verify compares the log's adoptions and relay dots with what its entries hold, in memory and on disk")
+    func verifyChecksAdoptions() throws {
+        // 0 and 1 are relays, 2 an app whose changeset both adopt; relay 0 then holds both copies.
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        let relay = cluster[0]
+        try cluster[2].write { try $0.create("Task", ["_id": "t"]) }
+        let written = Dot(origin: cluster[2].replicaID, sequence: try cluster[2].versionVector[cluster[2].replicaID])
+        try Self.upload(cluster, app: 2, to: 0)
+        try Self.upload(cluster, app: 2, to: 1)
+        try cluster.send(from: 1, to: 0)
+        let copies = try relay.environment.read { try relay.log.causalDots(ofOrigin: written, in: $0) }
+        #expect(copies.count == 2)
+        func problems() throws -> [String?] {
+            [try relay.verify(recordsInMemory: .max).firstProblem, try relay.verify(recordsInMemory: 1).firstProblem]
+        }
+        #expect(try problems() == [nil, nil])
+        let key = ChangesetLog.originKey(written)
+        let damages: [(String, (WriteTransaction) throws -> Void)] = [
+            ("are [\(copies[0])], but its entries hold the copies \(copies)", { txn in
+                try txn.put(relay.log.adoptions, key: key, value: ChangesetLog.originKey(copies[0]))
+            }),
+            ("are \(Array(copies.reversed())), but its entries hold the copies \(copies)", { txn in
+                try txn.put(relay.log.adoptions, key: key, value: copies.reversed().flatMap(ChangesetLog.originKey))
+            }),
+            ("name changeset \(Dot(origin: written.origin, sequence: 99)), of which no entry holds a relay's copy", { txn in
+                try txn.put(relay.log.adoptions, key: ChangesetLog.originKey(Dot(origin: written.origin, sequence: 99)), value: key)
+            }),
+            ("the origin index gives relay dot \(copies[1]) no entry", { txn in
+                _ = try txn.delete(relay.log.origins, key: ChangesetLog.originKey(copies[1]))
+            }),
+        ]
+        for (words, damage) in damages {
+            let saved = try relay.environment.read { txn in
+                (try txn.get(relay.log.adoptions, key: key), try txn.get(relay.log.origins, key: ChangesetLog.originKey(copies[1])))
+            }
+            try relay.environment.write { try damage($0) }
+            for problem in try problems() {
+                #expect(problem?.contains(words) == true, "\(String(describing: problem))")
+            }
+            try relay.environment.write { txn in
+                _ = try txn.delete(relay.log.adoptions, key: ChangesetLog.originKey(Dot(origin: written.origin, sequence: 99)))
+                try txn.put(relay.log.adoptions, key: key, value: try #require(saved.0))
+                try txn.put(relay.log.origins, key: ChangesetLog.originKey(copies[1]), value: try #require(saved.1))
+            }
+            #expect(try problems() == [nil, nil])
+        }
     }
 
     @Test("Causal metadata per changeset stays bounded with 1,000 writing apps through one relay")
