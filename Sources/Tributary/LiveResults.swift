@@ -374,7 +374,7 @@ extension Snapshot {
                 guard let sort = parsed.positionalOrder(for: type) else { return nil }
                 order = sort
             }
-            if plan(parsed, type: type).plan != .fullScan, changed.count > old.count + 64 { return nil }
+            if try plan(parsed, type: type).plan != .fullScan, changed.count > old.count + 64 { return nil }
             predicate = compiled
         }
         let reader = try typeReader(typeName)

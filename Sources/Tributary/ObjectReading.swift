@@ -141,6 +141,7 @@ public final class Snapshot: ObjectReading {
     let storage: TributaryStorageReadTransaction
     private var isValid = true
     private var cachedSchema: Schema?
+    private var cachedIndexKeyEncoding: ViewStore.IndexKeyEncoding?
 
     init(replica: Replica, storage: TributaryStorageReadTransaction) {
         self.replica = replica
@@ -159,6 +160,20 @@ public final class Snapshot: ObjectReading {
         let schema = (try? replica.views.schema(in: storage)) ?? nil ?? replica.schema
         cachedSchema = schema
         return schema
+    }
+
+    /// How the index keys this snapshot reads are encoded (``Replica/indexKeyEncoding(in:)``).
+    func indexKeyEncoding() throws -> ViewStore.IndexKeyEncoding {
+        checkValid()
+        if let cachedIndexKeyEncoding { return cachedIndexKeyEncoding }
+        let encoding: ViewStore.IndexKeyEncoding
+        do {
+            encoding = try replica.indexKeyEncoding(in: storage)
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+        cachedIndexKeyEncoding = encoding
+        return encoding
     }
 
     func record(_ type: String, _ primaryKey: PrimaryKey) throws -> ObjectRecord? {

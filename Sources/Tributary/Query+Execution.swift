@@ -73,13 +73,13 @@ extension Snapshot {
     public func objects(_ type: String, where query: String, arguments: [Value] = []) throws -> [DynamicObject] {
         let objectType = try schema.requireType(type)
         let parsed = try schema.query(query, arguments: arguments, type: objectType)
-        return try matchingObjects(parsed, self.plan(parsed, type: objectType), type: objectType)
+        return try matchingObjects(parsed, try self.plan(parsed, type: objectType), type: objectType)
     }
 
     /// How ``objects(_:where:arguments:)`` would run a query.
     public func explain(_ type: String, where query: String, arguments: [Value] = []) throws -> QueryPlan {
         let objectType = try schema.requireType(type)
-        return plan(try schema.query(query, arguments: arguments, type: objectType), type: objectType).plan
+        return try plan(try schema.query(query, arguments: arguments, type: objectType), type: objectType).plan
     }
 
     /// The number of objects of `type` that match a query.
@@ -92,9 +92,11 @@ extension Snapshot {
         var plan: QueryPlan
         var keys: [PrimaryKey] = []
         var constraint: IndexConstraint?
+        /// The budget of the constrained property's values in its index keys.
+        var valueBudget = KeyEncoding.unboundedIndexValueBudget
     }
 
-    func plan(_ query: Query, type: ObjectSchema) -> PlannedQuery {
+    func plan(_ query: Query, type: ObjectSchema) throws -> PlannedQuery {
         let constraints = query.indexableConstraints
         if constraints.contains(where: \.isEmpty) { return PlannedQuery(plan: .noMatch) }
         if let keyName = type.primaryKey, let constraint = constraints.first(where: { $0.property == keyName }),
@@ -103,30 +105,39 @@ extension Snapshot {
             let keys = values.compactMap(PrimaryKey.init)
             return PlannedQuery(plan: .primaryKey(count: keys.count), keys: keys)
         }
-        let usable = constraints.filter { constraint in
-            guard let property = type[property: constraint.property], property.isIndexed, !property.isList else { return false }
-            return Self.indexBounds(constraint) != nil
+        // Whether an index answers for a property, and how its keys encode values: decided as its entries were
+        // written.
+        let encoding = try indexKeyEncoding()
+        let usable: [(constraint: IndexConstraint, budget: Int)] = constraints.compactMap { constraint in
+            guard let property = type[property: constraint.property],
+                let budget = ViewStore.indexValueBudget(of: property, in: type, encoding: encoding),
+                Self.indexBounds(constraint, budget: budget) != nil
+            else { return nil }
+            return (constraint, budget)
         }
         // Equality first (fewest values first), then ranges.
         let best = usable.min { a, b in
-            switch (a.kind, b.kind) {
+            switch (a.constraint.kind, b.constraint.kind) {
             case (.equal(let x), .equal(let y)): x.count < y.count
             case (.equal, .range): true
             default: false
             }
         }
-        if let best {
-            return PlannedQuery(plan: .index(property: best.property, constraint: best.description), constraint: best)
+        if let (best, budget) = best {
+            return PlannedQuery(
+                plan: .index(property: best.property, constraint: best.description), constraint: best, valueBudget: budget)
         }
         return PlannedQuery(plan: .fullScan)
     }
 
-    /// The encoded index ranges `[lower, upper)` that hold a constraint's values, or `nil` when the index cannot
-    /// answer it exactly enough (a range bound on a string too long for the index key).
-    static func indexBounds(_ constraint: IndexConstraint) -> [([UInt8], [UInt8])]? {
+    /// The encoded index ranges `[lower, upper)` that hold a constraint's values, whose property's values take at
+    /// most `budget` bytes in its index keys, or `nil` when the index cannot answer it exactly enough: a range bound
+    /// that the index keys cut (``KeyEncoding/isEncodedWhole(_:budget:)``), or on data. An equality's values are
+    /// encoded as the index keys encode them, cut alike, so candidates include every match (and are checked after).
+    static func indexBounds(_ constraint: IndexConstraint, budget: Int) -> [([UInt8], [UInt8])]? {
         func encode(_ value: Value) -> [UInt8]? {
             var bytes: [UInt8] = []
-            return KeyEncoding.appendIndexValue(value, to: &bytes) ? bytes : nil
+            return KeyEncoding.appendIndexValue(value, budget: budget, to: &bytes) ? bytes : nil
         }
         switch constraint.kind {
         case .equal(let values):
@@ -138,8 +149,9 @@ extension Snapshot {
             return ranges
         case .range(let lower, let lowerInclusive, let upper, let upperInclusive):
             for bound in [lower, upper].compactMap({ $0 }) {
-                if case .string(let text) = bound, text.utf8.count >= KeyEncoding.maximumIndexedValueBytes { return nil }
+                // Data has no order in queries: a range on it matches nothing, which the scan finds.
                 if case .data = bound { return nil }
+                if !KeyEncoding.isEncodedWhole(bound, budget: budget) { return nil }
             }
             guard let tagValue = lower ?? upper, let sample = encode(tagValue), let tag = sample.first else { return nil }
             var start: [UInt8] = [tag]
@@ -191,7 +203,7 @@ extension Snapshot {
         case .primaryKey:
             try consider(keys: Set(planned.keys).sorted(by: KeyEncoding.precedes))
         case .index(let property, _):
-            if let constraint = planned.constraint, let ranges = Self.indexBounds(constraint) {
+            if let constraint = planned.constraint, let ranges = Self.indexBounds(constraint, budget: planned.valueBudget) {
                 var keys: [PrimaryKey] = []
                 for (lower, upper) in ranges {
                     try replica.views.indexScan(type: type.name, property: property, lower: lower, upper: upper, in: storage) {

@@ -124,9 +124,12 @@ extension Replica {
             storage.initialMapSize = 64 << 20
             let scratch = try Environment.open(path: scratchDirectory, configuration: storage)
             defer { scratch.close() }
-            let scratchViews = try ViewStore(environment: scratch)
+            let scratchStore = try ViewStore(environment: scratch)
             return try environment.read { txn in
-                try verify(
+                // Index keys encoded as the stored ones are (an earlier format's, on a replica opened read-only in it).
+                var scratchViews = scratchStore
+                scratchViews.indexKeyEncoding = try indexKeyEncoding(in: txn)
+                return try verify(
                     in: txn, scratch: scratch, scratchViews: scratchViews, batchSize: max(1, batchSize),
                     progress: progress)
             }

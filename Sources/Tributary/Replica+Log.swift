@@ -174,9 +174,12 @@ struct RecordsDigest {
 extension Replica {
     /// Benchmark support: the index key ranges that hold `values` of an indexed property. Not API.
     public func _indexRanges(type: String, property: String, values: [Value]) throws -> [([UInt8], [UInt8])] {
-        values.compactMap { value in
+        guard let objectType = schema[type: type], let indexed = objectType[property: property],
+            let budget = ViewStore.indexValueBudget(of: indexed, in: objectType, encoding: .bounded)
+        else { return [] }
+        return values.compactMap { value in
             var bytes = ViewStore.indexPrefix(type: type, property: property)
-            guard KeyEncoding.appendIndexValue(value, to: &bytes) else { return nil }
+            guard KeyEncoding.appendIndexValue(value, budget: budget, to: &bytes) else { return nil }
             return (bytes, Snapshot.successor(bytes))
         }
     }

@@ -196,9 +196,11 @@ extension Replica {
         // Each entry names its object's primary key, so no two records produce the same one: an array, sorted once.
         var expectedIndex: [[UInt8]] = []
         let schema = replayed.working.schema
-        var indexedByType: [String: (ObjectSchema, [Property])] = [:]
+        var indexedByType: [String: (ObjectSchema, [ViewStore.IndexedProperty])] = [:]
+        // As the stored keys are encoded: format 4's, or an earlier format's on a replica opened read-only in it.
+        let encoding = try indexKeyEncoding(in: txn)
         for type in schema.types {
-            let indexed = ViewStore.indexedProperties(of: type)
+            let indexed = ViewStore.indexedProperties(of: type, encoding: encoding)
             if !indexed.isEmpty { indexedByType[type.name] = (type, indexed) }
         }
         for change in changes {
@@ -317,7 +319,7 @@ extension Replica {
                     var replayed = try replay(in: txn, into: working)
                     let schema = replayed.working.schema
                     try views.write(replayed.working.takeChanges(), schema: schema, updatingIndexes: false, in: txn)
-                    for type in schema.types where !ViewStore.indexedProperties(of: type).isEmpty {
+                    for type in schema.types where !ViewStore.indexedProperties(of: type, encoding: .bounded).isEmpty {
                         try views.rebuildIndexes(ofType: type.name, schema: schema, in: txn)
                     }
                     try views.setSchema(schema, in: txn)

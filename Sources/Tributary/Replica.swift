@@ -39,7 +39,13 @@ public final class Replica: Sendable {
     ///   relays has two), where earlier builds kept the last one recorded, so that whether a writer saw a changeset
     ///   is answered alike everywhere. A replica of an earlier format opened for writing rebuilds its adoptions from
     ///   its log when it is raised.
-    public static let formatVersion: UInt8 = 3
+    /// - 4: index keys fit LMDB's 511-byte key limit whatever the names, values and primary keys: a string, data or
+    ///   link value keeps what its index's budget leaves room for (``KeyEncoding/indexValueBudget(type:property:primaryKey:)``),
+    ///   and a property whose names leave no room has no index entries (``ViewStore/IndexKeyEncoding``). A replica
+    ///   of an earlier format opened for writing rewrites the index entries that differ when it is raised
+    ///   (``ViewStore/reencodeLegacyIndexes(ofType:schema:in:)``). Opened read-only, its queries and `verify` read
+    ///   the index keys in the encoding of the format each snapshot finds.
+    public static let formatVersion: UInt8 = 4
 
     /// The replica's directory.
     public let directory: String
@@ -47,6 +53,9 @@ public final class Replica: Sendable {
     public let replicaID: ReplicaID
     /// The configuration it was opened with.
     public let configuration: Configuration
+    /// The replica format when it was opened: ``formatVersion`` once opened for writing (an earlier format is
+    /// raised), the stored format when opened read-only (a writer may raise it meanwhile).
+    let openedFormat: UInt8
 
     let environment: Environment
     let log: ChangesetLog
@@ -131,12 +140,14 @@ public final class Replica: Sendable {
     }
 
     private init(
-        directory: String, replicaID: ReplicaID, configuration: Configuration, environment: Environment,
-        log: ChangesetLog, views: ViewStore, identity: Database, pending: Database, state: State
+        directory: String, replicaID: ReplicaID, configuration: Configuration, openedFormat: UInt8,
+        environment: Environment, log: ChangesetLog, views: ViewStore, identity: Database, pending: Database,
+        state: State
     ) {
         self.directory = directory
         self.replicaID = replicaID
         self.configuration = configuration
+        self.openedFormat = openedFormat
         self.environment = environment
         self.log = log
         self.views = views
@@ -271,8 +282,9 @@ public final class Replica: Sendable {
             try loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
         }
         let replica = Replica(
-            directory: directory, replicaID: replicaID, configuration: configuration, environment: environment, log: log,
-            views: views, identity: identity, pending: pending, state: state)
+            directory: directory, replicaID: replicaID, configuration: configuration,
+            openedFormat: raisingFormat ? formatVersion : format[0], environment: environment, log: log, views: views,
+            identity: identity, pending: pending, state: state)
         // A replica written before schemas kept definition stamps (rule 8) gets them from its log, once: without them
         // it would order a later definition against its properties differently from a replica that replayed the same
         // log, and verify would find its stored schema different from the replayed one.
@@ -301,6 +313,10 @@ public final class Replica: Sendable {
     /// Below format 3, the log's adoptions are rebuilt from its entries in the same transaction
     /// (``ChangesetLog/adoptions(fromEntriesIn:)``), and when some changeset was adopted twice the views are rebuilt
     /// too: an earlier build merged against the copy it recorded last, where this one counts every copy.
+    ///
+    /// Below format 4, the index entries whose keys format 4 encodes otherwise (long values of types with long names
+    /// or string primary keys, and properties whose names leave no room) are rewritten from the records in the same
+    /// transaction (``ViewStore/reencodeLegacyIndexes(ofType:schema:in:)``), unless the whole views are rebuilt.
     func raiseFormat(from stored: UInt8, rebuilding: Bool) throws {
         var adoptions: ChangesetLog.RebuiltAdoptions?
         if stored < 3 {
@@ -325,7 +341,21 @@ public final class Replica: Sendable {
                 // Below: raised without the rebuild.
             }
         }
-        try environment.write(raise)
+        // Index keys of format 4, from the stored records of the types some of whose keys may differ.
+        let reencoded = stored < 4 ? schema.types.filter(ViewStore.indexKeysMayDiffer).map(\.name) : []
+        try environment.write { txn in
+            for type in reencoded { try self.views.reencodeLegacyIndexes(ofType: type, schema: schema, in: txn) }
+            try raise(txn)
+        }
+    }
+
+    /// How the index keys of the views that `txn` reads are encoded: as format 4 writes them, unless the replica was
+    /// opened read-only in an earlier format and is still in it (the transaction that raises the format rewrites the
+    /// keys, so the format a snapshot finds is the one its index keys are in).
+    func indexKeyEncoding(in txn: TributaryStorageReadTransaction) throws -> ViewStore.IndexKeyEncoding {
+        guard openedFormat < 4 else { return .bounded }
+        guard let format = try txn.get(identity, key: Self.formatKey)?.first, format < 4 else { return .bounded }
+        return .legacy
     }
 
     /// Whether `error`, from a replay, is about what the log holds, not about the storage under it.
@@ -507,8 +537,10 @@ public final class Replica: Sendable {
 
     static func typesWithChangedIndexes(_ old: Schema, _ new: Schema) -> [String] {
         // Whole definitions, not names: an object without a value is indexed under the property's default.
-        func indexed(_ schema: Schema, _ name: String) -> [Property] {
-            (schema[type: name].map(ViewStore.indexedProperties) ?? []).sorted { $0.name < $1.name }
+        func indexed(_ schema: Schema, _ name: String) -> [ViewStore.IndexedProperty] {
+            let type = schema[type: name]
+            return (type.map { ViewStore.indexedProperties(of: $0, encoding: .bounded) } ?? [])
+                .sorted { $0.property.name < $1.property.name }
         }
         return new.types.map(\.name).filter { indexed(old, $0) != indexed(new, $0) }
     }

@@ -3,6 +3,7 @@ import TributaryLog
 import TributaryMerge
 import TributaryModel
 import TributaryStorage
+import TributaryViews
 
 /// An error from Tributary's public API: what went wrong, in a sentence that names the replica, type, property or
 /// entry at fault and, where one exists, the remedy.
@@ -119,6 +120,8 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
             return TributaryError(.corrupted, prefixed(error.message), underlying: error)
         case let error as SchemaError:
             return TributaryError(.schemaMismatch, prefixed(error.message), underlying: error)
+        case let error as IndexKeyError:
+            return TributaryError(.storage, prefixed(error.description), underlying: error)
         case let error as ClockSkewError:
             return TributaryError(.clockSkew, prefixed(error.description), underlying: error)
         default:

@@ -123,6 +123,9 @@ public struct StorageError: Error, Hashable, Sendable, CustomStringConvertible {
         case .panic: return "This handle can no longer be used; close it and open the directory again"
         case .diskFull: return "Free disk space (or raise the file size limit) and retry; committed data is intact"
         case .corrupted, .invalidFile: return "The file is damaged or is not a Tributary replica"
+        case .badValueSize:
+            return "A key is empty or longer than LMDB's limit of 511 bytes (mdb_env_get_maxkeysize), or a value is "
+                + "empty where it may not be"
         default: return nil
         }
     }

@@ -183,7 +183,8 @@ public final class WriteTransaction: ReadTransaction {
         }
         if rc != 0 {
             let what = flags & UInt32(MDB_APPEND) != 0 ? "an append whose key does not sort after the last key, " : ""
-            throw environment.error(rc, "mdb_put", context: "database '\(database.name)', \(what)\(bytes.count)-byte value")
+            throw environment.error(
+                rc, "mdb_put", context: "database '\(database.name)', \(what)\(key.count)-byte key, \(bytes.count)-byte value")
         }
     }
 

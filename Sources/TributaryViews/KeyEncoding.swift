@@ -5,9 +5,58 @@ public import TributaryModel
 public enum KeyEncoding {
     /// The longest primary key string, in UTF-8 bytes: keys must fit LMDB's 511-byte key limit with room to spare.
     public static let maximumPrimaryKeyBytes = 256
-    /// Index keys keep at most this many bytes of a string or data value; longer values share a prefix key and
-    /// are told apart by evaluating the query on the candidates.
+    /// Index keys keep at most this many bytes of a string or data value (fewer when the key's budget says so:
+    /// ``indexValueBudget(type:property:primaryKey:)``); longer values share a prefix key and are told apart by
+    /// evaluating the query on the candidates.
     public static let maximumIndexedValueBytes = 200
+
+    /// LMDB's limit on the length of a key (`mdb_env_get_maxkeysize` of a default build).
+    public static let maximumKeyBytes = 511
+
+    /// The longest encoding of a value of fixed size in an index key (``appendIndexValue(_:budget:to:)``): a UUID's,
+    /// a tag and 16 bytes. Nulls, bools, numbers, dates and object ids take fewer.
+    static let largestFixedIndexValueBytes = 17
+
+    /// The most a string, data or link value's escaped bytes can take in an index key: 200 bytes, each escaped to 2.
+    /// A budget this large leaves every value as replica formats before 4 encoded it.
+    public static let unboundedIndexValueBudget = 2 * maximumIndexedValueBytes
+
+    /// The length of the longest encoded primary key of a type whose primary key property is of type `type`
+    /// (``append(_:to:)``: a tag, then the bytes); the longest of any kind when `type` is `nil` or not a key type.
+    public static func maximumEncodedBytes(ofPrimaryKey type: ScalarType?) -> Int {
+        switch type {
+        case .int: 1 + 8
+        case .uuid: 1 + 16
+        case .objectId: 1 + 12
+        default: 1 + maximumPrimaryKeyBytes
+        }
+    }
+
+    /// The budget of an indexed property's string, data and link values in its index keys: how many bytes their
+    /// escaped bytes may take (an escaped zero byte counts 2), between the value's tag and its 2-byte terminator.
+    /// `nil` when the key has no room for some value of any type, so that the property gets no index entries and
+    /// queries read every object instead.
+    ///
+    /// An index key is `type ‖ 00 ‖ property ‖ 00 ‖ value ‖ primary key`, and must fit ``maximumKeyBytes``. The
+    /// room left for the value is what the names and the longest primary key of the type's kind leave: the budget is
+    /// that room less the tag and terminator, at most ``unboundedIndexValueBudget``; and when that room is less than
+    /// the longest fixed-size value (a UUID, 17 bytes), the property is not indexable. Fixed-size values are not
+    /// checked against the property's type, so a value of another type stored under it (which the merge rules do
+    /// not let in) still fits.
+    ///
+    /// The budget depends on the schema alone, so every replica writes the same index keys, and a query encodes its
+    /// values with the same one.
+    ///
+    /// - Parameters:
+    ///   - type: the type's name.
+    ///   - property: the property's name.
+    ///   - primaryKey: the type of the type's primary key property, `nil` when unknown.
+    public static func indexValueBudget(type: String, property: String, primaryKey: ScalarType?) -> Int? {
+        let prefix = type.utf8.count + 1 + property.utf8.count + 1
+        let room = maximumKeyBytes - prefix - maximumEncodedBytes(ofPrimaryKey: primaryKey)
+        guard room >= largestFixedIndexValueBytes else { return nil }
+        return min(room - 3, unboundedIndexValueBudget)
+    }
 
     /// Why an object of `type` with primary key `key` cannot be stored (its key is too long), or `nil`.
     public static func problem(storing key: PrimaryKey, of type: String) -> String? {
@@ -92,23 +141,52 @@ public enum KeyEncoding {
     }
 
     /// Appends a zero-escaped, zero-terminated, possibly truncated byte string: `00` becomes `00 FF`, and `00 00`
-    /// ends it, so shorter strings sort first and the encoding delimits itself.
-    static func appendTerminated(_ value: some Collection<UInt8>, to bytes: inout [UInt8]) {
+    /// ends it, so shorter strings sort first and the encoding delimits itself. It keeps the longest prefix of
+    /// `value` of at most ``maximumIndexedValueBytes`` bytes whose escaped bytes take at most `budget` (an escaped
+    /// pair is never split). Truncation keeps the order: `a <= b` gives `encoding(a) <= encoding(b)`.
+    static func appendTerminated(_ value: some Collection<UInt8>, budget: Int, to bytes: inout [UInt8]) {
         var written = 0
+        var output = 0
         for byte in value {
-            if written >= maximumIndexedValueBytes { break }
+            let cost = byte == 0 ? 2 : 1
+            if written >= maximumIndexedValueBytes || output + cost > budget { break }
             bytes.append(byte)
             if byte == 0 { bytes.append(0xFF) }
             written += 1
+            output += cost
         }
         bytes.append(0)
         bytes.append(0)
     }
 
-    /// Appends the order-preserving encoding of an indexed value. Returns `false` for values that are not indexed
-    /// (lists and embedded objects).
+    /// Whether `value` is encoded whole, and no longer value shares its encoding
+    /// (``appendIndexValue(_:budget:to:)``): whether a range bound of `value` can be answered from the index. Always
+    /// `true` for values of fixed size.
+    public static func isEncodedWhole(_ value: Value, budget: Int) -> Bool {
+        func fits(_ bytes: some Collection<UInt8>) -> Bool {
+            // One more byte of any kind (a zero takes 2) must still fit, or a longer value would share the encoding.
+            guard bytes.count < maximumIndexedValueBytes else { return false }
+            var output = 0
+            for byte in bytes { output += byte == 0 ? 2 : 1 }
+            return output + 2 <= budget
+        }
+        switch value {
+        case .string(let string): return fits(string.utf8)
+        case .data(let data): return fits(data)
+        case .link(let key):
+            var inner: [UInt8] = []
+            append(key, to: &inner)
+            return fits(inner)
+        default: return true
+        }
+    }
+
+    /// Appends the order-preserving encoding of an indexed value, whose string, data and link values take at most
+    /// `budget` bytes between their tag and terminator (``indexValueBudget(type:property:primaryKey:)``); longer
+    /// ones are cut, so that equal values always encode alike but different ones may too. Returns `false` for values
+    /// that are not indexed (lists and embedded objects).
     @discardableResult
-    public static func appendIndexValue(_ value: Value, to bytes: inout [UInt8]) -> Bool {
+    public static func appendIndexValue(_ value: Value, budget: Int, to bytes: inout [UInt8]) -> Bool {
         switch value {
         case .null: bytes.append(0)
         case .bool(let bool): bytes.append(contentsOf: [1, bool ? 1 : 0])
@@ -120,7 +198,7 @@ public enum KeyEncoding {
             appendOrdered(double, to: &bytes)
         case .string(let string):
             bytes.append(4)
-            appendTerminated(string.utf8, to: &bytes)
+            appendTerminated(string.utf8, budget: budget, to: &bytes)
         case .date(let date):
             bytes.append(5)
             appendOrdered(date.timeIntervalSince1970, to: &bytes)
@@ -134,10 +212,10 @@ public enum KeyEncoding {
             bytes.append(8)
             var inner: [UInt8] = []
             append(key, to: &inner)
-            appendTerminated(inner, to: &bytes)
+            appendTerminated(inner, budget: budget, to: &bytes)
         case .data(let data):
             bytes.append(9)
-            appendTerminated(data, to: &bytes)
+            appendTerminated(data, budget: budget, to: &bytes)
         case .embedded, .list:
             return false
         }

@@ -203,7 +203,7 @@ struct RelayTests {
         var configuration = Replica.Configuration()
         configuration.durability = .none
         let reopened = try Replica.open(directory: directory, schema: MergeSemanticsTests.schema, configuration: configuration)
-        #expect(try reopened.summary().formatVersion == 3)
+        #expect(try reopened.summary().formatVersion == Replica.formatVersion)
         #expect(try reopened.environment.read { try reopened.log.causalDots(ofOrigin: written, in: $0) } == copies)
         for copy in copies {
             #expect(try reopened.environment.read { try reopened.log.localSequence(of: copy, in: $0) } != nil)
