@@ -172,7 +172,7 @@ extension Replica {
                 let after = working.schema
                 try scratchViews.write(working.takeChanges(), schema: after, in: scratchTxn)
                 if working.schemaChanged {
-                    for type in Self.typesWithChangedIndexes(before, after) {
+                    for type in Self.typesWithChangedIndexes(before, after, encoding: scratchViews.indexKeyEncoding) {
                         try scratchViews.rebuildIndexes(ofType: type, schema: after, in: scratchTxn)
                     }
                 }

@@ -319,7 +319,7 @@ extension Replica {
                     var replayed = try replay(in: txn, into: working)
                     let schema = replayed.working.schema
                     try views.write(replayed.working.takeChanges(), schema: schema, updatingIndexes: false, in: txn)
-                    for type in schema.types where !ViewStore.indexedProperties(of: type, encoding: .bounded).isEmpty {
+                    for type in schema.types where !ViewStore.indexedProperties(of: type, encoding: views.indexKeyEncoding).isEmpty {
                         try views.rebuildIndexes(ofType: type.name, schema: schema, in: txn)
                     }
                     try views.setSchema(schema, in: txn)

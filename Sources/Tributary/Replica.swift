@@ -327,6 +327,8 @@ public final class Replica: Sendable {
             }
         }
         let raise = { (txn: TributaryStorageWriteTransaction) in
+            // Another process that opened the replica too may have raised it first: what it stored stays.
+            if try self.storedFormat(in: txn) >= Self.formatVersion { return }
             if let adoptions { try self.log.store(adoptions, in: txn) }
             try txn.put(self.identity, key: Self.formatKey, value: [Self.formatVersion])
         }
@@ -342,9 +344,15 @@ public final class Replica: Sendable {
             }
         }
         // Index keys of format 4, from the stored records of the types some of whose keys may differ.
-        let reencoded = stored < 4 ? schema.types.filter(ViewStore.indexKeysMayDiffer).map(\.name) : []
         try environment.write { txn in
-            for type in reencoded { try self.views.reencodeLegacyIndexes(ofType: type, schema: schema, in: txn) }
+            guard try self.storedFormat(in: txn) < Self.formatVersion else { return }
+            if stored < 4 {
+                // The schema as stored now: another process may have changed it since this one opened.
+                let current = try self.views.schema(in: txn) ?? schema
+                for type in current.types.filter(ViewStore.indexKeysMayDiffer) {
+                    try self.views.reencodeLegacyIndexes(ofType: type.name, schema: current, in: txn)
+                }
+            }
             try raise(txn)
         }
     }
@@ -354,8 +362,14 @@ public final class Replica: Sendable {
     /// keys, so the format a snapshot finds is the one its index keys are in).
     func indexKeyEncoding(in txn: TributaryStorageReadTransaction) throws -> ViewStore.IndexKeyEncoding {
         guard openedFormat < 4 else { return .bounded }
-        guard let format = try txn.get(identity, key: Self.formatKey)?.first, format < 4 else { return .bounded }
-        return .legacy
+        return try storedFormat(in: txn) < 4 ? .legacy : .bounded
+    }
+
+    /// The replica format the identity records in `txn`; `formatVersion` when it records none that can be read (an
+    /// open checks it first, so that is damage found since).
+    func storedFormat(in txn: TributaryStorageReadTransaction) throws -> UInt8 {
+        guard let bytes = try txn.get(identity, key: Self.formatKey), bytes.count == 1 else { return Self.formatVersion }
+        return bytes[0]
     }
 
     /// Whether `error`, from a replay, is about what the log holds, not about the storage under it.
@@ -520,7 +534,7 @@ public final class Replica: Sendable {
         try views.write(commit.changes, schema: commit.schema, in: storage)
         if commit.schemaChanged {
             try views.setSchema(commit.schema, in: storage)
-            for type in Self.typesWithChangedIndexes(commit.previousSchema, commit.schema) {
+            for type in Self.typesWithChangedIndexes(commit.previousSchema, commit.schema, encoding: views.indexKeyEncoding) {
                 try views.rebuildIndexes(ofType: type, schema: commit.schema, in: storage)
             }
         }
@@ -535,14 +549,19 @@ public final class Replica: Sendable {
         return head
     }
 
-    static func typesWithChangedIndexes(_ old: Schema, _ new: Schema) -> [String] {
+    /// The types whose index entries a schema change from `old` to `new` changes, in views whose keys are encoded
+    /// as `encoding` says: their indexes are rebuilt. A removed type's entries go with it.
+    static func typesWithChangedIndexes(
+        _ old: Schema, _ new: Schema, encoding: ViewStore.IndexKeyEncoding
+    ) -> [String] {
         // Whole definitions, not names: an object without a value is indexed under the property's default.
         func indexed(_ schema: Schema, _ name: String) -> [ViewStore.IndexedProperty] {
             let type = schema[type: name]
-            return (type.map { ViewStore.indexedProperties(of: $0, encoding: .bounded) } ?? [])
+            return (type.map { ViewStore.indexedProperties(of: $0, encoding: encoding) } ?? [])
                 .sorted { $0.property.name < $1.property.name }
         }
-        return new.types.map(\.name).filter { indexed(old, $0) != indexed(new, $0) }
+        let names = Set(old.types.map(\.name)).union(new.types.map(\.name)).sorted()
+        return names.filter { indexed(old, $0) != indexed(new, $0) }
     }
 
     func didCommit(_ commit: PreparedCommit, head: LogHead) {

@@ -287,6 +287,34 @@ struct IndexKeyLimitTests {
 /// A replica of format 3, whose index keys were written by a build that kept 200 bytes of every value whatever the
 /// names and primary key, opened read-only reads its index keys in that encoding; opened for writing, it is raised to
 /// format 4 and the keys that differ are rewritten in the same transaction.
+@Suite("Index entries of removed types")
+struct RemovedTypeIndexTests {
+    @Test("Removing a type removes its index entries; verify and a rebuild agree")
+    func removedTypeLeavesNoIndexEntries() throws {
+        let schema = Schema(version: 1, types: [
+            ObjectSchema(name: "Note", properties: [.scalar("_id", .string), .scalar("text", .string, indexed: true)]),
+            ObjectSchema(name: "Task", properties: [.scalar("_id", .string), .scalar("title", .string, indexed: true)]),
+        ])
+        let directory = TemporaryDirectory("removed-type")
+        let replica = try Replica.open(directory: directory.path, schema: schema, configuration: IndexKeyLimitTests.configuration())
+        try replica.write { txn in
+            for index in 0..<5 { _ = try txn.create("Note", ["_id": .string("n\(index)"), "text": .string("note \(index)")]) }
+            _ = try txn.create("Task", ["_id": "t", "title": "kept"])
+        }
+        try replica.write { try $0.emit(.removeType("Note")) }
+        let noteEntries = try replica.environment.read { txn in
+            var count = 0
+            let prefix = ViewStore.typePrefix("Note")
+            try txn.scan(replica.views.indexes, from: prefix, to: ViewStore.prefixEnd(prefix)) { _, _ in count += 1; return true }
+            return count
+        }
+        #expect(noteEntries == 0)
+        #expect(try replica.verify(recordsInMemory: .max).firstProblem == nil)
+        #expect(try replica.verify(recordsInMemory: 1).firstProblem == nil)
+        #expect(try replica.objects("Task", where: "title == 'kept'").count == 1)
+    }
+}
+
 @Suite("Raising a replica of format 3 to format 4")
 struct IndexKeyFormatUpgradeTests {
     static let schema = Schema(version: 1, types: [
