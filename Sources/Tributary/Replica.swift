@@ -352,6 +352,10 @@ public final class Replica: Sendable {
                 for type in current.types.filter(ViewStore.indexKeysMayDiffer) {
                     try self.views.reencodeLegacyIndexes(ofType: type.name, schema: current, in: txn)
                 }
+                // Earlier builds left a removed type's index entries behind (verify then failed).
+                for name in current.typeRemovals.keys.sorted() where current[type: name] == nil {
+                    try self.views.rebuildIndexes(ofType: name, schema: current, in: txn)
+                }
             }
             try raise(txn)
         }

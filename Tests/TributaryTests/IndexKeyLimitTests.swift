@@ -312,6 +312,21 @@ struct RemovedTypeIndexTests {
         #expect(try replica.verify(recordsInMemory: .max).firstProblem == nil)
         #expect(try replica.verify(recordsInMemory: 1).firstProblem == nil)
         #expect(try replica.objects("Task", where: "title == 'kept'").count == 1)
+
+        // An earlier build left them behind: a replica of format 3 loses them when it is raised.
+        try replica.environment.write { txn in
+            var key = ViewStore.indexPrefix(type: "Note", property: "text")
+            KeyEncoding.appendIndexValue("note 0", budget: KeyEncoding.unboundedIndexValueBudget, to: &key)
+            KeyEncoding.append(.string("n0"), to: &key)
+            try txn.put(replica.views.indexes, key: key, value: [])
+            try txn.put(replica.identity, key: Replica.formatKey, value: [3])
+        }
+        #expect(try replica.verify().passed == false)
+        replica.close()
+        let raised = try Replica.open(directory: directory.path, configuration: IndexKeyLimitTests.configuration())
+        defer { raised.close() }
+        #expect(try raised.summary().formatVersion == 4)
+        #expect(try raised.verify().passed)
     }
 }
 
