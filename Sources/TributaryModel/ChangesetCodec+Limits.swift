@@ -16,22 +16,21 @@ extension ChangesetCodec {
     ///
     /// A writer encodes what it is about to store or send with this, so that nothing is written that its readers
     /// refuse: a log entry that cannot be decoded again is lost to replay, verify and every peer. It asks what
-    /// ``decode(_:limits:)`` asks of the same bytes (counts, nesting, value sizes). The instructions are walked in
-    /// memory before anything is encoded, into nested values only (a changeset of flat objects costs a pass over its
-    /// fields), and no deeper than the limit, so a value nested without bound is named rather than recursed into;
-    /// the header (instructions, names, context entries) is then read back from the encoding.
+    /// ``decode(_:limits:)`` asks of the same bytes (counts, nesting, value sizes). Nesting and counts are checked in
+    /// memory before anything is encoded, walking into nested values only and no deeper than the limit, so a value
+    /// nested without bound is named rather than recursed into; a changeset of flat objects costs a look at each
+    /// field. The header (instructions, names, context entries) is then read back from the encoding, and the sizes of
+    /// strings, data and keys are checked only when the encoding is larger than the largest value.
     public static func encode(_ changeset: Changeset, within limits: DecodingLimits) throws(LimitProblem) -> [UInt8] {
-        let walker = LimitWalker(limits: limits)
-        for (index, instruction) in changeset.instructions.enumerated() {
-            if let message = walker.problem(in: instruction) {
-                throw LimitProblem(instructionIndex: index, message: message)
-            }
-        }
+        try LimitWalker(limits: limits, checksBytes: false).check(changeset.instructions)
         let encoded = encode(changeset)
         do {
             _ = try decodeHeader(encoded, limits: limits)
         } catch {
             throw LimitProblem(instructionIndex: nil, message: error.message)
+        }
+        if encoded.count > limits.maximumValueBytes {
+            try LimitWalker(limits: limits, checksBytes: true).check(changeset.instructions)
         }
         return encoded
     }
@@ -41,6 +40,17 @@ extension ChangesetCodec {
 /// names the decoder's own words for what it refuses.
 private struct LimitWalker {
     let limits: DecodingLimits
+    /// Whether the sizes of strings, data and keys are checked too (only a changeset whose encoding is larger than
+    /// the largest value can hold one over it).
+    let checksBytes: Bool
+
+    func check(_ instructions: [Instruction]) throws(ChangesetCodec.LimitProblem) {
+        for index in instructions.indices {
+            if let message = problem(in: instructions[index]) {
+                throw ChangesetCodec.LimitProblem(instructionIndex: index, message: message)
+            }
+        }
+    }
     static let maximumPropertiesPerType = BinaryReader.maximumPropertiesPerType
 
     func problem(in instruction: Instruction) -> String? {
@@ -80,10 +90,15 @@ private struct LimitWalker {
         if fields.count > limits.maximumElements {
             return "\(fields.count) fields of \(type), more than \(limits.maximumElements)"
         }
-        for field in fields {
-            if let problem = valueProblem(field.value, depth: 0) { return "\(type).\(field.name): \(problem)" }
+        // Read in place: a commit of many flat objects passes here for each, and copying its fields costs.
+        return fields.withUnsafeBufferPointer { fields in
+            for index in fields.indices where checksBytes || fields[index].value.isNested {
+                if let problem = valueProblem(fields[index].value, depth: 0) {
+                    return "\(type).\(fields[index].name): \(problem)"
+                }
+            }
+            return nil
         }
-        return nil
     }
 
     private func pathProblem(_ path: FieldPath) -> String? {
@@ -95,7 +110,7 @@ private struct LimitWalker {
     }
 
     private func keyProblem(_ key: PrimaryKey) -> String? {
-        guard case .string(let string) = key else { return nil }
+        guard checksBytes, case .string(let string) = key else { return nil }
         return bytesProblem(string.utf8.count, "a string")
     }
 
@@ -107,6 +122,7 @@ private struct LimitWalker {
     /// deepest level decodes only when empty. Recursion stops there, so a value nested without bound is named, not
     /// walked.
     private func valueProblem(_ value: Value, depth: Int) -> String? {
+        if !checksBytes && !value.isNested { return nil }
         switch value {
         case .null, .bool, .int, .double, .date, .uuid, .objectId:
             return nil
@@ -141,5 +157,15 @@ private struct LimitWalker {
 
     private var nestingProblem: String {
         "lists and embedded objects nest more than \(limits.maximumDepth) levels deep"
+    }
+}
+
+extension Value {
+    /// Whether it is a list or an embedded object, which may hold values of its own.
+    fileprivate var isNested: Bool {
+        switch self {
+        case .list, .embedded: true
+        default: false
+        }
     }
 }

@@ -12,7 +12,7 @@ struct EncodeWithinLimitsTests {
         for instructions in [0, 1, 2, 24, 500_000] {
             for depth in [0, 1, 2, 3, 32] {
                 for elements in [0, 1, 2, 3, 1_000_000] {
-                    for valueBytes in [0, 1, 3, 5, 16 << 20] {
+                    for valueBytes in [0, 1, 3, 5, 16, 16 << 20] {
                         var limits = DecodingLimits()
                         limits.maximumInstructions = instructions
                         limits.maximumDepth = depth
@@ -30,7 +30,9 @@ struct EncodeWithinLimitsTests {
     /// every instruction.
     static let changesets: [Changeset] = {
         var result = ChangesetSamples.changesets
-        for value in ChangesetSamples.values + RandomValues.sample(count: 40) {
+        // Values longer than 16 bytes, where the names and author (at most 13 bytes) are not.
+        let long: [Value] = [.string(String(repeating: "s", count: 20)), .data(Data(repeating: 7, count: 17)), .link(.string(String(repeating: "k", count: 17)))]
+        for value in ChangesetSamples.values + long + RandomValues.sample(count: 40) {
             let fields = [FieldValue("a", value)]
             result.append(ChangesetSamples.changeset([.create(type: "Task", primaryKey: .int(1), fields: fields, defaults: [])]))
             result.append(ChangesetSamples.changeset([.create(type: "Task", primaryKey: .int(1), fields: [], defaults: fields)]))
