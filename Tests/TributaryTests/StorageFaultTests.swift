@@ -58,6 +58,13 @@ struct StorageFaultTests {
         var name: String
         /// Operations of the workload run before the loop, building the state the scenario starts from.
         var setupOperations: Int
+        /// What is done to the replica after the setup operations, before the loop (unfaulted).
+        var prepare: (@Sendable (Replica) throws -> Void)? = nil
+        /// Whether the scenario appends to the log (a format raise does not).
+        var writes = true
+        /// Whether a failure may come after the scenario's work committed (an open that fails after it raised the
+        /// format, in the schema check that follows): the replica is then as after it, and `prepare` runs again.
+        var failureMayFollowCommit = false
         var act: @Sendable (Replica, [String], [String]) throws -> Replica
         var testDescription: String { name }
 
@@ -114,6 +121,19 @@ struct StorageFaultTests {
             }
         }
 
+        /// A format raise: the directory, recorded as replica format 2, opened again for writing. The raise rebuilds
+        /// the log's adoptions from its entries (format 3), reads the records of the types whose index keys format 4
+        /// may encode otherwise, and records the format, all in one transaction.
+        static let formatRaise = Scenario(
+            name: "format raise", setupOperations: 300,
+            prepare: { replica in
+                try replica.environment.write { txn in try txn.put(replica.identity, key: Replica.formatKey, value: [2]) }
+            },
+            writes: false, failureMayFollowCommit: true
+        ) { replica, _, _ in
+            try Replica.open(directory: replica.directory, schema: Fixtures.chatSchema, configuration: StorageFaultTests.configuration())
+        }
+
         /// A migration: the directory opened again with a later schema version, whose migration rewrites every user.
         static let migration = Scenario(name: "migration", setupOperations: 300) { replica, _, _ in
             var schema = Fixtures.chatSchema
@@ -156,6 +176,7 @@ struct StorageFaultTests {
         let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
         var workload = ChatWorkload(seed: 99, prefix: "setup")
         try replica.write { txn in try workload.run(scenario.setupOperations, in: txn, textLength: 60) }
+        try scenario.prepare?(replica)
         return Fixture(replica: replica, users: workload.users, messages: workload.messages)
     }
 
@@ -164,15 +185,22 @@ struct StorageFaultTests {
         var log: UInt64
         var last: UInt64
         var pending: Int
+        var format: UInt8
         var description: String {
-            "objects \(ReplicaDigest.hex(objects)), log \(ReplicaDigest.hex(log)) through seq \(last), \(pending) pending"
+            "objects \(ReplicaDigest.hex(objects)), log \(ReplicaDigest.hex(log)) through seq \(last), \(pending) pending, "
+                + "format \(format)"
         }
     }
 
     static func state(_ replica: Replica) throws -> State {
         State(
             objects: try ReplicaDigest.objects(replica), log: try ReplicaDigest.log(replica), last: replica.lastLocalSequence,
-            pending: try replica.pendingChangesets().count)
+            pending: try replica.pendingChangesets().count, format: try format(replica))
+    }
+
+    /// The replica format its identity records.
+    static func format(_ replica: Replica) throws -> UInt8 {
+        try replica.environment.read { txn in try replica.storedFormat(in: txn) }
     }
 
     /// What a scenario leaves: its objects, the last local sequence and the number of changesets pending.
@@ -180,6 +208,7 @@ struct StorageFaultTests {
         var objects: UInt64
         var last: UInt64
         var pending: Int
+        var format: UInt8
     }
 
     /// The figures of one loop, for the report.
@@ -258,6 +287,7 @@ struct StorageFaultTests {
                     #expect(try ReplicaDigest.objects(replica) == expectedAfter.objects, "\(label): the state after differs")
                     #expect(replica.lastLocalSequence == expectedAfter.last)
                     #expect(try replica.pendingChangesets().count == expectedAfter.pending)
+                    #expect(try Self.format(replica) == expectedAfter.format)
                     let report = try replica.verify()
                     #expect(report.passed, "\(label): \(report)")
                     replica.close()
@@ -301,11 +331,22 @@ struct StorageFaultTests {
                     replica: try Replica.open(
                         directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration()),
                     users: users, messages: messages)
+                // An open raises the format: the next pass starts from the earlier one again.
+                try scenario.prepare?(fixture!.replica)
             }
 
             // The state before, on disk and in memory, and views that equal the log.
             let current = fixture!.replica
-            let after = try Self.state(current)
+            var after = try Self.state(current)
+            if after != before, scenario.failureMayFollowCommit, after.format == expectedAfter.format,
+                after.objects == expectedAfter.objects, after.last == expectedAfter.last
+            {
+                // Whole, and verified below; the next pass starts from the state before again.
+                let report = try current.verify()
+                #expect(report.passed, "\(label), N = \(n), after the commit: \(report)")
+                try scenario.prepare?(current)
+                after = try Self.state(current)
+            }
             if after != before {
                 Issue.record("\(label), N = \(n): the failed write changed the replica: before \(before), after \(after)")
                 current.close()
@@ -324,12 +365,17 @@ struct StorageFaultTests {
         let fixture = try makeFixture(directory, scenario)
         let (users, messages) = (fixture.users, fixture.messages)
         let before = fixture.replica.lastLocalSequence
+        let formatBefore = try format(fixture.replica)
         let replica = try scenario.act(fixture.replica, users, messages)
         defer { replica.close() }
         let outcome = Outcome(
             objects: try ReplicaDigest.objects(replica), last: replica.lastLocalSequence,
-            pending: try replica.pendingChangesets().count)
-        #expect(outcome.last > before, "\(scenario.name): the scenario wrote nothing")
+            pending: try replica.pendingChangesets().count, format: try format(replica))
+        if scenario.writes {
+            #expect(outcome.last > before, "\(scenario.name): the scenario wrote nothing")
+        } else {
+            #expect(formatBefore < Replica.formatVersion && outcome.format == Replica.formatVersion)
+        }
         return outcome
     }
 
@@ -351,6 +397,13 @@ struct StorageFaultTests {
     func integration(persistent: Bool) async throws {
         try await offThePool {
             try run(try Scenario.integration(), persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
+        }
+    }
+
+    @Test("format raise: every failing call leaves the replica as it was", arguments: [false, true])
+    func formatRaise(persistent: Bool) async throws {
+        try await offThePool {
+            try run(.formatRaise, persistent: persistent, limit: Deep.count(ci: 14, deep: 400))
         }
     }
 
