@@ -3,32 +3,41 @@ import TributaryModel
 
 /// Converts model values to and from ``Value`` trees shaped by the schema.
 enum ModelCoding {
-    /// The values of every property of `model`'s type: properties the model leaves out read as null (or an empty
-    /// list), so that an update clears them.
-    static func values<M: Encodable>(of model: M, type: ObjectSchema, schema: Schema) throws -> [String: Value] {
+    /// The values of the properties of `model`'s type that `declared` (the schema the app declared) gives it, all of
+    /// them without one: properties the model leaves out read as null (or an empty list), so that an update clears
+    /// them. A property that only the merged `schema` has (another release of the app added it) is left out, in
+    /// embedded objects too, so that a write of this release leaves its value alone.
+    static func values<M: Encodable>(of model: M, type: ObjectSchema, schema: Schema, declared: Schema? = nil) throws
+        -> [String: Value]
+    {
         let encoder = TreeEncoder(codingPath: [])
         try model.encode(to: encoder)
         guard case .object(let fields) = encoder.node.resolved else {
             throw TributaryError(.wrongType, "\(M.self) did not encode as an object with properties")
         }
-        return try conform(fields, to: type, schema: schema, path: type.name)
+        return try conform(fields, to: type, schema: schema, declared: declared, path: type.name)
     }
 
-    static func conform(_ fields: [String: TreeNode.Resolved], to type: ObjectSchema, schema: Schema, path: String) throws
-        -> [String: Value]
-    {
+    static func conform(
+        _ fields: [String: TreeNode.Resolved], to type: ObjectSchema, schema: Schema, declared: Schema?, path: String
+    ) throws -> [String: Value] {
         var result: [String: Value] = [:]
         for name in fields.keys where type[property: name] == nil {
             throw TributaryError(.unknownProperty, "'\(path).\(name)' is not a property of \(type.name)")
         }
+        let declaredType = declared?[type: type.name]
         for property in type.properties {
+            if let declaredType, declaredType[property: property.name] == nil, fields[property.name] == nil { continue }
             let node = fields[property.name] ?? .null
-            result[property.name] = try conform(node, to: property, schema: schema, path: "\(path).\(property.name)")
+            result[property.name] = try conform(
+                node, to: property, schema: schema, declared: declared, path: "\(path).\(property.name)")
         }
         return result
     }
 
-    static func conform(_ node: TreeNode.Resolved, to property: Property, schema: Schema, path: String) throws -> Value {
+    static func conform(
+        _ node: TreeNode.Resolved, to property: Property, schema: Schema, declared: Schema?, path: String
+    ) throws -> Value {
         if property.isList {
             guard case .list(let elements) = node else {
                 if case .null = node { return .list([]) }
@@ -37,7 +46,7 @@ enum ModelCoding {
             var single = property
             single.isList = false
             single.isOptional = property.isOptional
-            return .list(try elements.map { try conform($0, to: single, schema: schema, path: path) })
+            return .list(try elements.map { try conform($0, to: single, schema: schema, declared: declared, path: path) })
         }
         switch (property.kind, node) {
         case (_, .null):
@@ -46,7 +55,9 @@ enum ModelCoding {
             guard let type = schema[type: typeName] else {
                 throw TributaryError(.unknownType, "'\(path)' embeds '\(typeName)', which the schema lacks")
             }
-            return .embedded(EmbeddedObject(type: typeName, fields: try conform(fields, to: type, schema: schema, path: path)))
+            return .embedded(
+                EmbeddedObject(
+                    type: typeName, fields: try conform(fields, to: type, schema: schema, declared: declared, path: path)))
         case (.link, .value(.link(let key))):
             return .link(key)
         case (.link, .value(let value)):

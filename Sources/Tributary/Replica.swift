@@ -72,6 +72,10 @@ public final class Replica: Sendable {
     /// that is what makes sharing it safe.
     nonisolated(unsafe) let compressionContext = ZstdContext()
     let observers = ObserverRegistry()
+    /// The schema the app gave when it opened this replica, `nil` when it gave none. A model's values are those of
+    /// the properties it declares (``Transaction/modelValues(_:)``): another release of the app, syncing with this
+    /// one, may have added properties that this release's writes must leave alone.
+    let appSchema = Mutex<Schema?>(nil)
     /// Where async writes run: one serial queue per replica, so one replica's long write never delays another's.
     let writerQueue = DispatchQueue(label: "tributary.writer")
 
@@ -183,8 +187,10 @@ public final class Replica: Sendable {
                     try deleteReplicaFiles(in: directory)
                     let fresh = try openStorage(directory: directory, configuration: configuration)
                     try fresh.reconcile(schema: schema, migration: nil)
+                    fresh.appSchema.withLock { $0 = schema }
                     return fresh
                 }
+                replica.appSchema.withLock { $0 = schema }
             }
             // Without a schema, the stored one is used; a new replica gets one with the first changesets it integrates.
             return replica

@@ -1,10 +1,17 @@
 public import TributaryModel
+import Synchronization
 import TributaryMerge
 
 extension Transaction {
+    /// The values of a model object: those of the properties its release declares (a property that another release
+    /// of the app added, and this one does not know, is left out, so that a write of this release leaves it as it
+    /// is). The declaration is the schema the app gave at open (``Replica/appSchema``), or, when it gave none that
+    /// holds the type, the model type's own shape.
     func modelValues<M: Model>(_ object: M) throws -> (ObjectSchema, [String: Value]) {
         let type = try working.schema.requireType(M.typeName)
-        return (type, try ModelCoding.values(of: object, type: type, schema: working.schema))
+        var declared = replica.appSchema.withLock { $0 }
+        if declared?[type: M.typeName] == nil { declared = ModelShapes.shape(of: M.self) }
+        return (type, try ModelCoding.values(of: object, type: type, schema: working.schema, declared: declared))
     }
 
     /// Creates an object from a model value.
@@ -20,7 +27,7 @@ extension Transaction {
     @discardableResult
     public func upsert<M: Model>(_ object: M) throws -> PrimaryKey {
         let (_, values) = try modelValues(object)
-        return try upsert(M.typeName, values)
+        return try upsert(M.typeName, values, leavingAbsentFields: true)
     }
 
     /// Updates the stored object with the model value's primary key to equal it, writing only what changed.
@@ -31,7 +38,7 @@ extension Transaction {
         }
         var changes = values
         changes.removeValue(forKey: keyName)
-        try update(M.typeName, primaryKey: key, changes)
+        try update(M.typeName, primaryKey: key, changes, leavingAbsentFields: true)
     }
 
     /// Deletes the object of a model type with a primary key. Returns whether it existed.
@@ -104,5 +111,21 @@ extension Replica {
     /// The objects of `type` that match a query, as of the last commit.
     public func objects(_ type: String, where query: String, arguments: [Value] = []) throws -> [DynamicObject] {
         try read { try $0.objects(type, where: query, arguments: arguments) }
+    }
+}
+
+/// The shapes of model types, as their `Codable` conformances give them (with the embedded types they use), worked out
+/// once per type: what a model's values hold when the app gave no schema at open.
+enum ModelShapes {
+    private static let shapes = Mutex<[ObjectIdentifier: Schema]>([:])
+
+    /// The shape of `model`, or `nil` when it cannot be derived (its values then hold every property).
+    static func shape(of model: any Model.Type) -> Schema? {
+        if let known = shapes.withLock({ $0[ObjectIdentifier(model)] }) { return known }
+        var probe = SchemaProbe()
+        guard (try? probe.add(model)) != nil else { return nil }
+        let shape = Schema(version: 0, types: probe.types)
+        shapes.withLock { $0[ObjectIdentifier(model)] = shape }
+        return shape
     }
 }

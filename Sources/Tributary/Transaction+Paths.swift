@@ -180,6 +180,9 @@ extension Transaction {
 /// of other fields, list elements and embedded fields survive the merge.
 struct Differ {
     let transaction: Transaction
+    /// Whether an embedded object's field that the new value does not hold is left as it is, rather than cleared:
+    /// a model of an earlier release does not hold the fields a later release added (see ``ModelCoding``).
+    var leavesAbsentFields = false
 
     /// The largest old × new list product diffed element by element; larger lists are replaced whole.
     static let maximumDiffCells = 4_000_000
@@ -196,7 +199,7 @@ struct Differ {
             let childPath = FieldPath(
                 type: path.type, primaryKey: path.primaryKey,
                 steps: path.steps + [EmbeddedStep(property: path.property, id: id)], property: "")
-            for child in childType.properties {
+            for child in childType.properties where !(leavesAbsentFields && newObject.fields[child.name] == nil) {
                 var fieldPath = childPath
                 fieldPath.property = child.name
                 try update(from: oldObject[child.name], to: newObject[child.name], property: child, path: fieldPath)
@@ -253,7 +256,7 @@ struct Differ {
                     try transaction.emit(.listSet(path, element: current[index].id, value: new[index]))
                     continue
                 }
-                for field in childType.properties {
+                for field in childType.properties where !(leavesAbsentFields && newObject.fields[field.name] == nil) {
                     let fieldPath = FieldPath(
                         type: path.type, primaryKey: path.primaryKey,
                         steps: path.steps + [EmbeddedStep(property: path.property, id: child.id)], property: field.name)

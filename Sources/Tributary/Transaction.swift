@@ -176,11 +176,16 @@ public final class Transaction: ObjectReading {
     /// whose value changed become part of the changeset).
     @discardableResult
     public func upsert(_ type: String, _ values: [String: Value]) throws -> PrimaryKey {
+        try upsert(type, values, leavingAbsentFields: false)
+    }
+
+    /// ``upsert(_:_:)``; see ``update(_:primaryKey:_:leavingAbsentFields:)``.
+    func upsert(_ type: String, _ values: [String: Value], leavingAbsentFields: Bool) throws -> PrimaryKey {
         let (objectType, key) = try checkedKey(type, values)
         if try record(type, key)?.exists == true {
             var changes = values
             if let keyName = objectType.primaryKey { changes.removeValue(forKey: keyName) }
-            try update(type, primaryKey: key, changes)
+            try update(type, primaryKey: key, changes, leavingAbsentFields: leavingAbsentFields)
         } else {
             try emitCreate(objectType, key, values)
         }
@@ -193,6 +198,12 @@ public final class Transaction: ObjectReading {
     ///
     /// - Throws: ``TributaryError`` with `.objectNotFound`, `.unknownProperty`, `.wrongType`, `.invalidValue`.
     public func update(_ type: String, primaryKey: PrimaryKey, _ values: [String: Value]) throws {
+        try update(type, primaryKey: primaryKey, values, leavingAbsentFields: false)
+    }
+
+    /// ``update(_:primaryKey:_:)``; with `leavingAbsentFields`, an embedded object's fields that its new value does
+    /// not hold are left as they are (a model's values hold only the properties its release declares).
+    func update(_ type: String, primaryKey: PrimaryKey, _ values: [String: Value], leavingAbsentFields: Bool) throws {
         let objectType = try working.schema.requireType(type)
         guard let current = try object(type, primaryKey: primaryKey) else {
             throw TributaryError(.objectNotFound, "cannot update \(type) \(primaryKey): no such object")
@@ -207,7 +218,7 @@ public final class Transaction: ObjectReading {
                 }
                 continue
             }
-            try Differ(transaction: self).update(
+            try Differ(transaction: self, leavesAbsentFields: leavingAbsentFields).update(
                 from: current[name], to: value, property: property,
                 path: FieldPath(type: type, primaryKey: primaryKey, property: name))
         }

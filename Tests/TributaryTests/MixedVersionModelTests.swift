@@ -1,0 +1,106 @@
+import Foundation
+import Testing
+@testable import Tributary
+import TributaryModel
+import TributaryTestSupport
+
+/// An app's models, before and after a release that added properties; both releases run at once while users update.
+enum ProfileV1 {
+    struct Badge: EmbeddedModel, Equatable {
+        static var typeName: String { "Badge" }
+        var label: String
+    }
+    struct Profile: Model {
+        static var typeName: String { "Profile" }
+        var _id: String
+        var name: String
+        var badge: Badge?
+    }
+}
+
+enum ProfileV2 {
+    struct Badge: EmbeddedModel, Equatable {
+        static var typeName: String { "Badge" }
+        var label: String
+        var color: String?
+    }
+    struct Profile: Model {
+        static var typeName: String { "Profile" }
+        var _id: String
+        var name: String
+        var badge: Badge?
+        var nickname: String?
+        var tags: [String] = []
+    }
+}
+
+@Suite("Apps of two releases syncing")
+struct MixedVersionModelTests {
+    static func open(_ directory: TemporaryDirectory, version: Int) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        return version == 1
+            ? try Replica.open(directory: directory.path, models: [ProfileV1.Profile.self], schemaVersion: 1, configuration: configuration)
+            : try Replica.open(directory: directory.path, models: [ProfileV2.Profile.self], schemaVersion: 2, configuration: configuration)
+    }
+
+    static func sync(_ from: Replica, _ to: Replica) throws {
+        try to.integrate(try from.changesets(missingFrom: to.versionVector))
+    }
+
+    @Test("An app of the earlier release writes only the properties it knows; the later release's stay")
+    func earlierReleaseKeepsLaterProperties() throws {
+        let (oldDirectory, newDirectory) = (TemporaryDirectory("v1"), TemporaryDirectory("v2"))
+        let old = try Self.open(oldDirectory, version: 1)
+        let new = try Self.open(newDirectory, version: 2)
+        try new.write { txn in
+            try txn.create(ProfileV2.Profile(
+                _id: "p", name: "Ada", badge: ProfileV2.Badge(label: "gold", color: "yellow"), nickname: "ada", tags: ["x", "y"]))
+        }
+        try Self.sync(new, old)
+        // The earlier release reads its own properties, and edits the profile through its model.
+        var profile = try #require(try old.read { try $0.object(ProfileV1.Profile.self, id: "p") })
+        #expect(profile.name == "Ada")
+        profile.name = "Ada L."
+        profile.badge?.label = "platinum"
+        try old.write { try $0.update(profile) }
+        try old.write { try $0.upsert(profile) }
+        try Self.sync(old, new)
+        let merged = try #require(try new.read { try $0.object(ProfileV2.Profile.self, id: "p") })
+        #expect(merged.name == "Ada L.")
+        #expect(merged.badge?.label == "platinum")
+        #expect(merged.nickname == "ada")
+        #expect(merged.tags == ["x", "y"])
+        #expect(merged.badge?.color == "yellow")
+        // A profile the earlier release creates has the later release's properties unset, as their defaults say.
+        try old.write { try $0.create(ProfileV1.Profile(_id: "q", name: "Grace", badge: nil)) }
+        try Self.sync(old, new)
+        let created = try #require(try new.read { try $0.object(ProfileV2.Profile.self, id: "q") })
+        #expect(created.nickname == nil && created.tags.isEmpty)
+        // What the earlier release clears, it clears: its own optional embedded object.
+        profile.badge = nil
+        try old.write { try $0.update(profile) }
+        try Self.sync(old, new)
+        let cleared = try #require(try new.read { try $0.object(ProfileV2.Profile.self, id: "p") })
+        #expect(cleared.badge == nil && cleared.nickname == "ada" && cleared.tags == ["x", "y"])
+        #expect(try old.verify().passed)
+        #expect(try new.verify().passed)
+    }
+
+    @Test("Opened without a schema, an earlier release's model still writes only what it declares")
+    func withoutSchemaAtOpen() throws {
+        let (oldDirectory, newDirectory) = (TemporaryDirectory("v1"), TemporaryDirectory("v2"))
+        let new = try Self.open(newDirectory, version: 2)
+        try new.write { txn in try txn.create(ProfileV2.Profile(_id: "p", name: "Ada", badge: nil, nickname: "ada", tags: ["x"])) }
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        let old = try Replica.open(directory: oldDirectory.path, configuration: configuration)
+        try Self.sync(new, old)
+        var profile = try #require(try old.read { try $0.object(ProfileV1.Profile.self, id: "p") })
+        profile.name = "Ada L."
+        try old.write { try $0.update(profile) }
+        try Self.sync(old, new)
+        let merged = try #require(try new.read { try $0.object(ProfileV2.Profile.self, id: "p") })
+        #expect(merged.name == "Ada L." && merged.nickname == "ada" && merged.tags == ["x"])
+    }
+}
