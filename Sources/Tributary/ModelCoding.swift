@@ -22,10 +22,12 @@ enum ModelCoding {
         _ fields: [String: TreeNode.Resolved], to type: ObjectSchema, schema: Schema, declared: Schema?, path: String
     ) throws -> [String: Value] {
         var result: [String: Value] = [:]
-        for name in fields.keys where type[property: name] == nil {
+        let declaredType = declared?[type: type.name]
+        // A property this release declares and the merged schema lacks was removed by another release: its value
+        // goes nowhere, as that release's removal says.
+        for name in fields.keys.sorted() where type[property: name] == nil && declaredType?[property: name] == nil {
             throw TributaryError(.unknownProperty, "'\(path).\(name)' is not a property of \(type.name)")
         }
-        let declaredType = declared?[type: type.name]
         for property in type.properties {
             if let declaredType, declaredType[property: property.name] == nil, fields[property.name] == nil { continue }
             let node = fields[property.name] ?? .null

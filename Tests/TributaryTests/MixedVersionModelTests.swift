@@ -104,3 +104,39 @@ struct MixedVersionModelTests {
         #expect(merged.name == "Ada L." && merged.nickname == "ada" && merged.tags == ["x"])
     }
 }
+
+/// A later release that removed a property the earlier one still has.
+enum ProfileV3 {
+    struct Profile: Model {
+        static var typeName: String { "Profile" }
+        var _id: String
+        var name: String
+    }
+}
+
+@Suite("An earlier release after a later one removed a property")
+struct MixedVersionRemovalTests {
+    @Test("The earlier release's writes go on, without the property the later release removed")
+    func earlierReleaseWritesAfterRemoval() throws {
+        let (oldDirectory, newDirectory) = (TemporaryDirectory("v1"), TemporaryDirectory("v3"))
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        let old = try MixedVersionModelTests.open(oldDirectory, version: 1)
+        // The later release starts from the earlier one, then drops `badge` in its migration to version 2.
+        do {
+            let first = try MixedVersionModelTests.open(newDirectory, version: 1)
+            try first.write { try $0.create(ProfileV1.Profile(_id: "p", name: "Ada", badge: ProfileV1.Badge(label: "gold"))) }
+            first.close()
+        }
+        let new = try Replica.open(directory: newDirectory.path, models: [ProfileV3.Profile.self], schemaVersion: 2, configuration: configuration)
+        try MixedVersionModelTests.sync(new, old)
+        #expect(try old.read { try $0.object(ProfileV1.Profile.self, id: "p") }?.badge == nil)
+        try old.write { try $0.upsert(ProfileV1.Profile(_id: "p", name: "Ada L.", badge: ProfileV1.Badge(label: "silver"))) }
+        try old.write { try $0.create(ProfileV1.Profile(_id: "q", name: "Grace", badge: ProfileV1.Badge(label: "gold"))) }
+        try MixedVersionModelTests.sync(old, new)
+        #expect(try new.read { try $0.object(ProfileV3.Profile.self, id: "p") }?.name == "Ada L.")
+        #expect(try new.read { try $0.object(ProfileV3.Profile.self, id: "q") }?.name == "Grace")
+        #expect(try old.verify().passed)
+        #expect(try new.verify().passed)
+    }
+}
