@@ -92,8 +92,8 @@ extension Snapshot {
         var plan: QueryPlan
         var keys: [PrimaryKey] = []
         var constraint: IndexConstraint?
-        /// The budget of the constrained property's values in its index keys.
-        var valueBudget = KeyEncoding.unboundedIndexValueBudget
+        /// The index key ranges `[lower, upper)` that hold the constraint's values (``indexBounds(_:budget:)``).
+        var ranges: [([UInt8], [UInt8])] = []
     }
 
     func plan(_ query: Query, type: ObjectSchema) throws -> PlannedQuery {
@@ -108,12 +108,12 @@ extension Snapshot {
         // Whether an index answers for a property, and how its keys encode values: decided as its entries were
         // written.
         let encoding = try indexKeyEncoding()
-        let usable: [(constraint: IndexConstraint, budget: Int)] = constraints.compactMap { constraint in
+        let usable: [(constraint: IndexConstraint, ranges: [([UInt8], [UInt8])])] = constraints.compactMap { constraint in
             guard let property = type[property: constraint.property],
                 let budget = ViewStore.indexValueBudget(of: property, in: type, encoding: encoding),
-                Self.indexBounds(constraint, budget: budget) != nil
+                let ranges = Self.indexBounds(constraint, budget: budget)
             else { return nil }
-            return (constraint, budget)
+            return (constraint, ranges)
         }
         // Equality first (fewest values first), then ranges.
         let best = usable.min { a, b in
@@ -123,9 +123,9 @@ extension Snapshot {
             default: false
             }
         }
-        if let (best, budget) = best {
+        if let (best, ranges) = best {
             return PlannedQuery(
-                plan: .index(property: best.property, constraint: best.description), constraint: best, valueBudget: budget)
+                plan: .index(property: best.property, constraint: best.description), constraint: best, ranges: ranges)
         }
         return PlannedQuery(plan: .fullScan)
     }
@@ -203,9 +203,9 @@ extension Snapshot {
         case .primaryKey:
             try consider(keys: Set(planned.keys).sorted(by: KeyEncoding.precedes))
         case .index(let property, _):
-            if let constraint = planned.constraint, let ranges = Self.indexBounds(constraint, budget: planned.valueBudget) {
+            if let constraint = planned.constraint {
                 var keys: [PrimaryKey] = []
-                for (lower, upper) in ranges {
+                for (lower, upper) in planned.ranges {
                     try replica.views.indexScan(type: type.name, property: property, lower: lower, upper: upper, in: storage) {
                         keys.append($0)
                         return true

@@ -42,7 +42,7 @@ extension Replica {
     public func summary() throws -> ReplicaSummary {
         do {
             return try environment.read { txn in
-                let format = try txn.get(identity, key: Self.formatKey)?.first ?? Self.formatVersion
+                let format = try storedFormat(in: txn)
                 let schema = try views.schema(in: txn) ?? Schema(types: [])
                 let vector = try views.versionVector(in: txn)
                 var statistics = LogStatistics(changesets: 0, instructions: 0, storedBytes: 0, uncompressedBytes: 0)

@@ -31,10 +31,8 @@ public struct IntegrationReport: Sendable, Hashable, CustomStringConvertible {
 }
 
 extension Replica {
-    static func pendingKey(_ dot: Dot) -> [UInt8] {
-        withUnsafeBytes(of: dot.origin.rawValue.bigEndian) { Array($0) }
-            + withUnsafeBytes(of: dot.sequence.bigEndian) { Array($0) }
-    }
+    /// A pending changeset's key: its causal dot, laid out as the log's origin index lays out dots.
+    static func pendingKey(_ dot: Dot) -> [UInt8] { ChangesetLog.originKey(dot) }
 
     /// The changesets this replica holds that a replica with version vector `vector` lacks, in this replica's log
     /// order (a causal order), at most `limit` of them.
@@ -147,10 +145,7 @@ extension Replica {
     }
 
     static func dot(pendingKey key: UnsafeRawBufferPointer) -> Dot? {
-        guard key.count == 16 else { return nil }
-        let origin = UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 0, as: UInt64.self))
-        let sequence = UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
-        return Dot(origin: ReplicaID(rawValue: origin), sequence: sequence)
+        key.count == 16 ? ChangesetLog.dot(fromOriginKey: key) : nil
     }
 
     /// The changesets waiting in the pending area.
@@ -377,9 +372,7 @@ extension Replica {
             }
             // A refused changeset is dropped with every copy of it that waits.
             if !rejectedDots.isEmpty {
-                for key in area.entries.keys.sorted() where rejectedDots.contains(area.entries[key]!.changeset.dot) {
-                    drop(key)
-                }
+                for key in area.entries.filter({ rejectedDots.contains($0.value.changeset.dot) }).keys.sorted() { drop(key) }
             }
 
             var applied: [(changeset: Changeset, encoded: [UInt8], frame: [UInt8]?)] = []

@@ -355,7 +355,8 @@ public final class Replica: Sendable {
             if stored < 4 {
                 // The schema as stored now: another process may have changed it since this one opened.
                 let current = try self.views.schema(in: txn) ?? schema
-                for type in current.types.filter(ViewStore.indexKeysMayDiffer) {
+                // (It leaves alone the types whose keys cannot differ.)
+                for type in current.types {
                     try self.views.reencodeLegacyIndexes(ofType: type.name, schema: current, in: txn)
                 }
                 // Earlier builds left a removed type's index entries behind (verify then failed).

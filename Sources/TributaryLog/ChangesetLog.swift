@@ -69,6 +69,13 @@ public struct ChangesetLog: Sendable {
             + withUnsafeBytes(of: dot.sequence.bigEndian) { Array($0) }
     }
 
+    /// The dot whose ``originKey(_:)`` starts at `offset` in `bytes` (which must hold 16 bytes from there).
+    public static func dot(fromOriginKey bytes: UnsafeRawBufferPointer, at offset: Int = 0) -> Dot {
+        Dot(
+            origin: ReplicaID(rawValue: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))),
+            sequence: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self)))
+    }
+
     // MARK: Reading
 
     /// The head of the log: its last entry's sequence and chain value.
@@ -496,9 +503,7 @@ public struct ChangesetLog: Sendable {
                 problem = "the log's adoptions hold a key of \(key.count) bytes"
                 return false
             }
-            let dot = Dot(
-                origin: ReplicaID(rawValue: UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 0, as: UInt64.self))),
-                sequence: UInt64(bigEndian: key.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
+            let dot = Self.dot(fromOriginKey: key)
             if expected.copies[dot] == nil {
                 problem = "the log's adoptions name changeset \(dot), of which no entry holds a relay's copy"
                 return false
@@ -527,11 +532,7 @@ public struct ChangesetLog: Sendable {
     public func causalDots(ofOrigin dot: Dot, in transaction: ReadTransaction) throws -> [Dot] {
         try transaction.withValue(adoptions, key: Self.originKey(dot)) { value in
             guard let value, !value.isEmpty, value.count % 16 == 0 else { return [] }
-            return stride(from: 0, to: value.count, by: 16).map { offset in
-                Dot(
-                    origin: ReplicaID(rawValue: UInt64(bigEndian: value.loadUnaligned(fromByteOffset: offset, as: UInt64.self))),
-                    sequence: UInt64(bigEndian: value.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self)))
-            }
+            return stride(from: 0, to: value.count, by: 16).map { Self.dot(fromOriginKey: value, at: $0) }
         }
     }
 
