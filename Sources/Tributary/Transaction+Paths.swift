@@ -188,7 +188,7 @@ struct Differ {
     static let maximumDiffCells = 4_000_000
 
     func update(from old: Value, to new: Value, property: Property, path: FieldPath) throws {
-        guard old != new else { return }
+        guard !old.storesAlike(new) else { return }
         if property.isList, case .list(let oldElements) = old {
             try updateList(from: oldElements, to: new.listValue ?? [], property: property, path: path)
             return
@@ -248,7 +248,7 @@ struct Differ {
         if old.count == new.count, case .embedded = property.kind {
             let current = try elements(at: path)
             guard current.count == old.count else { return try transaction.emit(.set(path, .list(new))) }
-            for index in old.indices where old[index] != new[index] {
+            for index in old.indices where !old[index].storesAlike(new[index]) {
                 guard case .embedded(let child)? = current[index].value,
                     let childType = transaction.working.schema[type: child.type],
                     case .embedded(let oldObject) = old[index], case .embedded(let newObject) = new[index]
@@ -294,7 +294,7 @@ struct Differ {
         for i in stride(from: rows - 1, through: 0, by: -1) {
             for j in stride(from: columns - 1, through: 0, by: -1) {
                 lengths[i * (columns + 1) + j] =
-                    old[i] == new[j]
+                    old[i].storesAlike(new[j])
                     ? lengths[(i + 1) * (columns + 1) + j + 1] + 1
                     : max(lengths[(i + 1) * (columns + 1) + j], lengths[i * (columns + 1) + j + 1])
             }
@@ -303,7 +303,7 @@ struct Differ {
         var i = 0
         var j = 0
         while i < rows && j < columns {
-            if old[i] == new[j] {
+            if old[i].storesAlike(new[j]) {
                 pairs.append((i, j))
                 i += 1
                 j += 1

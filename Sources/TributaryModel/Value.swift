@@ -165,3 +165,28 @@ extension Value: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Expres
     public init(nilLiteral: ()) { self = .null }
     public init(arrayLiteral elements: Value...) { self = .list(elements) }
 }
+
+extension Value {
+    /// Whether two values store alike: they are equal, or differ only where the stored form cannot tell them apart.
+    ///
+    /// A date is stored as seconds since 1970 and Foundation keeps it as seconds since 2001, so a date read back can
+    /// differ in its last bit from the one written; both are the same stored date. Two NaN doubles with the same bits
+    /// are one stored value though `==` says they differ. A write compares with this, so that writing back what a
+    /// replica already holds changes nothing (and does not win a merge over a concurrent write of another replica).
+    public func storesAlike(_ other: Value) -> Bool {
+        if self == other { return true }
+        switch (self, other) {
+        case (.date(let a), .date(let b)):
+            return a.timeIntervalSince1970.bitPattern == b.timeIntervalSince1970.bitPattern
+        case (.double(let a), .double(let b)):
+            return a.bitPattern == b.bitPattern
+        case (.list(let a), .list(let b)):
+            return a.count == b.count && zip(a, b).allSatisfy { $0.storesAlike($1) }
+        case (.embedded(let a), .embedded(let b)):
+            return a.type == b.type && a.fields.count == b.fields.count
+                && a.fields.allSatisfy { name, value in b.fields[name].map(value.storesAlike) ?? false }
+        default:
+            return false
+        }
+    }
+}

@@ -135,7 +135,8 @@ extension IndexConstraint {
     private static func equalValues(_ values: [Value], type: ScalarType) -> [Value] {
         var result: [Value] = []
         for value in values {
-            guard let converted = convert(value, to: type) else { continue }
+            // No value equals NaN.
+            guard !isNaN(value), let converted = convert(value, to: type) else { continue }
             if !result.contains(where: { queryEqual($0, converted, options: []) }) { result.append(converted) }
         }
         return result
@@ -164,7 +165,7 @@ extension IndexConstraint {
         case (.int(let int), .double):
             guard let double = Double(exactly: int) else { return nil }
             return .range(lower: .double(double), lowerInclusive: inclusive, upper: nil, upperInclusive: false)
-        case (.double(let double), .double) where double.isNaN:
+        case _ where isNaN(value):
             return .equal([])
         default:
             return .range(lower: value, lowerInclusive: inclusive, upper: nil, upperInclusive: false)
@@ -185,7 +186,7 @@ extension IndexConstraint {
         case (.int(let int), .double):
             guard let double = Double(exactly: int) else { return nil }
             return .range(lower: nil, lowerInclusive: false, upper: .double(double), upperInclusive: inclusive)
-        case (.double(let double), .double) where double.isNaN:
+        case _ where isNaN(value):
             return .equal([])
         default:
             return .range(lower: nil, lowerInclusive: false, upper: value, upperInclusive: inclusive)

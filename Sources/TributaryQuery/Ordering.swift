@@ -61,16 +61,12 @@ func sortOrder(_ left: Value, _ right: Value) -> Int {
         return a < b ? -1 : (a == b ? 0 : 1)
     default:
         if let order = queryOrder(left, right) { return order }
-        // Only NaN, null and nested values are left: NaN equals NaN and comes before every number.
+        // Only NaN, null and nested values are left: NaN equals NaN and comes before every number or date.
         let leftNaN = isNaN(left)
         let rightNaN = isNaN(right)
         if leftNaN != rightNaN { return leftNaN ? -1 : 1 }
         return 0
     }
-}
-
-private func isNaN(_ value: Value) -> Bool {
-    if case .double(let double) = value { double.isNaN } else { false }
 }
 
 private func rank(_ value: Value) -> Int {
@@ -89,13 +85,15 @@ private func rank(_ value: Value) -> Int {
     }
 }
 
-/// A value as DISTINCT compares it: numbers by value (1 and 1.0 are one), strings by their bytes.
+/// A value as DISTINCT compares it: numbers by value (1 and 1.0 are one), strings by their bytes, dates by their
+/// stored seconds since 1970 (every NaN is one value).
 private enum DistinctKey: Hashable {
     case null
     case bool(Bool)
     case integer(Int64)
     case double(UInt64)
     case string([UInt8])
+    case date(UInt64)
     case other(Value)
 
     init(_ value: Value) {
@@ -112,6 +110,10 @@ private enum DistinctKey: Hashable {
                 self = .double(double.bitPattern)
             }
         case .string(let string): self = .string(Array(string.utf8))
+        case .date(let date):
+            let seconds = date.timeIntervalSince1970
+            // -0 and 0 are one date, as `==` has them.
+            self = .date(seconds.isNaN ? Double.nan.bitPattern : (seconds == 0 ? 0 : seconds.bitPattern))
         default: self = .other(value)
         }
     }

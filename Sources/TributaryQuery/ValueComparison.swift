@@ -12,13 +12,13 @@ import TributaryModel
 func queryOrder(_ left: Value, _ right: Value) -> Int? {
     switch (left, right) {
     case (.int(let a), .int(let b)): return a < b ? -1 : (a == b ? 0 : 1)
-    case (.double(let a), .double(let b)):
-        if a.isNaN || b.isNaN { return nil }
-        return a < b ? -1 : (a == b ? 0 : 1)
+    case (.double(let a), .double(let b)): return compare(a, b)
     case (.int(let a), .double(let b)): return compare(a, b)
     case (.double(let a), .int(let b)): return compare(b, a).map { -$0 }
     case (.string(let a), .string(let b)): return compareBytes(a.utf8, b.utf8)
-    case (.date(let a), .date(let b)): return a < b ? -1 : (a == b ? 0 : 1)
+    // As stored: a date read back can differ in its last bit from the one written (Foundation counts from 2001),
+    // and both read the same seconds since 1970.
+    case (.date(let a), .date(let b)): return compare(a.timeIntervalSince1970, b.timeIntervalSince1970)
     case (.objectId(let a), .objectId(let b)): return compareBytes(a.bytes, b.bytes)
     case (.uuid(let a), .uuid(let b)): return compareBytes(bytes(of: a), bytes(of: b))
     default: return nil
@@ -34,13 +34,12 @@ func queryEqual(_ left: Value, _ right: Value, options: StringOptions) -> Bool {
     case (.string(let a), .string(let b)):
         if options.isEmpty { return a.utf8.elementsEqual(b.utf8) }
         return fold(a, options).utf8.elementsEqual(fold(b, options).utf8)
-    case (.int, .int), (.int, .double), (.double, .int), (.double, .double):
+    case (.int, .int), (.int, .double), (.double, .int), (.double, .double), (.date, .date):
         return queryOrder(left, right) == 0
     case (.link(.string(let a)), .link(.string(let b))): return a.utf8.elementsEqual(b.utf8)
     case (.link(let a), .link(let b)): return a == b
     case (.bool(let a), .bool(let b)): return a == b
     case (.data(let a), .data(let b)): return a == b
-    case (.date(let a), .date(let b)): return a == b
     case (.uuid(let a), .uuid(let b)): return a == b
     case (.objectId(let a), .objectId(let b)): return a == b
     case (.embedded(let a), .embedded(let b)): return a == b
@@ -159,6 +158,21 @@ private func removingDiacritics(_ string: String) -> String {
         scalars.append(scalar)
     }
     return String(scalars)
+}
+
+/// The comparison of two doubles: negative, zero or positive; `nil` for NaN.
+private func compare(_ a: Double, _ b: Double) -> Int? {
+    if a.isNaN || b.isNaN { return nil }
+    return a < b ? -1 : (a == b ? 0 : 1)
+}
+
+/// Whether a value is a NaN double or a date that is not a number: it equals nothing and orders with nothing.
+func isNaN(_ value: Value) -> Bool {
+    switch value {
+    case .double(let double): double.isNaN
+    case .date(let date): date.timeIntervalSince1970.isNaN
+    default: false
+    }
 }
 
 /// The exact comparison of an integer with a double: negative, zero or positive; `nil` for NaN.
