@@ -47,9 +47,40 @@ public enum PrimaryKey: Hashable, Comparable, Sendable, CustomStringConvertible 
         }
     }
 
+    /// String keys are equal when their UTF-8 bytes are, as a replica stores them: "é" as one scalar and as "e" with
+    /// a combining accent are two keys, though Swift's `String` calls them equal.
+    public static func == (lhs: PrimaryKey, rhs: PrimaryKey) -> Bool {
+        switch (lhs, rhs) {
+        case (.string(let a), .string(let b)): return a.utf8.elementsEqual(b.utf8)
+        case (.int(let a), .int(let b)): return a == b
+        case (.uuid(let a), .uuid(let b)): return a == b
+        case (.objectId(let a), .objectId(let b)): return a == b
+        default: return false
+        }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .string(let string):
+            hasher.combine(0 as UInt8)
+            hasher.combine(string.utf8.count)
+            for byte in string.utf8 { hasher.combine(byte) }
+        case .int(let int):
+            hasher.combine(1 as UInt8)
+            hasher.combine(int)
+        case .uuid(let uuid):
+            hasher.combine(2 as UInt8)
+            hasher.combine(uuid)
+        case .objectId(let id):
+            hasher.combine(3 as UInt8)
+            hasher.combine(id)
+        }
+    }
+
+    /// String keys order by their UTF-8 bytes, as a replica stores them (the order of their Unicode scalars).
     public static func < (lhs: PrimaryKey, rhs: PrimaryKey) -> Bool {
         switch (lhs, rhs) {
-        case (.string(let a), .string(let b)): return a < b
+        case (.string(let a), .string(let b)): return a.utf8.lexicographicallyPrecedes(b.utf8)
         case (.int(let a), .int(let b)): return a < b
         case (.uuid(let a), .uuid(let b)): return a.uuidString < b.uuidString
         case (.objectId(let a), .objectId(let b)): return a < b
@@ -173,20 +204,23 @@ extension Value {
     /// differ in its last bit from the one written; both are the same stored date. Two NaN doubles with the same bits
     /// are one stored value though `==` says they differ. A write compares with this, so that writing back what a
     /// replica already holds changes nothing (and does not win a merge over a concurrent write of another replica).
+    /// Strings store alike when their UTF-8 bytes are equal: "é" as one scalar and as "e" with a combining accent are
+    /// `==` in Swift, and two different stored values.
     public func storesAlike(_ other: Value) -> Bool {
-        if self == other { return true }
         switch (self, other) {
+        case (.string(let a), .string(let b)):
+            return a.utf8.elementsEqual(b.utf8)
         case (.date(let a), .date(let b)):
-            return a.timeIntervalSince1970.bitPattern == b.timeIntervalSince1970.bitPattern
+            return a == b || a.timeIntervalSince1970.bitPattern == b.timeIntervalSince1970.bitPattern
         case (.double(let a), .double(let b)):
-            return a.bitPattern == b.bitPattern
+            return a == b || a.bitPattern == b.bitPattern
         case (.list(let a), .list(let b)):
             return a.count == b.count && zip(a, b).allSatisfy { $0.storesAlike($1) }
         case (.embedded(let a), .embedded(let b)):
             return a.type == b.type && a.fields.count == b.fields.count
                 && a.fields.allSatisfy { name, value in b.fields[name].map(value.storesAlike) ?? false }
         default:
-            return false
+            return self == other
         }
     }
 }
