@@ -24,6 +24,8 @@ struct Comparison: Hashable, Sendable {
     var options: StringOptions
     var quantifier: Quantifier
     var right: Operand
+    /// For `==` and `IN` with a long list of constants on the right: the constants, hashed.
+    var lookup: EqualityLookup? = nil
 }
 
 /// One side of a comparison.

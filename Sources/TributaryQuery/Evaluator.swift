@@ -34,7 +34,9 @@ struct Evaluator<Source: QueryObjectSource> {
         let op = comparison.op
         let options = comparison.options
         let rightIsMany = comparison.right.isMany
+        let lookup = comparison.lookup
         func test(_ left: Value) -> Bool {
+            if let lookup { return lookup.contains(left) }
             if op == .between {
                 guard right.count == 2 else { return false }
                 return queryCompare(left, .greaterEqual, right[0], options: [])

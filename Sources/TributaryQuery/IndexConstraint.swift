@@ -134,10 +134,11 @@ extension IndexConstraint {
     /// The values among `values` that a property of `type` can equal, converted to `type`.
     private static func equalValues(_ values: [Value], type: ScalarType) -> [Value] {
         var result: [Value] = []
+        var seen = Set<EqualityKey>()
         for value in values {
-            // No value equals NaN.
-            guard !isNaN(value), let converted = convert(value, to: type) else { continue }
-            if !result.contains(where: { queryEqual($0, converted, options: []) }) { result.append(converted) }
+            // No value equals NaN (nor a list), which have no key.
+            guard let converted = convert(value, to: type), let key = EqualityKey(converted, options: []) else { continue }
+            if seen.insert(key).inserted { result.append(converted) }
         }
         return result
     }
@@ -200,7 +201,8 @@ extension IndexConstraint {
     private static func intersect(_ first: Kind, _ second: Kind) -> Kind {
         switch (first, second) {
         case (.equal(let a), .equal(let b)):
-            return .equal(a.filter { value in b.contains { queryEqual($0, value, options: []) } })
+            let lookup = EqualityLookup(b, options: [])
+            return .equal(a.filter(lookup.contains))
         case (.equal(let values), .range), (.range, .equal(let values)):
             let range = first.isRange ? first : second
             return .equal(values.filter { range.contains($0) })

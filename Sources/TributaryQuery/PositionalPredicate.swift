@@ -17,6 +17,8 @@ public struct PositionalPredicate: Sendable {
         case compare(position: Int, op: ComparisonOperator, options: StringOptions, constant: Value)
         /// `values[position] op` any of `constants` (`IN`, or a list argument).
         case compareAny(position: Int, op: ComparisonOperator, options: StringOptions, constants: [Value])
+        /// `values[position]` equal to any of many constants, found by hashing.
+        case member(position: Int, lookup: EqualityLookup)
         /// `values[position] BETWEEN {lower, upper}`.
         case between(position: Int, lower: Value, upper: Value)
     }
@@ -51,6 +53,8 @@ public struct PositionalPredicate: Sendable {
         case .compareAny(let position, let op, let options, let constants):
             let left = value(position)
             return constants.contains { queryCompare(left, op, $0, options: options) }
+        case .member(let position, let lookup):
+            return lookup.contains(value(position))
         case .between(let position, let lower, let upper):
             let left = value(position)
             return queryCompare(left, .greaterEqual, lower, options: []) && queryCompare(left, .lessEqual, upper, options: [])
@@ -97,6 +101,8 @@ extension Query {
                 case (.constants(let bounds), .between):
                     guard bounds.count == 2 else { return .constant(false) }
                     return .between(position: position, lower: bounds[0], upper: bounds[1])
+                case (.constants, _) where comparison.lookup != nil:
+                    return comparison.lookup.map { .member(position: position, lookup: $0) }
                 case (.constants(let constants), let op):
                     return .compareAny(position: position, op: op, options: comparison.options, constants: constants)
                 case (.keyPath, _):

@@ -122,9 +122,13 @@ struct TypeChecker {
                 try checkPair(leftElement, rightElement, op: op, opName: opName, opPosition: syntax.opPosition)
             }
         }
+        var lookup: EqualityLookup?
+        if op == .equal || op == .in, case .constants(let values) = right.operand, values.count >= EqualityLookup.minimumCount {
+            lookup = EqualityLookup(values, options: syntax.options)
+        }
         return Comparison(
             left: left.operand, op: op, options: syntax.options, quantifier: syntax.quantifier ?? .anyElement,
-            right: right.operand)
+            right: right.operand, lookup: lookup)
     }
 
     private func checkPair(_ left: Element, _ right: Element, op: ComparisonOperator, opName: String, opPosition: Int)

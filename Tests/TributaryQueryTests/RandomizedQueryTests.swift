@@ -314,7 +314,8 @@ struct QueryGenerator {
             let field = random.pick(["i", "d"])
             var values: [Value] = []
             var texts: [String] = []
-            for _ in 0..<random.below(4) {
+            // Short lists are compared value by value, lists of EqualityLookup.minimumCount or more through a hash.
+            for _ in 0..<(random.chance(25) ? 8 + random.below(12) : random.below(4)) {
                 let int = Int64(random.below(7) - 3)
                 values.append(.int(int))
                 texts.append("\(int)")

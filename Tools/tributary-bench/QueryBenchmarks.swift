@@ -19,7 +19,7 @@ struct QueryBenchmarks {
         ])
 
     func run() throws {
-        guard ["indexed_equality", "full_scan", "sorted_query", "commit_to_notification"].contains(where: context.wants) else { return }
+        guard ["indexed_equality", "full_scan", "sorted_query", "commit_to_notification", "in_list"].contains(where: context.wants) else { return }
         var configuration = Replica.Configuration()
         configuration.durability = .none
         let replica = try Replica.open(directory: context.path("query"), schema: Self.schema, configuration: configuration)
@@ -37,6 +37,48 @@ struct QueryBenchmarks {
         if context.wants("full_scan") { try fullScan(replica, count: count) }
         if context.wants("sorted_query") { try sortedQuery(replica) }
         if context.wants("commit_to_notification") { try notificationLatency(replica) }
+        if context.wants("in_list") { try longInList(replica, count: count) }
+    }
+
+    /// `_id IN $0` with half the objects' keys, against reading the same objects by primary key one by one; and a
+    /// scan testing every object against 10,000 strings, against a scan testing it against one. Either was quadratic
+    /// before stop 23 (50,000 ids: over a billion comparisons to remove duplicates).
+    func longInList(_ replica: Replica, count: Int) throws {
+        let ids: [Value] = stride(from: 0, to: count, by: 2).map { .int(Int64($0)) }
+        var inList = 0.0
+        var oneByOne = 0.0
+        var found = 0
+        for round in 0..<6 {
+            let query = { inList += try time { found += try replica.read { try $0.objects("Message", where: "_id IN $0", arguments: [.list(ids)]).count } } }
+            let reads = {
+                oneByOne += try time {
+                    try replica.read { snapshot in
+                        for id in ids { if try snapshot.object("Message", primaryKey: PrimaryKey(id)!) != nil { found += 1 } }
+                    }
+                }
+            }
+            if round % 2 == 0 { try query(); try reads() } else { try reads(); try query() }
+        }
+        precondition(found == 6 * 2 * ids.count)
+        Measurement(
+            name: "in_list_\(ids.count / 1000)k_ids", value: Double(6 * ids.count) / inList, unit: "objects/s",
+            baseline: "the same objects read by primary key one by one (objects/s)", baselineValue: Double(6 * ids.count) / oneByOne
+        ).print()
+
+        let texts: [Value] = (0..<10_000).map { .string("message number \($0 * 7)") }
+        var manyScan = 0.0
+        var oneScan = 0.0
+        var matched = 0
+        for round in 0..<6 {
+            let many = { manyScan += try time { matched += try replica.read { try $0.objects("Message", where: "text IN $0", arguments: [.list(texts)]).count } } }
+            let one = { oneScan += try time { _ = try replica.read { try $0.objects("Message", where: "text == $0", arguments: [texts[1]]).count } } }
+            if round % 2 == 0 { try many(); try one() } else { try one(); try many() }
+        }
+        precondition(matched == 6 * min(texts.count, (count + 6) / 7))
+        Measurement(
+            name: "in_list_scan_10k_strings", value: Double(6 * count) / manyScan, unit: "objects tested/s",
+            baseline: "the same scan testing one string (objects tested/s)", baselineValue: Double(6 * count) / oneScan
+        ).print()
     }
 
     func indexedEquality(_ replica: Replica) throws {
