@@ -78,6 +78,8 @@ public final class MigrationContext {
     let transaction: Transaction
     /// Old objects by type, in the old schema, read before anything changed.
     var oldObjects: [String: [DynamicObject]] = [:]
+    /// Where each old object is in `oldObjects`, by type and primary key.
+    var oldPositions: [String: [PrimaryKey: Int]] = [:]
     /// New objects by type and key, created lazily from the old ones.
     var newObjects: [String: [PrimaryKey: MigrationObject]] = [:]
     var newOrder: [String: [PrimaryKey]] = [:]
@@ -91,7 +93,11 @@ public final class MigrationContext {
         self.declared = declared
         self.transaction = transaction
         for type in oldSchema.types where !type.isEmbedded {
-            oldObjects[type.name] = try transaction.objects(type.name)
+            let objects = try transaction.objects(type.name)
+            oldObjects[type.name] = objects
+            var positions: [PrimaryKey: Int] = Dictionary(minimumCapacity: objects.count)
+            for (position, object) in objects.enumerated() { positions[object.primaryKey] = position }
+            oldPositions[type.name] = positions
         }
     }
 
@@ -111,12 +117,21 @@ public final class MigrationContext {
     }
 
     /// Renames a property, keeping its values. The new schema names it `newName`; the old one `oldName`.
+    ///
+    /// Renames in later steps follow earlier ones: `a` to `b`, then `b` to `c`, renames `a` to `c`. It works on
+    /// embedded types too. Rename an embedded type's properties before enumerating the objects that hold
+    /// it: the new objects made before the rename hold their embedded values as they were carried then. The migration
+    /// fails, naming the property, when neither the stored schema has `oldName` nor the new schema `newName`.
     public func renameProperty(onType type: String, from oldName: String, to newName: String) {
         renames[type, default: [:]][oldName] = newName
-        // New objects already made pick up the value under its new name.
+        // New objects already made pick up the value under its new name: the one they hold, or the old object's value
+        // under the name the chain of renames started from.
+        let origin = oldSchema[type: type]?.properties.first { renamedName(type, $0.name) == newName }?.name ?? oldName
         for object in newObjects[type]?.values ?? [:].values {
-            if let old = oldObjects[type]?.first(where: { $0.primaryKey == object.primaryKey }) {
-                object.values[newName] = old[oldName]
+            if let current = object.values.removeValue(forKey: oldName) {
+                object.values[newName] = current
+            } else if let old = oldObject(type, object.primaryKey) {
+                object.values[newName] = old[origin]
             }
         }
     }
@@ -152,6 +167,54 @@ public final class MigrationContext {
 
     // MARK: Internals
 
+    /// The name a property of `type` ends with after the migration's renames, following chains (`a` to `b` in one step,
+    /// `b` to `c` in a later one).
+    func renamedName(_ type: String, _ name: String) -> String {
+        guard let pairs = renames[type] else { return name }
+        var current = name
+        for _ in 0..<pairs.count {
+            guard let next = pairs[current], next != name else { break }
+            current = next
+        }
+        return current
+    }
+
+    func oldObject(_ type: String, _ key: PrimaryKey) -> DynamicObject? {
+        oldPositions[type]?[key].flatMap { oldObjects[type]?[$0] }
+    }
+
+    /// A value of `oldProperty` as `newProperty` holds it, or `nil` when it does not carry over (the property then
+    /// starts at its default). Values carry over when the definitions agree; links carry into a property that embeds
+    /// their target (they become embedded objects in ``apply()``); embedded objects carry field by field into the new
+    /// definition of their type, renamed as the migration says, leaving out the fields it removed or changed.
+    func carried(_ value: Value, from oldProperty: Property, to newProperty: Property) -> Value? {
+        guard oldProperty.isList == newProperty.isList else { return nil }
+        switch (oldProperty.kind, newProperty.kind) {
+        case (.embedded(let oldName), .embedded(let newName)):
+            guard let oldType = oldSchema[type: oldName], let newType = newSchema[type: newName], newType.isEmbedded else {
+                return nil
+            }
+            func carry(_ value: Value) -> Value {
+                guard case .embedded(let object) = value else { return value }
+                var fields: [String: Value] = [:]
+                for property in oldType.properties {
+                    let name = renamedName(oldName, property.name)
+                    guard let field = object.fields[property.name], let newField = newType[property: name],
+                        let carried = carried(field, from: property, to: newField)
+                    else { continue }
+                    fields[name] = carried
+                }
+                return .embedded(EmbeddedObject(type: newName, fields: fields))
+            }
+            if case .list(let elements) = value { return .list(elements.map(carry)) }
+            return carry(value)
+        case (.link(let target), .embedded(let embedded)) where target == embedded:
+            return value  // still links; turned into embedded objects in `apply`
+        default:
+            return oldProperty.kind == newProperty.kind ? value : nil
+        }
+    }
+
     func defaults(_ type: ObjectSchema) -> [String: Value] {
         var values: [String: Value] = [:]
         for property in type.properties where property.name != type.primaryKey {
@@ -165,22 +228,15 @@ public final class MigrationContext {
     func newObject(_ type: String, _ key: PrimaryKey) -> MigrationObject? {
         if let existing = newObjects[type]?[key] { return existing }
         // Types that stay top-level, and types that become embedded (their objects move into their parents).
-        guard let objectType = newSchema[type: type],
-            let old = oldObjects[type]?.first(where: { $0.primaryKey == key }),
-            let oldType = oldSchema[type: type]
+        guard let objectType = newSchema[type: type], let old = oldObject(type, key), let oldType = oldSchema[type: type]
         else { return nil }
         var values = defaults(objectType)
-        let renamed = renames[type] ?? [:]
         for property in oldType.properties where property.name != oldType.primaryKey {
-            let name = renamed[property.name] ?? property.name
-            guard let newProperty = objectType[property: name] else { continue }
-            if newProperty.kind == property.kind && newProperty.isList == property.isList {
-                values[name] = old[property.name]
-            } else if case .link(let target) = property.kind, case .embedded(let embedded) = newProperty.kind,
-                target == embedded
-            {
-                values[name] = old[property.name]  // still links; turned into embedded objects in `apply`
-            }
+            let name = renamedName(type, property.name)
+            guard let newProperty = objectType[property: name],
+                let value = carried(old[property.name], from: property, to: newProperty)
+            else { continue }
+            values[name] = value
         }
         let object = MigrationObject(type: type, primaryKey: key, values: values)
         newObjects[type, default: [:]][key] = object
@@ -192,13 +248,16 @@ public final class MigrationContext {
     func apply() throws {
         // Every old object gets its new-schema version, so the checks below see all of them.
         for (type, objects) in oldObjects { for object in objects { _ = newObject(type, object.primaryKey) } }
+        try checkEmbeddedTypesMadeTopLevel()
+        let replaced = try typesWithNewPrimaryKeys()
         let embeddedValues = try embedConvertedTypes()
-        try emitSchemaChanges()
+        try emitSchemaChanges(replacing: replaced)
         for type in newSchema.types where !type.isEmbedded {
             for key in newOrder[type.name] ?? [] {
                 guard let object = newObjects[type.name]?[key] else { continue }
                 if object.isDeleted {
-                    _ = try transaction.delete(type.name, primaryKey: key)
+                    // A replaced type's old objects went with it.
+                    if !replaced.contains(type.name) { _ = try transaction.delete(type.name, primaryKey: key) }
                     continue
                 }
                 var values = object.values
@@ -217,6 +276,57 @@ public final class MigrationContext {
                 try transaction.upsert(type.name, values)
             }
         }
+    }
+
+    /// Fails when a type that was embedded becomes top-level while objects hold it embedded and the migration creates
+    /// none of its objects: its embedded data would be dropped without a word.
+    func checkEmbeddedTypesMadeTopLevel() throws {
+        for type in newSchema.types where !type.isEmbedded && oldSchema[type: type.name]?.isEmbedded == true {
+            let created = newObjects[type.name]?.values.contains { !$0.isDeleted } ?? false
+            guard !created else { continue }
+            var holders: [String] = []
+            for oldType in oldSchema.types where !oldType.isEmbedded {
+                let holding = oldType.properties.filter { $0.kind == .embedded(type.name) }
+                guard !holding.isEmpty else { continue }
+                for object in oldObjects[oldType.name] ?? [] {
+                    for property in holding where !object[property.name].isNull && object[property.name] != .list([]) {
+                        holders.append("\(oldType.name)[\(object.primaryKey)].\(property.name)")
+                    }
+                }
+            }
+            guard let first = holders.first else { continue }
+            throw TributaryError(
+                .migrationFailed,
+                "'\(type.name)' becomes a top-level type, and \(holders.count) object\(holders.count == 1 ? "" : "s") hold it "
+                    + "embedded (\(first)\(holders.count > 1 ? ", ..." : "")): that data would be lost. In the migration, "
+                    + "create the \(type.name) objects from them (enumerateObjects on the parent type, then create), or "
+                    + "clear those properties in an earlier schema version")
+        }
+    }
+
+    /// The top-level types whose primary key changes type or name: their objects cannot be carried over, so the type
+    /// is removed and added again. Fails when the migration left an old object of such a type in place (it must
+    /// delete each and create it anew with a key of the new type).
+    func typesWithNewPrimaryKeys() throws -> Set<String> {
+        var replaced = Set<String>()
+        for type in newSchema.types where !type.isEmbedded {
+            guard let oldType = oldSchema[type: type.name], !oldType.isEmbedded,
+                let oldKey = oldType.primaryKey.flatMap({ oldType[property: $0] }),
+                let newKey = type.primaryKey.flatMap({ type[property: $0] }),
+                oldKey.name != newKey.name || oldKey.kind != newKey.kind
+            else { continue }
+            let kept = (oldObjects[type.name] ?? []).filter { newObjects[type.name]?[$0.primaryKey]?.isDeleted != true }
+            if let first = kept.first {
+                throw TributaryError(
+                    .migrationFailed,
+                    "the primary key of \(type.name) changes from '\(type.name).\(oldKey.name)' (\(oldKey.kind)) to "
+                        + "'\(type.name).\(newKey.name)' (\(newKey.kind)), and \(kept.count) object\(kept.count == 1 ? "" : "s") "
+                        + "(\(first.primaryKey)\(kept.count > 1 ? ", ..." : "")) would keep the old key. In the migration, delete "
+                        + "each (enumerateObjects, then delete) and create it with its new key (create)")
+            }
+            replaced.insert(type.name)
+        }
+        return replaced
     }
 
     /// For each type that becomes embedded: the embedded values each parent's converted property will hold, after
@@ -268,12 +378,33 @@ public final class MigrationContext {
         return result
     }
 
-    /// Emits the schema instructions, in an order that keeps what must be kept.
-    func emitSchemaChanges() throws {
+    /// Emits the schema instructions, in an order that keeps what must be kept. The types in `replacing` are removed
+    /// and added again (their primary key changed).
+    func emitSchemaChanges(replacing replaced: Set<String>) throws {
         let stored = transaction.working.schema
         // Renames first: the values stay under the new name.
         for (type, pairs) in renames.sorted(by: { $0.key < $1.key }) {
-            for (from, to) in pairs.sorted(by: { $0.key < $1.key }) where stored[type: type]?[property: from] != nil {
+            guard let storedType = stored[type: type] else {
+                throw TributaryError(.migrationFailed, "renameProperty names the type '\(type)', which the stored schema does not have")
+            }
+            let intermediate = Set(pairs.values)
+            for from in pairs.keys.sorted() {
+                // `b` of `a` to `b`, then `b` to `c`: the rename of `a` goes straight to `c`.
+                if intermediate.contains(from), storedType[property: from] == nil { continue }
+                let to = renamedName(type, from)
+                guard to != from else { continue }
+                guard newSchema[type: type]?[property: to] != nil else {
+                    throw TributaryError(
+                        .migrationFailed, "cannot rename '\(type).\(from)' to '\(to)': the new schema has no property '\(type).\(to)'")
+                }
+                guard storedType[property: from] != nil else {
+                    // Renamed already (by another replica of this release): nothing to do.
+                    if storedType[property: to] != nil { continue }
+                    throw TributaryError(
+                        .migrationFailed,
+                        "cannot rename '\(type).\(from)' to '\(to)': the stored schema has no property '\(type).\(from)' "
+                            + "(it has \(storedType.properties.map(\.name).joined(separator: ", ")))")
+                }
                 // The app's own previous schema has the new name: renaming onto it would merge two properties' values.
                 // (A property of that name that only another replica added is the renamed one, as rule 8 merges it.)
                 if let existing = transaction.working.schema[type: type]?[property: to],
@@ -291,7 +422,7 @@ public final class MigrationContext {
         let removedTypes = current.types.filter { old in
             // A type the new schema lacks goes if the app declared it before; types other replicas added stay.
             guard let new = newSchema[type: old.name] else { return declared[type: old.name] != nil }
-            return new.isEmbedded != old.isEmbedded
+            return new.isEmbedded != old.isEmbedded || replaced.contains(old.name)
         }
         for old in removedTypes where !old.isEmbedded {
             for key in try transaction.working.keys(ofType: old.name) {
@@ -301,7 +432,8 @@ public final class MigrationContext {
             }
         }
         for new in newSchema.types {
-            guard let existing = current[type: new.name], existing.isEmbedded == new.isEmbedded else { continue }
+            guard let existing = current[type: new.name], existing.isEmbedded == new.isEmbedded, !replaced.contains(new.name)
+            else { continue }
             let previous = declared[type: new.name]
             for property in existing.properties where property.name != existing.primaryKey {
                 if let replacement = new[property: property.name] {

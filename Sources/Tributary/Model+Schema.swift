@@ -17,6 +17,20 @@ extension Schema {
     }
 }
 
+extension CodingUserInfoKey {
+    /// `true` in the `userInfo` of the decoder that reads a model's schema by decoding placeholder values (empty
+    /// strings, zeros, empty lists): a model whose `init(from:)` validates what it decodes skips that when it is set.
+    ///
+    /// ```swift
+    /// init(from decoder: any Decoder) throws {
+    ///     let container = try decoder.container(keyedBy: CodingKeys.self)
+    ///     email = try container.decode(String.self, forKey: .email)
+    ///     if decoder.userInfo[.tributarySchemaProbe] as? Bool != true, !email.contains("@") { throw InvalidEmail() }
+    /// }
+    /// ```
+    public static let tributarySchemaProbe = CodingUserInfoKey(rawValue: "tributary.schemaProbe")!
+}
+
 /// Derives object schemas from `Decodable` types by decoding a placeholder with a decoder that records every key
 /// and type the initializer asks for.
 struct SchemaProbe {
@@ -59,6 +73,14 @@ struct SchemaProbe {
                         + "Use stored properties of supported types (String, Int, Double, Bool, Date, Data, UUID, ObjectID, "
                         + "arrays, optionals, EmbeddedModel, Link)")
             }
+            // The properties it would have read after the throw are not known: a schema without them would drop
+            // their values from every write.
+            throw TributaryError(
+                .schemaMismatch,
+                "cannot derive the schema of \(typeName): its init(from:) threw after reading "
+                    + "\(recorder.properties.map(\.name).joined(separator: ", ")), so its other properties are not known: \(error). "
+                    + "If it validates what it decodes, skip that when decoder.userInfo[.tributarySchemaProbe] is true: "
+                    + "the schema is read by decoding placeholder values")
         }
         if let problem = recorder.problem {
             throw TributaryError(.schemaMismatch, "\(typeName).\(problem)")
@@ -178,7 +200,7 @@ extension PersistableEnum {
 struct ProbeDecoder: Decoder {
     let recorder: ProbeRecorder
     let codingPath: [any CodingKey]
-    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    var userInfo: [CodingUserInfoKey: Any] { [.tributarySchemaProbe: true] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         KeyedDecodingContainer(ProbeKeyedContainer<Key>(recorder: recorder, codingPath: codingPath))

@@ -1,0 +1,205 @@
+import Foundation
+import Testing
+@testable import Tributary
+import TributaryModel
+import TributaryTestSupport
+
+/// Migrations that change embedded types, a type's embeddedness the other way, and a primary key's type: each either
+/// carries the data over or fails with an error that says what to do, and a failure leaves the replica as it was.
+@Suite("Migrations of embedded types and primary keys")
+struct EmbeddedMigrationTests {
+    func open(_ directory: TemporaryDirectory, _ schema: Schema, migration: Migration? = nil) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        return try Replica.open(directory: directory.path, schema: schema, configuration: configuration, migration: migration)
+    }
+
+    static func contacts(_ version: UInt64, address: [Property]) -> Schema {
+        Schema(version: version, types: [
+            ObjectSchema(name: "Contact", properties: [
+                .scalar("_id", .string), Property("address", .embedded("Address")),
+                Property("previous", .embedded("Address"), list: true),
+            ]),
+            .embedded("Address", properties: address),
+        ])
+    }
+
+    static let v1Address: [Property] = [.scalar("street", .string), .scalar("city", .string), .scalar("zip", .int, optional: true)]
+
+    func address(_ street: String, _ city: String, _ zip: Int64) -> Value {
+        .embedded(EmbeddedObject(type: "Address", fields: ["street": .string(street), "city": .string(city), "zip": .int(zip)]))
+    }
+
+    /// A replica at version 1 with two contacts, each with an address and a list of previous addresses.
+    func writeV1(_ directory: TemporaryDirectory) throws {
+        let v1 = try open(directory, Self.contacts(1, address: Self.v1Address))
+        try v1.write { txn in
+            try txn.create("Contact", ["_id": "c1", "address": address("1 Main St", "Paris", 75001),
+                                       "previous": .list([address("9 Old Rd", "Lyon", 69001)])])
+            try txn.create("Contact", ["_id": "c2", "address": address("2 High St", "Oslo", 150)])
+        }
+        v1.close()
+    }
+
+    func field(_ replica: Replica, _ contact: String, _ name: String) throws -> Value? {
+        try replica.object("Contact", primaryKey: .string(contact))?["address"].embeddedValue?.fields[name]
+    }
+
+    @Test("Removing a property of an embedded type keeps the others, in single and list properties")
+    func removeEmbeddedProperty() throws {
+        let directory = TemporaryDirectory()
+        try writeV1(directory)
+        let v2 = try open(directory, Self.contacts(2, address: [.scalar("street", .string), .scalar("city", .string)]))
+        #expect(try field(v2, "c1", "city") == "Paris")
+        #expect(try field(v2, "c1", "zip") == nil)
+        let previous = try v2.object("Contact", primaryKey: .string("c1"))?["previous"].listValue
+        #expect(previous?.first?.embeddedValue?.fields == ["street": "9 Old Rd", "city": "Lyon"])
+        #expect(try v2.verify().passed)
+    }
+
+    @Test("Renaming a property of an embedded type keeps its values")
+    func renameEmbeddedProperty() throws {
+        let directory = TemporaryDirectory()
+        try writeV1(directory)
+        let schema = Self.contacts(2, address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
+        let v2 = try open(directory, schema, migration: Migration { $0.renameProperty(onType: "Address", from: "zip", to: "postcode") })
+        #expect(try field(v2, "c1", "postcode") == 75001)
+        #expect(try field(v2, "c2", "postcode") == 150)
+        #expect(try v2.object("Contact", primaryKey: .string("c1"))?["previous"].listValue?.first?.embeddedValue?["postcode"] == 69001)
+        #expect(try v2.verify().passed)
+    }
+
+    @Test("Changing a property's type in an embedded type: the migration's values are kept, others take the default")
+    func retypeEmbeddedProperty() throws {
+        let directory = TemporaryDirectory()
+        try writeV1(directory)
+        let schema = Self.contacts(2, address: [.scalar("street", .string), .scalar("city", .string), .scalar("zip", .string, optional: true)])
+        let v2 = try open(directory, schema, migration: Migration { migration in
+            try migration.enumerateObjects("Contact") { old, new in
+                guard var address = new?["address"].embeddedValue, let zip = old["address"].embeddedValue?["zip"].intValue else { return }
+                address["zip"] = .string(String(format: "%05d", zip))
+                new?["address"] = .embedded(address)
+            }
+        })
+        #expect(try field(v2, "c1", "zip") == "75001")
+        #expect(try field(v2, "c2", "zip") == "00150")
+        #expect(try v2.object("Contact", primaryKey: .string("c1"))?["previous"].listValue?.first?.embeddedValue?["zip"] == .null)
+        #expect(try v2.verify().passed)
+    }
+
+    @Test("A misspelled renameProperty fails, naming the property, and changes nothing")
+    func misspelledRenameFails() throws {
+        let directory = TemporaryDirectory()
+        try writeV1(directory)
+        let schema = Self.contacts(2, address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
+        #expect {
+            _ = try open(directory, schema, migration: Migration { $0.renameProperty(onType: "Address", from: "zipp", to: "postcode") })
+        } throws: { error in
+            guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
+            return error.message.contains("'Address.zipp'")
+        }
+        #expect {
+            _ = try open(directory, schema, migration: Migration { $0.renameProperty(onType: "Adress", from: "zip", to: "postcode") })
+        } throws: { error in
+            guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
+            return error.message.contains("'Adress'")
+        }
+        let again = try open(directory, Self.contacts(1, address: Self.v1Address))
+        #expect(try field(again, "c1", "zip") == 75001)
+    }
+
+    @Test("Making an embedded type top-level fails unless the migration creates its objects")
+    func embeddedToTopLevel() throws {
+        let directory = TemporaryDirectory()
+        try writeV1(directory)
+        let schema = Schema(version: 2, types: [
+            ObjectSchema(name: "Contact", properties: [
+                .scalar("_id", .string), Property("address", .link("Address")),
+            ]),
+            ObjectSchema(name: "Address", properties: [
+                .scalar("_id", .string), .scalar("street", .string), .scalar("city", .string), .scalar("zip", .int, optional: true),
+            ]),
+        ])
+        #expect {
+            _ = try open(directory, schema)
+        } throws: { error in
+            guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
+            return error.message.contains("Address") && error.message.contains("embedded")
+        }
+        #expect(try field(try open(directory, Self.contacts(1, address: Self.v1Address)), "c1", "city") == "Paris")
+        let v2 = try open(directory, schema, migration: Migration { migration in
+            try migration.enumerateObjects("Contact") { old, new in
+                guard var fields = old["address"].embeddedValue?.fields else { return }
+                fields["_id"] = .string("address of \(old.primaryKey)")
+                try migration.create("Address", fields)
+                new?["address"] = .link(.string("address of \(old.primaryKey)"))
+            }
+        })
+        #expect(try v2.object("Address", primaryKey: .string("address of \"c1\""))?["city"] == "Paris")
+        #expect(try v2.object("Contact", primaryKey: .string("c2"))?["address"] == .link(.string("address of \"c2\"")))
+        #expect(try v2.verify().passed)
+    }
+
+    static func people(_ version: UInt64, key: ScalarType) -> Schema {
+        Schema(version: version, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", key), .scalar("name", .string)])])
+    }
+
+    @Test("Changing a primary key's type fails unless the migration re-creates the objects; then it is applied")
+    func primaryKeyTypeChange() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v1 = try open(directory, Self.people(1, key: .int))
+            try v1.write { txn in for id in 1...3 { try txn.create("Person", ["_id": .int(Int64(id)), "name": .string("p\(id)")]) } }
+            v1.close()
+        }
+        #expect {
+            _ = try open(directory, Self.people(2, key: .string))
+        } throws: { error in
+            guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
+            return error.message.contains("Person._id") && error.message.contains("int") && error.message.contains("string")
+        }
+        let v2 = try open(directory, Self.people(2, key: .string), migration: Migration { migration in
+            try migration.enumerateObjects("Person") { old, new in
+                guard let new, case .int(let id) = old.primaryKey else { return }
+                migration.delete(new)
+                try migration.create("Person", ["_id": .string("person-\(id)"), "name": old["name"]])
+            }
+        })
+        #expect(try v2.object("Person", primaryKey: .string("person-2"))?["name"] == "p2")
+        #expect(try v2.objects("Person").count == 3)
+        try v2.write { try $0.create("Person", ["_id": "person-4", "name": "p4"]) }
+        #expect(try v2.verify().passed)
+    }
+
+    @Test("Renames chained across steps (a to b, then b to c) carry the values to c, from version 1 and from 2")
+    func chainedRenames() throws {
+        func schema(_ version: UInt64, _ name: String) -> Schema {
+            Schema(version: version, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar(name, .int)])])
+        }
+        let migration = Migration(steps: [
+            2: { migration in
+                try migration.enumerateObjects("Person") { _, _ in }  // makes the new objects before the later rename
+                migration.renameProperty(onType: "Person", from: "yearsSinceBirth", to: "years")
+            },
+            3: { migration in migration.renameProperty(onType: "Person", from: "years", to: "age") },
+        ])
+        let fromOne = TemporaryDirectory()
+        do {
+            let v1 = try open(fromOne, schema(1, "yearsSinceBirth"))
+            try v1.write { try $0.create("Person", ["_id": 1, "yearsSinceBirth": 30]) }
+            v1.close()
+        }
+        let v3 = try open(fromOne, schema(3, "age"), migration: migration)
+        #expect(try v3.object("Person", primaryKey: .int(1))?["age"] == 30)
+        #expect(try v3.verify().passed)
+
+        let fromTwo = TemporaryDirectory()
+        do {
+            let v2 = try open(fromTwo, schema(2, "years"))
+            try v2.write { try $0.create("Person", ["_id": 1, "years": 40]) }
+            v2.close()
+        }
+        let again = try open(fromTwo, schema(3, "age"), migration: migration)
+        #expect(try again.object("Person", primaryKey: .int(1))?["age"] == 40)
+    }
+}
