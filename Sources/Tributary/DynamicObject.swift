@@ -62,7 +62,9 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// Equal objects have the same type, primary key and values by name, however they are held.
+    /// Equal objects have the same type, primary key and values by name, however they are held. Values compare as they
+    /// store (``Value/storesAlike(_:)``): a string in the other Unicode normalization, or -0.0 for 0.0, is a change,
+    /// and a NaN equals itself.
     public static func == (lhs: DynamicObject, rhs: DynamicObject) -> Bool {
         guard lhs.type == rhs.type, lhs.primaryKey == rhs.primaryKey else { return false }
         if case .positional(let leftType, let leftValues) = lhs.storage,
@@ -73,9 +75,11 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
                     && left.properties.indices.allSatisfy({ left.properties[$0].name == right.properties[$0].name })
             }()
         {
-            return leftValues == rightValues
+            return leftValues.count == rightValues.count
+                && zip(leftValues, rightValues).allSatisfy { $0.storesAlike($1) }
         }
-        return lhs.values == rhs.values
+        let (left, right) = (lhs.values, rhs.values)
+        return left.count == right.count && left.allSatisfy { name, value in right[name].map(value.storesAlike) ?? false }
     }
 
     /// Hashes the type and primary key: equal objects have equal ones, and the values need no dictionary.

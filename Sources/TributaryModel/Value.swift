@@ -51,7 +51,7 @@ public enum PrimaryKey: Hashable, Comparable, Sendable, CustomStringConvertible 
     /// a combining accent are two keys, though Swift's `String` calls them equal.
     public static func == (lhs: PrimaryKey, rhs: PrimaryKey) -> Bool {
         switch (lhs, rhs) {
-        case (.string(let a), .string(let b)): return a.utf8.elementsEqual(b.utf8)
+        case (.string(let a), .string(let b)): return a.hasSameUTF8(as: b)
         case (.int(let a), .int(let b)): return a == b
         case (.uuid(let a), .uuid(let b)): return a == b
         case (.objectId(let a), .objectId(let b)): return a == b
@@ -81,7 +81,7 @@ public enum PrimaryKey: Hashable, Comparable, Sendable, CustomStringConvertible 
     /// String keys order by their UTF-8 bytes, as a replica stores them (the order of their Unicode scalars).
     public static func < (lhs: PrimaryKey, rhs: PrimaryKey) -> Bool {
         switch (lhs, rhs) {
-        case (.string(let a), .string(let b)): return a.utf8.lexicographicallyPrecedes(b.utf8)
+        case (.string(let a), .string(let b)): return a.utf8Precedes(b)
         case (.int(let a), .int(let b)): return a < b
         case (.uuid(let a), .uuid(let b)): return a.uuidString < b.uuidString
         case (.objectId(let a), .objectId(let b)): return a < b
@@ -202,19 +202,20 @@ extension Value {
     /// Whether two values store alike: they are equal, or differ only where the stored form cannot tell them apart.
     ///
     /// A date is stored as seconds since 1970 and Foundation keeps it as seconds since 2001, so a date read back can
-    /// differ in its last bit from the one written; both are the same stored date. Two NaN doubles with the same bits
-    /// are one stored value though `==` says they differ. A write compares with this, so that writing back what a
+    /// differ in its last bit from the one written; both are the same stored date. Doubles store alike when their bits
+    /// are equal: two NaNs with the same bits are one stored value though `==` says they differ, and -0.0 and 0.0 are
+    /// two though `==` says they are one. A write compares with this, so that writing back what a
     /// replica already holds changes nothing (and does not win a merge over a concurrent write of another replica).
     /// Strings store alike when their UTF-8 bytes are equal: "é" as one scalar and as "e" with a combining accent are
     /// `==` in Swift, and two different stored values.
     public func storesAlike(_ other: Value) -> Bool {
         switch (self, other) {
         case (.string(let a), .string(let b)):
-            return a.utf8.elementsEqual(b.utf8)
+            return a.hasSameUTF8(as: b)
         case (.date(let a), .date(let b)):
-            return a == b || a.timeIntervalSince1970.bitPattern == b.timeIntervalSince1970.bitPattern
+            return a.timeIntervalSince1970.bitPattern == b.timeIntervalSince1970.bitPattern
         case (.double(let a), .double(let b)):
-            return a == b || a.bitPattern == b.bitPattern
+            return a.bitPattern == b.bitPattern
         case (.list(let a), .list(let b)):
             return a.count == b.count && zip(a, b).allSatisfy { $0.storesAlike($1) }
         case (.embedded(let a), .embedded(let b)):

@@ -32,11 +32,11 @@ func queryEqual(_ left: Value, _ right: Value, options: StringOptions) -> Bool {
     case (.null, .null): return true
     case (.null, _), (_, .null): return false
     case (.string(let a), .string(let b)):
-        if options.isEmpty { return a.utf8.elementsEqual(b.utf8) }
-        return fold(a, options).utf8.elementsEqual(fold(b, options).utf8)
+        if options.isEmpty { return a.hasSameUTF8(as: b) }
+        return fold(a, options).hasSameUTF8(as: fold(b, options))
     case (.int, .int), (.int, .double), (.double, .int), (.double, .double), (.date, .date):
         return queryOrder(left, right) == 0
-    case (.link(.string(let a)), .link(.string(let b))): return a.utf8.elementsEqual(b.utf8)
+    case (.link(.string(let a)), .link(.string(let b))): return a.hasSameUTF8(as: b)
     case (.link(let a), .link(let b)): return a == b
     case (.bool(let a), .bool(let b)): return a == b
     case (.data(let a), .data(let b)): return a == b

@@ -79,7 +79,7 @@ public enum KeyEncoding {
     /// encoding them.
     public static func precedes(_ a: PrimaryKey, _ b: PrimaryKey) -> Bool {
         switch (a, b) {
-        case (.string(let x), .string(let y)): return x.utf8.lexicographicallyPrecedes(y.utf8)
+        case (.string(let x), .string(let y)): return x.utf8Precedes(y)
         case (.int(let x), .int(let y)): return x < y
         case (.uuid(let x), .uuid(let y)):
             return withUnsafeBytes(of: x.uuid) { x in withUnsafeBytes(of: y.uuid) { y in x.lexicographicallyPrecedes(y) } }
