@@ -85,36 +85,20 @@ private func rank(_ value: Value) -> Int {
     }
 }
 
-/// A value as DISTINCT compares it: numbers by value (1 and 1.0 are one), strings by their bytes, dates by their
-/// stored seconds since 1970 (every NaN is one value).
+/// A value as DISTINCT compares it: as `==` does (``EqualityKey``: numbers by value, strings by their bytes, dates by
+/// their stored seconds), except that every NaN is one value, and so is each list.
 private enum DistinctKey: Hashable {
-    case null
-    case bool(Bool)
-    case integer(Int64)
-    case double(UInt64)
-    case string([UInt8])
-    case date(UInt64)
+    case equal(EqualityKey)
+    case notANumber
     case other(Value)
 
     init(_ value: Value) {
-        switch value {
-        case .null: self = .null
-        case .bool(let bool): self = .bool(bool)
-        case .int(let int): self = .integer(int)
-        case .double(let double):
-            if let int = Int64(exactly: double) {
-                self = .integer(int)
-            } else if double.isNaN {
-                self = .double(Double.nan.bitPattern)
-            } else {
-                self = .double(double.bitPattern)
-            }
-        case .string(let string): self = .string(Array(string.utf8))
-        case .date(let date):
-            let seconds = date.timeIntervalSince1970
-            // -0 and 0 are one date, as `==` has them.
-            self = .date(seconds.isNaN ? Double.nan.bitPattern : (seconds == 0 ? 0 : seconds.bitPattern))
-        default: self = .other(value)
+        if let key = EqualityKey(value, options: []) {
+            self = .equal(key)
+        } else if isNaN(value) {
+            self = .notANumber
+        } else {
+            self = .other(value)
         }
     }
 }
