@@ -51,6 +51,8 @@ public final class MigrationObject {
     /// The property values in the new schema. Properties new in this version start at their default (or null).
     public var values: [String: Value]
     var isDeleted = false
+    /// Whether it is the new version of an object that existed before the migration.
+    var isFromOldObject = false
 
     init(type: String, primaryKey: PrimaryKey, values: [String: Value]) {
         self.type = type
@@ -83,8 +85,10 @@ public final class MigrationContext {
     /// New objects by type and key, created lazily from the old ones.
     var newObjects: [String: [PrimaryKey: MigrationObject]] = [:]
     var newOrder: [String: [PrimaryKey]] = [:]
-    /// Renames: type → (old name → new name).
-    var renames: [String: [String: String]] = [:]
+    /// Renames, in the order the migration asked for them.
+    var renames: [(type: String, from: String, to: String)] = []
+    /// The old objects the migration deleted, by type.
+    var deletedOldKeys: [String: Set<PrimaryKey>] = [:]
 
     init(oldSchema: Schema, declared: Schema, newSchema: Schema, transaction: Transaction) throws {
         self.oldSchemaVersion = oldSchema.version
@@ -118,20 +122,23 @@ public final class MigrationContext {
 
     /// Renames a property, keeping its values. The new schema names it `newName`; the old one `oldName`.
     ///
-    /// Renames in later steps follow earlier ones: `a` to `b`, then `b` to `c`, renames `a` to `c`. It works on
-    /// embedded types too. Rename an embedded type's properties before enumerating the objects that hold
-    /// it: the new objects made before the rename hold their embedded values as they were carried then. The migration
-    /// fails, naming the property, when neither the stored schema has `oldName` nor the new schema `newName`.
+    /// Renames apply in the order they are asked for, each to the names the ones before it left: `a` to `b` at one
+    /// step and `b` to `c` at a later one rename `a` to `c`; `b` to `c` and then `a` to `b` shift both. Objects
+    /// enumerated before a rename of their type get the renamed properties' values again. Renames of an embedded
+    /// type's properties apply when the migration ends: until then, embedded values in new objects hold their fields
+    /// under the old names. The migration fails, naming the property, when the stored schema has no property
+    /// `oldName` to rename (and none renamed to `newName` already) or the new schema none named as it ends up.
     public func renameProperty(onType type: String, from oldName: String, to newName: String) {
-        renames[type, default: [:]][oldName] = newName
-        // New objects already made pick up the value under its new name: the one they hold, or the old object's value
-        // under the name the chain of renames started from.
-        let origin = oldSchema[type: type]?.properties.first { renamedName(type, $0.name) == newName }?.name ?? oldName
-        for object in newObjects[type]?.values ?? [:].values {
-            if let current = object.values.removeValue(forKey: oldName) {
-                object.values[newName] = current
-            } else if let old = oldObject(type, object.primaryKey) {
-                object.values[newName] = old[origin]
+        renames.append((type, oldName, newName))
+        // New objects already made take the values of the names this rename changes, from the old objects.
+        guard let oldType = oldSchema[type: type], let newType = newSchema[type: type] else { return }
+        for name in [newName, oldName] {
+            guard let newProperty = newType[property: name], name != newType.primaryKey else { continue }
+            let origin = oldType.properties.first { $0.name != oldType.primaryKey && renamedName(type, $0.name) == name }
+            for object in newObjects[type]?.values ?? [:].values where object.isFromOldObject {
+                guard let old = oldObject(type, object.primaryKey) else { continue }
+                object.values[name] = origin.flatMap { carried(old[$0.name], from: $0, to: newProperty) }
+                    ?? (newProperty.isList ? .list([]) : (newProperty.defaultValue ?? .null))
             }
         }
     }
@@ -157,25 +164,21 @@ public final class MigrationContext {
     /// Deletes an object (by its new-schema handle).
     public func delete(_ object: MigrationObject) {
         object.isDeleted = true
+        if object.isFromOldObject { deletedOldKeys[object.type, default: []].insert(object.primaryKey) }
     }
 
     /// Deletes every object of a type.
     public func deleteAll(_ type: String) {
-        for old in oldObjects[type] ?? [] { newObject(type, old.primaryKey)?.isDeleted = true }
-        for object in newObjects[type]?.values ?? [:].values { object.isDeleted = true }
+        for old in oldObjects[type] ?? [] { newObject(type, old.primaryKey).map(delete) }
+        for object in newObjects[type]?.values ?? [:].values { delete(object) }
     }
 
     // MARK: Internals
 
-    /// The name a property of `type` ends with after the migration's renames, following chains (`a` to `b` in one step,
-    /// `b` to `c` in a later one).
+    /// The name a property of `type` ends with after the migration's renames, applied in order.
     func renamedName(_ type: String, _ name: String) -> String {
-        guard let pairs = renames[type] else { return name }
         var current = name
-        for _ in 0..<pairs.count {
-            guard let next = pairs[current], next != name else { break }
-            current = next
-        }
+        for rename in renames where rename.type == type && rename.from == current { current = rename.to }
         return current
     }
 
@@ -183,35 +186,65 @@ public final class MigrationContext {
         oldPositions[type]?[key].flatMap { oldObjects[type]?[$0] }
     }
 
-    /// A value of `oldProperty` as `newProperty` holds it, or `nil` when it does not carry over (the property then
-    /// starts at its default). Values carry over when the definitions agree; links carry into a property that embeds
-    /// their target (they become embedded objects in ``apply()``); embedded objects carry field by field into the new
-    /// definition of their type, renamed as the migration says, leaving out the fields it removed or changed.
+    /// A value of `oldProperty` as `newProperty` holds it during the migration, or `nil` when it does not carry over
+    /// (the property then starts at its default). Values carry over when the definitions agree, embedded values as
+    /// they were (``finalized(_:as:)`` fits them to their type's new definition when the migration ends); links carry
+    /// into a property that embeds their target (they become embedded objects in ``apply()``).
     func carried(_ value: Value, from oldProperty: Property, to newProperty: Property) -> Value? {
         guard oldProperty.isList == newProperty.isList else { return nil }
         switch (oldProperty.kind, newProperty.kind) {
-        case (.embedded(let oldName), .embedded(let newName)):
-            guard let oldType = oldSchema[type: oldName], let newType = newSchema[type: newName], newType.isEmbedded else {
-                return nil
-            }
-            func carry(_ value: Value) -> Value {
-                guard case .embedded(let object) = value else { return value }
-                var fields: [String: Value] = [:]
-                for property in oldType.properties {
-                    let name = renamedName(oldName, property.name)
-                    guard let field = object.fields[property.name], let newField = newType[property: name],
-                        let carried = carried(field, from: property, to: newField)
-                    else { continue }
-                    fields[name] = carried
-                }
-                return .embedded(EmbeddedObject(type: newName, fields: fields))
-            }
-            if case .list(let elements) = value { return .list(elements.map(carry)) }
-            return carry(value)
         case (.link(let target), .embedded(let embedded)) where target == embedded:
             return value  // still links; turned into embedded objects in `apply`
         default:
             return oldProperty.kind == newProperty.kind ? value : nil
+        }
+    }
+
+    /// A value of an embedded property as its type's new definition holds it: each embedded object's fields renamed
+    /// as the migration says (in order; a field the migration set under the new name wins), and the fields the
+    /// definition no longer has, or whose values no longer fit it, left out (they take the default; a required one
+    /// without a default then fails the write, naming it). Nested embedded values alike.
+    func finalized(_ value: Value, as property: Property) -> Value {
+        guard case .embedded(let typeName) = property.kind, let type = newSchema[type: typeName] else { return value }
+        func object(_ value: Value) -> Value {
+            guard case .embedded(let object) = value else { return value }
+            var fields = object.fields
+            for rename in renames where rename.type == object.type || rename.type == typeName {
+                guard let moved = fields.removeValue(forKey: rename.from) else { continue }
+                if fields[rename.to] == nil { fields[rename.to] = moved }
+            }
+            var kept: [String: Value] = [:]
+            for (name, field) in fields {
+                guard let fieldProperty = type[property: name], let fitted = fitted(field, fieldProperty) else { continue }
+                kept[name] = fitted
+            }
+            return .embedded(EmbeddedObject(type: typeName, fields: kept))
+        }
+        if property.isList, case .list(let elements) = value { return .list(elements.map(object)) }
+        return object(value)
+    }
+
+    /// `value` if it fits `property` (embedded values finalized), or `nil`.
+    func fitted(_ value: Value, _ property: Property) -> Value? {
+        if property.isList {
+            guard case .list(let elements) = value else { return nil }
+            var fitting: [Value] = []
+            for element in elements {
+                guard let fit = fitted(element, Property(property.name, property.kind, optional: property.isOptional)) else {
+                    return nil
+                }
+                fitting.append(fit)
+            }
+            return .list(fitting)
+        }
+        switch (value, property.kind) {
+        case (.null, _): return property.isOptional ? .null : nil
+        case (.embedded, .embedded): return finalized(value, as: property)
+        case (.link, .link): return value
+        case (.bool, .scalar(.bool)), (.int, .scalar(.int)), (.double, .scalar(.double)), (.string, .scalar(.string)),
+            (.data, .scalar(.data)), (.date, .scalar(.date)), (.uuid, .scalar(.uuid)), (.objectId, .scalar(.objectId)):
+            return value
+        default: return nil
         }
     }
 
@@ -239,6 +272,7 @@ public final class MigrationContext {
             values[name] = value
         }
         let object = MigrationObject(type: type, primaryKey: key, values: values)
+        object.isFromOldObject = true
         newObjects[type, default: [:]][key] = object
         newOrder[type, default: []].append(key)
         return object
@@ -261,6 +295,10 @@ public final class MigrationContext {
                     continue
                 }
                 var values = object.values
+                for property in type.properties {
+                    guard case .embedded = property.kind, let value = values[property.name] else { continue }
+                    values[property.name] = finalized(value, as: property)
+                }
                 for (property, value) in embeddedValues[type.name]?[key] ?? [:] { values[property] = value }
                 for property in type.properties where !property.isOptional && !property.isList && property.defaultValue == nil
                     && property.name != type.primaryKey
@@ -273,24 +311,42 @@ public final class MigrationContext {
                     }
                 }
                 if let keyName = type.primaryKey { values[keyName] = key.value }
-                try transaction.upsert(type.name, values)
+                // Fields of embedded objects that the new schema does not declare are left alone: another replica's
+                // release may have added them.
+                try transaction.upsert(type.name, values, leavingAbsentFields: true)
             }
         }
     }
 
-    /// Fails when a type that was embedded becomes top-level while objects hold it embedded and the migration creates
-    /// none of its objects: its embedded data would be dropped without a word.
+    /// Fails when a type that was embedded becomes top-level while objects hold it embedded, at any depth, in
+    /// properties the new schema keeps, and the migration creates none of its objects: that data would be dropped
+    /// without a word. (Data in properties the new schema removes goes, as with any removed property.)
     func checkEmbeddedTypesMadeTopLevel() throws {
         for type in newSchema.types where !type.isEmbedded && oldSchema[type: type.name]?.isEmbedded == true {
             let created = newObjects[type.name]?.values.contains { !$0.isDeleted } ?? false
             guard !created else { continue }
             var holders: [String] = []
+            /// Records `path` when `value`, of `property` of the old type `owner`, holds `type` embedded somewhere.
+            func search(_ value: Value, _ property: Property, owner: String, path: String) {
+                guard newSchema[type: owner]?[property: renamedName(owner, property.name)] != nil,
+                    case .embedded(let embedded) = property.kind
+                else { return }
+                let objects = property.isList ? (value.listValue ?? []) : [value]
+                for case .embedded(let object) in objects {
+                    if embedded == type.name {
+                        holders.append(path)
+                        return
+                    }
+                    for child in oldSchema[type: embedded]?.properties ?? [] {
+                        search(object[child.name], child, owner: embedded, path: path + "." + child.name)
+                    }
+                }
+            }
             for oldType in oldSchema.types where !oldType.isEmbedded {
-                let holding = oldType.properties.filter { $0.kind == .embedded(type.name) }
-                guard !holding.isEmpty else { continue }
                 for object in oldObjects[oldType.name] ?? [] {
-                    for property in holding where !object[property.name].isNull && object[property.name] != .list([]) {
-                        holders.append("\(oldType.name)[\(object.primaryKey)].\(property.name)")
+                    for property in oldType.properties {
+                        search(object[property.name], property, owner: oldType.name,
+                               path: "\(oldType.name)[\(object.primaryKey)].\(property.name)")
                     }
                 }
             }
@@ -315,7 +371,8 @@ public final class MigrationContext {
                 let newKey = type.primaryKey.flatMap({ type[property: $0] }),
                 oldKey.name != newKey.name || oldKey.kind != newKey.kind
             else { continue }
-            let kept = (oldObjects[type.name] ?? []).filter { newObjects[type.name]?[$0.primaryKey]?.isDeleted != true }
+            let deleted = deletedOldKeys[type.name] ?? []
+            let kept = (oldObjects[type.name] ?? []).filter { !deleted.contains($0.primaryKey) }
             if let first = kept.first {
                 throw TributaryError(
                     .migrationFailed,
@@ -382,41 +439,41 @@ public final class MigrationContext {
     /// and added again (their primary key changed).
     func emitSchemaChanges(replacing replaced: Set<String>) throws {
         let stored = transaction.working.schema
-        // Renames first: the values stay under the new name.
-        for (type, pairs) in renames.sorted(by: { $0.key < $1.key }) {
+        // Every property renamed must end under a name the new schema has.
+        for type in Set(renames.map(\.type)).sorted() {
             guard let storedType = stored[type: type] else {
                 throw TributaryError(.migrationFailed, "renameProperty names the type '\(type)', which the stored schema does not have")
             }
-            let intermediate = Set(pairs.values)
-            for from in pairs.keys.sorted() {
-                // `b` of `a` to `b`, then `b` to `c`: the rename of `a` goes straight to `c`.
-                if intermediate.contains(from), storedType[property: from] == nil { continue }
-                let to = renamedName(type, from)
-                guard to != from else { continue }
-                guard newSchema[type: type]?[property: to] != nil else {
-                    throw TributaryError(
-                        .migrationFailed, "cannot rename '\(type).\(from)' to '\(to)': the new schema has no property '\(type).\(to)'")
-                }
-                guard storedType[property: from] != nil else {
-                    // Renamed already (by another replica of this release): nothing to do.
-                    if storedType[property: to] != nil { continue }
+            for property in storedType.properties {
+                let final = renamedName(type, property.name)
+                if final != property.name, newSchema[type: type]?[property: final] == nil {
                     throw TributaryError(
                         .migrationFailed,
-                        "cannot rename '\(type).\(from)' to '\(to)': the stored schema has no property '\(type).\(from)' "
-                            + "(it has \(storedType.properties.map(\.name).joined(separator: ", ")))")
+                        "cannot rename '\(type).\(property.name)' to '\(final)': the new schema has no property '\(type).\(final)'")
                 }
-                // The app's own previous schema has the new name: renaming onto it would merge two properties' values.
-                // (A property of that name that only another replica added is the renamed one, as rule 8 merges it.)
-                if let existing = transaction.working.schema[type: type]?[property: to],
-                    declared[type: type]?[property: to] != nil
-                {
-                    throw TributaryError(
-                        .migrationFailed,
-                        "cannot rename '\(type).\(from)' to '\(to)': the previous schema already has '\(type).\(existing)'; "
-                            + "rename or remove that property first")
-                }
-                try transaction.emit(.renameProperty(type: type, from: from, to: to))
             }
+        }
+        // Renames first, in the order asked, each on the schema the ones before it left: the values stay under the new
+        // name.
+        for (type, from, to) in renames where from != to {
+            guard let current = transaction.working.schema[type: type] else { continue }
+            guard current[property: from] != nil else {
+                // Renamed already (by another replica of this release): nothing to do.
+                if current[property: to] != nil || current[property: renamedName(type, from)] != nil { continue }
+                throw TributaryError(
+                    .migrationFailed,
+                    "cannot rename '\(type).\(from)' to '\(to)': the stored schema has no property '\(type).\(from)' "
+                        + "(it has \(current.properties.map(\.name).joined(separator: ", ")))")
+            }
+            // The app's own previous schema has the new name: renaming onto it would merge two properties' values.
+            // (A property of that name that only another replica added is the renamed one, as rule 8 merges it.)
+            if let existing = current[property: to], declared[type: type]?[property: to] != nil {
+                throw TributaryError(
+                    .migrationFailed,
+                    "cannot rename '\(type).\(from)' to '\(to)': the previous schema already has '\(type).\(existing)'; "
+                        + "rename or remove that property first")
+            }
+            try transaction.emit(.renameProperty(type: type, from: from, to: to))
         }
         let current = transaction.working.schema
         let removedTypes = current.types.filter { old in

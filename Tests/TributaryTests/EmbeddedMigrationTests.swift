@@ -202,4 +202,180 @@ struct EmbeddedMigrationTests {
         let again = try open(fromTwo, schema(3, "age"), migration: migration)
         #expect(try again.object("Person", primaryKey: .int(1))?["age"] == 40)
     }
+
+    // Found in review of the first version of these migrations.
+
+    func person(_ v: UInt64, _ names: [String]) -> Schema {
+        Schema(version: v, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int)] + names.map { .scalar($0, .string, optional: true) })])
+    }
+    func seed(_ d: TemporaryDirectory, _ s: Schema, _ values: [String: Value]) throws {
+        let r = try open(d, s)
+        try r.write { try $0.create("Person", values) }
+        r.close()
+    }
+
+    @Test("Renames shift in one version: b to c, then a to b")
+    func shiftedRenames() throws {
+        let d = TemporaryDirectory()
+        try seed(d, person(1, ["a", "b"]), ["_id": 1, "a": "A", "b": "B"])
+        let r = try open(d, person(2, ["b", "c"]), migration: Migration { m in
+            m.renameProperty(onType: "Person", from: "b", to: "c")
+            m.renameProperty(onType: "Person", from: "a", to: "b")
+        })
+        let o = try r.object("Person", primaryKey: .int(1))
+        #expect(o?["b"] == "A")
+        #expect(o?["c"] == "B")
+    }
+
+    @Test("A name freed by one step is reused by a later one: title to heading (2), subtitle to title (3)")
+    func reusedName() throws {
+        let d = TemporaryDirectory()
+        try seed(d, person(1, ["subtitle", "title"]), ["_id": 1, "title": "T", "subtitle": "S"])
+        let r = try open(d, person(3, ["heading", "title"]), migration: Migration(steps: [
+            2: { $0.renameProperty(onType: "Person", from: "title", to: "heading") },
+            3: { $0.renameProperty(onType: "Person", from: "subtitle", to: "title") },
+        ]))
+        let o = try r.object("Person", primaryKey: .int(1))
+        #expect(o?["heading"] == "T")
+        #expect(o?["title"] == "S")
+    }
+
+    @Test("A rename undone by a later step: a to b (2), b to a (3)")
+    func renameUndone() throws {
+        let d = TemporaryDirectory()
+        try seed(d, person(1, ["a"]), ["_id": 1, "a": "A"])
+        let r = try open(d, person(3, ["a"]), migration: Migration(steps: [
+            2: { $0.renameProperty(onType: "Person", from: "a", to: "b") },
+            3: { $0.renameProperty(onType: "Person", from: "b", to: "a") },
+        ]))
+        #expect(try r.object("Person", primaryKey: .int(1))?["a"] == "A")
+    }
+
+    static func contactsWith(_ v: UInt64, _ address: [Property], extra: [Property] = []) -> Schema {
+        Schema(version: v, types: [
+            ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))] + extra),
+            .embedded("Address", properties: address),
+        ])
+    }
+
+    @Test("An embedded type's property renamed in a later step than the one that enumerates its parents")
+    func embeddedRenameAfterEnumerate() throws {
+        let d = TemporaryDirectory()
+        do {
+            let r = try open(d, Self.contactsWith(1, [.scalar("street", .string), .scalar("zip", .int, optional: true)]))
+            try r.write { try $0.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "zip": 75001]))]) }
+            r.close()
+        }
+        let r = try open(d, Self.contactsWith(3, [.scalar("street", .string), .scalar("postcode", .int, optional: true)],
+                                          extra: [.scalar("n", .int, optional: true)]),
+                         migration: Migration(steps: [
+            2: { m in try m.enumerateObjects("Contact") { _, new in new?["n"] = 1 } },
+            3: { m in m.renameProperty(onType: "Address", from: "zip", to: "postcode") },
+        ]))
+        #expect(try r.object("Contact", primaryKey: .string("c1"))?["address"].embeddedValue?.fields["postcode"] == 75001)
+    }
+
+    @Test("A type embedded inside an embedded type made top-level fails rather than dropping it")
+    func nestedMadeTopLevel() throws {
+        let d = TemporaryDirectory()
+        do {
+            let r = try open(d, Schema(version: 1, types: [
+                ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("profile", .embedded("Profile"))]),
+                .embedded("Profile", properties: [Property("address", .embedded("Address"))]),
+                .embedded("Address", properties: [.scalar("street", .string)]),
+            ]))
+            try r.write { try $0.create("Contact", ["_id": "c1", "profile": .embedded(EmbeddedObject(type: "Profile", fields: [
+                "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "1 Main St"]))]))]) }
+            r.close()
+        }
+        let v2 = Schema(version: 2, types: [
+            ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("profile", .embedded("Profile"))]),
+            .embedded("Profile", properties: [Property("address", .link("Address"))]),
+            ObjectSchema(name: "Address", properties: [.scalar("_id", .string), .scalar("street", .string)]),
+        ])
+        #expect {
+            _ = try open(d, v2)
+        } throws: { error in
+            guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
+            return error.message.contains("Contact[\"c1\"].profile.address")
+        }
+    }
+
+    @Test("A primary key renamed (_id to id, same type), objects re-created with the same keys")
+    func pkRename() throws {
+        let d = TemporaryDirectory()
+        try seed(d, person(1, ["name"]), ["_id": 1, "name": "N"])
+        let v2 = Schema(version: 2, types: [ObjectSchema(name: "Person", primaryKey: "id", properties: [.scalar("id", .int), .scalar("name", .string, optional: true)])])
+        let r = try open(d, v2, migration: Migration { m in
+            try m.enumerateObjects("Person") { old, new in
+                guard let new else { return }
+                m.delete(new)
+                try m.create("Person", ["id": old["_id"], "name": old["name"]])
+            }
+        })
+        #expect(try r.object("Person", primaryKey: .int(1))?["name"] == "N")
+    }
+
+    @Test("A primary key type change with links from another type, rewritten by the migration")
+    func pkChangeWithLinks() throws {
+        let d = TemporaryDirectory()
+        func s(_ v: UInt64, _ key: ScalarType) -> Schema {
+            Schema(version: v, types: [
+                ObjectSchema(name: "Person", properties: [.scalar("_id", key), .scalar("name", .string)]),
+                ObjectSchema(name: "Team", properties: [.scalar("_id", .string), Property("members", .link("Person"), list: true)]),
+            ])
+        }
+        do {
+            let r = try open(d, s(1, .int))
+            try r.write { txn in
+                try txn.create("Person", ["_id": 1, "name": "p1"])
+                try txn.create("Team", ["_id": "t", "members": .list([.link(.int(1))])])
+            }
+            r.close()
+        }
+        let r = try open(d, s(2, .string), migration: Migration { m in
+            try m.enumerateObjects("Person") { old, new in
+                guard let new, case .int(let id) = old.primaryKey else { return }
+                m.delete(new); try m.create("Person", ["_id": .string("p\(id)"), "name": old["name"]])
+            }
+            try m.enumerateObjects("Team") { _, new in new?["members"] = .list([.link(.string("p1"))]) }
+        })
+        #expect(try r.object("Team", primaryKey: .string("t"))?["members"] == .list([.link(.string("p1"))]))
+        #expect(try r.verify().passed)
+    }
+
+    @Test("A field another replica added to an embedded type survives this replica's migration")
+    func peerEmbeddedField() throws {
+        let da = TemporaryDirectory(), db = TemporaryDirectory()
+        let a1 = Self.contactsWith(1, [.scalar("street", .string)])
+        let b1 = Self.contactsWith(1, [.scalar("street", .string), .scalar("country", .string, optional: true)])
+        do {
+            let a = try open(da, a1), b = try open(db, b1)
+            try a.write { try $0.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s"]))]) }
+            _ = try b.integrate(try a.changesets(missingFrom: VersionVector()))
+            try b.write { try $0.update("Contact", primaryKey: .string("c1"), ["address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "country": "FR"]))]) }
+            _ = try a.integrate(try b.changesets(missingFrom: VersionVector()))
+            #expect(try a.object("Contact", primaryKey: .string("c1"))?["address"].embeddedValue?.fields["country"] == "FR")
+            a.close(); b.close()
+        }
+        let a = try open(da, Self.contactsWith(2, [.scalar("street", .string)], extra: [.scalar("note", .string, optional: true)]))
+        #expect(try a.object("Contact", primaryKey: .string("c1"))?["address"].embeddedValue?.fields["country"] == "FR")
+    }
+
+    @Test("A holding property removed while its embedded type becomes top-level drops the data, as removals do")
+    func droppedParent() throws {
+        let d = TemporaryDirectory()
+        do {
+            let r = try open(d, Self.contactsWith(1, [.scalar("street", .string)]))
+            try r.write { try $0.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s"]))]) }
+            r.close()
+        }
+        let v2 = Schema(version: 2, types: [
+            ObjectSchema(name: "Contact", properties: [.scalar("_id", .string)]),
+            ObjectSchema(name: "Address", properties: [.scalar("_id", .string), .scalar("street", .string)]),
+        ])
+        let r = try open(d, v2)
+        #expect(try r.objects("Address").isEmpty)
+        #expect(try r.verify().passed)
+    }
 }
