@@ -123,22 +123,45 @@ public final class MigrationContext {
     /// Renames a property, keeping its values. The new schema names it `newName`; the old one `oldName`.
     ///
     /// Renames apply in the order they are asked for, each to the names the ones before it left: `a` to `b` at one
-    /// step and `b` to `c` at a later one rename `a` to `c`; `b` to `c` and then `a` to `b` shift both. Objects
-    /// enumerated before a rename of their type get the renamed properties' values again. Renames of an embedded
-    /// type's properties apply when the migration ends: until then, embedded values in new objects hold their fields
-    /// under the old names. The migration fails, naming the property, when the stored schema has no property
-    /// `oldName` to rename (and none renamed to `newName` already) or the new schema none named as it ends up.
+    /// step and `b` to `c` at a later one rename `a` to `c`; `b` to `c` and then `a` to `b` shift both. It works on
+    /// embedded types too. Objects enumerated before the rename get the renamed values: a value the migration set
+    /// under `oldName` moves to `newName`; otherwise the properties (or embedded fields) this rename names take their
+    /// values from the old objects again. The migration fails, naming the property, when the stored schema has no
+    /// property `oldName` to rename (and none renamed to `newName` already) or the new schema none named as it ends up.
     public func renameProperty(onType type: String, from oldName: String, to newName: String) {
         renames.append((type, oldName, newName))
-        // New objects already made take the values of the names this rename changes, from the old objects.
-        guard let oldType = oldSchema[type: type], let newType = newSchema[type: type] else { return }
-        for name in [newName, oldName] {
-            guard let newProperty = newType[property: name], name != newType.primaryKey else { continue }
-            let origin = oldType.properties.first { $0.name != oldType.primaryKey && renamedName(type, $0.name) == name }
-            for object in newObjects[type]?.values ?? [:].values where object.isFromOldObject {
-                guard let old = oldObject(type, object.primaryKey) else { continue }
+        guard let newType = newSchema[type: type] else { return }
+        if newType.isEmbedded {
+            // Embedded values of objects already made take the renamed fields from the old objects.
+            for (parentType, objects) in newObjects {
+                guard let newParent = newSchema[type: parentType], let oldParent = oldSchema[type: parentType] else { continue }
+                for object in objects.values where object.isFromOldObject {
+                    guard let old = oldObject(parentType, object.primaryKey) else { continue }
+                    for property in oldParent.properties {
+                        guard let newProperty = newParent[property: renamedName(parentType, property.name)],
+                            let current = object.values[newProperty.name]
+                        else { continue }
+                        object.values[newProperty.name] = recarried(
+                            current, from: old[property.name], oldProperty: property, newProperty: newProperty,
+                            embeddedType: type, names: [newName, oldName])
+                    }
+                }
+            }
+            return
+        }
+        guard let oldType = oldSchema[type: type] else { return }
+        for object in newObjects[type]?.values ?? [:].values where object.isFromOldObject {
+            // A value the migration set under a name the new schema lacks moves.
+            if newType[property: oldName] == nil, let current = object.values.removeValue(forKey: oldName) {
+                object.values[newName] = current
+                continue
+            }
+            guard let old = oldObject(type, object.primaryKey) else { continue }
+            for name in [newName, oldName] {
+                guard let newProperty = newType[property: name], name != newType.primaryKey else { continue }
+                let origin = oldType.properties.first { $0.name != oldType.primaryKey && renamedName(type, $0.name) == name }
                 object.values[name] = origin.flatMap { carried(old[$0.name], from: $0, to: newProperty) }
-                    ?? (newProperty.isList ? .list([]) : (newProperty.defaultValue ?? .null))
+                    ?? Self.defaultValue(of: newProperty)
             }
         }
     }
@@ -186,13 +209,32 @@ public final class MigrationContext {
         oldPositions[type]?[key].flatMap { oldObjects[type]?[$0] }
     }
 
-    /// A value of `oldProperty` as `newProperty` holds it during the migration, or `nil` when it does not carry over
-    /// (the property then starts at its default). Values carry over when the definitions agree, embedded values as
-    /// they were (``finalized(_:as:)`` fits them to their type's new definition when the migration ends); links carry
-    /// into a property that embeds their target (they become embedded objects in ``apply()``).
+    /// A value of `oldProperty` as `newProperty` holds it, or `nil` when it does not carry over (the property then
+    /// starts at its default). Values carry over when the definitions agree; links carry into a property that embeds
+    /// their target (they become embedded objects in ``apply()``); embedded objects carry field by field into the new
+    /// definition of their type, renamed as the migration has said so far, leaving out the fields it removed or whose
+    /// definition changed.
     func carried(_ value: Value, from oldProperty: Property, to newProperty: Property) -> Value? {
         guard oldProperty.isList == newProperty.isList else { return nil }
         switch (oldProperty.kind, newProperty.kind) {
+        case (.embedded(let name), .embedded(let newName)) where name == newName:
+            guard let oldType = oldSchema[type: name], let newType = newSchema[type: name], newType.isEmbedded else {
+                return nil
+            }
+            func carry(_ value: Value) -> Value {
+                guard case .embedded(let object) = value else { return value }
+                var fields: [String: Value] = [:]
+                for property in oldType.properties {
+                    guard let field = object.fields[property.name],
+                        let newField = newType[property: renamedName(name, property.name)],
+                        let carried = carried(field, from: property, to: newField)
+                    else { continue }
+                    fields[newField.name] = carried
+                }
+                return .embedded(EmbeddedObject(type: name, fields: fields))
+            }
+            if case .list(let elements) = value { return .list(elements.map(carry)) }
+            return carry(value)
         case (.link(let target), .embedded(let embedded)) where target == embedded:
             return value  // still links; turned into embedded objects in `apply`
         default:
@@ -200,58 +242,73 @@ public final class MigrationContext {
         }
     }
 
-    /// A value of an embedded property as its type's new definition holds it: each embedded object's fields renamed
-    /// as the migration says (in order; a field the migration set under the new name wins), and the fields the
-    /// definition no longer has, or whose values no longer fit it, left out (they take the default; a required one
-    /// without a default then fails the write, naming it). Nested embedded values alike.
-    func finalized(_ value: Value, as property: Property) -> Value {
-        guard case .embedded(let typeName) = property.kind, let type = newSchema[type: typeName] else { return value }
-        func object(_ value: Value) -> Value {
-            guard case .embedded(let object) = value else { return value }
-            var fields = object.fields
-            for rename in renames where rename.type == object.type || rename.type == typeName {
-                guard let moved = fields.removeValue(forKey: rename.from) else { continue }
-                if fields[rename.to] == nil { fields[rename.to] = moved }
+    /// `current`, a value of `newProperty` made from `old` (of `oldProperty`) before a rename of `embeddedType`'s
+    /// properties, with the fields in `names` of every `embeddedType` object in it carried from `old` again (or
+    /// removed, when no old field becomes them). Lists are followed element by element when the migration kept their
+    /// length, and left as they are otherwise.
+    func recarried(
+        _ current: Value, from old: Value, oldProperty: Property, newProperty: Property, embeddedType: String, names: [String]
+    ) -> Value {
+        guard case .embedded(let name) = newProperty.kind, oldProperty.kind == newProperty.kind,
+            oldProperty.isList == newProperty.isList, let oldType = oldSchema[type: name], let newType = newSchema[type: name]
+        else { return current }
+        func object(_ current: Value, _ old: Value) -> Value {
+            guard case .embedded(var object) = current, case .embedded(let oldObject) = old else { return current }
+            if name == embeddedType {
+                for field in names {
+                    guard let newField = newType[property: field] else { continue }
+                    let origin = oldType.properties.first { renamedName(name, $0.name) == field }
+                    object.fields[field] = origin.flatMap { origin in
+                        oldObject.fields[origin.name].flatMap { carried($0, from: origin, to: newField) }
+                    }
+                }
             }
-            var kept: [String: Value] = [:]
-            for (name, field) in fields {
-                guard let fieldProperty = type[property: name], let fitted = fitted(field, fieldProperty) else { continue }
-                kept[name] = fitted
+            for property in oldType.properties {
+                guard let newField = newType[property: renamedName(name, property.name)],
+                    let currentField = object.fields[newField.name], let oldField = oldObject.fields[property.name]
+                else { continue }
+                object.fields[newField.name] = recarried(
+                    currentField, from: oldField, oldProperty: property, newProperty: newField, embeddedType: embeddedType,
+                    names: names)
             }
-            return .embedded(EmbeddedObject(type: typeName, fields: kept))
+            return .embedded(object)
         }
-        if property.isList, case .list(let elements) = value { return .list(elements.map(object)) }
-        return object(value)
+        if newProperty.isList {
+            guard case .list(let elements) = current, case .list(let oldElements) = old, elements.count == oldElements.count
+            else { return current }
+            return .list(zip(elements, oldElements).map(object))
+        }
+        return object(current, old)
     }
 
-    /// `value` if it fits `property` (embedded values finalized), or `nil`.
-    func fitted(_ value: Value, _ property: Property) -> Value? {
-        if property.isList {
-            guard case .list(let elements) = value else { return nil }
-            var fitting: [Value] = []
-            for element in elements {
-                guard let fit = fitted(element, Property(property.name, property.kind, optional: property.isOptional)) else {
-                    return nil
+    /// `value` of an embedded property with every field its type declares present: those it lacks hold their default.
+    /// The migration's writes leave the fields no declaration has alone (another replica's release added them), and
+    /// give every declared field the value the migration left it.
+    func withDeclaredFields(_ value: Value, as property: Property) -> Value {
+        guard case .embedded(let name) = property.kind, let type = newSchema[type: name] else { return value }
+        func complete(_ value: Value) -> Value {
+            guard case .embedded(var object) = value else { return value }
+            for field in type.properties {
+                if let current = object.fields[field.name] {
+                    object.fields[field.name] = withDeclaredFields(current, as: field)
+                } else {
+                    object.fields[field.name] = Self.defaultValue(of: field)
                 }
-                fitting.append(fit)
             }
-            return .list(fitting)
+            return .embedded(object)
         }
-        switch (value, property.kind) {
-        case (.null, _): return property.isOptional ? .null : nil
-        case (.embedded, .embedded): return finalized(value, as: property)
-        case (.link, .link): return value
-        case (.bool, .scalar(.bool)), (.int, .scalar(.int)), (.double, .scalar(.double)), (.string, .scalar(.string)),
-            (.data, .scalar(.data)), (.date, .scalar(.date)), (.uuid, .scalar(.uuid)), (.objectId, .scalar(.objectId)):
-            return value
-        default: return nil
-        }
+        if property.isList, case .list(let elements) = value { return .list(elements.map(complete)) }
+        return complete(value)
+    }
+
+    static func defaultValue(of property: Property) -> Value {
+        property.isList ? .list([]) : (property.defaultValue ?? .null)
     }
 
     func defaults(_ type: ObjectSchema) -> [String: Value] {
         var values: [String: Value] = [:]
         for property in type.properties where property.name != type.primaryKey {
-            values[property.name] = property.isList ? .list([]) : (property.defaultValue ?? .null)
+            values[property.name] = Self.defaultValue(of: property)
         }
         return values
     }
@@ -295,11 +352,11 @@ public final class MigrationContext {
                     continue
                 }
                 var values = object.values
+                for (property, value) in embeddedValues[type.name]?[key] ?? [:] { values[property] = value }
                 for property in type.properties {
                     guard case .embedded = property.kind, let value = values[property.name] else { continue }
-                    values[property.name] = finalized(value, as: property)
+                    values[property.name] = withDeclaredFields(value, as: property)
                 }
-                for (property, value) in embeddedValues[type.name]?[key] ?? [:] { values[property] = value }
                 for property in type.properties where !property.isOptional && !property.isList && property.defaultValue == nil
                     && property.name != type.primaryKey
                 {

@@ -378,4 +378,143 @@ struct EmbeddedMigrationTests {
         #expect(try r.objects("Address").isEmpty)
         #expect(try r.verify().passed)
     }
+
+    // Found in the second review.
+
+    @Test("A wrong value the migration writes into an embedded object fails it, naming the field; a fresh object clears the rest")
+    func migrationWritesToEmbeddedAreChecked() throws {
+        let directory = TemporaryDirectory()
+        try writeV1(directory)
+        let schema = Self.contacts(2, address: Self.v1Address)
+        #expect {
+            _ = try open(directory, schema, migration: Migration { migration in
+                try migration.enumerateObjects("Contact") { _, new in
+                    guard var address = new?["address"].embeddedValue else { return }
+                    address["zip"] = "75001"  // a string for an int
+                    new?["address"] = .embedded(address)
+                }
+            })
+        } throws: { error in
+            guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
+            return error.message.contains("zip")
+        }
+        let v2 = try open(directory, schema, migration: Migration { migration in
+            try migration.enumerateObjects("Contact") { _, new in
+                new?["address"] = .embedded(EmbeddedObject(type: "Address", fields: ["street": "New St", "city": "Rome"]))
+            }
+        })
+        #expect(try field(v2, "c1", "street") == "New St")
+        #expect(try field(v2, "c1", "zip") == .null, "the migration wrote an address without a zip")
+        #expect(try v2.verify().passed)
+    }
+
+    @Test("A rename in a later step keeps the value an earlier step set under the old name")
+    func laterRenameKeepsEarlierStepsValue() throws {
+        let directory = TemporaryDirectory()
+        func schema(_ version: UInt64, _ properties: [Property]) -> Schema {
+            Schema(version: version, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int)] + properties)])
+        }
+        do {
+            let v1 = try open(directory, schema(1, [.scalar("age", .int)]))
+            try v1.write { try $0.create("Person", ["_id": 1, "age": 30]) }
+            v1.close()
+        }
+        let v3 = try open(directory, schema(3, [.scalar("years", .int)]), migration: Migration(steps: [
+            2: { migration in
+                try migration.enumerateObjects("Person") { old, new in new?["age"] = .int((old["age"].intValue ?? 0) + 1) }
+            },
+            3: { $0.renameProperty(onType: "Person", from: "age", to: "years") },
+        ]))
+        #expect(try v3.object("Person", primaryKey: .int(1))?["years"] == 31)
+    }
+
+    @Test("An embedded type's field renamed while the migration sets the old name anew: both land")
+    func embeddedNameReused() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v1 = try open(directory, Self.contacts(1, address: [.scalar("name", .string)]))
+            try v1.write { try $0.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["name": "Ada Lovelace"]))]) }
+            v1.close()
+        }
+        let schema = Self.contacts(2, address: [.scalar("fullName", .string), .scalar("name", .string, optional: true)])
+        let v2 = try open(directory, schema, migration: Migration { migration in
+            migration.renameProperty(onType: "Address", from: "name", to: "fullName")
+            try migration.enumerateObjects("Contact") { _, new in
+                guard var address = new?["address"].embeddedValue else { return }
+                address["name"] = "Ada"
+                new?["address"] = .embedded(address)
+            }
+        })
+        #expect(try field(v2, "c1", "fullName") == "Ada Lovelace")
+        #expect(try field(v2, "c1", "name") == "Ada")
+    }
+
+    @Test("An embedded link whose target type changes does not carry its key to the new target")
+    func embeddedLinkRetargeted() throws {
+        let directory = TemporaryDirectory()
+        func schema(_ version: UInt64, target: String) -> Schema {
+            Schema(version: version, types: [
+                ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
+                .embedded("Address", properties: [.scalar("street", .string), Property("owner", .link(target))]),
+                ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
+                ObjectSchema(name: "Team", properties: [.scalar("_id", .string)]),
+            ])
+        }
+        do {
+            let v1 = try open(directory, schema(1, target: "Person"))
+            try v1.write { txn in
+                try txn.create("Person", ["_id": "x"])
+                try txn.create("Team", ["_id": "x"])
+                try txn.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "owner": .link(.string("x"))]))])
+            }
+            v1.close()
+        }
+        let v2 = try open(directory, schema(2, target: "Team"))
+        #expect(try field(v2, "c1", "owner") == .null, "person x's key would name team x")
+        #expect(try field(v2, "c1", "street") == "s")
+    }
+
+    @Test("A type made embedded has its own embedded fields renamed")
+    func typeMadeEmbeddedCarriesRenamedFields() throws {
+        let directory = TemporaryDirectory()
+        func schema(_ version: UInt64, embedded: Bool, zip: String) -> Schema {
+            Schema(version: version, types: [
+                ObjectSchema(name: "Mall", properties: [.scalar("_id", .string), Property("shop", embedded ? .embedded("Shop") : .link("Shop"))]),
+                embedded
+                    ? .embedded("Shop", properties: [Property("address", .embedded("Address"))])
+                    : ObjectSchema(name: "Shop", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
+                .embedded("Address", properties: [.scalar("street", .string), .scalar(zip, .int, optional: true)]),
+            ])
+        }
+        do {
+            let v1 = try open(directory, schema(1, embedded: false, zip: "zip"))
+            try v1.write { txn in
+                try txn.create("Shop", ["_id": "s1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "1 Rue", "zip": 75001]))])
+                try txn.create("Mall", ["_id": "m1", "shop": .link(.string("s1"))])
+            }
+            v1.close()
+        }
+        let v2 = try open(directory, schema(2, embedded: true, zip: "postcode"), migration: Migration {
+            $0.renameProperty(onType: "Address", from: "zip", to: "postcode")
+        })
+        let address = try v2.object("Mall", primaryKey: .string("m1"))?["shop"].embeddedValue?["address"].embeddedValue
+        #expect(address?["postcode"] == 75001)
+        #expect(try v2.verify().passed)
+    }
+
+    @Test("An object deleted and created again with the same key holds only what the create gave it")
+    func recreatedObjectStartsFresh() throws {
+        let directory = TemporaryDirectory()
+        try writeV1(directory)
+        let schema = Self.contacts(2, address: Self.v1Address)
+        let v2 = try open(directory, schema, migration: Migration { migration in
+            try migration.enumerateObjects("Contact") { old, new in
+                guard let new, old.primaryKey == .string("c1") else { return }
+                migration.delete(new)
+                try migration.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "city": "c"]))])
+            }
+        })
+        #expect(try field(v2, "c1", "zip") == .null)
+        #expect(try field(v2, "c1", "street") == "s")
+    }
 }
