@@ -53,6 +53,10 @@ public final class MigrationObject {
     var isDeleted = false
     /// Whether it is the new version of an object that existed before the migration.
     var isFromOldObject = false
+    /// The values it was made with (or a rename last gave it), to tell what the migration changed since.
+    var carriedValues: [String: Value] = [:]
+    /// How many renames the migration had asked for when it was made: its embedded values carry those.
+    var renamesCarried = 0
 
     init(type: String, primaryKey: PrimaryKey, values: [String: Value]) {
         self.type = type
@@ -130,39 +134,24 @@ public final class MigrationContext {
     /// property `oldName` to rename (and none renamed to `newName` already) or the new schema none named as it ends up.
     public func renameProperty(onType type: String, from oldName: String, to newName: String) {
         renames.append((type, oldName, newName))
-        guard let newType = newSchema[type: type] else { return }
-        if newType.isEmbedded {
-            // Embedded values of objects already made take the renamed fields from the old objects.
-            for (parentType, objects) in newObjects {
-                guard let newParent = newSchema[type: parentType], let oldParent = oldSchema[type: parentType] else { continue }
-                for object in objects.values where object.isFromOldObject {
-                    guard let old = oldObject(parentType, object.primaryKey) else { continue }
-                    for property in oldParent.properties {
-                        guard let newProperty = newParent[property: renamedName(parentType, property.name)],
-                            let current = object.values[newProperty.name]
-                        else { continue }
-                        object.values[newProperty.name] = recarried(
-                            current, from: old[property.name], oldProperty: property, newProperty: newProperty,
-                            embeddedType: type, names: [newName, oldName])
-                    }
-                }
-            }
-            return
-        }
-        guard let oldType = oldSchema[type: type] else { return }
+        // Embedded fields are renamed when the migration ends (``completed(_:as:)``). Objects of a top-level type
+        // (or one becoming embedded) already made get the renamed properties' values.
+        guard let oldType = oldSchema[type: type], !oldType.isEmbedded, let newType = newSchema[type: type] else { return }
         for object in newObjects[type]?.values ?? [:].values where object.isFromOldObject {
-            // A value the migration set under a name the new schema lacks moves.
-            if newType[property: oldName] == nil, let current = object.values.removeValue(forKey: oldName) {
-                object.values[newName] = current
-                continue
-            }
             guard let old = oldObject(type, object.primaryKey) else { continue }
+            // A value the migration set under the old name moves to the new one.
+            let moved = object.values[oldName].flatMap { current in
+                current.storesAlike(object.carriedValues[oldName] ?? .null) ? nil : current
+            }
             for name in [newName, oldName] {
                 guard let newProperty = newType[property: name], name != newType.primaryKey else { continue }
                 let origin = oldType.properties.first { $0.name != oldType.primaryKey && renamedName(type, $0.name) == name }
-                object.values[name] = origin.flatMap { carried(old[$0.name], from: $0, to: newProperty) }
-                    ?? Self.defaultValue(of: newProperty)
+                let value = origin.flatMap { carried(old[$0.name], from: $0, to: newProperty) } ?? Self.defaultValue(of: newProperty)
+                object.values[name] = value
+                object.carriedValues[name] = value
             }
+            if newType[property: oldName] == nil { object.values.removeValue(forKey: oldName) }
+            if let moved { object.values[newName] = moved }
         }
     }
 
@@ -225,11 +214,14 @@ public final class MigrationContext {
                 guard case .embedded(let object) = value else { return value }
                 var fields: [String: Value] = [:]
                 for property in oldType.properties {
-                    guard let field = object.fields[property.name],
-                        let newField = newType[property: renamedName(name, property.name)],
-                        let carried = carried(field, from: property, to: newField)
-                    else { continue }
-                    fields[newField.name] = carried
+                    guard let field = object.fields[property.name] else { continue }
+                    let fieldName = renamedName(name, property.name)
+                    guard let newField = newType[property: fieldName] else {
+                        // Not in the new definition (yet): a later rename may name it, ``completed(_:as:)`` decides.
+                        fields[fieldName] = field
+                        continue
+                    }
+                    if let carried = carried(field, from: property, to: newField) { fields[fieldName] = carried }
                 }
                 return .embedded(EmbeddedObject(type: name, fields: fields))
             }
@@ -242,55 +234,34 @@ public final class MigrationContext {
         }
     }
 
-    /// `current`, a value of `newProperty` made from `old` (of `oldProperty`) before a rename of `embeddedType`'s
-    /// properties, with the fields in `names` of every `embeddedType` object in it carried from `old` again (or
-    /// removed, when no old field becomes them). Lists are followed element by element when the migration kept their
-    /// length, and left as they are otherwise.
-    func recarried(
-        _ current: Value, from old: Value, oldProperty: Property, newProperty: Property, embeddedType: String, names: [String]
-    ) -> Value {
-        guard case .embedded(let name) = newProperty.kind, oldProperty.kind == newProperty.kind,
-            oldProperty.isList == newProperty.isList, let oldType = oldSchema[type: name], let newType = newSchema[type: name]
-        else { return current }
-        func object(_ current: Value, _ old: Value) -> Value {
-            guard case .embedded(var object) = current, case .embedded(let oldObject) = old else { return current }
-            if name == embeddedType {
-                for field in names {
-                    guard let newField = newType[property: field] else { continue }
-                    let origin = oldType.properties.first { renamedName(name, $0.name) == field }
-                    object.fields[field] = origin.flatMap { origin in
-                        oldObject.fields[origin.name].flatMap { carried($0, from: origin, to: newField) }
-                    }
-                }
-            }
-            for property in oldType.properties {
-                guard let newField = newType[property: renamedName(name, property.name)],
-                    let currentField = object.fields[newField.name], let oldField = oldObject.fields[property.name]
-                else { continue }
-                object.fields[newField.name] = recarried(
-                    currentField, from: oldField, oldProperty: property, newProperty: newField, embeddedType: embeddedType,
-                    names: names)
-            }
-            return .embedded(object)
-        }
-        if newProperty.isList {
-            guard case .list(let elements) = current, case .list(let oldElements) = old, elements.count == oldElements.count
-            else { return current }
-            return .list(zip(elements, oldElements).map(object))
-        }
-        return object(current, old)
-    }
-
-    /// `value` of an embedded property with every field its type declares present: those it lacks hold their default.
-    /// The migration's writes leave the fields no declaration has alone (another replica's release added them), and
-    /// give every declared field the value the migration left it.
-    func withDeclaredFields(_ value: Value, as property: Property) -> Value {
+    /// `value` of an embedded property as the migration writes it: in each embedded object, fields the new
+    /// definition lacks are renamed as the migration asked (when the new name holds no value yet; a value of the old
+    /// definition's type that does not fit the new one is old data, and is left out), old fields that stay undeclared
+    /// are left out, and declared fields the object lacks hold their default. Fields of other names are kept, so that
+    /// the write names them. The write leaves the fields no declaration has alone (another replica's release added
+    /// them).
+    func completed(_ value: Value, as property: Property) -> Value {
         guard case .embedded(let name) = property.kind, let type = newSchema[type: name] else { return value }
+        let oldType = oldSchema[type: name]
+        // Every name an old field of the type had during the migration.
+        var oldNames = Set(oldType?.properties.map(\.name) ?? [])
+        for rename in renames where rename.type == name { oldNames.insert(rename.from); oldNames.insert(rename.to) }
         func complete(_ value: Value) -> Value {
             guard case .embedded(var object) = value else { return value }
+            for key in object.fields.keys.sorted() where type[property: key] == nil {
+                guard let field = object.fields.removeValue(forKey: key) else { continue }
+                let target = renamedName(name, key)
+                if let newField = type[property: target], object.fields[target] == nil {
+                    let origin = oldType?.properties.first { renamedName(name, $0.name) == target }
+                    let isOldData = origin.map { fits(field, $0) && !fits(field, newField) } ?? false
+                    if !isOldData { object.fields[target] = field }
+                } else if !oldNames.contains(key) {
+                    object.fields[key] = field  // not a name of this type: the write says so
+                }
+            }
             for field in type.properties {
                 if let current = object.fields[field.name] {
-                    object.fields[field.name] = withDeclaredFields(current, as: field)
+                    object.fields[field.name] = completed(current, as: field)
                 } else {
                     object.fields[field.name] = Self.defaultValue(of: field)
                 }
@@ -299,6 +270,23 @@ public final class MigrationContext {
         }
         if property.isList, case .list(let elements) = value { return .list(elements.map(complete)) }
         return complete(value)
+    }
+
+    /// Whether `value` is of `property`'s kind (nulls fit everything).
+    func fits(_ value: Value, _ property: Property) -> Bool {
+        if property.isList {
+            guard case .list(let elements) = value else { return value.isNull }
+            let element = Property(property.name, property.kind, optional: property.isOptional)
+            return elements.allSatisfy { fits($0, element) }
+        }
+        switch (value, property.kind) {
+        case (.null, _), (.embedded, .embedded), (.link, .link), (.bool, .scalar(.bool)), (.int, .scalar(.int)),
+            (.double, .scalar(.double)), (.string, .scalar(.string)), (.data, .scalar(.data)), (.date, .scalar(.date)),
+            (.uuid, .scalar(.uuid)), (.objectId, .scalar(.objectId)):
+            return true
+        default:
+            return false
+        }
     }
 
     static func defaultValue(of property: Property) -> Value {
@@ -330,6 +318,8 @@ public final class MigrationContext {
         }
         let object = MigrationObject(type: type, primaryKey: key, values: values)
         object.isFromOldObject = true
+        object.carriedValues = values
+        object.renamesCarried = renames.count
         newObjects[type, default: [:]][key] = object
         newOrder[type, default: []].append(key)
         return object
@@ -340,6 +330,7 @@ public final class MigrationContext {
         // Every old object gets its new-schema version, so the checks below see all of them.
         for (type, objects) in oldObjects { for object in objects { _ = newObject(type, object.primaryKey) } }
         try checkEmbeddedTypesMadeTopLevel()
+        try checkLateEmbeddedRenames()
         let replaced = try typesWithNewPrimaryKeys()
         let embeddedValues = try embedConvertedTypes()
         try emitSchemaChanges(replacing: replaced)
@@ -355,7 +346,7 @@ public final class MigrationContext {
                 for (property, value) in embeddedValues[type.name]?[key] ?? [:] { values[property] = value }
                 for property in type.properties {
                     guard case .embedded = property.kind, let value = values[property.name] else { continue }
-                    values[property.name] = withDeclaredFields(value, as: property)
+                    values[property.name] = completed(value, as: property)
                 }
                 for property in type.properties where !property.isOptional && !property.isList && property.defaultValue == nil
                     && property.name != type.primaryKey
@@ -373,6 +364,38 @@ public final class MigrationContext {
                 try transaction.upsert(type.name, values, leavingAbsentFields: true)
             }
         }
+    }
+
+    /// Fails when an embedded type's property that the new schema still has was renamed after objects holding the type
+    /// were made (`b` to `c`, then `a` to `b`, asked after enumerating their parents): their embedded values hold `b`
+    /// as carried, or as the migration set it, and which one cannot be told.
+    func checkLateEmbeddedRenames() throws {
+        for (index, rename) in renames.enumerated() {
+            guard let type = newSchema[type: rename.type], type.isEmbedded, type[property: rename.from] != nil else { continue }
+            for (parentType, objects) in newObjects.sorted(by: { $0.key < $1.key }) where embeds(parentType, rename.type) {
+                guard let made = objects.values.first(where: { $0.isFromOldObject && $0.renamesCarried <= index }) else { continue }
+                throw TributaryError(
+                    .migrationFailed,
+                    "renameProperty(onType: \"\(rename.type)\", from: \"\(rename.from)\", to: \"\(rename.to)\") came after "
+                        + "\(parentType) \(made.primaryKey) was enumerated, and the new schema still has '\(rename.type).\(rename.from)': "
+                        + "ask for the renames of \(rename.type) before enumerating the objects that hold it")
+            }
+        }
+    }
+
+    /// Whether objects of `type` hold `embedded` in the new schema, at any depth.
+    func embeds(_ type: String, _ embedded: String) -> Bool {
+        var seen: Set<String> = []
+        var pending = [type]
+        while let next = pending.popLast() {
+            guard seen.insert(next).inserted, let definition = newSchema[type: next] else { continue }
+            for property in definition.properties {
+                guard case .embedded(let child) = property.kind else { continue }
+                if child == embedded { return true }
+                pending.append(child)
+            }
+        }
+        return false
     }
 
     /// Fails when a type that was embedded becomes top-level while objects hold it embedded, at any depth, in

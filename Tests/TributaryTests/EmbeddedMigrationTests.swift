@@ -517,4 +517,142 @@ struct EmbeddedMigrationTests {
         #expect(try field(v2, "c1", "zip") == .null)
         #expect(try field(v2, "c1", "street") == "s")
     }
+
+    // Found in the third review.
+
+    @Test("A type becoming embedded has its properties renamed in objects already enumerated")
+    func renameOfTypeBecomingEmbedded() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v1 = try open(directory, Schema(version: 1, types: [
+                ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("address", .link("Address"))]),
+                ObjectSchema(name: "Address", properties: [.scalar("_id", .string), .scalar("street", .string), .scalar("city", .string)]),
+            ]))
+            try v1.write { txn in
+                try txn.create("Address", ["_id": "a1", "street": "1 Main St", "city": "Paris"])
+                try txn.create("Contact", ["_id": "c1", "address": .link(.string("a1"))])
+            }
+            v1.close()
+        }
+        let schema = Schema(version: 2, types: [
+            ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
+            .embedded("Address", properties: [.scalar("road", .string), .scalar("city", .string)]),
+        ])
+        let v2 = try open(directory, schema, migration: Migration { migration in
+            try migration.enumerateObjects("Address") { _, _ in }
+            migration.renameProperty(onType: "Address", from: "street", to: "road")
+        })
+        #expect(try field(v2, "c1", "road") == "1 Main St")
+        #expect(try v2.verify().passed)
+    }
+
+    @Test("An embedded field set by one step and renamed by a later one keeps the step's value")
+    func embeddedRetypeThenRename() throws {
+        let directory = TemporaryDirectory()
+        try writeV1(directory)
+        let schema = Self.contacts(3, address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .string, optional: true)])
+        let v3 = try open(directory, schema, migration: Migration(steps: [
+            2: { migration in
+                try migration.enumerateObjects("Contact") { old, new in
+                    guard var address = new?["address"].embeddedValue, let zip = old["address"].embeddedValue?["zip"].intValue else { return }
+                    address["zip"] = .string(String(zip))
+                    new?["address"] = .embedded(address)
+                }
+            },
+            3: { $0.renameProperty(onType: "Address", from: "zip", to: "postcode") },
+        ]))
+        #expect(try field(v3, "c1", "postcode") == "75001")
+        #expect(try v3.object("Contact", primaryKey: .string("c1"))?["previous"].listValue?.first?.embeddedValue?["postcode"] == .null,
+                "an int zip the migration left is old data of another type")
+        #expect(try v3.verify().passed)
+    }
+
+    @Test("An embedded list the migration reorders keeps each element's renamed field")
+    func reorderedListThenRename() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v1 = try open(directory, Self.contacts(1, address: Self.v1Address))
+            try v1.write { txn in
+                try txn.create("Contact", ["_id": "c1", "previous": .list([self.address("b", "B", 2), self.address("a", "A", 1), self.address("c", "C", 3)])])
+            }
+            v1.close()
+        }
+        let schema = Self.contacts(3, address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
+        let v3 = try open(directory, schema, migration: Migration(steps: [
+            2: { migration in
+                try migration.enumerateObjects("Contact") { _, new in
+                    let sorted = (new?["previous"].listValue ?? []).sorted { ($0.embeddedValue?["street"].stringValue ?? "") < ($1.embeddedValue?["street"].stringValue ?? "") }
+                    new?["previous"] = .list(Array(sorted.prefix(2)))
+                }
+            },
+            3: { $0.renameProperty(onType: "Address", from: "zip", to: "postcode") },
+        ]))
+        let previous = try v3.object("Contact", primaryKey: .string("c1"))?["previous"].listValue ?? []
+        #expect(previous.map { $0.embeddedValue?["street"] } == ["a", "b"])
+        #expect(previous.map { $0.embeddedValue?["postcode"] } == [1, 2])
+    }
+
+    @Test("Old embedded values copied into a created object are renamed as the migration says")
+    func copiedOldEmbeddedValues() throws {
+        let directory = TemporaryDirectory()
+        try writeV1(directory)
+        let schema = Self.contacts(2, address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
+        let v2 = try open(directory, schema, migration: Migration { migration in
+            migration.renameProperty(onType: "Address", from: "zip", to: "postcode")
+            try migration.enumerateObjects("Contact") { old, new in
+                guard let new, old.primaryKey == .string("c2") else { return }
+                migration.delete(new)
+                try migration.create("Contact", ["_id": "c2-copy", "address": old["address"]])
+            }
+        })
+        #expect(try field(v2, "c2-copy", "postcode") == 150)
+        #expect(try v2.object("Contact", primaryKey: .string("c2")) == nil)
+    }
+
+    @Test("A value a step set on a property a later step renames moves with it, even when the old name stays")
+    func laterRenameMovesAStepsValue() throws {
+        let directory = TemporaryDirectory()
+        func schema(_ version: UInt64, _ names: [String]) -> Schema {
+            Schema(version: version, types: [ObjectSchema(name: "Book", properties: [.scalar("_id", .int)] + names.map { .scalar($0, .string) })])
+        }
+        do {
+            let v1 = try open(directory, schema(1, ["title", "subtitle"]))
+            try v1.write { try $0.create("Book", ["_id": 1, "title": "  Dune ", "subtitle": "A novel"]) }
+            v1.close()
+        }
+        let v3 = try open(directory, schema(3, ["heading", "title"]), migration: Migration(steps: [
+            2: { migration in
+                try migration.enumerateObjects("Book") { old, new in new?["title"] = .string(old["title"].stringValue!.trimmingCharacters(in: .whitespaces)) }
+            },
+            3: { migration in
+                migration.renameProperty(onType: "Book", from: "title", to: "heading")
+                migration.renameProperty(onType: "Book", from: "subtitle", to: "title")
+            },
+        ]))
+        #expect(try v3.object("Book", primaryKey: .int(1))?["heading"] == "Dune")
+        #expect(try v3.object("Book", primaryKey: .int(1))?["title"] == "A novel")
+    }
+
+    @Test("A shift of an embedded type's names asked after enumerating its parents fails, saying to ask first")
+    func lateEmbeddedShiftFails() throws {
+        let directory = TemporaryDirectory()
+        try writeV1(directory)
+        let schema = Self.contacts(2, address: [.scalar("city", .string), .scalar("town", .string), .scalar("zip", .int, optional: true)])
+        #expect {
+            _ = try open(directory, schema, migration: Migration { migration in
+                try migration.enumerateObjects("Contact") { _, _ in }
+                migration.renameProperty(onType: "Address", from: "city", to: "town")
+                migration.renameProperty(onType: "Address", from: "street", to: "city")
+            })
+        } throws: { error in
+            guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
+            return error.message.contains("before enumerating")
+        }
+        let v2 = try open(directory, schema, migration: Migration { migration in
+            migration.renameProperty(onType: "Address", from: "city", to: "town")
+            migration.renameProperty(onType: "Address", from: "street", to: "city")
+        })
+        #expect(try field(v2, "c1", "town") == "Paris")
+        #expect(try field(v2, "c1", "city") == "1 Main St")
+    }
 }
