@@ -187,10 +187,13 @@ public final class MigrationContext {
 
     // MARK: Internals
 
-    /// The name a property of `type` ends with after the migration's renames, applied in order.
-    func renamedName(_ type: String, _ name: String) -> String {
+    /// The name a property of `type` ends with after the migration's renames, applied in order (from the one at
+    /// `start`).
+    func renamedName(_ type: String, _ name: String, from start: Int = 0) -> String {
         var current = name
-        for rename in renames where rename.type == type && rename.from == current { current = rename.to }
+        for rename in renames[min(start, renames.count)...] where rename.type == type && rename.from == current {
+            current = rename.to
+        }
         return current
     }
 
@@ -240,7 +243,10 @@ public final class MigrationContext {
     /// are left out, and declared fields the object lacks hold their default. Fields of other names are kept, so that
     /// the write names them. The write leaves the fields no declaration has alone (another replica's release added
     /// them).
-    func completed(_ value: Value, as property: Property) -> Value {
+    ///
+    /// The fields were named with the first `carriedRenames` renames applied: the later ones rename them (and all of
+    /// them a field still undeclared after that, as in a copy of an old value).
+    func completed(_ value: Value, as property: Property, carriedRenames: Int) -> Value {
         guard case .embedded(let name) = property.kind, let type = newSchema[type: name] else { return value }
         let oldType = oldSchema[type: name]
         // Every name an old field of the type had during the migration.
@@ -250,10 +256,14 @@ public final class MigrationContext {
             guard case .embedded(var object) = value else { return value }
             for key in object.fields.keys.sorted() where type[property: key] == nil {
                 guard let field = object.fields.removeValue(forKey: key) else { continue }
-                let target = renamedName(name, key)
+                var target = renamedName(name, key, from: carriedRenames)
+                if type[property: target] == nil { target = renamedName(name, key) }
                 if let newField = type[property: target], object.fields[target] == nil {
+                    // A value of the old definition, when that differs from the new one, is old data that does not
+                    // carry; a value the migration set is written (and checked) as it is.
                     let origin = oldType?.properties.first { renamedName(name, $0.name) == target }
-                    let isOldData = origin.map { fits(field, $0) && !fits(field, newField) } ?? false
+                    let sameDefinition = origin.map { $0.kind == newField.kind && $0.isList == newField.isList } ?? true
+                    let isOldData = !sameDefinition && (origin.map { fits(field, $0) } ?? false)
                     if !isOldData { object.fields[target] = field }
                 } else if !oldNames.contains(key) {
                     object.fields[key] = field  // not a name of this type: the write says so
@@ -261,7 +271,7 @@ public final class MigrationContext {
             }
             for field in type.properties {
                 if let current = object.fields[field.name] {
-                    object.fields[field.name] = completed(current, as: field)
+                    object.fields[field.name] = completed(current, as: field, carriedRenames: carriedRenames)
                 } else {
                     object.fields[field.name] = Self.defaultValue(of: field)
                 }
@@ -346,7 +356,7 @@ public final class MigrationContext {
                 for (property, value) in embeddedValues[type.name]?[key] ?? [:] { values[property] = value }
                 for property in type.properties {
                     guard case .embedded = property.kind, let value = values[property.name] else { continue }
-                    values[property.name] = completed(value, as: property)
+                    values[property.name] = completed(value, as: property, carriedRenames: object.renamesCarried)
                 }
                 for property in type.properties where !property.isOptional && !property.isList && property.defaultValue == nil
                     && property.name != type.primaryKey
@@ -373,7 +383,8 @@ public final class MigrationContext {
         for (index, rename) in renames.enumerated() {
             guard let type = newSchema[type: rename.type], type.isEmbedded, type[property: rename.from] != nil else { continue }
             for (parentType, objects) in newObjects.sorted(by: { $0.key < $1.key }) where embeds(parentType, rename.type) {
-                guard let made = objects.values.first(where: { $0.isFromOldObject && $0.renamesCarried <= index }) else { continue }
+                guard let made = objects.values.first(where: { $0.isFromOldObject && !$0.isDeleted && $0.renamesCarried <= index })
+                else { continue }
                 throw TributaryError(
                     .migrationFailed,
                     "renameProperty(onType: \"\(rename.type)\", from: \"\(rename.from)\", to: \"\(rename.to)\") came after "

@@ -655,4 +655,53 @@ struct EmbeddedMigrationTests {
         #expect(try field(v2, "c1", "town") == "Paris")
         #expect(try field(v2, "c1", "city") == "1 Main St")
     }
+
+    // Found in the fourth review.
+
+    @Test("A late rename of a name an earlier rename reused moves the right value: title to heading, subtitle to title, then title to label")
+    func lateRenameOfReusedName() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v1 = try open(directory, Self.contacts(1, address: [.scalar("title", .string), .scalar("subtitle", .string)]))
+            try v1.write { try $0.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["title": "T", "subtitle": "S"]))]) }
+            v1.close()
+        }
+        let schema = Self.contacts(5, address: [.scalar("heading", .string), .scalar("label", .string)])
+        let v5 = try open(directory, schema, migration: Migration(steps: [
+            2: { $0.renameProperty(onType: "Address", from: "title", to: "heading") },
+            3: { $0.renameProperty(onType: "Address", from: "subtitle", to: "title") },
+            4: { migration in try migration.enumerateObjects("Contact") { _, _ in } },
+            5: { $0.renameProperty(onType: "Address", from: "title", to: "label") },
+        ]))
+        #expect(try field(v5, "c1", "heading") == "T")
+        #expect(try field(v5, "c1", "label") == "S")
+        #expect(try v5.verify().passed)
+    }
+
+    @Test("A late rename onto a link to another type does not carry the old key")
+    func lateRenameOfRetargetedLink() throws {
+        let directory = TemporaryDirectory()
+        func schema(_ version: UInt64, _ link: Property) -> Schema {
+            Schema(version: version, types: [
+                ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
+                .embedded("Address", properties: [.scalar("street", .string), link]),
+                ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
+                ObjectSchema(name: "Account", properties: [.scalar("_id", .string)]),
+            ])
+        }
+        do {
+            let v1 = try open(directory, schema(1, Property("owner", .link("Person"))))
+            try v1.write { txn in
+                try txn.create("Person", ["_id": "x"])
+                try txn.create("Account", ["_id": "x"])
+                try txn.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "owner": .link(.string("x"))]))])
+            }
+            v1.close()
+        }
+        let v2 = try open(directory, schema(2, Property("holder", .link("Account"))), migration: Migration { migration in
+            try migration.enumerateObjects("Contact") { _, _ in }
+            migration.renameProperty(onType: "Address", from: "owner", to: "holder")
+        })
+        #expect(try field(v2, "c1", "holder") == .null, "person x's key would name account x")
+    }
 }
