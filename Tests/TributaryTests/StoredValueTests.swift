@@ -8,12 +8,10 @@ import TributaryTestSupport
 /// bits for doubles. Otherwise a change a peer made is not reported, and the app's write-back reverts it.
 @Suite("Values compare as they store")
 struct StoredValueTests {
-    static let composed = "Caf\u{E9}"
-    static let decomposed = "Cafe\u{301}"
+    static let (composed, decomposed) = (UnicodeKeyTests.composed, UnicodeKeyTests.decomposed)
+    /// `UnicodeKeyTests`' places, with a score.
     static let schema = Schema(types: [
-        ObjectSchema(name: "Place", properties: [
-            .scalar("_id", .string), .scalar("name", .string), .scalar("visits", .int), .scalar("score", .double),
-        ])
+        ObjectSchema(name: "Place", properties: UnicodeKeyTests.schema.types[0].properties + [.scalar("score", .double)])
     ])
 
     @Test("A peer's rewrite of a string in the other Unicode normalization is reported to observers, and holds")
