@@ -263,7 +263,7 @@ public final class MigrationContext {
                     // carry; a value the migration set is written (and checked) as it is.
                     let origin = oldType?.properties.first { renamedName(name, $0.name) == target }
                     let sameDefinition = origin.map { $0.kind == newField.kind && $0.isList == newField.isList } ?? true
-                    let isOldData = !sameDefinition && (origin.map { fits(field, $0) } ?? false)
+                    let isOldData = !sameDefinition && (origin.map { $0.problem(with: field) == nil } ?? false)
                     if !isOldData { object.fields[target] = field }
                 } else if !oldNames.contains(key) {
                     object.fields[key] = field  // not a name of this type: the write says so
@@ -280,23 +280,6 @@ public final class MigrationContext {
         }
         if property.isList, case .list(let elements) = value { return .list(elements.map(complete)) }
         return complete(value)
-    }
-
-    /// Whether `value` is of `property`'s kind (nulls fit everything).
-    func fits(_ value: Value, _ property: Property) -> Bool {
-        if property.isList {
-            guard case .list(let elements) = value else { return value.isNull }
-            let element = Property(property.name, property.kind, optional: property.isOptional)
-            return elements.allSatisfy { fits($0, element) }
-        }
-        switch (value, property.kind) {
-        case (.null, _), (.embedded, .embedded), (.link, .link), (.bool, .scalar(.bool)), (.int, .scalar(.int)),
-            (.double, .scalar(.double)), (.string, .scalar(.string)), (.data, .scalar(.data)), (.date, .scalar(.date)),
-            (.uuid, .scalar(.uuid)), (.objectId, .scalar(.objectId)):
-            return true
-        default:
-            return false
-        }
     }
 
     static func defaultValue(of property: Property) -> Value {
