@@ -28,15 +28,21 @@ struct DateQueryTests {
         Date(timeIntervalSinceReferenceDate: 785_000_000 + Double(index) * 1_234.567_891_3)
     }
 
-    @Test("== finds each date it was written with, through the index and through a scan")
-    func equalityFindsWrittenDates() throws {
-        let directory = TemporaryDirectory("dates")
+    /// A replica holding an event for each of ``dates``, keyed by its index.
+    func openWithDates(_ directory: TemporaryDirectory) throws -> Replica {
         let replica = try open(directory)
         try replica.write { txn in
             for (index, date) in Self.dates.enumerated() {
                 try txn.create("Event", ["_id": .int(Int64(index)), "at": .date(date), "plain": .date(date)])
             }
         }
+        return replica
+    }
+
+    @Test("== finds each date it was written with, through the index and through a scan")
+    func equalityFindsWrittenDates() throws {
+        let directory = TemporaryDirectory("dates")
+        let replica = try openWithDates(directory)
         // The premise: some dates read back differently from how they were written.
         let changed = try Self.dates.indices.filter { index in
             try replica.object("Event", primaryKey: .int(Int64(index)))?["plain"] != .date(Self.dates[index])
@@ -59,12 +65,7 @@ struct DateQueryTests {
     @Test("A date read back finds its object, and sorts as it was written")
     func readBackDatesFindTheirObjects() throws {
         let directory = TemporaryDirectory("dates-read-back")
-        let replica = try open(directory)
-        try replica.write { txn in
-            for (index, date) in Self.dates.enumerated() {
-                try txn.create("Event", ["_id": .int(Int64(index)), "at": .date(date), "plain": .date(date)])
-            }
-        }
+        let replica = try openWithDates(directory)
         for object in try replica.objects("Event") {
             for property in ["at", "plain"] {
                 let found = try replica.objects("Event", where: "\(property) == $0", arguments: [object[property]])
