@@ -108,11 +108,18 @@ extension Transaction {
     }
 
     /// Adds `delta` to an integer property. Concurrent increments on other replicas all count (DESIGN.md, rule 4).
+    ///
+    /// A property that holds no value yet (an object created before the property was added) counts from its
+    /// default. An optional property that is null cannot be incremented: set a number first.
     public func increment(_ path: PropertyPath, of type: String, primaryKey: PrimaryKey, by delta: Int64) throws {
         let resolved = try resolve(type, primaryKey, path)
         guard case .scalar(.int) = resolved.property.kind, !resolved.property.isList else {
             throw TributaryError(
                 .wrongType, "cannot increment \(resolved.fieldPath): it is \(resolved.property.typeDescription), not int")
+        }
+        guard ObjectRecord.value(resolved.field, of: resolved.property, in: working.schema) != .null else {
+            throw TributaryError(
+                .invalidValue, "cannot increment \(resolved.fieldPath): it is null; set a number first")
         }
         var base = Stamp.zero
         if case .register(let register)? = resolved.field { base = register.stamp }

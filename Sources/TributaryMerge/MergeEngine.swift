@@ -377,12 +377,15 @@ struct InstructionApplier {
             try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
             // A default never beats a value someone wrote (rule 3). Two defaults (possible only when the schema's
             // default changed between writers) are ordered by their encoding, so the choice is the same everywhere.
+            // Increments made on a default count on whichever default stands (their base is the zero stamp, which
+            // names no single default): a default that replaces another keeps its increments, in any order.
             switch record.fields[name] {
             case nil:
                 record.fields[name] = converted
             case .register(let current)? where current.stamp == .zero:
-                if case .register(let new) = converted, Self.defaultOrder(current.value).lexicographicallyPrecedes(Self.defaultOrder(new.value)) {
-                    record.fields[name] = converted
+                if case .register(var new) = converted, Self.defaultOrder(current.value).lexicographicallyPrecedes(Self.defaultOrder(new.value)) {
+                    new.addend = new.addend &+ current.addend
+                    record.fields[name] = .register(new)
                 }
             default:
                 break

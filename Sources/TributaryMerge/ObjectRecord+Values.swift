@@ -34,13 +34,27 @@ extension ObjectRecord {
 
     static func value(_ stored: StoredValue, addend: Int64, of property: Property, in schema: Schema) -> Value {
         switch stored {
-        case .scalar(.int(let base)):
-            return .int(base &+ addend)
         case .scalar(let scalar):
-            return scalar
+            return adding(addend, to: scalar, unwritten: value(nil, of: property, in: schema))
         case .embedded(let child):
             guard let childType = schema[type: child.type] else { return .null }
             return .embedded(EmbeddedObject(type: child.type, fields: values(child.fields, of: childType, in: schema)))
+        }
+    }
+
+    /// An integer register's value with its increments added (rule 4).
+    ///
+    /// Increments of a property that held no value (an object created before the property was added) make a
+    /// register that holds null: they count on top of what the property reads without a value, its default or zero
+    /// (`unwritten`). A property that reads null without a value (optional, no default) stays null.
+    @inline(__always)
+    static func adding(_ addend: Int64, to value: Value, unwritten: @autoclosure () -> Value) -> Value {
+        switch value {
+        case .int(let base): return .int(base &+ addend)
+        case .null where addend != 0:
+            if case .int(let base) = unwritten() { return .int(base &+ addend) }
+            return .null
+        default: return value
         }
     }
 
@@ -137,14 +151,13 @@ extension ObjectRecord {
             if tag == 0, try reader.peekByte() == 0 {
                 // A register holding a scalar: value, stamp index, addend.
                 _ = try reader.byte()
-                var value = try reader.value(.inline)
+                let value = try reader.value(.inline)
                 _ = try reader.varint()
                 let addend = try reader.zigzag()
                 if let position, position != keyPosition, !properties[position].isList,
                     ObjectRecord.isWanted(position, in: wanted)
                 {
-                    if case .int(let base) = value { value = .int(base &+ addend) }
-                    values[position] = value
+                    values[position] = adding(addend, to: value, unwritten: values[position])
                 }
                 continue
             }

@@ -217,8 +217,7 @@ public final class RecordProjector: Sendable {
         guard let value = reader.scalar(limits: limits), reader.varint() != nil,
             let addend = reader.zigzag()
         else { return initial[position] }
-        if case .int(let base) = value { return .int(base &+ addend) }
-        return value
+        return ObjectRecord.adding(addend, to: value, unwritten: initial[position])
     }
 }
 

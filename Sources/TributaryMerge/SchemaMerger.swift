@@ -378,19 +378,20 @@ struct SchemaMerger {
 
     /// The state of a renamed property (`moved`) merged with the state of the property of its new name that was
     /// added concurrently (`added`), as the writes that made `added` would have merged into `moved` had the rename
-    /// come first: a register by the greater stamp (two defaults as a create orders them, increments on one default
-    /// adding up); a list as the union of the two, whose positions and elements have distinct ids.
+    /// come first: a register by the greater stamp (two defaults as a create orders them, the increments on both
+    /// adding up on the one that stands); a list as the union of the two, whose positions and elements have
+    /// distinct ids.
     static func join(_ moved: FieldState, _ added: FieldState) -> FieldState {
         switch (moved, added) {
         case (.register(var kept), .register(let other)):
             if other.stamp > kept.stamp { return added }
             guard other.stamp == kept.stamp else { return moved }
-            if kept.value == other.value {
-                kept.addend = kept.addend &+ other.addend
-                return .register(kept)
-            }
             let order = InstructionApplier.defaultOrder
-            return order(kept.value).lexicographicallyPrecedes(order(other.value)) ? added : moved
+            if kept.value != other.value && order(kept.value).lexicographicallyPrecedes(order(other.value)) {
+                kept.value = other.value
+            }
+            kept.addend = kept.addend &+ other.addend
+            return .register(kept)
         case (.list(var list), .list(let other)):
             list.slots.merge(other.slots) { old, _ in old }
             list.elements.merge(other.elements) { old, new in new.valueStamp > old.valueStamp ? new : old }

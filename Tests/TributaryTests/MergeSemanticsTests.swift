@@ -162,6 +162,69 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    /// Replica 0 runs `first` and replica 1 `second`, concurrently, from what they hold; replica 2 then merges 0's
+    /// changesets before 1's and replica 3 the other way round. Returns the reasons of every refusal.
+    func mergeConcurrently(
+        _ cluster: Cluster, _ first: (Transaction) throws -> Void, _ second: (Transaction) throws -> Void
+    ) throws -> [String] {
+        try cluster[0].write(first)
+        try cluster[1].write(second)
+        var reasons: [String] = []
+        for (target, sources) in [(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])] {
+            for source in sources { reasons += try cluster.send(from: source, to: target).rejected.map(\.reason) }
+        }
+        return reasons
+    }
+
+    @Test(
+        "Rule 4: increments of a property added after its object count from its default, whichever default a concurrent create brings, in any order",
+        arguments: [Int64(0), 5])
+    func incrementsOnAnAddedPropertyCountFromItsDefault(concurrentDefault: Int64) throws {
+        let cluster = try cluster(4)
+        try cluster.syncAll()
+        let reasons = try mergeConcurrently(
+            cluster,
+            { txn in
+                // An object of the app's first version, then a migration adds `likes`: the object holds no value for
+                // it, reads the default, and an increment counts from there.
+                try txn.create("Task", ["_id": "t"])
+                try txn.addProperty(.scalar("likes", .int, default: 0), to: "Task")
+                try txn.increment(["likes"], of: "Task", primaryKey: task, by: 1)
+                #expect(try txn.object("Task", primaryKey: task)?["likes"] == 1)
+            },
+            { txn in
+                // A new install of the later version creates the same task, its `likes` filled from its default.
+                try txn.addProperty(.scalar("likes", .int, default: .int(concurrentDefault)), to: "Task")
+                try txn.create("Task", ["_id": "t"])
+            })
+        #expect(reasons.isEmpty, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            // The increment counts on the default that stands (the greater, as a create orders two defaults).
+            #expect(try value(replica, "likes") == .int(concurrentDefault + 1))
+            #expect(try replica.objects("Task", where: "likes == $0", arguments: [.int(concurrentDefault + 1)]).count == 1)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 4: an increment of a property that is null is refused, naming it")
+    func incrementOfNullIsRefused() throws {
+        let cluster = try cluster(1)
+        try cluster[0].write { txn in
+            try txn.addProperty(.scalar("rank", .int, optional: true), to: "Task")
+            try txn.create("Task", ["_id": "t"])
+        }
+        #expect {
+            try cluster[0].write { try $0.increment(["rank"], of: "Task", primaryKey: task, by: 1) }
+        } throws: { error in
+            (error as? TributaryError)?.code == .invalidValue && "\(error)".contains(".rank") && "\(error)".contains("null")
+        }
+        try cluster[0].write { try $0.update("Task", primaryKey: task, ["rank": 4]) }
+        try cluster[0].write { try $0.increment(["rank"], of: "Task", primaryKey: task, by: 1) }
+        #expect(try value(cluster[0], "rank") == 5)
+    }
+
     @Test("Rule 5: concurrent inserts at one place end in stamp order, runs not interleaved")
     func concurrentInsertsKeepRunsTogether() throws {
         let cluster = try cluster()
@@ -785,6 +848,37 @@ struct MergeSemanticsTests {
             // Both objects: the task's value by the greater stamp (replica 1 wrote after the seed), the new one as written.
             #expect(try value(replica, "details") == "from 1")
             #expect(try value(replica, "details", key: .string("n")) == "new object")
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: increments of a renamed property and of one added concurrently under its new name all count, in either order")
+    func incrementsOfARenamedAndAnAddedPropertyAllCount() throws {
+        let cluster = try cluster(4)
+        try cluster[0].write { txn in
+            try txn.addProperty(.scalar("stars", .int, default: 0), to: "Task")
+            try txn.create("Task", ["_id": "t"])
+        }
+        try cluster.syncAll()
+        cluster.advanceClocks(byMilliseconds: 10)
+        let reasons = try mergeConcurrently(
+            cluster,
+            { txn in
+                try txn.increment(["stars"], of: "Task", primaryKey: task, by: 1)
+                try txn.emit(.renameProperty(type: "Task", from: "stars", to: "likes"))
+            },
+            { txn in
+                // The new version's name, declared before this replica has seen the rename; the task holds no value
+                // for it yet.
+                try txn.addProperty(.scalar("likes", .int, default: 0), to: "Task")
+                try txn.increment(["likes"], of: "Task", primaryKey: task, by: 2)
+            })
+        #expect(reasons.isEmpty, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "stars"] == nil)
+            #expect(try value(replica, "likes") == 3)
             #expect(try replica.verify().passed)
         }
         #expect(try cluster.converged())
