@@ -437,6 +437,13 @@ extension Replica {
                         throw MergeError(.invalidInstruction, problem, dot: changeset.dot, instructionIndex: index)
                     }
                     try MergeEngine.apply(changeset, to: &working)
+                    // A changeset that leaves the merged schema invalid (a link to a type a concurrent changeset
+                    // removed, say) is the one refused, not whichever the batch applied last.
+                    if changeset.instructions.contains(where: \.isSchemaInstruction) {
+                        do { try working.schema.validate() } catch {
+                            throw MergeError(.schemaConflict, "the merged schema would be invalid: \(error)", dot: changeset.dot)
+                        }
+                    }
                 }
                 try clock.observe(changeset.time, wallMilliseconds: now, maximumSkewMilliseconds: skew)
                 vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)

@@ -884,6 +884,40 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    @Test("Rule 8: a type linking to a type removed concurrently is refused alone, whether it comes in one batch or one by one")
+    func linkToAConcurrentlyRemovedTypeIsRefusedAlone() throws {
+        let cluster = try cluster(5)
+        try cluster[0].write { try $0.addType(ObjectSchema(name: "Label", properties: [.scalar("_id", .string)])) }
+        try cluster.syncAll()
+        try cluster[0].write { try $0.emit(.removeType("Label")) }
+        try cluster[1].write { txn in
+            try txn.addType(ObjectSchema(name: "Sticker", properties: [.scalar("_id", .string), Property("label", .link("Label"))]))
+        }
+        // Unrelated writes of a third replica, concurrent with both.
+        try cluster[2].write { try $0.create("Task", ["_id": "x"]) }
+        try cluster[2].write { try $0.create("Task", ["_id": "y"]) }
+        var batch: [Changeset] = []
+        for source in 0...2 {
+            batch += try cluster[source].changesets(missingFrom: cluster[3].versionVector, origins: [cluster[source].replicaID])
+        }
+        let sticker = Dot(origin: cluster[1].replicaID, sequence: cluster[1].versionVector[cluster[1].replicaID])
+        // Replica 3 takes all four in one call; replica 4 one at a time.
+        let together = try cluster[3].integrate(batch)
+        var alone = IntegrationReport()
+        for changeset in batch { alone.rejected += try cluster[4].integrate([changeset]).rejected }
+        for report in [together, alone] {
+            #expect(report.rejected.map(\.dot) == [sticker], "\(report)")
+            #expect(report.rejected.first?.reason.contains("Label") == true)
+        }
+        for replica in [cluster[3], cluster[4]] {
+            #expect(replica.schema[type: "Label"] == nil)
+            #expect(replica.schema[type: "Sticker"] == nil)
+            #expect(try replica.object("Task", primaryKey: .string("x")) != nil)
+            #expect(try replica.object("Task", primaryKey: .string("y")) != nil)
+        }
+        #expect(try Cluster.converged([cluster[3], cluster[4]]))
+    }
+
     @Test("Rule 8: a list renamed onto a list added concurrently keeps the elements of both, in either order")
     func renamedListJoinsConcurrentlyAddedList() throws {
         let (cluster, reasons) = try mergeInBothOrders(
