@@ -70,13 +70,39 @@ extension Transaction {
         path.map(\.description).joined(separator: ".")
     }
 
+    /// The list at `path` and its elements as the app reads them (see ``visibleElements(_:of:)``): positions in the
+    /// list API count these.
     func resolveList(_ type: String, _ key: PrimaryKey, _ path: PropertyPath) throws -> (ResolvedPath, [ListElement]) {
         let resolved = try resolve(type, key, path)
         guard resolved.property.isList else {
             throw TributaryError(
                 .invalidPath, "\(resolved.fieldPath) is \(resolved.property.typeDescription), not a list")
         }
-        return (resolved, list(resolved.field).orderedElements())
+        return (resolved, try visibleElements(list(resolved.field), of: resolved.property))
+    }
+
+    /// A list's elements in order, as a read gives them: for a list of links, without the links to objects that do
+    /// not exist (rule 7). Those stay in the list, hidden, and come back if their target is created again; an edit
+    /// at a position never touches them.
+    func visibleElements(_ list: ListState, of property: Property) throws -> [ListElement] {
+        let elements = list.orderedElements()
+        guard case .link(let target) = property.kind else { return elements }
+        return try elements.filter { element in
+            guard case .scalar(.link(let key))? = element.value else { return true }
+            return try record(target, key)?.exists ?? false
+        }
+    }
+
+    /// Where an insertion at `index` of the list as read (`visible`, from ``visibleElements(_:of:)``) goes: right
+    /// after the element read before it, so that hidden links do not shift it.
+    func insertionAnchor(_ list: ListState, visible: [ListElement], at index: Int) -> ListAnchor {
+        let ordered = list.orderedElements()
+        guard visible.count != ordered.count, index > 0, index <= visible.count else {
+            return list.anchor(forInsertionAt: index)
+        }
+        let before = visible[index - 1].id
+        let position = (ordered.firstIndex { $0.id == before } ?? ordered.count - 1) + 1
+        return list.anchor(forInsertionAt: position)
     }
 
     func checkElement(_ value: Value, _ resolved: ResolvedPath) throws {
@@ -135,7 +161,7 @@ extension Transaction {
         let (resolved, elements) = try resolveList(type, primaryKey, path)
         try checkIndex(index, elements.count, resolved, allowEnd: true)
         try checkElement(value, resolved)
-        let anchor = list(resolved.field).anchor(forInsertionAt: index)
+        let anchor = insertionAnchor(list(resolved.field), visible: elements, at: index)
         try emit(.listInsert(resolved.fieldPath, anchor: anchor, value: value))
     }
 
@@ -172,7 +198,9 @@ extension Transaction {
         guard source != destination else { return }
         var without = list(resolved.field)
         without.elements[elements[source].id]?.value = nil
-        let anchor = without.anchor(forInsertionAt: destination)
+        var visible = elements
+        visible.remove(at: source)
+        let anchor = insertionAnchor(without, visible: visible, at: destination)
         try emit(.listMove(resolved.fieldPath, element: elements[source].id, anchor: anchor))
     }
 
@@ -245,15 +273,16 @@ struct Differ {
         return child.id
     }
 
-    func elements(at path: FieldPath) throws -> [ListElement] {
-        guard case .list(let list)? = try field(at: path) else { return [] }
-        return list.orderedElements()
+    /// The list at `path`, empty when it holds none.
+    func list(at path: FieldPath) throws -> ListState {
+        guard case .list(let list)? = try field(at: path) else { return ListState() }
+        return list
     }
 
     func updateList(from old: [Value], to new: [Value], property: Property, path: FieldPath) throws {
         // Same length, embedded elements: edit each element in place, so it keeps its identity.
         if old.count == new.count, case .embedded = property.kind {
-            let current = try elements(at: path)
+            let current = try list(at: path).orderedElements()
             guard current.count == old.count else { return try transaction.emit(.set(path, .list(new))) }
             for index in old.indices where !old[index].storesAlike(new[index]) {
                 guard case .embedded(let child)? = current[index].value,
@@ -276,7 +305,9 @@ struct Differ {
             return try transaction.emit(.set(path, .list(new)))
         }
         let kept = Self.longestCommonSubsequence(old, new)
-        let current = try elements(at: path)
+        // `old` is the list as read: a list of links without its links to objects that do not exist, which the
+        // edits leave where they are.
+        let current = try transaction.visibleElements(list(at: path), of: property)
         guard current.count == old.count else { return try transaction.emit(.set(path, .list(new))) }
         let keptOld = Set(kept.map(\.old))
         for index in old.indices where !keptOld.contains(index) {
@@ -288,7 +319,9 @@ struct Differ {
                 try transaction.emit(.set(path, .list(new)))
                 return
             }
-            try transaction.emit(.listInsert(path, anchor: list.anchor(forInsertionAt: index), value: new[index]))
+            let visible = try transaction.visibleElements(list, of: property)
+            try transaction.emit(
+                .listInsert(path, anchor: transaction.insertionAnchor(list, visible: visible, at: index), value: new[index]))
         }
     }
 

@@ -245,8 +245,8 @@ struct OperationGenerator {
             guard !property.isEmpty else { return }
             let path: PropertyPath = [.property(property)]
             let count = try txn.object(type, primaryKey: key)?[property].listValue?.count ?? 0
-            // Lists of links hide erased targets, so positions come from the stored list, through a failed
-            // operation's error when it races: operations use counts from this transaction and cannot race.
+            // Positions count the list as read (a list of links without its links to erased objects), as this
+            // count does.
             switch kind {
             case .listInsert:
                 let value = element(for: type, property)

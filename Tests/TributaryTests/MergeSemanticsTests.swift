@@ -339,6 +339,70 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    func watchers(_ replica: Replica) throws -> [String] {
+        try (value(replica, "watchers")?.listValue ?? []).map { element in
+            guard case .link(.string(let key)) = element else { return "?" }
+            return key
+        }
+    }
+
+    func setUpWatchers(_ cluster: Cluster, _ keys: [String], hidden: [String]) throws {
+        try cluster[0].write { txn in
+            for key in keys { try txn.create("Person", ["_id": .string(key)]) }
+        }
+        try seed(cluster, ["watchers": .list(keys.map { .link(.string($0)) })])
+        try cluster[0].write { txn in
+            for key in hidden { _ = try txn.delete("Person", primaryKey: .string(key)) }
+        }
+        try cluster.syncAll()
+    }
+
+    @Test("Rule 7: positions in a list of links count the links as read, not the hidden ones")
+    func listPositionsCountVisibleLinks() throws {
+        let cluster = try cluster(1)
+        try setUpWatchers(cluster, ["a", "b", "c", "d", "e"], hidden: ["b"])
+        let replica = cluster[0]
+        #expect(try watchers(replica) == ["a", "c", "d", "e"])
+        let path: PropertyPath = ["watchers"]
+        try replica.write { txn in
+            try txn.create("Person", ["_id": "x"])
+            try txn.insert(.link(.string("x")), at: 2, into: path, of: "Task", primaryKey: task)
+        }
+        #expect(try watchers(replica) == ["a", "c", "x", "d", "e"])
+        try replica.write { txn in
+            try txn.replaceElement(at: 1, with: .link(.string("x")), in: path, of: "Task", primaryKey: task)
+        }
+        #expect(try watchers(replica) == ["a", "x", "x", "d", "e"])
+        try replica.write { try $0.moveElement(from: 0, to: 2, in: path, of: "Task", primaryKey: task) }
+        #expect(try watchers(replica) == ["x", "x", "a", "d", "e"])
+        try replica.write { try $0.removeElement(at: 4, from: path, of: "Task", primaryKey: task) }
+        try replica.write { try $0.append(.link(.string("a")), to: path, of: "Task", primaryKey: task) }
+        #expect(try watchers(replica) == ["x", "x", "a", "d", "a"])
+        // The hidden link was never touched: it reads again once its target is back.
+        try replica.write { try $0.create("Person", ["_id": "b"]) }
+        #expect(try watchers(replica).filter { $0 == "b" }.count == 1)
+        #expect(try replica.verify().passed)
+    }
+
+    @Test("Rule 7: an update of a list of links that holds hidden links edits it, keeping them and concurrent erases")
+    func updateOfLinkListWithHiddenLinksEditsIt() throws {
+        let cluster = try cluster()
+        try setUpWatchers(cluster, ["a", "b", "c"], hidden: ["a"])
+        // Replica 0 appends through an update of the list as it reads it; replica 1 removes c concurrently.
+        try cluster[0].write { txn in
+            try txn.create("Person", ["_id": "d"])
+            try txn.update("Task", primaryKey: task, ["watchers": [.link(.string("b")), .link(.string("c")), .link(.string("d"))]])
+        }
+        try cluster[1].write { try $0.removeElement(at: 1, from: ["watchers"], of: "Task", primaryKey: task) }
+        try cluster.syncAll()
+        for replica in cluster.replicas { #expect(try watchers(replica) == ["b", "d"]) }
+        // The hidden link to a stayed where it was.
+        try cluster[1].write { try $0.create("Person", ["_id": "a"]) }
+        try cluster.syncAll()
+        for replica in cluster.replicas { #expect(try watchers(replica) == ["a", "b", "d"]) }
+        #expect(try cluster.converged())
+    }
+
     @Test("Rule 8: additive schema changes merge as a union")
     func additiveSchemaChangesMerge() throws {
         let cluster = try cluster()
