@@ -42,6 +42,11 @@ public struct SimulationResult: Sendable {
     public var adoptedTwice = 0
     public var seconds = 0.0
 
+    public init(seed: UInt64, failures: [String]) {
+        self.seed = seed
+        self.failures = failures
+    }
+
     public var passed: Bool { failures.isEmpty }
 }
 

@@ -109,9 +109,14 @@ public enum Workload {
 struct WriteJournal {
     /// Unique strings inserted into lists of values, by object.
     var listValues: [String: Set<String>] = [:]
-    /// Objects on which anything other than an insert happened to a list of values (an erase, a set, a clear, a
-    /// set of the whole list, or an erase of the object): only lists never shrunk must hold every insert.
+    /// Lists of values (`Card[key].tags`) on which anything other than an insert or a move happened (an erase, a set
+    /// or a clear of an element), and objects (`Card[key]`) whose lists all may have shrunk (an erase of the object,
+    /// an upsert that sets whole lists): only lists never shrunk must hold every insert.
     var listsShrunk = Set<String>()
+
+    func mayHaveShrunk(_ object: String, _ property: String) -> Bool {
+        listsShrunk.contains(object) || listsShrunk.contains("\(object).\(property)")
+    }
 }
 
 /// Draws one operation and performs it in a transaction.
@@ -238,7 +243,14 @@ struct OperationGenerator {
             _ = try txn.delete(type, primaryKey: key)
             journal.listsShrunk.insert(name)
         case .addInteger:
-            let property = type == "Card" ? "count" : (type == "Member" ? "score" : nil)
+            var property = type == "Card" ? "count" : (type == "Member" ? "score" : nil)
+            // An added property, which objects created before it hold no value for (an increment counts from its
+            // default), and whose concurrent additions may bring different defaults. A null one cannot be incremented.
+            if type == "Card", next(4) == 0, txn.schema[type: "Card"]?[property: "extraNumber"] != nil,
+                try txn.object(type, primaryKey: key)?["extraNumber"] != .null
+            {
+                property = "extraNumber"
+            }
             if let property { try txn.increment([.property(property)], of: type, primaryKey: key, by: Int64(next(21)) - 10) }
         case .listInsert, .listSet, .listErase, .listMove, .listClear:
             let property = listProperty(type)
@@ -256,15 +268,15 @@ struct OperationGenerator {
                 let value = element(for: type, property)
                 try txn.replaceElement(at: next(count), with: value, in: path, of: type, primaryKey: key)
                 if case .string(let text) = value { journal.listValues[name, default: []].insert(text) }
-                journal.listsShrunk.insert(name)
+                journal.listsShrunk.insert("\(name).\(property)")
             case .listErase where count > 0:
                 try txn.removeElement(at: next(count), from: path, of: type, primaryKey: key)
-                journal.listsShrunk.insert(name)
+                journal.listsShrunk.insert("\(name).\(property)")
             case .listMove where count > 1:
                 try txn.moveElement(from: next(count), to: next(count), in: path, of: type, primaryKey: key)
             case .listClear:
                 try txn.removeAllElements(in: path, of: type, primaryKey: key)
-                journal.listsShrunk.insert(name)
+                journal.listsShrunk.insert("\(name).\(property)")
             default:
                 break
             }

@@ -23,12 +23,18 @@ struct ConvergenceTests {
                 configuration.replicas = 3 + Int(seed % 3)  // apps: one with 3 replicas, two with 4 or 5
                 configuration.operations = Self.deep ? 3000 : 120
                 configuration.oracleOrders = 2
-                let result = try Simulation(configuration).run()
-                if !result.passed {
-                    failures.append("seed \(seed): \(result.failures.prefix(3).joined(separator: "; "))")
+                let replay = "swift run tributary-sim --seeds \(seed) --replicas \(configuration.replicas) "
+                    + "--operations \(configuration.operations) --oracle-orders \(configuration.oracleOrders)"
+                do {
+                    let result = try Simulation(configuration).run()
+                    if !result.passed {
+                        failures.append("seed \(seed): \(result.failures.prefix(3).joined(separator: "; ")) (replay: \(replay))")
+                    }
+                } catch {
+                    failures.append("seed \(seed) threw: \(error) (replay: \(replay))")
                 }
             }
-            #expect(failures.isEmpty, "replay with: swift run tributary-sim --seeds <seed>\n\(failures.joined(separator: "\n"))")
+            #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
         }
     }
 

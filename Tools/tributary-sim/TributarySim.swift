@@ -71,7 +71,14 @@ struct TributarySim: ParsableCommand {
             configuration.operations = operations
             configuration.partialReplicas = partialReplicas
             configuration.oracleOrders = oracleOrders
-            let result = try Simulation(configuration).run()
+            let result: SimulationResult
+            do {
+                result = try Simulation(configuration).run()
+            } catch {
+                // An error the simulation did not expect (an integration or a write that threw) fails this seed, by
+                // name; the run goes on.
+                result = SimulationResult(seed: seed, failures: ["threw: \(error)"])
+            }
             let line = "seed \(seed): \(result.passed ? "ok" : "FAILED") \(result.operations) ops, \(result.changesets) changesets, "
                 + "\(result.deliveries) deliveries, \(result.duplicates) duplicates, \(result.crashes) crashes, "
                 + "\(result.adoptedTwice) adopted by both relays, "
