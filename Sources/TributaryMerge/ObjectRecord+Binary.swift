@@ -217,6 +217,11 @@ extension BinaryWriter {
     }
 }
 
+extension Stamp {
+    /// A stamp a value-only read of a record did not resolve: not zero, and used for nothing but telling that.
+    static let unresolved = Stamp(time: HybridTime(rawValue: 1), replica: .none)
+}
+
 extension BinaryReader {
     fileprivate mutating func stamp(_ table: [Stamp]) throws(ChangesetDecodingError) -> Stamp {
         let index = try varint()
@@ -251,15 +256,16 @@ extension BinaryReader {
         return fields
     }
 
-    /// One field's state. With `lenientStamps`, stamp indices are not resolved (every stamp reads as zero): for
-    /// readers that only want values.
+    /// One field's state. With `lenientStamps`, for readers that only want values, stamp indices beyond `stamps`
+    /// are not resolved: they read as ``Stamp/unresolved``, never as zero (give `[.zero]` when the record's table
+    /// starts with the zero stamp, so that the values of unwritten registers read as such).
     mutating func fieldState(stamps: [Stamp], depth: Int, lenientStamps: Bool = false) throws(ChangesetDecodingError)
         -> FieldState
     {
         func stamp() throws(ChangesetDecodingError) -> Stamp {
             if lenientStamps {
-                _ = try varint()
-                return .zero
+                let index = try varint()
+                return index < UInt64(stamps.count) ? stamps[Int(index)] : .unresolved
             }
             return try self.stamp(stamps)
         }

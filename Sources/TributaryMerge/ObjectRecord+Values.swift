@@ -21,10 +21,10 @@ extension ObjectRecord {
     public static func value(_ field: FieldState?, of property: Property, in schema: Schema) -> Value {
         switch field {
         case .register(let register)?:
-            return value(register.value, addend: register.addend, of: property, in: schema)
+            return value(register.value, addend: register.addend, zeroStamp: register.stamp == .zero, of: property, in: schema)
         case .list(let list)?:
             return .list(list.orderedElements().map { element in
-                value(element.value ?? .scalar(.null), addend: 0, of: property, in: schema)
+                value(element.value ?? .scalar(.null), addend: 0, zeroStamp: false, of: property, in: schema)
             })
         case nil:
             if property.isList { return .list([]) }
@@ -32,28 +32,33 @@ extension ObjectRecord {
         }
     }
 
-    static func value(_ stored: StoredValue, addend: Int64, of property: Property, in schema: Schema) -> Value {
+    static func value(_ stored: StoredValue, addend: Int64, zeroStamp: Bool, of property: Property, in schema: Schema)
+        -> Value
+    {
         switch stored {
         case .scalar(let scalar):
-            return adding(addend, to: scalar, unwritten: value(nil, of: property, in: schema))
+            return adding(addend, to: scalar, zeroStamp: zeroStamp, unwritten: value(nil, of: property, in: schema))
         case .embedded(let child):
             guard let childType = schema[type: child.type] else { return .null }
             return .embedded(EmbeddedObject(type: child.type, fields: values(child.fields, of: childType, in: schema)))
         }
     }
 
-    /// An integer register's value with its increments added (rule 4).
+    /// A register's value with its increments added (rule 4).
     ///
     /// Increments of a property that held no value (an object created before the property was added) make a
-    /// register that holds null: they count on top of what the property reads without a value, its default or zero
-    /// (`unwritten`). A property that reads null without a value (optional, no default) stays null.
+    /// register that holds null with the zero stamp (no write and no default stored is null with the zero stamp):
+    /// it reads as the property reads without a value (`unwritten`: its default, or zero), plus the increments. A
+    /// property that reads null without a value (optional, no default) stays null. A null someone wrote has a
+    /// stamp, and stays null.
     @inline(__always)
-    static func adding(_ addend: Int64, to value: Value, unwritten: @autoclosure () -> Value) -> Value {
+    static func adding(_ addend: Int64, to value: Value, zeroStamp: Bool, unwritten: @autoclosure () -> Value) -> Value {
         switch value {
         case .int(let base): return .int(base &+ addend)
-        case .null where addend != 0:
-            if case .int(let base) = unwritten() { return .int(base &+ addend) }
-            return .null
+        case .null where zeroStamp:
+            let unwritten = unwritten()
+            if case .int(let base) = unwritten { return .int(base &+ addend) }
+            return unwritten
         default: return value
         }
     }
@@ -126,7 +131,8 @@ extension ObjectRecord {
         guard flags == 1 else { return nil }
         // Stamps and erasures are merge metadata: skip them.
         let stampCount = try reader.count("stamp", maximum: reader.limits.maximumElements, minimumBytesEach: 16)
-        _ = try reader.rawBytes(stampCount * 16, "stamps")
+        // The table is sorted: the zero stamp, if the record holds one, is its first (index 0).
+        let zeroStampFirst = try reader.rawBytes(stampCount * 16, "stamps").prefix(16).allSatisfy { $0 == 0 } && stampCount > 0
         let erasureCount = try reader.count("erasure", maximum: reader.limits.maximumElements, minimumBytesEach: 9)
         for _ in 0..<erasureCount {
             _ = try reader.fixed64()
@@ -152,18 +158,18 @@ extension ObjectRecord {
                 // A register holding a scalar: value, stamp index, addend.
                 _ = try reader.byte()
                 let value = try reader.value(.inline)
-                _ = try reader.varint()
+                let zeroStamp = try reader.varint() == 0 && zeroStampFirst
                 let addend = try reader.zigzag()
                 if let position, position != keyPosition, !properties[position].isList,
                     ObjectRecord.isWanted(position, in: wanted)
                 {
-                    values[position] = adding(addend, to: value, unwritten: values[position])
+                    values[position] = adding(addend, to: value, zeroStamp: zeroStamp, unwritten: values[position])
                 }
                 continue
             }
             // Lists and embedded objects: decode the field fully, then read it the usual way.
             reader.offset = start
-            let field = try reader.fieldState(stamps: [], depth: 0, lenientStamps: true)
+            let field = try reader.fieldState(stamps: zeroStampFirst ? [.zero] : [], depth: 0, lenientStamps: true)
             if let position, position != keyPosition, ObjectRecord.isWanted(position, in: wanted) {
                 values[position] = value(field, of: properties[position], in: schema)
             }

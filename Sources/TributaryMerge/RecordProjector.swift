@@ -144,6 +144,8 @@ public final class RecordProjector: Sendable {
     public struct Fields: Sendable {
         /// Each position's stored value, as the offset of its tag in the record; -1 where the record holds none.
         var offsets: [Int] = []
+        /// Whether the record's stamp table starts with the zero stamp (stamp index 0 is then the zero stamp).
+        var zeroStampFirst = false
 
         public init() {}
     }
@@ -169,13 +171,15 @@ public final class RecordProjector: Sendable {
         }
         guard flags == 1 else { return .tombstone }
         // Stamps and erasures are merge metadata: skip them.
-        guard let stampCount = reader.count(maximum: limits.maximumElements), reader.skip(stampCount * 16),
+        guard let stampCount = reader.count(maximum: limits.maximumElements),
+            case let tableStart = reader.offset, reader.skip(stampCount * 16),
             let erasureCount = reader.count(maximum: limits.maximumElements)
         else { return .needsFullDecoder }
         for _ in 0..<erasureCount {
             guard reader.skip(8), reader.varint() != nil else { return .needsFullDecoder }
         }
         guard let fieldCount = reader.count(maximum: limits.maximumElements) else { return .needsFullDecoder }
+        fields.zeroStampFirst = stampCount > 0 && (tableStart..<tableStart + 16).allSatisfy { bytes[$0] == 0 }
 
         if fields.offsets.count == initial.count {
             for position in initial.indices { fields.offsets[position] = -1 }
@@ -214,10 +218,10 @@ public final class RecordProjector: Sendable {
         var reader = RawRecordReader(bytes)
         reader.offset = fields.offsets[position]
         // `locate` checked these bytes: the reads cannot fail.
-        guard let value = reader.scalar(limits: limits), reader.varint() != nil,
+        guard let value = reader.scalar(limits: limits), let stampIndex = reader.varint(),
             let addend = reader.zigzag()
         else { return initial[position] }
-        return ObjectRecord.adding(addend, to: value, unwritten: initial[position])
+        return ObjectRecord.adding(addend, to: value, zeroStamp: stampIndex == 0 && fields.zeroStampFirst, unwritten: initial[position])
     }
 }
 

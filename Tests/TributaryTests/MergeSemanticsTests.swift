@@ -208,6 +208,40 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    @Test("Rule 4: increments that cancel out on a property its object holds no value for leave its default")
+    func cancellingIncrementsOnAnAddedPropertyLeaveItsDefault() throws {
+        let cluster = try cluster(1)
+        let replica = cluster[0]
+        try replica.write { txn in
+            try txn.create("Task", ["_id": "t"])
+            try txn.addProperty(.scalar("likes", .int, optional: true, default: 7), to: "Task")
+        }
+        try replica.write { try $0.increment(["likes"], of: "Task", primaryKey: task, by: 3) }
+        try replica.write { try $0.increment(["likes"], of: "Task", primaryKey: task, by: -3) }
+        #expect(try value(replica, "likes") == 7)
+        #expect(try replica.read { try $0.object("Task", primaryKey: task)?["likes"] } == 7)
+        #expect(try replica.objects("Task", where: "likes == 7", arguments: []).count == 1)
+        #expect(try replica.verify().passed)
+    }
+
+    @Test("Rule 4: a null someone wrote stays null under an increment made on it (by an earlier build)")
+    func writtenNullStaysNullUnderAnIncrement() throws {
+        let cluster = try cluster(1)
+        let replica = cluster[0]
+        try replica.write { txn in
+            try txn.addProperty(.scalar("rank", .int, optional: true, default: 9), to: "Task")
+            try txn.create("Task", ["_id": "t", "rank": 4])
+        }
+        try replica.write { try $0.update("Task", primaryKey: task, ["rank": .null]) }
+        let stamp = try #require(try replica.changesets(missingFrom: VersionVector()).last).stamp
+        // Builds before stop 24 let an app increment a null; such a changeset still merges.
+        try replica.write { try $0.emit(.addInteger(FieldPath(type: "Task", primaryKey: task, property: "rank"), delta: 2, base: stamp)) }
+        #expect(try value(replica, "rank") == .null)
+        #expect(try replica.read { try $0.object("Task", primaryKey: task)?["rank"] } == .null)
+        #expect(try replica.objects("Task", where: "rank == nil", arguments: []).count == 1)
+        #expect(try replica.verify().passed)
+    }
+
     @Test("Rule 4: an increment of a property that is null is refused, naming it")
     func incrementOfNullIsRefused() throws {
         let cluster = try cluster(1)
