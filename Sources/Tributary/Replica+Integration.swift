@@ -376,6 +376,10 @@ extension Replica {
             }
 
             var applied: [(changeset: Changeset, encoded: [UInt8], frame: [UInt8]?)] = []
+            // The changeset after which the merged schema became invalid and has stayed so (nil while it is valid):
+            // the one refused if the batch ends with it invalid. A later changeset of the batch may make it valid
+            // again (one that removes what the invalid addition named), and then nothing is refused.
+            var schemaInvalidSince: Dot?
             /// Applies the changeset `dot` names, the first of its lane, if it is ready; `true` when it left the
             /// pending area (applied, or dropped as one that can never be integrated).
             func step(_ dot: Dot) throws -> Bool {
@@ -437,11 +441,11 @@ extension Replica {
                         throw MergeError(.invalidInstruction, problem, dot: changeset.dot, instructionIndex: index)
                     }
                     try MergeEngine.apply(changeset, to: &working)
-                    // A changeset that leaves the merged schema invalid (a link to a type a concurrent changeset
-                    // removed, say) is the one refused, not whichever the batch applied last.
                     if changeset.instructions.contains(where: \.isSchemaInstruction) {
-                        do { try working.schema.validate() } catch {
-                            throw MergeError(.schemaConflict, "the merged schema would be invalid: \(error)", dot: changeset.dot)
+                        if (try? working.schema.validate()) == nil {
+                            if schemaInvalidSince == nil { schemaInvalidSince = changeset.dot }
+                        } else {
+                            schemaInvalidSince = nil
                         }
                     }
                 }
@@ -486,8 +490,12 @@ extension Replica {
             // Nothing to store: every changeset was a duplicate, or still waits where it waited.
             guard !applied.isEmpty || pendingChanged else { return }
             if working.schemaChanged {
+                // The changeset that made the merged schema invalid (a type linking to a type a concurrent changeset
+                // removed, say) is the one refused, not whichever the batch applied last.
                 do { try working.schema.validate() } catch {
-                    throw MergeError(.schemaConflict, "the merged schema is invalid: \(error)", dot: applied.last?.changeset.dot)
+                    throw MergeError(
+                        .schemaConflict, "the merged schema would be invalid: \(error)",
+                        dot: schemaInvalidSince ?? applied.last?.changeset.dot)
                 }
             }
             head = try persist(prepared, head: start.head, in: txn)

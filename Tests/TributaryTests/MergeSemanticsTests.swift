@@ -1016,6 +1016,27 @@ struct MergeSemanticsTests {
         #expect(try Cluster.converged([cluster[3], cluster[4]]))
     }
 
+    @Test("Rule 8: a batch whose schema is invalid only in between (an addition its next changeset takes back) is integrated whole")
+    func schemaInvalidOnlyInBetweenIsIntegrated() throws {
+        let cluster = try cluster(3)
+        try cluster[0].write { try $0.addType(ObjectSchema(name: "Label", properties: [.scalar("_id", .string)])) }
+        try cluster.syncAll()
+        try cluster[0].write { try $0.emit(.removeType("Label")) }
+        try cluster[1].write { txn in
+            try txn.addType(ObjectSchema(name: "Sticker", properties: [.scalar("_id", .string), Property("label", .link("Label"))]))
+        }
+        try cluster[1].write { try $0.emit(.removeType("Sticker")) }
+        var batch: [Changeset] = []
+        for source in 0...1 {
+            batch += try cluster[source].changesets(missingFrom: cluster[2].versionVector, origins: [cluster[source].replicaID])
+        }
+        let report = try cluster[2].integrate(batch)
+        #expect(report.rejected.isEmpty, "\(report)")
+        #expect(report.integrated.count == 3)
+        #expect(cluster[2].schema[type: "Label"] == nil)
+        #expect(cluster[2].schema[type: "Sticker"] == nil)
+    }
+
     @Test("Rule 8: a list renamed onto a list added concurrently keeps the elements of both, in either order")
     func renamedListJoinsConcurrentlyAddedList() throws {
         let (cluster, reasons) = try mergeInBothOrders(
