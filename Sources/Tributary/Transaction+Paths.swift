@@ -73,12 +73,18 @@ extension Transaction {
     /// The list at `path` and its elements as the app reads them (see ``visibleElements(_:of:)``): positions in the
     /// list API count these.
     func resolveList(_ type: String, _ key: PrimaryKey, _ path: PropertyPath) throws -> (ResolvedPath, [ListElement]) {
+        let resolved = try resolveListPath(type, key, path)
+        return (resolved, try visibleElements(list(resolved.field), of: resolved.property))
+    }
+
+    /// The list property at `path`, without reading its elements.
+    func resolveListPath(_ type: String, _ key: PrimaryKey, _ path: PropertyPath) throws -> ResolvedPath {
         let resolved = try resolve(type, key, path)
         guard resolved.property.isList else {
             throw TributaryError(
                 .invalidPath, "\(resolved.fieldPath) is \(resolved.property.typeDescription), not a list")
         }
-        return (resolved, try visibleElements(list(resolved.field), of: resolved.property))
+        return resolved
     }
 
     /// A list's elements in order, as a read gives them: for a list of links, without the links to objects that do
@@ -159,16 +165,20 @@ extension Transaction {
         throws
     {
         let (resolved, elements) = try resolveList(type, primaryKey, path)
-        try checkIndex(index, elements.count, resolved, allowEnd: true)
-        try checkElement(value, resolved)
-        let anchor = insertionAnchor(list(resolved.field), visible: elements, at: index)
-        try emit(.listInsert(resolved.fieldPath, anchor: anchor, value: value))
+        try insert(value, at: index, resolved, elements)
     }
 
     /// Appends `value` to a list.
     public func append(_ value: Value, to path: PropertyPath, of type: String, primaryKey: PrimaryKey) throws {
-        let (_, elements) = try resolveList(type, primaryKey, path)
-        try insert(value, at: elements.count, into: path, of: type, primaryKey: primaryKey)
+        let (resolved, elements) = try resolveList(type, primaryKey, path)
+        try insert(value, at: elements.count, resolved, elements)
+    }
+
+    private func insert(_ value: Value, at index: Int, _ resolved: ResolvedPath, _ elements: [ListElement]) throws {
+        try checkIndex(index, elements.count, resolved, allowEnd: true)
+        try checkElement(value, resolved)
+        let anchor = insertionAnchor(list(resolved.field), visible: elements, at: index)
+        try emit(.listInsert(resolved.fieldPath, anchor: anchor, value: value))
     }
 
     /// Replaces the value of the element at `index`.
@@ -206,8 +216,7 @@ extension Transaction {
 
     /// Removes every element this replica has seen (concurrent inserts on other replicas survive).
     public func removeAllElements(in path: PropertyPath, of type: String, primaryKey: PrimaryKey) throws {
-        let (resolved, _) = try resolveList(type, primaryKey, path)
-        try emit(.listClear(resolved.fieldPath))
+        try emit(.listClear(try resolveListPath(type, primaryKey, path).fieldPath))
     }
 }
 
@@ -313,15 +322,23 @@ struct Differ {
         for index in old.indices where !keptOld.contains(index) {
             try transaction.emit(.listErase(path, element: current[index].id))
         }
-        let keptNew = Set(kept.map(\.new))
-        for index in new.indices where !keptNew.contains(index) {
+        // Each new element goes right after the element placed for the one before it in `new` (kept, or inserted
+        // just before): hidden links, and links in `new` to objects not created yet, do not shift it.
+        var placed = [ElementID?](repeating: nil, count: new.count)
+        for pair in kept { placed[pair.new] = current[pair.old].id }
+        for index in new.indices where placed[index] == nil {
             guard case .list(let list)? = try field(at: path) else {
                 try transaction.emit(.set(path, .list(new)))
                 return
             }
-            let visible = try transaction.visibleElements(list, of: property)
-            try transaction.emit(
-                .listInsert(path, anchor: transaction.insertionAnchor(list, visible: visible, at: index), value: new[index]))
+            var position = 0
+            if index > 0, let left = placed[index - 1] {
+                position = (list.orderedElements().firstIndex { $0.id == left } ?? -1) + 1
+            }
+            let instruction = transaction.instructions.count
+            try transaction.emit(.listInsert(path, anchor: list.anchor(forInsertionAt: position), value: new[index]))
+            // The id the merge engine gives an inserted element (the first it draws for the instruction).
+            placed[index] = ElementID(dot: transaction.info.dot, instruction: instruction)
         }
     }
 

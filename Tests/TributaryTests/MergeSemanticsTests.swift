@@ -418,6 +418,21 @@ struct MergeSemanticsTests {
         #expect(try replica.verify().passed)
     }
 
+    @Test("Rule 7: an update of a list of links to objects created later keeps the order it was given")
+    func updateWithLinksToObjectsCreatedLaterKeepsItsOrder() throws {
+        let cluster = try cluster(1)
+        try setUpWatchers(cluster, ["a", "b"], hidden: [])
+        let replica = cluster[0]
+        try replica.write { txn in
+            try txn.create("Person", ["_id": "c"])
+            // x does not exist yet when the list is written: its link is hidden until it does.
+            try txn.update("Task", primaryKey: task, ["watchers": [.link(.string("a")), .link(.string("x")), .link(.string("c")), .link(.string("b"))]])
+            try txn.create("Person", ["_id": "x"])
+        }
+        #expect(try watchers(replica) == ["a", "x", "c", "b"])
+        #expect(try replica.verify().passed)
+    }
+
     @Test("Rule 7: an update of a list of links that holds hidden links edits it, keeping them and concurrent erases")
     func updateOfLinkListWithHiddenLinksEditsIt() throws {
         let cluster = try cluster()
