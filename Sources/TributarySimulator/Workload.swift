@@ -350,12 +350,21 @@ struct OperationGenerator {
                 var property = Workload.extraProperties[next(Workload.extraProperties.count)]
                 switch next(3) {
                 case 0: property.isIndexed = true
-                case 1: property.defaultValue = Workload.extraDefaults[property.name]
+                case 1:
+                    // Two defaults for extraNumber, so that creates bring different ones, and increments made on
+                    // either must count on whichever stands.
+                    property.defaultValue = property.name == "extraNumber" && next(2) == 0 ? 3 : Workload.extraDefaults[property.name]
                 default: break
                 }
                 let renamed = property.name == Workload.rename.from && card[property: Workload.rename.to] != nil
                 if card[property: property.name] == nil && !renamed {
                     try txn.addProperty(property, to: "Card")
+                } else if property.name == "extraNumber", let current = card[property: property.name] {
+                    // A migration changes the default, concurrently with creates that bring the one before: increments
+                    // on either default count on whichever stands.
+                    var redefined = current
+                    redefined.defaultValue = current.defaultValue == 3 ? 7 : 3
+                    try txn.emit(.redefineProperty(type: "Card", redefined))
                 }
             }
         }
