@@ -217,11 +217,6 @@ extension BinaryWriter {
     }
 }
 
-extension Stamp {
-    /// A stamp a value-only read of a record did not resolve: not zero, and used for nothing but telling that.
-    static let unresolved = Stamp(time: HybridTime(rawValue: 1), replica: .none)
-}
-
 extension BinaryReader {
     fileprivate mutating func stamp(_ table: [Stamp]) throws(ChangesetDecodingError) -> Stamp {
         let index = try varint()
@@ -231,7 +226,7 @@ extension BinaryReader {
         return table[Int(index)]
     }
 
-    fileprivate mutating func fields(stamps: [Stamp], depth: Int, lenientStamps: Bool = false)
+    fileprivate mutating func fields(stamps: [Stamp], depth: Int)
         throws(ChangesetDecodingError) -> FieldTable
     {
         guard depth <= limits.maximumDepth else {
@@ -246,7 +241,7 @@ extension BinaryReader {
             // The encoder writes names sorted; a record written otherwise still reads, each name once.
             let inOrder = fields.lastName.map { $0 < name } ?? true
             if !inOrder, fields[name] != nil { throw error(.invalidValue, "field '\(name)' appears twice") }
-            let state = try fieldState(stamps: stamps, depth: depth, lenientStamps: lenientStamps)
+            let state = try fieldState(stamps: stamps, depth: depth)
             if inOrder {
                 _ = fields.appendInOrder(name, state)
             } else {
@@ -256,24 +251,14 @@ extension BinaryReader {
         return fields
     }
 
-    /// One field's state. With `lenientStamps`, for readers that only want values, stamp indices beyond `stamps`
-    /// are not resolved: they read as ``Stamp/unresolved``, never as zero (give `[.zero]` when the record's table
-    /// starts with the zero stamp, so that the values of unwritten registers read as such).
-    mutating func fieldState(stamps: [Stamp], depth: Int, lenientStamps: Bool = false) throws(ChangesetDecodingError)
-        -> FieldState
-    {
-        func stamp() throws(ChangesetDecodingError) -> Stamp {
-            if lenientStamps {
-                let index = try varint()
-                return index < UInt64(stamps.count) ? stamps[Int(index)] : .unresolved
-            }
-            return try self.stamp(stamps)
-        }
+    /// One field's state, its stamps resolved in the record's table `stamps`.
+    mutating func fieldState(stamps: [Stamp], depth: Int) throws(ChangesetDecodingError) -> FieldState {
+        func stamp() throws(ChangesetDecodingError) -> Stamp { try self.stamp(stamps) }
         do {
             let tag = try byte()
             switch FieldTag(rawValue: tag) {
             case .register:
-                let value = try stored(stamps: stamps, depth: depth, lenientStamps: lenientStamps)
+                let value = try stored(stamps: stamps, depth: depth)
                 let registerStamp = try stamp()
                 return .register(Register(value: value, stamp: registerStamp, addend: try zigzag()))
             case .list:
@@ -292,7 +277,7 @@ extension BinaryReader {
                     let id = try elementID()
                     let present = try byte()
                     guard present <= 1 else { throw error(.invalidValue, "bad element flag \(present)") }
-                    let value = present == 1 ? try stored(stamps: stamps, depth: depth, lenientStamps: lenientStamps) : nil
+                    let value = present == 1 ? try stored(stamps: stamps, depth: depth) : nil
                     let valueStamp = try stamp()
                     let position = try elementID()
                     let positionStamp = try stamp()
@@ -306,7 +291,7 @@ extension BinaryReader {
         }
     }
 
-    fileprivate mutating func stored(stamps: [Stamp], depth: Int, lenientStamps: Bool = false) throws(ChangesetDecodingError)
+    fileprivate mutating func stored(stamps: [Stamp], depth: Int) throws(ChangesetDecodingError)
         -> StoredValue
     {
         let tag = try byte()
@@ -315,7 +300,7 @@ extension BinaryReader {
         case .embedded:
             let id = try elementID()
             let type = try string("embedded type")
-            let fields = try self.fields(stamps: stamps, depth: depth + 1, lenientStamps: lenientStamps)
+            let fields = try self.fields(stamps: stamps, depth: depth + 1)
             return .embedded(EmbeddedState(id: id, type: type, fields: fields))
         case nil: throw error(.invalidTag, "unknown stored value tag \(tag)")
         }

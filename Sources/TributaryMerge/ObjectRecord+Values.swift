@@ -46,21 +46,34 @@ extension ObjectRecord {
 
     /// A register's value with its increments added (rule 4).
     ///
-    /// Increments of a property that held no value (an object created before the property was added) make a
-    /// register that holds null with the zero stamp (no write and no default stored is null with the zero stamp):
-    /// it reads as the property reads without a value (`unwritten`: its default, or zero), plus the increments. A
-    /// property that reads null without a value (optional, no default) stays null. A null someone wrote has a
-    /// stamp, and stays null.
+    /// Increments of an int property that held no value (an object created before the property was added) make a
+    /// register that holds null with the zero stamp: it reads as the property reads without a value (`unwritten`:
+    /// its default, or zero), plus the increments. A property that reads null without a value (optional, no
+    /// default) stays null. A null someone wrote has a stamp, and stays null; so does a null default a create stored
+    /// for a property of another type. (An int property's stored null default reads as its current default.)
     @inline(__always)
     static func adding(_ addend: Int64, to value: Value, zeroStamp: Bool, unwritten: @autoclosure () -> Value) -> Value {
         switch value {
         case .int(let base): return .int(base &+ addend)
         case .null where zeroStamp:
-            let unwritten = unwritten()
-            if case .int(let base) = unwritten { return .int(base &+ addend) }
-            return unwritten
+            if case .int(let base) = unwritten() { return .int(base &+ addend) }
+            return .null
         default: return value
         }
+    }
+
+    /// A record's stamp table from its bytes: `count` stamps of 16 bytes each.
+    static func stampTable(_ bytes: ArraySlice<UInt8>, count: Int, limits: DecodingLimits) throws(ChangesetDecodingError)
+        -> [Stamp]
+    {
+        var reader = BinaryReader(Array(bytes), subject: "object record stamps", limits: limits)
+        var table: [Stamp] = []
+        table.reserveCapacity(count)
+        for _ in 0..<count {
+            let time = HybridTime(rawValue: try reader.fixed64())
+            table.append(Stamp(time: time, replica: ReplicaID(rawValue: try reader.fixed64())))
+        }
+        return table
     }
 
     /// The value a required property reads as before anything was written to it.
@@ -131,8 +144,11 @@ extension ObjectRecord {
         guard flags == 1 else { return nil }
         // Stamps and erasures are merge metadata: skip them.
         let stampCount = try reader.count("stamp", maximum: reader.limits.maximumElements, minimumBytesEach: 16)
-        // The table is sorted: the zero stamp, if the record holds one, is its first (index 0).
-        let zeroStampFirst = try reader.rawBytes(stampCount * 16, "stamps").prefix(16).allSatisfy { $0 == 0 } && stampCount > 0
+        // The table is sorted: the zero stamp, if the record holds one, is its first (index 0). The whole table is
+        // read only for a list or an embedded object, whose order and values depend on their stamps.
+        let stampBytes = try reader.rawBytes(stampCount * 16, "stamps")
+        let zeroStampFirst = stampCount > 0 && stampBytes.prefix(16).allSatisfy { $0 == 0 }
+        var table: [Stamp]?
         let erasureCount = try reader.count("erasure", maximum: reader.limits.maximumElements, minimumBytesEach: 9)
         for _ in 0..<erasureCount {
             _ = try reader.fixed64()
@@ -169,7 +185,8 @@ extension ObjectRecord {
             }
             // Lists and embedded objects: decode the field fully, then read it the usual way.
             reader.offset = start
-            let field = try reader.fieldState(stamps: zeroStampFirst ? [.zero] : [], depth: 0, lenientStamps: true)
+            if table == nil { table = try stampTable(stampBytes, count: stampCount, limits: reader.limits) }
+            let field = try reader.fieldState(stamps: table ?? [], depth: 0)
             if let position, position != keyPosition, ObjectRecord.isWanted(position, in: wanted) {
                 values[position] = value(field, of: properties[position], in: schema)
             }

@@ -403,7 +403,8 @@ extension Simulation {
                     .reduce(Int64(0)) { $0 &+ $1.delta }
                 if case .int(let number) = value {
                     value = .int(number &+ sum)
-                } else if value == .null, sum != 0, case .int(let number) = unwritten {
+                } else if value == .null, winner == nil, case .int(let number) = unwritten {
+                    // No value written (a null default stored reads the same): the default, and the increments.
                     value = .int(number &+ sum)
                 }
                 if case .link(let target) = value, case .link(let targetType) = property.kind,

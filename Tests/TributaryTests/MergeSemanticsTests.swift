@@ -224,6 +224,22 @@ struct MergeSemanticsTests {
         #expect(try replica.verify().passed)
     }
 
+    @Test("Rule 8: a null default a create stored stays when the default changes")
+    func storedNullDefaultStays() throws {
+        let cluster = try cluster(1)
+        let replica = cluster[0]
+        try replica.write { txn in
+            try txn.addProperty(.scalar("label", .string, optional: true, default: .null), to: "Task")
+            try txn.create("Task", ["_id": "t"])
+        }
+        try replica.write { try $0.emit(.redefineProperty(type: "Task", .scalar("label", .string, optional: true, default: "n/a"))) }
+        try replica.write { try $0.create("Task", ["_id": "u"]) }
+        #expect(try value(replica, "label") == .null)
+        #expect(try replica.read { try $0.object("Task", primaryKey: task)?["label"] } == .null)
+        #expect(try value(replica, "label", key: .string("u")) == "n/a")
+        #expect(try replica.verify().passed)
+    }
+
     @Test("Rule 4: a null someone wrote stays null under an increment made on it (by an earlier build)")
     func writtenNullStaysNullUnderAnIncrement() throws {
         let cluster = try cluster(1)
@@ -259,24 +275,33 @@ struct MergeSemanticsTests {
         #expect(try value(cluster[0], "rank") == 5)
     }
 
-    @Test("Rule 5: concurrent inserts at one place end in stamp order, runs not interleaved")
-    func concurrentInsertsKeepRunsTogether() throws {
+    @Test(
+        "Rule 5: concurrent inserts at one place end in stamp order, runs not interleaved",
+        arguments: [1, 0])
+    func concurrentInsertsKeepRunsTogether(later: Int) throws {
         let cluster = try cluster()
         try seed(cluster, ["tags": ["start", "end"]])
-        cluster.clocks[1].advance(byMilliseconds: 5)  // replica 1's run is later
-        try cluster[0].write { txn in
-            for (offset, tag) in ["a1", "a2", "a3"].enumerated() {
+        // The later run comes second, whether its replica's id sorts first or last.
+        cluster.clocks[later].advance(byMilliseconds: 5)
+        let (first, second) = later == 1 ? (["a1", "a2", "a3"], ["b1", "b2"]) : (["b1", "b2"], ["a1", "a2", "a3"])
+        try cluster[1 - later].write { txn in
+            for (offset, tag) in first.enumerated() {
                 try txn.insert(.string(tag), at: 1 + offset, into: ["tags"], of: "Task", primaryKey: task)
             }
         }
-        try cluster[1].write { txn in
-            for (offset, tag) in ["b1", "b2"].enumerated() {
+        try cluster[later].write { txn in
+            for (offset, tag) in second.enumerated() {
                 try txn.insert(.string(tag), at: 1 + offset, into: ["tags"], of: "Task", primaryKey: task)
             }
         }
         try cluster.syncAll()
+        let expected: Value = .list((["start"] + first + second + ["end"]).map { .string($0) })
         for replica in cluster.replicas {
-            #expect(try value(replica, "tags") == ["start", "a1", "a2", "a3", "b1", "b2", "end"])
+            // Read from the stored record, from a snapshot, and in a transaction (whose positions the list API uses).
+            #expect(try value(replica, "tags") == expected)
+            #expect(try replica.read { try $0.object("Task", primaryKey: task)?["tags"] } == expected)
+            let inTransaction = try replica.write { txn in try txn.object("Task", primaryKey: task)?["tags"] }
+            #expect(inTransaction == expected)
         }
         #expect(try cluster.converged())
     }
