@@ -186,10 +186,12 @@ struct InstructionApplier {
             let causal = state.causalResolver
             // Converted as written (the ids drawn must not depend on the replica), then as it lands (rule 8).
             let newState = info.landed(try fieldState(value), schema: schema, causal: causal)
+            // Null set on a list is an empty list set: it removes what the writer had seen, as `[]` does.
+            let emptyList = value == .null ? try fieldState(.list([])) : nil
             let value = info.landed(value, schema: schema, causal: causal)
             try update(path, state: &state) { field, property in
                 try check(value, fits: property, path, schema)
-                merge(newState, into: &field, causal: causal)
+                merge(property.isList ? emptyList ?? newState : newState, into: &field, causal: causal)
             }
         case .addInteger(let path, let delta, let base):
             try update(path, state: &state) { field, property in
@@ -278,6 +280,13 @@ struct InstructionApplier {
     mutating func create(
         type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet
     ) throws {
+        // A null given for a list is an empty list (see `.set`).
+        var explicit = explicit
+        if explicit.contains(where: { $0.value == .null }), let typeSchema = state.schema[type: type] {
+            for index in explicit.indices where explicit[index].value == .null && typeSchema[property: explicit[index].name]?.isList == true {
+                explicit[index].value = .list([])
+            }
+        }
         if try createNew(type: type, key: key, explicit: explicit, defaults: defaults, state: &state) { return }
         // Convert every value first: the ids drawn must not depend on what the replica holds.
         // Then each as it lands (rule 8).

@@ -19,6 +19,8 @@ extension ObjectRecord {
 
     /// The value of one field state.
     public static func value(_ field: FieldState?, of property: Property, in schema: Schema) -> Value {
+        // A list holding a single value (a null set by a build before stop 24) reads as empty, as every reader gives it.
+        if property.isList, case .register? = field { return .list([]) }
         switch field {
         case .register(let register)?:
             return value(register.value, addend: register.addend, zeroStamp: register.stamp == .zero, of: property, in: schema)

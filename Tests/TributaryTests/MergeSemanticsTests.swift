@@ -306,6 +306,28 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    @Test("Rule 5: a null written to a list empties it like [], keeping concurrent inserts, in any order")
+    func nullListIsAnEmptyList() throws {
+        let cluster = try cluster(4)
+        try seed(cluster, ["tags": ["a"]])
+        let reasons = try mergeConcurrently(
+            cluster,
+            { try $0.set(.null, at: ["tags"], of: "Task", primaryKey: task) },
+            { txn in
+                try txn.append("x", to: ["tags"], of: "Task", primaryKey: task)
+                try txn.create("Task", ["_id": "n", "tags": .null])
+            })
+        #expect(reasons.isEmpty, "\(reasons)")
+        for replica in cluster.replicas {
+            #expect(try value(replica, "tags") == ["x"])
+            #expect(try value(replica, "tags", key: .string("n")) == [])
+            let inTransaction = try replica.write { txn in try txn.object("Task", primaryKey: .string("n"))?["tags"] }
+            #expect(inTransaction == [])
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
     @Test("Rule 5: erasing a list element beats a concurrent set of it")
     func eraseElementBeatsSet() throws {
         let cluster = try cluster()
