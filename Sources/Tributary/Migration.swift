@@ -337,6 +337,7 @@ public final class MigrationContext {
                 }
                 var values = object.values
                 for (property, value) in embeddedValues[type.name]?[key] ?? [:] { values[property] = value }
+                for name in unchangedOldDefaults(type, object) { values.removeValue(forKey: name) }
                 for property in type.properties {
                     guard case .embedded = property.kind, let value = values[property.name] else { continue }
                     values[property.name] = completed(value, as: property, carriedRenames: object.renamesCarried)
@@ -356,6 +357,22 @@ public final class MigrationContext {
                 // release may have added them.
                 try transaction.upsert(type.name, values, leavingAbsentFields: true)
             }
+        }
+    }
+
+    /// The properties of `object` whose default the new schema changes and which hold, as carried and left by the
+    /// migration, the old default: they are not written, so that an object that holds no value for one (created
+    /// before it was added) reads the new default (rule 8), and one whose create stored the old default keeps it.
+    func unchangedOldDefaults(_ type: ObjectSchema, _ object: MigrationObject) -> [String] {
+        guard object.isFromOldObject, let oldType = oldSchema[type: type.name] else { return [] }
+        return type.properties.compactMap { property in
+            guard !property.isList, property.name != type.primaryKey,
+                let old = oldType.properties.first(where: { $0.name != oldType.primaryKey && renamedName(type.name, $0.name) == property.name }),
+                old.kind == property.kind, let oldDefault = old.defaultValue, old.defaultValue != property.defaultValue,
+                let value = object.values[property.name], let carried = object.carriedValues[property.name],
+                value.storesAlike(carried), carried.storesAlike(oldDefault)
+            else { return nil }
+            return property.name
         }
     }
 

@@ -56,6 +56,24 @@ struct MigrationTests {
         #expect(try v2.object("DailyScrum", primaryKey: .string("s1"))?["numberOfAttendees"] == 3)
     }
 
+    @Test("A new default reaches the objects that hold no value, and the ones whose create stored the old default keep it")
+    func changedDefaultIsNotWrittenBack() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v0 = try open(directory, scrum(version: 0, []))
+            try v0.write { try $0.create("DailyScrum", ["_id": "old", "title": "Before"]) }
+            v0.close()
+            // Version 1 adds `minutes` with default 15: the old meeting holds no value for it; a new one stores 15.
+            let v1 = try open(directory, scrum(version: 1, [.scalar("minutes", .int, default: 15)]))
+            try v1.write { try $0.create("DailyScrum", ["_id": "stored", "title": "After"]) }
+            v1.close()
+        }
+        let v2 = try open(directory, scrum(version: 2, [.scalar("minutes", .int, default: 30)]))
+        #expect(try v2.object("DailyScrum", primaryKey: .string("old"))?["minutes"] == 30)
+        #expect(try v2.object("DailyScrum", primaryKey: .string("stored"))?["minutes"] == 15)
+        #expect(try v2.verify().passed)
+    }
+
     @Test("Catalyst: an added property at the same version is a clear error; a raised version migrates it")
     func isPinned() throws {
         let directory = TemporaryDirectory()
