@@ -47,10 +47,8 @@ public struct ResultsObservation<Element: Sendable>: AsyncSequence, Sendable {
     let transform: @Sendable (DynamicObject) throws -> Element
 
     public func makeAsyncIterator() -> Iterator {
-        Iterator(observation: self, registration: ObservationRegistration(replica: replica, types: relevantTypes))
+        Iterator(observation: self, registration: ObservationRegistration(replica: replica, observing: type))
     }
-
-    var relevantTypes: Set<String> { replica.schema.typesReachable(from: type) }
 
     func fetch() throws -> [DynamicObject] {
         try replica.read { try fetch(in: $0) }
@@ -122,7 +120,7 @@ public struct ObjectObservation<Element: Sendable>: AsyncSequence, Sendable {
     public func makeAsyncIterator() -> Iterator {
         Iterator(
             observation: self,
-            registration: ObservationRegistration(replica: replica, types: replica.schema.typesReachable(from: type)))
+            registration: ObservationRegistration(replica: replica, observing: type))
     }
 
     public struct Iterator: AsyncIteratorProtocol {
@@ -192,7 +190,10 @@ public final class ObservationRegistration: Sendable {
     /// Keys kept for an observer that is not iterating, before it falls back to re-reading everything.
     static let maximumPendingKeys = 10_000
 
-    init(replica: Replica, types: Set<String>) {
+    /// Registers for commits that touch `type` or a type its objects reach (by links or embedding), as the schema
+    /// has them at each commit: a schema change (a link added) widens the set.
+    init(replica: Replica, observing type: String) {
+        let types = Mutex(replica.schema.typesReachable(from: type))
         self.replica = replica
         let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         signals = stream
@@ -200,8 +201,13 @@ public final class ObservationRegistration: Sendable {
         let pending = self.pending
         identifier = replica.observers.add(
             ObserverRegistry.Entry(
-                onCommit: { keys, schemaChanged, sequence in
-                    let relevant = keys.filter { types.contains($0.type) }
+                onCommit: { [weak replica] keys, schemaChanged, sequence in
+                    if schemaChanged, let replica {
+                        let reachable = replica.schema.typesReachable(from: type)
+                        types.withLock { $0 = reachable }
+                    }
+                    let observed = types.withLock { $0 }
+                    let relevant = keys.filter { observed.contains($0.type) }
                     pending.changes.withLock { pending in
                         pending.announced = max(pending.announced, sequence)
                         if schemaChanged || pending.keyCount + relevant.count > Self.maximumPendingKeys {

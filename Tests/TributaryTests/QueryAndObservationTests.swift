@@ -249,6 +249,32 @@ struct QueryAndObservationTests {
         if query?.contains("LIMIT") == true { #expect(incremental == 0) } else { #expect(incremental > 10) }
     }
 
+    @Test("An observer wakes for a type its results reach through a link added since it started")
+    func observerFollowsLinksAddedLater() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        let schema = Schema(version: 1, types: [
+            ObjectSchema(name: "Note", properties: [.scalar("_id", .string), .scalar("text", .string, optional: true)]),
+            ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
+        ])
+        let replica = try Replica.open(directory: directory.path, schema: schema, configuration: configuration)
+        try await replica.write { try $0.create("Note", ["_id": "n"]) }
+        var iterator = replica.observe("Note").makeAsyncIterator()
+        _ = try await iterator.next()
+        try await replica.write { txn in
+            try txn.addProperty(Property("author", .link("Person")), to: "Note")
+            try txn.create("Person", ["_id": "p"])
+            try txn.update("Note", primaryKey: .string("n"), ["author": .link(.string("p"))])
+        }
+        #expect(try await iterator.next()?.results.first?["author"] == .link(.string("p")))
+        // Deleting the author commits only a Person: the note's author now reads null (rule 7).
+        try await replica.write { _ = try $0.delete("Person", primaryKey: .string("p")) }
+        let woken = iterator.registration.wakes.count.load(ordering: .relaxed) == 2
+        #expect(woken)
+        if woken { #expect(try await iterator.next()?.results.first?["author"] == .null) }
+    }
+
     @Test("A commit to another type does not wake the observer; cancelling ends observation")
     func irrelevantCommitsDoNotWake() async throws {
         let directory = TemporaryDirectory()
