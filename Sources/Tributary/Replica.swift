@@ -45,7 +45,12 @@ public final class Replica: Sendable {
     ///   of an earlier format opened for writing rewrites the index entries that differ when it is raised
     ///   (``ViewStore/reencodeLegacyIndexes(ofType:schema:in:)``). Opened read-only, its queries and `verify` read
     ///   the index keys in the encoding of the format each snapshot finds.
-    public static let formatVersion: UInt8 = 4
+    /// - 5: the views hold what stop 24's merge rules make of the log (increments on defaults kept whichever default
+    ///   stands, a null written to a list merged as an empty list). The stored bytes are encoded as in format 4; a
+    ///   replica of an earlier format opened for writing rebuilds its views from its log when it is raised, so that
+    ///   `verify` (which replays the log by this build's rules) agrees with them. Older builds refuse it, as they
+    ///   would merge those shapes by their own rules.
+    public static let formatVersion: UInt8 = 5
 
     /// The replica's directory.
     public let directory: String
@@ -320,6 +325,8 @@ public final class Replica: Sendable {
     /// (``ChangesetLog/adoptions(fromEntriesIn:)``), and when some changeset was adopted twice the views are rebuilt
     /// too: an earlier build merged against the copy it recorded last, where this one counts every copy.
     ///
+    /// Below format 5, the views are rebuilt: an earlier build merged some shapes by other rules (``formatVersion``).
+    ///
     /// Below format 4, the index entries whose keys format 4 encodes otherwise (long values of types with long names
     /// or string primary keys, and properties whose names leave no room) are rewritten from the records in the same
     /// transaction (``ViewStore/reencodeLegacyIndexes(ofType:schema:in:)``), unless the whole views are rebuilt.
@@ -341,7 +348,9 @@ public final class Replica: Sendable {
         let schema = state.withLock { $0.schema }
         let lacksRenamesOntoSeen = stored < 2
             && schema.propertyRemovals.values.contains(where: { $0.contains { $0.renamedTo != nil } })
-        if rebuilding || lacksRenamesOntoSeen || adoptions?.adoptedMoreThanOnce == true {
+        // Below format 5, views merged by an earlier build's rules (see ``formatVersion``).
+        let mergedByEarlierRules = stored < 5
+        if rebuilding || lacksRenamesOntoSeen || mergedByEarlierRules || adoptions?.adoptedMoreThanOnce == true {
             do {
                 try rebuildViews(recordsInMemory: Self.rebuildRecordsInMemory, inTheSameTransaction: raise)
                 return

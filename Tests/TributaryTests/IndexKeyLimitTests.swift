@@ -325,7 +325,7 @@ struct RemovedTypeIndexTests {
         replica.close()
         let raised = try Replica.open(directory: directory.path, configuration: IndexKeyLimitTests.configuration())
         defer { raised.close() }
-        #expect(try raised.summary().formatVersion == 4)
+        #expect(try raised.summary().formatVersion == Replica.formatVersion)
         #expect(try raised.verify().passed)
     }
 }
@@ -413,12 +413,11 @@ struct IndexKeyFormatUpgradeTests {
             let scratch = TemporaryDirectory()
             #expect(try replica.verify(rebuildingIn: scratch.appending("verify")).passed)
         }
-        // For writing, it is raised to format 4, and the data index is rebuilt in format 4's keys.
+        // For writing, it is raised to the current format, and the data index is rebuilt in format 4's keys.
         let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: IndexKeyLimitTests.configuration())
         defer { replica.close() }
-        #expect(try replica.summary().formatVersion == 4)
-        #expect(Replica.formatVersion == 4)
-        #expect(try replica.environment.read { try $0.get(replica.identity, key: Replica.formatKey) } == [4])
+        #expect(try replica.summary().formatVersion == Replica.formatVersion)
+        #expect(try replica.environment.read { try $0.get(replica.identity, key: Replica.formatKey) } == [Replica.formatVersion])
         try Self.check(replica)
         #expect(try replica.verify().passed)
         try replica.write { txn in _ = try txn.delete("Doc", primaryKey: .string("d1")) }

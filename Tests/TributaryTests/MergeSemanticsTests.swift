@@ -328,6 +328,31 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    @Test("Replica format 5: a replica of format 4, opened for writing, rebuilds the views an earlier build merged")
+    func formatFourRebuildsItsViews() throws {
+        let directory = TemporaryDirectory("format-4")
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        do {
+            let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
+            try replica.write { try $0.create("Task", ["_id": "t", "tags": ["a"]]) }
+            let earlier = try #require(try replica._recordBytes(type: "Task", primaryKey: task))
+            try replica.write { try $0.append("b", to: ["tags"], of: "Task", primaryKey: task) }
+            // A view that differs from what this build makes of the log, as an earlier build's merge could leave it.
+            try replica.environment.write { txn in
+                try txn.put(replica.views.objects, key: ViewStore.objectKey(type: "Task", primaryKey: task), value: earlier)
+                try txn.put(replica.identity, key: Replica.formatKey, value: [4])
+            }
+            #expect(try replica.verify().passed == false)
+            replica.close()
+        }
+        let raised = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
+        defer { raised.close() }
+        #expect(try raised.summary().formatVersion == 5)
+        #expect(try value(raised, "tags") == ["a", "b"])
+        #expect(try raised.verify().passed)
+    }
+
     @Test("Rule 5: erasing a list element beats a concurrent set of it")
     func eraseElementBeatsSet() throws {
         let cluster = try cluster()
