@@ -280,9 +280,12 @@ struct InstructionApplier {
     mutating func create(
         type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet
     ) throws {
-        // A null given for a list is an empty list (see `.set`).
+        // A null given for a list is an empty list (see `.set`). Here for the names that land as written (no property
+        // was ever removed or renamed); the general path below decides for the others, by where each lands.
         var explicit = explicit
-        if explicit.contains(where: { $0.value == .null }), let typeSchema = state.schema[type: type] {
+        if state.schema.propertyRemovals.isEmpty, explicit.contains(where: { $0.value == .null }),
+            let typeSchema = state.schema[type: type]
+        {
             for index in explicit.indices where explicit[index].value == .null && typeSchema[property: explicit[index].name]?.isList == true {
                 explicit[index].value = .list([])
             }
@@ -368,6 +371,8 @@ struct InstructionApplier {
                 let property = typeSchema[property: name]
             else { continue }
             try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
+            // A null landing on a list is an empty list (see `.set`).
+            let converted = property.isList && field.value == .null ? .list(ListState()) : converted
             guard hasRemovals else {
                 merge(converted, into: &record.fields[name], causal: causal)
                 continue

@@ -328,6 +328,26 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    @Test("Rule 5: a null given for a list renamed concurrently is an empty list where it lands, in any order")
+    func nullForARenamedListLandsAsAnEmptyList() throws {
+        let cluster = try cluster(4)
+        try cluster.syncAll()
+        let reasons = try mergeConcurrently(
+            cluster,
+            { txn in
+                try txn.emit(.renameProperty(type: "Task", from: "tags", to: "labels"))
+                try txn.create("Task", ["_id": "n", "labels": ["x"]])
+            },
+            { try $0.create("Task", ["_id": "n", "tags": .null]) })
+        #expect(reasons.isEmpty, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(try value(replica, "labels", key: .string("n")) == ["x"])
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
     @Test("Replica format 5: a replica of format 4, opened for writing, rebuilds the views an earlier build merged")
     func formatFourRebuildsItsViews() throws {
         let directory = TemporaryDirectory("format-4")
