@@ -57,6 +57,8 @@ public final class MigrationObject {
     var carriedValues: [String: Value] = [:]
     /// How many renames the migration had asked for when it was made: its embedded values carry those.
     var renamesCarried = 0
+    /// The properties the migration set through the subscript: written even when they hold what was carried.
+    var assigned = Set<String>()
 
     init(type: String, primaryKey: PrimaryKey, values: [String: Value]) {
         self.type = type
@@ -64,10 +66,13 @@ public final class MigrationObject {
         self.values = values
     }
 
-    /// A property's value in the new schema.
+    /// A property's value in the new schema. A value set here is written, even one equal to what the object held.
     public subscript(property: String) -> Value {
         get { values[property] ?? .null }
-        set { values[property] = newValue }
+        set {
+            values[property] = newValue
+            assigned.insert(property)
+        }
     }
 }
 
@@ -366,7 +371,7 @@ public final class MigrationContext {
     func unchangedOldDefaults(_ type: ObjectSchema, _ object: MigrationObject) -> [String] {
         guard object.isFromOldObject, let oldType = oldSchema[type: type.name] else { return [] }
         return type.properties.compactMap { property in
-            guard !property.isList, property.name != type.primaryKey,
+            guard !property.isList, property.name != type.primaryKey, !object.assigned.contains(property.name),
                 let old = oldType.properties.first(where: { $0.name != oldType.primaryKey && renamedName(type.name, $0.name) == property.name }),
                 old.kind == property.kind, let oldDefault = old.defaultValue, old.defaultValue != property.defaultValue,
                 let value = object.values[property.name], let carried = object.carriedValues[property.name],

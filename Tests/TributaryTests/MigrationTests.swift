@@ -68,10 +68,21 @@ struct MigrationTests {
             try v1.write { try $0.create("DailyScrum", ["_id": "stored", "title": "After"]) }
             v1.close()
         }
+        let copy = TemporaryDirectory()
+        try FileManager.default.copyItem(atPath: directory.path, toPath: copy.path + "/replica")
         let v2 = try open(directory, scrum(version: 2, [.scalar("minutes", .int, default: 30)]))
         #expect(try v2.object("DailyScrum", primaryKey: .string("old"))?["minutes"] == 30)
         #expect(try v2.object("DailyScrum", primaryKey: .string("stored"))?["minutes"] == 15)
         #expect(try v2.verify().passed)
+        // A migration that keeps the old meetings at the old default says so, and it is written.
+        let kept = try Replica.open(
+            directory: copy.path + "/replica", schema: scrum(version: 2, [.scalar("minutes", .int, default: 30)]),
+            configuration: configuration(),
+            migration: Migration(steps: [2: { migration in
+                try migration.enumerateObjects("DailyScrum") { old, new in new?["minutes"] = old["minutes"] }
+            }]))
+        #expect(try kept.object("DailyScrum", primaryKey: .string("old"))?["minutes"] == 15)
+        #expect(try kept.object("DailyScrum", primaryKey: .string("stored"))?["minutes"] == 15)
     }
 
     @Test("Catalyst: an added property at the same version is a clear error; a raised version migrates it")
