@@ -187,7 +187,7 @@ struct InstructionApplier {
             // Converted as written (the ids drawn must not depend on the replica), then as it lands (rule 8).
             let newState = info.landed(try fieldState(value), schema: schema, causal: causal)
             // Null set on a list is an empty list set: it removes what the writer had seen, as `[]` does.
-            let emptyList = value == .null ? try fieldState(.list([])) : nil
+            let emptyList = value.isNull ? try fieldState(.list([])) : nil
             let value = info.landed(value, schema: schema, causal: causal)
             try update(path, state: &state) { field, property in
                 try check(value, fits: property, path, schema)
@@ -283,10 +283,10 @@ struct InstructionApplier {
         // A null given for a list is an empty list (see `.set`). Here for the names that land as written (no property
         // was ever removed or renamed); the general path below decides for the others, by where each lands.
         var explicit = explicit
-        if state.schema.propertyRemovals.isEmpty, explicit.contains(where: { $0.value == .null }),
+        if state.schema.propertyRemovals.isEmpty, explicit.contains(where: { $0.value.isNull }),
             let typeSchema = state.schema[type: type]
         {
-            for index in explicit.indices where explicit[index].value == .null && typeSchema[property: explicit[index].name]?.isList == true {
+            for index in explicit.indices where explicit[index].value.isNull && typeSchema[property: explicit[index].name]?.isList == true {
                 explicit[index].value = .list([])
             }
         }
@@ -372,7 +372,7 @@ struct InstructionApplier {
             else { continue }
             try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
             // A null landing on a list is an empty list (see `.set`).
-            let converted = property.isList && field.value == .null ? .list(ListState()) : converted
+            let converted = property.isList && field.value.isNull ? .list(ListState()) : converted
             guard hasRemovals else {
                 merge(converted, into: &record.fields[name], causal: causal)
                 continue
