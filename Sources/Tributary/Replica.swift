@@ -50,7 +50,11 @@ public final class Replica: Sendable {
     ///   replica of an earlier format opened for writing rebuilds its views from its log when it is raised, so that
     ///   `verify` (which replays the log by this build's rules) agrees with them. Older builds refuse it, as they
     ///   would merge those shapes by their own rules.
-    public static let formatVersion: UInt8 = 5
+    /// - 6: a create's default that is a list or an embedded object is left out (``Value/isSingleDefault``): such a
+    ///   default carried its writer's element ids, so two of them (or one and a list written concurrently) merged by
+    ///   arrival order. Encoded as in format 4; a replica of an earlier format opened for writing rebuilds its views
+    ///   from its log when it is raised, as for format 5.
+    public static let formatVersion: UInt8 = 6
 
     /// The replica's directory.
     public let directory: String
@@ -325,7 +329,7 @@ public final class Replica: Sendable {
     /// (``ChangesetLog/adoptions(fromEntriesIn:)``), and when some changeset was adopted twice the views are rebuilt
     /// too: an earlier build merged against the copy it recorded last, where this one counts every copy.
     ///
-    /// Below format 5, the views are rebuilt: an earlier build merged some shapes by other rules (``formatVersion``).
+    /// Below format 6, the views are rebuilt: an earlier build merged some shapes by other rules (``formatVersion``).
     ///
     /// Below format 4, the index entries whose keys format 4 encodes otherwise (long values of types with long names
     /// or string primary keys, and properties whose names leave no room) are rewritten from the records in the same
@@ -348,8 +352,8 @@ public final class Replica: Sendable {
         let schema = state.withLock { $0.schema }
         let lacksRenamesOntoSeen = stored < 2
             && schema.propertyRemovals.values.contains(where: { $0.contains { $0.renamedTo != nil } })
-        // Below format 5, views merged by an earlier build's rules (see ``formatVersion``).
-        let mergedByEarlierRules = stored < 5
+        // Below format 6, views merged by an earlier build's rules (see ``formatVersion``).
+        let mergedByEarlierRules = stored < 6
         if rebuilding || lacksRenamesOntoSeen || mergedByEarlierRules || adoptions?.adoptedMoreThanOnce == true {
             do {
                 try rebuildViews(recordsInMemory: Self.rebuildRecordsInMemory, inTheSameTransaction: raise)

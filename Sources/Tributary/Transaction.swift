@@ -338,7 +338,7 @@ public final class Transaction: ObjectReading {
                 else { return nil }
                 explicit.append(FieldValue(property.name, value))
             } else if let value = property.defaultValue {
-                defaults.append(FieldValue(property.name, value))
+                if value.isSingleDefault { defaults.append(FieldValue(property.name, value)) }
             } else if !property.isOptional && !property.isList {
                 return nil
             }
@@ -357,7 +357,8 @@ public final class Transaction: ObjectReading {
         var defaults: [FieldValue] = []
         for property in type.properties where property.name != type.primaryKey && values[property.name] == nil {
             if let value = property.defaultValue {
-                defaults.append(FieldValue(property.name, value))
+                // A list's `[]` is not stored: a list without elements reads empty (``Value/isSingleDefault``).
+                if value.isSingleDefault { defaults.append(FieldValue(property.name, value)) }
             } else if !property.isOptional && !property.isList {
                 throw TributaryError(
                     .missingProperty,

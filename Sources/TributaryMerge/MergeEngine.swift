@@ -290,6 +290,12 @@ struct InstructionApplier {
                 explicit[index].value = .list([])
             }
         }
+        // Only single values are defaults (rule 3, ``Value/isSingleDefault``): a list or an embedded object that a
+        // create gives as a default (a schema no longer declares one; an earlier build's or a peer's changeset may
+        // hold one) has its writer's element ids, so two such defaults could not merge alike in every order. It is
+        // left out: the property reads as it reads without a value.
+        var defaults = defaults
+        if defaults.contains(where: { !$0.value.isSingleDefault }) { defaults.removeAll { !$0.value.isSingleDefault } }
         if try createNew(type: type, key: key, explicit: explicit, defaults: defaults, state: &state) { return }
         // Convert every value first: the ids drawn must not depend on what the replica holds.
         // Then each as it lands (rule 8).
@@ -390,7 +396,8 @@ struct InstructionApplier {
             else { continue }
             try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
             // A default never beats a value someone wrote (rule 3). Two defaults (possible only when the schema's
-            // default changed between writers) are ordered by their encoding, so the choice is the same everywhere.
+            // default changed between writers) are ordered by their encoding, so the choice is the same everywhere;
+            // they are single values (lists and embedded objects were left out above).
             // Increments made on a default count on whichever default stands (their base is the zero stamp, which
             // names no single default): a default that replaces another keeps its increments, in any order.
             switch record.fields[name] {
@@ -660,7 +667,9 @@ struct InstructionApplier {
             guard property.isList else {
                 throw MergeError(.invalidInstruction, "\(path) is \(property.typeDescription), not a list")
             }
-            if checkValues, let element, let problem = schema.problem(with: .list([element]), for: property) {
+            if checkValues, let element,
+                let problem = schema.problem(with: .list([element]), for: property, requiringFields: false)
+            {
                 throw MergeError(.invalidInstruction, "list element for \(path): \(problem)")
             }
             var list = ListState()
@@ -676,7 +685,8 @@ struct InstructionApplier {
     func check(_ value: Value, fits property: Property, _ path: some CustomStringConvertible, _ schema: Schema) throws {
         // `path` is described only when the check fails: building the text for every value checked is costly.
         guard checkValues else { return }
-        if let problem = schema.problem(with: value, for: property) {
+        // Embedded objects need not give every required field: see ``Schema/problem(with:for:depth:requiringFields:)``.
+        if let problem = schema.problem(with: value, for: property, requiringFields: false) {
             throw MergeError(.invalidInstruction, "value for \(path): \(problem)")
         }
     }

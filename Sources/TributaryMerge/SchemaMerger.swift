@@ -288,6 +288,10 @@ struct SchemaMerger {
     /// new names those renamed since (a definition added before a rename is carried along by it, so one that arrives
     /// after it follows it). The primary key always stays. When anything moved or went, the properties are sorted by
     /// name, as a removal or rename merged after the addition would have left them.
+    ///
+    /// Two definitions that land on one name (the type declares both a property and the name a rename gave it) are
+    /// one changeset's, so they tie: the one that describes itself first stands, as ``replaces(_:stamped:_:stamped:)``
+    /// decides when the rename merges after this addition and moves the one onto the other.
     private func landedProperties(of type: ObjectSchema, in schema: Schema, causal: CausalResolver) -> ObjectSchema {
         guard !schema.propertyRemovals.isEmpty else { return type }
         var landed = type
@@ -297,10 +301,14 @@ struct SchemaMerger {
                 landed.properties.append(property)
                 continue
             }
-            guard let name = info.writeTarget(of: property.name, in: type.name, schema: schema, causal: causal),
-                name == property.name || type[property: name] == nil
-            else { continue }
+            guard let name = info.writeTarget(of: property.name, in: type.name, schema: schema, causal: causal) else {
+                continue
+            }
             property.name = name
+            if let other = landed.properties.firstIndex(where: { $0.name == name }) {
+                if property.description < landed.properties[other].description { landed.properties[other] = property }
+                continue
+            }
             landed.properties.append(property)
         }
         if landed.properties.map(\.name) != type.properties.map(\.name) { landed.properties.sort { $0.name < $1.name } }

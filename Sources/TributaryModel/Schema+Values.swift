@@ -1,7 +1,12 @@
 extension Schema {
     /// Why `value` cannot be stored in `property`, or `nil` when it can. Unlike ``Property/problem(with:)``,
     /// this also checks the fields of embedded objects against their type, at every depth.
-    public func problem(with value: Value, for property: Property, depth: Int = 0) -> String? {
+    ///
+    /// - Parameter requiringFields: whether an embedded object must give every required property of its type that
+    ///   has no default. A local write must; a peer's need not (the merge passes `false`): the property may have been
+    ///   added concurrently, after the peer wrote, so whether the write is accepted would depend on the order the
+    ///   two merge in. Such a field reads as an object created before its property existed reads it.
+    public func problem(with value: Value, for property: Property, depth: Int = 0, requiringFields: Bool = true) -> String? {
         if let problem = property.problem(with: value) { return problem }
         guard case .embedded(let typeName) = property.kind else { return nil }
         guard depth < 32 else { return "embedded objects nest deeper than 32 levels" }
@@ -12,11 +17,13 @@ extension Schema {
                 guard let field = type[property: name] else {
                     return "embedded type '\(typeName)' has no property '\(name)'"
                 }
-                if let problem = self.problem(with: object.fields[name] ?? .null, for: field, depth: depth + 1) {
+                if let problem = self.problem(
+                    with: object.fields[name] ?? .null, for: field, depth: depth + 1, requiringFields: requiringFields)
+                {
                     return "\(typeName).\(name): \(problem)"
                 }
             }
-            for field in type.properties where !field.isOptional && !field.isList && field.defaultValue == nil {
+            for field in type.properties where requiringFields && !field.isOptional && !field.isList && field.defaultValue == nil {
                 if object.fields[field.name] == nil {
                     return "embedded \(typeName) lacks required property '\(field.name)'"
                 }

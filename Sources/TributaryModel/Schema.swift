@@ -370,6 +370,12 @@ public struct Schema: Hashable, Sendable {
                     if let problem = property.problem(with: value) {
                         throw SchemaError(.invalidDefault, "default value of '\(path)' is invalid: \(problem)")
                     }
+                    if !value.isSingleDefault, value != .list([]) {
+                        throw SchemaError(
+                            .invalidDefault,
+                            "'\(path)' cannot have the default \(value): a list starts empty and an embedded object "
+                                + "starts null; give its value when you create the object")
+                    }
                 }
             }
             if type.isEmbedded {

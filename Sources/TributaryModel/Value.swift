@@ -150,6 +150,17 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
 
     public var isNull: Bool { if case .null = self { true } else { false } }
 
+    /// Whether the value can be a property's default: a single value (a scalar, a link or null), not a list or an
+    /// embedded object. A default is the same value on every replica but has no element or instance ids of its own,
+    /// so only a single value, which a merge orders by its encoding, merges alike in any order (rule 3). A create
+    /// stores no other default, and a schema declares none (`[]` for a list, which starts empty anyway).
+    public var isSingleDefault: Bool {
+        switch self {
+        case .list, .embedded: false
+        default: true
+        }
+    }
+
     public var boolValue: Bool? { if case .bool(let v) = self { v } else { nil } }
     public var intValue: Int64? { if case .int(let v) = self { v } else { nil } }
     public var doubleValue: Double? { if case .double(let v) = self { v } else { nil } }

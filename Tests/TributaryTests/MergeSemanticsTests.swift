@@ -348,9 +348,11 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Replica format 5: a replica of format 4, opened for writing, rebuilds the views an earlier build merged")
-    func formatFourRebuildsItsViews() throws {
-        let directory = TemporaryDirectory("format-4")
+    @Test(
+        "Replica format 6: a replica of an earlier format, opened for writing, rebuilds the views an earlier build merged",
+        arguments: [UInt8(4), 5])
+    func earlierFormatRebuildsItsViews(storedFormat: UInt8) throws {
+        let directory = TemporaryDirectory("format-\(storedFormat)")
         var configuration = Replica.Configuration()
         configuration.durability = .none
         do {
@@ -361,14 +363,14 @@ struct MergeSemanticsTests {
             // A view that differs from what this build makes of the log, as an earlier build's merge could leave it.
             try replica.environment.write { txn in
                 try txn.put(replica.views.objects, key: ViewStore.objectKey(type: "Task", primaryKey: task), value: earlier)
-                try txn.put(replica.identity, key: Replica.formatKey, value: [4])
+                try txn.put(replica.identity, key: Replica.formatKey, value: [storedFormat])
             }
             #expect(try replica.verify().passed == false)
             replica.close()
         }
         let raised = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
         defer { raised.close() }
-        #expect(try raised.summary().formatVersion == 5)
+        #expect(try raised.summary().formatVersion == 6)
         #expect(try value(raised, "tags") == ["a", "b"])
         #expect(try raised.verify().passed)
     }

@@ -1,0 +1,112 @@
+import Foundation
+import Testing
+@testable import Tributary
+import TributaryModel
+import TributaryTestSupport
+
+/// Shapes that merged by arrival order until stop 25, each merged in both orders.
+extension MergeSemanticsTests {
+    @Test("Rule 3: a list or embedded-object default that a create carries is left out, so it merges alike in any order")
+    func listAndEmbeddedDefaultsAreLeftOut() throws {
+        let cluster = try cluster(4)
+        try cluster.syncAll()
+        let reasons = try mergeConcurrently(
+            cluster,
+            { txn in try txn.create("Task", ["_id": "t", "tags": ["x"]]) },
+            { txn in
+                // What an earlier build (or a schema with such defaults) sent: defaults with their writer's ids.
+                try txn.emit(
+                    .create(
+                        type: "Task", primaryKey: task, fields: [],
+                        defaults: [
+                            FieldValue("location", .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))),
+                            FieldValue("tags", ["d"]),
+                        ]))
+                #expect(try txn.object("Task", primaryKey: task)?["tags"] == [])
+                #expect(try txn.object("Task", primaryKey: task)?["location"] == .null)
+            })
+        #expect(reasons.isEmpty, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            // The explicit list stands alone (a default never beats a value written), and no embedded default appears.
+            #expect(try value(replica, "tags") == ["x"])
+            #expect(try value(replica, "location") == .null)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 3: a schema declares no list default but [] and no embedded default, naming the property")
+    func schemasRefuseListAndEmbeddedDefaults() throws {
+        func schema(_ property: Property) -> Schema {
+            var schema = Self.schema
+            var task = try! #require(schema[type: "Task"])
+            task.properties.append(property)
+            schema.upsert(task)
+            return schema
+        }
+        for property in [
+            Property("labels", .scalar(.string), list: true, default: ["a"]),
+            Property("place", .embedded("Location"), default: .embedded(EmbeddedObject(type: "Location", fields: [:]))),
+        ] {
+            #expect {
+                try schema(property).validate()
+            } throws: { error in
+                let error = error as? SchemaError
+                return error?.code == .invalidDefault && error?.message.contains("Task.\(property.name)") == true
+            }
+        }
+        try schema(Property("labels", .scalar(.string), list: true, default: [])).validate()
+        let replica = try cluster(1)[0]
+        #expect(throws: TributaryError.self) {
+            try replica.write { txn in
+                try txn.addProperty(Property("labels", .scalar(.string), list: true, default: ["a"]), to: "Task")
+            }
+        }
+        #expect(replica.schema[type: "Task"]?[property: "labels"] == nil)
+    }
+
+    @Test("Rule 8: an embedded object written concurrently with a required property added to its type is integrated, in either order")
+    func embeddedWriteConcurrentWithARequiredPropertyIsIntegrated() throws {
+        let (cluster, reasons) = try mergeInBothOrders(
+            // A later release adds a required property without a default to the embedded type (a migration may).
+            { try $0.emit(.addProperty(type: "Location", .scalar("zip", .string))) },
+            { txn in
+                try txn.update(
+                    "Task", primaryKey: task, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))])
+            })
+        #expect(reasons.allSatisfy { $0.isEmpty }, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            // The field the writer did not know reads as for an object created before its property existed.
+            #expect(
+                try value(replica, "location")
+                    == .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo", "floor": .null, "zip": ""])))
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: a type declared with both a property and its new name, concurrently with the rename, defines it alike in either order")
+    func typeDeclaringBothNamesOfARenameMergesAlike() throws {
+        let (cluster, reasons) = try mergeInBothOrders(
+            { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) },
+            { txn in
+                // A release that declares both names (the new one indexed), added whole without having seen the rename.
+                var task = try #require(txn.schema[type: "Task"])
+                task.properties.append(.scalar("details", .string, optional: true, indexed: true))
+                try txn.emit(.addType(task))
+            })
+        #expect(reasons.allSatisfy { $0.isEmpty }, "\(reasons)")
+        try cluster.syncAll()
+        let details = cluster.replicas.map { $0.schema[type: "Task"]?[property: "details"] }
+        #expect(details[0] != nil)
+        #expect(Set(details).count == 1, "\(details)")
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "notes"] == nil)
+            #expect(try value(replica, "details") == "before")
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+}
