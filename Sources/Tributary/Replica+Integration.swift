@@ -397,6 +397,13 @@ extension Replica {
                 guard changeset.time.milliseconds <= now &+ skew else { return false }
                 if entry.adopt {
                     guard try adoptable(changeset, vector: vector, known: known) else { return false }
+                    // Only a damaged stored vector counts this many; the relay dot would not fit (as for a write).
+                    guard vector[replicaID] < .max else {
+                        throw TributaryError(
+                            .corrupted,
+                            "replica \(directory): its stored version vector counts \(UInt64.max) changesets of its own, "
+                                + "so it can adopt no more; the views are damaged (rebuild them from the log)")
+                    }
                     changeset = try adopted(
                         changeset, as: Dot(origin: replicaID, sequence: vector[replicaID] + 1),
                         adoptions: working.adoptions, txn: txn)

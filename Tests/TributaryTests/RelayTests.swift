@@ -419,6 +419,38 @@ struct RelayTests {
         #expect(measured.directBytes >= 1000 * 9)
     }
 
+    @Test("A relay whose stored vector counts the last number of its own fails to adopt, naming the damage, without a trap")
+    func damagedVectorFailsAdoption() throws {
+        let directory = TemporaryDirectory("relay-damaged")
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        configuration.replicaID = ReplicaID(rawValue: 1)
+        let path = directory.appending("relay")
+        do {
+            let relay = try Replica.open(directory: path, schema: MergeSemanticsTests.schema, configuration: configuration)
+            try relay.environment.write { txn in
+                var writer = BinaryWriter()
+                writer.varint(1)
+                writer.fixed64(1)
+                writer.varint(UInt64.max)
+                try txn.put(relay.views.meta, key: Array("versionVector".utf8), value: writer.bytes)
+            }
+            relay.close()
+        }
+        let relay = try Replica.open(directory: path, schema: MergeSemanticsTests.schema, configuration: configuration)
+        defer { relay.close() }
+        let upload = Changeset(
+            origin: ReplicaID(rawValue: 1_000), originSequence: 1, time: HybridTime(milliseconds: 1_700_000_000_000),
+            context: VersionVector(), schemaVersion: 1,
+            instructions: [.create(type: "Person", primaryKey: .string("p"), fields: [], defaults: [])])
+        #expect {
+            try relay.adopt([upload])
+        } throws: { error in
+            (error as? TributaryError)?.code == .corrupted && (error as? TributaryError)?.message.contains("version vector") == true
+        }
+        #expect(try relay.object("Person", primaryKey: .string("p")) == nil)
+    }
+
     /// Encoded bytes of causal metadata (context and extras) of the last changeset, after `apps` apps each wrote one
     /// changeset: through a relay that adopts them, and integrated directly as peers.
     static func metadataBytes(apps: Int) throws -> (adoptedBytes: Int, directBytes: Int) {
