@@ -179,14 +179,21 @@ struct OperationGenerator {
         }
     }
 
-    mutating func createValues(_ type: String, _ key: PrimaryKey) -> [String: Value] {
+    /// A box with `fields`, and a code when the schema holds that required property (added during the run).
+    mutating func box(_ fields: [String: Value], schema: Schema) -> Value {
+        var fields = fields
+        if schema[type: "Box"]?[property: "code"] != nil { fields["code"] = .string(unique()) }
+        return .embedded(EmbeddedObject(type: "Box", fields: fields))
+    }
+
+    mutating func createValues(_ type: String, _ key: PrimaryKey, schema: Schema) -> [String: Value] {
         var values: [String: Value] = ["_id": key.value]
         switch type {
         case "Card":
             if next(2) == 0 { values["title"] = .string(unique()) }
             if next(3) == 0 { values["count"] = .int(Int64(next(100))) }
             if next(3) == 0 { values["tags"] = .list([.string(unique()), .string(unique())]) }
-            if next(4) == 0 { values["box"] = .embedded(EmbeddedObject(type: "Box", fields: ["label": .string(unique())])) }
+            if next(4) == 0 { values["box"] = box(["label": .string(unique())], schema: schema) }
         case "Member":
             if next(2) == 0 { values["name"] = .string(unique()) }
         case "Note":
@@ -210,10 +217,10 @@ struct OperationGenerator {
         switch kind {
         case .create:
             if exists {
-                try txn.upsert(type, createValues(type, key))
+                try txn.upsert(type, createValues(type, key, schema: txn.schema))
                 journal.listsShrunk.insert(name)
             } else {
-                let values = createValues(type, key)
+                let values = createValues(type, key, schema: txn.schema)
                 try txn.create(type, values)
                 for case .string(let text) in values["tags"]?.listValue ?? [] { journal.listValues[name, default: []].insert(text) }
             }
@@ -291,7 +298,7 @@ struct OperationGenerator {
                 var fields: [String: Value] = ["label": .string(unique()), "inner": inner]
                 let size = Value.int(Int64(next(10)))
                 if hasSize { fields["size"] = size }
-                try txn.set(.embedded(EmbeddedObject(type: "Box", fields: fields)), at: ["box"], of: type, primaryKey: key)
+                try txn.set(box(fields, schema: txn.schema), at: ["box"], of: type, primaryKey: key)
             case 1 where card?["box"].embeddedValue != nil && hasSize:
                 try txn.set(.int(Int64(next(100))), at: ["box", "size"], of: type, primaryKey: key)
             case 2 where card?["box"].embeddedValue?["inner"].embeddedValue != nil:
@@ -321,7 +328,12 @@ struct OperationGenerator {
                 // A migration drops a property of an embedded type, or a later one adds it back: the embedded objects
                 // that replicas write meanwhile carry values for it (rule 8).
                 guard let box = txn.schema[type: "Box"] else { return }
-                if box[property: "size"] != nil {
+                if box[property: "code"] == nil && next(8) == 0 {
+                    // A later release adds a required property without a default to the embedded type (its
+                    // migration sets it on the objects it holds): replicas that have not seen it write boxes
+                    // without it, and must be integrated in any order.
+                    try txn.emit(.addProperty(type: "Box", .scalar("code", .string)))
+                } else if box[property: "size"] != nil {
                     try txn.emit(.removeProperty(type: "Box", name: "size"))
                 } else {
                     try txn.addProperty(.scalar("size", .int, optional: true), to: "Box")
