@@ -293,9 +293,14 @@ struct InstructionApplier {
         // Only single values are defaults (rule 3, ``Value/isSingleDefault``): a list or an embedded object that a
         // create gives as a default (a schema no longer declares one; an earlier build's or a peer's changeset may
         // hold one) has its writer's element ids, so two such defaults could not merge alike in every order. It is
-        // left out: the property reads as it reads without a value.
+        // left out, and so is a null default of a list (a list starts empty): the property reads as it reads without
+        // a value. (The general path below leaves out those of a list that a rename since gave another name.)
         var defaults = defaults
-        if defaults.contains(where: { !$0.value.isSingleDefault }) { defaults.removeAll { !$0.value.isSingleDefault } }
+        let listSchema = state.schema[type: type]
+        let leftOut = { (field: FieldValue) in
+            !field.value.isSingleDefault || (field.value.isNull && listSchema?[property: field.name]?.isList == true)
+        }
+        if defaults.contains(where: leftOut) { defaults.removeAll(where: leftOut) }
         if try createNew(type: type, key: key, explicit: explicit, defaults: defaults, state: &state) { return }
         // Convert every value first: the ids drawn must not depend on what the replica holds.
         // Then each as it lands (rule 8).
@@ -395,6 +400,8 @@ struct InstructionApplier {
                 let property = typeSchema[property: name]
             else { continue }
             try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
+            // A list's default is left out (above), also where a rename took it.
+            if property.isList { continue }
             // A default never beats a value someone wrote (rule 3). Two defaults (possible only when the schema's
             // default changed between writers) are ordered by their encoding, so the choice is the same everywhere;
             // they are single values (lists and embedded objects were left out above).

@@ -15,10 +15,13 @@ struct SchemaMerger {
     func apply(_ instruction: Instruction, to state: inout WorkingSet) throws {
         var schema = state.schema
         let causal = state.causalResolver
+        // A definition brings no default that would not merge alike everywhere (rule 3): a list or embedded-object
+        // default that an earlier build's definition holds is dropped, on every replica (a schema declares none).
         switch instruction {
-        case .addType(let type):
+        case .addType(var type):
             guard info.hasSeenRemovals(ofType: type.name, in: schema, causal: causal) else { return }
-            let incoming = landedProperties(of: type, in: schema, causal: causal)
+            type.properties = type.properties.map(\.withoutUnmergeableDefault)
+            let incoming = try landedProperties(of: type, in: schema, causal: causal)
             if let existing = schema[type: type.name] {
                 try merge(existing, incoming, into: &schema)
             } else {
@@ -26,6 +29,7 @@ struct SchemaMerger {
                 for property in incoming.properties { record(.addition, of: property.name, in: type.name, &schema) }
             }
         case .addProperty(let typeName, let property):
+            let property = property.withoutUnmergeableDefault
             guard info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal) else { return }
             guard let existing = schema[type: typeName] else {
                 throw MergeError(.invalidInstruction, "cannot add property '\(property.name)' to unknown type '\(typeName)'")
@@ -97,6 +101,7 @@ struct SchemaMerger {
                 let name = info.writeTarget(of: property.name, in: typeName, schema: schema, causal: causal),
                 var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == name })
             else { return }
+            property = property.withoutUnmergeableDefault
             property.name = name
             let current = type.properties[index]
             guard Self.holdsTheSame(current, property) else {
@@ -291,8 +296,9 @@ struct SchemaMerger {
     ///
     /// Two definitions that land on one name (the type declares both a property and the name a rename gave it) are
     /// one changeset's, so they tie: the one that describes itself first stands, as ``replaces(_:stamped:_:stamped:)``
-    /// decides when the rename merges after this addition and moves the one onto the other.
-    private func landedProperties(of type: ObjectSchema, in schema: Schema, causal: CausalResolver) -> ObjectSchema {
+    /// decides when the rename merges after this addition and moves the one onto the other; when they hold different
+    /// values, the addition is refused, naming both, as that rename refuses them. None lands on the primary key's name.
+    private func landedProperties(of type: ObjectSchema, in schema: Schema, causal: CausalResolver) throws -> ObjectSchema {
         guard !schema.propertyRemovals.isEmpty else { return type }
         var landed = type
         landed.properties = []
@@ -301,12 +307,18 @@ struct SchemaMerger {
                 landed.properties.append(property)
                 continue
             }
-            guard let name = info.writeTarget(of: property.name, in: type.name, schema: schema, causal: causal) else {
-                continue
-            }
+            guard let name = info.writeTarget(of: property.name, in: type.name, schema: schema, causal: causal),
+                name == property.name || name != type.primaryKey
+            else { continue }
             property.name = name
             if let other = landed.properties.firstIndex(where: { $0.name == name }) {
-                if property.description < landed.properties[other].description { landed.properties[other] = property }
+                let current = landed.properties[other]
+                guard Self.holdsTheSame(current, property) else {
+                    throw MergeError(
+                        .schemaConflict,
+                        "type '\(type.name)' defines '\(name)' twice once a concurrent rename lands: as \(current) and as \(property)")
+                }
+                if property.description < current.description { landed.properties[other] = property }
                 continue
             }
             landed.properties.append(property)

@@ -91,6 +91,39 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
         if let defaultValue { text += " = \(defaultValue)" }
         return text
     }
+
+    /// Whether the property has no default, or one that merges alike on every replica (rule 3): a single value
+    /// (``Value/isSingleDefault``), or for a list `[]` or null, which a create does not store (a list starts empty).
+    /// A schema declares no other default (``Schema/validate()``), and the merge drops one that a definition from an
+    /// earlier build brings (``withoutUnmergeableDefault``).
+    public var hasMergeableDefault: Bool {
+        guard let defaultValue else { return true }
+        return isList ? defaultValue == .list([]) || defaultValue.isNull : defaultValue.isSingleDefault
+    }
+
+    /// The default a create stores for the property when the app gives no value: none for a list (it starts empty)
+    /// or for a default that does not merge (``hasMergeableDefault``).
+    public var createDefault: Value? {
+        guard !isList, let defaultValue, defaultValue.isSingleDefault else { return nil }
+        return defaultValue
+    }
+
+    /// The error that names the property's default when it does not merge (``hasMergeableDefault``), or `nil`.
+    public func unmergeableDefaultError(in type: String) -> SchemaError? {
+        guard !hasMergeableDefault, let defaultValue else { return nil }
+        return SchemaError(
+            .invalidDefault,
+            "'\(type).\(name)' cannot have the default \(defaultValue): a list starts empty and an embedded object "
+                + "starts null. Remove the default from the schema and give the value when you create an object")
+    }
+
+    /// The property without its default when the default does not merge (``hasMergeableDefault``).
+    public var withoutUnmergeableDefault: Property {
+        guard !hasMergeableDefault else { return self }
+        var property = self
+        property.defaultValue = nil
+        return property
+    }
 }
 
 /// An object type: its name, primary key and properties.
@@ -370,12 +403,7 @@ public struct Schema: Hashable, Sendable {
                     if let problem = property.problem(with: value) {
                         throw SchemaError(.invalidDefault, "default value of '\(path)' is invalid: \(problem)")
                     }
-                    if !value.isSingleDefault, value != .list([]) {
-                        throw SchemaError(
-                            .invalidDefault,
-                            "'\(path)' cannot have the default \(value): a list starts empty and an embedded object "
-                                + "starts null; give its value when you create the object")
-                    }
+                    if let error = property.unmergeableDefaultError(in: type.name) { throw error }
                 }
             }
             if type.isEmbedded {

@@ -109,4 +109,91 @@ extension MergeSemanticsTests {
         }
         #expect(try cluster.converged())
     }
+
+    @Test("Rule 3: a definition from an earlier build with a list default merges without it, and schema changes go on")
+    func earlierBuildsListDefaultIsDroppedByTheMerge() throws {
+        let cluster = try cluster(2)
+        try cluster[0].write { txn in
+            // What an earlier build's schema declared and sent.
+            try txn.emit(.addProperty(type: "Task", Property("labels", .scalar(.string), list: true, default: ["a"])))
+            try txn.emit(.addProperty(type: "Person", Property("home", .embedded("Location"), default: .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"])))))
+            try txn.create("Task", ["_id": "t"])
+        }
+        #expect(try cluster.send(from: 0, to: 1).rejected.isEmpty)
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "labels"] == Property("labels", .scalar(.string), list: true))
+            #expect(replica.schema[type: "Person"]?[property: "home"] == Property("home", .embedded("Location")))
+            #expect(try value(replica, "labels") == [])
+        }
+        // Later schema changes, from either side, are integrated.
+        try cluster[1].write { try $0.addProperty(.scalar("rank", .int, optional: true), to: "Task") }
+        try cluster[0].write { try $0.addProperty(.scalar("due", .date, optional: true), to: "Task") }
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "rank"] != nil)
+            #expect(replica.schema[type: "Task"]?[property: "due"] != nil)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 3: a null default of a list is left out, also where a concurrent rename takes it, in either order")
+    func nullListDefaultIsLeftOutWhereARenameTakesIt() throws {
+        let cluster = try cluster(4)
+        try cluster[0].write { try $0.addProperty(Property("old", .scalar(.string), list: true, default: .null), to: "Task") }
+        try cluster.syncAll()
+        cluster.advanceClocks(byMilliseconds: 10)
+        let reasons = try mergeConcurrently(
+            cluster,
+            { try $0.emit(.renameProperty(type: "Task", from: "old", to: "new")) },
+            { txn in
+                // A release that declares `new` as well, and creates an object with a value for it; the create
+                // carries the null default of `old`, as the writer's schema has it.
+                try txn.addProperty(Property("new", .scalar(.string), list: true), to: "Task")
+                try txn.emit(
+                    .create(type: "Task", primaryKey: .string("x"), fields: [FieldValue("new", ["a"])], defaults: [FieldValue("old", .null)]))
+            })
+        #expect(reasons.isEmpty, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(try value(replica, "new", key: .string("x")) == ["a"])
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: a type declaring a rename's old and new names with different kinds is refused, in either order, naming both")
+    func typeDeclaringBothNamesWithDifferentKindsIsRefused() throws {
+        let (_, reasons) = try mergeInBothOrders(
+            { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) },
+            { txn in
+                var task = try #require(txn.schema[type: "Task"])
+                // (A uuid's description sorts after a string's: picking by description alone would keep the
+                // renamed string and drop this definition silently.)
+                task.properties.append(.scalar("details", .uuid, optional: true))
+                try txn.emit(.addType(task))
+            })
+        // Replica 2 merged the rename first and refuses the addition; replica 3 the other way round, the rename.
+        for target in [2, 3] {
+            #expect(reasons[target].count == 1, "\(reasons)")
+            #expect(reasons[target].first?.contains("details: string?") == true, "\(reasons)")
+            #expect(reasons[target].first?.contains("details: uuid?") == true, "\(reasons)")
+        }
+    }
+
+    @Test("Rule 8: an embedded object inserted into a list concurrently with a required property added to its type is integrated, in either order")
+    func embeddedInsertConcurrentWithARequiredPropertyIsIntegrated() throws {
+        let (cluster, reasons) = try mergeInBothOrders(
+            { try $0.emit(.addProperty(type: "Step", .scalar("due", .string))) },
+            { txn in
+                try txn.insert(.embedded(EmbeddedObject(type: "Step", fields: ["text": "call"])), at: 0, into: ["steps"], of: "Task", primaryKey: task)
+            })
+        #expect(reasons.allSatisfy { $0.isEmpty }, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(try value(replica, "steps")?.listValue?.first?.embeddedValue?["due"] == "")
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
 }
