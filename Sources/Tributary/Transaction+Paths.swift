@@ -28,6 +28,10 @@ extension Transaction {
             }
             described += ".\(name)"
             if index == path.count - 1 {
+                // Checked here, so that the write is refused alone; the merge would refuse the whole transaction.
+                guard name != objectType.primaryKey else {
+                    throw TributaryError(.invalidValue, "\(described) is the primary key, which cannot change")
+                }
                 return ResolvedPath(
                     fieldPath: FieldPath(type: type, primaryKey: key, steps: steps, property: name),
                     property: property, field: fields[name])
@@ -246,11 +250,18 @@ struct Differ {
             for child in childType.properties where !(leavesAbsentFields && newObject.fields[child.name] == nil) {
                 var fieldPath = childPath
                 fieldPath.property = child.name
-                try update(from: oldObject[child.name], to: newObject[child.name], property: child, path: fieldPath)
+                try update(from: oldObject[child.name], to: value(of: child, in: newObject), property: child, path: fieldPath)
             }
             return
         }
         try transaction.emit(.set(path, new))
+    }
+
+    /// What `property` holds in the embedded object `object` is set to: the value it gives, or for a field it leaves
+    /// out, what a new embedded object's field reads (its default, null, an empty list), never a null where the
+    /// property is required.
+    func value(of property: Property, in object: EmbeddedObject) -> Value {
+        object.fields[property.name] ?? ObjectRecord.value(nil, of: property, in: transaction.working.schema)
     }
 
     func field(at path: FieldPath) throws -> FieldState? {
@@ -305,7 +316,7 @@ struct Differ {
                     let fieldPath = FieldPath(
                         type: path.type, primaryKey: path.primaryKey,
                         steps: path.steps + [EmbeddedStep(property: path.property, id: child.id)], property: field.name)
-                    try update(from: oldObject[field.name], to: newObject[field.name], property: field, path: fieldPath)
+                    try update(from: oldObject[field.name], to: value(of: field, in: newObject), property: field, path: fieldPath)
                 }
             }
             return

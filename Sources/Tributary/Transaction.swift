@@ -208,6 +208,8 @@ public final class Transaction: ObjectReading {
         guard let current = try object(type, primaryKey: primaryKey) else {
             throw TributaryError(.objectNotFound, "cannot update \(type) \(primaryKey): no such object")
         }
+        // Every value is checked before any is written: an update that throws has changed nothing.
+        var checked: [(name: String, value: Value, property: Property)] = []
         for name in values.keys.sorted() {
             let value = values[name] ?? .null
             let property = try checkedProperty(objectType, name, value)
@@ -218,6 +220,9 @@ public final class Transaction: ObjectReading {
                 }
                 continue
             }
+            checked.append((name, value, property))
+        }
+        for (name, value, property) in checked {
             try Differ(transaction: self, leavesAbsentFields: leavingAbsentFields).update(
                 from: current[name], to: value, property: property,
                 path: FieldPath(type: type, primaryKey: primaryKey, property: name))
@@ -337,8 +342,8 @@ public final class Transaction: ObjectReading {
                     (try? checkLinkTargets(value, property)) != nil
                 else { return nil }
                 explicit.append(FieldValue(property.name, value))
-            } else if let value = property.defaultValue {
-                if value.isSingleDefault { defaults.append(FieldValue(property.name, value)) }
+            } else if let value = property.createDefault {
+                defaults.append(FieldValue(property.name, value))
             } else if !property.isOptional && !property.isList {
                 return nil
             }
@@ -356,9 +361,8 @@ public final class Transaction: ObjectReading {
         }
         var defaults: [FieldValue] = []
         for property in type.properties where property.name != type.primaryKey && values[property.name] == nil {
-            if let value = property.defaultValue {
-                // A list's `[]` is not stored: a list without elements reads empty (``Value/isSingleDefault``).
-                if value.isSingleDefault { defaults.append(FieldValue(property.name, value)) }
+            if let value = property.createDefault {
+                defaults.append(FieldValue(property.name, value))
             } else if !property.isOptional && !property.isList {
                 throw TributaryError(
                     .missingProperty,
@@ -390,6 +394,9 @@ extension Transaction {
                     .schemaConflict, "'\(type).\(property.name)' is defined as \(current); cannot also define it as \(property)")
             }
             return
+        }
+        if let error = property.unmergeableDefaultError(in: type) {
+            throw TributaryError(.schemaMismatch, "cannot add '\(type).\(property.name)': \(error)", underlying: error)
         }
         guard property.isOptional || property.isList || property.defaultValue != nil else {
             throw TributaryError(
