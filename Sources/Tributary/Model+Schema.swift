@@ -11,7 +11,7 @@ extension Schema {
         var probe = SchemaProbe()
         for model in models { try probe.add(model) }
         self.init(version: version, types: probe.types)
-        do { try validate() } catch {
+        do { try validateDeclaration() } catch {
             throw TributaryError(.schemaMismatch, "the schema of the model types is invalid: \(error)", underlying: error)
         }
     }

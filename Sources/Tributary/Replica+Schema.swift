@@ -21,7 +21,7 @@ extension Replica {
     /// runtime schema changes) added stays, and does not make the app's unchanged schema "differ".
     func reconcile(schema given: Schema, migration: Migration?) throws {
         do {
-            try given.validate()
+            try given.validateDeclaration()
         } catch {
             throw TributaryError(.schemaMismatch, "the schema given to open \(directory) is invalid: \(error)", underlying: error)
         }
@@ -34,7 +34,9 @@ extension Replica {
             }
             return
         }
-        let declared = try declaredSchema() ?? stored
+        // An earlier build may have stored a declaration with defaults this one refuses; the app, which had to
+        // remove them, declares the same schema.
+        let declared = (try declaredSchema() ?? stored).withoutUnmergeableDefaults
         if given.version < stored.version {
             throw TributaryError(
                 .schemaMismatch,

@@ -410,7 +410,10 @@ extension Transaction {
     public func addType(_ type: ObjectSchema) throws {
         var schema = working.schema
         schema.upsert(type)
-        do { try schema.validate() } catch {
+        do {
+            try schema.validate()
+            try Schema(types: [type]).validateDefaults()
+        } catch {
             throw TributaryError(.schemaMismatch, "cannot add type '\(type.name)': \(error)", underlying: error)
         }
         try emit(.addType(type))

@@ -294,9 +294,10 @@ struct InstructionApplier {
         // create gives as a default (a schema no longer declares one; an earlier build's or a peer's changeset may
         // hold one) has its writer's element ids, so two such defaults could not merge alike in every order. It is
         // left out, and so is a null default of a list (a list starts empty): the property reads as it reads without
-        // a value. (The general path below leaves out those of a list that a rename since gave another name.)
+        // a value. Here by the name as written only when no property was ever removed or renamed (names land as
+        // written); otherwise the general path below leaves out those that land on a list.
         var defaults = defaults
-        let listSchema = state.schema[type: type]
+        let listSchema = state.schema.propertyRemovals.isEmpty ? state.schema[type: type] : nil
         let leftOut = { (field: FieldValue) in
             !field.value.isSingleDefault || (field.value.isNull && listSchema?[property: field.name]?.isList == true)
         }

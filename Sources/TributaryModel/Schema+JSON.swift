@@ -935,7 +935,7 @@ private struct SchemaJSONReader {
             types.append(definition.type)
         }
         let schema = Schema(version: version, types: types)
-        try schema.validate()
+        try schema.validateDeclaration()
         return schema
     }
 }

@@ -370,6 +370,34 @@ public struct Schema: Hashable, Sendable {
     /// properties, and embedded types are not linked to.
     ///
     /// - Throws: ``SchemaError`` naming the type and property at fault.
+    /// Checks a schema an app declares: ``validate()``, and no default that would not merge alike on every replica
+    /// (``Property/hasMergeableDefault``: a list starts empty, an embedded object null). A merged schema is only
+    /// validated: the merge drops such defaults from definitions, and one that an earlier build stored stays harmless.
+    public func validateDeclaration() throws(SchemaError) {
+        try validate()
+        try validateDefaults()
+    }
+
+    /// Checks that no property has a default that would not merge alike (``Property/hasMergeableDefault``).
+    public func validateDefaults() throws(SchemaError) {
+        for type in types {
+            for property in type.properties {
+                if let error = property.unmergeableDefaultError(in: type.name) { throw error }
+            }
+        }
+    }
+
+    /// The schema without the defaults that do not merge (``Property/withoutUnmergeableDefault``): what the merge
+    /// makes of a declaration an earlier build stored.
+    public var withoutUnmergeableDefaults: Schema {
+        var schema = self
+        for var type in types where type.properties.contains(where: { !$0.hasMergeableDefault }) {
+            type.properties = type.properties.map(\.withoutUnmergeableDefault)
+            schema.upsert(type)
+        }
+        return schema
+    }
+
     public func validate() throws(SchemaError) {
         var seen = Set<String>()
         for type in types {
@@ -403,7 +431,6 @@ public struct Schema: Hashable, Sendable {
                     if let problem = property.problem(with: value) {
                         throw SchemaError(.invalidDefault, "default value of '\(path)' is invalid: \(problem)")
                     }
-                    if let error = property.unmergeableDefaultError(in: type.name) { throw error }
                 }
             }
             if type.isEmbedded {

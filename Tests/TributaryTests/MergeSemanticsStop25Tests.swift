@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import Tributary
 import TributaryModel
+import TributaryStorage
 import TributaryTestSupport
 
 /// Shapes that merged by arrival order until stop 25, each merged in both orders.
@@ -49,14 +50,16 @@ extension MergeSemanticsTests {
             Property("labels", .scalar(.string), list: true, default: ["a"]),
             Property("place", .embedded("Location"), default: .embedded(EmbeddedObject(type: "Location", fields: [:]))),
         ] {
+            // The merged schema an earlier build stored may hold one: only a declaration is refused.
+            try schema(property).validate()
             #expect {
-                try schema(property).validate()
+                try schema(property).validateDeclaration()
             } throws: { error in
                 let error = error as? SchemaError
                 return error?.code == .invalidDefault && error?.message.contains("Task.\(property.name)") == true
             }
         }
-        try schema(Property("labels", .scalar(.string), list: true, default: [])).validate()
+        try schema(Property("labels", .scalar(.string), list: true, default: [])).validateDeclaration()
         let replica = try cluster(1)[0]
         #expect(throws: TributaryError.self) {
             try replica.write { txn in
@@ -195,5 +198,54 @@ extension MergeSemanticsTests {
             #expect(try replica.verify().passed)
         }
         #expect(try cluster.converged())
+    }
+
+    @Test("Rule 3: a null default of a scalar stays, in either order, when its name is used again for a list after a concurrent rename")
+    func nullDefaultOfARenamedScalarStaysWhenItsNameIsAListAgain() throws {
+        let cluster = try cluster(4)
+        try cluster[0].write { try $0.addProperty(.scalar("a", .string, optional: true, default: .null), to: "Task") }
+        try cluster.syncAll()
+        cluster.advanceClocks(byMilliseconds: 10)
+        let reasons = try mergeConcurrently(
+            cluster,
+            { txn in
+                // A migration renames `a`, and a later one uses the name again, for a list.
+                try txn.emit(.renameProperty(type: "Task", from: "a", to: "b"))
+                try txn.addProperty(Property("a", .scalar(.string), list: true), to: "Task")
+            },
+            { txn in try txn.create("Task", ["_id": "x"]) })
+        #expect(reasons.isEmpty, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(try value(replica, "a", key: .string("x")) == [])
+            #expect(try replica.verify().passed)
+        }
+        // The create's null default of `a` followed the rename to `b` everywhere, or nowhere.
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 3: an app that removed a list default an earlier build stored in its declaration opens without a migration")
+    func declarationWithoutAnEarlierListDefaultOpens() throws {
+        let directory = TemporaryDirectory("declared-default")
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        do {
+            let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
+            // What an earlier build stored as the app's declaration: `tags` with a default.
+            var declared = Self.schema
+            var task = try #require(declared[type: "Task"])
+            let index = try #require(task.properties.firstIndex { $0.name == "tags" })
+            task.properties[index].defaultValue = ["a"]
+            declared.upsert(task)
+            var writer = BinaryWriter()
+            writer.schema(declared)
+            try replica.environment.write { try $0.put(replica.identity, key: Replica.declaredSchemaKey, value: writer.bytes) }
+            replica.close()
+        }
+        let reopened = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
+        defer { reopened.close() }
+        // Opened (no `migrationRequired`), with the schema the app declares.
+        #expect(reopened.schema[type: "Task"] == Self.schema[type: "Task"])
+        #expect(try reopened.verify().passed)
     }
 }
