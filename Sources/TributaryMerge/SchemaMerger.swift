@@ -49,7 +49,17 @@ struct SchemaMerger {
                 dot: info.dot, removalsSeen: seenRemovals(of: name, in: typeName, schema, causal),
                 renamesOntoSeen: seenRenames(onto: name, in: typeName, schema, causal))
             try refuseDisagreement(with: removal, of: name, in: typeName, schema, causal)
+            // A copy of a removal merged already (one migration run on several replicas, each removing the property
+            // it held and perhaps adding it back with another definition, as a change of its type does): the property
+            // it removes is gone, and what holds the name now came after, from a changeset that saw one of the copies
+            // (which counts as seeing this one). It stays. Asked before this one is remembered.
+            let recorded = schema.removals(of: name, in: typeName)
+            let repeated = recorded.contains { removal.isCopy(of: $0, among: recorded) }
             schema.recordRemoval(removal, of: name, in: typeName)
+            if repeated {
+                state.setSchema(schema)
+                return
+            }
             try remove(name, of: typeName, schema, in: &state)
             return
         case .renameProperty(let typeName, let from, let to):
@@ -484,12 +494,13 @@ extension PropertyRemoval {
         return unseen.filter { removal in !unseen.contains { removal.removalsSeen.contains($0.dot) } }
     }
 
-    /// Whether this rename and `other`, two renames of one name among `removals` (all of that name's), are copies of
-    /// one rename, as when one migration runs on several replicas: the same new name, made concurrently (neither saw
-    /// the other), of the same property. A removal or rename of the name that one of them saw and the other did not
-    /// means that the name was used again between them, so they renamed different properties of that name.
+    /// Whether this removal and `other`, two removals of one name among `removals` (all of that name's), are copies
+    /// of one, as when one migration runs on several replicas: both renames to the same new name, or both plain
+    /// removals, made concurrently (neither saw the other), of the same property. A removal or rename of the name that
+    /// one of them saw and the other did not means that the name was used again between them, so they removed
+    /// different properties of that name.
     func isCopy(of other: PropertyRemoval, among removals: [PropertyRemoval]) -> Bool {
-        guard let target = renamedTo, other.renamedTo == target, dot != other.dot,
+        guard renamedTo == other.renamedTo, dot != other.dot,
             !removalsSeen.contains(other.dot), !other.removalsSeen.contains(dot)
         else { return false }
         return removals.allSatisfy { between in

@@ -270,11 +270,20 @@ extension Simulation {
                 }
                 let seen = all.filter(isSeen)
                 var unseen = all.filter { !isSeen($0) }
-                unseen.removeAll { removal in
-                    removal.renamedTo != nil && seen.contains { other in
-                        other.renamedTo == removal.renamedTo && !covers(removal.changeset, removal.index, (other.changeset, other.index))
+                // Copies of a seen removal: the same rename, or the same plain removal, made concurrently with it, of
+                // the same property (each saw the same other removals of the name).
+                func isCopy(_ removal: Removal, of other: Removal) -> Bool {
+                    let a = (removal.changeset, removal.index)
+                    let b = (other.changeset, other.index)
+                    guard other.renamedTo == removal.renamedTo, removal.changeset != other.changeset,
+                        !covers(a.0, a.1, b), !covers(b.0, b.1, a)
+                    else { return false }
+                    return all.allSatisfy { between in
+                        let c = (between.changeset, between.index)
+                        return c == a || c == b || covers(a.0, a.1, c) == covers(b.0, b.1, c)
                     }
                 }
+                unseen.removeAll { removal in seen.contains { isCopy(removal, of: $0) } }
                 let first = unseen.filter { removal in
                     !unseen.contains { other in
                         (other.changeset, other.index) != (removal.changeset, removal.index)

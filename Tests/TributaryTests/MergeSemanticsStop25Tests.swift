@@ -248,4 +248,31 @@ extension MergeSemanticsTests {
         #expect(reopened.schema[type: "Task"] == Self.schema[type: "Task"])
         #expect(try reopened.verify().passed)
     }
+
+    @Test("Rule 8: one migration changing a property's type, run on two replicas, keeps the property and what both wrote, in either order")
+    func copiesOfATypeChangeKeepTheProperty() throws {
+        func migration(_ value: Int64, _ key: String) -> (Transaction) throws -> Void {
+            { txn in
+                // What a migration that changes `notes` from string to int emits: a removal and an addition, then
+                // the values it converts.
+                try txn.emit(.removeProperty(type: "Task", name: "notes"))
+                try txn.emit(.addProperty(type: "Task", .scalar("notes", .int, optional: true)))
+                try txn.update("Task", primaryKey: self.task, ["notes": .int(value)])
+                try txn.create("Task", ["_id": .string(key), "notes": .int(value)])
+            }
+        }
+        let (cluster, reasons) = try mergeInBothOrders(migration(1, "a"), migration(2, "b"))
+        #expect(reasons.allSatisfy { $0.isEmpty }, "\(reasons)")
+        try cluster.syncAll()
+        let notes = try cluster.replicas.map { try value($0, "notes") }
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "notes"] == .scalar("notes", .int, optional: true))
+            #expect(try value(replica, "notes", key: .string("a")) == 1)
+            #expect(try value(replica, "notes", key: .string("b")) == 2)
+            #expect(try replica.verify().passed)
+        }
+        // The task's value is one of the two, the same everywhere.
+        #expect(notes[0] == 1 || notes[0] == 2)
+        #expect(try cluster.converged())
+    }
 }
