@@ -224,18 +224,16 @@ struct SchemaMerger {
     ///
     /// A pair does not disagree when one of them concerns a later property of that name: it saw a rename that the
     /// other is a copy of (the name was used again after that rename), so the copy renames nothing that the later
-    /// one touches. A removal gets no such pass: one that the later property's addition did not see removes that
-    /// property too (an addition counts only if it saw every removal), so a concurrent rename of it disagrees.
+    /// one touches. A removal gets that pass only as a copy of a removal the later one saw (the same migration run on
+    /// several replicas): otherwise one that the later property's addition did not see removes that property too (an
+    /// addition counts only if it saw every removal, or a copy of it), so a concurrent rename of it disagrees.
     private func refuseDisagreement(
         with incoming: PropertyRemoval, of property: String, in type: String, _ schema: Schema, _ causal: CausalResolver
     ) throws {
         let recorded = schema.removals(of: property, in: type)
-        // A copy of a rename that `later` saw and `copy` did not.
+        // A copy of a rename or removal that `later` saw (and `copy` did not): `later` counts as having seen `copy`.
         func isCopy(_ copy: PropertyRemoval, ofOneSeenBy later: PropertyRemoval) -> Bool {
-            guard let target = copy.renamedTo else { return false }
-            return recorded.contains { seen in
-                seen.renamedTo == target && later.removalsSeen.contains(seen.dot) && !copy.removalsSeen.contains(seen.dot)
-            }
+            recorded.contains { seen in later.removalsSeen.contains(seen.dot) && copy.isCopy(of: seen, among: recorded) }
         }
         // Recorded ones that this changeset did not see: made concurrently (it applies after its causal past).
         for other in recorded where other.renamedTo != incoming.renamedTo && !info.covers(other.dot, causal: causal) {
@@ -503,8 +501,9 @@ extension PropertyRemoval {
         guard renamedTo == other.renamedTo, dot != other.dot,
             !removalsSeen.contains(other.dot), !other.removalsSeen.contains(dot)
         else { return false }
+        // (By value: a changeset may remove a name twice, once before adding it again.)
         return removals.allSatisfy { between in
-            between.dot == dot || between.dot == other.dot
+            between == self || between == other
                 || removalsSeen.contains(between.dot) == other.removalsSeen.contains(between.dot)
         }
     }

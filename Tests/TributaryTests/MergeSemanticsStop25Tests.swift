@@ -275,4 +275,38 @@ extension MergeSemanticsTests {
         #expect(notes[0] == 1 || notes[0] == 2)
         #expect(try cluster.converged())
     }
+
+    @Test("Rule 8: a rename of a property that one copy of a type change added back does not disagree with the other copy, in any order")
+    func renameAfterOneCopyOfATypeChangeMerges() throws {
+        let cluster = try cluster(4)
+        try seed(cluster, ["notes": "before"])
+        let typeChange = { (txn: Transaction) in
+            try txn.emit(.removeProperty(type: "Task", name: "notes"))
+            try txn.emit(.addProperty(type: "Task", .scalar("notes", .int, optional: true)))
+        }
+        try cluster[0].write { txn in
+            try typeChange(txn)
+            try txn.update("Task", primaryKey: self.task, ["notes": 1])
+        }
+        // The next release's migration, on replica 0 only, before it hears of replica 1's copy.
+        try cluster[0].write { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "remarks")) }
+        try cluster[1].write { txn in
+            try typeChange(txn)
+            try txn.create("Task", ["_id": "y", "notes": 2])
+        }
+        var reasons: [String] = []
+        for (target, sources) in [(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])] {
+            for source in sources { reasons += try cluster.send(from: source, to: target).rejected.map(\.reason) }
+        }
+        #expect(reasons.isEmpty, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "notes"] == nil)
+            #expect(replica.schema[type: "Task"]?[property: "remarks"] == .scalar("remarks", .int, optional: true))
+            #expect(try value(replica, "remarks") == 1)
+            #expect(try value(replica, "remarks", key: .string("y")) == 2)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
 }
