@@ -382,8 +382,9 @@ extension Transaction {
     /// as its default (or null). Replicas that add the same property concurrently merge; conflicting definitions
     /// are refused (DESIGN.md, rule 8).
     ///
-    /// - Throws: ``TributaryError`` with `.unknownType`, or `.schemaConflict` when the type has a different property
-    ///   of that name.
+    /// - Throws: ``TributaryError`` with `.unknownType`, `.schemaConflict` when the type has a different property
+    ///   of that name, or `.schemaMismatch` for a required property without a default or a default that would not
+    ///   merge (a list's or an embedded object's).
     public func addProperty(_ property: Property, to type: String) throws {
         guard let existing = working.schema[type: type] else {
             throw TributaryError(.unknownType, "cannot add '\(property.name)' to '\(type)': the schema has no such type")

@@ -93,7 +93,8 @@ extension Schema {
     ///   `schema[2].properties.author.bsonType: unknown bsonType 'strng'`: `.invalidJSON` for malformed JSON
     ///   or a malformed schema, `.unsupportedType` for a type Tributary cannot store, `.conflict` for two
     ///   different definitions of one type, `.unknownType` for a link or reference to a missing type,
-    ///   `.missingPrimaryKey` and `.invalidDefault` with their paths; then any error of ``validate()``.
+    ///   `.missingPrimaryKey` and `.invalidDefault` with their paths; then any error of ``validateDeclaration()``
+    ///   (including `.invalidDefault` for a list or embedded-object default).
     public init(json: [UInt8], version: UInt64 = 0) throws(SchemaError) {
         var parser = JSONParser(json)
         let root = try parser.parseDocument()

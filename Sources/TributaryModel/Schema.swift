@@ -94,7 +94,7 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
 
     /// Whether the property has no default, or one that merges alike on every replica (rule 3): a single value
     /// (``Value/isSingleDefault``), or for a list `[]` or null, which a create does not store (a list starts empty).
-    /// A schema declares no other default (``Schema/validate()``), and the merge drops one that a definition from an
+    /// A schema declares no other default (``Schema/validateDeclaration()``), and the merge drops one that a definition from an
     /// earlier build brings (``withoutUnmergeableDefault``).
     public var hasMergeableDefault: Bool {
         guard let defaultValue else { return true }
@@ -365,11 +365,6 @@ public struct Schema: Hashable, Sendable {
         definitionStamps = definitionStamps.filter { $0.key.type != name }
     }
 
-    /// Checks that the schema is well formed: names are valid and unique, every top-level type has a primary key
-    /// of a key type, every link and embedded property names a type of the right kind, defaults fit their
-    /// properties, and embedded types are not linked to.
-    ///
-    /// - Throws: ``SchemaError`` naming the type and property at fault.
     /// Checks a schema an app declares: ``validate()``, and no default that would not merge alike on every replica
     /// (``Property/hasMergeableDefault``: a list starts empty, an embedded object null). A merged schema is only
     /// validated: the merge drops such defaults from definitions, and one that an earlier build stored stays harmless.
@@ -398,6 +393,11 @@ public struct Schema: Hashable, Sendable {
         return schema
     }
 
+    /// Checks that the schema is well formed: names are valid and unique, every top-level type has a primary key
+    /// of a key type, every link and embedded property names a type of the right kind, defaults fit their
+    /// properties, and embedded types are not linked to.
+    ///
+    /// - Throws: ``SchemaError`` naming the type and property at fault.
     public func validate() throws(SchemaError) {
         var seen = Set<String>()
         for type in types {
