@@ -50,7 +50,7 @@ public final class Replica: Sendable {
     ///   replica of an earlier format opened for writing rebuilds its views from its log when it is raised, so that
     ///   `verify` (which replays the log by this build's rules) agrees with them. Older builds refuse it, as they
     ///   would merge those shapes by their own rules.
-    /// - 6: a create's default that is a list or an embedded object is left out (``Value/isSingleDefault``): such a
+    /// - 6: a create's default that is a list or an embedded object is left out (``Value/isSingleValue``): such a
     ///   default carried its writer's element ids, so two of them (or one and a list written concurrently) merged by
     ///   arrival order. Encoded as in format 4; a replica of an earlier format opened for writing rebuilds its views
     ///   from its log when it is raised, as for format 5.

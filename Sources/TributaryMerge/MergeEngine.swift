@@ -280,28 +280,26 @@ struct InstructionApplier {
     mutating func create(
         type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet
     ) throws {
-        // A null given for a list is an empty list (see `.set`). Here for the names that land as written (no property
-        // was ever removed or renamed); the general path below decides for the others, by where each lands.
-        var explicit = explicit
-        if state.schema.propertyRemovals.isEmpty, explicit.contains(where: { $0.value.isNull }),
-            let typeSchema = state.schema[type: type]
-        {
-            for index in explicit.indices where explicit[index].value.isNull && typeSchema[property: explicit[index].name]?.isList == true {
-                explicit[index].value = .list([])
-            }
-        }
-        // Only single values are defaults (rule 3, ``Value/isSingleDefault``): a list or an embedded object that a
+        // Only single values are defaults (rule 3, ``Value/isSingleValue``): a list or an embedded object that a
         // create gives as a default (a schema no longer declares one; an earlier build's or a peer's changeset may
         // hold one) has its writer's element ids, so two such defaults could not merge alike in every order. It is
-        // left out, and so is a null default of a list (a list starts empty): the property reads as it reads without
-        // a value. Here by the name as written only when no property was ever removed or renamed (names land as
-        // written); otherwise the general path below leaves out those that land on a list.
+        // left out: the property reads as it reads without a value.
         var defaults = defaults
-        let listSchema = state.schema.propertyRemovals.isEmpty ? state.schema[type: type] : nil
-        let leftOut = { (field: FieldValue) in
-            !field.value.isSingleDefault || (field.value.isNull && listSchema?[property: field.name]?.isList == true)
+        if defaults.contains(where: { !$0.value.isSingleValue }) { defaults.removeAll { !$0.value.isSingleValue } }
+        // A null given for a list is an empty list (see `.set`), and a null default of a list is left out (a list
+        // starts empty). Here for the names that land as written (no property was ever removed or renamed); the
+        // general path below decides for the others, by where each lands. The schema is read only when a null is
+        // there: reading it copies it.
+        var explicit = explicit
+        if explicit.contains(where: { $0.value.isNull }) || defaults.contains(where: { $0.value.isNull }),
+            state.schema.propertyRemovals.isEmpty, let typeSchema = state.schema[type: type]
+        {
+            func isList(_ name: String) -> Bool { typeSchema[property: name]?.isList == true }
+            for index in explicit.indices where explicit[index].value.isNull && isList(explicit[index].name) {
+                explicit[index].value = .list([])
+            }
+            defaults.removeAll { $0.value.isNull && isList($0.name) }
         }
-        if defaults.contains(where: leftOut) { defaults.removeAll(where: leftOut) }
         if try createNew(type: type, key: key, explicit: explicit, defaults: defaults, state: &state) { return }
         // Convert every value first: the ids drawn must not depend on what the replica holds.
         // Then each as it lands (rule 8).
@@ -505,14 +503,8 @@ struct InstructionApplier {
     private func createNew(
         type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet
     ) throws -> Bool {
-        func isPlain(_ field: FieldValue) -> Bool {
-            switch field.value {
-            case .list, .embedded: false
-            default: true
-            }
-        }
         guard state.schema.propertyRemovals.isEmpty, state.schema.typeRemovals.isEmpty,
-            explicit.allSatisfy(isPlain), defaults.allSatisfy(isPlain),
+            explicit.allSatisfy(\.value.isSingleValue), defaults.allSatisfy(\.value.isSingleValue),
             let typeSchema = state.schema[type: type], !typeSchema.isEmbedded
         else { return false }
         // A key of the wrong type is refused by the general path, with its error.

@@ -93,18 +93,18 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Whether the property has no default, or one that merges alike on every replica (rule 3): a single value
-    /// (``Value/isSingleDefault``), or for a list `[]` or null, which a create does not store (a list starts empty).
+    /// (``Value/isSingleValue``), or for a list `[]` or null, which a create does not store (a list starts empty).
     /// A schema declares no other default (``Schema/validateDeclaration()``), and the merge drops one that a definition from an
     /// earlier build brings (``withoutUnmergeableDefault``).
     public var hasMergeableDefault: Bool {
         guard let defaultValue else { return true }
-        return isList ? defaultValue == .list([]) || defaultValue.isNull : defaultValue.isSingleDefault
+        return isList ? defaultValue == .list([]) || defaultValue.isNull : defaultValue.isSingleValue
     }
 
     /// The default a create stores for the property when the app gives no value: none for a list (it starts empty)
     /// or for a default that does not merge (``hasMergeableDefault``).
     public var createDefault: Value? {
-        guard !isList, let defaultValue, defaultValue.isSingleDefault else { return nil }
+        guard !isList, let defaultValue, defaultValue.isSingleValue else { return nil }
         return defaultValue
     }
 

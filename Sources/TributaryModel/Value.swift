@@ -150,11 +150,11 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
 
     public var isNull: Bool { if case .null = self { true } else { false } }
 
-    /// Whether the value can be a property's default: a single value (a scalar, a link or null), not a list or an
-    /// embedded object. A default is the same value on every replica but has no element or instance ids of its own,
-    /// so only a single value, which a merge orders by its encoding, merges alike in any order (rule 3). A create
-    /// stores no other default, and a schema declares none (`[]` for a list, which starts empty anyway).
-    public var isSingleDefault: Bool {
+    /// Whether the value is a single value (a scalar, a link or null), not a list or an embedded object: one that
+    /// holds no element or instance ids, which a merge draws from the changeset that stores them. Only such a value
+    /// can be a default (rule 3): a default has no writer of its own, and a merge orders two of them by their
+    /// encoding, so they merge alike in any order. A create stores no other default, and a schema declares none.
+    public var isSingleValue: Bool {
         switch self {
         case .list, .embedded: false
         default: true

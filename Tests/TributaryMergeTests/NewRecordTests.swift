@@ -189,7 +189,7 @@ import TributaryTestSupport
         }
         // A default that is a list or an embedded object (an earlier build's create holds them) is left out before
         // anything draws ids (rule 3: a default is a single value).
-        for field in defaults where field.value.isSingleDefault {
+        for field in defaults where field.value.isSingleValue {
             var state = expectedState(of: field.value, stamp: info.stamp, ids: &ids)
             if case .register(var register) = state {
                 register.stamp = .zero

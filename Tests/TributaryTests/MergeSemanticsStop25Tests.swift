@@ -39,9 +39,9 @@ extension MergeSemanticsTests {
 
     @Test("Rule 3: a schema declares no list default but [] and no embedded default, naming the property")
     func schemasRefuseListAndEmbeddedDefaults() throws {
-        func schema(_ property: Property) -> Schema {
+        func schema(_ property: Property) throws -> Schema {
             var schema = Self.schema
-            var task = try! #require(schema[type: "Task"])
+            var task = try #require(schema[type: "Task"])
             task.properties.append(property)
             schema.upsert(task)
             return schema
