@@ -54,7 +54,12 @@ public final class Replica: Sendable {
     ///   default carried its writer's element ids, so two of them (or one and a list written concurrently) merged by
     ///   arrival order. Encoded as in format 4; a replica of an earlier format opened for writing rebuilds its views
     ///   from its log when it is raised, as for format 5.
-    public static let formatVersion: UInt8 = 6
+    /// - 7: a removal of a type remembers the earlier removals of the type it saw (``TypeRemoval/removalsSeen``), and
+    ///   two concurrent removals that saw the same ones are copies of one: the second removes nothing (one migration
+    ///   that replaces a type, run on several replicas, no longer removes the type everywhere). A stored schema
+    ///   encodes as in format 6 when no type removal saw another; a replica of an earlier format opened for writing
+    ///   rebuilds its views from its log when it is raised, as for format 5.
+    public static let formatVersion: UInt8 = 7
 
     /// The replica's directory.
     public let directory: String
@@ -329,7 +334,7 @@ public final class Replica: Sendable {
     /// (``ChangesetLog/adoptions(fromEntriesIn:)``), and when some changeset was adopted twice the views are rebuilt
     /// too: an earlier build merged against the copy it recorded last, where this one counts every copy.
     ///
-    /// Below format 6, the views are rebuilt: an earlier build merged some shapes by other rules (``formatVersion``).
+    /// Below format 7, the views are rebuilt: an earlier build merged some shapes by other rules (``formatVersion``).
     ///
     /// Below format 4, the index entries whose keys format 4 encodes otherwise (long values of types with long names
     /// or string primary keys, and properties whose names leave no room) are rewritten from the records in the same
@@ -352,8 +357,8 @@ public final class Replica: Sendable {
         let schema = state.withLock { $0.schema }
         let lacksRenamesOntoSeen = stored < 2
             && schema.propertyRemovals.values.contains(where: { $0.contains { $0.renamedTo != nil } })
-        // Below format 6, views merged by an earlier build's rules (see ``formatVersion``).
-        let mergedByEarlierRules = stored < 6
+        // Below format 7, views merged by an earlier build's rules (see ``formatVersion``).
+        let mergedByEarlierRules = stored < 7
         if rebuilding || lacksRenamesOntoSeen || mergedByEarlierRules || adoptions?.adoptedMoreThanOnce == true {
             do {
                 try rebuildViews(recordsInMemory: Self.rebuildRecordsInMemory, inTheSameTransaction: raise)

@@ -54,7 +54,8 @@ struct SchemaMerger {
             // it removes is gone, and what holds the name now came after, from a changeset that saw one of the copies
             // (which counts as seeing this one). It stays. Asked before this one is remembered.
             let recorded = schema.removals(of: name, in: typeName)
-            let repeated = recorded.contains { removal.isCopy(of: $0, among: recorded) }
+            let copies = RemovalCopies(recorded + [removal])
+            let repeated = recorded.contains { copies.isCopy(removal, of: $0) }
             schema.recordRemoval(removal, of: name, in: typeName)
             if repeated {
                 state.setSchema(schema)
@@ -74,7 +75,8 @@ struct SchemaMerger {
             // rename of `from` that one of the two saw and the other did not means that they renamed different
             // properties of that name (it was used again), so they are not copies. Asked before this one is remembered.
             let removalsOfFrom = schema.removals(of: from, in: typeName)
-            let copies = removalsOfFrom.filter { removal.isCopy(of: $0, among: removalsOfFrom) }
+            let copiesOfFrom = RemovalCopies(removalsOfFrom + [removal])
+            let copies = removalsOfFrom.filter { copiesOfFrom.isCopy(removal, of: $0) }
             let repeated = !copies.isEmpty
             // Remembered whatever happens next, like a removal.
             schema.recordRemoval(removal, of: from, in: typeName)
@@ -129,8 +131,18 @@ struct SchemaMerger {
             schema.upsert(type)
             record(.redefinition, of: property.name, in: typeName, &schema)
         case .removeType(let typeName):
-            schema.recordRemoval(ofType: typeName, by: info.dot)
-            if let type = schema[type: typeName] {
+            // Remembered even when the type is gone already, so that every replica holds the same removals.
+            let recorded = schema.removals(ofType: typeName)
+            let removal = TypeRemoval(
+                dot: info.dot, removalsSeen: recorded.map(\.dot).filter { info.covers($0, causal: causal) })
+            // A copy of a removal merged already (one migration that replaces the type, run on several replicas, each
+            // removing the type it held and perhaps adding it back with another definition): the type it removes is
+            // gone, and what holds the name now came after, from changesets that saw one of the copies (which counts
+            // as seeing this one). It stays, with its objects. Asked before this one is remembered.
+            let copies = RemovalCopies(recorded + [removal])
+            let repeated = recorded.contains { copies.isCopy(removal, of: $0) }
+            schema.recordRemoval(removal, ofType: typeName)
+            if !repeated, let type = schema[type: typeName] {
                 if !type.isEmbedded {
                     for key in try state.keys(ofType: typeName) { try state.setRecord(nil, for: key) }
                 }
@@ -231,9 +243,10 @@ struct SchemaMerger {
         with incoming: PropertyRemoval, of property: String, in type: String, _ schema: Schema, _ causal: CausalResolver
     ) throws {
         let recorded = schema.removals(of: property, in: type)
+        let copies = RemovalCopies(recorded + [incoming])
         // A copy of a rename or removal that `later` saw (and `copy` did not): `later` counts as having seen `copy`.
         func isCopy(_ copy: PropertyRemoval, ofOneSeenBy later: PropertyRemoval) -> Bool {
-            recorded.contains { seen in later.removalsSeen.contains(seen.dot) && copy.isCopy(of: seen, among: recorded) }
+            recorded.contains { seen in later.saw(seen) && copies.isCopy(copy, of: seen) }
         }
         // Recorded ones that this changeset did not see: made concurrently (it applies after its causal past).
         for other in recorded where other.renamedTo != incoming.renamedTo && !info.covers(other.dot, causal: causal) {
@@ -476,6 +489,89 @@ struct SchemaMerger {
     }
 }
 
+/// A removal that a merged schema remembers, of a property or of a type: what the test for copies of one removal
+/// reads.
+protocol RememberedRemoval: Equatable {
+    /// The origin dot of the changeset that removed it.
+    var dot: Dot { get }
+    /// For a rename, the new name; `nil` for a removal.
+    var renamedTo: String? { get }
+    /// The earlier removals of the same name that it saw.
+    var removalsSeen: [Dot] { get }
+}
+
+extension PropertyRemoval: RememberedRemoval {}
+
+extension TypeRemoval: RememberedRemoval {
+    var renamedTo: String? { nil }
+}
+
+extension RememberedRemoval {
+    /// Whether this removal saw `other`, a removal of the same name. One changeset may remove a name more than once
+    /// (removed, added back, removed again): each of its removals lists the changeset's dot among those it saw, but saw
+    /// only the earlier ones of the changeset, which saw fewer.
+    func saw(_ other: Self) -> Bool {
+        guard other.dot == dot else { return removalsSeen.contains(other.dot) }
+        return other.removalsSeen.count < removalsSeen.count
+    }
+}
+
+/// The removals of one name (of a property, or of a type), grouped into copies of one removal, as when one migration
+/// runs on several replicas.
+///
+/// Two removals are copies when both are renames to the same new name, or both plain removals, made concurrently, that
+/// saw the same earlier removals of the name up to copies: one that saw a copy of an earlier removal counts as having
+/// seen that removal (each device ran the same earlier migration, and then the same later one). A removal of the name
+/// that one of them saw and the other did not (nor a copy of it) means that the name was used again between them, so
+/// they removed different properties (or types) of that name. Two removals of one changeset are never copies.
+///
+/// Whether two removals are copies depends only on the removals they saw, which every replica merged before them: so
+/// every replica that holds both answers alike, whatever else it holds.
+struct RemovalCopies<Removal: RememberedRemoval> {
+    /// The removals, without repeats (by value: a changeset may remove a name twice, once before adding it again).
+    private var removals: [Removal] = []
+    /// Each removal's group: two removals are copies when their groups are equal.
+    private var groups: [Int] = []
+
+    init(_ list: [Removal]) {
+        for removal in list where !removals.contains(removal) { removals.append(removal) }
+        // A removal saw every removal that one it saw had seen, and itself too: it saw more than each of those. So in
+        // this order, every removal comes after the ones it saw.
+        let order = removals.indices.sorted {
+            (removals[$0].removalsSeen.count, $0) < (removals[$1].removalsSeen.count, $1)
+        }
+        groups = Array(repeating: -1, count: removals.count)
+        var seenGroups = Array(repeating: Set<Int>(), count: removals.count)
+        var groupCount = 0
+        for index in order {
+            let removal = removals[index]
+            var seen = Set<Int>()
+            for other in removals.indices where groups[other] >= 0 && removal.saw(removals[other]) {
+                seen.insert(groups[other])
+            }
+            seenGroups[index] = seen
+            let copied = order.first { other in
+                groups[other] >= 0 && removals[other].dot != removal.dot && removals[other].renamedTo == removal.renamedTo
+                    && !seen.contains(groups[other]) && seenGroups[other] == seen
+            }
+            if let copied {
+                groups[index] = groups[copied]
+            } else {
+                groups[index] = groupCount
+                groupCount += 1
+            }
+        }
+    }
+
+    /// Whether `removal` and `other`, two of the removals given, are copies of one removal.
+    func isCopy(_ removal: Removal, of other: Removal) -> Bool {
+        guard removal.dot != other.dot, let first = removals.firstIndex(of: removal),
+            let second = removals.firstIndex(of: other)
+        else { return false }
+        return groups[first] == groups[second]
+    }
+}
+
 extension PropertyRemoval {
     /// Of `removals` (all of one name's), the first of those that a view did not see (`isSeen` says which it saw): the
     /// unseen ones, less copies of seen ones (the same rename made elsewhere did nothing more), that saw none of the
@@ -488,33 +584,37 @@ extension PropertyRemoval {
         for removal in removals {
             if isSeen(removal) { seen.append(removal) } else { unseen.append(removal) }
         }
-        unseen.removeAll { removal in seen.contains { removal.isCopy(of: $0, among: removals) } }
-        return unseen.filter { removal in !unseen.contains { removal.removalsSeen.contains($0.dot) } }
+        if !unseen.isEmpty && !seen.isEmpty {
+            let copies = RemovalCopies(removals)
+            unseen.removeAll { removal in seen.contains { copies.isCopy(removal, of: $0) } }
+        }
+        return unseen.filter { removal in !unseen.contains { removal.saw($0) } }
     }
 
-    /// Whether this removal and `other`, two removals of one name among `removals` (all of that name's), are copies
-    /// of one, as when one migration runs on several replicas: both renames to the same new name, or both plain
-    /// removals, made concurrently (neither saw the other), of the same property. A removal or rename of the name that
-    /// one of them saw and the other did not means that the name was used again between them, so they removed
-    /// different properties of that name.
-    func isCopy(of other: PropertyRemoval, among removals: [PropertyRemoval]) -> Bool {
-        guard renamedTo == other.renamedTo, dot != other.dot,
-            !removalsSeen.contains(other.dot), !other.removalsSeen.contains(dot)
-        else { return false }
-        // (By value: a changeset may remove a name twice, once before adding it again.)
-        return removals.allSatisfy { between in
-            between == self || between == other
-                || removalsSeen.contains(between.dot) == other.removalsSeen.contains(between.dot)
-        }
-    }
 }
 
 extension ChangesetInfo {
     /// Whether the changeset saw every removal of the type `type`: only then do its additions of the type and its
-    /// writes to objects of the type count (rule 8).
+    /// writes to objects of the type count (rule 8). A removal it did not see that is a copy of one it saw (the same
+    /// migration run on another replica) counts as seen.
     func hasSeenRemovals(ofType type: String, in schema: Schema, causal: CausalResolver) -> Bool {
-        guard !schema.typeRemovals.isEmpty, let dots = schema.typeRemovals[type] else { return true }
-        return dots.allSatisfy { covers($0, causal: causal) }
+        let removals = schema.removals(ofType: type)
+        guard removals.contains(where: { !covers($0.dot, causal: causal) }) else { return true }
+        var seen: [TypeRemoval] = []
+        var unseen: [TypeRemoval] = []
+        for removal in removals {
+            if covers(removal.dot, causal: causal) { seen.append(removal) } else { unseen.append(removal) }
+        }
+        // Most often, each one it did not see is a plain copy of one it saw: concurrent, having seen the same earlier
+        // removals (the same migration run on several devices). Only chains of copies need the groups.
+        let plainCopies = unseen.allSatisfy { removal in
+            seen.contains {
+                $0.dot != removal.dot && $0.removalsSeen == removal.removalsSeen && !removal.saw($0) && !$0.saw(removal)
+            }
+        }
+        if plainCopies { return true }
+        let copies = RemovalCopies(removals)
+        return unseen.allSatisfy { removal in seen.contains { copies.isCopy(removal, of: $0) } }
     }
 
     /// The property that a write, addition or redefinition of this changeset for `property` of `type` goes to (rule

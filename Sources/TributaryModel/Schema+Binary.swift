@@ -75,11 +75,21 @@ extension BinaryWriter {
                 }
             }
         }
-        varint(schema.typeRemovals.count)
-        for (type, dots) in schema.typeRemovals.sorted(by: { $0.key < $1.key }) {
+        let typeRemovals = schema.typeRemovals.sorted(by: { $0.key < $1.key })
+        varint(typeRemovals.count)
+        for (type, removals) in typeRemovals {
             self.name(type, &names)
-            varint(dots.count)
-            for removal in dots { dot(removal) }
+            varint(removals.count)
+            for removal in removals { dot(removal.dot) }
+        }
+        // Then, only when some type removal saw another, the removals each saw, in the same order: a schema without
+        // any encodes as it did before they were remembered.
+        guard typeRemovals.contains(where: { $0.value.contains { !$0.removalsSeen.isEmpty } }) else { return }
+        for (_, removals) in typeRemovals {
+            for removal in removals {
+                varint(removal.removalsSeen.count)
+                for seen in removal.removalsSeen { dot(seen) }
+            }
         }
     }
 }
@@ -168,9 +178,21 @@ extension BinaryReader {
             schema.propertyRemovals[PropertyName(type: type, property: property)] = removals
         }
         let removedTypes = try self.count("removed type", maximum: 10_000_000, minimumBytesEach: 2)
+        var typeRemovals: [(type: String, dots: [Dot])] = []
         for _ in 0..<removedTypes {
             let type = try name(.inline, "type name")
-            schema.typeRemovals[type] = try dots("type removal")
+            typeRemovals.append((type, try dots("type removal")))
+        }
+        // A schema whose type removals saw none, or stored before they were remembered, ends here.
+        let withSeen = !isAtEnd
+        for (type, dots) in typeRemovals {
+            var removals: [TypeRemoval] = []
+            removals.reserveCapacity(dots.count)
+            for dot in dots {
+                let seen = withSeen ? try self.dots("earlier removal of type '\(type)' seen") : []
+                removals.append(TypeRemoval(dot: dot, removalsSeen: seen))
+            }
+            schema.typeRemovals[type] = removals
         }
         return schema
     }

@@ -286,6 +286,27 @@ public struct PropertyRemoval: Hashable, Comparable, Sendable, CustomStringConve
     public var description: String { renamedTo.map { "renamed to '\($0)' by \(dot)" } ?? "removed by \(dot)" }
 }
 
+/// A removal of a whole type that a merged schema remembers, so that a concurrent addition of the type, or a
+/// concurrent write to one of its objects, is ordered against it the same way on every replica (DESIGN.md, rule 8).
+public struct TypeRemoval: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The origin dot of the changeset that removed the type.
+    public var dot: Dot
+    /// The earlier removals of the same type name that this one saw (sorted): two removals made concurrently that
+    /// saw the same earlier ones are copies of one (one migration run on several replicas) and remove one type.
+    public var removalsSeen: [Dot]
+
+    public init(dot: Dot, removalsSeen: [Dot] = []) {
+        self.dot = dot
+        self.removalsSeen = removalsSeen.sorted()
+    }
+
+    public static func < (lhs: TypeRemoval, rhs: TypeRemoval) -> Bool {
+        lhs.dot != rhs.dot ? lhs.dot < rhs.dot : lhs.removalsSeen.lexicographicallyPrecedes(rhs.removalsSeen)
+    }
+
+    public var description: String { "removed by \(dot)" }
+}
+
 /// A replica's schema: its object types and a version number that migrations raise.
 public struct Schema: Hashable, Sendable {
     /// The schema version; opening a replica with a changed schema needs a higher one (and a migration).
@@ -300,9 +321,10 @@ public struct Schema: Hashable, Sendable {
     /// write to it, counts only if its changeset saw all of them (rule 8, ordered like erases by rule 2). Kept even
     /// when the property or its type is gone, so that every replica holds the same set whatever the order it merged in.
     public var propertyRemovals: [PropertyName: [PropertyRemoval]] = [:]
-    /// For a merged schema: the dots of every removal of a type, sorted. An addition of the type, or a write to one of
-    /// its objects, counts only if its changeset saw all of them.
-    public var typeRemovals: [String: [Dot]] = [:]
+    /// For a merged schema: every removal of a type, sorted. An addition of the type, or a write to one of its objects,
+    /// counts only if its changeset saw all of them (a removal it did not see that is a copy of one it saw counts as
+    /// seen: the same migration run on another replica).
+    public var typeRemovals: [String: [TypeRemoval]] = [:]
 
     public init(version: UInt64 = 0, types: [ObjectSchema]) {
         self.version = version
@@ -350,13 +372,18 @@ public struct Schema: Hashable, Sendable {
         propertyRemovals[name] = removals
     }
 
+    /// The removals of the type `name` (empty when there were none).
+    public func removals(ofType name: String) -> [TypeRemoval] {
+        typeRemovals.isEmpty ? [] : typeRemovals[name] ?? []
+    }
+
     /// Records a removal of the type `name`, keeping the list sorted and free of repeats.
-    public mutating func recordRemoval(ofType name: String, by dot: Dot) {
-        var dots = typeRemovals[name] ?? []
-        guard !dots.contains(dot) else { return }
-        dots.append(dot)
-        dots.sort()
-        typeRemovals[name] = dots
+    public mutating func recordRemoval(_ removal: TypeRemoval, ofType name: String) {
+        var removals = typeRemovals[name] ?? []
+        guard !removals.contains(removal) else { return }
+        removals.append(removal)
+        removals.sort()
+        typeRemovals[name] = removals
     }
 
     /// Removes a type, with the definition stamps of its properties (not the removals: they stay remembered).

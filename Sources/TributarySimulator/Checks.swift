@@ -257,6 +257,30 @@ extension Simulation {
                 }
             }
         }
+        // Copies of one removal (one migration run on several replicas): removals of a name, both renames to one new
+        // name or both plain removals, made in different changesets that saw neither the other nor a copy of it, that
+        // saw the same other removals of the name up to copies (one that saw a copy of a removal saw that removal).
+        // Each removal's group, computed from the history: those a removal saw come before it in this order.
+        func copyGroups(_ all: [Removal]) -> [Int] {
+            func sees(_ a: Removal, _ b: Removal) -> Bool { covers(a.changeset, a.index, (b.changeset, b.index)) }
+            let counts = all.map { removal in all.filter { sees(removal, $0) }.count }
+            let order = all.indices.sorted { (counts[$0], $0) < (counts[$1], $1) }
+            var groups = Array(repeating: -1, count: all.count)
+            var seenGroups: [Int: Set<Int>] = [:]
+            for index in order {
+                let seen = Set(all.indices.filter { groups[$0] >= 0 && sees(all[index], all[$0]) }.map { groups[$0] })
+                seenGroups[index] = seen
+                let copied = all.indices.first { other in
+                    groups[other] >= 0 && all[other].changeset != all[index].changeset
+                        && all[other].renamedTo == all[index].renamedTo && !seen.contains(groups[other])
+                        && seenGroups[other] == seen
+                }
+                groups[index] = copied.map { groups[$0] } ?? index
+            }
+            return groups
+        }
+        var removalGroups: [String: [Int]] = [:]
+        for (name, all) in removals { removalGroups[name] = copyGroups(all) }
         // Where a write (or addition) lands, from the history itself: of the removals of its name it did not see, the
         // first ones (that saw no other of them) decide; a rename concurrent with a seen one to the same name is the
         // same rename; after following a rename, what that rename saw counts as seen.
@@ -268,22 +292,10 @@ extension Simulation {
                 let isSeen = { (removal: Removal) in
                     viewer.contains { covers($0.changeset, $0.index, (removal.changeset, removal.index)) }
                 }
-                let seen = all.filter(isSeen)
-                var unseen = all.filter { !isSeen($0) }
-                // Copies of a seen removal: the same rename, or the same plain removal, made concurrently with it, of
-                // the same property (each saw the same other removals of the name).
-                func isCopy(_ removal: Removal, of other: Removal) -> Bool {
-                    let a = (removal.changeset, removal.index)
-                    let b = (other.changeset, other.index)
-                    guard other.renamedTo == removal.renamedTo, removal.changeset != other.changeset,
-                        !covers(a.0, a.1, b), !covers(b.0, b.1, a)
-                    else { return false }
-                    return all.allSatisfy { between in
-                        let c = (between.changeset, between.index)
-                        return c == a || c == b || covers(a.0, a.1, c) == covers(b.0, b.1, c)
-                    }
-                }
-                unseen.removeAll { removal in seen.contains { isCopy(removal, of: $0) } }
+                let groups = removalGroups[name] ?? []
+                let seenGroups = Set(all.indices.filter { isSeen(all[$0]) }.map { groups[$0] })
+                // Copies of a seen removal: the same rename, or the same plain removal, made elsewhere.
+                let unseen = all.indices.filter { !isSeen(all[$0]) && !seenGroups.contains(groups[$0]) }.map { all[$0] }
                 let first = unseen.filter { removal in
                     !unseen.contains { other in
                         (other.changeset, other.index) != (removal.changeset, removal.index)
@@ -325,8 +337,15 @@ extension Simulation {
                 histories[key] = history
             }
         }
+        // A removal of a type that the writer did not see counts as seen when it is a copy of one it saw: the same
+        // migration run concurrently on another replica (each saw the same other removals of the type).
+        var typeRemovalGroups: [String: [Int]] = [:]
+        for (type, all) in typeRemovals { typeRemovalGroups[type] = copyGroups(all.map { ($0.changeset, $0.index, nil) }) }
         func seesTypeRemovals(_ type: String, _ writer: Position) -> Bool {
-            (typeRemovals[type] ?? []).allSatisfy { covers(writer.changeset, writer.index, $0) }
+            let all = typeRemovals[type] ?? []
+            let groups = typeRemovalGroups[type] ?? []
+            let seenGroups = Set(all.indices.filter { covers(writer.changeset, writer.index, all[$0]) }.map { groups[$0] })
+            return groups.allSatisfy { seenGroups.contains($0) }
         }
         for (key, var history) in histories where typeRemovals[key.type] != nil {
             history.creates.removeAll { !seesTypeRemovals(key.type, ($0.changeset, $0.index)) }

@@ -339,9 +339,11 @@ struct OperationGenerator {
                     try txn.addProperty(.scalar("size", .int, optional: true), to: "Box")
                 }
             case 3:
-                // A migration drops a whole type, or a later one adds it back, while replicas write its objects.
+                // A migration drops a whole type, or a later one adds it back, while replicas write its objects; or it
+                // replaces the type (as a change of its primary key does), which every replica runs when it updates.
                 if txn.schema[type: "Note"] != nil {
                     try txn.emit(.removeType("Note"))
+                    if next(2) == 0, let note = Workload.schema[type: "Note"] { try txn.addType(note) }
                 } else if let note = Workload.schema[type: "Note"] {
                     try txn.addType(note)
                 }

@@ -17,7 +17,7 @@ struct InfoTests {
             run.stdout == #"""
                 replica           00000000000000a1
                 directory         \#(fixture.path)
-                format            6 (this build reads up to 6)
+                format            7 (this build reads up to 7)
                 schema            version 1, 4 types (2 embedded)
                 changesets        7 (last local sequence 7)
                 instructions      19
@@ -40,7 +40,7 @@ struct InfoTests {
         #expect(run.status == 0, "\(run)")
         #expect(
             run.stdout == #"""
-                {"replica":"00000000000000a1","directory":"\#(fixture.path)","formatVersion":6,"schemaVersion":1,"types":4,"changesets":7,"instructions":19,"lastLocalSequence":7,"logStoredBytes":\#(fixture.summary.log.storedBytes),"logUncompressedBytes":\#(fixture.summary.log.uncompressedBytes),"compressionRatio":\#(fixture.ratioJSON),"versionVector":[{"replica":"00000000000000a1","originSequence":5},{"replica":"00000000000000b2","originSequence":2}],"storageUsedBytes":\#(fixture.storageUsedBytes),"objects":[{"type":"ChatMessage","count":0},{"type":"User","count":3}]}
+                {"replica":"00000000000000a1","directory":"\#(fixture.path)","formatVersion":7,"schemaVersion":1,"types":4,"changesets":7,"instructions":19,"lastLocalSequence":7,"logStoredBytes":\#(fixture.summary.log.storedBytes),"logUncompressedBytes":\#(fixture.summary.log.uncompressedBytes),"compressionRatio":\#(fixture.ratioJSON),"versionVector":[{"replica":"00000000000000a1","originSequence":5},{"replica":"00000000000000b2","originSequence":2}],"storageUsedBytes":\#(fixture.storageUsedBytes),"objects":[{"type":"ChatMessage","count":0},{"type":"User","count":3}]}
 
                 """#)
     }

@@ -36,7 +36,7 @@ import TributaryTestSupport
 
     static func general(_ schema: Schema) -> Schema {
         var schema = schema
-        schema.recordRemoval(ofType: "Gone", by: Dot(origin: ReplicaID(rawValue: 77), sequence: 1))
+        schema.recordRemoval(TypeRemoval(dot: Dot(origin: ReplicaID(rawValue: 77), sequence: 1)), ofType: "Gone")
         return schema
     }
 

@@ -632,12 +632,13 @@ struct AdoptedChangesetCodecTests {
         schema.recordRemoval(rename, of: "notes", in: "Task")
         schema.recordRemoval(removalAfterRename, of: "details", in: "Task")
         schema.recordRemoval(renameAfterRename, of: "title", in: "Task")
-        schema.recordRemoval(ofType: "Tag", by: second)
-        schema.recordRemoval(ofType: "Tag", by: first)
+        schema.recordRemoval(TypeRemoval(dot: second), ofType: "Tag")
+        schema.recordRemoval(TypeRemoval(dot: first), ofType: "Tag")
         var other = Schema(version: 2, types: Self.types)
-        other.recordRemoval(ofType: "Tag", by: first)
+        other.recordRemoval(TypeRemoval(dot: first), ofType: "Tag")
         other.recordRemoval(rename, of: "notes", in: "Task")
-        other.recordRemoval(ofType: "Tag", by: second)
+        other.recordRemoval(TypeRemoval(dot: second), ofType: "Tag")
+        other.recordRemoval(TypeRemoval(dot: first), ofType: "Tag")  // a repeat changes nothing
         other.recordRemoval(PropertyRemoval(dot: first), of: "notes", in: "Task")
         other.recordRemoval(PropertyRemoval(dot: first), of: "notes", in: "Task")  // a repeat changes nothing
         other.recordRemoval(renameAfterRename, of: "title", in: "Task")
@@ -651,7 +652,7 @@ struct AdoptedChangesetCodecTests {
         #expect(decoded.removals(of: "details", in: "Task") == [removalAfterRename])
         #expect(decoded.removals(of: "details", in: "Task").first?.renamesOntoSeen == [second, first].sorted())
         #expect(decoded.removals(of: "title", in: "Task") == [renameAfterRename])
-        #expect(decoded.typeRemovals["Tag"] == [second, first].sorted())
+        #expect(decoded.removals(ofType: "Tag") == [TypeRemoval(dot: second), TypeRemoval(dot: first)].sorted())
         #expect(decoded.definitionStamps.isEmpty)
         // Every truncation inside the removals is an error, never a trap or a wrong schema. (Cut right after the
         // empty list of definition stamps that precedes them, it is a schema with neither.)
@@ -660,6 +661,52 @@ struct AdoptedChangesetCodecTests {
         for length in withoutRemovals.count + 2..<full.count {
             var truncated = BinaryReader(Array(full.prefix(length)), subject: "schema")
             #expect(throws: ChangesetDecodingError.self) { try truncated.schema() }
+        }
+    }
+
+    @Test("Type removals that saw others round-trip; without any, a schema encodes as replica format 6 stored it")
+    func typeRemovalsSeenRoundTrip() throws {
+        let first = Dot(origin: ReplicaID(rawValue: 3), sequence: 8)
+        let second = Dot(origin: ReplicaID(rawValue: 1), sequence: 40)
+        var plain = Schema(version: 2, types: Self.types)
+        plain.recordRemoval(TypeRemoval(dot: first), ofType: "Tag")
+        plain.recordRemoval(TypeRemoval(dot: second), ofType: "Note")
+        let plainBytes = encode(plain)
+        // Format 6: the type removals end the schema, as their names and dots.
+        var legacy = BinaryWriter()
+        var names = NameTable.inline
+        legacy.varint(2)
+        legacy.varint(UInt64(Self.types.count))
+        for type in Self.types { legacy.objectSchema(type, &names) }
+        legacy.varint(0)  // definition stamps
+        legacy.varint(0)  // property removals
+        legacy.varint(2)
+        legacy.name("Note", &names)
+        legacy.varint(1)
+        legacy.dot(second)
+        legacy.name("Tag", &names)
+        legacy.varint(1)
+        legacy.dot(first)
+        #expect(plainBytes == legacy.bytes)
+        // One that saw another: each removal's list follows, in the same order.
+        var schema = plain
+        schema.recordRemoval(TypeRemoval(dot: second, removalsSeen: [first]), ofType: "Tag")
+        let bytes = encode(schema)
+        #expect(bytes.count == plainBytes.count + 9 + 1 + 1 + 9 + 1)
+        var reader = BinaryReader(bytes, subject: "schema")
+        let decoded = try reader.schema()
+        #expect(decoded == schema)
+        #expect(decoded.removals(ofType: "Tag") == [TypeRemoval(dot: first), TypeRemoval(dot: second, removalsSeen: [first])].sorted())
+        #expect(decoded.removals(ofType: "Note") == [TypeRemoval(dot: second)])
+        // Every truncation is an error, except right before the lists seen: a schema whose removals saw none.
+        let withoutSeen = bytes.count - (1 + 1 + 1 + 9)
+        for length in plainBytes.count - 10..<bytes.count {
+            var truncated = BinaryReader(Array(bytes.prefix(length)), subject: "schema")
+            if length == withoutSeen {
+                #expect(try truncated.schema().removals(ofType: "Tag").allSatisfy(\.removalsSeen.isEmpty))
+            } else {
+                #expect(throws: ChangesetDecodingError.self) { try truncated.schema() }
+            }
         }
     }
 

@@ -276,6 +276,74 @@ extension MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
+    @Test(
+        "Rule 8: two successive changes of a property's type, each run on two replicas, keep the property and what the later ones wrote",
+        arguments: [false, true])
+    func successiveTypeChangesOnTwoReplicas(inOneChangeset: Bool) throws {
+        func typeChange(to kind: ScalarType, _ value: Value, _ key: String) -> (Transaction) throws -> Void {
+            { txn in
+                try txn.emit(.removeProperty(type: "Task", name: "notes"))
+                try txn.emit(.addProperty(type: "Task", .scalar("notes", kind, optional: true)))
+                try txn.create("Task", ["_id": .string(key), "notes": value])
+            }
+        }
+        let cluster = try cluster(4)
+        try seed(cluster, ["notes": "before"])
+        for (replica, values) in [(0, [(1, "a2"), (1.5, "a3")]), (1, [(2, "b2"), (2.5, "b3")])] as [(Int, [(Value, String)])] {
+            if inOneChangeset {
+                try cluster[replica].write { txn in
+                    try typeChange(to: .int, values[0].0, values[0].1)(txn)
+                    try typeChange(to: .double, values[1].0, values[1].1)(txn)
+                }
+            } else {
+                try cluster[replica].write(typeChange(to: .int, values[0].0, values[0].1))
+                try cluster[replica].write(typeChange(to: .double, values[1].0, values[1].1))
+            }
+        }
+        var reasons: [[String]] = []
+        for (target, sources) in [(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])] {
+            for source in sources { reasons.append(try cluster.send(from: source, to: target).rejected.map(\.reason)) }
+        }
+        #expect(reasons.allSatisfy { $0.isEmpty }, "\(reasons)")
+        try cluster.syncAll()
+        for replica in cluster.replicas {
+            #expect(replica.schema[type: "Task"]?[property: "notes"] == .scalar("notes", .double, optional: true))
+            #expect(try value(replica, "notes", key: .string("a3")) == 1.5)
+            #expect(try value(replica, "notes", key: .string("b3")) == 2.5)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
+    @Test("Rule 8: a write that saw one copy of a property's removal is dropped by a later removal of the other copy's changeset, in any order")
+    func laterRemovalInTheCopysChangesetDropsTheWrite() throws {
+        let cluster = try cluster(4)
+        try seed(cluster, ["notes": "before"])
+        let typeChange = { (txn: Transaction) in
+            try txn.emit(.removeProperty(type: "Task", name: "notes"))
+            try txn.emit(.addProperty(type: "Task", .scalar("notes", .int, optional: true)))
+        }
+        try cluster[0].write(typeChange)
+        // Replica 1 changes the property three times in one changeset (its first removal is a copy of replica 0's).
+        try cluster[1].write { txn in for _ in 0..<3 { try typeChange(txn) } }
+        // Replica 2 saw replica 0's change only, and writes the property.
+        #expect(try cluster.send(from: 0, to: 2).rejected.isEmpty)
+        try cluster[2].write { try $0.update("Task", primaryKey: self.task, ["notes": 5]) }
+        // Replica 3 merges the write before replica 1's changeset; replica 0 after it.
+        var reasons: [String] = []
+        for (target, sources) in [(3, [0, 2, 1]), (0, [1, 2]), (1, [0, 2]), (2, [1])] {
+            for source in sources { reasons += try cluster.send(from: source, to: target).rejected.map(\.reason) }
+        }
+        #expect(reasons.isEmpty, "\(reasons)")
+        for replica in cluster.replicas {
+            // Replica 1's second removal, which the write did not see, drops it.
+            #expect(replica.schema[type: "Task"]?[property: "notes"] == .scalar("notes", .int, optional: true))
+            #expect(try value(replica, "notes") == .null)
+            #expect(try replica.verify().passed)
+        }
+        #expect(try cluster.converged())
+    }
+
     @Test("Rule 8: a rename of a property that one copy of a type change added back does not disagree with the other copy, in any order")
     func renameAfterOneCopyOfATypeChangeMerges() throws {
         let cluster = try cluster(4)

@@ -349,8 +349,8 @@ struct MergeSemanticsTests {
     }
 
     @Test(
-        "Replica format 6: a replica of an earlier format, opened for writing, rebuilds the views an earlier build merged",
-        arguments: [UInt8(4), 5])
+        "Replica formats 6 and 7: a replica of an earlier format, opened for writing, rebuilds the views an earlier build merged",
+        arguments: [UInt8(4), 5, 6])
     func earlierFormatRebuildsItsViews(storedFormat: UInt8) throws {
         let directory = TemporaryDirectory("format-\(storedFormat)")
         var configuration = Replica.Configuration()
@@ -370,7 +370,7 @@ struct MergeSemanticsTests {
         }
         let raised = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
         defer { raised.close() }
-        #expect(try raised.summary().formatVersion == 6)
+        #expect(try raised.summary().formatVersion == 7)
         #expect(try value(raised, "tags") == ["a", "b"])
         #expect(try raised.verify().passed)
     }

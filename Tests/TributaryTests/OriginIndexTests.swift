@@ -283,7 +283,7 @@ struct ReplicaFormatUpgradeTests {
         let replica = try Replica.open(directory: directory.path, schema: schema, configuration: configuration)
         defer { replica.close() }
         #expect(try replica.summary().formatVersion == Replica.formatVersion)
-        #expect(Replica.formatVersion == 6)
+        #expect(Replica.formatVersion == 7)
         for index in 5..<10 { try replica.write { _ = try $0.create("Task", ["_id": .string("a\(index)")]) } }
         let exported = try replica.changesets(missingFrom: VersionVector())
         // The first changeset declares the schema; then ten creates.
