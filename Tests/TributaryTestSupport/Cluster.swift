@@ -34,6 +34,17 @@ public final class Cluster {
         return try replicas[target].integrate(missing)
     }
 
+    /// Delivers in the order given: for each step, everything each of its sources has that its target lacks (so
+    /// replicas can merge the same changesets in different orders). Returns the reasons of every refusal, in order.
+    @discardableResult
+    public func deliver(_ plan: [(target: Int, sources: [Int])]) throws -> [String] {
+        var reasons: [String] = []
+        for (target, sources) in plan {
+            for source in sources { reasons += try send(from: source, to: target).rejected.map(\.reason) }
+        }
+        return reasons
+    }
+
     /// Syncs every pair until nothing changes.
     public func syncAll() throws {
         for _ in 0..<replicas.count {

@@ -300,11 +300,8 @@ extension MergeSemanticsTests {
                 try cluster[replica].write(typeChange(to: .double, values[1].0, values[1].1))
             }
         }
-        var reasons: [[String]] = []
-        for (target, sources) in [(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])] {
-            for source in sources { reasons.append(try cluster.send(from: source, to: target).rejected.map(\.reason)) }
-        }
-        #expect(reasons.allSatisfy { $0.isEmpty }, "\(reasons)")
+        let reasons = try cluster.deliver([(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])])
+        #expect(reasons.isEmpty, "\(reasons)")
         try cluster.syncAll()
         for replica in cluster.replicas {
             #expect(replica.schema[type: "Task"]?[property: "notes"] == .scalar("notes", .double, optional: true))
@@ -330,10 +327,7 @@ extension MergeSemanticsTests {
         #expect(try cluster.send(from: 0, to: 2).rejected.isEmpty)
         try cluster[2].write { try $0.update("Task", primaryKey: self.task, ["notes": 5]) }
         // Replica 3 merges the write before replica 1's changeset; replica 0 after it.
-        var reasons: [String] = []
-        for (target, sources) in [(3, [0, 2, 1]), (0, [1, 2]), (1, [0, 2]), (2, [1])] {
-            for source in sources { reasons += try cluster.send(from: source, to: target).rejected.map(\.reason) }
-        }
+        let reasons = try cluster.deliver([(3, [0, 2, 1]), (0, [1, 2]), (1, [0, 2]), (2, [1])])
         #expect(reasons.isEmpty, "\(reasons)")
         for replica in cluster.replicas {
             // Replica 1's second removal, which the write did not see, drops it.
@@ -362,10 +356,7 @@ extension MergeSemanticsTests {
             try typeChange(txn)
             try txn.create("Task", ["_id": "y", "notes": 2])
         }
-        var reasons: [String] = []
-        for (target, sources) in [(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])] {
-            for source in sources { reasons += try cluster.send(from: source, to: target).rejected.map(\.reason) }
-        }
+        let reasons = try cluster.deliver([(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])])
         #expect(reasons.isEmpty, "\(reasons)")
         try cluster.syncAll()
         for replica in cluster.replicas {

@@ -169,11 +169,7 @@ struct MergeSemanticsTests {
     ) throws -> [String] {
         try cluster[0].write(first)
         try cluster[1].write(second)
-        var reasons: [String] = []
-        for (target, sources) in [(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])] {
-            for source in sources { reasons += try cluster.send(from: source, to: target).rejected.map(\.reason) }
-        }
-        return reasons
+        return try cluster.deliver([(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])])
     }
 
     @Test(

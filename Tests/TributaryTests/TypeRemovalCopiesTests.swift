@@ -116,10 +116,7 @@ struct TypeRemovalCopiesTests {
             try txn.update("Tag", primaryKey: .string("b"), ["name": "edited"])
             try txn.create("Tag", ["_id": "c", "name": "after"])
         }
-        var reasons: [String] = []
-        for (target, sources) in [(3, [0, 1, 2]), (4, [2, 0]), (0, [2]), (1, [0, 2]), (2, [0])] {
-            for source in sources { reasons += try cluster.send(from: source, to: target).rejected.map(\.reason) }
-        }
+        let reasons = try cluster.deliver([(3, [0, 1, 2]), (4, [2, 0]), (0, [2]), (1, [0, 2]), (2, [0])])
         #expect(reasons.isEmpty, "\(reasons)")
         try cluster.syncAll()
         for replica in cluster.replicas {
@@ -145,10 +142,7 @@ struct TypeRemovalCopiesTests {
         if secondSawBothFirst { #expect(try cluster.send(from: 0, to: 1).rejected.isEmpty) }
         try cluster[0].write(Self.replaceTag(creating: "a3"))
         try cluster[1].write(Self.replaceTag(creating: "b3"))
-        var reasons: [String] = []
-        for (target, sources) in [(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])] {
-            for source in sources { reasons += try cluster.send(from: source, to: target).rejected.map(\.reason) }
-        }
+        let reasons = try cluster.deliver([(0, [1]), (1, [0]), (2, [0, 1]), (3, [1, 0])])
         #expect(reasons.isEmpty, "\(reasons)")
         try cluster.syncAll()
         for replica in cluster.replicas {
@@ -174,10 +168,7 @@ struct TypeRemovalCopiesTests {
         try cluster[1].write { try $0.emit(.removeType("Tag")) }
         // Replica 1's removal is a copy of replica 0's first one (both saw no removal), not of its second (which saw
         // the first): the type stays removed, whatever the order.
-        var reasons: [String] = []
-        for (target, sources) in [(3, [1, 0]), (2, [1, 0]), (1, [0]), (0, [1])] {
-            for source in sources { reasons += try cluster.send(from: source, to: target).rejected.map(\.reason) }
-        }
+        let reasons = try cluster.deliver([(3, [1, 0]), (2, [1, 0]), (1, [0]), (0, [1])])
         #expect(reasons.isEmpty, "\(reasons)")
         try cluster.syncAll()
         for replica in cluster.replicas {
