@@ -256,7 +256,8 @@ public struct PropertyRemoval: Hashable, Comparable, Sendable, CustomStringConve
     /// rename is not dropped for them, since the rename came after them.
     public var removalsOfNewNameSeen: [Dot]
     /// The earlier removals and renames of the same name that this one saw (sorted): which removals of a name came
-    /// after a later addition of it, and so concern another property of that name.
+    /// after a later addition of it, and so concern another property of that name. Repeats are kept: a later removal of
+    /// the name in the same changeset lists that changeset's dot once more, which is how it is told from the earlier.
     public var removalsSeen: [Dot]
     /// The renames of other properties to this name that this one saw (sorted): a removal or rename that saw such a
     /// rename concerns the property that rename brought here, wherever that rename merged.
@@ -293,6 +294,7 @@ public struct TypeRemoval: Hashable, Comparable, Sendable, CustomStringConvertib
     public var dot: Dot
     /// The earlier removals of the same type name that this one saw (sorted): two removals made concurrently that
     /// saw the same earlier ones are copies of one (one migration run on several replicas) and remove one type.
+    /// Repeats are kept, as in ``PropertyRemoval/removalsSeen``.
     public var removalsSeen: [Dot]
 
     public init(dot: Dot, removalsSeen: [Dot] = []) {
