@@ -7,6 +7,14 @@ import TributaryTestSupport
 
 /// Shapes that merged by arrival order until stop 25, each merged in both orders.
 extension MergeSemanticsTests {
+    /// What a migration that changes `Task.notes` to `kind` emits: a removal and an addition of the property.
+    func changeNotesType(to kind: ScalarType) -> (Transaction) throws -> Void {
+        { txn in
+            try txn.emit(.removeProperty(type: "Task", name: "notes"))
+            try txn.emit(.addProperty(type: "Task", .scalar("notes", kind, optional: true)))
+        }
+    }
+
     @Test("Rule 3: a list or embedded-object default that a create carries is left out, so it merges alike in any order")
     func listAndEmbeddedDefaultsAreLeftOut() throws {
         let cluster = try cluster(4)
@@ -282,8 +290,7 @@ extension MergeSemanticsTests {
     func successiveTypeChangesOnTwoReplicas(inOneChangeset: Bool) throws {
         func typeChange(to kind: ScalarType, _ value: Value, _ key: String) -> (Transaction) throws -> Void {
             { txn in
-                try txn.emit(.removeProperty(type: "Task", name: "notes"))
-                try txn.emit(.addProperty(type: "Task", .scalar("notes", kind, optional: true)))
+                try self.changeNotesType(to: kind)(txn)
                 try txn.create("Task", ["_id": .string(key), "notes": value])
             }
         }
@@ -316,10 +323,7 @@ extension MergeSemanticsTests {
     func laterRemovalInTheCopysChangesetDropsTheWrite() throws {
         let cluster = try cluster(4)
         try seed(cluster, ["notes": "before"])
-        let typeChange = { (txn: Transaction) in
-            try txn.emit(.removeProperty(type: "Task", name: "notes"))
-            try txn.emit(.addProperty(type: "Task", .scalar("notes", .int, optional: true)))
-        }
+        let typeChange = changeNotesType(to: .int)
         try cluster[0].write(typeChange)
         // Replica 1 changes the property three times in one changeset (its first removal is a copy of replica 0's).
         try cluster[1].write { txn in for _ in 0..<3 { try typeChange(txn) } }
@@ -342,10 +346,7 @@ extension MergeSemanticsTests {
     func renameAfterOneCopyOfATypeChangeMerges() throws {
         let cluster = try cluster(4)
         try seed(cluster, ["notes": "before"])
-        let typeChange = { (txn: Transaction) in
-            try txn.emit(.removeProperty(type: "Task", name: "notes"))
-            try txn.emit(.addProperty(type: "Task", .scalar("notes", .int, optional: true)))
-        }
+        let typeChange = changeNotesType(to: .int)
         try cluster[0].write { txn in
             try typeChange(txn)
             try txn.update("Task", primaryKey: self.task, ["notes": 1])

@@ -94,6 +94,14 @@ struct TypeRemovalCopiesTests {
         ObjectSchema(name: "Tag", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)]),
     ])
 
+    /// `count` replicas that all hold one tag, "old".
+    static func taggedCluster(_ count: Int) throws -> Cluster {
+        let cluster = try Cluster(count, schema: tagged)
+        try cluster[0].write { try $0.create("Tag", ["_id": "old", "name": "before"]) }
+        try cluster.syncAll()
+        return cluster
+    }
+
     /// What a migration replacing Tag emits, then the objects it writes.
     static func replaceTag(creating key: String) -> (Transaction) throws -> Void {
         { txn in
@@ -105,9 +113,7 @@ struct TypeRemovalCopiesTests {
 
     @Test("A write that saw one copy of a type's removal counts, whichever copy merges first")
     func writeThatSawOneCopyCounts() throws {
-        let cluster = try Cluster(5, schema: Self.tagged)
-        try cluster[0].write { try $0.create("Tag", ["_id": "old", "name": "before"]) }
-        try cluster.syncAll()
+        let cluster = try Self.taggedCluster(5)
         try cluster[0].write(Self.replaceTag(creating: "a"))
         try cluster[1].write(Self.replaceTag(creating: "b"))
         // Replica 2 hears of replica 1's migration only, then writes to the replaced type.
@@ -132,9 +138,7 @@ struct TypeRemovalCopiesTests {
         "Two successive replacements of a type, each run on two devices, keep the type and what the later ones wrote, in any order",
         arguments: [false, true])
     func successiveReplacementsOnTwoDevices(secondSawBothFirst: Bool) throws {
-        let cluster = try Cluster(4, schema: Self.tagged)
-        try cluster[0].write { try $0.create("Tag", ["_id": "old", "name": "before"]) }
-        try cluster.syncAll()
+        let cluster = try Self.taggedCluster(4)
         // Release 2 replaces Tag on both devices; release 3 replaces it again. Device 1 may have heard of device 0's
         // first replacement before its second (then its second saw both first ones).
         try cluster[0].write(Self.replaceTag(creating: "a2"))
@@ -154,9 +158,7 @@ struct TypeRemovalCopiesTests {
 
     @Test("A removal of a type added back after an earlier removal is no copy of a concurrent one that did not see it")
     func removalAfterAnotherIsNoCopy() throws {
-        let cluster = try Cluster(4, schema: Self.tagged)
-        try cluster[0].write { try $0.create("Tag", ["_id": "old", "name": "before"]) }
-        try cluster.syncAll()
+        let cluster = try Self.taggedCluster(4)
         // Replica 0 replaces the type and replica 2 hears of it and writes; replica 0 then removes the new type for
         // good, having seen that write. Replica 1, meanwhile, removes the type it knew (concurrent with both removals,
         // having seen neither).
