@@ -332,6 +332,20 @@ extension Replica {
             func known(_ dot: Dot) throws -> Bool {
                 try integratedHere.contains(dot) || log.localSequence(of: dot, in: txn) != nil
             }
+            /// Whether this replica holds the changeset `dot` names and every one before it from the same origin:
+            /// the vector counts it, or the changeset came through a relay's copy (which the vector counts by the
+            /// relay's dot, not this one). Integrated, a changeset's causal past came before it, so holding one
+            /// holds its origin's earlier ones too.
+            func holds(_ dot: Dot) throws -> Bool { try vector.includes(dot) || known(dot) }
+            /// Whether this replica holds everything `changeset`'s context and extra dots name, apart from its
+            /// `origin`'s own entry. A writer names a changeset by the dot it integrated it as: an app's own dot
+            /// where it came as the app sent it, though this replica may hold only a relay's copy.
+            func holdsContext(of changeset: Changeset, apartFrom origin: ReplicaID) throws -> Bool {
+                for entry in changeset.context.entries where entry.replica != origin {
+                    guard try holds(Dot(origin: entry.replica, sequence: entry.sequence)) else { return false }
+                }
+                return try changeset.contextExtras.allSatisfy(holds)
+            }
 
             // Candidates: everything pending and the batch, by causal dot (see ``PendingChangeset/key``). Entries
             // remember whether they came to be adopted (from an app) or integrated (from a peer). `added` and
@@ -396,7 +410,12 @@ extension Replica {
                 }
                 guard changeset.time.milliseconds <= now &+ skew else { return false }
                 if entry.adopt {
-                    guard try adoptable(changeset, vector: vector, known: known) else { return false }
+                    // Its origin's previous changeset is here, and everything its context names.
+                    if changeset.originSequence > 1 {
+                        let previous = Dot(origin: changeset.origin, sequence: changeset.originSequence - 1)
+                        guard try known(previous) else { return false }
+                    }
+                    guard try holdsContext(of: changeset, apartFrom: changeset.origin) else { return false }
                     // Only a damaged stored vector counts this many; the relay dot would not fit (as for a write).
                     guard vector[replicaID] < .max else {
                         throw TributaryError(
@@ -418,10 +437,13 @@ extension Replica {
                         report.duplicates += 1
                         return true
                     }
-                    guard vector[causal.origin] == causal.sequence - 1,
-                        vector.includes(changeset.context.removing(causal.origin)),
-                        changeset.contextExtras.allSatisfy(vector.includes)
-                    else { return false }
+                    // The previous changeset of its causal dot's origin is here. For a changeset as its app sent
+                    // it, that one may have come through a relay's copy, which the vector does not count by it.
+                    let previous = Dot(origin: causal.origin, sequence: causal.sequence - 1)
+                    if vector[causal.origin] != previous.sequence {
+                        guard changeset.relay == nil, try known(previous) else { return false }
+                    }
+                    guard try holdsContext(of: changeset, apartFrom: causal.origin) else { return false }
                 }
                 // Only an adopted changeset is encoded here (its relay dot and extra dot are new); it is refused alone
                 // if that takes it over the limits the log is read under.
@@ -533,16 +555,6 @@ extension Replica {
             return true
         }
         return area
-    }
-
-    /// Whether an app's changeset can be adopted now: its origin's previous changeset is here, and everything its
-    /// context names (apart from its origin's own entry) is integrated.
-    private func adoptable(_ changeset: Changeset, vector: VersionVector, known: (Dot) throws -> Bool) throws -> Bool {
-        if changeset.originSequence > 1 {
-            guard try known(Dot(origin: changeset.origin, sequence: changeset.originSequence - 1)) else { return false }
-        }
-        return vector.includes(changeset.context.removing(changeset.origin))
-            && changeset.contextExtras.allSatisfy(vector.includes)
     }
 
     /// The changeset as this replica adopts it: its relay dot set, and its context restated without its origin's

@@ -410,6 +410,80 @@ struct RelayTests {
         }
     }
 
+    /// A cluster where replica 3 holds app 1's changesets only through relay 0's copies, while peer 2 holds them as
+    /// the app sent them (the app syncs with the relay and, directly, with the peer).
+    static func heldThroughRelayAndPlainly() throws -> Cluster {
+        // 0 is a relay, 1 an app, 2 a peer the app also syncs with directly, 3 and 4 peers.
+        let cluster = try Cluster(5, schema: MergeSemanticsTests.schema)
+        try cluster[1].write { try $0.create("Task", ["_id": "t", "title": "first"]) }
+        try upload(cluster, app: 1, to: 0)
+        try cluster.send(from: 0, to: 3)
+        try cluster.send(from: 1, to: 2)
+        #expect(try cluster[3].versionVector[cluster[1].replicaID] == 0)
+        #expect(try cluster[3].object("Task", primaryKey: .string("t"))?["title"] == "first")
+        return cluster
+    }
+
+    @Test("A changeset held through a relay's copy, then sent as its app wrote it, does not hold up the app's next one")
+    func plainCopyAfterRelayCopy() throws {
+        let cluster = try Self.heldThroughRelayAndPlainly()
+        // The app writes again, and only the peer hears of it: the peer sends the app's earlier changesets too, which
+        // replica 3 holds already (through the relay), and then the new one, which needs them.
+        try cluster[1].write { try $0.update("Task", primaryKey: .string("t"), ["title": "second"]) }
+        try cluster.send(from: 1, to: 2)
+        try cluster.send(from: 2, to: 3)
+        #expect(try cluster[3].pendingDots().isEmpty)
+        #expect(try cluster[3].object("Task", primaryKey: .string("t"))?["title"] == "second")
+        // And from replica 3 to one that syncs with it alone.
+        try cluster.send(from: 3, to: 4)
+        #expect(try cluster[4].pendingDots().isEmpty)
+        #expect(try cluster[4].object("Task", primaryKey: .string("t"))?["title"] == "second")
+        try cluster.syncAll()
+        for (index, replica) in cluster.replicas.enumerated() {
+            #expect(try replica.pendingDots().isEmpty, "replica \(index)")
+            #expect(try replica.verify().passed, "replica \(index)")
+        }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+    }
+
+    @Test("A peer's changeset that names an app's changeset by its own dot is integrated where a relay's copy of it is held")
+    func contextNamesPlainDotHeldThroughRelay() throws {
+        let cluster = try Self.heldThroughRelayAndPlainly()
+        // The peer writes having seen the app's changesets as the app sent them: its context names them by their own
+        // dots, which replica 3's vector does not count.
+        cluster.advanceClocks(byMilliseconds: 1000)
+        try cluster[2].write { try $0.update("Task", primaryKey: .string("t"), ["notes": "from the peer"]) }
+        try cluster.send(from: 2, to: 3)
+        #expect(try cluster[3].pendingDots().isEmpty)
+        #expect(try cluster[3].object("Task", primaryKey: .string("t"))?["notes"] == "from the peer")
+        try cluster.syncAll()
+        for (index, replica) in cluster.replicas.enumerated() {
+            #expect(try replica.pendingDots().isEmpty, "replica \(index)")
+            #expect(try replica.verify().passed, "replica \(index)")
+        }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+    }
+
+    @Test("An app's upload whose context names another app's changeset by its own dot is adopted by the relay that adopted it")
+    func uploadNamesPlainDotTheRelayAdopted() throws {
+        let cluster = try Self.heldThroughRelayAndPlainly()
+        // Replica 2, the peer, is an app of the relay too: it writes having seen app 1's changesets by their own dots,
+        // and uploads. The relay holds them as its own adoptions only.
+        cluster.advanceClocks(byMilliseconds: 1000)
+        try cluster[2].write { try $0.update("Task", primaryKey: .string("t"), ["notes": "uploaded"]) }
+        let report = try cluster[0].adopt(
+            try cluster[2].changesets(missingFrom: cluster[0].versionVector, origins: [cluster[2].replicaID]))
+        #expect(report.waiting == 0)
+        #expect(try cluster[0].pendingDots().isEmpty)
+        #expect(try cluster[0].object("Task", primaryKey: .string("t"))?["notes"] == "uploaded")
+        try cluster.syncAll()
+        for (index, replica) in cluster.replicas.enumerated() {
+            #expect(try replica.pendingDots().isEmpty, "replica \(index)")
+            #expect(try replica.verify().passed, "replica \(index)")
+        }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+    }
+
     @Test("Causal metadata per changeset stays bounded with 1,000 writing apps through one relay")
     func metadataStaysBounded() throws {
         let measured = try RelayTests.metadataBytes(apps: 1000)
