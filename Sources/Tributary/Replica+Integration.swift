@@ -125,19 +125,20 @@ extension Replica {
 
     /// The causal dots of the changesets waiting in the pending area: a relay's dot for a relay's copy of an app's
     /// changeset, the origin dot otherwise. A peer that exports to this replica can pass them as `excluding:` to
-    /// ``changesets(missingFrom:limit:origins:holds:excluding:)``, so as not to send them again. Reads keys only.
+    /// ``changesets(missingFrom:limit:origins:holds:excluding:)``, so as not to send them again. A stored changeset
+    /// that no longer decodes (damage) is not listed: a peer sends it again, and its good copy replaces it.
     public func pendingDots() throws -> Set<Dot> {
         do {
             return try environment.read { txn in
-                if let cached = pendingCache.withLock({ $0 }), cached.generation == (try pendingGeneration(in: txn)) {
-                    return Set(cached.entries.keys)
+                let generation = try pendingGeneration(in: txn)
+                let cached = pendingCache.withLock { $0 }
+                if let cached, cached.generation == generation { return Set(cached.entries.keys) }
+                let area = try pendingArea(generation: generation, taken: nil, in: txn)
+                // Kept for the next call and the next integration, unless one of those stored a newer copy meanwhile.
+                pendingCache.withLock { cache in
+                    if cache.map({ $0.generation < generation }) ?? true { cache = area }
                 }
-                var dots = Set<Dot>()
-                try txn.scan(pending) { key, _ in
-                    if let dot = Self.dot(pendingKey: key) { dots.insert(dot) }
-                    return true
-                }
-                return dots
+                return Set(area.entries.keys)
             }
         } catch {
             throw TributaryError.wrap(error)
@@ -361,6 +362,9 @@ extension Replica {
             for var received in incoming {
                 let changeset = received.changeset
                 let causal = changeset.causalDot
+                // A stored row under its key that no longer decodes goes: this copy replaces it if it waits, and
+                // nothing needs it if the changeset is integrated or a duplicate.
+                if area.forgetUndecodable(causal) { removed.insert(causal) }
                 if try vector[causal.origin] >= causal.sequence || area.entries[causal] != nil
                     || (changeset.relay == nil && known(changeset.dot))
                 {
@@ -541,7 +545,8 @@ extension Replica {
     }
 
     /// The pending area as of `generation`: `taken` (the decoded copy) when it is current, else decoded from storage.
-    /// An entry that no longer decodes is left out (and stays stored, for `tributary-log` to show).
+    /// An entry that no longer decodes is left out, and stays stored (for `tributary-log` to show) until a good copy
+    /// of the changeset its key names arrives.
     func pendingArea(generation: UInt64, taken: PendingArea?, in txn: TributaryStorageReadTransaction) throws -> PendingArea {
         if let taken, taken.generation == generation { return taken }
         var area = PendingArea(generation: generation)
@@ -551,6 +556,8 @@ extension Replica {
                 // Builds before stop 22 stored a relay's copy under its origin dot.
                 if let stored = Self.dot(pendingKey: key), stored != entry.key { entry.storedKey = stored }
                 area.insert(entry)
+            } else if let stored = Self.dot(pendingKey: key) {
+                area.noteUndecodable(stored)
             }
             return true
         }
@@ -599,6 +606,16 @@ struct PendingArea: Sendable {
 
     /// Keys of entries read from rows an earlier build stored under another key (their ``PendingChangeset/storedKey``).
     private var earlierKeys: [Dot] = []
+    /// Keys of stored rows that did not decode (damage). Left out of the entries, so that ``Replica/pendingDots()``
+    /// does not tell peers they need not send them; deleted when a copy of the changeset a key names arrives.
+    private var undecodable: Set<Dot> = []
+
+    mutating func noteUndecodable(_ key: Dot) { undecodable.insert(key) }
+
+    /// Whether a row under `key` did not decode; it is forgotten here, as the caller deletes it.
+    mutating func forgetUndecodable(_ key: Dot) -> Bool {
+        undecodable.isEmpty ? false : undecodable.remove(key) != nil
+    }
 
     mutating func insert(_ entry: PendingChangeset) {
         let dot = entry.key
