@@ -491,7 +491,8 @@ public struct ChangesetLog: Sendable {
     /// name one no entry holds, can make a replica merge differently from its peers.
     public func adoptionProblem(expected: RebuiltAdoptions, in transaction: ReadTransaction) throws -> String? {
         for dot in expected.order {
-            let stored = try causalDots(ofOrigin: dot, in: transaction)
+            let stored: [Dot]
+            do { stored = try causalDots(ofOrigin: dot, in: transaction) } catch let error as LogError { return error.message }
             let copies = expected.copies[dot] ?? []
             if stored != copies {
                 return "the log's adoptions of changeset \(dot) are \(stored), but its entries hold the copies \(copies)"
@@ -528,10 +529,19 @@ public struct ChangesetLog: Sendable {
 
     /// Every relay dot the changeset with origin dot `dot` was adopted as, in the order this log recorded them (more
     /// than one when an app uploaded it to two relays before it heard of either adoption). Stored as one value of
-    /// 16 bytes per dot; a value of another length is damage, and reads as none.
+    /// 16 bytes per dot.
+    ///
+    /// - Throws: ``LogError`` when the stored value is not a whole number of dots (damage). Read as none, it would
+    ///   make merges on this replica decide unlike its peers'.
     public func causalDots(ofOrigin dot: Dot, in transaction: ReadTransaction) throws -> [Dot] {
         try transaction.withValue(adoptions, key: Self.originKey(dot)) { value in
-            guard let value, !value.isEmpty, value.count % 16 == 0 else { return [] }
+            guard let value else { return [] }
+            guard !value.isEmpty, value.count % 16 == 0 else {
+                throw LogError(
+                    .undecodable, localSequence: 0,
+                    "the log's adoptions of changeset \(dot) are damaged: \(value.count) bytes, not a whole number of "
+                        + "16-byte dots; restore this replica from a peer or a backup")
+            }
             return stride(from: 0, to: value.count, by: 16).map { Self.dot(fromOriginKey: value, at: $0) }
         }
     }

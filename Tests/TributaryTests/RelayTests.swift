@@ -485,6 +485,49 @@ struct RelayTests {
         #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
     }
 
+    @Test("Damaged adoptions stop an integration that needs them, naming the damage, instead of merging as if unseen")
+    func damagedAdoptionsStopTheMerge() throws {
+        // 0 is a relay, 1 and 2 peers, 3 an app.
+        let cluster = try Cluster(4, schema: MergeSemanticsTests.schema)
+        try cluster[3].write { try $0.create("Task", ["_id": "t", "title": "first"]) }
+        try Self.upload(cluster, app: 3, to: 0)
+        try cluster.deliver([(3, [0]), (1, [0]), (2, [0])])
+        cluster.advanceClocks(byMilliseconds: 1000)
+        // The app erases t; the peers hold the erase through the relay's copy.
+        try cluster[3].write { _ = try $0.delete("Task", primaryKey: .string("t")) }
+        let erase = Dot(origin: cluster[3].replicaID, sequence: try cluster[3].versionVector[cluster[3].replicaID])
+        try Self.upload(cluster, app: 3, to: 0)
+        try cluster.deliver([(1, [0]), (2, [0])])
+        // Peer 2 creates t again after the erase: its context names the relay's copy, so a replica finds that it saw
+        // the erase through the adoptions, and revives t (rule 3).
+        cluster.advanceClocks(byMilliseconds: 1000)
+        try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "revived"]) }
+        let peer = cluster[1]
+        let key = ChangesetLog.originKey(erase)
+        let saved = try #require(try peer.environment.read { try $0.get(peer.log.adoptions, key: key) })
+        try peer.environment.write { try $0.put(peer.log.adoptions, key: key, value: [1, 2, 3]) }
+        let vector = try peer.versionVector
+        // Read as "not adopted", the create counted as concurrent with the erase: t stayed erased here alone.
+        do {
+            try cluster.send(from: 2, to: 1)
+            Issue.record("the integration merged past damaged adoptions")
+        } catch let error as TributaryError {
+            #expect(error.code == .corrupted, "\(error.code)")
+            #expect(error.message.contains("adoptions of changeset \(erase) are damaged: 3 bytes"), "\(error.message)")
+        }
+        #expect(try peer.versionVector == vector)
+        #expect(try peer.object("Task", primaryKey: .string("t")) == nil)
+        #expect(try peer.verify().firstProblem?.contains("adoptions of changeset \(erase) are damaged") == true)
+        // Repaired (restored from a backup, say), the same changeset comes in and the replicas agree.
+        try peer.environment.write { try $0.put(peer.log.adoptions, key: key, value: saved) }
+        try cluster.syncAll()
+        for (index, replica) in cluster.replicas.enumerated() {
+            #expect(try replica.object("Task", primaryKey: .string("t"))?["title"] == "revived", "replica \(index)")
+            #expect(try replica.verify().passed, "replica \(index)")
+        }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+    }
+
     @Test("Causal metadata per changeset stays bounded with 1,000 writing apps through one relay")
     func metadataStaysBounded() throws {
         let measured = try RelayTests.metadataBytes(apps: 1000)
