@@ -23,8 +23,11 @@ struct ConvergenceTests {
                 configuration.replicas = 3 + Int(seed % 3)  // apps: one with 3 replicas, two with 4 or 5
                 configuration.operations = Self.deep ? 3000 : 120
                 configuration.oracleOrders = 2
+                // Half the runs with 5 replicas: the first app also syncs directly with replica 2, as a peer.
+                configuration.appPeerLink = seed % 6 == 5
                 let replay = "swift run tributary-sim --seeds \(seed) --replicas \(configuration.replicas) "
                     + "--operations \(configuration.operations) --oracle-orders \(configuration.oracleOrders)"
+                    + (configuration.appPeerLink ? " --app-peer-link" : "")
                 do {
                     let result = try Simulation(configuration).run()
                     if !result.passed {

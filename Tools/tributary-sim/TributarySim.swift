@@ -32,6 +32,9 @@ struct TributarySim: ParsableCommand {
     @Option(help: "Partial replicas among them (apps that hold every other key and sync through replicas 0 and 1, their relays). Default: 2, or 1 with 3 replicas.")
     var partialReplicas: Int?
 
+    @Flag(help: "The first app also syncs directly with replica 2, a full replica that is not a relay, as a peer (needs three full replicas).")
+    var appPeerLink = false
+
     @Option(help: "Random causal orders the oracle replays per seed.")
     var oracleOrders = 3
 
@@ -71,6 +74,7 @@ struct TributarySim: ParsableCommand {
             configuration.operations = operations
             configuration.partialReplicas = partialReplicas
             configuration.oracleOrders = oracleOrders
+            configuration.appPeerLink = appPeerLink
             let result: SimulationResult
             do {
                 result = try Simulation(configuration).run()
@@ -119,6 +123,7 @@ struct TributarySim: ParsableCommand {
                 ["--seeds", "\(low)-\(high)", "--replicas", "\(replicas)", "--operations", "\(operations)"]
                 + (partialReplicas.map { ["--partial-replicas", "\($0)"] } ?? [])
                 + ["--oracle-orders", "\(oracleOrders)"]
+                + (appPeerLink ? ["--app-peer-link"] : [])
                 + (directory.map { ["--directory", $0] } ?? [])
             let pipe = Pipe()
             child.standardOutput = pipe
