@@ -47,7 +47,8 @@ extension Replica {
     ///     ``Instruction/omitted``. The projection keeps the changeset's identity, so the partial replica's version
     ///     vector stays complete. A partial replica must not export what it received this way.
     ///   - excluding: causal dots of changesets the other replica holds already though its vector does not count
-    ///     them: its ``pendingDots()``. They are neither read nor sent. A relay's copy of an app's changeset is named
+    ///     them: its ``pendingDots()``. They are neither read nor sent, nor is an app's changeset as written when a
+    ///     relay's copy of it is among them (or the vector counts one). A relay's copy of an app's changeset is named
     ///     by the relay's dot, so another relay's copy of it is still sent: the one that waits may wait for the
     ///     relay's earlier changesets, and the other may come in first.
     public func changesets(
@@ -95,10 +96,18 @@ extension Replica {
                 var sequences: [UInt64] = []
                 for entry in have.entries where vector[entry.replica] < entry.sequence {
                     if let origins, !origins.contains(entry.replica) { continue }
+                    let after = vector[entry.replica]
+                    // An app's changeset the other replica holds through a relay's copy (its vector counts it, or it
+                    // waits there), though its vector does not count the app's dot: an app that also syncs directly
+                    // with a peer. Sent again, it would be dropped as a duplicate, on every sync.
+                    let adopted = try log.adoptions(of: entry.replica, after: after, in: txn)
                     // A dot of the origin index names one changeset (a relay adopts under its own sequences), so an
                     // excluded one is skipped before its entry is read.
-                    for (dot, sequence) in try log.originEntries(from: entry.replica, after: vector[entry.replica], in: txn)
+                    for (dot, sequence) in try log.originEntries(from: entry.replica, after: after, in: txn)
                     where !excluding.contains(dot) {
+                        if let copies = adopted[dot], copies.contains(where: { vector.includes($0) || excluding.contains($0) }) {
+                            continue
+                        }
                         sequences.append(sequence)
                     }
                 }
@@ -545,8 +554,8 @@ extension Replica {
     }
 
     /// The pending area as of `generation`: `taken` (the decoded copy) when it is current, else decoded from storage.
-    /// An entry that no longer decodes is left out, and stays stored (for `tributary-log` to show) until a good copy
-    /// of the changeset its key names arrives.
+    /// An entry that no longer decodes is left out, and stays stored (for `tributary-log` to show) until a copy of
+    /// the changeset its key names arrives under that key.
     func pendingArea(generation: UInt64, taken: PendingArea?, in txn: TributaryStorageReadTransaction) throws -> PendingArea {
         if let taken, taken.generation == generation { return taken }
         var area = PendingArea(generation: generation)
@@ -610,7 +619,11 @@ struct PendingArea: Sendable {
     /// does not tell peers they need not send them; deleted when a copy of the changeset a key names arrives.
     private var undecodable: Set<Dot> = []
 
-    mutating func noteUndecodable(_ key: Dot) { undecodable.insert(key) }
+    /// Notes a stored row under `key` that did not decode, unless an entry will take that key: an earlier build's
+    /// row stored elsewhere, whose move replaces it.
+    mutating func noteUndecodable(_ key: Dot) {
+        if entries[key] == nil { undecodable.insert(key) }
+    }
 
     /// Whether a row under `key` did not decode; it is forgotten here, as the caller deletes it.
     mutating func forgetUndecodable(_ key: Dot) -> Bool {
@@ -619,6 +632,8 @@ struct PendingArea: Sendable {
 
     mutating func insert(_ entry: PendingChangeset) {
         let dot = entry.key
+        // Its row goes under its key (now, or when an earlier build's row moves there), replacing a damaged one.
+        if !undecodable.isEmpty { undecodable.remove(dot) }
         if entry.storedKey != nil { earlierKeys.append(dot) }
         if let replaced = entries.updateValue(entry, forKey: dot) { removeFromLane(replaced, dot) }
         let (lane, sequence) = PendingLane.of(entry)
@@ -667,8 +682,9 @@ struct PendingArea: Sendable {
 }
 
 /// A sequence of pending changesets of which only the first can be ready, because each needs the one before it:
-/// changesets from a peer, by the origin of their causal dot (each needs the version vector at its sequence minus
-/// one); changesets to adopt from an app, by their origin (each needs the app's previous one).
+/// changesets from a peer, by the origin of their causal dot (each needs the one before it in that origin's sequence:
+/// counted by the vector, or, for an app's changeset as written, held through a relay's copy); changesets to adopt
+/// from an app, by their origin (each needs the app's previous one).
 struct PendingLane: Hashable, Comparable, Sendable {
     var adopt: Bool
     var origin: ReplicaID

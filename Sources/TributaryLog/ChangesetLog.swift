@@ -531,19 +531,46 @@ public struct ChangesetLog: Sendable {
     /// than one when an app uploaded it to two relays before it heard of either adoption). Stored as one value of
     /// 16 bytes per dot.
     ///
-    /// - Throws: ``LogError`` when the stored value is not a whole number of dots (damage). Read as none, it would
-    ///   make merges on this replica decide unlike its peers'.
+    /// - Throws: ``LogError`` when the stored value is not a whole number of dots (damage).
     public func causalDots(ofOrigin dot: Dot, in transaction: ReadTransaction) throws -> [Dot] {
         try transaction.withValue(adoptions, key: Self.originKey(dot)) { value in
             guard let value else { return [] }
-            guard !value.isEmpty, value.count % 16 == 0 else {
-                throw LogError(
-                    .undecodable, localSequence: 0,
-                    "the log's adoptions of changeset \(dot) are damaged: \(value.count) bytes, not a whole number of "
-                        + "16-byte dots; restore this replica from a peer or a backup")
-            }
-            return stride(from: 0, to: value.count, by: 16).map { Self.dot(fromOriginKey: value, at: $0) }
+            return try Self.relayDots(adoptionsValue: value, of: dot)
         }
+    }
+
+    /// The adoptions of `origin`'s changesets after sequence `after`: each adopted changeset's origin dot, with the
+    /// relay dots it was adopted as (see ``causalDots(ofOrigin:in:)``). One range read; nothing for an origin whose
+    /// changesets no relay adopted.
+    public func adoptions(
+        of origin: ReplicaID, after: UInt64, in transaction: ReadTransaction
+    ) throws -> [Dot: [Dot]] {
+        guard after < UInt64.max else { return [:] }
+        var result: [Dot: [Dot]] = [:]
+        try transaction.scan(
+            adoptions, from: Self.originKey(Dot(origin: origin, sequence: after + 1)),
+            to: Self.originKey(Dot(origin: origin, sequence: .max)) + [0]
+        ) { key, value in
+            guard key.count == 16 else { return true }  // verify names a key of another length
+            let dot = Self.dot(fromOriginKey: key)
+            result[dot] = try Self.relayDots(adoptionsValue: value, of: dot)
+            return true
+        }
+        return result
+    }
+
+    /// The relay dots a stored adoptions value lists.
+    ///
+    /// - Throws: ``LogError`` when it is not a whole number of dots (damage). Read as none, it would make merges on
+    ///   this replica decide unlike its peers'.
+    private static func relayDots(adoptionsValue value: UnsafeRawBufferPointer, of dot: Dot) throws -> [Dot] {
+        guard !value.isEmpty, value.count % 16 == 0 else {
+            throw LogError(
+                .undecodable, localSequence: 0,
+                "the log's adoptions of changeset \(dot) are damaged: \(value.count) bytes, not a whole number of "
+                    + "16-byte dots; restore this replica from a peer or a backup")
+        }
+        return stride(from: 0, to: value.count, by: 16).map { Self.dot(fromOriginKey: value, at: $0) }
     }
 
     /// The number of entries in the origin index.

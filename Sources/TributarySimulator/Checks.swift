@@ -34,6 +34,14 @@ extension Simulation {
                 }
             }
         }
+        // Nothing is left to send: an export that only brings duplicates would be sent again on every sync.
+        for index in links.indices {
+            let unsent = try unsent(on: index)
+            if !unsent.isEmpty {
+                fail("after the exchange, replica \(links[index].source) would still send replica \(links[index].target) "
+                    + "\(unsent.count) changesets: \(unsent.prefix(3).map(\.causalDot))")
+            }
+        }
         // Relays keep metadata bounded: no context names an app replica (but the linked app, whose peer names it).
         let appIDs = Set((0..<replicaCount).filter { isPartial($0) && $0 != linkedApp }.map { replicas[$0].replicaID })
         for changeset in try replicas[0].changesets(missingFrom: VersionVector()) {

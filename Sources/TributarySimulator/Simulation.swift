@@ -188,6 +188,19 @@ public final class Simulation {
 
     /// Queues on a link what its source has that its target lacks (as of now).
     func send(on linkIndex: Int) throws {
+        let batch = try unsent(on: linkIndex)
+        guard !batch.isEmpty else { return }
+        // Split into a few messages, which may then be delivered in any order.
+        var start = 0
+        while start < batch.count {
+            let size = 1 + next(batch.count - start)
+            links[linkIndex].queue.append(Array(batch[start..<start + size]))
+            start += size
+        }
+    }
+
+    /// What the link's source has that its target lacks, as a sync protocol would send it (as of now).
+    func unsent(on linkIndex: Int) throws -> [Changeset] {
         let link = links[linkIndex]
         let source = replicas[link.source]
         let target = replicas[link.target]
@@ -196,21 +209,12 @@ public final class Simulation {
         // one changeset sent to a target by several sources.
         var held = try target.pendingDots()
         for message in link.queue { for changeset in message { held.insert(changeset.causalDot) } }
-        let batch: [Changeset]
         if isPartial(link.source) {
-            batch = try source.changesets(missingFrom: target.versionVector, origins: [source.replicaID], excluding: held)
+            return try source.changesets(missingFrom: target.versionVector, origins: [source.replicaID], excluding: held)
         } else if isPartial(link.target) {
-            batch = try source.changesets(missingFrom: target.versionVector, holds: Workload.partialHolds, excluding: held)
+            return try source.changesets(missingFrom: target.versionVector, holds: Workload.partialHolds, excluding: held)
         } else {
-            batch = try source.changesets(missingFrom: target.versionVector, excluding: held)
-        }
-        guard !batch.isEmpty else { return }
-        // Split into a few messages, which may then be delivered in any order.
-        var start = 0
-        while start < batch.count {
-            let size = 1 + next(batch.count - start)
-            links[linkIndex].queue.append(Array(batch[start..<start + size]))
-            start += size
+            return try source.changesets(missingFrom: target.versionVector, excluding: held)
         }
     }
 
