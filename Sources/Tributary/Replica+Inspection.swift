@@ -198,7 +198,9 @@ extension Replica {
             try flush()
         } catch let error as LogError {
             // An entry's damage names the entry; other damage (a changeset's adoptions) stops the replay where it is.
-            report.changesetsChecked = error.localSequence == 0 ? replayed : max(0, Int(clamping: error.localSequence) - 1)
+            // (A failed batch was read, not applied: it is still in `batch`.)
+            report.changesetsChecked =
+                error.localSequence == 0 ? replayed - batch.count : max(0, Int(clamping: error.localSequence) - 1)
             report.firstProblem = error.message
             return report
         } catch let error as MergeError {

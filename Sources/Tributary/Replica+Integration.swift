@@ -97,16 +97,25 @@ extension Replica {
                 for entry in have.entries where vector[entry.replica] < entry.sequence {
                     if let origins, !origins.contains(entry.replica) { continue }
                     let after = vector[entry.replica]
-                    // An app's changeset the other replica holds through a relay's copy (its vector counts it, or it
-                    // waits there), though its vector does not count the app's dot: an app that also syncs directly
-                    // with a peer. Sent again, it would be dropped as a duplicate, on every sync.
-                    let adopted = try log.adoptions(of: entry.replica, after: after, in: txn)
+                    // The relays' copies of the origin's changesets. Damaged adoptions only cost duplicates here (the
+                    // changesets they would leave out are sent), so the export goes on; verify names the damage.
+                    let adopted: [Dot: [Dot]]
+                    do {
+                        adopted = try log.adoptions(of: entry.replica, after: after, in: txn)
+                    } catch is LogError {
+                        adopted = [:]
+                    }
                     // A dot of the origin index names one changeset (a relay adopts under its own sequences), so an
                     // excluded one is skipped before its entry is read.
                     for (dot, sequence) in try log.originEntries(from: entry.replica, after: after, in: txn)
                     where !excluding.contains(dot) {
-                        if let copies = adopted[dot], copies.contains(where: { vector.includes($0) || excluding.contains($0) }) {
-                            continue
+                        if let copies = adopted[dot] {
+                            // An app uploads only what no relay adopted yet.
+                            if origins != nil { continue }
+                            // The other replica holds it through a relay's copy (its vector counts it, or it waits
+                            // there), though its vector does not count the app's dot (an app that also syncs directly
+                            // with a peer): sent again, it would be dropped as a duplicate, on every sync.
+                            if copies.contains(where: { vector.includes($0) || excluding.contains($0) }) { continue }
                         }
                         sequences.append(sequence)
                     }
@@ -119,10 +128,6 @@ extension Replica {
                 for sequence in sequences {
                     guard result.count < limit else { break }
                     let entry = try log.entry(sequence, in: txn)
-                    // An app uploads only what no relay adopted yet.
-                    if let origins, origins.contains(entry.origin), try log.causalDot(ofOrigin: entry.dot, in: txn) != nil {
-                        continue
-                    }
                     result.append(try element(entry, context))
                 }
                 return result
@@ -394,6 +399,9 @@ extension Replica {
             for key in area.takeEarlierKeys() {
                 guard let stored = area.entries[key]?.storedKey else { continue }
                 removed.insert(stored)
+                // A damaged row under its own key goes too, even if the entry is applied in this commit (and so
+                // never stored there); otherwise the row is replaced.
+                removed.insert(key)
                 added.insert(key)
                 area.forgetStoredKey(of: key)
             }

@@ -55,7 +55,8 @@ public final class Cluster {
     }
 
     /// What each replica would still send another (its export for the other's vector, less what the other holds
-    /// pending), as "source -> target: dots"; empty when every pair is in step.
+    /// pending), as "source -> target: dots"; empty when every pair is in step. Every replica exports in full, as
+    /// ``send(from:to:)`` does: not as an app uploads (`origins:`) or receives projections (`holds:`).
     public func unsent() throws -> [String] {
         var result: [String] = []
         for source in replicas.indices {

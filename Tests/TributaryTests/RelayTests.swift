@@ -363,8 +363,9 @@ struct RelayTests {
         #expect(try peer.verify().passed)
     }
 
-    @Test("An earlier build's row that moves onto a damaged row's key replaces it, and a later copy does not delete it")
-    func earlierBuildsRowReplacesDamagedRow() throws {
+    @Test("An earlier build's row that moves onto a damaged row's key replaces it, and a later copy does not delete it",
+        arguments: [false, true])
+    func earlierBuildsRowReplacesDamagedRow(appliedAtOnce: Bool) throws {
         // 0 is a relay, 1 a peer, 2 an app.
         let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
         let peer = cluster[1]
@@ -379,6 +380,13 @@ struct RelayTests {
             try txn.put(peer.pending, key: Replica.pendingKey(later.dot), value: PendingChangeset(changeset: later, adopt: false).stored)
             let generation = try peer.pendingGeneration(in: txn) + 1
             try txn.put(peer.identity, key: Replica.pendingGenerationKey, value: Replica.identityBytes(generation))
+        }
+        if appliedAtOnce {
+            // The row moves in the commit that applies it: neither it nor the damaged row is left.
+            try cluster.send(from: 0, to: 1)
+            #expect(try peer.environment.read { try $0.count(peer.pending) } == 0)
+            #expect(try peer.object("Task", primaryKey: .string("t"))?["title"] == "2")
+            return
         }
         #expect(try peer.integratePending().waiting == 1)  // the row moves to its causal dot
         // A copy of it arrives again: a duplicate, which must leave the stored row alone.
@@ -560,6 +568,7 @@ struct RelayTests {
         // the erase through the adoptions, and revives t (rule 3).
         cluster.advanceClocks(byMilliseconds: 1000)
         try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "revived"]) }
+        let create = Dot(origin: cluster[2].replicaID, sequence: try cluster[2].versionVector[cluster[2].replicaID])
         let peer = cluster[1]
         let key = ChangesetLog.originKey(erase)
         let saved = try #require(try peer.environment.read { try $0.get(peer.log.adoptions, key: key) })
@@ -587,6 +596,14 @@ struct RelayTests {
             #expect(try replica.verify().passed, "replica \(index)")
         }
         #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+        // Damaged again, now that the log holds the create: a replay into scratch views, one changeset a batch, reads
+        // the stored adoptions for it, stops there, and counts the changesets it applied before.
+        try peer.environment.write { try $0.put(peer.log.adoptions, key: key, value: [1, 2, 3]) }
+        let position = try #require(try peer.changesets(missingFrom: VersionVector()).firstIndex { $0.dot == create })
+        let scratch = TemporaryDirectory("verify")
+        let report = try peer.verify(rebuildingIn: scratch.appending("views"), batchSize: 1)
+        #expect(report.firstProblem?.contains("adoptions of changeset \(erase) are damaged: 3 bytes") == true)
+        #expect(report.changesetsChecked == position, "\(report)")
     }
 
     @Test("Causal metadata per changeset stays bounded with 1,000 writing apps through one relay")
