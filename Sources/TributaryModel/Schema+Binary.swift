@@ -119,23 +119,29 @@ extension BinaryReader {
     /// The most properties one type may have in a changeset or a stored schema.
     public static let maximumPropertiesPerType = 10_000
 
-    public mutating func objectSchema(_ names: NameTable) throws(ChangesetDecodingError) -> ObjectSchema {
+    /// An object type's definition, with at most `maximumProperties` properties (a changeset's limit, by default).
+    public mutating func objectSchema(
+        _ names: NameTable, maximumProperties: Int = BinaryReader.maximumPropertiesPerType
+    ) throws(ChangesetDecodingError) -> ObjectSchema {
         let typeName = try name(names, "type name")
         let embedded = try byte()
         guard embedded <= 1 else { throw error(.invalidValue, "bad embedded flag \(embedded) for type '\(typeName)'") }
         let primaryKey = embedded == 1 ? nil : try name(names, "primary key name")
-        let count = try self.count("property", maximum: Self.maximumPropertiesPerType, minimumBytesEach: 3)
+        let count = try self.count("property", maximum: maximumProperties, minimumBytesEach: 3)
         var properties: [Property] = []
         properties.reserveCapacity(count)
         for _ in 0..<count { properties.append(try property(names)) }
         return ObjectSchema(name: typeName, primaryKey: primaryKey, embedded: embedded == 1, properties: properties)
     }
 
+    /// A whole schema, as a replica stores it. Its counts are bounded by its bytes only: a schema merged from many
+    /// changesets, each within a changeset's limits, may hold more types, or more properties on one type, than one
+    /// changeset may define, and must read back (a limit here would leave such a replica unable to open).
     public mutating func schema() throws(ChangesetDecodingError) -> Schema {
         let version = try varint()
-        let count = try self.count("type", maximum: 10_000, minimumBytesEach: 3)
+        let count = try self.count("type", maximum: .max, minimumBytesEach: 3)
         var types: [ObjectSchema] = []
-        for _ in 0..<count { types.append(try objectSchema(.inline)) }
+        for _ in 0..<count { types.append(try objectSchema(.inline, maximumProperties: .max)) }
         var schema = Schema(version: version, types: types)
         // A schema stored before definition stamps existed ends here.
         guard !isAtEnd else { return schema }
