@@ -373,7 +373,8 @@ public final class MigrationContext {
         return type.properties.compactMap { property in
             guard !property.isList, property.name != type.primaryKey, !object.assigned.contains(property.name),
                 let old = oldType.properties.first(where: { $0.name != oldType.primaryKey && renamedName(type.name, $0.name) == property.name }),
-                old.kind == property.kind, let oldDefault = old.defaultValue, old.defaultValue != property.defaultValue,
+                old.kind == property.kind, let oldDefault = old.defaultValue,
+                !Property.defaultsStoreAlike(oldDefault, property.defaultValue),
                 let value = object.values[property.name], let carried = object.carriedValues[property.name],
                 value.storesAlike(carried), carried.storesAlike(oldDefault)
             else { return nil }

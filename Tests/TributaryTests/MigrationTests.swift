@@ -85,6 +85,30 @@ struct MigrationTests {
         #expect(try kept.object("DailyScrum", primaryKey: .string("stored"))?["minutes"] == 15)
     }
 
+    @Test("A date default that reads back from the stored schema a last bit off is the same declaration at reopen")
+    func dateDefaultReadsBackAlike() throws {
+        // A date kept as seconds since 2001 whose seconds since 1970 (how it is stored) round.
+        let candidates = (1...1000).map { Date(timeIntervalSinceReferenceDate: 700_000_000 + Double($0) / 7) }
+        let date = try #require(candidates.first { Date(timeIntervalSince1970: $0.timeIntervalSince1970) != $0 })
+        let schema = Schema(version: 1, types: [
+            ObjectSchema(name: "Event", properties: [.scalar("_id", .string), .scalar("at", .date, default: .date(date))])
+        ])
+        let directory = TemporaryDirectory("date-default")
+        do {
+            let replica = try open(directory, schema)
+            try replica.write { try $0.create("Event", ["_id": "e"]) }
+            replica.close()
+        }
+        // Reopened with the same schema: no migration is asked for, and nothing is written.
+        let replica = try open(directory, schema)
+        let head = try replica.versionVector
+        #expect(try replica.object("Event", primaryKey: .string("e"))?["at"].storesAlike(.date(date)) == true)
+        replica.close()
+        let again = try open(directory, schema)
+        #expect(try again.versionVector == head)
+        #expect(try again.verify().passed)
+    }
+
     @Test("Catalyst: an added property at the same version is a clear error; a raised version migrates it")
     func isPinned() throws {
         let directory = TemporaryDirectory()
