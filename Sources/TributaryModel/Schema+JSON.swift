@@ -1103,12 +1103,21 @@ private struct SchemaJSONWriter {
     let schema: Schema
     /// Embedded types written in full within the top-level schema being written.
     private var defined = Set<String>()
+    /// Embedded types nested too deep to write in full where they are held, in the order met: each is referred to
+    /// by title there, and written at the top, marked, as one that no type holds.
+    private var cutOff: [String] = []
+
+    /// How many embedded types deep a schema writes in full. A chain of embedded types (which a peer's changesets
+    /// can make as long as they like) would otherwise nest the document past what ``JSONParser`` reads back, and
+    /// the writing and rendering, which recurse, past the stack.
+    static let maximumNesting = 32
 
     init(schema: Schema) { self.schema = schema }
 
     mutating func document() -> JSONValue {
         var elements: [JSONValue] = []
         var reached = Set<String>()
+        var writtenAtTop = Set<String>()
         for type in schema.types where !type.isEmbedded {
             defined = []
             elements.append(object(for: type, nestingStack: [], marker: nil))
@@ -1118,7 +1127,17 @@ private struct SchemaJSONWriter {
         for type in schema.types where type.isEmbedded && !reached.contains(type.name) {
             defined = []
             elements.append(object(for: type, nestingStack: [], marker: "x-tributary-embedded"))
+            writtenAtTop.insert(type.name)
             reached.formUnion(embeddedTypes(reachableFrom: type))
+        }
+        // Then those nested too deep, the same way (writing one may cut off more, further down its chain).
+        var next = 0
+        while next < cutOff.count {
+            let name = cutOff[next]
+            next += 1
+            guard writtenAtTop.insert(name).inserted, let type = schema[type: name] else { continue }
+            defined = []
+            elements.append(object(for: type, nestingStack: [], marker: "x-tributary-embedded"))
         }
         return .array(elements)
     }
@@ -1199,9 +1218,14 @@ private struct SchemaJSONWriter {
             }
             return typed(bsonName(keyType))
         case .embedded(let name):
+            let reference = JSONValue.object([("title", .string(name)), ("bsonType", .string("object"))])
             guard let nested = schema[type: name], !nestingStack.contains(name), !defined.contains(name) else {
                 // Written in full earlier in this top-level schema, recursive, or missing: refer to it by title.
-                return .object([("title", .string(name)), ("bsonType", .string("object"))])
+                return reference
+            }
+            guard nestingStack.count < Self.maximumNesting else {
+                cutOff.append(name)
+                return reference
             }
             return object(for: nested, nestingStack: nestingStack, marker: nil)
         }
