@@ -59,6 +59,8 @@ public final class MigrationObject {
     var renamesCarried = 0
     /// The properties the migration set through the subscript: written even when they hold what was carried.
     var assigned = Set<String>()
+    /// For an object the migration created: the properties its `create` gave.
+    var given = Set<String>()
 
     init(type: String, primaryKey: PrimaryKey, values: [String: Value]) {
         self.type = type
@@ -173,6 +175,7 @@ public final class MigrationContext {
             throw TributaryError(.duplicatePrimaryKey, "creating \(type) \(key) in a migration: it exists")
         }
         let object = MigrationObject(type: type, primaryKey: key, values: defaults(objectType).merging(values) { $1 })
+        object.given = Set(values.keys)
         newObjects[type, default: [:]][key] = object
         newOrder[type, default: []].append(key)
         return object
@@ -343,6 +346,9 @@ public final class MigrationContext {
                 var values = object.values
                 for (property, value) in embeddedValues[type.name]?[key] ?? [:] { values[property] = value }
                 for name in unchangedOldDefaults(type, object) { values.removeValue(forKey: name) }
+                if !object.isFromOldObject {
+                    for name in defaultsLeftUnset(type, object) { values.removeValue(forKey: name) }
+                }
                 for property in type.properties {
                     guard case .embedded = property.kind, let value = values[property.name] else { continue }
                     values[property.name] = completed(value, as: property, carriedRenames: object.renamesCarried)
@@ -362,6 +368,21 @@ public final class MigrationContext {
                 // release may have added them.
                 try transaction.upsert(type.name, values, leavingAbsentFields: true)
             }
+        }
+    }
+
+    /// The properties of an object the migration created that hold the value it started with (the default, null or an
+    /// empty list), neither given to `create` nor set since: its create leaves them to the schema's defaults, as any
+    /// create does, so that a write made concurrently on another device wins over them (rule 3). Written explicitly,
+    /// they would be writes with the migration's stamp.
+    func defaultsLeftUnset(_ type: ObjectSchema, _ object: MigrationObject) -> [String] {
+        type.properties.compactMap { property in
+            guard property.name != type.primaryKey, !object.given.contains(property.name),
+                !object.assigned.contains(property.name),
+                property.isList || property.isOptional || property.createDefault != nil,
+                let value = object.values[property.name], value.storesAlike(Self.defaultValue(of: property))
+            else { return nil }
+            return property.name
         }
     }
 

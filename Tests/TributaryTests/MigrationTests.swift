@@ -85,6 +85,43 @@ struct MigrationTests {
         #expect(try kept.object("DailyScrum", primaryKey: .string("stored"))?["minutes"] == 15)
     }
 
+    @Test("An object a migration creates leaves its defaults to the schema: a concurrent write on another device wins")
+    func migrationCreatedObjectsKeepDefaultsAsDefaults() throws {
+        let v1 = Schema(version: 1, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .string)])])
+        let v2 = Schema(version: 2, types: v1.types + [
+            ObjectSchema(name: "Tag", properties: [
+                .scalar("_id", .string), .scalar("color", .string, default: "red"), .scalar("note", .string, optional: true),
+            ])
+        ])
+        // Each device's release creates the tag in its migration.
+        let migration = Migration(steps: [2: { context in _ = try context.create("Tag", ["_id": "t"]) }])
+        let directories = [TemporaryDirectory("migrate-a"), TemporaryDirectory("migrate-b")]
+        let clocks = [ManualClock(milliseconds: 1_700_000_000_000), ManualClock(milliseconds: 1_700_000_000_000)]
+        func open(_ index: Int, _ schema: Schema) throws -> Replica {
+            var configuration = configuration()
+            configuration.clock = clocks[index]
+            configuration.replicaID = ReplicaID(rawValue: UInt64(index + 1))
+            return try Replica.open(
+                directory: directories[index].path, schema: schema, configuration: configuration, migration: migration)
+        }
+        for index in 0..<2 { try open(index, v1).close() }
+        // B migrates and its user colours the tag; A migrates later (by the clocks), before they sync.
+        let b = try open(1, v2)
+        clocks[1].advance(byMilliseconds: 10)
+        try b.write { try $0.update("Tag", primaryKey: .string("t"), ["color": "blue", "note": "mine"]) }
+        clocks[0].advance(byMilliseconds: 1000)
+        let a = try open(0, v2)
+        try a.integrate(try b.changesets(missingFrom: a.versionVector))
+        try b.integrate(try a.changesets(missingFrom: b.versionVector))
+        for replica in [a, b] {
+            let tag = try #require(try replica.object("Tag", primaryKey: .string("t")))
+            #expect(tag["color"] == "blue")
+            #expect(tag["note"] == "mine")
+            #expect(try replica.verify().passed)
+        }
+        #expect(try a.recordsDigest() == b.recordsDigest())
+    }
+
     @Test("A date default that reads back from the stored schema a last bit off is the same declaration at reopen")
     func dateDefaultReadsBackAlike() throws {
         // A date kept as seconds since 2001 whose seconds since 1970 (how it is stored) round.
