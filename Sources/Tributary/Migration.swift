@@ -612,7 +612,7 @@ public final class MigrationContext {
             let previous = declared[type: new.name]
             for property in existing.properties where property.name != existing.primaryKey {
                 if let replacement = new[property: property.name] {
-                    if replacement == property { continue }
+                    if replacement.storesAlike(property) { continue }
                     if replacement.kind == property.kind, replacement.isList == property.isList,
                         replacement.isOptional == property.isOptional
                     {

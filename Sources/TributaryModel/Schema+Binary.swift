@@ -145,7 +145,7 @@ extension BinaryReader {
         var schema = Schema(version: version, types: types)
         // A schema stored before definition stamps existed ends here.
         guard !isAtEnd else { return schema }
-        let stampCount = try self.count("definition stamp", maximum: 10_000_000, minimumBytesEach: 19)
+        let stampCount = try self.count("definition stamp", maximum: .max, minimumBytesEach: 19)
         for _ in 0..<stampCount {
             let type = try name(.inline, "type name")
             let property = try name(.inline, "property name")
@@ -160,11 +160,11 @@ extension BinaryReader {
         }
         // A schema stored before removals were remembered, or without any, ends here.
         guard !isAtEnd else { return schema }
-        let removedProperties = try self.count("removed property", maximum: 10_000_000, minimumBytesEach: 3)
+        let removedProperties = try self.count("removed property", maximum: .max, minimumBytesEach: 3)
         for _ in 0..<removedProperties {
             let type = try name(.inline, "type name")
             let property = try name(.inline, "property name")
-            let count = try self.count("removal", maximum: 10_000_000, minimumBytesEach: 10)
+            let count = try self.count("removal", maximum: .max, minimumBytesEach: 10)
             var removals: [PropertyRemoval] = []
             for _ in 0..<count {
                 let dot = try dot()
@@ -183,7 +183,7 @@ extension BinaryReader {
             }
             schema.propertyRemovals[PropertyName(type: type, property: property)] = removals
         }
-        let removedTypes = try self.count("removed type", maximum: 10_000_000, minimumBytesEach: 2)
+        let removedTypes = try self.count("removed type", maximum: .max, minimumBytesEach: 2)
         var typeRemovals: [(type: String, dots: [Dot])] = []
         for _ in 0..<removedTypes {
             let type = try name(.inline, "type name")
@@ -204,7 +204,7 @@ extension BinaryReader {
     }
 
     mutating func dots(_ what: String) throws(ChangesetDecodingError) -> [Dot] {
-        let count = try self.count(what, maximum: 10_000_000, minimumBytesEach: 9)
+        let count = try self.count(what, maximum: .max, minimumBytesEach: 9)
         var dots: [Dot] = []
         for _ in 0..<count { dots.append(try dot()) }
         return dots

@@ -81,10 +81,11 @@ extension Schema {
     ///   hexadecimal digits, and a double that JSON cannot write is `{"$numberDouble": "NaN"}` (or
     ///   `"Infinity"`, `"-Infinity"`).
     /// - `"x-tributary-primaryKey": "name"` on a top-level type: the primary key, when it is not `_id`.
-    /// - `"x-tributary-embedded": true` on a top-level schema object: an embedded type that no other type
-    ///   holds (``jsonString()`` writes these so that every schema survives a round trip).
+    /// - `"x-tributary-embedded": true` on a top-level schema object: an embedded type (``jsonString()`` writes
+    ///   these for embedded types that no other type holds, and for those held too deep to write nested, so that
+    ///   every schema survives a round trip).
     /// - A nested `object` with a `title` and no `properties` refers to an embedded type defined elsewhere in
-    ///   the document (``jsonString()`` writes these for recursive types and repeated uses).
+    ///   the document (``jsonString()`` writes these for recursive types, repeated uses, and types held too deep).
     ///
     /// - Parameters:
     ///   - json: UTF-8 JSON text.
@@ -122,7 +123,9 @@ extension Schema {
     ///
     /// Top-level types come in name order, each self-contained as App Services wants it: the embedded types it
     /// holds are written nested inside it, the first time it uses them, and referred to by `title` after that.
-    /// Embedded types that no type holds come last, marked `"x-tributary-embedded": true`. Properties keep
+    /// Embedded types that no type holds come last, marked `"x-tributary-embedded": true`, and so do embedded
+    /// types held more than 32 levels down (a chain a peer's changesets can make as long as they like), which are
+    /// then referred to by `title` where they are held: such a schema object is not self-contained. Properties keep
     /// their declaration order, so ``init(json:version:)-([UInt8],_)`` gives back an equal schema (with the
     /// same version) for every schema that passes ``validate()``; a NaN default comes back as NaN, which `==`
     /// does not hold equal to itself. An int is written as `long`, Tributary's ints being 64-bit. A date

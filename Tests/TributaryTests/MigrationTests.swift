@@ -143,7 +143,21 @@ struct MigrationTests {
         replica.close()
         let again = try open(directory, schema)
         #expect(try again.versionVector == head)
+        // Adding the same property again at runtime is no conflict.
+        try again.write { try $0.addProperty(.scalar("at", .date, default: .date(date)), to: "Event") }
+        #expect(try again.versionVector == head)
         #expect(try again.verify().passed)
+        again.close()
+        // A migration to a later version that keeps the property redefines nothing.
+        let v2 = Schema(version: 2, types: [
+            ObjectSchema(name: "Event", properties: [
+                .scalar("_id", .string), .scalar("at", .date, default: .date(date)), .scalar("place", .string, optional: true),
+            ])
+        ])
+        let migrated = try open(directory, v2)
+        let last = try #require(try migrated.changesets(missingFrom: VersionVector()).last)
+        #expect(!last.instructions.contains { if case .redefineProperty = $0 { return true } else { return false } }, "\(last.instructions)")
+        #expect(last.instructions.contains { if case .addProperty = $0 { return true } else { return false } })
     }
 
     @Test("Catalyst: an added property at the same version is a clear error; a raised version migrates it")
