@@ -463,6 +463,18 @@ struct RelayTests {
         return cluster
     }
 
+    /// Syncs every pair, then expects nothing waiting, every replica verified, one state, and nothing left to send
+    /// (what a replica holds through a relay's copy is not sent to it again as the app wrote it).
+    static func expectInStepAfterSync(_ cluster: Cluster) throws {
+        try cluster.syncAll()
+        for (index, replica) in cluster.replicas.enumerated() {
+            #expect(try replica.pendingDots().isEmpty, "replica \(index)")
+            #expect(try replica.verify().passed, "replica \(index)")
+        }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+        #expect(try cluster.unsent() == [])
+    }
+
     @Test("A changeset held through a relay's copy, then sent as its app wrote it, does not hold up the app's next one")
     func plainCopyAfterRelayCopy() throws {
         let cluster = try Self.heldThroughRelayAndPlainly()
@@ -477,14 +489,7 @@ struct RelayTests {
         try cluster.send(from: 3, to: 4)
         #expect(try cluster[4].pendingDots().isEmpty)
         #expect(try cluster[4].object("Task", primaryKey: .string("t"))?["title"] == "second")
-        try cluster.syncAll()
-        for (index, replica) in cluster.replicas.enumerated() {
-            #expect(try replica.pendingDots().isEmpty, "replica \(index)")
-            #expect(try replica.verify().passed, "replica \(index)")
-        }
-        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
-        // Nothing is sent again: what a replica holds through a relay's copy is not sent to it as the app wrote it.
-        #expect(try cluster.unsent() == [])
+        try Self.expectInStepAfterSync(cluster)
     }
 
     @Test("A peer's changeset that names an app's changeset by its own dot is integrated where a relay's copy of it is held")
@@ -497,14 +502,7 @@ struct RelayTests {
         try cluster.send(from: 2, to: 3)
         #expect(try cluster[3].pendingDots().isEmpty)
         #expect(try cluster[3].object("Task", primaryKey: .string("t"))?["notes"] == "from the peer")
-        try cluster.syncAll()
-        for (index, replica) in cluster.replicas.enumerated() {
-            #expect(try replica.pendingDots().isEmpty, "replica \(index)")
-            #expect(try replica.verify().passed, "replica \(index)")
-        }
-        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
-        // Nothing is sent again: what a replica holds through a relay's copy is not sent to it as the app wrote it.
-        #expect(try cluster.unsent() == [])
+        try Self.expectInStepAfterSync(cluster)
     }
 
     @Test("An app's upload whose context names another app's changeset by its own dot is adopted by the relay that adopted it")
@@ -519,14 +517,7 @@ struct RelayTests {
         #expect(report.waiting == 0)
         #expect(try cluster[0].pendingDots().isEmpty)
         #expect(try cluster[0].object("Task", primaryKey: .string("t"))?["notes"] == "uploaded")
-        try cluster.syncAll()
-        for (index, replica) in cluster.replicas.enumerated() {
-            #expect(try replica.pendingDots().isEmpty, "replica \(index)")
-            #expect(try replica.verify().passed, "replica \(index)")
-        }
-        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
-        // Nothing is sent again: what a replica holds through a relay's copy is not sent to it as the app wrote it.
-        #expect(try cluster.unsent() == [])
+        try Self.expectInStepAfterSync(cluster)
     }
 
     @Test("An export leaves out an app's changeset, as written, that the other replica holds pending as a relay's copy")
