@@ -49,6 +49,10 @@ public final class MigrationObject {
     /// The object's primary key.
     public let primaryKey: PrimaryKey
     /// The property values in the new schema. Properties new in this version start at their default (or null).
+    ///
+    /// In an object the migration creates, a property that still holds the value it started with, and was neither
+    /// given to ``MigrationContext/create(_:_:)`` nor set through the subscript, is left to the schema's default,
+    /// as any create leaves what it is not given: a concurrent write on another device wins over it (rule 3).
     public var values: [String: Value]
     var isDeleted = false
     /// Whether it is the new version of an object that existed before the migration.
@@ -346,7 +350,9 @@ public final class MigrationContext {
                 var values = object.values
                 for (property, value) in embeddedValues[type.name]?[key] ?? [:] { values[property] = value }
                 for name in unchangedOldDefaults(type, object) { values.removeValue(forKey: name) }
-                if !object.isFromOldObject {
+                // (A create of a key whose old object the migration deleted updates that object's record, which it
+                // resets: every property is written then.)
+                if !object.isFromOldObject, try transaction.record(type.name, key)?.exists != true {
                     for name in defaultsLeftUnset(type, object) { values.removeValue(forKey: name) }
                 }
                 for property in type.properties {

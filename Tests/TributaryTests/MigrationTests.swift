@@ -122,6 +122,30 @@ struct MigrationTests {
         #expect(try a.recordsDigest() == b.recordsDigest())
     }
 
+    @Test("A migration that deletes an object and creates it again under its key resets what the create does not give")
+    func deleteAndCreateAgainResets() throws {
+        let tag = ObjectSchema(name: "Tag", properties: [
+            .scalar("_id", .string), .scalar("color", .string, default: "red"), .scalar("note", .string, optional: true),
+            Property("labels", .scalar(.string), list: true),
+        ])
+        let directory = TemporaryDirectory("migrate-recreate")
+        do {
+            let replica = try open(directory, Schema(version: 1, types: [tag]))
+            try replica.write { try $0.create("Tag", ["_id": "t", "color": "blue", "note": "x", "labels": ["a"]]) }
+            replica.close()
+        }
+        let migration = Migration { context in
+            context.deleteAll("Tag")
+            _ = try context.create("Tag", ["_id": "t"])
+        }
+        let replica = try open(directory, Schema(version: 2, types: [tag]), migration: migration)
+        let object = try #require(try replica.object("Tag", primaryKey: .string("t")))
+        #expect(object["color"] == "red")
+        #expect(object["note"] == .null)
+        #expect(object["labels"] == .list([]))
+        #expect(try replica.verify().passed)
+    }
+
     @Test("A date default that reads back from the stored schema a last bit off is the same declaration at reopen")
     func dateDefaultReadsBackAlike() throws {
         // A date kept as seconds since 2001 whose seconds since 1970 (how it is stored) round.
