@@ -52,7 +52,8 @@ public final class MigrationObject {
     ///
     /// In an object the migration creates, a property that still holds the value it started with, and was neither
     /// given to ``MigrationContext/create(_:_:)`` nor set through the subscript, is left to the schema's default,
-    /// as any create leaves what it is not given: a concurrent write on another device wins over it (rule 3).
+    /// as any create leaves what it is not given: a concurrent write on another device wins over it (rule 3). (Not
+    /// when the migration deleted an old object of the same key: every property is written then.)
     public var values: [String: Value]
     var isDeleted = false
     /// Whether it is the new version of an object that existed before the migration.

@@ -38,10 +38,14 @@ extension Replica {
     /// order (a causal order), at most `limit` of them.
     ///
     /// - Complexity: O(k log n) for k changesets missing from a log of n: found through the origin index, not by a
-    ///   scan of the log.
+    ///   scan of the log. Plus, for each origin walked, a read of the adoptions of its changesets after what the
+    ///   other replica's vector counts: for an app's upload (a relay's vector never counts the app) that is every
+    ///   adoption of the app's changesets, in one range read.
     ///
     /// - Parameters:
-    ///   - origins: when given, only changesets from these origins (a partial replica uploads only its own).
+    ///   - origins: when given, only changesets from these origins that no relay adopted yet (a partial replica
+    ///     uploads only its own; if the adoptions are damaged, adopted ones are sent again, which the relay drops as
+    ///     duplicates).
     ///   - holds: when given, each changeset is projected for a partial replica: schema instructions and the
     ///     instructions on objects for which `holds` returns `true` are kept, the rest replaced by
     ///     ``Instruction/omitted``. The projection keeps the changeset's identity, so the partial replica's version
@@ -101,7 +105,7 @@ extension Replica {
                     // changesets they would leave out are sent), so the export goes on; verify names the damage.
                     let adopted: [Dot: [Dot]]
                     do {
-                        adopted = try log.adoptions(of: entry.replica, after: after, in: txn)
+                        adopted = try log.adoptedCopies(of: entry.replica, after: after, in: txn)
                     } catch is LogError {
                         adopted = [:]
                     }
@@ -141,6 +145,9 @@ extension Replica {
     /// changeset, the origin dot otherwise. A peer that exports to this replica can pass them as `excluding:` to
     /// ``changesets(missingFrom:limit:origins:holds:excluding:)``, so as not to send them again. A stored changeset
     /// that no longer decodes (damage) is not listed: a peer sends it again, and its good copy replaces it.
+    ///
+    /// - Complexity: O(1) while this handle's decoded copy of the pending area is current (after its own
+    ///   integrations); otherwise it decodes every waiting changeset once, and keeps the result.
     public func pendingDots() throws -> Set<Dot> {
         do {
             return try environment.read { txn in
@@ -563,7 +570,7 @@ extension Replica {
 
     /// The pending area as of `generation`: `taken` (the decoded copy) when it is current, else decoded from storage.
     /// An entry that no longer decodes is left out, and stays stored (for `tributary-log` to show) until a copy of
-    /// the changeset its key names arrives under that key.
+    /// the changeset its key names arrives under that key, or an earlier build's row moves onto that key.
     func pendingArea(generation: UInt64, taken: PendingArea?, in txn: TributaryStorageReadTransaction) throws -> PendingArea {
         if let taken, taken.generation == generation { return taken }
         var area = PendingArea(generation: generation)

@@ -44,7 +44,8 @@ extension Schema {
         return lines
     }
 
-    /// Whether every type and property of this schema is in `other`, defined the same way (`other` may have more).
+    /// Whether every type and property of this schema is in `other`, defined the same way (`other` may have more);
+    /// defaults are compared as they store (``Property/storesAlike(_:)``).
     public func isSubset(of other: Schema) -> Bool {
         types.allSatisfy { type in
             guard let stored = other[type: type.name], stored.isEmbedded == type.isEmbedded,

@@ -400,6 +400,9 @@ public struct ChangesetLog: Sendable {
     /// one's run, and gets no key of its own (see ``origins``); every other one does. So every dot without a key
     /// follows held dots back to a key, at consecutive entries, and no key can later come between them (those dots are
     /// held): a run's entries are always those of a prefix of the sequences up to the next key.
+    ///
+    /// - Throws: ``LogError`` when the changeset's stored adoptions are damaged (a relay's copy cannot be recorded
+    ///   beside them), or a storage error.
     public func index(_ dot: Dot, relay: Dot?, at localSequence: UInt64, in transaction: WriteTransaction) throws {
         // Counting from an earlier key may land on this very entry (it names the dot) without the entries between
         // continuing the run: that is not holding it.
@@ -523,6 +526,8 @@ public struct ChangesetLog: Sendable {
     }
 
     /// The relay dot the changeset with origin dot `dot` was first adopted as, if a relay adopted it.
+    ///
+    /// - Throws: ``LogError`` when its stored adoptions are damaged (see ``causalDots(ofOrigin:in:)``).
     public func causalDot(ofOrigin dot: Dot, in transaction: ReadTransaction) throws -> Dot? {
         try causalDots(ofOrigin: dot, in: transaction).first
     }
@@ -539,10 +544,12 @@ public struct ChangesetLog: Sendable {
         }
     }
 
-    /// The adoptions of `origin`'s changesets after sequence `after`: each adopted changeset's origin dot, with the
-    /// relay dots it was adopted as (see ``causalDots(ofOrigin:in:)``). One range read; nothing for an origin whose
-    /// changesets no relay adopted.
-    public func adoptions(
+    /// The relays' copies of `origin`'s changesets after sequence `after`: each adopted changeset's origin dot, with
+    /// the relay dots it was adopted as (see ``causalDots(ofOrigin:in:)``). One range read of the adoptions, as long
+    /// as that range; an empty read for an origin whose changesets no relay adopted.
+    ///
+    /// - Throws: ``LogError`` when a stored value in the range is not a whole number of dots (damage).
+    package func adoptedCopies(
         of origin: ReplicaID, after: UInt64, in transaction: ReadTransaction
     ) throws -> [Dot: [Dot]] {
         guard after < UInt64.max else { return [:] }

@@ -51,6 +51,8 @@ public struct CausalResolver {
 
     /// Whether one of the relay dots the changeset with origin dot `dot` was adopted as passes `test`: those
     /// recorded in the working set, then those stored.
+    ///
+    /// - Throws: what the record source throws when it cannot read the stored ones.
     public func anyCausalDot(of dot: Dot, _ test: (Dot) -> Bool) throws -> Bool {
         if let copies = adopted[dot], copies.contains(where: test) { return true }
         return try source?.causalDots(ofOrigin: dot).contains(where: test) ?? false

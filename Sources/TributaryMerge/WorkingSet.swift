@@ -8,7 +8,9 @@ public protocol RecordSource {
     func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey]
     /// The causal dots of the changeset with origin dot `dot`: every relay dot it was adopted as (an app that
     /// uploaded it to two relays before it heard of either adoption has two), in the order they were recorded.
-    /// Throws when they cannot be read: answered wrongly, a merge would decide unlike its peers.
+    ///
+    /// - Throws: when they cannot be read (damage, a storage error): answered wrongly, a merge would decide unlike
+    ///   its peers.
     func causalDots(ofOrigin dot: Dot) throws -> [Dot]
 }
 

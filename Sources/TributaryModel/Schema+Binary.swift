@@ -119,9 +119,14 @@ extension BinaryReader {
     /// The most properties one type may have in a changeset or a stored schema.
     public static let maximumPropertiesPerType = 10_000
 
-    /// An object type's definition, with at most `maximumProperties` properties (a changeset's limit, by default).
-    public mutating func objectSchema(
-        _ names: NameTable, maximumProperties: Int = BinaryReader.maximumPropertiesPerType
+    /// An object type's definition, as a changeset carries it: at most ``maximumPropertiesPerType`` properties.
+    public mutating func objectSchema(_ names: NameTable) throws(ChangesetDecodingError) -> ObjectSchema {
+        try objectSchema(names, maximumProperties: Self.maximumPropertiesPerType)
+    }
+
+    /// An object type's definition with at most `maximumProperties` properties.
+    mutating func objectSchema(
+        _ names: NameTable, maximumProperties: Int
     ) throws(ChangesetDecodingError) -> ObjectSchema {
         let typeName = try name(names, "type name")
         let embedded = try byte()

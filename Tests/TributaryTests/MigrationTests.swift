@@ -94,7 +94,14 @@ struct MigrationTests {
             ])
         ])
         // Each device's release creates the tag in its migration.
-        let migration = Migration(steps: [2: { context in _ = try context.create("Tag", ["_id": "t"]) }])
+        // `u` is given its colour explicitly (the default's value), and `v` gets its note through the subscript: those
+        // are writes with the migration's stamp, as before.
+        let migration = Migration(steps: [2: { context in
+            _ = try context.create("Tag", ["_id": "t"])
+            _ = try context.create("Tag", ["_id": "u", "color": "red"])
+            let v = try context.create("Tag", ["_id": "v"])
+            v["note"] = .null
+        }])
         let directories = [TemporaryDirectory("migrate-a"), TemporaryDirectory("migrate-b")]
         let clocks = [ManualClock(milliseconds: 1_700_000_000_000), ManualClock(milliseconds: 1_700_000_000_000)]
         func open(_ index: Int, _ schema: Schema) throws -> Replica {
@@ -108,7 +115,9 @@ struct MigrationTests {
         // B migrates and its user colours the tag; A migrates later (by the clocks), before they sync.
         let b = try open(1, v2)
         clocks[1].advance(byMilliseconds: 10)
-        try b.write { try $0.update("Tag", primaryKey: .string("t"), ["color": "blue", "note": "mine"]) }
+        try b.write { txn in
+            for key in ["t", "u", "v"] { try txn.update("Tag", primaryKey: .string(key), ["color": "blue", "note": "mine"]) }
+        }
         clocks[0].advance(byMilliseconds: 1000)
         let a = try open(0, v2)
         try a.integrate(try b.changesets(missingFrom: a.versionVector))
@@ -117,6 +126,12 @@ struct MigrationTests {
             let tag = try #require(try replica.object("Tag", primaryKey: .string("t")))
             #expect(tag["color"] == "blue")
             #expect(tag["note"] == "mine")
+            let u = try #require(try replica.object("Tag", primaryKey: .string("u")))
+            #expect(u["color"] == "red")  // given to create: A's later write wins
+            #expect(u["note"] == "mine")
+            let v = try #require(try replica.object("Tag", primaryKey: .string("v")))
+            #expect(v["color"] == "blue")
+            #expect(v["note"] == .null)  // set through the subscript: A's later write wins
             #expect(try replica.verify().passed)
         }
         #expect(try a.recordsDigest() == b.recordsDigest())

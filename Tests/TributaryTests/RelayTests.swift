@@ -542,6 +542,24 @@ struct RelayTests {
         #expect(try cluster[3].verify().passed)
     }
 
+    @Test("Damaged adoptions cost an export only duplicates: the changesets they would leave out are sent")
+    func damagedAdoptionsExportDuplicates() throws {
+        let cluster = try Self.heldThroughRelayAndPlainly()
+        try cluster.send(from: 0, to: 2)  // the peer records the relay's adoptions of what it holds as written
+        let app = cluster[1].replicaID
+        let first = Dot(origin: app, sequence: 1)
+        let peer = cluster[2]
+        #expect(try peer.environment.read { try peer.log.causalDots(ofOrigin: first, in: $0) }.count == 1)
+        #expect(try peer.changesets(missingFrom: cluster[3].versionVector).filter { $0.origin == app }.isEmpty)
+        try peer.environment.write { try $0.put(peer.log.adoptions, key: ChangesetLog.originKey(first), value: [9]) }
+        let missing = try peer.changesets(missingFrom: cluster[3].versionVector)
+        #expect(missing.map(\.dot).contains(first), "\(missing.map(\.dot))")
+        let report = try cluster[3].integrate(missing)
+        // Replica 3 holds them through the relay's copies: duplicates, and nothing of the app's is applied twice.
+        #expect(report.duplicates > 0 && !report.integrated.contains { $0.origin == app }, "\(report)")
+        #expect(try peer.verify().firstProblem?.contains("adoptions of changeset \(first) are damaged") == true)
+    }
+
     @Test("Damaged adoptions stop an integration that needs them, naming the damage, instead of merging as if unseen")
     func damagedAdoptionsStopTheMerge() throws {
         // 0 is a relay, 1 and 2 peers, 3 an app.
