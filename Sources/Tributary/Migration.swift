@@ -49,6 +49,11 @@ public final class MigrationObject {
     /// The object's primary key.
     public let primaryKey: PrimaryKey
     /// The property values in the new schema. Properties new in this version start at their default (or null).
+    ///
+    /// In an object the migration creates, a property that still holds the value it started with, and was neither
+    /// given to ``MigrationContext/create(_:_:)`` nor set through the subscript, is left to the schema's default,
+    /// as any create leaves what it is not given: a concurrent write on another device wins over it (rule 3). (Not
+    /// when the migration deleted an old object of the same key: every property is written then.)
     public var values: [String: Value]
     var isDeleted = false
     /// Whether it is the new version of an object that existed before the migration.
@@ -59,6 +64,8 @@ public final class MigrationObject {
     var renamesCarried = 0
     /// The properties the migration set through the subscript: written even when they hold what was carried.
     var assigned = Set<String>()
+    /// For an object the migration created: the properties its `create` gave.
+    var given = Set<String>()
 
     init(type: String, primaryKey: PrimaryKey, values: [String: Value]) {
         self.type = type
@@ -173,6 +180,7 @@ public final class MigrationContext {
             throw TributaryError(.duplicatePrimaryKey, "creating \(type) \(key) in a migration: it exists")
         }
         let object = MigrationObject(type: type, primaryKey: key, values: defaults(objectType).merging(values) { $1 })
+        object.given = Set(values.keys)
         newObjects[type, default: [:]][key] = object
         newOrder[type, default: []].append(key)
         return object
@@ -343,6 +351,11 @@ public final class MigrationContext {
                 var values = object.values
                 for (property, value) in embeddedValues[type.name]?[key] ?? [:] { values[property] = value }
                 for name in unchangedOldDefaults(type, object) { values.removeValue(forKey: name) }
+                // (A create of a key whose old object the migration deleted updates that object's record, which it
+                // resets: every property is written then.)
+                if !object.isFromOldObject, try transaction.record(type.name, key)?.exists != true {
+                    for name in defaultsLeftUnset(type, object) { values.removeValue(forKey: name) }
+                }
                 for property in type.properties {
                     guard case .embedded = property.kind, let value = values[property.name] else { continue }
                     values[property.name] = completed(value, as: property, carriedRenames: object.renamesCarried)
@@ -365,6 +378,21 @@ public final class MigrationContext {
         }
     }
 
+    /// The properties of an object the migration created that hold the value it started with (the default, null or an
+    /// empty list), neither given to `create` nor set since: its create leaves them to the schema's defaults, as any
+    /// create does, so that a write made concurrently on another device wins over them (rule 3). Written explicitly,
+    /// they would be writes with the migration's stamp.
+    func defaultsLeftUnset(_ type: ObjectSchema, _ object: MigrationObject) -> [String] {
+        type.properties.compactMap { property in
+            guard property.name != type.primaryKey, !object.given.contains(property.name),
+                !object.assigned.contains(property.name),
+                property.isList || property.isOptional || property.createDefault != nil,
+                let value = object.values[property.name], value.storesAlike(Self.defaultValue(of: property))
+            else { return nil }
+            return property.name
+        }
+    }
+
     /// The properties of `object` whose default the new schema changes and which hold, as carried and left by the
     /// migration, the old default: they are not written, so that an object that holds no value for one (created
     /// before it was added) reads the new default (rule 8), and one whose create stored the old default keeps it.
@@ -373,7 +401,8 @@ public final class MigrationContext {
         return type.properties.compactMap { property in
             guard !property.isList, property.name != type.primaryKey, !object.assigned.contains(property.name),
                 let old = oldType.properties.first(where: { $0.name != oldType.primaryKey && renamedName(type.name, $0.name) == property.name }),
-                old.kind == property.kind, let oldDefault = old.defaultValue, old.defaultValue != property.defaultValue,
+                old.kind == property.kind, let oldDefault = old.defaultValue,
+                !Property.defaultsStoreAlike(oldDefault, property.defaultValue),
                 let value = object.values[property.name], let carried = object.carriedValues[property.name],
                 value.storesAlike(carried), carried.storesAlike(oldDefault)
             else { return nil }
@@ -590,7 +619,7 @@ public final class MigrationContext {
             let previous = declared[type: new.name]
             for property in existing.properties where property.name != existing.primaryKey {
                 if let replacement = new[property: property.name] {
-                    if replacement == property { continue }
+                    if replacement.storesAlike(property) { continue }
                     if replacement.kind == property.kind, replacement.isList == property.isList,
                         replacement.isOptional == property.isOptional
                     {

@@ -197,7 +197,10 @@ extension Replica {
             }
             try flush()
         } catch let error as LogError {
-            report.changesetsChecked = max(0, Int(clamping: error.localSequence) - 1)
+            // An entry's damage names the entry; other damage (a changeset's adoptions) stops the replay where it is.
+            // (A failed batch was read, not applied: it is still in `batch`.)
+            report.changesetsChecked =
+                error.localSequence == 0 ? replayed - batch.count : max(0, Int(clamping: error.localSequence) - 1)
             report.firstProblem = error.message
             return report
         } catch let error as MergeError {

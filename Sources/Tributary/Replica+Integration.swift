@@ -38,16 +38,21 @@ extension Replica {
     /// order (a causal order), at most `limit` of them.
     ///
     /// - Complexity: O(k log n) for k changesets missing from a log of n: found through the origin index, not by a
-    ///   scan of the log.
+    ///   scan of the log. Plus, for each origin walked, a read of the adoptions of its changesets after what the
+    ///   other replica's vector counts: for an app's upload (a relay's vector never counts the app) that is every
+    ///   adoption of the app's changesets, in one range read.
     ///
     /// - Parameters:
-    ///   - origins: when given, only changesets from these origins (a partial replica uploads only its own).
+    ///   - origins: when given, only changesets from these origins that no relay adopted yet (a partial replica
+    ///     uploads only its own; if the adoptions are damaged, adopted ones are sent again, which the relay drops as
+    ///     duplicates).
     ///   - holds: when given, each changeset is projected for a partial replica: schema instructions and the
     ///     instructions on objects for which `holds` returns `true` are kept, the rest replaced by
     ///     ``Instruction/omitted``. The projection keeps the changeset's identity, so the partial replica's version
     ///     vector stays complete. A partial replica must not export what it received this way.
     ///   - excluding: causal dots of changesets the other replica holds already though its vector does not count
-    ///     them: its ``pendingDots()``. They are neither read nor sent. A relay's copy of an app's changeset is named
+    ///     them: its ``pendingDots()``. They are neither read nor sent, nor is an app's changeset as written when a
+    ///     relay's copy of it is among them (or the vector counts one). A relay's copy of an app's changeset is named
     ///     by the relay's dot, so another relay's copy of it is still sent: the one that waits may wait for the
     ///     relay's earlier changesets, and the other may come in first.
     public func changesets(
@@ -95,10 +100,27 @@ extension Replica {
                 var sequences: [UInt64] = []
                 for entry in have.entries where vector[entry.replica] < entry.sequence {
                     if let origins, !origins.contains(entry.replica) { continue }
+                    let after = vector[entry.replica]
+                    // The relays' copies of the origin's changesets. Damaged adoptions only cost duplicates here (the
+                    // changesets they would leave out are sent), so the export goes on; verify names the damage.
+                    let adopted: [Dot: [Dot]]
+                    do {
+                        adopted = try log.adoptedCopies(of: entry.replica, after: after, in: txn)
+                    } catch is LogError {
+                        adopted = [:]
+                    }
                     // A dot of the origin index names one changeset (a relay adopts under its own sequences), so an
                     // excluded one is skipped before its entry is read.
-                    for (dot, sequence) in try log.originEntries(from: entry.replica, after: vector[entry.replica], in: txn)
+                    for (dot, sequence) in try log.originEntries(from: entry.replica, after: after, in: txn)
                     where !excluding.contains(dot) {
+                        if let copies = adopted[dot] {
+                            // An app uploads only what no relay adopted yet.
+                            if origins != nil { continue }
+                            // The other replica holds it through a relay's copy (its vector counts it, or it waits
+                            // there), though its vector does not count the app's dot (an app that also syncs directly
+                            // with a peer): sent again, it would be dropped as a duplicate, on every sync.
+                            if copies.contains(where: { vector.includes($0) || excluding.contains($0) }) { continue }
+                        }
                         sequences.append(sequence)
                     }
                 }
@@ -110,10 +132,6 @@ extension Replica {
                 for sequence in sequences {
                     guard result.count < limit else { break }
                     let entry = try log.entry(sequence, in: txn)
-                    // An app uploads only what no relay adopted yet.
-                    if let origins, origins.contains(entry.origin), try log.causalDot(ofOrigin: entry.dot, in: txn) != nil {
-                        continue
-                    }
                     result.append(try element(entry, context))
                 }
                 return result
@@ -125,19 +143,23 @@ extension Replica {
 
     /// The causal dots of the changesets waiting in the pending area: a relay's dot for a relay's copy of an app's
     /// changeset, the origin dot otherwise. A peer that exports to this replica can pass them as `excluding:` to
-    /// ``changesets(missingFrom:limit:origins:holds:excluding:)``, so as not to send them again. Reads keys only.
+    /// ``changesets(missingFrom:limit:origins:holds:excluding:)``, so as not to send them again. A stored changeset
+    /// that no longer decodes (damage) is not listed: a peer sends it again, and its good copy replaces it.
+    ///
+    /// - Complexity: O(1) while this handle's decoded copy of the pending area is current (after its own
+    ///   integrations); otherwise it decodes every waiting changeset once, and keeps the result.
     public func pendingDots() throws -> Set<Dot> {
         do {
             return try environment.read { txn in
-                if let cached = pendingCache.withLock({ $0 }), cached.generation == (try pendingGeneration(in: txn)) {
-                    return Set(cached.entries.keys)
+                let generation = try pendingGeneration(in: txn)
+                let cached = pendingCache.withLock { $0 }
+                if let cached, cached.generation == generation { return Set(cached.entries.keys) }
+                let area = try pendingArea(generation: generation, taken: nil, in: txn)
+                // Kept for the next call and the next integration, unless one of those stored a newer copy meanwhile.
+                pendingCache.withLock { cache in
+                    if cache.map({ $0.generation < generation }) ?? true { cache = area }
                 }
-                var dots = Set<Dot>()
-                try txn.scan(pending) { key, _ in
-                    if let dot = Self.dot(pendingKey: key) { dots.insert(dot) }
-                    return true
-                }
-                return dots
+                return Set(area.entries.keys)
             }
         } catch {
             throw TributaryError.wrap(error)
@@ -332,6 +354,20 @@ extension Replica {
             func known(_ dot: Dot) throws -> Bool {
                 try integratedHere.contains(dot) || log.localSequence(of: dot, in: txn) != nil
             }
+            /// Whether this replica holds the changeset `dot` names and every one before it from the same origin:
+            /// the vector counts it, or the changeset came through a relay's copy (which the vector counts by the
+            /// relay's dot, not this one). Integrated, a changeset's causal past came before it, so holding one
+            /// holds its origin's earlier ones too.
+            func holds(_ dot: Dot) throws -> Bool { try vector.includes(dot) || known(dot) }
+            /// Whether this replica holds everything `changeset`'s context and extra dots name, apart from its
+            /// `origin`'s own entry. A writer names a changeset by the dot it integrated it as: an app's own dot
+            /// where it came as the app sent it, though this replica may hold only a relay's copy.
+            func holdsContext(of changeset: Changeset, apartFrom origin: ReplicaID) throws -> Bool {
+                for entry in changeset.context.entries where entry.replica != origin {
+                    guard try holds(Dot(origin: entry.replica, sequence: entry.sequence)) else { return false }
+                }
+                return try changeset.contextExtras.allSatisfy(holds)
+            }
 
             // Candidates: everything pending and the batch, by causal dot (see ``PendingChangeset/key``). Entries
             // remember whether they came to be adopted (from an app) or integrated (from a peer). `added` and
@@ -347,6 +383,9 @@ extension Replica {
             for var received in incoming {
                 let changeset = received.changeset
                 let causal = changeset.causalDot
+                // A stored row under its key that no longer decodes goes: this copy replaces it if it waits, and
+                // nothing needs it if the changeset is integrated or a duplicate.
+                if area.forgetUndecodable(causal) { removed.insert(causal) }
                 if try vector[causal.origin] >= causal.sequence || area.entries[causal] != nil
                     || (changeset.relay == nil && known(changeset.dot))
                 {
@@ -367,6 +406,9 @@ extension Replica {
             for key in area.takeEarlierKeys() {
                 guard let stored = area.entries[key]?.storedKey else { continue }
                 removed.insert(stored)
+                // A damaged row under its own key goes too, even if the entry is applied in this commit (and so
+                // never stored there); otherwise the row is replaced.
+                removed.insert(key)
                 added.insert(key)
                 area.forgetStoredKey(of: key)
             }
@@ -396,7 +438,12 @@ extension Replica {
                 }
                 guard changeset.time.milliseconds <= now &+ skew else { return false }
                 if entry.adopt {
-                    guard try adoptable(changeset, vector: vector, known: known) else { return false }
+                    // Its origin's previous changeset is here, and everything its context names.
+                    if changeset.originSequence > 1 {
+                        let previous = Dot(origin: changeset.origin, sequence: changeset.originSequence - 1)
+                        guard try known(previous) else { return false }
+                    }
+                    guard try holdsContext(of: changeset, apartFrom: changeset.origin) else { return false }
                     // Only a damaged stored vector counts this many; the relay dot would not fit (as for a write).
                     guard vector[replicaID] < .max else {
                         throw TributaryError(
@@ -418,10 +465,13 @@ extension Replica {
                         report.duplicates += 1
                         return true
                     }
-                    guard vector[causal.origin] == causal.sequence - 1,
-                        vector.includes(changeset.context.removing(causal.origin)),
-                        changeset.contextExtras.allSatisfy(vector.includes)
-                    else { return false }
+                    // The previous changeset of its causal dot's origin is here. For a changeset as its app sent
+                    // it, that one may have come through a relay's copy, which the vector does not count by it.
+                    let previous = Dot(origin: causal.origin, sequence: causal.sequence - 1)
+                    if vector[causal.origin] != previous.sequence {
+                        guard changeset.relay == nil, try known(previous) else { return false }
+                    }
+                    guard try holdsContext(of: changeset, apartFrom: causal.origin) else { return false }
                 }
                 // Only an adopted changeset is encoded here (its relay dot and extra dot are new); it is refused alone
                 // if that takes it over the limits the log is read under.
@@ -519,7 +569,8 @@ extension Replica {
     }
 
     /// The pending area as of `generation`: `taken` (the decoded copy) when it is current, else decoded from storage.
-    /// An entry that no longer decodes is left out (and stays stored, for `tributary-log` to show).
+    /// An entry that no longer decodes is left out, and stays stored (for `tributary-log` to show) until a copy of
+    /// the changeset its key names arrives under that key, or an earlier build's row moves onto that key.
     func pendingArea(generation: UInt64, taken: PendingArea?, in txn: TributaryStorageReadTransaction) throws -> PendingArea {
         if let taken, taken.generation == generation { return taken }
         var area = PendingArea(generation: generation)
@@ -529,20 +580,12 @@ extension Replica {
                 // Builds before stop 22 stored a relay's copy under its origin dot.
                 if let stored = Self.dot(pendingKey: key), stored != entry.key { entry.storedKey = stored }
                 area.insert(entry)
+            } else if let stored = Self.dot(pendingKey: key) {
+                area.noteUndecodable(stored)
             }
             return true
         }
         return area
-    }
-
-    /// Whether an app's changeset can be adopted now: its origin's previous changeset is here, and everything its
-    /// context names (apart from its origin's own entry) is integrated.
-    private func adoptable(_ changeset: Changeset, vector: VersionVector, known: (Dot) throws -> Bool) throws -> Bool {
-        if changeset.originSequence > 1 {
-            guard try known(Dot(origin: changeset.origin, sequence: changeset.originSequence - 1)) else { return false }
-        }
-        return vector.includes(changeset.context.removing(changeset.origin))
-            && changeset.contextExtras.allSatisfy(vector.includes)
     }
 
     /// The changeset as this replica adopts it: its relay dot set, and its context restated without its origin's
@@ -587,9 +630,25 @@ struct PendingArea: Sendable {
 
     /// Keys of entries read from rows an earlier build stored under another key (their ``PendingChangeset/storedKey``).
     private var earlierKeys: [Dot] = []
+    /// Keys of stored rows that did not decode (damage). Left out of the entries, so that ``Replica/pendingDots()``
+    /// does not tell peers they need not send them; deleted when a copy of the changeset a key names arrives.
+    private var undecodable: Set<Dot> = []
+
+    /// Notes a stored row under `key` that did not decode, unless an entry will take that key: an earlier build's
+    /// row stored elsewhere, whose move replaces it.
+    mutating func noteUndecodable(_ key: Dot) {
+        if entries[key] == nil { undecodable.insert(key) }
+    }
+
+    /// Whether a row under `key` did not decode; it is forgotten here, as the caller deletes it.
+    mutating func forgetUndecodable(_ key: Dot) -> Bool {
+        undecodable.isEmpty ? false : undecodable.remove(key) != nil
+    }
 
     mutating func insert(_ entry: PendingChangeset) {
         let dot = entry.key
+        // Its row goes under its key (now, or when an earlier build's row moves there), replacing a damaged one.
+        if !undecodable.isEmpty { undecodable.remove(dot) }
         if entry.storedKey != nil { earlierKeys.append(dot) }
         if let replaced = entries.updateValue(entry, forKey: dot) { removeFromLane(replaced, dot) }
         let (lane, sequence) = PendingLane.of(entry)
@@ -638,8 +697,9 @@ struct PendingArea: Sendable {
 }
 
 /// A sequence of pending changesets of which only the first can be ready, because each needs the one before it:
-/// changesets from a peer, by the origin of their causal dot (each needs the version vector at its sequence minus
-/// one); changesets to adopt from an app, by their origin (each needs the app's previous one).
+/// changesets from a peer, by the origin of their causal dot (each needs the one before it in that origin's sequence:
+/// counted by the vector, or, for an app's changeset as written, held through a relay's copy); changesets to adopt
+/// from an app, by their origin (each needs the app's previous one).
 struct PendingLane: Hashable, Comparable, Sendable {
     var adopt: Bool
     var origin: ReplicaID

@@ -32,7 +32,7 @@ final class ReplicaRecordSource: RecordSource {
         try views.primaryKeys(ofType: type, in: transaction)
     }
 
-    func causalDots(ofOrigin dot: Dot) -> [Dot] {
-        (try? log.causalDots(ofOrigin: dot, in: logTransaction ?? transaction)) ?? []
+    func causalDots(ofOrigin dot: Dot) throws -> [Dot] {
+        try log.causalDots(ofOrigin: dot, in: logTransaction ?? transaction)
     }
 }

@@ -36,7 +36,7 @@ extension Schema {
                 if previous.isIndexed != property.isIndexed {
                     lines.append("Property \(name) has been made \(property.isIndexed ? "indexed" : "unindexed").")
                 }
-                if previous.defaultValue != property.defaultValue {
+                if !Property.defaultsStoreAlike(previous.defaultValue, property.defaultValue) {
                     lines.append("Default value of \(name) has been changed.")
                 }
             }
@@ -44,16 +44,40 @@ extension Schema {
         return lines
     }
 
-    /// Whether every type and property of this schema is in `other`, defined the same way (`other` may have more).
+    /// Whether every type and property of this schema is in `other`, defined the same way (`other` may have more);
+    /// defaults are compared as they store (``Property/storesAlike(_:)``).
     public func isSubset(of other: Schema) -> Bool {
         types.allSatisfy { type in
             guard let stored = other[type: type.name], stored.isEmbedded == type.isEmbedded,
                 stored.primaryKey == type.primaryKey
             else { return false }
-            return type.properties.allSatisfy { stored[property: $0.name] == $0 }
+            return type.properties.allSatisfy { stored[property: $0.name]?.storesAlike($0) ?? false }
         }
     }
 
     /// Whether two schemas define the same types and properties (property order aside).
     public func isEquivalent(to other: Schema) -> Bool { differences(from: other).isEmpty }
+}
+
+extension Property {
+    /// Whether two definitions are one once stored: equal, but for defaults that store alike. A date default read back
+    /// from a stored schema can differ in its last bit from the one the app declares (``Value/storesAlike(_:)``), and
+    /// must not make the same declaration a change.
+    func storesAlike(_ other: Property) -> Bool {
+        guard Self.defaultsStoreAlike(defaultValue, other.defaultValue) else { return false }
+        var mine = self
+        var theirs = other
+        mine.defaultValue = nil
+        theirs.defaultValue = nil
+        return mine == theirs
+    }
+
+    /// Whether two defaults (or their absence) store alike.
+    static func defaultsStoreAlike(_ a: Value?, _ b: Value?) -> Bool {
+        switch (a, b) {
+        case (nil, nil): return true
+        case (let a?, let b?): return a.storesAlike(b)
+        default: return false
+        }
+    }
 }

@@ -390,7 +390,8 @@ extension Transaction {
             throw TributaryError(.unknownType, "cannot add '\(property.name)' to '\(type)': the schema has no such type")
         }
         if let current = existing[property: property.name] {
-            guard current == property else {
+            // As stored: a date default read back from the stored schema may differ from the app's in its last bit.
+            guard current.storesAlike(property) else {
                 throw TributaryError(
                     .schemaConflict, "'\(type).\(property.name)' is defined as \(current); cannot also define it as \(property)")
             }

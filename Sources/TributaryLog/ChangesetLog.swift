@@ -400,6 +400,9 @@ public struct ChangesetLog: Sendable {
     /// one's run, and gets no key of its own (see ``origins``); every other one does. So every dot without a key
     /// follows held dots back to a key, at consecutive entries, and no key can later come between them (those dots are
     /// held): a run's entries are always those of a prefix of the sequences up to the next key.
+    ///
+    /// - Throws: ``LogError`` when the changeset's stored adoptions are damaged (a relay's copy cannot be recorded
+    ///   beside them), or a storage error.
     public func index(_ dot: Dot, relay: Dot?, at localSequence: UInt64, in transaction: WriteTransaction) throws {
         // Counting from an earlier key may land on this very entry (it names the dot) without the entries between
         // continuing the run: that is not holding it.
@@ -491,7 +494,8 @@ public struct ChangesetLog: Sendable {
     /// name one no entry holds, can make a replica merge differently from its peers.
     public func adoptionProblem(expected: RebuiltAdoptions, in transaction: ReadTransaction) throws -> String? {
         for dot in expected.order {
-            let stored = try causalDots(ofOrigin: dot, in: transaction)
+            let stored: [Dot]
+            do { stored = try causalDots(ofOrigin: dot, in: transaction) } catch let error as LogError { return error.message }
             let copies = expected.copies[dot] ?? []
             if stored != copies {
                 return "the log's adoptions of changeset \(dot) are \(stored), but its entries hold the copies \(copies)"
@@ -522,18 +526,58 @@ public struct ChangesetLog: Sendable {
     }
 
     /// The relay dot the changeset with origin dot `dot` was first adopted as, if a relay adopted it.
+    ///
+    /// - Throws: ``LogError`` when its stored adoptions are damaged (see ``causalDots(ofOrigin:in:)``).
     public func causalDot(ofOrigin dot: Dot, in transaction: ReadTransaction) throws -> Dot? {
         try causalDots(ofOrigin: dot, in: transaction).first
     }
 
     /// Every relay dot the changeset with origin dot `dot` was adopted as, in the order this log recorded them (more
     /// than one when an app uploaded it to two relays before it heard of either adoption). Stored as one value of
-    /// 16 bytes per dot; a value of another length is damage, and reads as none.
+    /// 16 bytes per dot.
+    ///
+    /// - Throws: ``LogError`` when the stored value is not a whole number of dots (damage).
     public func causalDots(ofOrigin dot: Dot, in transaction: ReadTransaction) throws -> [Dot] {
         try transaction.withValue(adoptions, key: Self.originKey(dot)) { value in
-            guard let value, !value.isEmpty, value.count % 16 == 0 else { return [] }
-            return stride(from: 0, to: value.count, by: 16).map { Self.dot(fromOriginKey: value, at: $0) }
+            guard let value else { return [] }
+            return try Self.relayDots(adoptionsValue: value, of: dot)
         }
+    }
+
+    /// The relays' copies of `origin`'s changesets after sequence `after`: each adopted changeset's origin dot, with
+    /// the relay dots it was adopted as (see ``causalDots(ofOrigin:in:)``). One range read of the adoptions, as long
+    /// as that range; an empty read for an origin whose changesets no relay adopted.
+    ///
+    /// - Throws: ``LogError`` when a stored value in the range is not a whole number of dots (damage).
+    package func adoptedCopies(
+        of origin: ReplicaID, after: UInt64, in transaction: ReadTransaction
+    ) throws -> [Dot: [Dot]] {
+        guard after < UInt64.max else { return [:] }
+        var result: [Dot: [Dot]] = [:]
+        try transaction.scan(
+            adoptions, from: Self.originKey(Dot(origin: origin, sequence: after + 1)),
+            to: Self.originKey(Dot(origin: origin, sequence: .max)) + [0]
+        ) { key, value in
+            guard key.count == 16 else { return true }  // verify names a key of another length
+            let dot = Self.dot(fromOriginKey: key)
+            result[dot] = try Self.relayDots(adoptionsValue: value, of: dot)
+            return true
+        }
+        return result
+    }
+
+    /// The relay dots a stored adoptions value lists.
+    ///
+    /// - Throws: ``LogError`` when it is not a whole number of dots (damage). Read as none, it would make merges on
+    ///   this replica decide unlike its peers'.
+    private static func relayDots(adoptionsValue value: UnsafeRawBufferPointer, of dot: Dot) throws -> [Dot] {
+        guard !value.isEmpty, value.count % 16 == 0 else {
+            throw LogError(
+                .undecodable, localSequence: 0,
+                "the log's adoptions of changeset \(dot) are damaged: \(value.count) bytes, not a whole number of "
+                    + "16-byte dots; restore this replica from a peer or a backup")
+        }
+        return stride(from: 0, to: value.count, by: 16).map { Self.dot(fromOriginKey: value, at: $0) }
     }
 
     /// The number of entries in the origin index.

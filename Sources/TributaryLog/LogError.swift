@@ -20,7 +20,8 @@ public struct LogError: Error, Hashable, Sendable, CustomStringConvertible {
         public static var truncated: Self { Self(wrapped: .truncated) }
         /// The entry was written by a newer format.
         public static var unsupportedFormat: Self { Self(wrapped: .unsupportedFormat) }
-        /// The entry's checksum holds but its changeset cannot be decompressed or decoded.
+        /// The entry's checksum holds but its changeset cannot be decompressed or decoded; or another stored value of
+        /// the log (a changeset's adoptions) cannot be read.
         public static var undecodable: Self { Self(wrapped: .undecodable) }
         /// The changeset is larger than the log accepts.
         public static var tooLarge: Self { Self(wrapped: .tooLarge) }
@@ -28,7 +29,8 @@ public struct LogError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 
     public var code: Code
-    /// The local sequence of the entry at fault.
+    /// The local sequence of the entry at fault; 0 when the fault is not in an entry (a changeset's adoptions, or a
+    /// received changeset).
     public var localSequence: UInt64
     public var message: String
 

@@ -23,7 +23,9 @@ public struct ChangesetInfo: Hashable, Sendable {
     /// Whether the changeset's writer had seen the changeset with origin dot `dot` (or is it). Earlier changesets of
     /// the same origin always count as seen; others are looked up by their causal dot, which `causal` resolves (a
     /// relay may have adopted them).
-    public func covers(_ dot: Dot, causal: CausalResolver) -> Bool {
+    ///
+    /// - Throws: what the resolver's record source throws when it cannot read the adoptions.
+    public func covers(_ dot: Dot, causal: CausalResolver) throws -> Bool {
         if dot == self.dot { return true }
         if dot.origin == self.dot.origin { return dot.sequence < self.dot.sequence }
         // The writer may have seen it before a relay adopted it (by its origin dot) or after (by the relay's dot).
@@ -31,7 +33,7 @@ public struct ChangesetInfo: Hashable, Sendable {
         // Any of its adoptions: one changeset adopted by two relays is seen through either. A writer's context names
         // only what it integrated, and a replica integrates all of that before the writer's changeset, so every
         // replica knows the copy the writer saw when it asks, and all of them answer alike.
-        return causal.anyCausalDot(of: dot) { context.includes($0) || contextExtras.contains($0) }
+        return try causal.anyCausalDot(of: dot) { context.includes($0) || contextExtras.contains($0) }
     }
 }
 
@@ -49,9 +51,11 @@ public struct CausalResolver {
 
     /// Whether one of the relay dots the changeset with origin dot `dot` was adopted as passes `test`: those
     /// recorded in the working set, then those stored.
-    public func anyCausalDot(of dot: Dot, _ test: (Dot) -> Bool) -> Bool {
+    ///
+    /// - Throws: what the record source throws when it cannot read the stored ones.
+    public func anyCausalDot(of dot: Dot, _ test: (Dot) -> Bool) throws -> Bool {
         if let copies = adopted[dot], copies.contains(where: test) { return true }
-        return source?.causalDots(ofOrigin: dot).contains(where: test) ?? false
+        return try source?.causalDots(ofOrigin: dot).contains(where: test) ?? false
     }
 }
 
@@ -157,16 +161,20 @@ struct InstructionApplier {
     }
 
     /// Whether this changeset saw every removal of `type` (rule 8); costs nothing when no type was ever removed.
-    func hasSeenRemovals(ofType type: String, in state: WorkingSet) -> Bool {
-        state.schema.typeRemovals.isEmpty || info.hasSeenRemovals(ofType: type, in: state.schema, causal: state.causalResolver)
+    func hasSeenRemovals(ofType type: String, in state: WorkingSet) throws -> Bool {
+        try state.schema.typeRemovals.isEmpty
+            || info.hasSeenRemovals(ofType: type, in: state.schema, causal: state.causalResolver)
     }
 
     /// A list element's converted value and its value as they land (rule 8): unchanged unless the schema remembers
     /// removals.
-    func landed(_ stored: StoredValue, _ value: Value, in state: WorkingSet) -> (StoredValue, Value) {
+    func landed(_ stored: StoredValue, _ value: Value, in state: WorkingSet) throws -> (StoredValue, Value) {
         guard !state.schema.propertyRemovals.isEmpty else { return (stored, value) }
         let causal = state.causalResolver
-        return (info.landed(stored, schema: state.schema, causal: causal), info.landed(value, schema: state.schema, causal: causal))
+        return (
+            try info.landed(stored, schema: state.schema, causal: causal),
+            try info.landed(value, schema: state.schema, causal: causal)
+        )
     }
 
     // MARK: Instructions
@@ -185,13 +193,13 @@ struct InstructionApplier {
             let schema = state.schema
             let causal = state.causalResolver
             // Converted as written (the ids drawn must not depend on the replica), then as it lands (rule 8).
-            let newState = info.landed(try fieldState(value), schema: schema, causal: causal)
+            let newState = try info.landed(try fieldState(value), schema: schema, causal: causal)
             // Null set on a list is an empty list set: it removes what the writer had seen, as `[]` does.
             let emptyList = value.isNull ? try fieldState(.list([])) : nil
-            let value = info.landed(value, schema: schema, causal: causal)
+            let value = try info.landed(value, schema: schema, causal: causal)
             try update(path, state: &state) { field, property in
                 try check(value, fits: property, path, schema)
-                merge(property.isList ? emptyList ?? newState : newState, into: &field, causal: causal)
+                try merge(property.isList ? emptyList ?? newState : newState, into: &field, causal: causal)
             }
         case .addInteger(let path, let delta, let base):
             try update(path, state: &state) { field, property in
@@ -246,15 +254,15 @@ struct InstructionApplier {
             let info = self.info
             let causal = state.causalResolver
             try updateList(path, element: nil, state: &state) { list in
-                Self.clear(&list, seenBy: info, causal: causal)
+                try Self.clear(&list, seenBy: info, causal: causal)
             }
         }
     }
 
     /// Erases the elements the writer had seen; concurrent inserts survive (rule 5).
-    static func clear(_ list: inout ListState, seenBy info: ChangesetInfo, causal: CausalResolver) {
+    static func clear(_ list: inout ListState, seenBy info: ChangesetInfo, causal: CausalResolver) throws {
         for (id, element) in list.elements where !element.isErased {
-            if info.covers(Dot(origin: id.origin, sequence: id.sequence), causal: causal) {
+            if try info.covers(Dot(origin: id.origin, sequence: id.sequence), causal: causal) {
                 list.elements[id] = .tombstone(id)
             }
         }
@@ -262,11 +270,11 @@ struct InstructionApplier {
 
     /// Merges a newly written field state into the current one: a register by last writer wins (rule 1), a list
     /// as "clear what the writer saw, then insert" so that concurrent inserts survive.
-    func merge(_ newState: FieldState, into field: inout FieldState?, causal: CausalResolver) {
+    func merge(_ newState: FieldState, into field: inout FieldState?, causal: CausalResolver) throws {
         switch (newState, field) {
         case (.list(let added), .list(var list)?):
             field = nil  // `list` is now the only reference: changing it copies nothing
-            Self.clear(&list, seenBy: info, causal: causal)
+            try Self.clear(&list, seenBy: info, causal: causal)
             list.slots.merge(added.slots) { old, _ in old }
             list.elements.merge(added.elements) { old, _ in old }
             field = .list(list)
@@ -311,8 +319,8 @@ struct InstructionApplier {
         for field in explicit {
             let converted = try fieldState(field.value)
             if hasRemovals {
-                let landed = FieldValue(field.name, info.landed(field.value, schema: schema, causal: causal))
-                explicitStates.append((landed, info.landed(converted, schema: schema, causal: causal)))
+                let landed = FieldValue(field.name, try info.landed(field.value, schema: schema, causal: causal))
+                explicitStates.append((landed, try info.landed(converted, schema: schema, causal: causal)))
             } else {
                 explicitStates.append((field, converted))
             }
@@ -321,7 +329,7 @@ struct InstructionApplier {
         defaultStates.reserveCapacity(defaults.count)
         for field in defaults {
             var converted = try fieldState(field.value)
-            if hasRemovals { converted = info.landed(converted, schema: schema, causal: causal) }
+            if hasRemovals { converted = try info.landed(converted, schema: schema, causal: causal) }
             if case .register(var register) = converted {
                 register.stamp = .zero
                 converted = .register(register)
@@ -330,7 +338,7 @@ struct InstructionApplier {
         }
 
         guard let typeSchema = state.schema[type: type],  // a type removed meanwhile
-            info.hasSeenRemovals(ofType: type, in: schema, causal: causal)
+            try info.hasSeenRemovals(ofType: type, in: schema, causal: causal)
         else { return }
         guard !typeSchema.isEmbedded else {
             throw MergeError(.invalidInstruction, "cannot create a standalone object of embedded type '\(type)'")
@@ -360,7 +368,7 @@ struct InstructionApplier {
     ) throws -> Bool {
         let type = typeSchema.name
         // Erase wins: a create survives only if its writer had seen every erase of the object (rule 2).
-        guard record.erasures.allSatisfy({ info.covers($0, causal: causal) }) else { return false }
+        guard try record.erasures.allSatisfy({ try info.covers($0, causal: causal) }) else { return false }
         record.exists = true
         if record.fields.isEmpty && schema.propertyRemovals.isEmpty,
             let fields = try newFields(type: typeSchema, schema: schema, explicit: explicitStates, defaults: defaultStates)
@@ -377,14 +385,14 @@ struct InstructionApplier {
         for (field, converted) in explicitStates {
             // A property removed or renamed since the writer's view: the value follows the rename or is dropped.
             guard field.name != typeSchema.primaryKey,
-                let name = info.writeTarget(of: field.name, in: type, schema: schema, causal: causal),
+                let name = try info.writeTarget(of: field.name, in: type, schema: schema, causal: causal),
                 let property = typeSchema[property: name]
             else { continue }
             try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
             // A null landing on a list is an empty list (see `.set`).
             let converted = property.isList && field.value.isNull ? .list(ListState()) : converted
             guard hasRemovals else {
-                merge(converted, into: &record.fields[name], causal: causal)
+                try merge(converted, into: &record.fields[name], causal: causal)
                 continue
             }
             let at = landedTwice.firstIndex { $0.name == name }
@@ -392,10 +400,10 @@ struct InstructionApplier {
                 converted, direct: field.name == name, onto: at.map { landedTwice[$0].landing }, join: SchemaMerger.join)
             if let at { landedTwice[at].landing = landing } else { landedTwice.append((name, landing)) }
         }
-        for landed in landedTwice { merge(landed.landing.field, into: &record.fields[landed.name], causal: causal) }
+        for landed in landedTwice { try merge(landed.landing.field, into: &record.fields[landed.name], causal: causal) }
         for (field, converted) in defaultStates {
             guard field.name != typeSchema.primaryKey,
-                let name = info.writeTarget(of: field.name, in: type, schema: schema, causal: causal),
+                let name = try info.writeTarget(of: field.name, in: type, schema: schema, causal: causal),
                 let property = typeSchema[property: name]
             else { continue }
             try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
@@ -564,14 +572,14 @@ struct InstructionApplier {
 
     func erase(_ key: RecordKey, state: inout WorkingSet) throws {
         guard let typeSchema = state.schema[type: key.type], !typeSchema.isEmbedded,
-            hasSeenRemovals(ofType: key.type, in: state)
+            try hasSeenRemovals(ofType: key.type, in: state)
         else { return }
         let info = self.info
         let causal = state.causalResolver
         try state.withRecord(key) { stored in
             var record = stored ?? ObjectRecord()
             // Keep only the erases this one has not seen; it supersedes the rest.
-            record.erasures.removeAll { info.covers($0, causal: causal) }
+            try record.erasures.removeAll { try info.covers($0, causal: causal) }
             record.erasures.append(info.dot)
             record.erasures.sort()
             record.exists = false
@@ -592,14 +600,14 @@ struct InstructionApplier {
         _ body: (inout FieldState?, Property) throws -> Void
     ) throws {
         guard let typeSchema = state.schema[type: path.type], !typeSchema.isEmbedded,
-            hasSeenRemovals(ofType: path.type, in: state)
+            try hasSeenRemovals(ofType: path.type, in: state)
         else { return }
         let key = RecordKey(type: path.type, primaryKey: path.primaryKey)
         let schema = state.schema
         let info = self.info
         let causal = state.causalResolver
         try state.withRecord(key) { stored in
-            guard var record = stored, record.exists, record.erasures.allSatisfy({ info.covers($0, causal: causal) }) else {
+            guard var record = stored, record.exists, try record.erasures.allSatisfy({ try info.covers($0, causal: causal) }) else {
                 return false
             }
             stored = nil  // `record` is now the only reference: changing it copies nothing
@@ -619,7 +627,7 @@ struct InstructionApplier {
                 throw MergeError(.invalidInstruction, "the primary key '\(type.name).\(property)' cannot change")
             }
             // Removed or renamed since the writer's view: the write follows the rename or is dropped (rule 8).
-            guard let property = info.writeTarget(of: property, in: type.name, schema: schema, causal: causal),
+            guard let property = try info.writeTarget(of: property, in: type.name, schema: schema, causal: causal),
                 let definition = type[property: property]
             else { return false }
             // Written back only when `body` succeeds: a write that throws leaves the field as it was.
@@ -628,7 +636,7 @@ struct InstructionApplier {
             fields[property] = field
             return true
         }
-        guard let stepProperty = info.writeTarget(of: step.property, in: type.name, schema: schema, causal: causal),
+        guard let stepProperty = try info.writeTarget(of: step.property, in: type.name, schema: schema, causal: causal),
             let definition = type[property: stepProperty], case .embedded(let childTypeName) = definition.kind,
             let childType = schema[type: childTypeName]
         else { return false }
@@ -660,7 +668,7 @@ struct InstructionApplier {
 
     /// Like ``update(_:state:_:)`` for a list property; `element` (when given) is checked against its type.
     func updateList(
-        _ path: FieldPath, element: Value?, state: inout WorkingSet, _ body: (inout ListState) -> Void
+        _ path: FieldPath, element: Value?, state: inout WorkingSet, _ body: (inout ListState) throws -> Void
     ) throws {
         let schema = state.schema
         try update(path, state: &state) { field, property in
@@ -677,7 +685,7 @@ struct InstructionApplier {
                 list = existing
                 field = nil  // `list` is now the only reference: changing it copies nothing
             }
-            body(&list)
+            try body(&list)
             field = .list(list)
         }
     }

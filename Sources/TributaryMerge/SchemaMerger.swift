@@ -19,7 +19,7 @@ struct SchemaMerger {
         // default that an earlier build's definition holds is dropped, on every replica (a schema declares none).
         switch instruction {
         case .addType(var type):
-            guard info.hasSeenRemovals(ofType: type.name, in: schema, causal: causal) else { return }
+            guard try info.hasSeenRemovals(ofType: type.name, in: schema, causal: causal) else { return }
             type.properties = type.properties.map(\.withoutUnmergeableDefault)
             let incoming = try landedProperties(of: type, in: schema, causal: causal)
             if let existing = schema[type: type.name] {
@@ -30,11 +30,11 @@ struct SchemaMerger {
             }
         case .addProperty(let typeName, let property):
             let property = property.withoutUnmergeableDefault
-            guard info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal) else { return }
+            guard try info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal) else { return }
             guard let existing = schema[type: typeName] else {
                 throw MergeError(.invalidInstruction, "cannot add property '\(property.name)' to unknown type '\(typeName)'")
             }
-            guard let name = info.writeTarget(of: property.name, in: typeName, schema: schema, causal: causal) else { return }
+            guard let name = try info.writeTarget(of: property.name, in: typeName, schema: schema, causal: causal) else { return }
             var landed = property
             landed.name = name
             try merge(
@@ -46,8 +46,8 @@ struct SchemaMerger {
         case .removeProperty(let typeName, let name):
             // Remembered even when the property is gone already, so that every replica holds the same removals.
             let removal = PropertyRemoval(
-                dot: info.dot, removalsSeen: seenRemovals(of: name, in: typeName, schema, causal),
-                renamesOntoSeen: seenRenames(onto: name, in: typeName, schema, causal))
+                dot: info.dot, removalsSeen: try seenRemovals(of: name, in: typeName, schema, causal),
+                renamesOntoSeen: try seenRenames(onto: name, in: typeName, schema, causal))
             try refuseDisagreement(with: removal, of: name, in: typeName, schema, causal)
             // A copy of a removal merged already (one migration run on several replicas, each removing the property
             // it held and perhaps adding it back with another definition, as a change of its type does): the property
@@ -65,9 +65,9 @@ struct SchemaMerger {
             return
         case .renameProperty(let typeName, let from, let to):
             let removal = PropertyRemoval(
-                dot: info.dot, renamedTo: to, removalsOfNewNameSeen: seenRemovals(of: to, in: typeName, schema, causal),
-                removalsSeen: seenRemovals(of: from, in: typeName, schema, causal),
-                renamesOntoSeen: seenRenames(onto: from, in: typeName, schema, causal))
+                dot: info.dot, renamedTo: to, removalsOfNewNameSeen: try seenRemovals(of: to, in: typeName, schema, causal),
+                removalsSeen: try seenRemovals(of: from, in: typeName, schema, causal),
+                renamesOntoSeen: try seenRenames(onto: from, in: typeName, schema, causal))
             try refuseDisagreement(with: removal, of: from, in: typeName, schema, causal)
             // Copies of this rename merged already: the same rename (of `from` to `to`) made concurrently on other
             // replicas, of the same property. This one does not move the property from `from` again (the old name may
@@ -84,7 +84,7 @@ struct SchemaMerger {
             // did not see moves it on; a removal of it that this one did not see removes it (as that removal does when
             // it merges after this rename). Asked after this one is remembered, so that renames made concurrently that
             // lead back to `from` are seen as a cycle, which lands on the same name whichever of them merges last.
-            let landing = info.writeTarget(of: to, in: typeName, schema: schema, causal: causal)
+            let landing = try info.writeTarget(of: to, in: typeName, schema: schema, causal: causal)
             if repeated {
                 // Copies of one rename land only where every copy would. One merged earlier put the property at the
                 // new name; this one would have put it elsewhere, following a removal or rename of the new name that
@@ -109,8 +109,8 @@ struct SchemaMerger {
             try move(from, to: landing, of: typeName, schema, in: &state)
             return
         case .redefineProperty(let typeName, var property):
-            guard info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal),
-                let name = info.writeTarget(of: property.name, in: typeName, schema: schema, causal: causal),
+            guard try info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal),
+                let name = try info.writeTarget(of: property.name, in: typeName, schema: schema, causal: causal),
                 var type = schema[type: typeName], let index = type.properties.firstIndex(where: { $0.name == name })
             else { return }
             property = property.withoutUnmergeableDefault
@@ -134,7 +134,7 @@ struct SchemaMerger {
             // Remembered even when the type is gone already, so that every replica holds the same removals.
             let recorded = schema.removals(ofType: typeName)
             let removal = TypeRemoval(
-                dot: info.dot, removalsSeen: recorded.map(\.dot).filter { info.covers($0, causal: causal) })
+                dot: info.dot, removalsSeen: try recorded.map(\.dot).filter { try info.covers($0, causal: causal) })
             // A copy of a removal merged already (one migration that replaces the type, run on several replicas, each
             // removing the type it held and perhaps adding it back with another definition): the type it removes is
             // gone, and what holds the name now came after, from changesets that saw one of the copies (which counts
@@ -249,7 +249,8 @@ struct SchemaMerger {
             recorded.contains { seen in later.saw(seen) && copies.isCopy(copy, of: seen) }
         }
         // Recorded ones that this changeset did not see: made concurrently (it applies after its causal past).
-        for other in recorded where other.renamedTo != incoming.renamedTo && !info.covers(other.dot, causal: causal) {
+        for other in recorded where other.renamedTo != incoming.renamedTo {
+            guard try !info.covers(other.dot, causal: causal) else { continue }
             if isCopy(other, ofOneSeenBy: incoming) || isCopy(incoming, ofOneSeenBy: other) { continue }
             throw MergeError(
                 .schemaConflict,
@@ -264,17 +265,18 @@ struct SchemaMerger {
 
     /// The removals of `property` of `type` recorded so far that this changeset saw. Every removal it saw is recorded
     /// already (a changeset applies after its causal past), so every replica computes the same list.
-    private func seenRemovals(of property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) -> [Dot] {
-        schema.removals(of: property, in: type).map(\.dot).filter { info.covers($0, causal: causal) }
+    private func seenRemovals(of property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) throws -> [Dot] {
+        try schema.removals(of: property, in: type).map(\.dot).filter { try info.covers($0, causal: causal) }
     }
 
     /// The renames of other properties of `type` to `property`, recorded so far, that this changeset saw. Every
     /// rename it saw is recorded already (a changeset applies after its causal past), so every replica computes the
     /// same list.
-    private func seenRenames(onto property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) -> [Dot] {
+    private func seenRenames(onto property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) throws -> [Dot] {
         var dots: Set<Dot> = []
         for (name, removals) in schema.propertyRemovals where name.type == type {
-            for removal in removals where removal.renamedTo == property && info.covers(removal.dot, causal: causal) {
+            for removal in removals where removal.renamedTo == property {
+                guard try info.covers(removal.dot, causal: causal) else { continue }
                 dots.insert(removal.dot)
             }
         }
@@ -328,7 +330,7 @@ struct SchemaMerger {
                 landed.properties.append(property)
                 continue
             }
-            guard let name = info.writeTarget(of: property.name, in: type.name, schema: schema, causal: causal),
+            guard let name = try info.writeTarget(of: property.name, in: type.name, schema: schema, causal: causal),
                 name == property.name || name != type.primaryKey
             else { continue }
             property.name = name
@@ -577,12 +579,12 @@ extension PropertyRemoval {
     /// unseen ones, less copies of seen ones (the same rename made elsewhere did nothing more), that saw none of the
     /// other unseen ones. Those that saw one came after a later addition of the name, and concern that property.
     static func firstUnseen(
-        among removals: [PropertyRemoval], seen isSeen: (PropertyRemoval) -> Bool
-    ) -> [PropertyRemoval] {
+        among removals: [PropertyRemoval], seen isSeen: (PropertyRemoval) throws -> Bool
+    ) rethrows -> [PropertyRemoval] {
         var seen: [PropertyRemoval] = []
         var unseen: [PropertyRemoval] = []
         for removal in removals {
-            if isSeen(removal) { seen.append(removal) } else { unseen.append(removal) }
+            if try isSeen(removal) { seen.append(removal) } else { unseen.append(removal) }
         }
         if !unseen.isEmpty && !seen.isEmpty {
             let copies = RemovalCopies(removals)
@@ -597,13 +599,13 @@ extension ChangesetInfo {
     /// Whether the changeset saw every removal of the type `type`: only then do its additions of the type and its
     /// writes to objects of the type count (rule 8). A removal it did not see that is a copy of one it saw (the same
     /// migration run on another replica) counts as seen.
-    func hasSeenRemovals(ofType type: String, in schema: Schema, causal: CausalResolver) -> Bool {
+    func hasSeenRemovals(ofType type: String, in schema: Schema, causal: CausalResolver) throws -> Bool {
         let removals = schema.removals(ofType: type)
-        guard removals.contains(where: { !covers($0.dot, causal: causal) }) else { return true }
+        guard try removals.contains(where: { try !covers($0.dot, causal: causal) }) else { return true }
         var seen: [TypeRemoval] = []
         var unseen: [TypeRemoval] = []
         for removal in removals {
-            if covers(removal.dot, causal: causal) { seen.append(removal) } else { unseen.append(removal) }
+            if try covers(removal.dot, causal: causal) { seen.append(removal) } else { unseen.append(removal) }
         }
         // Most often, each one it did not see is a plain copy of one it saw: concurrent, having seen the same earlier
         // removals (the same migration run on several devices). Only chains of copies need the groups.
@@ -631,7 +633,7 @@ extension ChangesetInfo {
     /// Renames made concurrently can form a cycle (`c` renamed to `d` on one replica while `d` is renamed to `c` on
     /// another): following them comes back to a rename already followed. The property then lives at the new name of
     /// the rename in the cycle with the least dot, on every replica, whichever rename merged last.
-    func writeTarget(of property: String, in type: String, schema: Schema, causal: CausalResolver) -> String? {
+    func writeTarget(of property: String, in type: String, schema: Schema, causal: CausalResolver) throws -> String? {
         guard !schema.propertyRemovals.isEmpty else { return property }
         var name = property
         // Whose view decides which removals of `name` count as seen: the writer's, until the write follows a rename;
@@ -647,8 +649,8 @@ extension ChangesetInfo {
         for _ in 0...steps {
             let removals = schema.removals(of: name, in: type)
             guard !removals.isEmpty else { return name }
-            let first = PropertyRemoval.firstUnseen(among: removals) { removal in
-                viewOfRename.map { $0.contains(removal.dot) } ?? covers(removal.dot, causal: causal)
+            let first = try PropertyRemoval.firstUnseen(among: removals) { removal in
+                try viewOfRename.map { $0.contains(removal.dot) } ?? covers(removal.dot, causal: causal)
             }
             guard let followed = first.first else { return name }
             guard let next = followed.renamedTo, first.allSatisfy({ $0.renamedTo == next }) else { return nil }
@@ -667,16 +669,16 @@ extension ChangesetInfo {
     /// `value` as it lands (rule 8): in its embedded objects, at any depth, values written to properties removed since
     /// the writer's view are dropped and values written to renamed ones move to the new name, as ``writeTarget(of:in:schema:causal:)``
     /// says. What a replica checks against its schema.
-    func landed(_ value: Value, schema: Schema, causal: CausalResolver) -> Value {
+    func landed(_ value: Value, schema: Schema, causal: CausalResolver) throws -> Value {
         guard !schema.propertyRemovals.isEmpty else { return value }
         switch value {
         case .embedded(let object):
-            let fields = landed(object.fields, of: object.type, schema: schema, causal: causal) {
-                landed($0, schema: schema, causal: causal)
+            let fields = try landed(object.fields, of: object.type, schema: schema, causal: causal) {
+                try landed($0, schema: schema, causal: causal)
             } join: { SchemaMerger.join($0, $1) }
             return .embedded(EmbeddedObject(type: object.type, fields: fields))
         case .list(let elements):
-            return .list(elements.map { landed($0, schema: schema, causal: causal) })
+            return .list(try elements.map { try landed($0, schema: schema, causal: causal) })
         default:
             return value
         }
@@ -684,27 +686,27 @@ extension ChangesetInfo {
 
     /// A converted field state as it lands: the same as ``landed(_:schema:causal:)-(Value,_,_)`` for the value it
     /// was converted from. The ids were drawn from the value as written, so they are the same on every replica.
-    func landed(_ state: FieldState, schema: Schema, causal: CausalResolver) -> FieldState {
+    func landed(_ state: FieldState, schema: Schema, causal: CausalResolver) throws -> FieldState {
         guard !schema.propertyRemovals.isEmpty else { return state }
         switch state {
         case .register(var register):
-            register.value = landed(register.value, schema: schema, causal: causal)
+            register.value = try landed(register.value, schema: schema, causal: causal)
             return .register(register)
         case .list(var list):
             for (id, element) in list.elements {
                 guard let value = element.value, case .embedded = value else { continue }
-                list.elements[id]?.value = landed(value, schema: schema, causal: causal)
+                list.elements[id]?.value = try landed(value, schema: schema, causal: causal)
             }
             return .list(list)
         }
     }
 
-    func landed(_ value: StoredValue, schema: Schema, causal: CausalResolver) -> StoredValue {
+    func landed(_ value: StoredValue, schema: Schema, causal: CausalResolver) throws -> StoredValue {
         guard !schema.propertyRemovals.isEmpty, case .embedded(var child) = value else { return value }
         // Rare (a schema that remembers removals): through a dictionary, as embedded values land.
         let fields = Dictionary(uniqueKeysWithValues: child.fields.lazy.map { ($0.key, $0.value) })
-        child.fields = FieldTable(landed(fields, of: child.type, schema: schema, causal: causal) {
-            landed($0, schema: schema, causal: causal)
+        child.fields = FieldTable(try landed(fields, of: child.type, schema: schema, causal: causal) {
+            try landed($0, schema: schema, causal: causal)
         } join: { SchemaMerger.join($0, $1) })
         return .embedded(child)
     }
@@ -712,14 +714,14 @@ extension ChangesetInfo {
     /// An embedded object's fields, each under the name it lands on (or left out), and its value landed by `land`;
     /// two that land on one name joined by `join` (see ``SchemaMerger/Landing``).
     private func landed<Field>(
-        _ fields: [String: Field], of type: String, schema: Schema, causal: CausalResolver, _ land: (Field) -> Field,
+        _ fields: [String: Field], of type: String, schema: Schema, causal: CausalResolver, _ land: (Field) throws -> Field,
         join: (_ moved: Field, _ added: Field) -> Field
-    ) -> [String: Field] {
+    ) throws -> [String: Field] {
         var result: [String: SchemaMerger.Landing<Field>] = [:]
         for name in fields.keys.sorted() {
-            guard let field = fields[name], let target = writeTarget(of: name, in: type, schema: schema, causal: causal)
+            guard let field = fields[name], let target = try writeTarget(of: name, in: type, schema: schema, causal: causal)
             else { continue }
-            result[target] = SchemaMerger.Landing(land(field), direct: name == target, onto: result[target], join: join)
+            result[target] = SchemaMerger.Landing(try land(field), direct: name == target, onto: result[target], join: join)
         }
         return result.mapValues(\.field)
     }

@@ -8,11 +8,14 @@ public protocol RecordSource {
     func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey]
     /// The causal dots of the changeset with origin dot `dot`: every relay dot it was adopted as (an app that
     /// uploaded it to two relays before it heard of either adoption has two), in the order they were recorded.
-    func causalDots(ofOrigin dot: Dot) -> [Dot]
+    ///
+    /// - Throws: when they cannot be read (damage, a storage error): answered wrongly, a merge would decide unlike
+    ///   its peers.
+    func causalDots(ofOrigin dot: Dot) throws -> [Dot]
 }
 
 extension RecordSource {
-    public func causalDots(ofOrigin dot: Dot) -> [Dot] { [] }
+    public func causalDots(ofOrigin dot: Dot) throws -> [Dot] { [] }
 }
 
 /// A source with nothing stored: what a replay of a log, or an oracle, starts from.

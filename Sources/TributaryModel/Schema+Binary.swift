@@ -119,27 +119,38 @@ extension BinaryReader {
     /// The most properties one type may have in a changeset or a stored schema.
     public static let maximumPropertiesPerType = 10_000
 
+    /// An object type's definition, as a changeset carries it: at most ``maximumPropertiesPerType`` properties.
     public mutating func objectSchema(_ names: NameTable) throws(ChangesetDecodingError) -> ObjectSchema {
+        try objectSchema(names, maximumProperties: Self.maximumPropertiesPerType)
+    }
+
+    /// An object type's definition with at most `maximumProperties` properties.
+    mutating func objectSchema(
+        _ names: NameTable, maximumProperties: Int
+    ) throws(ChangesetDecodingError) -> ObjectSchema {
         let typeName = try name(names, "type name")
         let embedded = try byte()
         guard embedded <= 1 else { throw error(.invalidValue, "bad embedded flag \(embedded) for type '\(typeName)'") }
         let primaryKey = embedded == 1 ? nil : try name(names, "primary key name")
-        let count = try self.count("property", maximum: Self.maximumPropertiesPerType, minimumBytesEach: 3)
+        let count = try self.count("property", maximum: maximumProperties, minimumBytesEach: 3)
         var properties: [Property] = []
         properties.reserveCapacity(count)
         for _ in 0..<count { properties.append(try property(names)) }
         return ObjectSchema(name: typeName, primaryKey: primaryKey, embedded: embedded == 1, properties: properties)
     }
 
+    /// A whole schema, as a replica stores it. Its counts are bounded by its bytes only: a schema merged from many
+    /// changesets, each within a changeset's limits, may hold more types, or more properties on one type, than one
+    /// changeset may define, and must read back (a limit here would leave such a replica unable to open).
     public mutating func schema() throws(ChangesetDecodingError) -> Schema {
         let version = try varint()
-        let count = try self.count("type", maximum: 10_000, minimumBytesEach: 3)
+        let count = try self.count("type", maximum: .max, minimumBytesEach: 3)
         var types: [ObjectSchema] = []
-        for _ in 0..<count { types.append(try objectSchema(.inline)) }
+        for _ in 0..<count { types.append(try objectSchema(.inline, maximumProperties: .max)) }
         var schema = Schema(version: version, types: types)
         // A schema stored before definition stamps existed ends here.
         guard !isAtEnd else { return schema }
-        let stampCount = try self.count("definition stamp", maximum: 10_000_000, minimumBytesEach: 19)
+        let stampCount = try self.count("definition stamp", maximum: .max, minimumBytesEach: 19)
         for _ in 0..<stampCount {
             let type = try name(.inline, "type name")
             let property = try name(.inline, "property name")
@@ -154,11 +165,11 @@ extension BinaryReader {
         }
         // A schema stored before removals were remembered, or without any, ends here.
         guard !isAtEnd else { return schema }
-        let removedProperties = try self.count("removed property", maximum: 10_000_000, minimumBytesEach: 3)
+        let removedProperties = try self.count("removed property", maximum: .max, minimumBytesEach: 3)
         for _ in 0..<removedProperties {
             let type = try name(.inline, "type name")
             let property = try name(.inline, "property name")
-            let count = try self.count("removal", maximum: 10_000_000, minimumBytesEach: 10)
+            let count = try self.count("removal", maximum: .max, minimumBytesEach: 10)
             var removals: [PropertyRemoval] = []
             for _ in 0..<count {
                 let dot = try dot()
@@ -177,7 +188,7 @@ extension BinaryReader {
             }
             schema.propertyRemovals[PropertyName(type: type, property: property)] = removals
         }
-        let removedTypes = try self.count("removed type", maximum: 10_000_000, minimumBytesEach: 2)
+        let removedTypes = try self.count("removed type", maximum: .max, minimumBytesEach: 2)
         var typeRemovals: [(type: String, dots: [Dot])] = []
         for _ in 0..<removedTypes {
             let type = try name(.inline, "type name")
@@ -198,7 +209,7 @@ extension BinaryReader {
     }
 
     mutating func dots(_ what: String) throws(ChangesetDecodingError) -> [Dot] {
-        let count = try self.count(what, maximum: 10_000_000, minimumBytesEach: 9)
+        let count = try self.count(what, maximum: .max, minimumBytesEach: 9)
         var dots: [Dot] = []
         for _ in 0..<count { dots.append(try dot()) }
         return dots

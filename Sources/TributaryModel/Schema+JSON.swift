@@ -81,10 +81,11 @@ extension Schema {
     ///   hexadecimal digits, and a double that JSON cannot write is `{"$numberDouble": "NaN"}` (or
     ///   `"Infinity"`, `"-Infinity"`).
     /// - `"x-tributary-primaryKey": "name"` on a top-level type: the primary key, when it is not `_id`.
-    /// - `"x-tributary-embedded": true` on a top-level schema object: an embedded type that no other type
-    ///   holds (``jsonString()`` writes these so that every schema survives a round trip).
+    /// - `"x-tributary-embedded": true` on a top-level schema object: an embedded type (``jsonString()`` writes
+    ///   these for embedded types that no other type holds, and for those held too deep to write nested, so that
+    ///   every schema survives a round trip).
     /// - A nested `object` with a `title` and no `properties` refers to an embedded type defined elsewhere in
-    ///   the document (``jsonString()`` writes these for recursive types and repeated uses).
+    ///   the document (``jsonString()`` writes these for recursive types, repeated uses, and types held too deep).
     ///
     /// - Parameters:
     ///   - json: UTF-8 JSON text.
@@ -122,7 +123,9 @@ extension Schema {
     ///
     /// Top-level types come in name order, each self-contained as App Services wants it: the embedded types it
     /// holds are written nested inside it, the first time it uses them, and referred to by `title` after that.
-    /// Embedded types that no type holds come last, marked `"x-tributary-embedded": true`. Properties keep
+    /// Embedded types that no type holds come last, marked `"x-tributary-embedded": true`, and so do embedded
+    /// types held more than 32 levels down (a chain a peer's changesets can make as long as they like), which are
+    /// then referred to by `title` where they are held: such a schema object is not self-contained. Properties keep
     /// their declaration order, so ``init(json:version:)-([UInt8],_)`` gives back an equal schema (with the
     /// same version) for every schema that passes ``validate()``; a NaN default comes back as NaN, which `==`
     /// does not hold equal to itself. An int is written as `long`, Tributary's ints being 64-bit. A date
@@ -1103,12 +1106,21 @@ private struct SchemaJSONWriter {
     let schema: Schema
     /// Embedded types written in full within the top-level schema being written.
     private var defined = Set<String>()
+    /// Embedded types nested too deep to write in full where they are held, in the order met: each is referred to
+    /// by title there, and written at the top, marked, as one that no type holds.
+    private var cutOff: [String] = []
+
+    /// How many embedded types deep a schema writes in full. A chain of embedded types (which a peer's changesets
+    /// can make as long as they like) would otherwise nest the document past what ``JSONParser`` reads back, and
+    /// the writing and rendering, which recurse, past the stack.
+    static let maximumNesting = 32
 
     init(schema: Schema) { self.schema = schema }
 
     mutating func document() -> JSONValue {
         var elements: [JSONValue] = []
         var reached = Set<String>()
+        var writtenAtTop = Set<String>()
         for type in schema.types where !type.isEmbedded {
             defined = []
             elements.append(object(for: type, nestingStack: [], marker: nil))
@@ -1118,7 +1130,17 @@ private struct SchemaJSONWriter {
         for type in schema.types where type.isEmbedded && !reached.contains(type.name) {
             defined = []
             elements.append(object(for: type, nestingStack: [], marker: "x-tributary-embedded"))
+            writtenAtTop.insert(type.name)
             reached.formUnion(embeddedTypes(reachableFrom: type))
+        }
+        // Then those nested too deep, the same way (writing one may cut off more, further down its chain).
+        var next = 0
+        while next < cutOff.count {
+            let name = cutOff[next]
+            next += 1
+            guard writtenAtTop.insert(name).inserted, let type = schema[type: name] else { continue }
+            defined = []
+            elements.append(object(for: type, nestingStack: [], marker: "x-tributary-embedded"))
         }
         return .array(elements)
     }
@@ -1199,9 +1221,14 @@ private struct SchemaJSONWriter {
             }
             return typed(bsonName(keyType))
         case .embedded(let name):
+            let reference = JSONValue.object([("title", .string(name)), ("bsonType", .string("object"))])
             guard let nested = schema[type: name], !nestingStack.contains(name), !defined.contains(name) else {
                 // Written in full earlier in this top-level schema, recursive, or missing: refer to it by title.
-                return .object([("title", .string(name)), ("bsonType", .string("object"))])
+                return reference
+            }
+            guard nestingStack.count < Self.maximumNesting else {
+                cutOff.append(name)
+                return reference
             }
             return object(for: nested, nestingStack: nestingStack, marker: nil)
         }

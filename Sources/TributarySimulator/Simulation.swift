@@ -18,6 +18,11 @@ public struct SimulationConfiguration: Sendable {
     public var partialReplicas: Int?
     /// ``partialReplicas``, or its default.
     public var partialCount: Int { partialReplicas ?? min(2, replicas - 2) }
+    /// Whether the first app also syncs directly with replica 2, a full replica that is not a relay, as a peer: it
+    /// sends it its own changesets as it wrote them (not adopted) and receives projections. Its changesets then reach
+    /// replicas both as written and through the relays' copies, and contexts name them by either dot. Needs replica 2
+    /// to be full (at least three full replicas); ignored otherwise.
+    public var appPeerLink = false
     /// Random causal orders the oracle replays the changesets in.
     public var oracleOrders = 3
     /// Where replica directories go; a fresh subdirectory per run.
@@ -80,6 +85,13 @@ public final class Simulation {
     /// The full replicas that partial ones sync through.
     static let relays = [0, 1]
     func isPartial(_ index: Int) -> Bool { index >= replicaCount - configuration.partialCount && index > 1 }
+    /// The full replica that the linked app syncs with directly (``SimulationConfiguration/appPeerLink``).
+    static let linkedPeer = 2
+    /// The app that also syncs with ``linkedPeer`` as a peer, if the configuration asks for one and allows it.
+    var linkedApp: Int? {
+        guard configuration.appPeerLink, !isPartial(Self.linkedPeer) else { return nil }
+        return (0..<replicaCount).first(where: isPartial)
+    }
 
     func next(_ bound: Int) -> Int { Int(random.next() % UInt64(max(bound, 1))) }
     func chance(_ percent: Double) -> Bool { Double(random.next() % 1_000_000) < percent * 10_000 }
@@ -119,10 +131,11 @@ public final class Simulation {
         for source in 0..<replicaCount {
             for target in 0..<replicaCount where source != target {
                 // Partial replicas talk to their relays only, replicas 0 and 1: one that uploads to both before it
-                // hears of either adoption has its changeset adopted twice.
+                // hears of either adoption has its changeset adopted twice. The linked app talks to its peer too.
                 if isPartial(source) || isPartial(target) {
-                    let other = isPartial(source) ? target : source
-                    guard Self.relays.contains(other), !isPartial(other) else { continue }
+                    let (app, other) = isPartial(source) ? (source, target) : (target, source)
+                    let linked = linkedApp == app && other == Self.linkedPeer
+                    guard Self.relays.contains(other) || linked, !isPartial(other) else { continue }
                 }
                 links.append(Link(source: source, target: target))
             }
@@ -175,22 +188,7 @@ public final class Simulation {
 
     /// Queues on a link what its source has that its target lacks (as of now).
     func send(on linkIndex: Int) throws {
-        let link = links[linkIndex]
-        let source = replicas[link.source]
-        let target = replicas[link.target]
-        // Neither what the target holds pending (its vector does not count it) nor what is still queued on this link
-        // is sent again, as a sync protocol would not; duplicates still come from messages delivered twice and from
-        // one changeset sent to a target by several sources.
-        var held = try target.pendingDots()
-        for message in link.queue { for changeset in message { held.insert(changeset.causalDot) } }
-        let batch: [Changeset]
-        if isPartial(link.source) {
-            batch = try source.changesets(missingFrom: target.versionVector, origins: [source.replicaID], excluding: held)
-        } else if isPartial(link.target) {
-            batch = try source.changesets(missingFrom: target.versionVector, holds: Workload.partialHolds, excluding: held)
-        } else {
-            batch = try source.changesets(missingFrom: target.versionVector, excluding: held)
-        }
+        let batch = try unsent(on: linkIndex)
         guard !batch.isEmpty else { return }
         // Split into a few messages, which may then be delivered in any order.
         var start = 0
@@ -201,11 +199,31 @@ public final class Simulation {
         }
     }
 
-    /// Integrates a message at the link's target. What a partial (app) replica uploads, its relay adopts.
+    /// What the link's source has that its target lacks, as a sync protocol would send it (as of now).
+    func unsent(on linkIndex: Int) throws -> [Changeset] {
+        let link = links[linkIndex]
+        let source = replicas[link.source]
+        let target = replicas[link.target]
+        // Neither what the target holds pending (its vector does not count it) nor what is still queued on this link
+        // is sent again, as a sync protocol would not; duplicates still come from messages delivered twice and from
+        // one changeset sent to a target by several sources.
+        var held = try target.pendingDots()
+        for message in link.queue { for changeset in message { held.insert(changeset.causalDot) } }
+        if isPartial(link.source) {
+            return try source.changesets(missingFrom: target.versionVector, origins: [source.replicaID], excluding: held)
+        } else if isPartial(link.target) {
+            return try source.changesets(missingFrom: target.versionVector, holds: Workload.partialHolds, excluding: held)
+        } else {
+            return try source.changesets(missingFrom: target.versionVector, excluding: held)
+        }
+    }
+
+    /// Integrates a message at the link's target. What a partial (app) replica uploads, its relay adopts; the linked
+    /// app's peer integrates it as written.
     @discardableResult
     func integrate(_ message: [Changeset], on linkIndex: Int) throws -> IntegrationReport {
         let link = links[linkIndex]
-        if isPartial(link.source) { return try replicas[link.target].adopt(message) }
+        if isPartial(link.source) && Self.relays.contains(link.target) { return try replicas[link.target].adopt(message) }
         return try replicas[link.target].integrate(message)
     }
 

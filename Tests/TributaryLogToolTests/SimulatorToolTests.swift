@@ -25,4 +25,15 @@ struct SimulatorToolTests {
         #expect(run.status == 64)
         #expect(run.stderr.contains("--jobs must be 1 to 64, got 0."), "\(run)")
     }
+
+    @Test("--app-peer-link runs with --jobs, and is refused where no full replica but the relays is left")
+    func appPeerLink() throws {
+        let sim = try #require(BuiltTool.path("tributary-sim"))
+        let run = try runTool(["--seeds", "1-2", "--operations", "60", "--app-peer-link", "--jobs", "2"], executable: sim)
+        #expect(run.status == 0, "\(run)")
+        #expect(run.lines.last?.hasPrefix("2/2 seeds passed in ") == true, "\(run)")
+        let refused = try runTool(["--seeds", "1", "--replicas", "4", "--app-peer-link"], executable: sim)
+        #expect(refused.status == 64)
+        #expect(refused.stderr.contains("--app-peer-link needs an app and three full replicas"), "\(refused)")
+    }
 }

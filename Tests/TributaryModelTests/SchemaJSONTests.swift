@@ -538,6 +538,26 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
         #expect(try Schema(json: text, version: 7).jsonString() == text)
     }
 
+    @Test("A chain of 300 embedded types is written without nesting past what reads back, and round-trips")
+    func deepEmbeddedChainRoundTrips() throws {
+        let depth = 300
+        let chain = (0..<depth).map { index in
+            ObjectSchema.embedded(
+                "E\(index)",
+                properties: [.scalar("x", .int)] + (index + 1 < depth ? [Property("next", .embedded("E\(index + 1)"))] : []))
+        }
+        let schema = Schema(
+            version: 3,
+            types: [ObjectSchema(name: "Root", properties: [.scalar("_id", .string), Property("first", .embedded("E0"))])] + chain)
+        try schema.validate()
+        let text = schema.jsonString()
+        let parsed = try Schema(json: text, version: 3)
+        #expect(parsed.types.count == schema.types.count)
+        for type in schema.types { #expect(parsed[type: type.name] == type, "\(type.name)") }
+        // Deterministic, and stable through a second round.
+        #expect(parsed.jsonString() == text)
+    }
+
     @Test("Each top-level schema written is self-contained: it defines the embedded types it holds")
     func writtenSchemasAreSelfContained() throws {
         let schema = try Schema(json: array(userJSON, chatsterJSON, chatMessageJSON))

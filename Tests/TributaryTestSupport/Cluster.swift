@@ -54,6 +54,21 @@ public final class Cluster {
         }
     }
 
+    /// What each replica would still send another (its export for the other's vector, less what the other holds
+    /// pending), as "source -> target: dots"; empty when every pair is in step. Every replica exports in full, as
+    /// ``send(from:to:)`` does: not as an app uploads (`origins:`) or receives projections (`holds:`).
+    public func unsent() throws -> [String] {
+        var result: [String] = []
+        for source in replicas.indices {
+            for target in replicas.indices where source != target {
+                let missing = try replicas[source].changesets(
+                    missingFrom: replicas[target].versionVector, excluding: try replicas[target].pendingDots())
+                if !missing.isEmpty { result.append("\(source) -> \(target): \(missing.map(\.causalDot))") }
+            }
+        }
+        return result
+    }
+
     /// Advances every clock.
     public func advanceClocks(byMilliseconds delta: UInt64) {
         for clock in clocks { clock.advance(byMilliseconds: delta) }

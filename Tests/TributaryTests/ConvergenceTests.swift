@@ -13,18 +13,34 @@ struct ConvergenceTests {
 
     @Test("M1: 300 simulator seeds converge, verify, and match the oracle and the reference model")
     func simulatorSeedsConverge() async throws {
+        try await Self.runSeeds(count: Self.deep ? 2000 : 300) { configuration in
+            configuration.replicas = 3 + Int(configuration.seed % 3)  // apps: one with 3 replicas, two with 4 or 5
+        }
+    }
+
+    @Test("M1 with an app that also syncs directly with a peer: 60 seeds of 5 replicas converge")
+    func simulatorSeedsConvergeWithAppPeerLink() async throws {
+        try await Self.runSeeds(count: Self.deep ? 400 : 60) { configuration in
+            configuration.replicas = 5
+            configuration.appPeerLink = true
+        }
+    }
+
+    /// Runs `count` seeds from the environment's first seed (1 by default), each configured by `configure`, and
+    /// records every failure with its replay command.
+    static func runSeeds(count: UInt64, _ configure: @escaping @Sendable (inout SimulationConfiguration) -> Void) async throws {
         try await offThePool {
             let directory = TemporaryDirectory("sim")
             let first = SplitMix64.seedFromEnvironment(default: 1)
-            let count: UInt64 = Self.deep ? 2000 : 300
             var failures: [String] = []
             for seed in first..<(first + count) {
                 var configuration = SimulationConfiguration(seed: seed, directory: directory.path)
-                configuration.replicas = 3 + Int(seed % 3)  // apps: one with 3 replicas, two with 4 or 5
                 configuration.operations = Self.deep ? 3000 : 120
                 configuration.oracleOrders = 2
+                configure(&configuration)
                 let replay = "swift run tributary-sim --seeds \(seed) --replicas \(configuration.replicas) "
                     + "--operations \(configuration.operations) --oracle-orders \(configuration.oracleOrders)"
+                    + (configuration.appPeerLink ? " --app-peer-link" : "")
                 do {
                     let result = try Simulation(configuration).run()
                     if !result.passed {

@@ -205,6 +205,34 @@ struct HostileInputTests {
         #expect(try replica.object("Person", primaryKey: .string("big"))?["name"] == "after many")
     }
 
+    @Test("A schema merged past one changeset's limits (a type of 10,001 properties) reopens, and 10,001 types read back")
+    func mergedSchemaPastChangesetLimitsReopens() throws {
+        let directory = TemporaryDirectory("large-schema")
+        let limit = BinaryReader.maximumPropertiesPerType
+        let properties = (0..<limit).map { Property("p\($0)", .scalar(.int), optional: true) }
+        // Each changeset within the limits; together, one more property than one changeset may define.
+        let wide = Self.changeset(
+            origin: 92, sequence: 1,
+            [.addType(ObjectSchema(name: "Wide", primaryKey: "_id", properties: [Property("_id", .scalar(.int))] + properties.dropLast()))])
+        let more = Self.changeset(
+            origin: 92, sequence: 2, context: VersionVector([(ReplicaID(rawValue: 92), 1)]),
+            [.addProperty(type: "Wide", properties.last!), .addProperty(type: "Wide", Property("extra", .scalar(.int), optional: true))])
+        do {
+            let replica = try Self.open(directory.path)
+            #expect(try replica.integrate([wide, more]).integrated.count == 2)
+            replica.close()
+        }
+        let replica = try Self.open(directory.path)
+        #expect(replica.schema[type: "Wide"]?.properties.count == limit + 2)
+        #expect(try replica.verify().passed)
+        // More types than one changeset's limit, as a stored schema (the merge of many changesets) may hold.
+        let types = (0...10_000).map { ObjectSchema(name: "T\($0)", primaryKey: "_id", properties: [Property("_id", .scalar(.int))]) }
+        var writer = BinaryWriter()
+        writer.schema(Schema(types: types))
+        var reader = BinaryReader(writer.bytes, subject: "stored schema")
+        #expect(try reader.schema().types.count == 10_001)
+    }
+
     /// A replica with a few writes whose log then gets one more entry, forged by `forge` from its last one (a
     /// well-formed entry with a valid checksum that chains to it), stored under the sequence the forged entry names.
     func replicaWithForgedEntry(_ sequence: UInt64) throws -> (TemporaryDirectory, Replica) {

@@ -85,6 +85,120 @@ struct MigrationTests {
         #expect(try kept.object("DailyScrum", primaryKey: .string("stored"))?["minutes"] == 15)
     }
 
+    @Test("An object a migration creates leaves its defaults to the schema: a concurrent write on another device wins")
+    func migrationCreatedObjectsKeepDefaultsAsDefaults() throws {
+        let v1 = Schema(version: 1, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .string)])])
+        let v2 = Schema(version: 2, types: v1.types + [
+            ObjectSchema(name: "Tag", properties: [
+                .scalar("_id", .string), .scalar("color", .string, default: "red"), .scalar("note", .string, optional: true),
+            ])
+        ])
+        // Each device's release creates the tag in its migration.
+        // `u` is given its colour explicitly (the default's value), and `v` gets its note through the subscript: those
+        // are writes with the migration's stamp, as before.
+        let migration = Migration(steps: [2: { context in
+            _ = try context.create("Tag", ["_id": "t"])
+            _ = try context.create("Tag", ["_id": "u", "color": "red"])
+            let v = try context.create("Tag", ["_id": "v"])
+            v["note"] = .null
+        }])
+        let directories = [TemporaryDirectory("migrate-a"), TemporaryDirectory("migrate-b")]
+        let clocks = [ManualClock(milliseconds: 1_700_000_000_000), ManualClock(milliseconds: 1_700_000_000_000)]
+        func open(_ index: Int, _ schema: Schema) throws -> Replica {
+            var configuration = configuration()
+            configuration.clock = clocks[index]
+            configuration.replicaID = ReplicaID(rawValue: UInt64(index + 1))
+            return try Replica.open(
+                directory: directories[index].path, schema: schema, configuration: configuration, migration: migration)
+        }
+        for index in 0..<2 { try open(index, v1).close() }
+        // B migrates and its user colours the tag; A migrates later (by the clocks), before they sync.
+        let b = try open(1, v2)
+        clocks[1].advance(byMilliseconds: 10)
+        try b.write { txn in
+            for key in ["t", "u", "v"] { try txn.update("Tag", primaryKey: .string(key), ["color": "blue", "note": "mine"]) }
+        }
+        clocks[0].advance(byMilliseconds: 1000)
+        let a = try open(0, v2)
+        try a.integrate(try b.changesets(missingFrom: a.versionVector))
+        try b.integrate(try a.changesets(missingFrom: b.versionVector))
+        for replica in [a, b] {
+            let tag = try #require(try replica.object("Tag", primaryKey: .string("t")))
+            #expect(tag["color"] == "blue")
+            #expect(tag["note"] == "mine")
+            let u = try #require(try replica.object("Tag", primaryKey: .string("u")))
+            #expect(u["color"] == "red")  // given to create: A's later write wins
+            #expect(u["note"] == "mine")
+            let v = try #require(try replica.object("Tag", primaryKey: .string("v")))
+            #expect(v["color"] == "blue")
+            #expect(v["note"] == .null)  // set through the subscript: A's later write wins
+            #expect(try replica.verify().passed)
+        }
+        #expect(try a.recordsDigest() == b.recordsDigest())
+    }
+
+    @Test("A migration that deletes an object and creates it again under its key resets what the create does not give")
+    func deleteAndCreateAgainResets() throws {
+        let tag = ObjectSchema(name: "Tag", properties: [
+            .scalar("_id", .string), .scalar("color", .string, default: "red"), .scalar("note", .string, optional: true),
+            Property("labels", .scalar(.string), list: true),
+        ])
+        let directory = TemporaryDirectory("migrate-recreate")
+        do {
+            let replica = try open(directory, Schema(version: 1, types: [tag]))
+            try replica.write { try $0.create("Tag", ["_id": "t", "color": "blue", "note": "x", "labels": ["a"]]) }
+            replica.close()
+        }
+        let migration = Migration { context in
+            context.deleteAll("Tag")
+            _ = try context.create("Tag", ["_id": "t"])
+        }
+        let replica = try open(directory, Schema(version: 2, types: [tag]), migration: migration)
+        let object = try #require(try replica.object("Tag", primaryKey: .string("t")))
+        #expect(object["color"] == "red")
+        #expect(object["note"] == .null)
+        #expect(object["labels"] == .list([]))
+        #expect(try replica.verify().passed)
+    }
+
+    @Test("A date default that reads back from the stored schema a last bit off is the same declaration at reopen")
+    func dateDefaultReadsBackAlike() throws {
+        // A date kept as seconds since 2001 whose seconds since 1970 (how it is stored) round.
+        let candidates = (1...1000).map { Date(timeIntervalSinceReferenceDate: 700_000_000 + Double($0) / 7) }
+        let date = try #require(candidates.first { Date(timeIntervalSince1970: $0.timeIntervalSince1970) != $0 })
+        let schema = Schema(version: 1, types: [
+            ObjectSchema(name: "Event", properties: [.scalar("_id", .string), .scalar("at", .date, default: .date(date))])
+        ])
+        let directory = TemporaryDirectory("date-default")
+        do {
+            let replica = try open(directory, schema)
+            try replica.write { try $0.create("Event", ["_id": "e"]) }
+            replica.close()
+        }
+        // Reopened with the same schema: no migration is asked for, and nothing is written.
+        let replica = try open(directory, schema)
+        let head = try replica.versionVector
+        #expect(try replica.object("Event", primaryKey: .string("e"))?["at"].storesAlike(.date(date)) == true)
+        replica.close()
+        let again = try open(directory, schema)
+        #expect(try again.versionVector == head)
+        // Adding the same property again at runtime is no conflict.
+        try again.write { try $0.addProperty(.scalar("at", .date, default: .date(date)), to: "Event") }
+        #expect(try again.versionVector == head)
+        #expect(try again.verify().passed)
+        again.close()
+        // A migration to a later version that keeps the property redefines nothing.
+        let v2 = Schema(version: 2, types: [
+            ObjectSchema(name: "Event", properties: [
+                .scalar("_id", .string), .scalar("at", .date, default: .date(date)), .scalar("place", .string, optional: true),
+            ])
+        ])
+        let migrated = try open(directory, v2)
+        let last = try #require(try migrated.changesets(missingFrom: VersionVector()).last)
+        #expect(!last.instructions.contains { if case .redefineProperty = $0 { return true } else { return false } }, "\(last.instructions)")
+        #expect(last.instructions.contains { if case .addProperty = $0 { return true } else { return false } })
+    }
+
     @Test("Catalyst: an added property at the same version is a clear error; a raised version migrates it")
     func isPinned() throws {
         let directory = TemporaryDirectory()

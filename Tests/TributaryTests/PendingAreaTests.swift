@@ -60,6 +60,42 @@ struct PendingAreaTests {
         #expect(try target.verify().passed)
     }
 
+    @Test("A waiting changeset whose stored row is damaged is not listed as held, and its good copy replaces the row")
+    func damagedPendingRowIsReplaced() throws {
+        let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)
+        let all = try history(cluster, writes: 4)  // schema, create, 4 updates
+        let target = cluster[1]
+        #expect(try target.integrate(Array(all.suffix(2))).waiting == 2)
+        // The first waiting row is damaged on disk, and the replica reads the area from storage again (as after
+        // reopening: the decoded copy is the handle's).
+        let damaged = all[4].dot
+        try target.environment.write { txn in
+            try txn.put(target.pending, key: Replica.pendingKey(damaged), value: [0xFF, 0x00, 0x13])
+            let generation = try target.pendingGeneration(in: txn) + 1
+            try txn.put(target.identity, key: Replica.pendingGenerationKey, value: Replica.identityBytes(generation))
+        }
+        // Listed as held, the damaged one would never be sent again, and the one after it would wait for good.
+        #expect(try target.pendingDots() == [all[5].dot])
+        #expect(try target.pendingDots() == [all[5].dot])  // and again, from the copy the first call decoded
+        // Its copy arrives alone: it waits, in place of the damaged row.
+        #expect(try target.integrate([all[4]]).waiting == 2)
+        #expect(try target.pendingChangesets().map(\.dot).sorted() == [all[4].dot, all[5].dot])
+        // Damaged again; this time the rest arrive with its copy, and everything is integrated.
+        try target.environment.write { txn in
+            try txn.put(target.pending, key: Replica.pendingKey(damaged), value: [0xFF, 0x00, 0x13])
+            let generation = try target.pendingGeneration(in: txn) + 1
+            try txn.put(target.identity, key: Replica.pendingGenerationKey, value: Replica.identityBytes(generation))
+        }
+        let missing = try cluster[0].changesets(missingFrom: target.versionVector, excluding: try target.pendingDots())
+        #expect(missing.map(\.dot) == all.prefix(5).map(\.dot))
+        #expect(try target.integrate(missing).integrated == all.map(\.dot))
+        // No row is left behind: the damaged one went with its good copy's integration.
+        #expect(try target.environment.read { try $0.count(target.pending) } == 0)
+        #expect(try target.pendingChangesets().isEmpty)
+        #expect(try target.object("Task", primaryKey: .string("t"))?["title"] == "4")
+        #expect(try target.verify().passed)
+    }
+
     @Test("An exporter can leave out what the target holds pending; the rest still completes it")
     func exportExcludingPending() throws {
         let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)

@@ -344,7 +344,8 @@ struct RelayTests {
             let generation = try peer.pendingGeneration(in: txn) + 1
             try txn.put(peer.identity, key: Replica.pendingGenerationKey, value: Replica.identityBytes(generation))
         }
-        #expect(try peer.pendingDots() == [later.dot])
+        // Listed by its causal dot, as an exporter's `excluding:` names it, whatever key it is stored under.
+        #expect(try peer.pendingDots() == [later.causalDot])
         // The next integration moves the row to its own key, so that nothing else stored under the origin dot (an
         // upload, were this a relay) can overwrite it.
         #expect(try peer.integratePending().waiting == 1)
@@ -357,6 +358,44 @@ struct RelayTests {
         #expect(try peer.pendingDots() == [later.causalDot])
         try cluster.send(from: 0, to: 1)
         #expect(try peer.pendingDots().isEmpty)
+        #expect(try peer.environment.read { try $0.count(peer.pending) } == 0)
+        #expect(try peer.object("Task", primaryKey: .string("t"))?["title"] == "2")
+        #expect(try peer.verify().passed)
+    }
+
+    @Test("An earlier build's row that moves onto a damaged row's key replaces it, and a later copy does not delete it",
+        arguments: [false, true])
+    func earlierBuildsRowReplacesDamagedRow(appliedAtOnce: Bool) throws {
+        // 0 is a relay, 1 a peer, 2 an app.
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        let peer = cluster[1]
+        try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "1"]) }
+        try cluster[2].write { try $0.update("Task", primaryKey: .string("t"), ["title": "2"]) }
+        try Self.upload(cluster, app: 2, to: 0)
+        let later = try #require(try cluster[0].changesets(missingFrom: peer.versionVector).last)
+        #expect(try peer.integrate([later]).waiting == 1)
+        // As an earlier build stored it (under its origin dot), beside a damaged row under its causal dot.
+        try peer.environment.write { txn in
+            try txn.put(peer.pending, key: Replica.pendingKey(later.causalDot), value: [0xFF, 0x00])
+            try txn.put(peer.pending, key: Replica.pendingKey(later.dot), value: PendingChangeset(changeset: later, adopt: false).stored)
+            let generation = try peer.pendingGeneration(in: txn) + 1
+            try txn.put(peer.identity, key: Replica.pendingGenerationKey, value: Replica.identityBytes(generation))
+        }
+        if appliedAtOnce {
+            // The row moves in the commit that applies it: neither it nor the damaged row is left.
+            try cluster.send(from: 0, to: 1)
+            #expect(try peer.environment.read { try $0.count(peer.pending) } == 0)
+            #expect(try peer.object("Task", primaryKey: .string("t"))?["title"] == "2")
+            return
+        }
+        #expect(try peer.integratePending().waiting == 1)  // the row moves to its causal dot
+        // A copy of it arrives again: a duplicate, which must leave the stored row alone.
+        #expect(try peer.integrate([later]).duplicates == 1)
+        let stored = try peer.environment.read { try $0.get(peer.pending, key: Replica.pendingKey(later.causalDot)) }
+        let row = try #require(stored)
+        #expect(try row.withUnsafeBytes { try PendingChangeset(stored: $0, limits: peer.log.decodingLimits) }.changeset.dot == later.dot)
+        #expect(try peer.environment.read { try $0.count(peer.pending) } == 1)
+        try cluster.send(from: 0, to: 1)
         #expect(try peer.environment.read { try $0.count(peer.pending) } == 0)
         #expect(try peer.object("Task", primaryKey: .string("t"))?["title"] == "2")
         #expect(try peer.verify().passed)
@@ -408,6 +447,172 @@ struct RelayTests {
             }
             #expect(try problems() == [nil, nil])
         }
+    }
+
+    /// A cluster where replica 3 holds app 1's changesets only through relay 0's copies, while peer 2 holds them as
+    /// the app sent them (the app syncs with the relay and, directly, with the peer).
+    static func heldThroughRelayAndPlainly() throws -> Cluster {
+        // 0 is a relay, 1 an app, 2 a peer the app also syncs with directly, 3 and 4 peers.
+        let cluster = try Cluster(5, schema: MergeSemanticsTests.schema)
+        try cluster[1].write { try $0.create("Task", ["_id": "t", "title": "first"]) }
+        try upload(cluster, app: 1, to: 0)
+        try cluster.send(from: 0, to: 3)
+        try cluster.send(from: 1, to: 2)
+        #expect(try cluster[3].versionVector[cluster[1].replicaID] == 0)
+        #expect(try cluster[3].object("Task", primaryKey: .string("t"))?["title"] == "first")
+        return cluster
+    }
+
+    /// Syncs every pair, then expects nothing waiting, every replica verified, one state, and nothing left to send
+    /// (what a replica holds through a relay's copy is not sent to it again as the app wrote it).
+    static func expectInStepAfterSync(_ cluster: Cluster) throws {
+        try cluster.syncAll()
+        for (index, replica) in cluster.replicas.enumerated() {
+            #expect(try replica.pendingDots().isEmpty, "replica \(index)")
+            #expect(try replica.verify().passed, "replica \(index)")
+        }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+        #expect(try cluster.unsent() == [])
+    }
+
+    @Test("A changeset held through a relay's copy, then sent as its app wrote it, does not hold up the app's next one")
+    func plainCopyAfterRelayCopy() throws {
+        let cluster = try Self.heldThroughRelayAndPlainly()
+        // The app writes again, and only the peer hears of it: the peer sends the app's earlier changesets too, which
+        // replica 3 holds already (through the relay), and then the new one, which needs them.
+        try cluster[1].write { try $0.update("Task", primaryKey: .string("t"), ["title": "second"]) }
+        try cluster.send(from: 1, to: 2)
+        try cluster.send(from: 2, to: 3)
+        #expect(try cluster[3].pendingDots().isEmpty)
+        #expect(try cluster[3].object("Task", primaryKey: .string("t"))?["title"] == "second")
+        // And from replica 3 to one that syncs with it alone.
+        try cluster.send(from: 3, to: 4)
+        #expect(try cluster[4].pendingDots().isEmpty)
+        #expect(try cluster[4].object("Task", primaryKey: .string("t"))?["title"] == "second")
+        try Self.expectInStepAfterSync(cluster)
+    }
+
+    @Test("A peer's changeset that names an app's changeset by its own dot is integrated where a relay's copy of it is held")
+    func contextNamesPlainDotHeldThroughRelay() throws {
+        let cluster = try Self.heldThroughRelayAndPlainly()
+        // The peer writes having seen the app's changesets as the app sent them: its context names them by their own
+        // dots, which replica 3's vector does not count.
+        cluster.advanceClocks(byMilliseconds: 1000)
+        try cluster[2].write { try $0.update("Task", primaryKey: .string("t"), ["notes": "from the peer"]) }
+        try cluster.send(from: 2, to: 3)
+        #expect(try cluster[3].pendingDots().isEmpty)
+        #expect(try cluster[3].object("Task", primaryKey: .string("t"))?["notes"] == "from the peer")
+        try Self.expectInStepAfterSync(cluster)
+    }
+
+    @Test("An app's upload whose context names another app's changeset by its own dot is adopted by the relay that adopted it")
+    func uploadNamesPlainDotTheRelayAdopted() throws {
+        let cluster = try Self.heldThroughRelayAndPlainly()
+        // Replica 2, the peer, is an app of the relay too: it writes having seen app 1's changesets by their own dots,
+        // and uploads. The relay holds them as its own adoptions only.
+        cluster.advanceClocks(byMilliseconds: 1000)
+        try cluster[2].write { try $0.update("Task", primaryKey: .string("t"), ["notes": "uploaded"]) }
+        let report = try cluster[0].adopt(
+            try cluster[2].changesets(missingFrom: cluster[0].versionVector, origins: [cluster[2].replicaID]))
+        #expect(report.waiting == 0)
+        #expect(try cluster[0].pendingDots().isEmpty)
+        #expect(try cluster[0].object("Task", primaryKey: .string("t"))?["notes"] == "uploaded")
+        try Self.expectInStepAfterSync(cluster)
+    }
+
+    @Test("An export leaves out an app's changeset, as written, that the other replica holds pending as a relay's copy")
+    func exportExcludesPendingRelayCopyOfPlainChangeset() throws {
+        // 0 is a relay, 1 an app, 2 a peer the app syncs with directly, 3 a peer that hears from the relay first.
+        let cluster = try Cluster(4, schema: MergeSemanticsTests.schema)
+        try cluster[1].write { try $0.create("Task", ["_id": "t", "title": "first"]) }
+        let last = Dot(origin: cluster[1].replicaID, sequence: try cluster[1].versionVector[cluster[1].replicaID])
+        try cluster.send(from: 1, to: 2)
+        try Self.upload(cluster, app: 1, to: 0)
+        try cluster.send(from: 0, to: 2)  // the peer records the relay's adoptions of what it holds as written
+        // Replica 3 gets the relay's copy of the app's last changeset alone: it waits for the relay's earlier ones.
+        let copy = try #require(try cluster[0].changesets(missingFrom: cluster[3].versionVector).last)
+        #expect(copy.dot == last && copy.relay != nil)
+        #expect(try cluster[3].integrate([copy]).waiting == 1)
+        let missing = try cluster[2].changesets(
+            missingFrom: cluster[3].versionVector, excluding: try cluster[3].pendingDots())
+        #expect(!missing.contains { $0.dot == last }, "\(missing.map(\.causalDot))")
+        try cluster[3].integrate(missing)
+        #expect(try cluster[3].pendingDots().isEmpty)
+        #expect(try cluster[3].object("Task", primaryKey: .string("t"))?["title"] == "first")
+        #expect(try cluster[3].verify().passed)
+    }
+
+    @Test("Damaged adoptions cost an export only duplicates: the changesets they would leave out are sent")
+    func damagedAdoptionsExportDuplicates() throws {
+        let cluster = try Self.heldThroughRelayAndPlainly()
+        try cluster.send(from: 0, to: 2)  // the peer records the relay's adoptions of what it holds as written
+        let app = cluster[1].replicaID
+        let first = Dot(origin: app, sequence: 1)
+        let peer = cluster[2]
+        #expect(try peer.environment.read { try peer.log.causalDots(ofOrigin: first, in: $0) }.count == 1)
+        #expect(try peer.changesets(missingFrom: cluster[3].versionVector).filter { $0.origin == app }.isEmpty)
+        try peer.environment.write { try $0.put(peer.log.adoptions, key: ChangesetLog.originKey(first), value: [9]) }
+        let missing = try peer.changesets(missingFrom: cluster[3].versionVector)
+        #expect(missing.map(\.dot).contains(first), "\(missing.map(\.dot))")
+        let report = try cluster[3].integrate(missing)
+        // Replica 3 holds them through the relay's copies: duplicates, and nothing of the app's is applied twice.
+        #expect(report.duplicates > 0 && !report.integrated.contains { $0.origin == app }, "\(report)")
+        #expect(try peer.verify().firstProblem?.contains("adoptions of changeset \(first) are damaged") == true)
+    }
+
+    @Test("Damaged adoptions stop an integration that needs them, naming the damage, instead of merging as if unseen")
+    func damagedAdoptionsStopTheMerge() throws {
+        // 0 is a relay, 1 and 2 peers, 3 an app.
+        let cluster = try Cluster(4, schema: MergeSemanticsTests.schema)
+        try cluster[3].write { try $0.create("Task", ["_id": "t", "title": "first"]) }
+        try Self.upload(cluster, app: 3, to: 0)
+        try cluster.deliver([(3, [0]), (1, [0]), (2, [0])])
+        cluster.advanceClocks(byMilliseconds: 1000)
+        // The app erases t; the peers hold the erase through the relay's copy.
+        try cluster[3].write { _ = try $0.delete("Task", primaryKey: .string("t")) }
+        let erase = Dot(origin: cluster[3].replicaID, sequence: try cluster[3].versionVector[cluster[3].replicaID])
+        try Self.upload(cluster, app: 3, to: 0)
+        try cluster.deliver([(1, [0]), (2, [0])])
+        // Peer 2 creates t again after the erase: its context names the relay's copy, so a replica finds that it saw
+        // the erase through the adoptions, and revives t (rule 3).
+        cluster.advanceClocks(byMilliseconds: 1000)
+        try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "revived"]) }
+        let create = Dot(origin: cluster[2].replicaID, sequence: try cluster[2].versionVector[cluster[2].replicaID])
+        let peer = cluster[1]
+        let key = ChangesetLog.originKey(erase)
+        let saved = try #require(try peer.environment.read { try $0.get(peer.log.adoptions, key: key) })
+        try peer.environment.write { try $0.put(peer.log.adoptions, key: key, value: [1, 2, 3]) }
+        let vector = try peer.versionVector
+        // Read as "not adopted", the create counted as concurrent with the erase: t stayed erased here alone.
+        do {
+            try cluster.send(from: 2, to: 1)
+            Issue.record("the integration merged past damaged adoptions")
+        } catch let error as TributaryError {
+            #expect(error.code == .corrupted, "\(error.code)")
+            #expect(error.message.contains("adoptions of changeset \(erase) are damaged: 3 bytes"), "\(error.message)")
+        }
+        #expect(try peer.versionVector == vector)
+        #expect(try peer.object("Task", primaryKey: .string("t")) == nil)
+        // In memory, and replayed into scratch views as a large replica is.
+        for problem in [try peer.verify(recordsInMemory: .max).firstProblem, try peer.verify(recordsInMemory: 1).firstProblem] {
+            #expect(problem?.contains("adoptions of changeset \(erase) are damaged: 3 bytes") == true, "\(String(describing: problem))")
+        }
+        // Repaired (restored from a backup, say), the same changeset comes in and the replicas agree.
+        try peer.environment.write { try $0.put(peer.log.adoptions, key: key, value: saved) }
+        try cluster.syncAll()
+        for (index, replica) in cluster.replicas.enumerated() {
+            #expect(try replica.object("Task", primaryKey: .string("t"))?["title"] == "revived", "replica \(index)")
+            #expect(try replica.verify().passed, "replica \(index)")
+        }
+        #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
+        // Damaged again, now that the log holds the create: a replay into scratch views, one changeset a batch, reads
+        // the stored adoptions for it, stops there, and counts the changesets it applied before.
+        try peer.environment.write { try $0.put(peer.log.adoptions, key: key, value: [1, 2, 3]) }
+        let position = try #require(try peer.changesets(missingFrom: VersionVector()).firstIndex { $0.dot == create })
+        let scratch = TemporaryDirectory("verify")
+        let report = try peer.verify(rebuildingIn: scratch.appending("views"), batchSize: 1)
+        #expect(report.firstProblem?.contains("adoptions of changeset \(erase) are damaged: 3 bytes") == true)
+        #expect(report.changesetsChecked == position, "\(report)")
     }
 
     @Test("Causal metadata per changeset stays bounded with 1,000 writing apps through one relay")

@@ -14,8 +14,10 @@ struct TributarySim: ParsableCommand {
             kind of write, while links go down and up, messages are delayed, duplicated and reordered, and replicas
             crash and restart. Then the network heals and the replicas exchange everything. A seed passes when all
             replicas hold byte-identical views, each one's verify passes, partial replicas equal the full ones on every
-            object they hold, an oracle merging the same changesets in random causal orders agrees, and a reference
-            model of the merge rules agrees. A seed replays exactly: `tributary-sim --seeds 42`.
+            object they hold, an oracle merging the same changesets in random causal orders agrees, a reference
+            model of the merge rules agrees, and no replica has anything left to send another. With --app-peer-link,
+            version vectors are compared without the linked app's entry, which replicas that held its changesets
+            first as written count and the others do not. A seed replays exactly: `tributary-sim --seeds 42`.
 
             Exit status: 0 when every seed passed, 1 when one failed.
             """)
@@ -32,6 +34,9 @@ struct TributarySim: ParsableCommand {
     @Option(help: "Partial replicas among them (apps that hold every other key and sync through replicas 0 and 1, their relays). Default: 2, or 1 with 3 replicas.")
     var partialReplicas: Int?
 
+    @Flag(help: "The first app also syncs directly with replica 2, a full replica that is not a relay, as a peer (needs three full replicas and an app).")
+    var appPeerLink = false
+
     @Option(help: "Random causal orders the oracle replays per seed.")
     var oracleOrders = 3
 
@@ -47,6 +52,14 @@ struct TributarySim: ParsableCommand {
         guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be 1 to 64, got \(jobs).") }
         if let partialReplicas, !(0...(replicas - 2)).contains(partialReplicas) {
             throw ValidationError("--partial-replicas must be 0 to \(replicas - 2) with \(replicas) replicas: replicas 0 and 1 are full (the relays).")
+        }
+        if appPeerLink {
+            let partial = partialReplicas ?? min(2, replicas - 2)
+            guard partial >= 1, replicas - partial >= 3 else {
+                throw ValidationError(
+                    "--app-peer-link needs an app and three full replicas (the relays 0 and 1, and replica 2); "
+                        + "\(replicas) replicas with \(partial) partial have \(replicas - partial) full.")
+            }
         }
     }
 
@@ -71,6 +84,7 @@ struct TributarySim: ParsableCommand {
             configuration.operations = operations
             configuration.partialReplicas = partialReplicas
             configuration.oracleOrders = oracleOrders
+            configuration.appPeerLink = appPeerLink
             let result: SimulationResult
             do {
                 result = try Simulation(configuration).run()
@@ -87,7 +101,10 @@ struct TributarySim: ParsableCommand {
             if !result.passed {
                 failed.append(seed)
                 for failure in result.failures.prefix(20) { print("  \(failure)") }
-                print("  replay: tributary-sim --seeds \(seed) --replicas \(replicas) --operations \(operations) --partial-replicas \(configuration.partialCount)")
+                print(
+                    "  replay: tributary-sim --seeds \(seed) --replicas \(replicas) --operations \(operations) "
+                        + "--partial-replicas \(configuration.partialCount) --oracle-orders \(oracleOrders)"
+                        + (appPeerLink ? " --app-peer-link" : ""))
             }
             fflush(nil)
         }
@@ -119,6 +136,7 @@ struct TributarySim: ParsableCommand {
                 ["--seeds", "\(low)-\(high)", "--replicas", "\(replicas)", "--operations", "\(operations)"]
                 + (partialReplicas.map { ["--partial-replicas", "\($0)"] } ?? [])
                 + ["--oracle-orders", "\(oracleOrders)"]
+                + (appPeerLink ? ["--app-peer-link"] : [])
                 + (directory.map { ["--directory", $0] } ?? [])
             let pipe = Pipe()
             child.standardOutput = pipe
