@@ -333,24 +333,30 @@ struct Differ {
         for index in old.indices where !keptOld.contains(index) {
             try transaction.emit(.listErase(path, element: current[index].id))
         }
-        // Each new element goes right after the element placed for the one before it in `new` (kept, or inserted
-        // just before): hidden links, and links in `new` to objects not created yet, do not shift it.
+        // Each new element goes right after the slot of the element placed for the one before it in `new` (kept, or
+        // inserted just before): hidden links, and links in `new` to objects not created yet, do not shift it.
         var placed = [ElementID?](repeating: nil, count: new.count)
-        for pair in kept { placed[pair.new] = current[pair.old].id }
+        for pair in kept { placed[pair.new] = current[pair.old].position }
+        guard placed.contains(nil) else { return }
+        // Planned once for all the inserts, not read again for each: filling a list costs O(n log n), not O(n²).
+        guard var plan = try insertionPlan(at: path) else { return try transaction.emit(.set(path, .list(new))) }
         for index in new.indices where placed[index] == nil {
-            guard case .list(let list)? = try field(at: path) else {
-                try transaction.emit(.set(path, .list(new)))
-                return
-            }
-            var position = 0
-            if index > 0, let left = placed[index - 1] {
-                position = (list.orderedElements().firstIndex { $0.id == left } ?? -1) + 1
-            }
+            let anchor = plan.anchor(after: index > 0 ? placed[index - 1] : nil)
             let instruction = transaction.instructions.count
-            try transaction.emit(.listInsert(path, anchor: list.anchor(forInsertionAt: position), value: new[index]))
-            // The id the merge engine gives an inserted element (the first it draws for the instruction).
-            placed[index] = ElementID(dot: transaction.info.dot, instruction: instruction)
+            try transaction.emit(.listInsert(path, anchor: anchor, value: new[index]))
+            // The id the merge engine gives an inserted element (the first it draws for the instruction), which is
+            // also the id of the slot it creates.
+            let slot = ElementID(dot: transaction.info.dot, instruction: instruction)
+            plan.inserted(slot)
+            placed[index] = slot
         }
+    }
+
+    /// The plan for inserting into the list at `path`, or `nil` when the field holds no list yet. The list is read
+    /// here, so that no copy of it outlives the call: the inserts then change it in place instead of copying it.
+    private func insertionPlan(at path: FieldPath) throws -> ListInsertionPlan? {
+        guard case .list(let list)? = try field(at: path) else { return nil }
+        return ListInsertionPlan(list)
     }
 
     /// The index pairs of a longest common subsequence, in order. O(old × new) time and memory.

@@ -42,6 +42,7 @@ struct TributaryBench: ParsableCommand {
         try StorageBenchmarks(context: context).run()
         try SyncBenchmarks(context: context).run()
         try QueryBenchmarks(context: context).run()
+        try ListBenchmarks(context: context).run()
     }
 }
 

@@ -1,0 +1,104 @@
+import Testing
+import Tributary
+import TributaryModel
+import TributaryTestSupport
+
+/// An update that writes many new elements into a list (filling an empty list, refilling one emptied by removals, in
+/// an embedded object) places them with one plan of the list. The elements read back in order, the log rebuilds the
+/// same records, and concurrent fills merge by rule 5: runs in stamp order, never interleaved.
+@Suite("Filling a list")
+struct ListFillTests {
+    static let schema = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(
+                name: "Doc",
+                properties: [
+                    .scalar("_id", .string), Property("tags", .scalar(.string), list: true),
+                    Property("note", .embedded("Note")),
+                ]),
+            .embedded("Note", properties: [.scalar("title", .string, optional: true), Property("lines", .scalar(.string), list: true)]),
+        ])
+
+    static func strings(_ prefix: String, _ count: Int) -> [Value] { (0..<count).map { .string("\(prefix)\($0)") } }
+
+    static func tags(_ replica: Replica) throws -> [Value] {
+        try replica.object("Doc", primaryKey: .string("d"))?["tags"]?.listValue ?? []
+    }
+
+    @Test("2,000 values fill an empty list, then refill it after removals, in order; the log rebuilds the same")
+    func fillAndRefill() throws {
+        let cluster = try Cluster(2, schema: Self.schema)
+        let replica = cluster[0]
+        let note = EmbeddedObject(type: "Note", fields: ["title": "n", "lines": .list([])])
+        try replica.write { _ = try $0.create("Doc", ["_id": "d", "tags": .list([]), "note": .embedded(note)]) }
+        let first = Self.strings("a", 2_000)
+        try replica.write { try $0.update("Doc", primaryKey: .string("d"), ["tags": .list(first)]) }
+        #expect(try Self.tags(replica) == first)
+        // Some kept, the rest removed, new ones between and around them.
+        var second = Self.strings("b", 700)
+        second.insert(first[10], at: 0)
+        second.insert(first[1_500], at: 350)
+        second.append(first[1_999])
+        try replica.write { try $0.update("Doc", primaryKey: .string("d"), ["tags": .list(second)]) }
+        #expect(try Self.tags(replica) == second)
+        try replica.write { try $0.update("Doc", primaryKey: .string("d"), ["tags": .list([])]) }
+        let third = Self.strings("c", 1_000)
+        try replica.write { try $0.update("Doc", primaryKey: .string("d"), ["tags": .list(third)]) }
+        #expect(try Self.tags(replica) == third)
+        // In the embedded object: the update edits its fields, and the list in it fills the same way.
+        let lines = Self.strings("l", 1_500)
+        try replica.write {
+            try $0.update("Doc", primaryKey: .string("d"), ["note": .embedded(EmbeddedObject(type: "Note", fields: ["title": "n", "lines": .list(lines)]))])
+        }
+        guard case .embedded(let read)? = try replica.object("Doc", primaryKey: .string("d"))?["note"] else {
+            Issue.record("the note is gone")
+            return
+        }
+        #expect(read.fields["lines"] == .list(lines))
+        #expect(try replica.verify().passed)
+        try cluster.syncAll()
+        #expect(try Self.tags(cluster[1]) == third)
+        #expect(try cluster.converged())
+    }
+
+    @Test("two replicas fill the same emptied list concurrently: both runs, the earlier writer's first, not interleaved",
+        arguments: [0, 1])
+    func concurrentFills(later: Int) throws {
+        let cluster = try Cluster(2, schema: Self.schema)
+        try cluster[0].write { _ = try $0.create("Doc", ["_id": "d", "tags": .list(Self.strings("old", 5))]) }
+        try cluster.syncAll()
+        try cluster[0].write { try $0.update("Doc", primaryKey: .string("d"), ["tags": .list([])]) }
+        try cluster.syncAll()
+        cluster.advanceClocks(byMilliseconds: 10)
+        cluster.clocks[later].advance(byMilliseconds: 5)
+        let runs = [Self.strings("x", 300), Self.strings("y", 300)]
+        for index in 0..<2 {
+            try cluster[index].write { try $0.update("Doc", primaryKey: .string("d"), ["tags": .list(runs[index])]) }
+        }
+        try cluster.syncAll()
+        let expected = runs[1 - later] + runs[later]
+        for replica in cluster.replicas { #expect(try Self.tags(replica) == expected) }
+        #expect(try cluster.converged())
+        #expect(try cluster[1].verify().passed)
+    }
+
+    @Test("a fill and a concurrent insert at the front: the insert lands before or after the whole run, by stamp",
+        arguments: [0, 1])
+    func fillAgainstInsertAtFront(later: Int) throws {
+        let cluster = try Cluster(2, schema: Self.schema)
+        try cluster[0].write { _ = try $0.create("Doc", ["_id": "d", "tags": .list(Self.strings("old", 3))]) }
+        try cluster.syncAll()
+        try cluster[1].write { try $0.update("Doc", primaryKey: .string("d"), ["tags": .list([])]) }
+        try cluster.syncAll()
+        cluster.advanceClocks(byMilliseconds: 10)
+        cluster.clocks[later].advance(byMilliseconds: 5)
+        let run = Self.strings("x", 200)
+        try cluster[0].write { try $0.update("Doc", primaryKey: .string("d"), ["tags": .list(run)]) }
+        try cluster[1].write { try $0.insert("z", at: 0, into: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        try cluster.syncAll()
+        let expected = later == 0 ? ["z"] + run : run + ["z"]
+        for replica in cluster.replicas { #expect(try Self.tags(replica) == expected) }
+        #expect(try cluster.converged())
+    }
+}

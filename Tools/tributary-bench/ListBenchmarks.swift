@@ -1,0 +1,52 @@
+import Foundation
+import Tributary
+import TributaryModel
+
+/// Filling a list: one update that writes a whole list of strings into an empty list, then a peer integrating it.
+/// Each is measured at two lengths, and the long fill's rate is compared with the short one's: a fill that costs the
+/// same per element at any length scores 1; one that re-reads the list for each element scores about the ratio of
+/// the lengths' inverse (0.1 for lengths ten times apart).
+struct ListBenchmarks {
+    let context: BenchContext
+
+    static let schema = Schema(
+        version: 1,
+        types: [ObjectSchema(name: "Doc", properties: [.scalar("_id", .int), Property("tags", .scalar(.string), list: true)])])
+
+    func run() throws {
+        guard context.wants("list_fill") else { return }
+        let short = 2_000
+        let long = 20_000
+        let shortRates = try fill(elements: short)
+        let longRates = try fill(elements: long)
+        Measurement(
+            name: "list_fill_20k_elements_local", value: longRates.local, unit: "elements/s",
+            baseline: "the same fill of 2,000 elements (elements/s)", baselineValue: shortRates.local
+        ).print()
+        Measurement(
+            name: "list_fill_20k_elements_integrate", value: longRates.integrate, unit: "elements/s",
+            baseline: "the same fill of 2,000 elements integrated (elements/s)", baselineValue: shortRates.integrate
+        ).print()
+    }
+
+    /// Elements per second of a fill of `elements` strings, written locally and integrated by a peer.
+    func fill(elements: Int) throws -> (local: Double, integrate: Double) {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        configuration.replicaID = ReplicaID(rawValue: 11)
+        let writer = try Replica.open(directory: context.path("list-fill-\(elements)-writer"), schema: Self.schema, configuration: configuration)
+        configuration.replicaID = ReplicaID(rawValue: 12)
+        let peer = try Replica.open(directory: context.path("list-fill-\(elements)-peer"), schema: Self.schema, configuration: configuration)
+        try writer.write { txn in _ = try txn.create("Doc", ["_id": .int(1), "tags": .list([])]) }
+        try peer.integrate(encoded: try writer.encodedChangesets(missingFrom: peer.versionVector, compressed: true))
+        let values = Value.list((0..<elements).map { .string("tag \($0)") })
+        let localSeconds = try time {
+            try writer.write { txn in try txn.update("Doc", primaryKey: .int(1), ["tags": values]) }
+        }
+        let encoded = try writer.encodedChangesets(missingFrom: peer.versionVector, compressed: true)
+        let integrateSeconds = try time { try peer.integrate(encoded: encoded) }
+        precondition(try peer.object("Doc", primaryKey: .int(1))?["tags"] == values, "the list did not read back as written")
+        precondition(try peer.recordsDigest() == writer.recordsDigest(), "the peer did not converge")
+        return (Double(elements) / localSeconds, Double(elements) / integrateSeconds)
+    }
+}
