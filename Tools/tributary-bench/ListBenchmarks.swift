@@ -45,8 +45,10 @@ struct ListBenchmarks {
         }
         let encoded = try writer.encodedChangesets(missingFrom: peer.versionVector, compressed: true)
         let integrateSeconds = try time { try peer.integrate(encoded: encoded) }
-        precondition(try peer.object("Doc", primaryKey: .int(1))?["tags"] == values, "the list did not read back as written")
-        precondition(try peer.recordsDigest() == writer.recordsDigest(), "the peer did not converge")
+        let read = try peer.object("Doc", primaryKey: .int(1))?["tags"]
+        precondition(read == values, "the list did not read back as written")
+        let converged = try peer.recordsDigest() == writer.recordsDigest()
+        precondition(converged, "the peer did not converge")
         return (Double(elements) / localSeconds, Double(elements) / integrateSeconds)
     }
 }
