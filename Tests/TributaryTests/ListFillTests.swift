@@ -23,7 +23,7 @@ struct ListFillTests {
     static func strings(_ prefix: String, _ count: Int) -> [Value] { (0..<count).map { .string("\(prefix)\($0)") } }
 
     static func tags(_ replica: Replica) throws -> [Value] {
-        try replica.object("Doc", primaryKey: .string("d"))?["tags"]?.listValue ?? []
+        try replica.object("Doc", primaryKey: .string("d"))?["tags"].listValue ?? []
     }
 
     @Test("2,000 values fill an empty list, then refill it after removals, in order; the log rebuilds the same")
