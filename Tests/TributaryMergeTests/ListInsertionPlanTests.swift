@@ -89,9 +89,12 @@ import TributaryModel
     func planMatchesReadingTheListForEachInsert(seed: Int) {
         var builder = Builder(seed: UInt64(seed) &* 0x9E37_79B9)
         builder.build(steps: 5 + seed * 3)
-        let list = builder.list
-        let live = list.orderedElements()
+        let live = builder.list.orderedElements()
         let update = Self.update(keeping: live, &builder)
+        // The update first erases the elements it does not keep, as the transaction's list update does.
+        let kept = Set(update.compactMap { $0 })
+        for element in live where !kept.contains(element.id) { builder.list.elements[element.id] = .tombstone(element.id) }
+        let list = builder.list
         let writer = Dot(origin: ReplicaID(rawValue: 9), sequence: 1)
         let stamp = Stamp(time: HybridTime(rawValue: builder.time + 1), replica: ReplicaID(rawValue: 9))
         let position = Dictionary(uniqueKeysWithValues: live.map { ($0.id, $0.position) })
