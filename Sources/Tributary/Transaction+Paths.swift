@@ -339,16 +339,14 @@ struct Differ {
         for pair in kept { placed[pair.new] = current[pair.old].position }
         guard placed.contains(nil) else { return }
         // Planned once for all the inserts, not read again for each: filling a list costs O(n log n), not O(n²).
-        guard var plan = try insertionPlan(at: path) else { return try transaction.emit(.set(path, .list(new))) }
+        guard let plan = try insertionPlan(at: path) else { return try transaction.emit(.set(path, .list(new))) }
         for index in new.indices where placed[index] == nil {
             let anchor = plan.anchor(after: index > 0 ? placed[index - 1] : nil)
             let instruction = transaction.instructions.count
             try transaction.emit(.listInsert(path, anchor: anchor, value: new[index]))
             // The id the merge engine gives an inserted element (the first it draws for the instruction), which is
             // also the id of the slot it creates.
-            let slot = ElementID(dot: transaction.info.dot, instruction: instruction)
-            plan.inserted(slot)
-            placed[index] = slot
+            placed[index] = ElementID(dot: transaction.info.dot, instruction: instruction)
         }
     }
 

@@ -104,8 +104,6 @@ public struct ListInsertionPlan: Sendable {
     /// reads it), and whether the root has.
     private let parentsWithRightChildren: Set<ElementID>
     private let rootHasRightChildren: Bool
-    /// The slots this plan's inserts created.
-    private var created: Set<ElementID> = []
 
     public init(_ list: ListState) {
         ordered = list.orderedSlots()
@@ -124,23 +122,18 @@ public struct ListInsertionPlan: Sendable {
 
     /// The anchor that places a new slot right after slot `left` (at the front of the list when `nil`).
     ///
-    /// `left` is a slot the list had when the plan was made, or one that an insert this plan anchored created (record
-    /// it with ``inserted(_:)``).
+    /// `left` is a slot the list had when the plan was made, or one that an insert this plan anchored created.
     public func anchor(after left: ElementID?) -> ListAnchor {
         guard let left else {
             // At the front: the root's right child, unless the root has some; then the first slot's left child.
             guard rootHasRightChildren, let first = ordered.first else { return ListAnchor(parent: nil, side: .right) }
             return ListAnchor(parent: first, side: .left)
         }
-        // A slot this plan created has no children: the next element of its run goes right of it.
-        guard !created.contains(left), parentsWithRightChildren.contains(left), let place = order[left],
+        // A slot without right children, such as one an insert of this plan created (it has no children at all): the
+        // new slot goes right of it.
+        guard parentsWithRightChildren.contains(left), let place = order[left],
             place + 1 < ordered.count
         else { return ListAnchor(parent: left, side: .right) }
         return ListAnchor(parent: ordered[place + 1], side: .left)
-    }
-
-    /// Records that an insert created slot `slot`, so that the next element can go right after it.
-    public mutating func inserted(_ slot: ElementID) {
-        created.insert(slot)
     }
 }

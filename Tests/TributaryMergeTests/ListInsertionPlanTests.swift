@@ -117,7 +117,7 @@ import TributaryModel
         }
 
         // Now: one plan; the element before goes by its slot.
-        var plan = ListInsertionPlan(list)
+        let plan = ListInsertionPlan(list)
         var placedSlot: [ElementID?] = update.map { $0.flatMap { position[$0] } }
         var anchors: [ListAnchor] = []
         for index in update.indices where update[index] == nil {
@@ -125,7 +125,6 @@ import TributaryModel
             anchors.append(anchor)
             let id = ElementID(dot: writer, instruction: index)
             planned.insert(at: anchor, id: id, stamp: stamp)
-            plan.inserted(id)
             placedSlot[index] = id
         }
 
@@ -144,7 +143,7 @@ import TributaryModel
                 builder.insert(at: builder.randomAnchor(), id: builder.freshID(), stamp: builder.stamp())
             }
             for id in builder.list.elements.keys { builder.list.elements[id] = .tombstone(id) }
-            var plan = ListInsertionPlan(builder.list)
+            let plan = ListInsertionPlan(builder.list)
             var left: ElementID? = nil
             var ids: [ElementID] = []
             let writer = Dot(origin: ReplicaID(rawValue: 9), sequence: 1)
@@ -153,8 +152,7 @@ import TributaryModel
                 if index > 0 { #expect(anchor == ListAnchor(parent: left, side: .right)) }
                 let id = ElementID(dot: writer, instruction: index)
                 builder.insert(at: anchor, id: id, stamp: Stamp(time: HybridTime(rawValue: 99), replica: writer.origin))
-                plan.inserted(id)
-                ids.append(id)
+                    ids.append(id)
                 left = id
             }
             #expect(builder.list.orderedElements().map(\.id) == ids)
