@@ -101,4 +101,34 @@ struct ListFillTests {
         for replica in cluster.replicas { #expect(try Self.tags(replica) == expected) }
         #expect(try cluster.converged())
     }
+
+    @Test("append(contentsOf:) and insert(contentsOf:at:) write many values in order, each checked before any is written")
+    func appendAndInsertContentsOf() throws {
+        let cluster = try Cluster(2, schema: Self.schema)
+        let replica = cluster[0]
+        try replica.write { _ = try $0.create("Doc", ["_id": "d"]) }
+        let appended = Self.strings("a", 1_000)
+        try replica.write { try $0.append(contentsOf: appended, to: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        #expect(try Self.tags(replica) == appended)
+        let inserted = Self.strings("x", 10)
+        try replica.write { try $0.insert(contentsOf: inserted, at: 500, into: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        try replica.write { try $0.insert(contentsOf: ["first"], at: 0, into: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        let expected = ["first"] + Array(appended[..<500]) + inserted + Array(appended[500...])
+        #expect(try Self.tags(replica) == expected)
+        // A value of the wrong type, after good ones: nothing is written.
+        let wrongType = #expect(throws: TributaryError.self) {
+            try replica.write { try $0.append(contentsOf: ["fine", 3, "also fine"], to: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        }
+        #expect(wrongType?.code == .wrongType)
+        let outOfRange = #expect(throws: TributaryError.self) {
+            try replica.write { try $0.insert(contentsOf: ["late"], at: 1_012, into: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        }
+        #expect(outOfRange?.code == .invalidPath)
+        #expect(try Self.tags(replica) == expected)
+        try replica.write { try $0.append(contentsOf: [], to: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        #expect(try Self.tags(replica) == expected)
+        #expect(try replica.verify().passed)
+        try cluster.syncAll()
+        #expect(try cluster.converged())
+    }
 }
