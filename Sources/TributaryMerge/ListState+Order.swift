@@ -90,13 +90,14 @@ extension ListState {
 ///
 /// It holds no reference to the list, so the caller can change the list (apply the inserts) while it plans.
 ///
-/// Each slot may be the left neighbour of at most one insert: a batch places every new element right after the one
-/// before it, and each run of new elements right after a different existing element (or at the front). That keeps
-/// the plan valid while the inserts land: a run lands between its left neighbour and that neighbour's successor, so
-/// it changes no other neighbour's right children or successor.
+/// Each slot may be the left neighbour of at most one insert (which is why this is not public API): a batch places
+/// every new element right after the one before it, and each run of new elements right after a different existing
+/// element (or at the front). That keeps the plan valid while the inserts land: a run lands between its left
+/// neighbour and that neighbour's successor, so it changes no other neighbour's right children or successor. New
+/// slots need fresh ids (a dot never used before), as every changeset's are.
 ///
 /// - Complexity: O(n log n) to make, in the number of slots; O(1) for each insert.
-public struct ListInsertionPlan: Sendable {
+package struct ListInsertionPlan: Sendable {
     /// Every slot of the list when the plan was made, in list order, and each one's place in that order.
     private let ordered: [ElementID]
     private let order: [ElementID: Int]
@@ -105,7 +106,7 @@ public struct ListInsertionPlan: Sendable {
     private let parentsWithRightChildren: Set<ElementID>
     private let rootHasRightChildren: Bool
 
-    public init(_ list: ListState) {
+    package init(_ list: ListState) {
         ordered = list.orderedSlots()
         var order: [ElementID: Int] = [:]
         order.reserveCapacity(ordered.count)
@@ -123,7 +124,7 @@ public struct ListInsertionPlan: Sendable {
     /// The anchor that places a new slot right after slot `left` (at the front of the list when `nil`).
     ///
     /// `left` is a slot the list had when the plan was made, or one that an insert this plan anchored created.
-    public func anchor(after left: ElementID?) -> ListAnchor {
+    package func anchor(after left: ElementID?) -> ListAnchor {
         guard let left else {
             // At the front: the root's right child, unless the root has some; then the first slot's left child.
             guard rootHasRightChildren, let first = ordered.first else { return ListAnchor(parent: nil, side: .right) }

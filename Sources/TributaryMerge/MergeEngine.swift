@@ -647,36 +647,42 @@ struct InstructionApplier {
             let definition = type[property: stepProperty], case .embedded(let childTypeName) = definition.kind,
             let childType = schema[type: childTypeName]
         else { return false }
-        if case .list(var list)? = fields[stepProperty] {
-            guard
-                let element = list.elements.values.first(where: {
-                    if case .embedded(let child)? = $0.value { child.id == step.id } else { false }
-                }), case .embedded(var child)? = element.value
-            else { return false }
-            let changed = try descend(
-                into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
-                causal: causal, body)
-            list.elements[element.id]?.value = .embedded(child)
-            fields[stepProperty] = .list(list)
-            return changed
-        }
-        // An embedded object held in a register (or nothing), changed in place through the table.
-        func descendIntoRegister(_ state: inout FieldState?) throws -> Bool {
-            guard case .register(var register)? = state, case .embedded(var child) = register.value, child.id == step.id
-            else { return false }
-            // Taken out of the field and the register, so that `child` is the only reference to its fields: a write
-            // to a long list in it copies nothing. Put back also when the write throws, which changes nothing.
-            state = nil
-            register.value = .scalar(.null)
-            defer {
-                register.value = .embedded(child)
-                state = .register(register)
+        // The embedded object is changed in place through the table: taken out of the field (and of the register or
+        // the list element holding it), so that `child` is the only reference to its fields and a write to a long
+        // list in it copies nothing. It is put back also when the write throws, which changes nothing.
+        func descendIntoField(_ state: inout FieldState?) throws -> Bool {
+            switch state {
+            case .register(var register)?:
+                guard case .embedded(var child) = register.value, child.id == step.id else { return false }
+                state = nil
+                register.value = .scalar(.null)
+                defer {
+                    register.value = .embedded(child)
+                    state = .register(register)
+                }
+                return try descend(
+                    into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
+                    causal: causal, body)
+            case .list(var list)?:
+                guard
+                    let id = list.elements.first(where: {
+                        if case .embedded(let child)? = $0.value.value { child.id == step.id } else { false }
+                    })?.key, case .embedded(var child)? = list.elements[id]?.value
+                else { return false }
+                state = nil
+                list.elements[id]?.value = .scalar(.null)
+                defer {
+                    list.elements[id]?.value = .embedded(child)
+                    state = .list(list)
+                }
+                return try descend(
+                    into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
+                    causal: causal, body)
+            case nil:
+                return false
             }
-            return try descend(
-                into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
-                causal: causal, body)
         }
-        return try descendIntoRegister(&fields[stepProperty])
+        return try descendIntoField(&fields[stepProperty])
     }
 
     /// Like ``update(_:state:_:)`` for a list property; `element` (when given) is checked against its type.

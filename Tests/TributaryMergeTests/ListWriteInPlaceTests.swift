@@ -2,9 +2,10 @@ import Testing
 @testable import TributaryMerge
 import TributaryModel
 
-/// A list write changes the list where the record holds it, in a top-level list and in one inside an embedded
-/// object: inserts land in order, and a write that fails leaves the record exactly as it was (the engine no longer
-/// copies the field first, so this is each write's own promise).
+/// A list write changes the list where the record holds it: in a top-level list, in a list in an embedded object, and
+/// in a list in an embedded object that is an element of a list. Inserts land in order, and a write that fails part
+/// way (here: the log cannot say which relay copies a changeset was adopted as) leaves the record exactly as it was.
+/// The engine no longer copies the field before a write, so this is each write's own promise.
 @Suite struct ListWriteInPlaceTests {
     static let schema = Schema(
         version: 1,
@@ -13,91 +14,144 @@ import TributaryModel
                 name: "Item",
                 properties: [
                     .scalar("_id", .int), Property("tags", .scalar(.string), list: true),
-                    Property("spot", .embedded("Spot")),
+                    Property("spot", .embedded("Spot")), Property("stops", .embedded("Spot"), list: true),
                 ]),
             .embedded("Spot", properties: [.scalar("label", .string), Property("marks", .scalar(.int), list: true)]),
         ])
 
     static let key = RecordKey(type: "Item", primaryKey: .int(1))
+    static let writer = ReplicaID(rawValue: 5)
+    static let other = ReplicaID(rawValue: 6)
 
-    static func info(_ sequence: UInt64) -> ChangesetInfo {
-        let replica = ReplicaID(rawValue: 5)
-        return ChangesetInfo(
-            dot: Dot(origin: replica, sequence: sequence),
-            stamp: Stamp(time: HybridTime(milliseconds: 1_700_000_000_000 + sequence, counter: 0), replica: replica),
-            context: VersionVector([(replica, sequence - 1)]))
+    /// A source whose adoptions cannot be read: asking which relay copies a changeset was adopted as throws.
+    struct DamagedAdoptions: RecordSource {
+        struct Damaged: Error {}
+        func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? { nil }
+        func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] { [] }
+        func causalDots(ofOrigin dot: Dot) throws -> [Dot] { throw Damaged() }
+    }
+
+    static func info(_ origin: ReplicaID, _ sequence: UInt64, context: [(ReplicaID, UInt64)]) -> ChangesetInfo {
+        ChangesetInfo(
+            dot: Dot(origin: origin, sequence: sequence),
+            stamp: Stamp(time: HybridTime(milliseconds: 1_700_000_000_000 + sequence, counter: 0), replica: origin),
+            context: VersionVector(context))
     }
 
     static func list(_ state: FieldState?) -> ListState? {
         if case .list(let list)? = state { list } else { nil }
     }
 
-    /// The working set after creating the item, and the path of the list in its embedded object.
-    static func created() throws -> (WorkingSet, FieldPath) {
-        var working = WorkingSet(source: EmptyRecordSource(), schema: schema)
+    /// The three list paths: top level, in the embedded object, in the embedded object that is the first stop.
+    struct Paths {
+        var tags: FieldPath
+        var spotMarks: FieldPath
+        var stopMarks: FieldPath
+        var all: [FieldPath] { [tags, spotMarks, stopMarks] }
+    }
+
+    /// The working set after the writer creates the item (with one stop), and the paths of its lists.
+    static func created(source: any RecordSource = EmptyRecordSource()) throws -> (WorkingSet, Paths) {
+        var working = WorkingSet(source: source, schema: schema)
         let spot = Value.embedded(EmbeddedObject(type: "Spot", fields: ["label": "a", "marks": .list([])]))
-        try MergeEngine.apply(
-            .create(type: "Item", primaryKey: .int(1), fields: [FieldValue("tags", .list([])), FieldValue("spot", spot)], defaults: []),
-            index: 0, of: info(1), to: &working)
+        let create = Instruction.create(
+            type: "Item", primaryKey: .int(1),
+            fields: [FieldValue("tags", .list([])), FieldValue("spot", spot), FieldValue("stops", .list([spot]))],
+            defaults: [])
+        try MergeEngine.apply(create, index: 0, of: info(writer, 1, context: []), to: &working)
         let record = try #require(try working.record(key))
-        guard case .register(let register)? = record.fields["spot"], case .embedded(let child) = register.value else {
-            Issue.record("no embedded object")
+        guard case .register(let register)? = record.fields["spot"], case .embedded(let child) = register.value,
+            let stops = Self.list(record.fields["stops"]), case .embedded(let stop)? = stops.orderedElements().first?.value
+        else {
+            Issue.record("the embedded objects are missing")
             throw CancellationError()
         }
-        return (working, FieldPath(type: "Item", primaryKey: .int(1), steps: [EmbeddedStep(property: "spot", id: child.id)], property: "marks"))
+        func path(_ steps: [EmbeddedStep], _ property: String) -> FieldPath {
+            FieldPath(type: "Item", primaryKey: .int(1), steps: steps, property: property)
+        }
+        return (
+            working,
+            Paths(
+                tags: path([], "tags"), spotMarks: path([EmbeddedStep(property: "spot", id: child.id)], "marks"),
+                stopMarks: path([EmbeddedStep(property: "stops", id: stop.id)], "marks"))
+        )
     }
 
-    @Test("inserts into a top-level list and into a list in an embedded object land in order")
+    static func value(_ path: FieldPath, _ number: Int) -> Value {
+        path.property == "tags" ? .string("t\(number)") : .int(Int64(number))
+    }
+
+    /// The values of the list at `path` in the record, in order.
+    static func values(at path: FieldPath, in record: ObjectRecord) -> [StoredValue?] {
+        var fields = record.fields
+        for step in path.steps {
+            switch fields[step.property] {
+            case .register(let register)?:
+                guard case .embedded(let child) = register.value else { return [] }
+                fields = child.fields
+            case .list(let list)?:
+                guard case .embedded(let child)? = list.elements.values.first(where: { $0.value != nil })?.value else { return [] }
+                fields = child.fields
+            case nil:
+                return []
+            }
+        }
+        return list(fields[path.property])?.orderedElements().map(\.value) ?? []
+    }
+
+    @Test("inserts into a top-level list, a list in an embedded object, and one in a list's embedded object land in order")
     func insertsLandInOrder() throws {
-        var (working, marksPath) = try Self.created()
-        let tagsPath = FieldPath(type: "Item", primaryKey: .int(1), property: "tags")
-        let info = Self.info(2)
-        var left: (tags: ElementID?, marks: ElementID?) = (nil, nil)
-        for index in 0..<600 {
-            let tags = index * 2
-            let marks = index * 2 + 1
-            try MergeEngine.apply(
-                .listInsert(tagsPath, anchor: ListAnchor(parent: left.tags, side: .right), value: .string("t\(index)")),
-                index: tags, of: info, to: &working)
-            try MergeEngine.apply(
-                .listInsert(marksPath, anchor: ListAnchor(parent: left.marks, side: .right), value: .int(Int64(index))),
-                index: marks, of: info, to: &working)
-            left = (ElementID(dot: info.dot, instruction: tags), ElementID(dot: info.dot, instruction: marks))
+        var (working, paths) = try Self.created()
+        let info = Self.info(Self.writer, 2, context: [(Self.writer, 1)])
+        var left: [ElementID?] = [nil, nil, nil]
+        var instruction = 0
+        for number in 0..<400 {
+            for (which, path) in paths.all.enumerated() {
+                try MergeEngine.apply(
+                    .listInsert(path, anchor: ListAnchor(parent: left[which], side: .right), value: Self.value(path, number)),
+                    index: instruction, of: info, to: &working)
+                left[which] = ElementID(dot: info.dot, instruction: instruction)
+                instruction += 1
+            }
         }
         let record = try #require(try working.record(Self.key))
-        let tags = try #require(Self.list(record.fields["tags"]))
-        #expect(tags.orderedElements().map(\.value) == (0..<600).map { .scalar(.string("t\($0)")) })
-        guard case .register(let register)? = record.fields["spot"], case .embedded(let spot) = register.value else {
-            Issue.record("no embedded object")
-            return
+        for path in paths.all {
+            #expect(Self.values(at: path, in: record) == (0..<400).map { .scalar(Self.value(path, $0)) }, "\(path)")
         }
-        let marks = try #require(Self.list(spot.fields["marks"]))
-        #expect(marks.orderedElements().map(\.value) == (0..<600).map { .scalar(.int(Int64($0))) })
-        #expect(spot.fields["label"] != nil)
     }
 
-    @Test("a list write that fails leaves the record as it was, at the top and in an embedded object")
+    @Test("a clear or a list set that fails part way leaves the record as it was, at every depth")
     func failedWriteChangesNothing() throws {
-        var (working, marksPath) = try Self.created()
-        let tagsPath = FieldPath(type: "Item", primaryKey: .int(1), property: "tags")
-        let info = Self.info(2)
-        try MergeEngine.apply(.listInsert(tagsPath, anchor: ListAnchor(parent: nil, side: .right), value: "x"), index: 0, of: info, to: &working)
-        try MergeEngine.apply(.listInsert(marksPath, anchor: ListAnchor(parent: nil, side: .right), value: 7), index: 1, of: info, to: &working)
-        let before = try #require(try working.record(Self.key))
-        // Values of the wrong type for each list, checked as a changeset from elsewhere is: refused.
-        let failing: [Instruction] = [
-            .listInsert(tagsPath, anchor: ListAnchor(parent: nil, side: .right), value: 3),
-            .listInsert(marksPath, anchor: ListAnchor(parent: nil, side: .right), value: "three"),
-            .set(tagsPath, .list([3])),
-            .set(marksPath, .list(["three"])),
-            .listSet(marksPath, element: ElementID(dot: info.dot, instruction: 1), value: "three"),
-        ]
-        for (offset, instruction) in failing.enumerated() {
-            #expect(throws: MergeError.self) {
-                try MergeEngine.apply(instruction, index: 2 + offset, of: info, to: &working)
+        var (working, paths) = try Self.created(source: DamagedAdoptions())
+        // The writer's elements, then one from another replica that the writer's next changeset has not seen: asking
+        // whether it saw a relay's copy of it reads the damaged adoptions.
+        let own = Self.info(Self.writer, 2, context: [(Self.writer, 1)])
+        var instruction = 0
+        for path in paths.all {
+            for number in 0..<8 {
+                try MergeEngine.apply(
+                    .listInsert(path, anchor: ListAnchor(parent: nil, side: .right), value: Self.value(path, number)),
+                    index: instruction, of: own, to: &working)
+                instruction += 1
             }
-            let after = try working.record(Self.key)
-            #expect(after == before, "\(instruction)")
+        }
+        let concurrent = Self.info(Self.other, 1, context: [(Self.writer, 1)])
+        for (index, path) in paths.all.enumerated() {
+            try MergeEngine.apply(
+                .listInsert(path, anchor: ListAnchor(parent: nil, side: .right), value: Self.value(path, 99)),
+                index: index, of: concurrent, to: &working)
+        }
+        let before = try #require(try working.record(Self.key))
+        for path in paths.all { #expect(Self.values(at: path, in: before).count == 9) }
+        let next = Self.info(Self.writer, 3, context: [(Self.writer, 2)])
+        for path in paths.all {
+            for instruction in [Instruction.listClear(path), .set(path, .list([Self.value(path, 7)]))] {
+                #expect(throws: DamagedAdoptions.Damaged.self, "\(instruction)") {
+                    try MergeEngine.apply(instruction, index: 0, of: next, to: &working)
+                }
+                let after = try working.record(Self.key)
+                #expect(after == before, "\(instruction)")
+            }
         }
     }
 }

@@ -15,8 +15,9 @@ struct ListFillTests {
                 name: "Doc",
                 properties: [
                     .scalar("_id", .string), Property("tags", .scalar(.string), list: true),
-                    Property("note", .embedded("Note")),
+                    Property("note", .embedded("Note")), Property("watchers", .link("Person"), list: true),
                 ]),
+            ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
             .embedded("Note", properties: [.scalar("title", .string, optional: true), Property("lines", .scalar(.string), list: true)]),
         ])
 
@@ -130,5 +131,60 @@ struct ListFillTests {
         #expect(try replica.verify().passed)
         try cluster.syncAll()
         #expect(try cluster.converged())
+    }
+
+    @Test("updates of a list of links with moved elements and hidden links read back as written", arguments: 0..<6)
+    func updatesWithMovesAndHiddenLinks(seed: Int) throws {
+        var generator = SplitMix64(seed: UInt64(seed) + 1)
+        func random(_ bound: Int) -> Int { Int(generator.next() % UInt64(bound)) }
+        func link(_ name: String) -> Value { .link(.string(name)) }
+        func watchers(_ replica: Replica) throws -> [Value] {
+            try replica.object("Doc", primaryKey: .string("d"))?["watchers"].listValue ?? []
+        }
+        let cluster = try Cluster(2, schema: Self.schema)
+        let people = (0..<20).map { "p\($0)" }
+        try cluster[0].write { txn in
+            for person in people { _ = try txn.create("Person", ["_id": .string(person)]) }
+            _ = try txn.create("Doc", ["_id": "d", "watchers": .list(people[..<10].map(link))])
+        }
+        try cluster.syncAll()
+        // Replica 1 moves elements and erases people (their links stay, hidden); replica 0 inserts concurrently.
+        try cluster[1].write { txn in
+            for _ in 0..<8 {
+                try txn.moveElement(from: random(10), to: random(10), in: ["watchers"], of: "Doc", primaryKey: .string("d"))
+            }
+            for person in ["p3", "p7", "p12"] { _ = try txn.delete("Person", primaryKey: .string(person)) }
+        }
+        try cluster[0].write { txn in
+            for index in 0..<5 {
+                try txn.insert(link(people[10 + index]), at: random(10 + index), into: ["watchers"], of: "Doc", primaryKey: .string("d"))
+            }
+        }
+        try cluster.syncAll()
+        let living = people.filter { !["p3", "p7", "p12"].contains($0) }
+        for round in 0..<12 {
+            let replica = cluster[round % 2]
+            let old = try watchers(replica)
+            var new: [Value] = []
+            for value in old {
+                // Runs of new links between kept ones; a move first and last now and then.
+                while random(3) == 0 { new.append(link(living[random(living.count)])) }
+                if random(4) != 0 { new.append(value) }
+            }
+            if random(2) == 0 { new.append(contentsOf: (0..<random(30)).map { _ in link(living[random(living.count)]) }) }
+            if round % 3 == 2, let last = new.popLast() { new.insert(last, at: 0) }
+            try replica.write { try $0.update("Doc", primaryKey: .string("d"), ["watchers": .list(new)]) }
+            #expect(try watchers(replica) == new, "round \(round)")
+            try cluster.syncAll()
+        }
+        // The hidden links were never touched: they read again once their targets are back.
+        let before = try watchers(cluster[0]).count
+        try cluster[1].write { txn in
+            for person in ["p3", "p7", "p12"] { _ = try txn.create("Person", ["_id": .string(person)]) }
+        }
+        try cluster.syncAll()
+        #expect(try watchers(cluster[0]).count > before)
+        #expect(try cluster.converged())
+        #expect(try cluster[0].verify().passed)
     }
 }
