@@ -15,8 +15,8 @@ struct ListBenchmarks {
 
     func run() throws {
         guard context.wants("list_fill") else { return }
-        let short = 2_000
-        let long = 20_000
+        let long = max(context.listElements, 10)
+        let short = long / 10
         // A first fill warms the allocator and the code, so that neither length pays for it; then the best of three
         // at each length, alternated.
         _ = try fill(elements: short, run: 0)
@@ -29,12 +29,12 @@ struct ListBenchmarks {
             longRates = (max(longRates.local, longRun.local), max(longRates.integrate, longRun.integrate))
         }
         Measurement(
-            name: "list_fill_20k_elements_local", value: longRates.local, unit: "elements/s",
-            baseline: "the same fill of 2,000 elements (elements/s)", baselineValue: shortRates.local
+            name: "list_fill_\(long)_elements_local", value: longRates.local, unit: "elements/s",
+            baseline: "the same fill of \(short) elements (elements/s)", baselineValue: shortRates.local
         ).print()
         Measurement(
-            name: "list_fill_20k_elements_integrate", value: longRates.integrate, unit: "elements/s",
-            baseline: "the same fill of 2,000 elements integrated (elements/s)", baselineValue: shortRates.integrate
+            name: "list_fill_\(long)_elements_integrate", value: longRates.integrate, unit: "elements/s",
+            baseline: "the same fill of \(short) elements integrated (elements/s)", baselineValue: shortRates.integrate
         ).print()
     }
 
