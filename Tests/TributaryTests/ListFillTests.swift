@@ -103,7 +103,7 @@ struct ListFillTests {
         #expect(try cluster.converged())
     }
 
-    @Test("append(contentsOf:) and insert(contentsOf:at:) write many values in order, each checked before any is written")
+    @Test("append(contentsOf:) and insert(contentsOf:at:) write many values in order; a call that fails writes none")
     func appendAndInsertContentsOf() throws {
         let cluster = try Cluster(2, schema: Self.schema)
         let replica = cluster[0]
@@ -116,18 +116,30 @@ struct ListFillTests {
         try replica.write { try $0.insert(contentsOf: ["first"], at: 0, into: ["tags"], of: "Doc", primaryKey: .string("d")) }
         let expected = ["first"] + Array(appended[..<500]) + inserted + Array(appended[500...])
         #expect(try Self.tags(replica) == expected)
-        // A value of the wrong type, after good ones: nothing is written.
-        let wrongType = #expect(throws: TributaryError.self) {
-            try replica.write { try $0.append(contentsOf: ["fine", 3, "also fine"], to: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        // A value of the wrong type after good ones, and an index out of range: each call throws before it writes
+        // anything, so the transaction can go on and commit without them.
+        try replica.write { txn in
+            let wrongType = #expect(throws: TributaryError.self) {
+                try txn.append(contentsOf: ["fine", 3, "also fine"], to: ["tags"], of: "Doc", primaryKey: .string("d"))
+            }
+            #expect(wrongType?.code == .wrongType)
+            let outOfRange = #expect(throws: TributaryError.self) {
+                try txn.insert(contentsOf: ["late"], at: 1_012, into: ["tags"], of: "Doc", primaryKey: .string("d"))
+            }
+            #expect(outOfRange?.code == .invalidPath)
+            try txn.update("Doc", primaryKey: .string("d"), ["note": .embedded(EmbeddedObject(type: "Note", fields: ["title": "kept"]))])
         }
-        #expect(wrongType?.code == .wrongType)
-        let outOfRange = #expect(throws: TributaryError.self) {
-            try replica.write { try $0.insert(contentsOf: ["late"], at: 1_012, into: ["tags"], of: "Doc", primaryKey: .string("d")) }
-        }
-        #expect(outOfRange?.code == .invalidPath)
         #expect(try Self.tags(replica) == expected)
+        guard case .embedded(let note)? = try replica.object("Doc", primaryKey: .string("d"))?["note"] else {
+            Issue.record("the transaction did not commit")
+            return
+        }
+        #expect(note.fields["title"] == "kept")
         try replica.write { try $0.append(contentsOf: [], to: ["tags"], of: "Doc", primaryKey: .string("d")) }
         #expect(try Self.tags(replica) == expected)
+        // At the end, by index: the same as appending.
+        try replica.write { try $0.insert(contentsOf: ["y", "z"], at: expected.count, into: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        #expect(try Self.tags(replica) == expected + ["y", "z"])
         #expect(try replica.verify().passed)
         try cluster.syncAll()
         #expect(try cluster.converged())
