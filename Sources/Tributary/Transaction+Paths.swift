@@ -168,21 +168,56 @@ extension Transaction {
     public func insert(_ value: Value, at index: Int, into path: PropertyPath, of type: String, primaryKey: PrimaryKey)
         throws
     {
+        try insert(contentsOf: [value], at: index, into: path, of: type, primaryKey: primaryKey)
+    }
+
+    /// Inserts `values` into a list at `index` (0 ... count), in order: the first at `index`, each next one after it.
+    ///
+    /// One call reads the list once, however many values it inserts: prefer it to inserting values one at a time,
+    /// which reads the list for each. Every value is checked before any is written.
+    public func insert(
+        contentsOf values: [Value], at index: Int, into path: PropertyPath, of type: String, primaryKey: PrimaryKey
+    ) throws {
         let (resolved, elements) = try resolveList(type, primaryKey, path)
-        try insert(value, at: index, resolved, elements)
+        try insert(contentsOf: values, at: index, resolved, elements)
     }
 
     /// Appends `value` to a list.
     public func append(_ value: Value, to path: PropertyPath, of type: String, primaryKey: PrimaryKey) throws {
-        let (resolved, elements) = try resolveList(type, primaryKey, path)
-        try insert(value, at: elements.count, resolved, elements)
+        try append(contentsOf: [value], to: path, of: type, primaryKey: primaryKey)
     }
 
-    private func insert(_ value: Value, at index: Int, _ resolved: ResolvedPath, _ elements: [ListElement]) throws {
+    /// Appends `values` to a list, in order. One call reads the list once, however many values it appends.
+    public func append(contentsOf values: [Value], to path: PropertyPath, of type: String, primaryKey: PrimaryKey) throws {
+        let (resolved, elements) = try resolveList(type, primaryKey, path)
+        try insert(contentsOf: values, at: elements.count, resolved, elements)
+    }
+
+    private func insert(contentsOf values: [Value], at index: Int, _ resolved: ResolvedPath, _ elements: [ListElement])
+        throws
+    {
         try checkIndex(index, elements.count, resolved, allowEnd: true)
-        try checkElement(value, resolved)
-        let anchor = insertionAnchor(list(resolved.field), visible: elements, at: index)
-        try emit(.listInsert(resolved.fieldPath, anchor: anchor, value: value))
+        for value in values { try checkElement(value, resolved) }
+        guard !values.isEmpty else { return }
+        // Right after the slot of the element read before `index`, so that hidden links do not shift it.
+        try emitInserts(
+            values[...], after: index > 0 ? elements[index - 1].position : nil,
+            plan: ListInsertionPlan(list(resolved.field)), at: resolved.fieldPath)
+    }
+
+    /// Inserts `values` in order into the list at `path`: the first right after slot `left` (at the front when `nil`),
+    /// each next one right after the one before, where `plan` (made from the list before these inserts) places them.
+    func emitInserts(_ values: ArraySlice<Value>, after left: ElementID?, plan: ListInsertionPlan, at path: FieldPath)
+        throws
+    {
+        var left = left
+        for value in values {
+            let instruction = instructions.count
+            try emit(.listInsert(path, anchor: plan.anchor(after: left), value: value))
+            // The id the merge engine gives the element (the first it draws for the instruction), which is also the
+            // id of the slot it creates.
+            left = ElementID(dot: info.dot, instruction: instruction)
+        }
     }
 
     /// Replaces the value of the element at `index`.
@@ -333,24 +368,31 @@ struct Differ {
         for index in old.indices where !keptOld.contains(index) {
             try transaction.emit(.listErase(path, element: current[index].id))
         }
-        // Each new element goes right after the element placed for the one before it in `new` (kept, or inserted
-        // just before): hidden links, and links in `new` to objects not created yet, do not shift it.
-        var placed = [ElementID?](repeating: nil, count: new.count)
-        for pair in kept { placed[pair.new] = current[pair.old].id }
-        for index in new.indices where placed[index] == nil {
-            guard case .list(let list)? = try field(at: path) else {
-                try transaction.emit(.set(path, .list(new)))
-                return
+        // Each run of new elements goes right after the slot of the element kept before it in `new`: hidden links,
+        // and links in `new` to objects not created yet, do not shift it.
+        var keptSlot = [ElementID?](repeating: nil, count: new.count)
+        for pair in kept { keptSlot[pair.new] = current[pair.old].position }
+        guard keptSlot.contains(nil) else { return }
+        // Planned once for all the inserts, not read again for each: filling a list costs O(n log n), not O(n²).
+        guard let plan = try insertionPlan(at: path) else { return try transaction.emit(.set(path, .list(new))) }
+        var start = 0
+        while start < new.count {
+            guard keptSlot[start] == nil else {
+                start += 1
+                continue
             }
-            var position = 0
-            if index > 0, let left = placed[index - 1] {
-                position = (list.orderedElements().firstIndex { $0.id == left } ?? -1) + 1
-            }
-            let instruction = transaction.instructions.count
-            try transaction.emit(.listInsert(path, anchor: list.anchor(forInsertionAt: position), value: new[index]))
-            // The id the merge engine gives an inserted element (the first it draws for the instruction).
-            placed[index] = ElementID(dot: transaction.info.dot, instruction: instruction)
+            var end = start
+            while end < new.count, keptSlot[end] == nil { end += 1 }
+            try transaction.emitInserts(new[start..<end], after: start > 0 ? keptSlot[start - 1] : nil, plan: plan, at: path)
+            start = end
         }
+    }
+
+    /// The plan for inserting into the list at `path`, or `nil` when the field holds no list yet. The list is read
+    /// here, so that no copy of it outlives the call: the inserts then change it in place instead of copying it.
+    private func insertionPlan(at path: FieldPath) throws -> ListInsertionPlan? {
+        guard case .list(let list)? = try field(at: path) else { return nil }
+        return ListInsertionPlan(list)
     }
 
     /// The index pairs of a longest common subsequence, in order. O(old × new) time and memory.

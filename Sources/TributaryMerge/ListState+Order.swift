@@ -83,3 +83,58 @@ extension ListState {
         return ListAnchor(parent: ordered[next], side: .left)
     }
 }
+
+/// Where a batch of new elements goes in a list, computed with one pass over the list instead of one per element:
+/// for each insert, the anchor ``ListState/anchor(forInsertionAt:)`` gives at the index right after the element
+/// before it, as the list is at that moment.
+///
+/// It holds no reference to the list, so the caller can change the list (apply the inserts) while it plans.
+///
+/// Each slot may be the left neighbour of at most one insert (which is why this is not public API): a batch places
+/// every new element right after the one before it, and each run of new elements right after a different existing
+/// element (or at the front). That keeps the plan valid while the inserts land: a run lands between its left
+/// neighbour and that neighbour's successor, so it changes no other neighbour's right children or successor. New
+/// slots need fresh ids (a dot never used before), as every changeset's are.
+///
+/// - Complexity: O(n log n) to make, in the number of slots; O(1) for each insert.
+package struct ListInsertionPlan: Sendable {
+    /// Every slot of the list when the plan was made, in list order, and each one's place in that order.
+    private let ordered: [ElementID]
+    private let order: [ElementID: Int]
+    /// The parents that have right children (by each slot's parent as stored, as ``ListState/anchor(forInsertionAt:)``
+    /// reads it), and whether the root has.
+    private let parentsWithRightChildren: Set<ElementID>
+    private let rootHasRightChildren: Bool
+
+    package init(_ list: ListState) {
+        ordered = list.orderedSlots()
+        var order: [ElementID: Int] = [:]
+        order.reserveCapacity(ordered.count)
+        for (index, slot) in ordered.enumerated() { order[slot] = index }
+        self.order = order
+        var parents = Set<ElementID>()
+        var root = false
+        for slot in list.slots.values where slot.side == .right {
+            if let parent = slot.parent { parents.insert(parent) } else { root = true }
+        }
+        parentsWithRightChildren = parents
+        rootHasRightChildren = root
+    }
+
+    /// The anchor that places a new slot right after slot `left` (at the front of the list when `nil`).
+    ///
+    /// `left` is a slot the list had when the plan was made, or one that an insert this plan anchored created.
+    package func anchor(after left: ElementID?) -> ListAnchor {
+        guard let left else {
+            // At the front: the root's right child, unless the root has some; then the first slot's left child.
+            guard rootHasRightChildren, let first = ordered.first else { return ListAnchor(parent: nil, side: .right) }
+            return ListAnchor(parent: first, side: .left)
+        }
+        // A slot without right children, such as one an insert of this plan created (it has no children at all): the
+        // new slot goes right of it.
+        guard parentsWithRightChildren.contains(left), let place = order[left],
+            place + 1 < ordered.count
+        else { return ListAnchor(parent: left, side: .right) }
+        return ListAnchor(parent: ordered[place + 1], side: .left)
+    }
+}

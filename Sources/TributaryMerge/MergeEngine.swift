@@ -259,13 +259,19 @@ struct InstructionApplier {
         }
     }
 
-    /// Erases the elements the writer had seen; concurrent inserts survive (rule 5).
+    /// Erases the elements the writer had seen; concurrent inserts survive (rule 5). Changes nothing when it
+    /// throws.
     static func clear(_ list: inout ListState, seenBy info: ChangesetInfo, causal: CausalResolver) throws {
+        for id in try seenElements(of: list, by: info, causal: causal) { list.elements[id] = .tombstone(id) }
+    }
+
+    /// The live elements of `list` that the writer had seen.
+    static func seenElements(of list: ListState, by info: ChangesetInfo, causal: CausalResolver) throws -> [ElementID] {
+        var seen: [ElementID] = []
         for (id, element) in list.elements where !element.isErased {
-            if try info.covers(Dot(origin: id.origin, sequence: id.sequence), causal: causal) {
-                list.elements[id] = .tombstone(id)
-            }
+            if try info.covers(Dot(origin: id.origin, sequence: id.sequence), causal: causal) { seen.append(id) }
         }
+        return seen
     }
 
     /// Merges a newly written field state into the current one: a register by last writer wins (rule 1), a list
@@ -273,8 +279,10 @@ struct InstructionApplier {
     func merge(_ newState: FieldState, into field: inout FieldState?, causal: CausalResolver) throws {
         switch (newState, field) {
         case (.list(let added), .list(var list)?):
+            // Found before anything changes: this throws, and the field must then stay as it was.
+            let seen = try Self.seenElements(of: list, by: info, causal: causal)
             field = nil  // `list` is now the only reference: changing it copies nothing
-            try Self.clear(&list, seenBy: info, causal: causal)
+            for id in seen { list.elements[id] = .tombstone(id) }
             list.slots.merge(added.slots) { old, _ in old }
             list.elements.merge(added.elements) { old, _ in old }
             field = .list(list)
@@ -630,40 +638,51 @@ struct InstructionApplier {
             guard let property = try info.writeTarget(of: property, in: type.name, schema: schema, causal: causal),
                 let definition = type[property: property]
             else { return false }
-            // Written back only when `body` succeeds: a write that throws leaves the field as it was.
-            var field = fields[property]
-            try body(&field, definition)
-            fields[property] = field
+            // Changed in place, so that a write to a long list copies nothing. Every body leaves the field as it was
+            // when it throws (it checks before it changes anything), so a write that fails changes nothing.
+            try body(&fields[property], definition)
             return true
         }
         guard let stepProperty = try info.writeTarget(of: step.property, in: type.name, schema: schema, causal: causal),
             let definition = type[property: stepProperty], case .embedded(let childTypeName) = definition.kind,
             let childType = schema[type: childTypeName]
         else { return false }
-        switch fields[stepProperty] {
-        case .register(var register)?:
-            guard case .embedded(var child) = register.value, child.id == step.id else { return false }
-            let changed = try descend(
-                into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
-                causal: causal, body)
-            register.value = .embedded(child)
-            fields[stepProperty] = .register(register)
-            return changed
-        case .list(var list)?:
-            guard
-                let element = list.elements.values.first(where: {
-                    if case .embedded(let child)? = $0.value { child.id == step.id } else { false }
-                }), case .embedded(var child)? = element.value
-            else { return false }
-            let changed = try descend(
-                into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
-                causal: causal, body)
-            list.elements[element.id]?.value = .embedded(child)
-            fields[stepProperty] = .list(list)
-            return changed
-        case nil:
-            return false
+        // The embedded object is changed in place through the table: taken out of the field (and of the register or
+        // the list element holding it), so that `child` is the only reference to its fields and a write to a long
+        // list in it copies nothing. It is put back also when the write throws, which changes nothing.
+        func descendIntoField(_ state: inout FieldState?) throws -> Bool {
+            switch state {
+            case .register(var register)?:
+                guard case .embedded(var child) = register.value, child.id == step.id else { return false }
+                state = nil
+                register.value = .scalar(.null)
+                defer {
+                    register.value = .embedded(child)
+                    state = .register(register)
+                }
+                return try descend(
+                    into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
+                    causal: causal, body)
+            case .list(var list)?:
+                guard
+                    let id = list.elements.first(where: {
+                        if case .embedded(let child)? = $0.value.value { child.id == step.id } else { false }
+                    })?.key, case .embedded(var child)? = list.elements[id]?.value
+                else { return false }
+                state = nil
+                list.elements[id]?.value = .scalar(.null)
+                defer {
+                    list.elements[id]?.value = .embedded(child)
+                    state = .list(list)
+                }
+                return try descend(
+                    into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
+                    causal: causal, body)
+            case nil:
+                return false
+            }
         }
+        return try descendIntoField(&fields[stepProperty])
     }
 
     /// Like ``update(_:state:_:)`` for a list property; `element` (when given) is checked against its type.
@@ -680,13 +699,16 @@ struct InstructionApplier {
             {
                 throw MergeError(.invalidInstruction, "list element for \(path): \(problem)")
             }
-            var list = ListState()
-            if case .list(let existing)? = field {
-                list = existing
-                field = nil  // `list` is now the only reference: changing it copies nothing
+            guard case .list(var list)? = field else {
+                var list = ListState()
+                try body(&list)
+                field = .list(list)
+                return
             }
+            field = nil  // `list` is now the only reference: changing it copies nothing
+            // `body` throws only before it changes the list: put it back as it was.
+            defer { field = .list(list) }
             try body(&list)
-            field = .list(list)
         }
     }
 

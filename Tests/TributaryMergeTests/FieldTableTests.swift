@@ -110,8 +110,8 @@ import TributaryModel
         #expect(try ObjectRecord(decoding: bytes).fields == table)
     }
 
-    /// The modify accessor writes back what its body left, also when the body throws (callers that must not keep a
-    /// partial change copy the field first, as the merge engine's path descent does).
+    /// The modify accessor writes back what its body left, also when the body throws (the merge engine's writes, which
+    /// change fields through it, check everything before they change anything).
     @Test func modifyKeepsWhatTheBodyLeftWhenItThrows() {
         struct Stop: Error {}
         var table: FieldTable = ["a": Self.state(1)]

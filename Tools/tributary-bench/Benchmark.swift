@@ -26,6 +26,9 @@ struct TributaryBench: ParsableCommand {
     @Option(help: "Changesets in the export benchmark's log.")
     var exportChangesets = 1_000_000
 
+    @Option(help: "Elements in the long list fill (the short one has a tenth as many).")
+    var listElements = 20_000
+
     @Option(help: "Only run benchmarks whose name contains this text.")
     var only: String?
 
@@ -38,10 +41,12 @@ struct TributaryBench: ParsableCommand {
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: root) }
         let context = BenchContext(
-            root: root, objects: objects, commits: commits, reads: reads, exportChangesets: exportChangesets, only: only)
+            root: root, objects: objects, commits: commits, reads: reads, exportChangesets: exportChangesets,
+            listElements: listElements, only: only)
         try StorageBenchmarks(context: context).run()
         try SyncBenchmarks(context: context).run()
         try QueryBenchmarks(context: context).run()
+        try ListBenchmarks(context: context).run()
     }
 }
 
@@ -51,6 +56,7 @@ struct BenchContext {
     let commits: Int
     let reads: Int
     let exportChangesets: Int
+    let listElements: Int
     let only: String?
 
     /// Whether to run the benchmarks of `group` (a prefix of their measurements' names): `--only` names part of the
