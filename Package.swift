@@ -1,7 +1,7 @@
 // swift-tools-version:6.1
 // Tributary: an open, self-hostable sync replica for object data.
 //
-// The target dependency lists below are the architecture (DESIGN.md, "Layout and layering"): each layer may
+// The target dependency lists below are the architecture (docs/Architecture.md): each layer may
 // only use the layers under it, and the pure layers (model, merge) cannot reach LMDB because this file does
 // not let them.
 import PackageDescription
@@ -62,7 +62,7 @@ let package = Package(
             ],
             swiftSettings: upcomingFeatures),
 
-        // The convergence simulator (issue 3): used by tributary-sim and by the test suite.
+        // The convergence simulator: used by tributary-sim and by the test suite.
         .target(
             name: "TributarySimulator", dependencies: ["Tributary", "TributaryModel", "TributaryMerge"],
             swiftSettings: upcomingFeatures),
@@ -90,7 +90,7 @@ let package = Package(
 
         // Tests.
         .target(
-            name: "TributaryTestSupport", dependencies: ["Tributary", "TributaryModel"],
+            name: "TributaryTestSupport", dependencies: ["Tributary", "TributaryModel", "TributaryStorage"],
             path: "Tests/TributaryTestSupport", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributary-crash-child",

@@ -38,7 +38,7 @@ extension Replica {
         /// The user id recorded as the author of local writes (checked by a daemon's permission rules). Default: "".
         public var author: String = ""
         /// The largest amount a changeset from another replica may be stamped ahead of this replica's clock; one
-        /// further ahead is refused (DESIGN.md, rule 9). Default: 10 minutes.
+        /// further ahead is refused (docs/MergeSemantics.md, rule 9). Default: 10 minutes.
         public var maximumClockSkew: Duration = .seconds(600)
         /// The source of wall-clock time. Default: the system clock. Tests and simulations inject their own.
         public var clock: any WallClock = SystemWallClock()

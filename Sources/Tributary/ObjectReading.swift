@@ -19,7 +19,7 @@ public protocol ObjectReading {
 }
 
 /// Turns stored records into values: applies the merge rules' read side (counters, list order, defaults) and hides
-/// links to objects that do not exist (DESIGN.md, rule 7).
+/// links to objects that do not exist (docs/MergeSemantics.md, rule 7).
 ///
 /// A class: reads pass it around, and copying it would copy the whole schema.
 final class Materializer {
@@ -141,7 +141,6 @@ public final class Snapshot: ObjectReading {
     let storage: TributaryStorageReadTransaction
     private var isValid = true
     private var cachedSchema: Schema?
-    private var cachedIndexKeyEncoding: ViewStore.IndexKeyEncoding?
 
     init(replica: Replica, storage: TributaryStorageReadTransaction) {
         self.replica = replica
@@ -160,20 +159,6 @@ public final class Snapshot: ObjectReading {
         let schema = (try? replica.views.schema(in: storage)) ?? nil ?? replica.schema
         cachedSchema = schema
         return schema
-    }
-
-    /// How the index keys this snapshot reads are encoded (``Replica/indexKeyEncoding(in:)``).
-    func indexKeyEncoding() throws -> ViewStore.IndexKeyEncoding {
-        checkValid()
-        if let cachedIndexKeyEncoding { return cachedIndexKeyEncoding }
-        let encoding: ViewStore.IndexKeyEncoding
-        do {
-            encoding = try replica.indexKeyEncoding(in: storage)
-        } catch {
-            throw TributaryError.wrap(error)
-        }
-        cachedIndexKeyEncoding = encoding
-        return encoding
     }
 
     func record(_ type: String, _ primaryKey: PrimaryKey) throws -> ObjectRecord? {

@@ -107,10 +107,9 @@ extension Snapshot {
         }
         // Whether an index answers for a property, and how its keys encode values: decided as its entries were
         // written.
-        let encoding = try indexKeyEncoding()
         let usable: [(constraint: IndexConstraint, ranges: [([UInt8], [UInt8])])] = constraints.compactMap { constraint in
             guard let property = type[property: constraint.property],
-                let budget = ViewStore.indexValueBudget(of: property, in: type, encoding: encoding),
+                let budget = ViewStore.indexValueBudget(of: property, in: type),
                 let ranges = Self.indexBounds(constraint, budget: budget)
             else { return nil }
             return (constraint, ranges)

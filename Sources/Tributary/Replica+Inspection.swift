@@ -18,7 +18,7 @@ public struct ReplicaSummary: Sendable, Hashable {
         public var objects: Int
     }
 
-    /// The replica format the directory was written in (at most ``Replica/formatVersion``).
+    /// The replica format the directory is in (at most ``Replica/formatVersion``).
     public var formatVersion: UInt8
     /// The stored schema.
     public var schema: Schema
@@ -126,11 +126,8 @@ extension Replica {
             defer { scratch.close() }
             let scratchStore = try ViewStore(environment: scratch)
             return try environment.read { txn in
-                // Index keys encoded as the stored ones are (an earlier format's, on a replica opened read-only in it).
-                var scratchViews = scratchStore
-                scratchViews.indexKeyEncoding = try indexKeyEncoding(in: txn)
                 return try verify(
-                    in: txn, scratch: scratch, scratchViews: scratchViews, batchSize: max(1, batchSize),
+                    in: txn, scratch: scratch, scratchViews: scratchStore, batchSize: max(1, batchSize),
                     progress: progress)
             }
         } catch {
@@ -172,7 +169,7 @@ extension Replica {
                 let after = working.schema
                 try scratchViews.write(working.takeChanges(), schema: after, in: scratchTxn)
                 if working.schemaChanged {
-                    for type in Self.typesWithChangedIndexes(before, after, encoding: scratchViews.indexKeyEncoding) {
+                    for type in Self.typesWithChangedIndexes(before, after) {
                         try scratchViews.rebuildIndexes(ofType: type, schema: after, in: scratchTxn)
                     }
                 }

@@ -283,7 +283,7 @@ extension Replica {
     /// Integrates changesets uploaded by app replicas that sync through this replica, adopting each into this
     /// replica's own sequence: it keeps its origin, origin sequence, stamp and author, and gets this replica's dot as
     /// its causal identity. Version vectors then count this replica's sequence, not one entry per app, so causal
-    /// metadata stays bounded by the number of relays however many apps write (DESIGN.md).
+    /// metadata stays bounded by the number of relays however many apps write (docs/MergeSemantics.md, "Relays").
     ///
     /// An app's changesets are adopted in its own order; each one's causal context is rewritten from the app's
     /// terms (its own entry) to this replica's (the dots its earlier changesets were adopted as).
@@ -398,19 +398,8 @@ extension Replica {
             }
             /// Takes the entry `key` names out of the area, and out of storage if it was stored.
             func drop(_ key: Dot) {
-                guard let entry = area.remove(key), added.remove(key) == nil else { return }
-                removed.insert(entry.storedKey ?? key)
-            }
-            // Rows an earlier build stored under another key move to their own, in this commit: left there, an
-            // upload stored under that key would overwrite them.
-            for key in area.takeEarlierKeys() {
-                guard let stored = area.entries[key]?.storedKey else { continue }
-                removed.insert(stored)
-                // A damaged row under its own key goes too, even if the entry is applied in this commit (and so
-                // never stored there); otherwise the row is replaced.
+                guard area.remove(key) != nil, added.remove(key) == nil else { return }
                 removed.insert(key)
-                added.insert(key)
-                area.forgetStoredKey(of: key)
             }
             // A refused changeset is dropped with every copy of it that waits.
             if !rejectedDots.isEmpty {
@@ -569,18 +558,17 @@ extension Replica {
     }
 
     /// The pending area as of `generation`: `taken` (the decoded copy) when it is current, else decoded from storage.
-    /// An entry that no longer decodes is left out, and stays stored (for `tributary-log` to show) until a copy of
-    /// the changeset its key names arrives under that key, or an earlier build's row moves onto that key.
+    /// An entry that no longer decodes, or whose changeset is not the one its key names, is left out, and stays stored
+    /// (for `tributary-log` to show) until a copy of the changeset its key names arrives under that key.
     func pendingArea(generation: UInt64, taken: PendingArea?, in txn: TributaryStorageReadTransaction) throws -> PendingArea {
         if let taken, taken.generation == generation { return taken }
         var area = PendingArea(generation: generation)
         // In descending key order, so that each lane's changesets are appended, not inserted at the front.
         try txn.scan(pending, reverse: true) { key, value in
-            if var entry = try? PendingChangeset(stored: value, limits: log.decodingLimits) {
-                // Builds before stop 22 stored a relay's copy under its origin dot.
-                if let stored = Self.dot(pendingKey: key), stored != entry.key { entry.storedKey = stored }
+            let stored = Self.dot(pendingKey: key)
+            if let entry = try? PendingChangeset(stored: value, limits: log.decodingLimits), entry.key == stored {
                 area.insert(entry)
-            } else if let stored = Self.dot(pendingKey: key) {
+            } else if let stored {
                 area.noteUndecodable(stored)
             }
             return true
@@ -628,16 +616,13 @@ struct PendingArea: Sendable {
 
     init(generation: UInt64) { self.generation = generation }
 
-    /// Keys of entries read from rows an earlier build stored under another key (their ``PendingChangeset/storedKey``).
-    private var earlierKeys: [Dot] = []
     /// Keys of stored rows that did not decode (damage). Left out of the entries, so that ``Replica/pendingDots()``
     /// does not tell peers they need not send them; deleted when a copy of the changeset a key names arrives.
     private var undecodable: Set<Dot> = []
 
-    /// Notes a stored row under `key` that did not decode, unless an entry will take that key: an earlier build's
-    /// row stored elsewhere, whose move replaces it.
+    /// Notes a stored row under `key` that did not decode.
     mutating func noteUndecodable(_ key: Dot) {
-        if entries[key] == nil { undecodable.insert(key) }
+        undecodable.insert(key)
     }
 
     /// Whether a row under `key` did not decode; it is forgotten here, as the caller deletes it.
@@ -647,9 +632,8 @@ struct PendingArea: Sendable {
 
     mutating func insert(_ entry: PendingChangeset) {
         let dot = entry.key
-        // Its row goes under its key (now, or when an earlier build's row moves there), replacing a damaged one.
+        // Its row goes under its key, replacing a damaged one.
         if !undecodable.isEmpty { undecodable.remove(dot) }
-        if entry.storedKey != nil { earlierKeys.append(dot) }
         if let replaced = entries.updateValue(entry, forKey: dot) { removeFromLane(replaced, dot) }
         let (lane, sequence) = PendingLane.of(entry)
         // Changed in place (through the dictionary's accessor), so the lane is not copied.
@@ -682,15 +666,6 @@ struct PendingArea: Sendable {
         if let index = order.lastIndex(where: { $0.dot == dot }) { order.remove(at: index) }
         if !order.isEmpty { lanes[lane] = order }
     }
-
-    /// The keys of entries stored under another key, once: the caller moves their rows.
-    mutating func takeEarlierKeys() -> [Dot] {
-        defer { earlierKeys = [] }
-        return earlierKeys
-    }
-
-    /// Records that the entry `key` names is stored under it now.
-    mutating func forgetStoredKey(of key: Dot) { entries[key]?.storedKey = nil }
 
     /// The dot of the lane's first changeset: the only one of the lane that can be ready.
     func first(in lane: PendingLane) -> Dot? { lanes[lane]?.last?.dot }
@@ -727,9 +702,6 @@ struct PendingChangeset: Sendable {
     /// The zstd frame of `encoded` it came in, if it came compressed: the log stores it as it came. Not kept in the
     /// pending database (a changeset that waits there is compressed again when it is integrated).
     let frame: [UInt8]?
-    /// The key it is stored under in the pending database, when that is not ``key`` (an earlier build's).
-    var storedKey: Dot?
-
     /// What it waits under, in the pending area and its database: its causal dot, which is a relay's dot for a
     /// relay's copy and the origin dot otherwise. Two relays' copies of one changeset wait side by side: keyed by the
     /// origin dot, the second was dropped as a duplicate of the first, and when each waited for the relay's earlier

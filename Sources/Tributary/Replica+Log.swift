@@ -175,7 +175,7 @@ extension Replica {
     /// Benchmark support: the index key ranges that hold `values` of an indexed property. Not API.
     public func _indexRanges(type: String, property: String, values: [Value]) throws -> [([UInt8], [UInt8])] {
         guard let objectType = schema[type: type], let indexed = objectType[property: property],
-            let budget = ViewStore.indexValueBudget(of: indexed, in: objectType, encoding: .bounded)
+            let budget = ViewStore.indexValueBudget(of: indexed, in: objectType)
         else { return [] }
         return values.compactMap { value in
             var bytes = ViewStore.indexPrefix(type: type, property: property)

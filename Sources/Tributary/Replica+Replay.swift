@@ -60,6 +60,56 @@ extension Replica {
     public func replay(through localSequence: UInt64, into directory: String, configuration: Configuration = Configuration())
         throws -> Replica
     {
+        try Self.copyLog(
+            from: environment, log: log, through: localSequence, into: directory, configuration: configuration)
+    }
+
+    /// Writes a new replica directory from the log of the replica in `sourceDirectory`, as
+    /// ``replay(through:into:configuration:)`` does, without opening the source as a replica: it reads only the
+    /// log, whose entries every build of Tributary wrote alike. This is how a replica written by a development build
+    /// from before release 0.1.0, which ``open(directory:schema:configuration:migration:)`` refuses with
+    /// ``TributaryError/Code/developmentFormat``, is carried over. The source is opened read-only and never changed.
+    ///
+    /// - Parameters:
+    ///   - sourceDirectory: the replica directory whose log is read.
+    ///   - directory: a directory that does not exist yet, or is empty.
+    ///   - localSequence: the last entry to copy; `nil` for the whole log.
+    /// - Returns: the new replica, open, with a replica id of its own.
+    /// - Throws: ``TributaryError`` with `.notAReplica` when `sourceDirectory` holds no log, `.invalidValue` when
+    ///   `directory` holds anything, `.corrupted` for a damaged entry.
+    @discardableResult
+    public static func rebuild(
+        fromLogOf sourceDirectory: String, into directory: String, through localSequence: UInt64? = nil,
+        configuration: Configuration = Configuration()
+    ) throws -> Replica {
+        var storage = Environment.Configuration()
+        storage.readOnly = true
+        let source: Environment
+        do {
+            source = try Environment.open(path: sourceDirectory, configuration: storage)
+        } catch {
+            throw TributaryError(
+                .notAReplica, "\(sourceDirectory) holds no Tributary replica whose log can be read: \(error.message)",
+                underlying: error)
+        }
+        defer { source.close() }
+        let log: ChangesetLog
+        do {
+            log = try ChangesetLog(environment: source)
+        } catch {
+            throw TributaryError(
+                .notAReplica, "\(sourceDirectory) holds no Tributary changeset log", underlying: error as? StorageError)
+        }
+        return try copyLog(
+            from: source, log: log, through: localSequence ?? .max, into: directory, configuration: configuration)
+    }
+
+    /// Copies `log` (in `source`) through `localSequence` into a new replica in `directory`, indexing each entry as the
+    /// log indexes what it appends, and rebuilds the new replica's views from it.
+    private static func copyLog(
+        from source: Environment, log: ChangesetLog, through localSequence: UInt64, into directory: String,
+        configuration: Configuration
+    ) throws -> Replica {
         if let contents = try? FileManager.default.contentsOfDirectory(atPath: directory), !contents.isEmpty {
             throw TributaryError(.invalidValue, "\(directory) is not empty; replay writes a new replica into an empty directory")
         }
@@ -68,15 +118,15 @@ extension Replica {
         target.replicaID = nil
         let copy = try Replica.open(directory: directory, configuration: target)
         do {
-            try environment.read { source in
-                let end = min(localSequence, try log.head(in: source).localSequence)
+            try source.read { sourceTxn in
+                let end = min(localSequence, try log.head(in: sourceTxn).localSequence)
                 guard end > 0 else { return }
                 var next: UInt64 = 1
+                let context = ZstdContext()
                 while next <= end {
                     let batchEnd = min(end, next + 9_999)
-                    let context = ZstdContext()
                     try copy.environment.write { destination in
-                        try log.scan(in: source, from: next, through: batchEnd) { entry in
+                        try log.scan(in: sourceTxn, from: next, through: batchEnd) { entry in
                             try destination.put(copy.log.entries, key: ChangesetLog.key(entry.localSequence), value: entry.encoded())
                             // Indexed as the log indexes what it appends: relay dots and adoptions included.
                             let relay = try log.changeset(of: entry, context: context).relay

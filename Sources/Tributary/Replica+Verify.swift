@@ -197,10 +197,8 @@ extension Replica {
         var expectedIndex: [[UInt8]] = []
         let schema = replayed.working.schema
         var indexedByType: [String: (ObjectSchema, [ViewStore.IndexedProperty])] = [:]
-        // As the stored keys are encoded: format 4's, or an earlier format's on a replica opened read-only in it.
-        let encoding = try indexKeyEncoding(in: txn)
         for type in schema.types {
-            let indexed = ViewStore.indexedProperties(of: type, encoding: encoding)
+            let indexed = ViewStore.indexedProperties(of: type)
             if !indexed.isEmpty { indexedByType[type.name] = (type, indexed) }
         }
         for change in changes {
@@ -291,14 +289,6 @@ extension Replica {
     /// ``rebuildViews()``, keeping at most `recordsInMemory` records in memory (tests and the simulator use small
     /// numbers, so that records are written and loaded again often).
     package func rebuildViews(recordsInMemory: Int) throws {
-        try rebuildViews(recordsInMemory: recordsInMemory) { _ in }
-    }
-
-    /// ``rebuildViews(recordsInMemory:)``; `alsoDo` writes in the rebuild's transaction, last, so that it commits with
-    /// the rebuilt views or not at all.
-    func rebuildViews(
-        recordsInMemory: Int, inTheSameTransaction alsoDo: (TributaryStorageWriteTransaction) throws -> Void
-    ) throws {
         do {
             // The new views are written before the old ones' pages can be reused: make room for both up front, so
             // that a full map does not make the whole replay run twice.
@@ -319,12 +309,11 @@ extension Replica {
                     var replayed = try replay(in: txn, into: working)
                     let schema = replayed.working.schema
                     try views.write(replayed.working.takeChanges(), schema: schema, updatingIndexes: false, in: txn)
-                    for type in schema.types where !ViewStore.indexedProperties(of: type, encoding: views.indexKeyEncoding).isEmpty {
+                    for type in schema.types where !ViewStore.indexedProperties(of: type).isEmpty {
                         try views.rebuildIndexes(ofType: type.name, schema: schema, in: txn)
                     }
                     try views.setSchema(schema, in: txn)
                     try views.setVersionVector(replayed.versionVector, in: txn)
-                    try alsoDo(txn)
                     return (schema, replayed.versionVector)
                 }
                 state.withLock { state in

@@ -26,40 +26,10 @@ import TributaryViews
 /// - Warning: Do not open one replica directory for writing from two processes at once. Read-only opens (such as
 ///   `tributary-log`) may run alongside a writer.
 public final class Replica: Sendable {
-    /// The replica format this build writes and reads (and every earlier one).
-    ///
-    /// - 1: the first.
-    /// - 2: the log's origin index keeps one key per run of an origin's changesets that follow each other in the log
-    ///   (`ChangesetLog.origins`). A build that reads format 1 only would not find the others, so a replica of format
-    ///   1 opened for writing is raised to 2, and such a build then refuses to open it. And the schema's removals and
-    ///   renames of a property remember the renames onto its name that they saw (`PropertyRemoval.renamesOntoSeen`):
-    ///   a replica of format 1 whose schema holds a rename rebuilds its views from its log when it is raised, so that
-    ///   its removals hold them too.
-    /// - 3: the log's adoptions keep every relay dot a changeset was adopted as (an app's changeset uploaded to two
-    ///   relays has two), where earlier builds kept the last one recorded, so that whether a writer saw a changeset
-    ///   is answered alike everywhere. A replica of an earlier format opened for writing rebuilds its adoptions from
-    ///   its log when it is raised.
-    /// - 4: index keys fit LMDB's 511-byte key limit whatever the names, values and primary keys: a string, data or
-    ///   link value keeps what its index's budget leaves room for (``KeyEncoding/indexValueBudget(type:property:primaryKey:)``),
-    ///   and a property whose names leave no room has no index entries (``ViewStore/IndexKeyEncoding``). A replica
-    ///   of an earlier format opened for writing rewrites the index entries that differ when it is raised
-    ///   (``ViewStore/reencodeLegacyIndexes(ofType:schema:in:)``). Opened read-only, its queries and `verify` read
-    ///   the index keys in the encoding of the format each snapshot finds.
-    /// - 5: the views hold what stop 24's merge rules make of the log (increments on defaults kept whichever default
-    ///   stands, a null written to a list merged as an empty list). The stored bytes are encoded as in format 4; a
-    ///   replica of an earlier format opened for writing rebuilds its views from its log when it is raised, so that
-    ///   `verify` (which replays the log by this build's rules) agrees with them. Older builds refuse it, as they
-    ///   would merge those shapes by their own rules.
-    /// - 6: a create's default that is a list or an embedded object is left out (``Value/isSingleValue``): such a
-    ///   default carried its writer's element ids, so two of them (or one and a list written concurrently) merged by
-    ///   arrival order. Encoded as in format 4; a replica of an earlier format opened for writing rebuilds its views
-    ///   from its log when it is raised, as for format 5.
-    /// - 7: a removal of a type remembers the earlier removals of the type it saw (``TypeRemoval/removalsSeen``), and
-    ///   two concurrent removals that saw the same ones are copies of one: the second removes nothing (one migration
-    ///   that replaces a type, run on several replicas, no longer removes the type everywhere). A stored schema
-    ///   encodes as in format 6 when no type removal saw another; a replica of an earlier format opened for writing
-    ///   rebuilds its views from its log when it is raised, as for format 5.
-    public static let formatVersion: UInt8 = 7
+    /// The replica format this build writes and reads. A replica of a later format is refused with
+    /// ``TributaryError/Code/newerFormat``; one written by a development build before 0.1.0 with
+    /// ``TributaryError/Code/developmentFormat``.
+    public static var formatVersion: UInt8 { ReplicaFormat.current }
 
     /// The replica's directory.
     public let directory: String
@@ -67,10 +37,6 @@ public final class Replica: Sendable {
     public let replicaID: ReplicaID
     /// The configuration it was opened with.
     public let configuration: Configuration
-    /// The replica format when it was opened: ``formatVersion`` once opened for writing (an earlier format is
-    /// raised), the stored format when opened read-only (a writer may raise it meanwhile).
-    let openedFormat: UInt8
-
     let environment: Environment
     let log: ChangesetLog
     let views: ViewStore
@@ -101,9 +67,8 @@ public final class Replica: Sendable {
     }
     let state: Mutex<State>
 
-    static let identityDatabase = "replica"
+    package static let identityDatabase = "replica"
     static let pendingDatabase = "pending"
-    static let formatKey = Array("format".utf8)
     static let replicaIDKey = Array("replicaID".utf8)
     static let clockKey = Array("clock".utf8)
     /// A counter that every commit changing the pending area raises, so that a handle knows whether its decoded copy
@@ -122,15 +87,13 @@ public final class Replica: Sendable {
 
     static let identityChecksumSeed: UInt64 = 0x7269_6465_6e74_6974  // "identit"
 
-    /// The number stored as `bytes` by ``identityBytes(_:)``, or as the 8 bytes without a checksum that replicas
-    /// written before the checksum hold; `nil` when the bytes are of another length or fail their checksum.
+    /// The number stored as `bytes` by ``identityBytes(_:)``; `nil` when the bytes are of another length or fail
+    /// their checksum.
     static func identityNumber(_ bytes: [UInt8]) -> UInt64? {
-        guard bytes.count == 8 || bytes.count == 16 else { return nil }
+        guard bytes.count == 16 else { return nil }
         let number = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
-        if bytes.count == 16 {
-            let stored = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: 8, as: UInt64.self)) }
-            guard stored == XXHash64.hash(Array(bytes[0..<8]), seed: identityChecksumSeed) else { return nil }
-        }
+        let stored = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: 8, as: UInt64.self)) }
+        guard stored == XXHash64.hash(Array(bytes[0..<8]), seed: identityChecksumSeed) else { return nil }
         return number
     }
 
@@ -158,14 +121,12 @@ public final class Replica: Sendable {
     }
 
     private init(
-        directory: String, replicaID: ReplicaID, configuration: Configuration, openedFormat: UInt8,
-        environment: Environment, log: ChangesetLog, views: ViewStore, identity: Database, pending: Database,
+        directory: String, replicaID: ReplicaID, configuration: Configuration, environment: Environment, log: ChangesetLog, views: ViewStore, identity: Database, pending: Database,
         state: State
     ) {
         self.directory = directory
         self.replicaID = replicaID
         self.configuration = configuration
-        self.openedFormat = openedFormat
         self.environment = environment
         self.log = log
         self.views = views
@@ -184,7 +145,8 @@ public final class Replica: Sendable {
     /// ``open(directory:schema:configuration:migration:)``). Without a schema, the stored one is used.
     ///
     /// - Throws: ``TributaryError`` with `.notAReplica` (the directory holds something else, or is damaged),
-    ///   `.newerFormat`, `.migrationRequired`, `.schemaMismatch`, or a storage code.
+    ///   `.newerFormat`, `.developmentFormat` (a replica of a development build before 0.1.0; the message says how
+    ///   to rebuild it), `.migrationRequired`, `.schemaMismatch`, or a storage code.
     public static func open(
         directory: String, schema: Schema? = nil, configuration: Configuration = Configuration(),
         migration: Migration? = nil
@@ -261,8 +223,20 @@ public final class Replica: Sendable {
         let pending = databases[1]
 
         // Identity: format and replica id, written once when the replica is created.
-        var stored = try environment.read { txn in
-            (format: try txn.get(identity, key: formatKey), id: try txn.get(identity, key: replicaIDKey))
+        func readIdentity() throws -> (format: [UInt8]?, developmentFormat: [UInt8]?, id: [UInt8]?) {
+            try environment.read { txn in
+                (
+                    try txn.get(identity, key: ReplicaFormat.key), try txn.get(identity, key: ReplicaFormat.developmentKey),
+                    try txn.get(identity, key: replicaIDKey)
+                )
+            }
+        }
+        var stored = try readIdentity()
+        if let development = stored.developmentFormat, stored.format == nil {
+            throw TributaryError(
+                .developmentFormat,
+                ReplicaFormat.developmentFormatMessage(
+                    directory: directory, developmentFormat: development.count == 1 ? development[0] : nil))
         }
         if stored.format == nil {
             guard !configuration.readOnly else {
@@ -270,145 +244,81 @@ public final class Replica: Sendable {
             }
             let id = configuration.replicaID ?? ReplicaID.random()
             try environment.write { txn in
-                if try txn.get(identity, key: formatKey) == nil {
-                    try txn.put(identity, key: formatKey, value: [formatVersion])
+                if try txn.get(identity, key: ReplicaFormat.key) == nil {
+                    try txn.put(identity, key: ReplicaFormat.key, value: [ReplicaFormat.current])
                     try txn.put(identity, key: replicaIDKey, value: identityBytes(id.rawValue))
                 }
             }
-            stored = try environment.read { txn in
-                (format: try txn.get(identity, key: formatKey), id: try txn.get(identity, key: replicaIDKey))
-            }
+            stored = try readIdentity()
         }
-        guard let format = stored.format, format.count == 1, let idBytes = stored.id, idBytes.count == 8 || idBytes.count == 16
-        else {
+        guard let format = stored.format, format.count == 1, let idBytes = stored.id else {
             throw TributaryError(.notAReplica, "\(directory) holds a damaged replica identity")
         }
-        guard format[0] <= formatVersion else {
+        guard format[0] <= ReplicaFormat.current else {
             throw TributaryError(
                 .newerFormat,
-                "\(directory) was written in replica format \(format[0]); this build reads format \(formatVersion). "
-                    + "Upgrade Tributary to open it")
+                "\(directory) was written in replica format \(format[0]) by a newer release of Tributary; this build "
+                    + "reads format \(ReplicaFormat.current). Upgrade Tributary to open it")
         }
-        // Raised at the end, with the views when they need upgrading too (`raiseFormat(from:rebuilding:)`).
-        let raisingFormat = format[0] < formatVersion && !configuration.readOnly
-        let id = try checkedIdentityNumber(idBytes, "replica id")
-        let replicaID = ReplicaID(rawValue: id)
-        // A replica written before identity checksums: its id gets one now (the clock gets one at the next commit).
-        if idBytes.count == 8 && !configuration.readOnly {
-            try environment.write { txn in try txn.put(identity, key: replicaIDKey, value: identityBytes(id)) }
-        }
-
+        let replicaID = ReplicaID(rawValue: try checkedIdentityNumber(idBytes, "replica id"))
         let state = try environment.read { txn in
             try loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
         }
         let replica = Replica(
-            directory: directory, replicaID: replicaID, configuration: configuration,
-            openedFormat: raisingFormat ? formatVersion : format[0], environment: environment, log: log, views: views,
-            identity: identity, pending: pending, state: state)
-        // A replica written before schemas kept definition stamps (rule 8) gets them from its log, once: without them
-        // it would order a later definition against its properties differently from a replica that replayed the same
-        // log, and verify would find its stored schema different from the replayed one.
-        let lacksStamps = !configuration.readOnly && !state.schema.types.isEmpty
-            && state.schema.definitionStamps.isEmpty && state.head.localSequence > 0
-        if raisingFormat {
-            try replica.raiseFormat(from: format[0], rebuilding: lacksStamps)
-        } else if lacksStamps {
-            try replica.rebuildViews()
+            directory: directory, replicaID: replicaID, configuration: configuration, environment: environment,
+            log: log, views: views, identity: identity, pending: pending, state: state)
+        if format[0] < ReplicaFormat.current {
+            try replica.upgradeFormat(from: format[0], steps: ReplicaFormat.upgrades)
         }
         return replica
     }
 
-    /// Raises a replica of an earlier format, opened for writing, to ``formatVersion``, rebuilding its views from its
-    /// log first when `rebuilding` says so or its stored schema needs it.
+    /// The replica format the identity records in `txn`.
     ///
-    /// From format 1, a schema that holds a rename lacks what format 2 adds to its removals (the renames onto their
-    /// name they saw), so the views are rebuilt. The rebuild and the new format commit in one transaction: a build
-    /// that reads format 1 only never finds format-2 bytes in a replica that says format 1, and an interrupted rebuild
-    /// runs again at the next open. A rebuild that fails for lack of room (a full disk, a map at its maximum size) or
-    /// another storage error fails the open and changes nothing. One that fails on what the log holds (a damaged
-    /// entry, a changeset the merge rules of this build refuse on replay) leaves the stored views as they were and
-    /// raises the format alone: nothing committed is lost and the replica opens, its removals lacking those lists as
-    /// an earlier build wrote them, and ``verify(progress:)`` names the entry at fault.
-    ///
-    /// Below format 3, the log's adoptions are rebuilt from its entries in the same transaction
-    /// (``ChangesetLog/adoptions(fromEntriesIn:)``), and when some changeset was adopted twice the views are rebuilt
-    /// too: an earlier build merged against the copy it recorded last, where this one counts every copy.
-    ///
-    /// Below format 7, the views are rebuilt: an earlier build merged some shapes by other rules (``formatVersion``).
-    ///
-    /// Below format 4, the index entries whose keys format 4 encodes otherwise (long values of types with long names
-    /// or string primary keys, and properties whose names leave no room) are rewritten from the records in the same
-    /// transaction (``ViewStore/reencodeLegacyIndexes(ofType:schema:in:)``), unless the whole views are rebuilt.
-    func raiseFormat(from stored: UInt8, rebuilding: Bool) throws {
-        var adoptions: ChangesetLog.RebuiltAdoptions?
-        if stored < 3 {
-            do {
-                adoptions = try environment.read { try log.adoptions(fromEntriesIn: $0) }
-            } catch is LogError {
-                // A damaged entry: the adoptions stay as the earlier build kept them, and verify names the entry.
-            }
-        }
-        let raise = { (txn: TributaryStorageWriteTransaction) in
-            // Another process that opened the replica too may have raised it first: what it stored stays.
-            if try self.storedFormat(in: txn) >= Self.formatVersion { return }
-            if let adoptions { try self.log.store(adoptions, in: txn) }
-            try txn.put(self.identity, key: Self.formatKey, value: [Self.formatVersion])
-        }
-        let schema = state.withLock { $0.schema }
-        let lacksRenamesOntoSeen = stored < 2
-            && schema.propertyRemovals.values.contains(where: { $0.contains { $0.renamedTo != nil } })
-        // Below format 7, views merged by an earlier build's rules (see ``formatVersion``).
-        let mergedByEarlierRules = stored < 7
-        if rebuilding || lacksRenamesOntoSeen || mergedByEarlierRules || adoptions?.adoptedMoreThanOnce == true {
-            do {
-                try rebuildViews(recordsInMemory: Self.rebuildRecordsInMemory, inTheSameTransaction: raise)
-                return
-            } catch let error as TributaryError where Self.isAboutTheLog(error) {
-                // Below: raised without the rebuild.
-            }
-        }
-        // Index keys of format 4, from the stored records of the types some of whose keys may differ.
-        try environment.write { txn in
-            guard try self.storedFormat(in: txn) < Self.formatVersion else { return }
-            if stored < 4 {
-                // The schema as stored now: another process may have changed it since this one opened.
-                let current = try self.views.schema(in: txn) ?? schema
-                // (It leaves alone the types whose keys cannot differ.)
-                for type in current.types {
-                    try self.views.reencodeLegacyIndexes(ofType: type.name, schema: current, in: txn)
-                }
-                // Earlier builds left a removed type's index entries behind (verify then failed).
-                for name in current.typeRemovals.keys.sorted() where current[type: name] == nil {
-                    try self.views.rebuildIndexes(ofType: name, schema: current, in: txn)
-                }
-            }
-            try raise(txn)
-        }
-    }
-
-    /// How the index keys of the views that `txn` reads are encoded: as format 4 writes them, unless the replica was
-    /// opened read-only in an earlier format and is still in it (the transaction that raises the format rewrites the
-    /// keys, so the format a snapshot finds is the one its index keys are in).
-    func indexKeyEncoding(in txn: TributaryStorageReadTransaction) throws -> ViewStore.IndexKeyEncoding {
-        guard openedFormat < 4 else { return .bounded }
-        return try storedFormat(in: txn) < 4 ? .legacy : .bounded
-    }
-
-    /// The replica format the identity records in `txn`; `formatVersion` when it records none that can be read (an
-    /// open checks it first, so that is damage found since).
+    /// - Throws: ``TributaryError`` with `.corrupted` when the stored format is damaged (an open checked it, so that
+    ///   is damage found since).
     func storedFormat(in txn: TributaryStorageReadTransaction) throws -> UInt8 {
-        guard let bytes = try txn.get(identity, key: Self.formatKey), bytes.count == 1 else { return Self.formatVersion }
+        guard let bytes = try txn.get(identity, key: ReplicaFormat.key), bytes.count == 1 else {
+            throw TributaryError(.corrupted, "\(directory) holds a damaged replica format in its identity")
+        }
         return bytes[0]
     }
 
-    /// Whether `error`, from a replay, is about what the log holds, not about the storage under it.
-    static func isAboutTheLog(_ error: TributaryError) -> Bool {
-        switch error.code {
-        case .corrupted, .schemaConflict, .invalidChangeset, .schemaMismatch, .clockSkew, .missingPredecessor,
-            .invalidValue, .wrongType, .unknownType, .unknownProperty, .missingProperty:
-            return true
-        default:
-            return false
+    /// Raises this replica from format `stored` to ``ReplicaFormat/current`` by the registered `steps`, in one write
+    /// transaction (``ReplicaFormat``).
+    ///
+    /// - Throws: ``TributaryError`` with `.readOnly` when the replica was opened read-only, `.notAReplica` when no
+    ///   step reads `stored`, or what a step throws (the replica is then left as it was).
+    func upgradeFormat(from stored: UInt8, steps registered: [ReplicaFormat.Upgrade]) throws {
+        guard let steps = ReplicaFormat.steps(from: stored, to: ReplicaFormat.current, in: registered) else {
+            throw TributaryError(
+                .notAReplica,
+                "\(directory) is in replica format \(stored), which no release of Tributary wrote; it is damaged")
+        }
+        guard !configuration.readOnly else {
+            throw TributaryError(
+                .readOnly,
+                "\(directory) is in replica format \(stored); open it for writing once to raise it to format "
+                    + "\(ReplicaFormat.current) (\(steps.map(\.summary).joined(separator: "; ")))")
+        }
+        do {
+            try environment.write { txn in
+                // Another process may have raised it first.
+                guard let bytes = try txn.get(identity, key: ReplicaFormat.key), bytes.count == 1, bytes[0] == stored
+                else { return }
+                for step in steps { try step.apply(self, txn) }
+                try txn.put(identity, key: ReplicaFormat.key, value: [ReplicaFormat.current])
+            }
+            let state = try environment.read { txn in
+                try Self.loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
+            }
+            self.state.withLock { $0 = state }
+        } catch {
+            let context = "raising \(directory) from replica format \(stored) to \(ReplicaFormat.current)"
+            if let error = error as? TributaryError {
+                throw TributaryError(error.code, "\(context): \(error.message)", underlying: error)
+            }
+            throw TributaryError.wrap(error, context: context)
         }
     }
 
@@ -563,7 +473,7 @@ public final class Replica: Sendable {
         try views.write(commit.changes, schema: commit.schema, in: storage)
         if commit.schemaChanged {
             try views.setSchema(commit.schema, in: storage)
-            for type in Self.typesWithChangedIndexes(commit.previousSchema, commit.schema, encoding: views.indexKeyEncoding) {
+            for type in Self.typesWithChangedIndexes(commit.previousSchema, commit.schema) {
                 try views.rebuildIndexes(ofType: type, schema: commit.schema, in: storage)
             }
         }
@@ -578,15 +488,13 @@ public final class Replica: Sendable {
         return head
     }
 
-    /// The types whose index entries a schema change from `old` to `new` changes, in views whose keys are encoded
-    /// as `encoding` says: their indexes are rebuilt. A removed type's entries go with it.
-    static func typesWithChangedIndexes(
-        _ old: Schema, _ new: Schema, encoding: ViewStore.IndexKeyEncoding
-    ) -> [String] {
+    /// The types whose index entries a schema change from `old` to `new` changes: their indexes are rebuilt. A removed
+    /// type's entries go with it.
+    static func typesWithChangedIndexes(_ old: Schema, _ new: Schema) -> [String] {
         // Whole definitions, not names: an object without a value is indexed under the property's default.
         func indexed(_ schema: Schema, _ name: String) -> [ViewStore.IndexedProperty] {
             let type = schema[type: name]
-            return (type.map { ViewStore.indexedProperties(of: $0, encoding: encoding) } ?? [])
+            return (type.map { ViewStore.indexedProperties(of: $0) } ?? [])
                 .sorted { $0.property.name < $1.property.name }
         }
         let names = Set(old.types.map(\.name)).union(new.types.map(\.name)).sorted()

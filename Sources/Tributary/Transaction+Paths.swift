@@ -143,7 +143,8 @@ extension Transaction {
         try emit(.set(resolved.fieldPath, value))
     }
 
-    /// Adds `delta` to an integer property. Concurrent increments on other replicas all count (DESIGN.md, rule 4).
+    /// Adds `delta` to an integer property. Concurrent increments on other replicas all count (docs/MergeSemantics.md,
+    /// rule 4).
     ///
     /// A property that holds no value yet (an object created before the property was added) counts from its
     /// default. An optional property that is null cannot be incremented: set a number first.

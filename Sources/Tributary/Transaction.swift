@@ -194,7 +194,7 @@ public final class Transaction: ObjectReading {
 
     /// Updates the given properties of an existing object. Only properties whose value changed are written, and a
     /// list or embedded object that changed is written as the edits that turn the old value into the new one, so
-    /// that concurrent edits on other replicas merge with it (DESIGN.md, rules 1, 5 and 6).
+    /// that concurrent edits on other replicas merge with it (docs/MergeSemantics.md, rules 1, 5 and 6).
     ///
     /// - Throws: ``TributaryError`` with `.objectNotFound`, `.unknownProperty`, `.wrongType`, `.invalidValue`.
     public func update(_ type: String, primaryKey: PrimaryKey, _ values: [String: Value]) throws {
@@ -380,7 +380,7 @@ extension Transaction: Sendable {}
 extension Transaction {
     /// Adds a property to a type, as part of this transaction's changeset. Existing objects read the new property
     /// as its default (or null). Replicas that add the same property concurrently merge; conflicting definitions
-    /// are refused (DESIGN.md, rule 8).
+    /// are refused (docs/MergeSemantics.md, rule 8).
     ///
     /// - Throws: ``TributaryError`` with `.unknownType`, `.schemaConflict` when the type has a different property
     ///   of that name, or `.schemaMismatch` for a required property without a default or a default that would not

@@ -16,7 +16,7 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
     /// What went wrong. New codes may be added.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Wrapped: Hashable, Sendable {
-            case notAReplica, newerFormat, migrationRequired, schemaMismatch, unknownType, unknownProperty
+            case notAReplica, newerFormat, developmentFormat, migrationRequired, schemaMismatch, unknownType, unknownProperty
             case wrongType, missingProperty, duplicatePrimaryKey, objectNotFound, invalidPath, invalidValue
             case schemaConflict, invalidChangeset, corrupted, diskFull, mapFull, storage, clockSkew, closed
             case transactionTooLarge, readOnly, migrationFailed, missingPredecessor, invalidQuery, nestedWrite
@@ -26,6 +26,9 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
         public static var notAReplica: Self { Self(wrapped: .notAReplica) }
         /// The replica was written by a newer version of Tributary.
         public static var newerFormat: Self { Self(wrapped: .newerFormat) }
+        /// The replica was written by a development build of Tributary from before release 0.1.0, whose on-disk
+        /// format this build does not read. The message says how to rebuild it from its log.
+        public static var developmentFormat: Self { Self(wrapped: .developmentFormat) }
         /// The schema given differs from the stored one at the same schema version; the message lists every
         /// difference.
         public static var migrationRequired: Self { Self(wrapped: .migrationRequired) }
@@ -47,7 +50,7 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
         public static var invalidPath: Self { Self(wrapped: .invalidPath) }
         /// A value cannot be stored (a primary key too long, a string that is too large).
         public static var invalidValue: Self { Self(wrapped: .invalidValue) }
-        /// Two schema definitions conflict (DESIGN.md, rule 8).
+        /// Two schema definitions conflict (docs/MergeSemantics.md, rule 8).
         public static var schemaConflict: Self { Self(wrapped: .schemaConflict) }
         /// A changeset from another replica is malformed or does not fit the schema.
         public static var invalidChangeset: Self { Self(wrapped: .invalidChangeset) }
@@ -59,7 +62,7 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
         public static var mapFull: Self { Self(wrapped: .mapFull) }
         /// Another storage error; `underlying` holds the ``TributaryStorage`` error.
         public static var storage: Self { Self(wrapped: .storage) }
-        /// A changeset is stamped too far in the future of this replica's clock (DESIGN.md, rule 9).
+        /// A changeset is stamped too far in the future of this replica's clock (docs/MergeSemantics.md, rule 9).
         public static var clockSkew: Self { Self(wrapped: .clockSkew) }
         /// The replica was closed.
         public static var closed: Self { Self(wrapped: .closed) }

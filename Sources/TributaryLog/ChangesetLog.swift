@@ -30,8 +30,7 @@ public struct ChangesetLog: Sendable {
     /// A changeset that directly follows its origin's previous changeset in the log (a replica's own commits, or one
     /// origin's changesets integrated in a row) has no key of its own: it continues the run of the last key before
     /// it, `sequence - key's sequence` entries on (``localSequence(of:in:)``). A durable commit then writes one
-    /// B-tree fewer (about 8% of its time). Replicas written before this (replica format 1) hold a key for every
-    /// changeset, which reads the same.
+    /// B-tree fewer (about 8% of its time). A key for every changeset would read the same.
     public let origins: Database
     /// Origin dot → the relay dot it was adopted as.
     public let adoptions: Database
@@ -268,8 +267,7 @@ public struct ChangesetLog: Sendable {
     }
 
     /// Whether `entry` is the entry the origin index gives for its changeset: its first one (a later one is a relay's
-    /// adopted copy, which records the adoption only). What a replay asks of every entry. (Copies of a log made before
-    /// replica format 2 may index a later copy instead; the replay then applies that one, as it always did there.)
+    /// adopted copy, which records the adoption only). What a replay asks of every entry.
     ///
     /// - Throws: ``LogError`` naming the entry when the origin index does not find its changeset at all: the index is
     ///   damaged, and a replay that went on would leave the changeset out.
@@ -434,7 +432,8 @@ public struct ChangesetLog: Sendable {
     }
 
     /// The adoptions as the log's entries give them, in log order: what ``index(_:relay:at:in:)`` records as entries
-    /// are appended. See ``adoptions(fromEntriesIn:)``.
+    /// are appended. `verify` records them as its replay meets the entries, and compares them with the stored ones
+    /// (``adoptionProblem(expected:in:)``).
     public struct RebuiltAdoptions: Sendable {
         /// Origin dots in the order their first relay dot appears.
         var order: [Dot] = []
@@ -442,9 +441,6 @@ public struct ChangesetLog: Sendable {
         var copies: [Dot: [Dot]] = [:]
         /// Each relay dot's log entry.
         var relayEntries: [(relay: Dot, localSequence: UInt64)] = []
-
-        /// Whether some changeset was adopted more than once (by two relays).
-        public var adoptedMoreThanOnce: Bool { copies.values.contains { $0.count > 1 } }
 
         /// None yet: entries are recorded as a scan of the log meets them.
         public init() {}
@@ -457,33 +453,6 @@ public struct ChangesetLog: Sendable {
                 if copies[dot] == nil { order.append(dot) }
                 copies[dot, default: []].append(relay)
             }
-        }
-    }
-
-    /// Reads the header of every entry, for the adoptions and relay dots the log holds. Builds before replica format 3
-    /// kept only the last relay dot of a changeset adopted twice, and copies of a log made before relay dots were
-    /// indexed have none.
-    ///
-    /// - Throws: ``LogError`` for a damaged entry (nothing is changed).
-    public func adoptions(fromEntriesIn transaction: ReadTransaction) throws -> RebuiltAdoptions {
-        var result = RebuiltAdoptions()
-        let context = ZstdContext()
-        try scan(in: transaction) { entry in
-            guard let relay = try header(of: entry, context: context).relay else { return true }
-            result.record(Dot(origin: entry.origin, sequence: entry.originSequence), relay: relay, at: entry.localSequence)
-            return true
-        }
-        return result
-    }
-
-    /// Replaces the adoptions with `rebuilt`, and indexes every relay dot at its entry.
-    public func store(_ rebuilt: RebuiltAdoptions, in transaction: WriteTransaction) throws {
-        try transaction.removeAll(adoptions)
-        for dot in rebuilt.order {
-            try transaction.put(adoptions, key: Self.originKey(dot), value: rebuilt.copies[dot]!.flatMap { Self.originKey($0) })
-        }
-        for (relay, localSequence) in rebuilt.relayEntries {
-            try transaction.put(origins, key: Self.originKey(relay), value: Self.key(localSequence))
         }
     }
 

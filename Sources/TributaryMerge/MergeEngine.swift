@@ -59,7 +59,7 @@ public struct CausalResolver {
     }
 }
 
-/// The merge engine: applies changesets to object records by the rules of DESIGN.md, deterministically.
+/// The merge engine: applies changesets to object records by the rules of docs/MergeSemantics.md, deterministically.
 ///
 /// It is pure: it reads and writes records only through a ``WorkingSet`` and performs no I/O, so it runs the
 /// same on an LMDB replica, in the simulator, and in tests. Local writes, replay and remote integration all go

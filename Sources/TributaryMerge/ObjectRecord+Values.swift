@@ -19,7 +19,7 @@ extension ObjectRecord {
 
     /// The value of one field state.
     public static func value(_ field: FieldState?, of property: Property, in schema: Schema) -> Value {
-        // A list holding a single value (a null set by a build before stop 24) reads as empty, as every reader gives it.
+        // A list holding a single value (a null set by an earlier build) reads as empty, as every reader gives it.
         if property.isList, case .register? = field { return .list([]) }
         switch field {
         case .register(let register)?:

@@ -1,7 +1,7 @@
 public import TributaryModel
 
 /// The stored state of one object: its values and the merge metadata that lets any replica integrate any
-/// concurrent change and reach the same state (DESIGN.md, merge semantics).
+/// concurrent change and reach the same state (docs/MergeSemantics.md).
 ///
 /// Records are values. They are encoded with every collection sorted, so two replicas holding the same
 /// record hold the same bytes.

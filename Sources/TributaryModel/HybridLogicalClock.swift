@@ -58,7 +58,8 @@ public struct HybridLogicalClock: Hashable, Sendable {
     }
 
     /// Advances the clock past a reading received from another replica, refusing one stamped further in the
-    /// future than `maximumSkewMilliseconds` (DESIGN.md, rule 9): such a reading would win every later conflict.
+    /// future than `maximumSkewMilliseconds` (docs/MergeSemantics.md, rule 9): such a reading would win every later
+    /// conflict.
     ///
     /// - Throws: ``ClockSkewError`` naming both readings and the bound; the clock is then unchanged.
     public mutating func observe(
@@ -73,7 +74,7 @@ public struct HybridLogicalClock: Hashable, Sendable {
     }
 }
 
-/// A reading from another replica is too far ahead of this replica's clock (DESIGN.md, rule 9).
+/// A reading from another replica is too far ahead of this replica's clock (docs/MergeSemantics.md, rule 9).
 public struct ClockSkewError: Error, Hashable, Sendable, CustomStringConvertible {
     public var remote: HybridTime
     public var localMilliseconds: UInt64
@@ -97,7 +98,7 @@ public struct Stamp: Hashable, Comparable, Sendable, CustomStringConvertible {
         self.replica = replica
     }
 
-    /// The stamp of values filled from a default: earlier than every write (DESIGN.md, rule 3).
+    /// The stamp of values filled from a default: earlier than every write (docs/MergeSemantics.md, rule 3).
     public static let zero = Stamp(time: .zero, replica: .none)
 
     public static func < (lhs: Stamp, rhs: Stamp) -> Bool {

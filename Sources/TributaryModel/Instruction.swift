@@ -32,7 +32,7 @@ public struct ElementID: Hashable, Comparable, Sendable, CustomStringConvertible
 
 /// Where a new list position goes, as the Fugue list algorithm places it: as a left or right child of an
 /// existing position (or of the list's root). Positions that are children of one parent on one side are
-/// ordered by stamp, earlier first; this keeps one replica's run of inserts together (DESIGN.md, rule 5).
+/// ordered by stamp, earlier first; this keeps one replica's run of inserts together (docs/MergeSemantics.md, rule 5).
 public struct ListAnchor: Hashable, Sendable, CustomStringConvertible {
     public enum Side: UInt8, Hashable, Sendable {
         case left = 0
@@ -168,7 +168,7 @@ public enum Instruction: Hashable, Sendable {
 /// A changeset has two identities. Its **origin dot** (origin, origin sequence) never changes: it makes integration
 /// idempotent and element ids stable. Its **causal dot** orders it among changesets: the origin dot, or, once a relay
 /// replica adopted it into its own sequence, the relay's dot. Version vectors and causal contexts count causal dots,
-/// so app replicas that sync through relays add nothing to them (DESIGN.md, "Causal metadata must stay small").
+/// so app replicas that sync through relays add nothing to them (docs/MergeSemantics.md, "Relays").
 public struct Changeset: Hashable, Sendable {
     /// The replica that wrote it. Integration on other replicas keeps it.
     public var origin: ReplicaID

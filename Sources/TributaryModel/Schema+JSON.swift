@@ -1,6 +1,6 @@
 public import Foundation
 
-// The App Services / Atlas Device Sync JSON schema form (the seeds' `title`, `bsonType`, `properties`,
+// The App Services / Atlas Device Sync JSON schema form (its `title`, `bsonType`, `properties`,
 // `required`), read into and written from the one ``Schema`` model the library and the daemon share.
 
 extension Schema {
@@ -26,8 +26,8 @@ extension Schema {
     ///
     /// Each schema object has a `title` (the type name; in the mapping form the key may stand in for it), an
     /// optional `bsonType` that must be `"object"`, `properties` and `required`. A property not listed in
-    /// `required` is optional. The primary key is `_id`; it is always required, listed or not (the seeds'
-    /// `Project` does not list it). Keys this reader does not know (`description`, `minLength`, …) are ignored,
+    /// `required` is optional. The primary key is `_id`; it is always required, listed or not (published
+    /// `Project` schemas do not list it). Keys this reader does not know (`description`, `minLength`, …) are ignored,
     /// except keys starting with `x-tributary-`, which must be one of the extensions below.
     ///
     /// ## Property types
@@ -49,11 +49,11 @@ extension Schema {
     /// silently lose precision; so are the other BSON types Tributary cannot store (`timestamp`, `regex`, …),
     /// sets (`uniqueItems`), dictionaries (an `object` without `title` and `properties`) and lists of lists.
     ///
-    /// A nested `object` is an embedded type; the same `title` may be defined in several places (the seeds
-    /// repeat `Photo` in three schemas) as long as the definitions agree. Lists are never optional and are
+    /// A nested `object` is an embedded type; the same `title` may be defined in several places (RChat's
+    /// schemas repeat `Photo` in three places) as long as the definitions agree. Lists are never optional and are
     /// empty by default; listing one in `required` changes nothing. List elements are required unless
     /// `items.bsonType` is an array naming `"null"` as well, such as `["double", "null"]`. To-one links and
-    /// embedded objects are always optional (their target may be erased; DESIGN.md, rule 7).
+    /// embedded objects are always optional (their target may be erased; docs/MergeSemantics.md, rule 7).
     ///
     /// ## Links
     ///
@@ -181,7 +181,7 @@ private enum JSONValue: Equatable {
         return members.first { $0.key == key }?.value
     }
 
-    /// Writes the value with two-space indentation, as the seeds show schemas.
+    /// Writes the value with two-space indentation, as Atlas App Services shows schemas.
     func rendered() -> String {
         var output = ""
         render(into: &output, indent: 0)
@@ -251,7 +251,7 @@ public enum JSONText {
 /// A strict RFC 8259 JSON parser: no comments, no trailing commas, no duplicate keys, valid UTF-8, and a nesting
 /// limit, so that hostile input gets an error with its line and column rather than a crash.
 private struct JSONParser {
-    /// The deepest nesting of arrays and objects accepted (the seeds' deepest schema nests 11 levels).
+    /// The deepest nesting of arrays and objects accepted (published schemas nest up to 11 levels).
     static let maximumDepth = 256
 
     private let bytes: [UInt8]
@@ -861,7 +861,7 @@ private struct SchemaJSONReader {
             order.append(name)
             return
         }
-        // A type may be defined more than once (the seeds repeat the embedded `Photo`) if the definitions agree.
+        // A type may be defined more than once (published schemas repeat an embedded `Photo`) if the definitions agree.
         let sameDefaults =
             existing.defaults.count == definition.defaults.count
             && zip(existing.defaults, definition.defaults).allSatisfy {

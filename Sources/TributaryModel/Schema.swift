@@ -64,7 +64,8 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
     ) {
         self.name = name
         self.kind = kind
-        // A to-one link or embedded object can always be null: its target may be erased (DESIGN.md, rule 7).
+        // A to-one link or embedded object can always be null: its target may be erased (docs/MergeSemantics.md,
+        // rule 7).
         if !list, case .scalar = kind { self.isOptional = optional } else { self.isOptional = list ? optional : true }
         self.isList = list
         self.isIndexed = indexed
@@ -199,8 +200,8 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// How the current index and default of a merged property were set, which orders concurrent definitions of them
-/// (DESIGN.md, rule 8): every redefinition is later than every addition, and within each kind the greater stamp is
-/// later.
+/// (docs/MergeSemantics.md, rule 8): every redefinition is later than every addition, and within each kind the
+/// greater stamp is later.
 public struct DefinitionStamp: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// Whether an addition (a new type or property) or a redefinition (a migration's change of index or default)
     /// set the definition.
@@ -246,7 +247,8 @@ public struct PropertyName: Hashable, Comparable, Sendable, CustomStringConverti
 }
 
 /// A removal of a property (or its rename) that a merged schema remembers, so that a concurrent addition of the
-/// property, or a concurrent write to it, is ordered against it the same way on every replica (DESIGN.md, rule 8).
+/// property, or a concurrent write to it, is ordered against it the same way on every replica
+/// (docs/MergeSemantics.md, rule 8).
 public struct PropertyRemoval: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// The origin dot of the changeset that removed the property.
     public var dot: Dot
@@ -288,7 +290,8 @@ public struct PropertyRemoval: Hashable, Comparable, Sendable, CustomStringConve
 }
 
 /// A removal of a whole type that a merged schema remembers, so that a concurrent addition of the type, or a
-/// concurrent write to one of its objects, is ordered against it the same way on every replica (DESIGN.md, rule 8).
+/// concurrent write to one of its objects, is ordered against it the same way on every replica
+/// (docs/MergeSemantics.md, rule 8).
 public struct TypeRemoval: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// The origin dot of the changeset that removed the type.
     public var dot: Dot
@@ -548,7 +551,7 @@ public struct SchemaError: Error, Hashable, Sendable, CustomStringConvertible {
         public static var missingPrimaryKey: Self { Self(wrapped: .missingPrimaryKey) }
         /// A primary key has a type that cannot be a key.
         public static var invalidPrimaryKey: Self { Self(wrapped: .invalidPrimaryKey) }
-        /// Two definitions of one property or type conflict (DESIGN.md, rule 8).
+        /// Two definitions of one property or type conflict (docs/MergeSemantics.md, rule 8).
         public static var conflict: Self { Self(wrapped: .conflict) }
         /// The schema changed without a version change (and a migration).
         public static var migrationRequired: Self { Self(wrapped: .migrationRequired) }

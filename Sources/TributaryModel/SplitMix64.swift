@@ -1,7 +1,7 @@
 /// SplitMix64 (Steele, Lea and Flood, 2014): a small, fast generator whose whole state is one 64-bit seed.
 ///
 /// Tests, the simulator and the benchmarks draw every random choice from it, never from the system generator, so a
-/// printed seed replays a run exactly (RELIABILITY.md §5). Not for anything that needs unpredictability.
+/// printed seed replays a run exactly. Not for anything that needs unpredictability.
 public struct SplitMix64: RandomNumberGenerator, Sendable {
     public private(set) var state: UInt64
 

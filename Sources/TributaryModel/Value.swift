@@ -1,6 +1,6 @@
 public import Foundation
 
-/// A primary key: a string, a 64-bit integer, a UUID or an ObjectID (DESIGN.md, data model).
+/// A primary key: a string, a 64-bit integer, a UUID or an ObjectID.
 public enum PrimaryKey: Hashable, Comparable, Sendable, CustomStringConvertible {
     case string(String)
     case int(Int64)

@@ -53,7 +53,7 @@ extension Simulation {
             }
         }
 
-        // 2. Each replica's views equal a replay of its own log (M3).
+        // 2. Each replica's views equal a replay of its own log.
         for (index, replica) in replicas.enumerated() {
             let report = try replica.verify()
             if !report.passed { fail("replica \(index) failed verify: \(report)") }

@@ -5,7 +5,7 @@ import TributaryModel
 
 /// A deterministic simulation of N replicas that write concurrently through a faulty network, then heal and
 /// exchange everything; afterwards every replica must hold the same state, equal to what an oracle and a reference
-/// model of the merge rules compute (RELIABILITY.md, M1-M3).
+/// model of the merge rules compute, and each replica's views equal a replay of its own log.
 public struct SimulationConfiguration: Sendable {
     public var seed: UInt64
     /// Replicas, 3 to 7.

@@ -1,7 +1,7 @@
 import Synchronization
 
 /// Test-only: makes a chosen storage call fail, so tests can prove that every failure leaves the
-/// replica as it was before the transaction (RELIABILITY.md, D3). Not API: the underscore says so.
+/// replica as it was before the transaction. Not API: the underscore says so.
 ///
 /// The plan counts calls of the chosen kinds and, from the `failAt`-th one on (once, or every time
 /// when `persistent`), returns `resultCode` instead of calling LMDB. A failed commit aborts the

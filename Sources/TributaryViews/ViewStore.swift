@@ -13,11 +13,6 @@ public struct ViewStore: Sendable {
     public let objects: Database
     public let indexes: Database
     public let meta: Database
-    /// How ``write(_:schema:updatingIndexes:in:)`` and ``rebuildIndexes(ofType:schema:in:)`` encode index keys:
-    /// ``IndexKeyEncoding/bounded`` (format 4), except for scratch views that `verify` compares with a replica of an
-    /// earlier format.
-    public var indexKeyEncoding = IndexKeyEncoding.bounded
-
     static let schemaKey = Array("schema".utf8)
     static let versionVectorKey = Array("versionVector".utf8)
 
@@ -190,7 +185,7 @@ public struct ViewStore: Sendable {
                 guard updatingIndexes else { continue }
                 if current?.name != recordKey.type {
                     let type = schema[type: recordKey.type]
-                    let indexed = type.map { Self.indexedProperties(of: $0, encoding: indexKeyEncoding) } ?? []
+                    let indexed = type.map { Self.indexedProperties(of: $0) } ?? []
                     current = (recordKey.type, type, indexed)
                 }
                 guard let type = current?.type, let indexed = current?.indexed, !indexed.isEmpty else { continue }
@@ -208,18 +203,6 @@ public struct ViewStore: Sendable {
         }
     }
 
-    /// How index keys encode values.
-    public enum IndexKeyEncoding: Hashable, Sendable {
-        /// Replica format 4: string, data and link values keep what their index's budget leaves room for
-        /// (``KeyEncoding/indexValueBudget(type:property:primaryKey:)``), and a property whose names leave no room has
-        /// no index entries, so that every key fits LMDB's limit.
-        case bounded
-        /// Replica formats 1-3: every indexed property has entries, and values keep their first 200 bytes whatever
-        /// the names and primary key (some such keys did not fit, and their writes failed). What a replica of an
-        /// earlier format, opened read-only, holds.
-        case legacy
-    }
-
     /// An indexed property that has index entries, with its values' budget in its index keys.
     public struct IndexedProperty: Hashable, Sendable {
         /// The property.
@@ -229,44 +212,28 @@ public struct ViewStore: Sendable {
         public var valueBudget: Int
     }
 
-    /// The budget of `property`'s values in its index keys under `encoding`, or `nil` when it has no index entries:
-    /// it is not indexed, is a list, is the primary key (the record key answers for it), or (``IndexKeyEncoding/bounded``)
-    /// its index keys would have no room for its values. Writes, rebuilds, `verify` and the query planner all decide
-    /// by this function.
-    public static func indexValueBudget(of property: Property, in type: ObjectSchema, encoding: IndexKeyEncoding) -> Int? {
+    /// The budget of `property`'s values in its index keys, or `nil` when it has no index entries: it is not
+    /// indexed, is a list, is the primary key (the record key answers for it), or its index keys would have no room
+    /// for its values. String, data and link values keep what the budget leaves room for
+    /// (``KeyEncoding/indexValueBudget(type:property:primaryKey:)``), so that every key fits LMDB's limit. Writes,
+    /// rebuilds, `verify` and the query planner all decide by this function.
+    public static func indexValueBudget(of property: Property, in type: ObjectSchema) -> Int? {
         guard property.isIndexed, !property.isList, property.name != type.primaryKey else { return nil }
-        guard encoding == .bounded else { return KeyEncoding.unboundedIndexValueBudget }
         var keyType: ScalarType?
         if let key = type.primaryKeyProperty, case .scalar(let scalar) = key.kind { keyType = scalar }
         return KeyEncoding.indexValueBudget(type: type.name, property: property.name, primaryKey: keyType)
     }
 
-    /// The properties of `type` that have index entries under `encoding` (``indexValueBudget(of:in:encoding:)``), in
-    /// declaration order.
-    public static func indexedProperties(of type: ObjectSchema, encoding: IndexKeyEncoding) -> [IndexedProperty] {
+    /// The properties of `type` that have index entries (``indexValueBudget(of:in:)``), in declaration order.
+    public static func indexedProperties(of type: ObjectSchema) -> [IndexedProperty] {
         type.properties.compactMap { property in
-            indexValueBudget(of: property, in: type, encoding: encoding).map {
+            indexValueBudget(of: property, in: type).map {
                 IndexedProperty(property: property, valueBudget: $0)
             }
         }
     }
 
-    /// Whether some index key of `type` may differ between the two encodings: some indexed property has no entries
-    /// in format 4, or a string, data or link property has a budget below what formats 1-3 kept (values of fixed size
-    /// encode alike under any budget).
-    public static func indexKeysMayDiffer(ofType type: ObjectSchema) -> Bool {
-        let legacy = indexedProperties(of: type, encoding: .legacy)
-        let bounded = indexedProperties(of: type, encoding: .bounded)
-        guard legacy.map(\.property.name) == bounded.map(\.property.name) else { return true }
-        return bounded.contains { indexed in
-            switch indexed.property.kind {
-            case .scalar(.string), .scalar(.data), .link: indexed.valueBudget < KeyEncoding.unboundedIndexValueBudget
-            default: false
-            }
-        }
-    }
-
-    /// The index keys of a record's values of `properties` (from ``indexedProperties(of:encoding:)``); none for a
+    /// The index keys of a record's values of `properties` (from ``indexedProperties(of:)``); none for a
     /// missing record or a tombstone.
     public static func indexKeys(
         _ record: ObjectRecord?, key: RecordKey, type: ObjectSchema, properties: [IndexedProperty], schema: Schema
@@ -303,7 +270,7 @@ public struct ViewStore: Sendable {
         }
         for key in stale { try transaction.delete(indexes, key: key) }
         guard let type = schema[type: typeName] else { return }
-        let indexed = Self.indexedProperties(of: type, encoding: indexKeyEncoding)
+        let indexed = Self.indexedProperties(of: type)
         if indexed.isEmpty { return }
         var fresh: [[UInt8]] = []
         try scanRecords(ofType: typeName, in: transaction) { primaryKey, record in
@@ -312,34 +279,6 @@ public struct ViewStore: Sendable {
             return true
         }
         for key in fresh { try putIndexEntry(key, in: transaction) }
-    }
-
-    /// Rewrites the index entries of `typeName` that replica formats 1-3 wrote otherwise than format 4
-    /// (``IndexKeyEncoding``): for each record, the keys of the one encoding that the other lacks are removed and
-    /// the other's stored. Entries that do not differ (nearly all) are not touched, and only the differing ones are
-    /// held in memory. For raising a replica to format 4; a no-op for types whose keys cannot differ
-    /// (``indexKeysMayDiffer(ofType:)``).
-    public func reencodeLegacyIndexes(ofType typeName: String, schema: Schema, in transaction: WriteTransaction) throws {
-        guard let type = schema[type: typeName], Self.indexKeysMayDiffer(ofType: type) else { return }
-        let legacy = Self.indexedProperties(of: type, encoding: .legacy)
-        let bounded = Self.indexedProperties(of: type, encoding: .bounded)
-        var stale: [[UInt8]] = []
-        var fresh: [[UInt8]] = []
-        try scanRecords(ofType: typeName, in: transaction) { primaryKey, record in
-            let key = RecordKey(type: typeName, primaryKey: primaryKey)
-            let old = Self.indexKeys(record, key: key, type: type, properties: legacy, schema: schema)
-            let new = Self.indexKeys(record, key: key, type: type, properties: bounded, schema: schema)
-            if old != new {
-                stale.append(contentsOf: old.subtracting(new))
-                fresh.append(contentsOf: new.subtracting(old))
-            }
-            return true
-        }
-        // A legacy key over LMDB's limit was never stored: its write failed.
-        for key in stale.sorted(by: { $0.lexicographicallyPrecedes($1) }) where key.count <= KeyEncoding.maximumKeyBytes {
-            try transaction.delete(indexes, key: key)
-        }
-        for key in fresh.sorted(by: { $0.lexicographicallyPrecedes($1) }) { try putIndexEntry(key, in: transaction) }
     }
 
     /// Stores the schema.

@@ -46,9 +46,10 @@ struct NotAReplicaTests {
 
     @Test func aNewerFormatExits66NamingBothFormats() throws {
         let fixture = try ChatFixture()
-        // The identity record is the key "format" followed by its one-byte value in an LMDB leaf node.
-        let patched = try patchDataFile(fixture.path, find: Array("format".utf8) + [Replica.formatVersion]) { bytes, offset in
-            bytes[offset + 6] = Replica.formatVersion + 1
+        // The identity record is the key "replicaFormat" followed by its one-byte value in an LMDB leaf node.
+        let key = Array("replicaFormat".utf8)
+        let patched = try patchDataFile(fixture.path, find: key + [Replica.formatVersion]) { bytes, offset in
+            bytes[offset + key.count] = Replica.formatVersion + 1
         }
         #expect(patched > 0)
         for subcommand in [["info"], ["list"], ["verify"]] {
@@ -56,9 +57,8 @@ struct NotAReplicaTests {
             #expect(run.status == 66, "\(run)")
             #expect(
                 run.stderr
-                    == "Error: \(fixture.path) was written in replica format \(Replica.formatVersion + 1); this build reads "
-                    + "format \(Replica.formatVersion). Upgrade "
-                    + "Tributary to open it\n")
+                    == "Error: \(fixture.path) was written in replica format \(Replica.formatVersion + 1) by a newer release "
+                    + "of Tributary; this build reads format \(Replica.formatVersion). Upgrade Tributary to open it\n")
         }
     }
 }

@@ -1,7 +1,7 @@
 import Testing
 
-/// The full `--help` of the tool and of each subcommand (STYLE.md 2.8: CLIs assert full help, stdout and exit
-/// code). A change to an option or to the documented columns shows up here.
+/// The full `--help` of the tool and of each subcommand, asserted whole, as its stdout and exit code are. A change
+/// to an option or to the documented columns shows up here.
 @Suite("tributary-log --help")
 struct HelpTests {
     @Test("Help text", arguments: HelpText.all)

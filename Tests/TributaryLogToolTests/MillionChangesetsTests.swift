@@ -8,7 +8,7 @@ import TributaryTestSupport
     import Glibc
 #endif
 
-/// `list`, `export` and `verify` on a log of 1,000,000 changesets run in bounded memory (issue 6). Deep only
+/// `list`, `export` and `verify` on a log of 1,000,000 changesets run in bounded memory. Deep only
 /// (`TRIBUTARY_DEEP=1`): building the log takes minutes in a debug build.
 ///
 /// - `TRIBUTARY_LOG_CHANGESETS`: the log's length (default 1,000,000).

@@ -17,7 +17,7 @@ struct InfoTests {
             run.stdout == #"""
                 replica           00000000000000a1
                 directory         \#(fixture.path)
-                format            7 (this build reads up to 7)
+                format            1
                 schema            version 1, 4 types (2 embedded)
                 changesets        7 (last local sequence 7)
                 instructions      19
@@ -40,7 +40,7 @@ struct InfoTests {
         #expect(run.status == 0, "\(run)")
         #expect(
             run.stdout == #"""
-                {"replica":"00000000000000a1","directory":"\#(fixture.path)","formatVersion":7,"schemaVersion":1,"types":4,"changesets":7,"instructions":19,"lastLocalSequence":7,"logStoredBytes":\#(fixture.summary.log.storedBytes),"logUncompressedBytes":\#(fixture.summary.log.uncompressedBytes),"compressionRatio":\#(fixture.ratioJSON),"versionVector":[{"replica":"00000000000000a1","originSequence":5},{"replica":"00000000000000b2","originSequence":2}],"storageUsedBytes":\#(fixture.storageUsedBytes),"objects":[{"type":"ChatMessage","count":0},{"type":"User","count":3}]}
+                {"replica":"00000000000000a1","directory":"\#(fixture.path)","formatVersion":1,"schemaVersion":1,"types":4,"changesets":7,"instructions":19,"lastLocalSequence":7,"logStoredBytes":\#(fixture.summary.log.storedBytes),"logUncompressedBytes":\#(fixture.summary.log.uncompressedBytes),"compressionRatio":\#(fixture.ratioJSON),"versionVector":[{"replica":"00000000000000a1","originSequence":5},{"replica":"00000000000000b2","originSequence":2}],"storageUsedBytes":\#(fixture.storageUsedBytes),"objects":[{"type":"ChatMessage","count":0},{"type":"User","count":3}]}
 
                 """#)
     }
@@ -281,9 +281,33 @@ struct ReplayTests {
         #expect(past.status == 66, "\(past)")
         #expect(past.stderr == "Error: the log has no entry 8: it holds local sequences 1 through 7\n")
 
-        let missing = try runTool(["replay", fixture.path])
-        #expect(missing.status == 64, "\(missing)")
-        #expect(missing.stderr.hasPrefix("Error: Missing expected argument '--to <to>'\n"))
+        let whole = try runTool(["replay", fixture.path])
+        #expect(whole.status == 0, "\(whole)")
+        #expect(whole.stdout.hasPrefix("state as of local sequence 7 (the log holds 7)\n"), "\(whole)")
+    }
+
+    @Test func rebuildsADevelopmentBuildsReplicaFromItsLog() throws {
+        let fixture = try ChatFixture()
+        let source = try Replica.open(directory: fixture.path)
+        let expected = try source.objects(asOf: 7).objects
+        source.close()
+        let old = fixture.directory.appending("old")
+        try FileManager.default.copyItem(atPath: fixture.path, toPath: old)
+        try StoredFormat.markAsDevelopmentBuild(old)
+
+        let refused = try runTool(["info", old])
+        #expect(refused.status == 66, "\(refused)")
+        #expect(refused.stderr.contains("development build"), "\(refused)")
+        #expect(refused.stderr.contains("tributary-log replay \(old) --out"), "\(refused)")
+
+        let out = fixture.directory.appending("rebuilt")
+        let run = try runTool(["replay", old, "--out", out])
+        #expect(run.status == 0, "\(run)")
+        #expect(run.stdout.hasSuffix(" to \(out): 7 changesets, 4 objects\n"), "\(run)")
+        let copy = try Replica.open(directory: out)
+        defer { copy.close() }
+        #expect(try copy.objects("ChatMessage") + copy.objects("User") == expected)
+        #expect(try copy.verify().passed)
     }
 }
 

@@ -3,7 +3,7 @@ import Testing
 import TributaryMerge
 import TributaryModel
 
-// MARK: - Seeded randomness (RELIABILITY.md §5; the same generator as TributaryModelTests' fuzzers)
+// MARK: - Seeded randomness (the same generator as TributaryModelTests' fuzzers)
 
 /// `TRIBUTARY_SEED` (decimal, or hexadecimal with `0x`) when set, else a seed from the clock; printed with the
 /// command that replays the run.
@@ -133,7 +133,7 @@ private enum RecordSamples {
 
 // MARK: - Tests
 
-@Suite("Object record decoder fuzzing (RELIABILITY.md F1)") struct RecordFuzzTests {
+@Suite("Object record decoder fuzzing") struct RecordFuzzTests {
     @Test("Sample records round-trip")
     func samplesRoundTrip() throws {
         for record in RecordSamples.records {
@@ -158,7 +158,7 @@ private enum RecordSamples {
     func fuzzRecordDecoder() {
         var random = seededGenerator(label: "RecordFuzzTests.fuzzRecordDecoder")
         let corpus = RecordSamples.records.map { $0.encoded() }
-        // Half of RELIABILITY.md F1's 100,000 per run; the changeset decoder (TributaryModelTests) takes the rest.
+        // Half of the 100,000 decoder fuzz inputs per run; the changeset decoder (TributaryModelTests) takes the rest.
         let count = ProcessInfo.processInfo.environment["TRIBUTARY_FUZZ_COUNT"].flatMap { Int($0) } ?? 50_000
         var decoded = 0
         var errors: [String: Int] = [:]
@@ -291,7 +291,7 @@ private enum RecordSamples {
         #expect(agreedValues > count / 10)
     }
 
-    /// One mutation (RELIABILITY.md F1): bit flip, byte set, truncate, extend, splice, or a length field set to
+    /// One mutation: bit flip, byte set, truncate, extend, splice, or a length field set to
     /// 0, -1, 2^31 or 2^63.
     private func mutate(_ bytes: inout [UInt8], corpus: [[UInt8]], random: inout SplitMix64) {
         switch random.below(6) {

@@ -381,7 +381,7 @@ private func decodingError(
         #expect(error?.code == .limitExceeded)
         #expect(error?.message == "changeset: instruction count 11 is over the limit of 10")
 
-        // RELIABILITY.md S2: 10^6 instructions hit the default cap of 500,000, before any is read.
+        // A hostile count: 10^6 instructions hit the default cap of 500,000, before any is read.
         var writer = handMadeHeader()
         writer.varint(UInt64(1_000_000))
         writer.raw([UInt8](repeating: 6, count: 16))  // a few setSchemaVersion tags; far fewer than declared
@@ -423,7 +423,7 @@ private func decodingError(
         let overLimit = decodingError(setChangeset(valueBytes: nestedListValue(depth: 33)))
         #expect(overLimit?.code == .limitExceeded)
         #expect(overLimit?.message == "changeset: values nest deeper than 32 levels")
-        // RELIABILITY.md S2: depth 100,000.
+        // A hostile nesting: depth 100,000.
         #expect(decodingError(setChangeset(valueBytes: nestedListValue(depth: 100_000)))?.code == .limitExceeded)
         // Embedded objects count too.
         var embedded: [UInt8] = []

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TributaryModel
 
-// MARK: - Seeded randomness (RELIABILITY.md §5: one PRNG, seeded from TRIBUTARY_SEED and printed)
+// MARK: - Seeded randomness (one PRNG, seeded from TRIBUTARY_SEED and printed)
 
 enum FuzzRandom {
     /// The run's seed: `TRIBUTARY_SEED` (decimal, or hexadecimal with `0x`) when set, else one drawn from the
@@ -36,7 +36,7 @@ enum FuzzRandom {
     }
 }
 
-/// Makes fuzz inputs (RELIABILITY.md F1): 20% random bytes (0-4 KiB), 80% mutations of valid encodings (bit
+/// Makes fuzz inputs: 20% random bytes (0-4 KiB), 80% mutations of valid encodings (bit
 /// flip, byte set, truncate, extend, splice, a length field set to 0, -1, 2^31 or 2^63), one to three each.
 struct FuzzMutator {
     var random: SplitMix64
@@ -113,14 +113,14 @@ struct FuzzTally {
 
 // MARK: - The changeset decoder
 
-@Suite("Changeset decoder fuzzing (RELIABILITY.md F1)") struct ChangesetFuzzTests {
+@Suite("Changeset decoder fuzzing") struct ChangesetFuzzTests {
     @Test("Random and mutated changesets give a value or a ChangesetDecodingError, never a trap")
     func fuzzChangesetDecoder() {
         var mutator = FuzzMutator(
             random: FuzzRandom.seeded(label: "ChangesetFuzzTests.fuzzChangesetDecoder"),
             corpus: ChangesetSamples.changesets.map(ChangesetCodec.encode)
         )
-        // Half of RELIABILITY.md F1's 100,000 per run; the object record decoder takes the other half.
+        // Half of the 100,000 decoder fuzz inputs per run; the object record decoder takes the other half.
         let count = FuzzRandom.count(default: 50_000)
         var tally = FuzzTally()
         var resealedCount = 0

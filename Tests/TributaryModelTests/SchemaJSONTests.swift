@@ -2,9 +2,9 @@ import Foundation
 import Testing
 import TributaryModel
 
-// The seeds' schemas, copied verbatim from the articles in shared/seeds/.
+// Schemas as MongoDB Atlas App Services prints them (JSON Schema), copied verbatim from published articles.
 
-/// 003_b0a9a23809319efc.txt (RChat flexible sync): the User schema.
+/// The RChat sample app (flexible sync): the User schema.
 private let userJSON = #"""
     {
       "bsonType": "object",
@@ -105,7 +105,7 @@ private let userJSON = #"""
     }
     """#
 
-/// 003_b0a9a23809319efc.txt: the Chatster schema.
+/// RChat: the Chatster schema.
 private let chatsterJSON = #"""
     {
       "bsonType": "object",
@@ -157,7 +157,7 @@ private let chatsterJSON = #"""
     }
     """#
 
-/// 003_b0a9a23809319efc.txt: the ChatMessage schema.
+/// RChat: the ChatMessage schema.
 private let chatMessageJSON = #"""
     {
       "bsonType": "object",
@@ -220,7 +220,7 @@ private let chatMessageJSON = #"""
     }
     """#
 
-/// 000_38f003d599e0420c.txt (synced schema changes): ChatMessage with `isHighPriority`.
+/// An article on changing a synced schema: ChatMessage with `isHighPriority`.
 private let chatMessageV1JSON = #"""
     {
        "bsonType": "object",
@@ -283,7 +283,7 @@ private let chatMessageV1JSON = #"""
      }
     """#
 
-/// 000_38f003d599e0420c.txt: the partner type ChatMessageV2, with `author` required.
+/// The same article: the partner type ChatMessageV2, with `author` required.
 private let chatMessageV2JSON = #"""
     {
        "bsonType": "object",
@@ -347,8 +347,8 @@ private let chatMessageV2JSON = #"""
      }
     """#
 
-/// 002_e6683a883a045ec1.txt: the Project schema, as the article prints it (code-block line markers "_13" included).
-private let projectSeedLine =
+/// A Project schema, as its article prints it (code-block line markers "_13" included).
+private let projectSchemaLine =
     #"_13{_13 "title": "Project",_13 "bsonType": "object",_13 "required": ["isPinned"],_13 "properties": {_13 "_id": {_13 "bsonType": "uuid"_13 },_13 "isPinned": {_13 "bsonType": "bool"_13 }_13 }_13}"#
 
 // MARK: - Helpers
@@ -375,11 +375,11 @@ private func parseError(_ json: String) -> SchemaError? {
 
 private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(separator: ",\n") + "\n]" }
 
-// MARK: - Seeds
+// MARK: - Published schemas
 
 @Suite("App Services JSON schemas") struct SchemaJSONTests {
-    @Test("The seed's User schema: nested objects become embedded types, arrays lists")
-    func userSeed() throws {
+    @Test("RChat's User schema: nested objects become embedded types, arrays lists")
+    func rchatUserSchema() throws {
         let schema = try Schema(json: userJSON)
         #expect(schema.types.map(\.name) == ["Conversation", "Member", "Photo", "User", "UserPreferences"])
 
@@ -428,8 +428,8 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
         #expect(schema.version == 0)
     }
 
-    @Test("The seed's User, Chatster and ChatMessage together share one Photo")
-    func rchatSeeds() throws {
+    @Test("RChat's User, Chatster and ChatMessage together share one Photo")
+    func rchatSchemas() throws {
         let schema = try Schema(json: array(userJSON, chatsterJSON, chatMessageJSON), version: 3)
         #expect(
             schema.types.map(\.name) == [
@@ -454,8 +454,8 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
         )
     }
 
-    @Test("The schema-change seed: ChatMessage with isHighPriority, and ChatMessageV2 with a required author")
-    func schemaChangeSeeds() throws {
+    @Test("The schema-change article: ChatMessage with isHighPriority, and ChatMessageV2 with a required author")
+    func schemaChangeSchemas() throws {
         let schema = try Schema(json: array(chatMessageV1JSON, chatMessageV2JSON))
         #expect(schema.types.map(\.name) == ["ChatMessage", "ChatMessageV2", "Photo"])
         let v1 = try #require(schema[type: "ChatMessage"])
@@ -467,10 +467,10 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
         #expect(v1.properties.map(\.name) == v2.properties.map(\.name))
     }
 
-    @Test("The Project seed: _id is the primary key and required even though `required` omits it")
-    func projectSeed() throws {
+    @Test("The Project schema: _id is the primary key and required even though `required` omits it")
+    func projectSchema() throws {
         // The article shows the code block with its line markers ("_13"); they stand for line breaks.
-        let json = projectSeedLine.replacingOccurrences(of: "_13", with: "\n")
+        let json = projectSchemaLine.replacingOccurrences(of: "_13", with: "\n")
         let schema = try Schema(json: json)
         #expect(
             schema.types == [
@@ -525,11 +525,11 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
 
     // MARK: - Round trips
 
-    @Test("Round trip of every seed schema", arguments: 0..<6)
-    func seedRoundTrip(index: Int) throws {
+    @Test("Round trip of every published schema", arguments: 0..<6)
+    func publishedSchemaRoundTrip(index: Int) throws {
         let inputs = [
             userJSON, chatsterJSON, chatMessageJSON, array(userJSON, chatsterJSON, chatMessageJSON),
-            array(chatMessageV1JSON, chatMessageV2JSON), projectSeedLine.replacingOccurrences(of: "_13", with: "\n"),
+            array(chatMessageV1JSON, chatMessageV2JSON), projectSchemaLine.replacingOccurrences(of: "_13", with: "\n"),
         ]
         let schema = try Schema(json: inputs[index], version: 7)
         let text = schema.jsonString()
@@ -970,7 +970,7 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
         #expect(badKey?.code == .invalidPrimaryKey)
     }
 
-    // MARK: - Fuzzing (RELIABILITY.md F1: schema JSON)
+    // MARK: - Fuzzing
 
     @Test("Mutated schema JSON gives a schema or a SchemaError, never a trap")
     func fuzzSchemaJSON() throws {

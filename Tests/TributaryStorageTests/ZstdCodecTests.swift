@@ -116,7 +116,7 @@ private func compressionError(
 }
 
 private let mebibyte = 1 << 20
-private let limit = 16 << 20  // RELIABILITY.md S1: 16 MiB per changeset
+private let limit = 16 << 20  // 16 MiB per changeset
 
 // MARK: - Tests
 
@@ -162,9 +162,9 @@ private let limit = 16 << 20  // RELIABILITY.md S1: 16 MiB per changeset
         if case .success(let bytes) = withoutDictionary { #expect(bytes != sampleContent(300, salt: 2)) }
     }
 
-    // MARK: S1: zstd bombs (RELIABILITY.md)
+    // MARK: zstd bombs
 
-    @Test("S1: a small frame declaring 256 MiB is refused before decoding")
+    @Test("zstd bomb: a small frame declaring 256 MiB is refused before decoding")
     func declared256MiB() throws {
         let bomb = try streamCompress([UInt8](repeating: 0, count: 64 << 10), repeats: 4_096, pledgedSize: 256 << 20)
         #expect(bomb.count < 16 << 10, "the bomb is \(bomb.count) bytes")
@@ -173,7 +173,7 @@ private let limit = 16 << 20  // RELIABILITY.md S1: 16 MiB per changeset
         #expect(error?.message == "zstd frame declares 268435456 bytes of content, over the limit of 16777216 bytes")
     }
 
-    @Test("S1: the same frame without a content size is refused")
+    @Test("zstd bomb: the same frame without a content size is refused")
     func withoutContentSize() throws {
         let bomb = try streamCompress(
             [UInt8](repeating: 0, count: 64 << 10),
@@ -190,7 +190,7 @@ private let limit = 16 << 20  // RELIABILITY.md S1: 16 MiB per changeset
         #expect(compressionError(small)?.code == .unknownContentSize)
     }
 
-    @Test("S1: a content size patched smaller or larger than the content is refused")
+    @Test("zstd bomb: a content size patched smaller or larger than the content is refused")
     func patchedContentSize() throws {
         let content = sampleContent(100_000)
         let frame = try ZstdCodec().compress(content)
@@ -214,7 +214,7 @@ private let limit = 16 << 20  // RELIABILITY.md S1: 16 MiB per changeset
         }
     }
 
-    @Test("S1: two concatenated frames are refused")
+    @Test("zstd bomb: two concatenated frames are refused")
     func concatenatedFrames() throws {
         let codec = ZstdCodec()
         let first = try codec.compress(sampleContent(1_000))
@@ -227,7 +227,7 @@ private let limit = 16 << 20  // RELIABILITY.md S1: 16 MiB per changeset
         )
     }
 
-    @Test("S1: trailing bytes after the frame are refused", arguments: [1, 7, 4_096])
+    @Test("zstd bomb: trailing bytes after the frame are refused", arguments: [1, 7, 4_096])
     func trailingBytes(count: Int) throws {
         let frame = try ZstdCodec().compress(sampleContent(1_000))
         let error = compressionError(frame + [UInt8](repeating: 0xAB, count: count))
@@ -237,7 +237,7 @@ private let limit = 16 << 20  // RELIABILITY.md S1: 16 MiB per changeset
         )
     }
 
-    @Test("S1: a skippable frame is refused, alone or before a real frame")
+    @Test("zstd bomb: a skippable frame is refused, alone or before a real frame")
     func skippableFrame() throws {
         let payload = sampleContent(64)
         var skippable = [UInt8](repeating: 0, count: payload.count + 8)
@@ -254,7 +254,7 @@ private let limit = 16 << 20  // RELIABILITY.md S1: 16 MiB per changeset
         #expect(compressionError(skippable + (try ZstdCodec().compress(payload)))?.code == .skippableFrame)
     }
 
-    @Test("S1: window log 31 is refused, from libzstd and by hand")
+    @Test("zstd bomb: window log 31 is refused, from libzstd and by hand")
     func windowLog31() throws {
         // libzstd writes a 2 GiB window when it cannot learn the size: streamed, with no pledged size.
         let content = sampleContent(1_000)
@@ -295,7 +295,7 @@ private let limit = 16 << 20  // RELIABILITY.md S1: 16 MiB per changeset
         #expect(compressionError(handMadeFrame(windowDescriptor: 18 << 3, content: content))?.code == .windowTooLarge)
     }
 
-    @Test("S1: every vector is refused in under 10 ms and without growing resident memory by 64 MiB")
+    @Test("zstd bomb: every vector is refused in under 10 ms and without growing resident memory by 64 MiB")
     func bombsAreCheap() throws {
         let zeros = [UInt8](repeating: 0, count: 64 << 10)
         let declared = try streamCompress(zeros, repeats: 4_096, pledgedSize: 256 << 20)

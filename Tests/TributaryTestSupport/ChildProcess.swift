@@ -11,8 +11,9 @@ public import TributaryModel
     import Darwin
 #endif
 
-// Helpers for the storage-fault suites (RELIABILITY.md, D1-D7): the seeded write workload the crash child runs,
-// digests of a replica's state and log, and a child-process runner that reads the child's lines as they come.
+// Helpers for the storage-fault suites (crash, storage faults, disk full, map growth, corruption): the seeded write
+// workload the crash child runs, digests of a replica's state and log, and a child-process runner that reads the
+// child's lines as they come.
 
 /// Whether the long versions of the reliability suites run (`TRIBUTARY_DEEP=1`).
 public enum Deep {
@@ -273,7 +274,7 @@ public final class ChildProcess: Sendable {
             } catch let error as NSError where error.domain == NSPOSIXErrorDomain && error.code == Int(EBADF) && attempt < 5 {
                 // Foundation's Process asks posix_spawn to close every descriptor it saw open; one that another
                 // thread closed meanwhile (a test running beside this one) fails the spawn with EBADF. Nothing was
-                // started: try again. A deep D7 run, thousands of spawns, met it twice in half an hour.
+                // started: try again. A deep corruption run, thousands of spawns, met it twice in half an hour.
                 attempt += 1
             }
             try? errorHandle.close()

@@ -1,5 +1,7 @@
 import Foundation
 import Synchronization
+import Tributary
+import TributaryStorage
 public import TributaryModel
 
 /// A fresh directory under the system's temporary directory, removed when the value is released.
@@ -41,7 +43,7 @@ public final class ManualClock: WallClock {
     public func set(milliseconds: UInt64) { now.withLock { $0 = milliseconds } }
 }
 
-/// Schemas used across tests: a chat app in the shape of the seed articles.
+/// Schemas used across tests: a chat app in the shape of the RChat sample app.
 public enum Fixtures {
     public static let chatSchema = Schema(
         version: 1,
@@ -115,5 +117,31 @@ private final class BodyHandOver: @unchecked Sendable {
         guard let body else { return .success(()) }
         self.body = nil
         return Result { try body() }
+    }
+}
+
+/// Replica directories as other builds of Tributary leave them.
+public enum StoredFormat {
+    /// Rewrites the identity of the replica in `directory` (closed) as a development build before 0.1.0 stored it:
+    /// its format number under the development key, and none under the release key.
+    public static func markAsDevelopmentBuild(_ directory: String, developmentFormat: UInt8 = 7) throws {
+        try editIdentity(directory) { txn, identity in
+            _ = try txn.delete(identity, key: ReplicaFormat.key)
+            try txn.put(identity, key: ReplicaFormat.developmentKey, value: [developmentFormat])
+        }
+    }
+
+    /// Records `format` as the format of the replica in `directory` (closed).
+    public static func setFormat(_ directory: String, _ format: UInt8) throws {
+        try editIdentity(directory) { txn, identity in try txn.put(identity, key: ReplicaFormat.key, value: [format]) }
+    }
+
+    private static func editIdentity(
+        _ directory: String, _ edit: (TributaryStorage.WriteTransaction, Database) throws -> Void
+    ) throws {
+        let environment = try Environment.open(path: directory)
+        defer { environment.close() }
+        let identity = try environment.openDatabases([Replica.identityDatabase])[0]
+        try environment.write { txn in try edit(txn, identity) }
     }
 }

@@ -6,19 +6,21 @@ import TributaryModel
 import TributarySimulator
 import TributaryTestSupport
 
-/// RELIABILITY.md M1-M3 and M2, in their bounded CI versions. The long versions: `tributary-sim --seeds 1-10000`.
+/// Convergence under faults (simulator seeds match the oracle and the reference model, and every replica's views
+/// equal a replay of its log) and order independence, in their bounded CI versions. The long versions:
+/// `tributary-sim --seeds 1-10000`.
 @Suite("Convergence")
 struct ConvergenceTests {
     static var deep: Bool { ProcessInfo.processInfo.environment["TRIBUTARY_DEEP"] == "1" }
 
-    @Test("M1: 300 simulator seeds converge, verify, and match the oracle and the reference model")
+    @Test("300 simulator seeds converge, verify, and match the oracle and the reference model")
     func simulatorSeedsConverge() async throws {
         try await Self.runSeeds(count: Self.deep ? 2000 : 300) { configuration in
             configuration.replicas = 3 + Int(configuration.seed % 3)  // apps: one with 3 replicas, two with 4 or 5
         }
     }
 
-    @Test("M1 with an app that also syncs directly with a peer: 60 seeds of 5 replicas converge")
+    @Test("With an app that also syncs directly with a peer: 60 simulator seeds of 5 replicas converge")
     func simulatorSeedsConvergeWithAppPeerLink() async throws {
         try await Self.runSeeds(count: Self.deep ? 400 : 60) { configuration in
             configuration.replicas = 5
@@ -54,7 +56,7 @@ struct ConvergenceTests {
         }
     }
 
-    @Test("M2: concurrent changesets applied in every order give one state")
+    @Test("Concurrent changesets applied in every order give one state")
     func everyOrderGivesOneState() async throws {
         try await offThePool {
             var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 2))

@@ -14,7 +14,7 @@ import TributaryTestSupport
     import Darwin
 #endif
 
-/// RELIABILITY.md, D1: a writer killed with SIGKILL at a random moment loses no acknowledged commit, in every
+/// A writer killed with SIGKILL at a random moment loses no acknowledged commit, in every
 /// durability mode.
 ///
 /// `tributary-crash-child` runs seeded random write transactions (1-500 operations with list edits, one in 20 a
@@ -28,7 +28,7 @@ import TributaryTestSupport
 ///
 /// `TRIBUTARY_SEED` replays a run's workloads (kill timing is real time, so not exactly); `TRIBUTARY_DEEP=1` runs
 /// 2,001 kills instead of 300.
-@Suite("D1 kill -9", .serialized)
+@Suite("Crash (kill -9)", .serialized)
 struct CrashTests {
     enum Mode: String, CaseIterable, Sendable, CustomTestStringConvertible {
         case full, relaxed, none
@@ -88,9 +88,9 @@ struct CrashTests {
     /// `TRIBUTARY_SEED`, or one drawn from the clock (and printed) per test process.
     static let baseSeed = SplitMix64.seedFromEnvironment(default: UInt64(UInt32(truncatingIfNeeded: time(nil))))
 
-    /// Kills per durability mode; `TRIBUTARY_D1_KILLS` overrides.
+    /// Kills per durability mode; `TRIBUTARY_CRASH_KILLS` overrides.
     static let killsPerMode =
-        ProcessInfo.processInfo.environment["TRIBUTARY_D1_KILLS"].flatMap(Int.init) ?? Deep.count(ci: 100, deep: 667)
+        ProcessInfo.processInfo.environment["TRIBUTARY_CRASH_KILLS"].flatMap(Int.init) ?? Deep.count(ci: 100, deep: 667)
 
     @Test("kill -9 loses no acknowledged commit", arguments: Mode.allCases)
     func killedWriterLosesNoAcknowledgedCommit(mode: Mode) async throws {
@@ -98,7 +98,7 @@ struct CrashTests {
             let child = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
             let baseSeed = Self.baseSeed
             var random = SplitMix64(seed: baseSeed ^ UInt64(mode.rawValue.hashValueStable))
-            print("D1 [\(mode)] base seed \(baseSeed) (TRIBUTARY_SEED=\(baseSeed) replays the workloads)")
+            print("crash [\(mode)] base seed \(baseSeed) (TRIBUTARY_SEED=\(baseSeed) replays the workloads)")
             let started = Date()
             var kills = 0
             var acked = 0
@@ -126,7 +126,7 @@ struct CrashTests {
                     acked += outcome.acks
                     if outcome.inFlight { inFlightSeen += 1 }
                     print(
-                        "D1 [\(mode)] run \(run).\(generation) seed \(seed): killed \(plan); \(outcome.acks) acks, "
+                        "crash [\(mode)] run \(run).\(generation) seed \(seed): killed \(plan); \(outcome.acks) acks, "
                             + "log ended at seq \(knownLast - 1)\(outcome.inFlight ? " (one unacked commit, complete)" : ""); "
                             + "checked, one more written")
                     if outcome.failed { return }
@@ -134,14 +134,14 @@ struct CrashTests {
             }
             let seconds = Date().timeIntervalSince(started)
             print(
-                "D1 [\(mode)] \(kills) kills, \(acked) acknowledged commits checked, \(inFlightSeen) in-flight commits "
+                "crash [\(mode)] \(kills) kills, \(acked) acknowledged commits checked, \(inFlightSeen) in-flight commits "
                     + "found complete, \(String(format: "%.1f", seconds)) s")
             #expect(kills >= Self.killsPerMode)
         }
     }
 
     /// The child's `hold-snapshot` mode: a reader killed while it holds a snapshot leaves its reader slot behind,
-    /// and the stale-reader check clears it (lmdb.h: stale readers make the file grow; RELIABILITY.md, D6 (1)).
+    /// and the stale-reader check clears it (lmdb.h: stale readers make the file grow).
     ///
     /// The replica stays open here while the child dies: when no process has the directory open, the next open
     /// resets LMDB's whole reader table, so there is no stale slot left to count.

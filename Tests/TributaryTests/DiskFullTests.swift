@@ -12,12 +12,12 @@ import TributaryTestSupport
     import Darwin
 #endif
 
-/// RELIABILITY.md, D4: a full disk is one named error (`.diskFull`, with the replica's path), loses no acknowledged
+/// A full disk is one named error (`.diskFull`, with the replica's path), loses no acknowledged
 /// commit, leaves the replica readable and verifiable, and the same open replica commits again once space is freed.
 ///
 /// Two ways to fill the disk: a real 8 MiB tmpfs (needs root; skipped with the reason otherwise), and a child process
 /// under `RLIMIT_FSIZE` with SIGXFSZ ignored, where LMDB sees a short write (EIO) or EFBIG.
-@Suite("D4 disk full", .serialized)
+@Suite("Disk full", .serialized)
 struct DiskFullTests {
     static func configuration() -> Replica.Configuration {
         var configuration = Replica.Configuration()
@@ -35,13 +35,13 @@ struct DiskFullTests {
     @Test("an 8 MiB tmpfs fills: .diskFull, nothing acknowledged lost, the same replica commits once space is freed")
     func tmpfsFills() async throws {
         try await offThePool {
-            let mountPoint = TemporaryDirectory("d4-tmpfs")
+            let mountPoint = TemporaryDirectory("disk-full-tmpfs")
             let rc = "size=8m".withCString { options in
                 mount("tmpfs", mountPoint.path, "tmpfs", 0, options)
             }
             if rc != 0 {
                 let reason = String(cString: strerror(errno))
-                print("D4 tmpfs: skipped, mount(2) of a tmpfs failed: \(reason) (needs root or CAP_SYS_ADMIN)")
+                print("disk full, tmpfs: skipped, mount(2) of a tmpfs failed: \(reason) (needs root or CAP_SYS_ADMIN)")
                 try Test.cancel("mount(2) of a tmpfs failed: \(reason); the RLIMIT_FSIZE variant still runs")
             }
             defer {
@@ -70,7 +70,7 @@ struct DiskFullTests {
                     }
                 }
                 let error = try #require(failures.first, "8 MiB of tmpfs never filled")
-                print("D4 tmpfs: full after \(acknowledged.count) commits, \(Self.freeBytes(mountPoint.path)) bytes free: \(error.message)")
+                print("disk full, tmpfs: full after \(acknowledged.count) commits, \(Self.freeBytes(mountPoint.path)) bytes free: \(error.message)")
                 #expect(error.code == .diskFull, "\(error.code): \(error.message)")
                 #expect(error.message.contains("disk full writing"), "\(error.message)")
                 #expect(error.message.contains("bytes free"), "\(error.message)")
@@ -118,7 +118,7 @@ struct DiskFullTests {
     func fileSizeLimit() async throws {
         try await offThePool {
             let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
-            let directory = TemporaryDirectory("d4-fsize")
+            let directory = TemporaryDirectory("disk-full-fsize")
             let limit = 3 << 20
             let child = try ChildProcess(
                 executable: executable,
@@ -136,7 +136,7 @@ struct DiskFullTests {
             let errors = lines.filter { $0.hasPrefix("ERROR") }
             #expect(errors.count == 1, "\(errors)")
             let error = try #require(errors.first)
-            print("D4 RLIMIT_FSIZE \(limit) bytes: \(error)")
+            print("disk full, RLIMIT_FSIZE \(limit) bytes: \(error)")
             #expect(error.hasPrefix("ERROR diskFull "), "the error is not named disk full: \(error)")
             #expect(error.contains(directory.path), "the error does not name the replica: \(error)")
             #expect(error.contains("disk space"), "the message does not say the disk is full: \(error)")
@@ -163,7 +163,7 @@ struct DiskFullTests {
             }
             #expect(try replica.verify().passed)
             let size = (try FileManager.default.attributesOfItem(atPath: directory.appending("data.mdb"))[.size] as? Int) ?? 0
-            print("D4 RLIMIT_FSIZE: \(before.count) commits before the limit, \(after.count) after; data.mdb is \(size) bytes")
+            print("disk full, RLIMIT_FSIZE: \(before.count) commits before the limit, \(after.count) after; data.mdb is \(size) bytes")
         }
     }
 }

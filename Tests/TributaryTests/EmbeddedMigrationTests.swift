@@ -203,7 +203,7 @@ struct EmbeddedMigrationTests {
         #expect(try again.object("Person", primaryKey: .int(1))?["age"] == 40)
     }
 
-    // Found in review of the first version of these migrations.
+    // Renames across versions, reused names, primary keys, and embedded types made top-level.
 
     func person(_ v: UInt64, _ names: [String]) -> Schema {
         Schema(version: v, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int)] + names.map { .scalar($0, .string, optional: true) })])
@@ -379,7 +379,7 @@ struct EmbeddedMigrationTests {
         #expect(try r.verify().passed)
     }
 
-    // Found in the second review.
+    // Values the migration writes: checked fields, later renames, changed link targets, re-created objects.
 
     @Test("A wrong value the migration writes into an embedded object fails it, naming the field; a fresh object clears the rest")
     func migrationWritesToEmbeddedAreChecked() throws {
@@ -518,7 +518,7 @@ struct EmbeddedMigrationTests {
         #expect(try field(v2, "c1", "street") == "s")
     }
 
-    // Found in the third review.
+    // Renames of values a step set or copied, in types becoming embedded and in embedded lists.
 
     @Test("A type becoming embedded has its properties renamed in objects already enumerated")
     func renameOfTypeBecomingEmbedded() throws {
@@ -656,7 +656,7 @@ struct EmbeddedMigrationTests {
         #expect(try field(v2, "c1", "city") == "1 Main St")
     }
 
-    // Found in the fourth review.
+    // Late renames of reused names and of links.
 
     @Test("A late rename of a name an earlier rename reused moves the right value: title to heading, subtitle to title, then title to label")
     func lateRenameOfReusedName() throws {

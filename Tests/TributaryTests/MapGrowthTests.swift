@@ -15,9 +15,9 @@ import TributaryTestSupport
     import Darwin
 #endif
 
-/// RELIABILITY.md, D5: the map starts small and grows by itself while readers hold snapshots; a transaction bigger
+/// The map starts small and grows by itself while readers hold snapshots; a transaction bigger
 /// than the cap fails with `.mapFull` and a larger cap lets it through; a map grown by another process is adopted.
-@Suite("D5 map growth", .serialized)
+@Suite("Map growth", .serialized)
 struct MapGrowthTests {
     /// A pool of compressible text (words from a small vocabulary), sliced for message texts without building
     /// strings word by word.
@@ -55,7 +55,7 @@ struct MapGrowthTests {
     @Test("1 MiB map grows to the 64 MiB cap under 60 MiB of writes while 8 readers hold snapshots")
     func growsUnderReaders() async throws {
         try await offThePool {
-            let directory = TemporaryDirectory("d5-grow")
+            let directory = TemporaryDirectory("map-growth-grow")
             var configuration = Replica.Configuration()
             configuration.durability = .none
             configuration.initialSize = 1 << 20
@@ -181,7 +181,7 @@ struct MapGrowthTests {
                 let size = replica.storageStatistics.mapSize
                 if size != sizes.last {
                     sizes.append(size)
-                    print("D5 map grew to \(size >> 20) MiB after \(written >> 20) MiB written, \(transactions) transactions, \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+                    print("map growth: grew to \(size >> 20) MiB after \(written >> 20) MiB written, \(transactions) transactions, \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
                 }
             }
             let seconds = Date().timeIntervalSince(started)
@@ -191,7 +191,7 @@ struct MapGrowthTests {
 
             let statistics = replica.storageStatistics
             print(
-                "D5 wrote \(written >> 20) MiB in \(transactions) transactions in \(String(format: "%.1f", seconds)) s; map "
+                "map growth: wrote \(written >> 20) MiB in \(transactions) transactions in \(String(format: "%.1f", seconds)) s; map "
                     + "\(sizes.map { "\($0 >> 20)" }.joined(separator: " -> ")) MiB, \(statistics.usedBytes >> 20) MiB used; "
                     + "\(shared.readsDone.load(ordering: .relaxed)) reads, \(shared.snapshotsHeld.load(ordering: .relaxed)) long snapshots")
             let found = shared.problems.withLock { $0 }
@@ -222,7 +222,7 @@ struct MapGrowthTests {
     @Test("back-to-back readers do not starve a write that grows the map")
     func growthIsNotStarvedByReaders() async throws {
         try await offThePool {
-            let directory = TemporaryDirectory("d5-starve")
+            let directory = TemporaryDirectory("map-growth-starve")
             var configuration = Replica.Configuration()
             configuration.durability = .none
             configuration.initialSize = 1 << 20
@@ -274,7 +274,7 @@ struct MapGrowthTests {
             while shared.finished.load(ordering: .relaxed) < threads.count { usleep(1_000) }
             while writesDone.finished.load(ordering: .relaxed) == 0 { usleep(1_000) }
             print(
-                "D5 starvation: \(writesInTime) of 64 writes done in \(String(format: "%.1f", seconds)) s while 4 readers ran "
+                "map growth, starvation: \(writesInTime) of 64 writes done in \(String(format: "%.1f", seconds)) s while 4 readers ran "
                     + "\(shared.readsDone.load(ordering: .relaxed)) reads; map \(replica.storageStatistics.mapSize >> 20) MiB")
             #expect(writesInTime == 64, "the writer was starved: \(writesInTime) of 64 writes in \(seconds) s while readers ran")
             #expect(writesDone.problems.withLock { $0 }.isEmpty)
@@ -285,7 +285,7 @@ struct MapGrowthTests {
     @Test("a transaction bigger than the cap fails with .mapFull naming both sizes; a larger cap lets it through")
     func transactionBiggerThanTheCap() async throws {
         try await offThePool {
-            let directory = TemporaryDirectory("d5-cap")
+            let directory = TemporaryDirectory("map-growth-cap")
             let cap = 8 << 20
             var configuration = Replica.Configuration()
             configuration.durability = .none
@@ -312,7 +312,7 @@ struct MapGrowthTests {
                     try replica.write(big)
                     Issue.record("a 12 MiB transaction committed under an 8 MiB cap")
                 } catch let error as TributaryError {
-                    print("D5 cap: \(error.message)")
+                    print("map growth, cap: \(error.message)")
                     #expect(error.code == .mapFull, "\(error.code): \(error.message)")
                     #expect(error.message.contains("\(cap)"), "the cap is not named: \(error.message)")
                     #expect(error.message.contains("maximum"), "\(error.message)")
@@ -340,7 +340,7 @@ struct MapGrowthTests {
     func mapGrownByAnotherProcess() async throws {
         try await offThePool {
             let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
-            let directory = TemporaryDirectory("d5-cross")
+            let directory = TemporaryDirectory("map-growth-cross")
             var configuration = Replica.Configuration()
             configuration.durability = .full
             configuration.initialSize = 1 << 20
@@ -359,7 +359,7 @@ struct MapGrowthTests {
                 #expect(exit == .exited(0), "\(child.lines) \(child.standardError)")
                 let grew = try #require(child.lines.first { $0.hasPrefix("GREW") }, "\(child.lines) \(child.standardError)")
                 let childMap = Int(grew.split(separator: " ")[1]) ?? 0
-                print("D5 cross-process round \(round): the child grew the map to \(childMap >> 20) MiB; ours was \(replica.storageStatistics.mapSize >> 20) MiB")
+                print("map growth, cross-process round \(round): the child grew the map to \(childMap >> 20) MiB; ours was \(replica.storageStatistics.mapSize >> 20) MiB")
                 #expect(childMap > replica.storageStatistics.mapSize)
 
                 if round == 1 {

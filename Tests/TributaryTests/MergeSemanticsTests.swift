@@ -8,7 +8,7 @@ import TributaryTestSupport
 
 /// Each test sets up two or three replicas, makes concurrent writes (no sync in between), syncs, and checks that
 /// every replica holds the state the rule says, byte for byte the same everywhere.
-@Suite("Merge semantics (DESIGN.md rules 1-9)")
+@Suite("Merge semantics (docs/MergeSemantics.md, rules 1-9)")
 struct MergeSemanticsTests {
     static let schema = Schema(
         version: 1,
@@ -246,7 +246,7 @@ struct MergeSemanticsTests {
         }
         try replica.write { try $0.update("Task", primaryKey: task, ["rank": .null]) }
         let stamp = try #require(try replica.changesets(missingFrom: VersionVector()).last).stamp
-        // Builds before stop 24 let an app increment a null; such a changeset still merges.
+        // Earlier builds let an app increment a null; such a changeset still merges.
         try replica.write { try $0.emit(.addInteger(FieldPath(type: "Task", primaryKey: task, property: "rank"), delta: 2, base: stamp)) }
         #expect(try value(replica, "rank") == .null)
         #expect(try replica.read { try $0.object("Task", primaryKey: task)?["rank"] } == .null)
@@ -342,33 +342,6 @@ struct MergeSemanticsTests {
             #expect(try replica.verify().passed)
         }
         #expect(try cluster.converged())
-    }
-
-    @Test(
-        "Replica formats 6 and 7: a replica of an earlier format, opened for writing, rebuilds the views an earlier build merged",
-        arguments: [UInt8(4), 5, 6])
-    func earlierFormatRebuildsItsViews(storedFormat: UInt8) throws {
-        let directory = TemporaryDirectory("format-\(storedFormat)")
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        do {
-            let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
-            try replica.write { try $0.create("Task", ["_id": "t", "tags": ["a"]]) }
-            let earlier = try #require(try replica._recordBytes(type: "Task", primaryKey: task))
-            try replica.write { try $0.append("b", to: ["tags"], of: "Task", primaryKey: task) }
-            // A view that differs from what this build makes of the log, as an earlier build's merge could leave it.
-            try replica.environment.write { txn in
-                try txn.put(replica.views.objects, key: ViewStore.objectKey(type: "Task", primaryKey: task), value: earlier)
-                try txn.put(replica.identity, key: Replica.formatKey, value: [storedFormat])
-            }
-            #expect(try replica.verify().passed == false)
-            replica.close()
-        }
-        let raised = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
-        defer { raised.close() }
-        #expect(try raised.summary().formatVersion == 7)
-        #expect(try value(raised, "tags") == ["a", "b"])
-        #expect(try raised.verify().passed)
     }
 
     @Test("Rule 5: erasing a list element beats a concurrent set of it")
@@ -713,39 +686,6 @@ struct MergeSemanticsTests {
         #expect(cluster[0].schema[type: "Task"]?[property: "title"]?.defaultValue == "one")
     }
 
-    @Test(
-        "Rule 8: a replica stored before definition stamps existed gets them from its log when it opens (format 1 too, raised to 2)",
-        arguments: [Replica.formatVersion, 1])
-    func replicaWithoutStampsIsRepairedAtOpen(storedFormat: UInt8) throws {
-        let directory = TemporaryDirectory()
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        configuration.clock = ManualClock()
-        do {
-            let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
-            try replica.write { try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, default: "migrated"))) }
-            try replica.write { try $0.create("Task", ["_id": "t"]) }
-            // Store the schema as a build before stamps stored it.
-            var old = replica.schema
-            old.definitionStamps = [:]
-            try replica.environment.write { txn in
-                try replica.views.setSchema(old, in: txn)
-                try txn.put(replica.identity, key: Replica.formatKey, value: [storedFormat])
-            }
-            replica.close()
-        }
-        let reopened = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
-        #expect(try reopened.summary().formatVersion == Replica.formatVersion)
-        #expect(reopened.schema.definitionStamp(of: "title", in: "Task").kind == .redefinition)
-        #expect(try reopened.verify().passed)
-        #expect(try reopened.object("Task", primaryKey: .string("t"))?["title"] == "migrated")
-        // So an old app version's addition, stamped later, does not undo the migration.
-        let old = try Cluster(1, schema: Self.schema, firstReplicaID: 9)
-        old.clocks[0].advance(byMilliseconds: 60_000)
-        _ = try reopened.integrate(try old[0].changesets(missingFrom: VersionVector()))
-        #expect(reopened.schema[type: "Task"]?[property: "title"]?.defaultValue == "migrated")
-    }
-
     @Test("Rule 8: a removal of a property beats a concurrent addition of it (an old app version's first changeset), in any order")
     func removalBeatsConcurrentAddition() throws {
         let cluster = try cluster(2)
@@ -991,8 +931,8 @@ struct MergeSemanticsTests {
     @Test("Rule 8: a rename of a property added back after a removal agrees with a concurrent copy of that removal")
     func renameOfReAddedPropertyAgainstConcurrentCopyOfTheRemovalMerges() throws {
         // The concurrent removal is a copy of the first one (the same migration, run on another replica): it removes
-        // the old property, not the one added back, so renaming that property does not disagree with it. (Until stop
-        // 25 the copy removed the property added back too, and the two were refused whichever merged second.)
+        // the old property, not the one added back, so renaming that property does not disagree with it. (In earlier
+        // builds the copy removed the property added back too, and the two were refused whichever merged second.)
         let (cluster, reasons) = try mergeInBothOrders(
             { txn in
                 try txn.emit(.removeProperty(type: "Task", name: "notes"))

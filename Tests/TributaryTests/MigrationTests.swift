@@ -4,7 +4,7 @@ import Testing
 import TributaryModel
 import TributaryTestSupport
 
-/// The migrations of the seed articles, end to end: a replica written with the earlier schema, reopened with the
+/// The migrations of published Realm examples, end to end: a replica written with the earlier schema, reopened with the
 /// later one, then verified against its log.
 @Suite("Schema versions and migrations")
 struct MigrationTests {
@@ -241,7 +241,7 @@ struct MigrationTests {
         }
     }
 
-    /// The seed's migration function, written to take any older version to the newest.
+    /// The example's migration function, written to take any older version to the newest.
     static let personMigration = Migration { migration in
         if migration.oldSchemaVersion < 2 {
             try migration.enumerateObjects("Person") { old, new in

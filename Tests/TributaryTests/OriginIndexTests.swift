@@ -32,7 +32,7 @@ struct OriginIndexTests {
             instructions: [.create(type: "T", primaryKey: .int(Int64(sequence)), fields: [], defaults: [])], relay: relay)
     }
 
-    /// Writes `count` changesets in random runs; `everyKey` writes a key for each (as format 1 did).
+    /// Writes `count` changesets in random runs; `everyKey` writes a key for each.
     static func write(
         count: Int, seed: UInt64, everyKey: Bool = false, in environment: Environment, log: ChangesetLog
     ) throws -> Model {
@@ -138,7 +138,7 @@ struct OriginIndexTests {
         return (environment, try ChangesetLog(environment: environment))
     }
 
-    @Test("A log whose first half has a key for every changeset (format 1) and whose second half does not")
+    @Test("A log whose first half has a key for every changeset and whose second half does not")
     func denseThenSparse() throws {
         let directory = TemporaryDirectory()
         let (environment, log) = try Self.open(directory)
@@ -240,7 +240,7 @@ struct OriginIndexTests {
         }
     }
 
-    @Test("A log with a key for every changeset (replica format 1) reads the same")
+    @Test("A log with a key for every changeset reads the same")
     func everyKey() throws {
         let directory = TemporaryDirectory()
         var configuration = Environment.Configuration()
@@ -251,47 +251,6 @@ struct OriginIndexTests {
         try Self.check(model, in: environment, log: log, everyKey: true)
     }
 }
-
-/// A replica of format 1 (a key for every changeset in the origin index) opened for writing is raised to format 2,
-/// which a build that reads format 1 only refuses; opened read-only, it stays as it was. Either way it reads and
-/// exports as before, and the changesets written after the upgrade are found too.
-@Suite("Raising a replica of format 1 to format 2")
-struct ReplicaFormatUpgradeTests {
-    @Test func upgradeOnOpenForWriting() throws {
-        let directory = TemporaryDirectory()
-        let schema = MergeSemanticsTests.schema
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        do {
-            let replica = try Replica.open(directory: directory.path, schema: schema, configuration: configuration)
-            for index in 0..<5 { try replica.write { _ = try $0.create("Task", ["_id": .string("a\(index)")]) } }
-            replica.close()
-        }
-        // Format 1, as a replica written before this release says.
-        do {
-            let environment = try Environment.open(path: directory.path)
-            let identity = try environment.openDatabases(["replica"])[0]
-            try environment.write { try $0.put(identity, key: Array("format".utf8), value: [1]) }
-        }
-        var readOnly = configuration
-        readOnly.readOnly = true
-        do {
-            let replica = try Replica.open(directory: directory.path, schema: schema, configuration: readOnly)
-            #expect(try replica.summary().formatVersion == 1)
-            replica.close()
-        }
-        let replica = try Replica.open(directory: directory.path, schema: schema, configuration: configuration)
-        defer { replica.close() }
-        #expect(try replica.summary().formatVersion == Replica.formatVersion)
-        #expect(Replica.formatVersion == 7)
-        for index in 5..<10 { try replica.write { _ = try $0.create("Task", ["_id": .string("a\(index)")]) } }
-        let exported = try replica.changesets(missingFrom: VersionVector())
-        // The first changeset declares the schema; then ten creates.
-        #expect(exported.filter { $0.origin == replica.replicaID }.map(\.originSequence) == Array(1...11))
-        #expect(try replica.verify().passed)
-    }
-}
-
 
 /// `replay(through:into:)` copies a log and indexes the copy as the log indexes what it appends: relay dots and
 /// adoptions included, and the first entry of a dot stays its entry. The copy then exports what its source exports.

@@ -5,7 +5,7 @@ import Testing
 import TributaryModel
 import TributaryTestSupport
 
-/// The currency-rates app of the seed articles: `Rate` objects with an embedded `query`.
+/// The currency-rates app of a published Realm example: `Rate` objects with an embedded `query`.
 struct Rate: Model, Equatable {
     var _id: String
     var query: RateQuery?
@@ -46,8 +46,8 @@ struct QueryAndObservationTests {
             timestamp: Date(timeIntervalSince1970: Double(1000 - index)), conversationID: conversation, priority: priority)
     }
 
-    @Test("The seed articles' queries work as written")
-    func seedQueries() throws {
+    @Test("The published example's queries work as written")
+    func publishedExampleQueries() throws {
         let directory = TemporaryDirectory()
         let replica = try open(directory)
         try replica.write { txn in

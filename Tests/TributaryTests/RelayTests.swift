@@ -7,7 +7,8 @@ import TributaryStorage
 import TributaryTestSupport
 import TributaryViews
 
-/// App replicas that sync through a relay, which adopts their changesets into its own sequence (DESIGN.md).
+/// App replicas that sync through a relay, which adopts their changesets into its own sequence
+/// (docs/MergeSemantics.md, "Relays").
 @Suite("Relays and bounded causal metadata")
 struct RelayTests {
     /// What the app `app` wrote that `relay` lacks, uploaded to it and adopted there.
@@ -164,55 +165,6 @@ struct RelayTests {
         #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
     }
 
-    /// How a relay's log could look when written by an earlier build.
-    enum EarlierAdoptions: CaseIterable {
-        /// Format 2: the copy recorded last, alone.
-        case lastCopyOnly
-        /// A copy of a log made before copies indexed relay dots: no adoptions, no relay dots in the origin index.
-        case none
-    }
-
-    @Test("A replica of format 2 gets every copy of a changeset adopted twice when raised, and its views rebuilt",
-        arguments: EarlierAdoptions.allCases)
-    func adoptionsRebuiltWhenRaised(_ earlier: EarlierAdoptions) throws {
-        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
-        let app = cluster[2]
-        for relay in 0...1 { try Self.upload(cluster, app: 2, to: relay) }
-        try app.write { try $0.create("Person", ["_id": "p"]) }
-        let written = Dot(origin: app.replicaID, sequence: app.versionVector[app.replicaID])
-        for relay in 0...1 { try Self.upload(cluster, app: 2, to: relay) }
-        try cluster.send(from: 1, to: 0)
-        let relay = cluster[0]
-        let copies = try relay.environment.read { try relay.log.causalDots(ofOrigin: written, in: $0) }
-        #expect(copies.count == 2)
-        let digest = try relay.viewDigest()
-        try relay.environment.write { txn in
-            switch earlier {
-            case .lastCopyOnly:
-                try txn.put(relay.log.adoptions, key: ChangesetLog.originKey(written), value: ChangesetLog.originKey(copies[1]))
-            case .none:
-                try txn.removeAll(relay.log.adoptions)
-                for copy in copies { _ = try txn.delete(relay.log.origins, key: ChangesetLog.originKey(copy)) }
-            }
-            // Views an earlier build's merge left: here, the object's record gone, which only a rebuild brings back.
-            _ = try txn.delete(relay.views.objects, key: ViewStore.objectKey(type: "Person", primaryKey: .string("p")))
-            try txn.put(relay.identity, key: Replica.formatKey, value: [2])
-        }
-        let directory = relay.directory
-        relay.close()
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        let reopened = try Replica.open(directory: directory, schema: MergeSemanticsTests.schema, configuration: configuration)
-        #expect(try reopened.summary().formatVersion == Replica.formatVersion)
-        #expect(try reopened.environment.read { try reopened.log.causalDots(ofOrigin: written, in: $0) } == copies)
-        for copy in copies {
-            #expect(try reopened.environment.read { try reopened.log.localSequence(of: copy, in: $0) } != nil)
-        }
-        #expect(try reopened.object("Person", primaryKey: .string("p")) != nil)
-        #expect(try reopened.viewDigest() == digest)
-        #expect(try reopened.verify().passed)
-    }
-
     @Test("A changeset an app uploaded to two relays is seen through either copy, on every replica alike")
     func oneChangesetAdoptedByTwoRelays() throws {
         // 0 and 1 are relays, 2 is a peer that writes, 3 is an app.
@@ -323,82 +275,6 @@ struct RelayTests {
         #expect(copies.map(\.origin) == [cluster[0].replicaID])
         #expect(try cluster[1].object("Task", primaryKey: .string("t"))?["title"] == "2")
         #expect(try cluster[1].verify().passed)
-    }
-
-    @Test("A relay's copy stored by an earlier build under its origin dot is integrated, and leaves the pending area")
-    func earlierBuildsPendingKey() throws {
-        // 0 is a relay, 1 a peer, 2 an app.
-        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
-        let peer = cluster[1]
-        try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "1"]) }
-        try cluster[2].write { try $0.update("Task", primaryKey: .string("t"), ["title": "2"]) }
-        try Self.upload(cluster, app: 2, to: 0)
-        let copies = try cluster[0].changesets(missingFrom: peer.versionVector)
-        let later = copies.last!
-        #expect(later.relay != nil)
-        #expect(try peer.integrate([later]).waiting == 1)
-        // As an earlier build stored it: under the changeset's origin dot.
-        try peer.environment.write { txn in
-            try txn.delete(peer.pending, key: Replica.pendingKey(later.causalDot))
-            try txn.put(peer.pending, key: Replica.pendingKey(later.dot), value: PendingChangeset(changeset: later, adopt: false).stored)
-            let generation = try peer.pendingGeneration(in: txn) + 1
-            try txn.put(peer.identity, key: Replica.pendingGenerationKey, value: Replica.identityBytes(generation))
-        }
-        // Listed by its causal dot, as an exporter's `excluding:` names it, whatever key it is stored under.
-        #expect(try peer.pendingDots() == [later.causalDot])
-        // The next integration moves the row to its own key, so that nothing else stored under the origin dot (an
-        // upload, were this a relay) can overwrite it.
-        #expect(try peer.integratePending().waiting == 1)
-        let keys = try peer.environment.read { txn in
-            var keys: [[UInt8]] = []
-            try txn.scan(peer.pending) { key, _ in keys.append(Array(key)); return true }
-            return keys
-        }
-        #expect(keys == [Replica.pendingKey(later.causalDot)])
-        #expect(try peer.pendingDots() == [later.causalDot])
-        try cluster.send(from: 0, to: 1)
-        #expect(try peer.pendingDots().isEmpty)
-        #expect(try peer.environment.read { try $0.count(peer.pending) } == 0)
-        #expect(try peer.object("Task", primaryKey: .string("t"))?["title"] == "2")
-        #expect(try peer.verify().passed)
-    }
-
-    @Test("An earlier build's row that moves onto a damaged row's key replaces it, and a later copy does not delete it",
-        arguments: [false, true])
-    func earlierBuildsRowReplacesDamagedRow(appliedAtOnce: Bool) throws {
-        // 0 is a relay, 1 a peer, 2 an app.
-        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
-        let peer = cluster[1]
-        try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "1"]) }
-        try cluster[2].write { try $0.update("Task", primaryKey: .string("t"), ["title": "2"]) }
-        try Self.upload(cluster, app: 2, to: 0)
-        let later = try #require(try cluster[0].changesets(missingFrom: peer.versionVector).last)
-        #expect(try peer.integrate([later]).waiting == 1)
-        // As an earlier build stored it (under its origin dot), beside a damaged row under its causal dot.
-        try peer.environment.write { txn in
-            try txn.put(peer.pending, key: Replica.pendingKey(later.causalDot), value: [0xFF, 0x00])
-            try txn.put(peer.pending, key: Replica.pendingKey(later.dot), value: PendingChangeset(changeset: later, adopt: false).stored)
-            let generation = try peer.pendingGeneration(in: txn) + 1
-            try txn.put(peer.identity, key: Replica.pendingGenerationKey, value: Replica.identityBytes(generation))
-        }
-        if appliedAtOnce {
-            // The row moves in the commit that applies it: neither it nor the damaged row is left.
-            try cluster.send(from: 0, to: 1)
-            #expect(try peer.environment.read { try $0.count(peer.pending) } == 0)
-            #expect(try peer.object("Task", primaryKey: .string("t"))?["title"] == "2")
-            return
-        }
-        #expect(try peer.integratePending().waiting == 1)  // the row moves to its causal dot
-        // A copy of it arrives again: a duplicate, which must leave the stored row alone.
-        #expect(try peer.integrate([later]).duplicates == 1)
-        let stored = try peer.environment.read { try $0.get(peer.pending, key: Replica.pendingKey(later.causalDot)) }
-        let row = try #require(stored)
-        #expect(try row.withUnsafeBytes { try PendingChangeset(stored: $0, limits: peer.log.decodingLimits) }.changeset.dot == later.dot)
-        #expect(try peer.environment.read { try $0.count(peer.pending) } == 1)
-        try cluster.send(from: 0, to: 1)
-        #expect(try peer.environment.read { try $0.count(peer.pending) } == 0)
-        #expect(try peer.object("Task", primaryKey: .string("t"))?["title"] == "2")
-        #expect(try peer.verify().passed)
     }
 
     @Test("verify compares the log's adoptions and relay dots with what its entries hold, in memory and on disk")

@@ -102,7 +102,7 @@ struct SchemaOrderFuzzTests {
         #expect(outcome.problems.isEmpty, "\(reproduction.name):\n\(outcome.log)")
     }
 
-    /// A shape that still ends differently by merge order, found in review (not by the fuzzer): two copies of a
+    /// A shape that still ends differently by merge order, found by hand (not by the fuzzer): two copies of a
     /// rename (a→b on w0 and w1), where w0's copy came after a rename of another property away from the new name
     /// (b→c) and was then removed (remove b). Merged after the removal, w1's copy would land on c, but the property is
     /// gone; merged before it, the property joins the other at c. docs/MergeSemantics.md lists it. The day it

@@ -1,4 +1,4 @@
-// The child process of the storage-fault suites (RELIABILITY.md, D1, D4, D5, D7). The parent starts it with
+// The child process of the storage-fault suites (crash, disk full, map growth, corruption). The parent starts it with
 // `Foundation.Process`, reads its standard output line by line, and may kill it at any moment.
 //
 //   tributary-crash-child write DIR [--durability full|relaxed|none] [--seed N] [--prefix P] [--big-every N]

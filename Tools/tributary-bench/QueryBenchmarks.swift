@@ -3,7 +3,7 @@ import Foundation
 import Tributary
 import TributaryModel
 
-/// The figures of issue 4: indexed equality, full-scan filter, sorted query, commit-to-notification latency.
+/// Query figures: indexed equality, full-scan filter, sorted query, commit-to-notification latency.
 struct QueryBenchmarks {
     let context: BenchContext
 
@@ -42,7 +42,7 @@ struct QueryBenchmarks {
 
     /// `_id IN $0` with half the objects' keys, against reading the same objects by primary key one by one; and a
     /// scan testing every object against 10,000 strings, against a scan testing it against one. Either was quadratic
-    /// before stop 23 (50,000 ids: over a billion comparisons to remove duplicates).
+    /// in earlier builds (50,000 ids: over a billion comparisons to remove duplicates).
     func longInList(_ replica: Replica, count: Int) throws {
         let ids: [Value] = stride(from: 0, to: count, by: 2).map { .int(Int64($0)) }
         var inList = 0.0

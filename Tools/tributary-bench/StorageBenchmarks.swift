@@ -3,7 +3,7 @@ import Tributary
 import TributaryCompression
 import TributaryModel
 
-/// The figures of issue 2: bulk insert, durable single commits, primary-key reads, replay, log size.
+/// Storage figures: bulk insert, durable single commits, primary-key reads, replay, log size.
 struct StorageBenchmarks {
     let context: BenchContext
 

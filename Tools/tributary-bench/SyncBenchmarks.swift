@@ -2,7 +2,7 @@ import Foundation
 import Tributary
 import TributaryModel
 
-/// The figures of issue 3: integrating a remote log against writing the same locally; exporting what a peer lacks.
+/// Sync figures: integrating a remote log against writing the same locally; exporting what a peer lacks.
 struct SyncBenchmarks {
     let context: BenchContext
 

@@ -53,7 +53,7 @@ struct Info: ParsableCommand {
             let rows: [(String, String)] = [
                 ("replica", opened.replicaID.description),
                 ("directory", replica.replica),
-                ("format", "\(summary.formatVersion) (this build reads up to \(Replica.formatVersion))"),
+                ("format", "\(summary.formatVersion)"),
                 (
                     "schema",
                     "version \(summary.schema.version), \(summary.schema.types.count) types"

@@ -102,7 +102,7 @@ extension ParsableCommand {
         case let error as TributaryError:
             let status: Int32
             switch error.code {
-            case .notAReplica, .newerFormat: status = ExitStatus.noInput
+            case .notAReplica, .newerFormat, .developmentFormat: status = ExitStatus.noInput
             case .corrupted: status = ExitStatus.damaged
             case .unknownType, .unknownProperty, .invalidQuery, .wrongType, .invalidValue: status = ExitStatus.usage
             case .diskFull, .mapFull, .storage, .closed: status = ExitStatus.io

@@ -7,19 +7,22 @@ struct Replay: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Rebuild the state as of one changeset: print a summary, or write a new replica.",
         discussion: """
-            Replays the log from its start through local sequence --to (0 is the empty replica), checking every \
-            entry, and prints the schema version, the version vector and the number of objects of each type as of \
+            Replays the log from its start through local sequence --to (0 is the empty replica; without --to, the \
+            whole log), checking every entry, and prints the schema version, the version vector and the number of objects of each type as of \
             that point. With --out, writes a new replica directory instead: the log through --to, copied byte for \
             byte, and views rebuilt from it. The library opens it like any replica (it gets a replica id of its \
             own); use `tributary-log objects` or `info` on it to look inside. The source replica is never changed.
+
+            A replica written by a development build from before release 0.1.0 cannot be opened, but its log can \
+            be read: `tributary-log replay OLD --out NEW` rebuilds it into a new directory in today's format.
 
             \(ExitStatus.help)
             """)
 
     @OptionGroup var replica: ReplicaOptions
 
-    @Option(help: "The local sequence to rebuild the state as of (0 for the empty replica).")
-    var to: UInt64
+    @Option(help: "The local sequence to rebuild the state as of (0 for the empty replica; default: the last).")
+    var to: UInt64?
 
     @Option(
         help: "Write a new replica here (a directory that does not exist yet, or is empty).", completion: .directory)
@@ -29,11 +32,19 @@ struct Replay: ParsableCommand {
 
     func run() throws {
         try reportingFailures {
-            let opened = try replica.open()
+            let opened: Replica
+            do {
+                opened = try replica.open()
+            } catch let error as TributaryError where error.code == .developmentFormat && out != nil {
+                // Only the log of such a replica is read.
+                try write(to: out!) { try Replica.rebuild(fromLogOf: replica.replica, into: $0, through: self.to) }
+                return
+            }
             defer { opened.close() }
+            let to = self.to ?? opened.lastLocalSequence
             try requireEntry(to, in: opened)
             if let out {
-                try write(opened, to: out)
+                try write(to: out) { try opened.replay(through: to, into: $0) }
                 return
             }
             let progress = ProgressLine("replaying", streamsRows: false)
@@ -63,10 +74,10 @@ struct Replay: ParsableCommand {
         }
     }
 
-    private func write(_ opened: Replica, to directory: String) throws {
+    private func write(to directory: String, _ replay: (String) throws -> Replica) throws {
         let copy: Replica
         do {
-            copy = try opened.replay(through: to, into: directory)
+            copy = try replay(directory)
         } catch let error as TributaryError where error.code == .invalidValue || error.code == .storage {
             throw ToolFailure(error.message, status: ExitStatus.cannotCreate)
         }
@@ -76,7 +87,7 @@ struct Replay: ParsableCommand {
         if output.json {
             emit(
                 JSON.object([
-                    ("localSequence", .uint(to)), ("out", .string(directory)),
+                    ("localSequence", .uint(copy.lastLocalSequence)), ("out", .string(directory)),
                     ("replica", .string(copy.replicaID.description)),
                     ("changesets", .int(Int64(summary.log.changesets))), ("objectCount", .int(Int64(objects))),
                 ]).rendered)

@@ -1,4 +1,4 @@
-// tributary-log: inspect and replay a replica's changeset log, read-only (issue 6; STYLE.md 2.10).
+// tributary-log: inspect and replay a replica's changeset log, read-only.
 import ArgumentParser
 
 @main

@@ -1,0 +1,64 @@
+package import TributaryStorage
+
+/// The on-disk format of a replica directory, and the one place that raises an older format to the current one.
+///
+/// The format is stored in the replica's identity database under ``key``. It names how the log, the views and the
+/// identity are laid out and which merge rules built the views; a build reads the formats up to ``current``.
+///
+/// - 1: the format of release 0.1.0.
+///
+/// A change to what a replica stores raises ``current`` and registers one ``Upgrade`` in ``upgrades`` that turns
+/// a directory of the previous format into the new one, with a test that opens a directory of the previous format.
+/// Opening a replica of an older format for writing runs every step from its format on, in order, and stores the new
+/// format, all in one write transaction: an interrupted upgrade leaves the replica as it was, and runs again at the
+/// next open. Opened read-only, a replica of an older format is refused, since its views are not what this build
+/// reads.
+///
+/// Development builds before 0.1.0 stored their format under another key (``developmentKey``); their replicas are
+/// refused with ``TributaryError/Code/developmentFormat`` and rebuilt from their logs
+/// (``Replica/rebuild(fromLogOf:into:through:configuration:)``), whose entries every build reads alike.
+package enum ReplicaFormat {
+    /// The replica format this build writes and reads.
+    package static let current: UInt8 = 1
+
+    /// Where the identity database keeps the format: one byte.
+    package static let key = Array("replicaFormat".utf8)
+
+    /// Where development builds before 0.1.0 kept their own format numbers (1 to 7).
+    package static let developmentKey = Array("format".utf8)
+
+    /// One step that raises a replica of format `from` to `from + 1`, inside the write transaction that stores the
+    /// new format.
+    struct Upgrade: Sendable {
+        /// The format this step reads.
+        var from: UInt8
+        /// What the step changes, for errors and logs.
+        var summary: String
+        /// Rewrites what differs, in `transaction`.
+        var apply: @Sendable (Replica, TributaryStorageWriteTransaction) throws -> Void
+    }
+
+    /// The registered steps, by ascending `from`. Empty while format 1 is the only format.
+    static let upgrades: [Upgrade] = []
+
+    /// The steps that raise a replica of format `stored` to `target`, or `nil` when some step is missing.
+    static func steps(from stored: UInt8, to target: UInt8, in upgrades: [Upgrade]) -> [Upgrade]? {
+        var steps: [Upgrade] = []
+        var format = stored
+        while format < target {
+            guard let step = upgrades.first(where: { $0.from == format }) else { return nil }
+            steps.append(step)
+            format += 1
+        }
+        return steps
+    }
+
+    /// The message for a replica that a development build before 0.1.0 wrote in its format `developmentFormat`.
+    static func developmentFormatMessage(directory: String, developmentFormat: UInt8?) -> String {
+        let which = developmentFormat.map { " (development format \($0))" } ?? ""
+        return "\(directory) was written by a development build of Tributary from before release 0.1.0\(which), "
+            + "which this build does not open. Its log can still be read: rebuild the replica into a new directory "
+            + "with `tributary-log replay \(directory) --out NEW-DIRECTORY` (every changeset is kept; the new replica "
+            + "gets its own replica id), or delete the directory and sync it again from a peer"
+    }
+}
