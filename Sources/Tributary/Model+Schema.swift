@@ -115,27 +115,27 @@ final class ProbeRecorder {
 
     static func embeddedType(_ type: Any.Type) -> (any EmbeddedModel.Type)? {
         if let embedded = type as? any EmbeddedModel.Type { return embedded }
-        if let list = type as? any _ListValue.Type { return embeddedType(list._elementType) }
-        if let optional = type as? any _OptionalValue.Type { return embeddedType(optional._wrappedType) }
+        if let list = type as? any ListValue.Type { return embeddedType(list.elementType) }
+        if let optional = type as? any OptionalValue.Type { return embeddedType(optional.wrappedType) }
         return nil
     }
 
     /// The kind of a Swift type: (kind, is a list, elements optional).
     static func describe(_ type: Any.Type) -> (PropertyKind, Bool, Bool)? {
         if let scalar = scalarType(type) { return (.scalar(scalar), false, false) }
-        if let link = type as? any _LinkValue.Type { return (.link(link._targetTypeName), false, false) }
+        if let link = type as? any LinkValue.Type { return (.link(link.targetTypeName), false, false) }
         if let embedded = type as? any EmbeddedModel.Type { return (.embedded(embedded.typeName), false, false) }
-        if let list = type as? any _ListValue.Type {
-            var element = list._elementType
+        if let list = type as? any ListValue.Type {
+            var element = list.elementType
             var optional = false
-            if let wrapped = element as? any _OptionalValue.Type {
-                element = wrapped._wrappedType
+            if let wrapped = element as? any OptionalValue.Type {
+                element = wrapped.wrappedType
                 optional = true
             }
             guard let (kind, isList, _) = describe(element), !isList else { return nil }
             return (kind, true, optional)
         }
-        if let raw = type as? any _RawValueProbe.Type, let scalar = scalarType(raw._rawType) {
+        if let raw = type as? any PersistableEnum.Type, let scalar = scalarType(raw.rawType) {
             return (.scalar(scalar), false, false)
         }
         return nil
@@ -158,24 +158,24 @@ final class ProbeRecorder {
     }
 }
 
-/// Arrays, seen through a protocol so the probe can ask for their element type. Not API.
-public protocol _ListValue {
-    static var _elementType: Any.Type { get }
-    static var _empty: Self { get }
+/// Arrays, seen through a protocol so the probe can ask for their element type.
+protocol ListValue {
+    static var elementType: Any.Type { get }
+    static var empty: Self { get }
 }
 
-extension Array: _ListValue {
-    public static var _elementType: Any.Type { Element.self }
-    public static var _empty: [Element] { [] }
+extension Array: ListValue {
+    static var elementType: Any.Type { Element.self }
+    static var empty: [Element] { [] }
 }
 
-/// Optionals, seen through a protocol. Not API.
-public protocol _OptionalValue {
-    static var _wrappedType: Any.Type { get }
+/// Optionals, seen through a protocol.
+protocol OptionalValue {
+    static var wrappedType: Any.Type { get }
 }
 
-extension Optional: _OptionalValue {
-    public static var _wrappedType: Any.Type { Wrapped.self }
+extension Optional: OptionalValue {
+    static var wrappedType: Any.Type { Wrapped.self }
 }
 
 /// An enum stored by its raw value (a `String` or an integer), like Realm's `PersistableEnum`.
@@ -183,17 +183,13 @@ extension Optional: _OptionalValue {
 /// ```swift
 /// enum Status: String, PersistableEnum { case open, done }
 /// ```
-public protocol PersistableEnum: RawRepresentable, CaseIterable, Codable, Sendable, _RawValueProbe {}
-
-/// What the schema probe needs from a ``PersistableEnum``. Not API.
-public protocol _RawValueProbe {
-    static var _rawType: Any.Type { get }
-    static var _placeholder: Self? { get }
-}
+public protocol PersistableEnum: RawRepresentable, CaseIterable, Codable, Sendable {}
 
 extension PersistableEnum {
-    public static var _rawType: Any.Type { RawValue.self }
-    public static var _placeholder: Self? { allCases.first }
+    /// The type of the raw value the enum is stored as.
+    static var rawType: Any.Type { RawValue.self }
+    /// A value for the schema probe to decode.
+    static var placeholder: Self? { allCases.first }
 }
 
 
@@ -239,9 +235,9 @@ enum ProbePlaceholder {
             default: nil
             }
         if let placeholder = placeholder as? T { return placeholder }
-        if let link = type as? any _LinkValue.Type, let value = link.init(_primaryKey: .string("")) as? T { return value }
-        if let list = type as? any _ListValue.Type, let value = list._empty as? T { return value }
-        if let probe = type as? any _RawValueProbe.Type, let value = probe._placeholder as? T { return value }
+        if let link = type as? any LinkValue.Type, let value = link.init(linkTo: .string("")) as? T { return value }
+        if let list = type as? any ListValue.Type, let value = list.empty as? T { return value }
+        if let probe = type as? any PersistableEnum.Type, let value = probe.placeholder as? T { return value }
         if type is any Model.Type {
             throw TributaryError(
                 .schemaMismatch,

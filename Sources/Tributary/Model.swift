@@ -47,17 +47,17 @@ extension EmbeddedModel {
     public static var typeName: String { String(describing: Self.self) }
 }
 
-/// Marks the types that stand for a link in a model. Not API.
-public protocol _LinkValue {
-    static var _targetTypeName: String { get }
-    init(_primaryKey: PrimaryKey)
-    var _primaryKey: PrimaryKey { get }
+/// Marks the types that stand for a link in a model.
+protocol LinkValue {
+    static var targetTypeName: String { get }
+    init(linkTo primaryKey: PrimaryKey)
+    var primaryKey: PrimaryKey { get }
 }
 
 /// A link to an object of another (or the same) model type, by primary key.
 ///
 /// A link whose target is deleted reads as `nil` (for a `Link<T>?` property) and leaves its list.
-public struct Link<Target: Model>: Codable, Hashable, Sendable, _LinkValue {
+public struct Link<Target: Model>: Codable, Hashable, Sendable {
     /// The target's primary key.
     public var primaryKey: PrimaryKey
 
@@ -66,9 +66,6 @@ public struct Link<Target: Model>: Codable, Hashable, Sendable, _LinkValue {
     /// A link to the object with this primary key.
     public init(_ key: some PrimaryKeyConvertible) { self.primaryKey = key.primaryKey }
 
-    public static var _targetTypeName: String { Target.typeName }
-    public init(_primaryKey: PrimaryKey) { self.primaryKey = _primaryKey }
-    public var _primaryKey: PrimaryKey { primaryKey }
 
     // Outside Tributary (for example with JSONEncoder), a link is its primary key's plain value.
     public init(from decoder: any Decoder) throws {
@@ -103,3 +100,8 @@ extension Int64: PrimaryKeyConvertible { public var primaryKey: PrimaryKey { .in
 extension UUID: PrimaryKeyConvertible { public var primaryKey: PrimaryKey { .uuid(self) } }
 extension ObjectID: PrimaryKeyConvertible { public var primaryKey: PrimaryKey { .objectId(self) } }
 extension PrimaryKey: PrimaryKeyConvertible { public var primaryKey: PrimaryKey { self } }
+
+extension Link: LinkValue {
+    static var targetTypeName: String { Target.typeName }
+    init(linkTo primaryKey: PrimaryKey) { self.init(primaryKey: primaryKey) }
+}

@@ -187,7 +187,7 @@ final class TreeEncoder: Encoder {
         case let value as UUID: return .uuid(value)
         case let value as ObjectID: return .objectId(value)
         case let value as PrimaryKey: return value.value
-        case let value as any _LinkValue: return .link(value._primaryKey)
+        case let value as any LinkValue: return .link(value.primaryKey)
         default: return nil
         }
     }
@@ -382,9 +382,9 @@ struct ValueDecoder: Decoder {
             guard let key = value.linkValue ?? PrimaryKey(value) else { throw mismatch() }
             result = key
         default:
-            if let link = type as? any _LinkValue.Type {
+            if let link = type as? any LinkValue.Type {
                 guard case .link(let key) = value else { throw mismatch() }
-                result = link.init(_primaryKey: key)
+                result = link.init(linkTo: key)
             } else {
                 result = nil
             }

@@ -98,7 +98,7 @@ extension LogEntrySummary {
 
 extension Replica {
     /// Benchmark support: the storage key and stored record size of every object of a type. Not API.
-    public func _recordSizes(type: String) throws -> [([UInt8], Int)] {
+    package func _recordSizes(type: String) throws -> [([UInt8], Int)] {
         var result: [([UInt8], Int)] = []
         try environment.read { txn in
             let prefix = ViewStore.typePrefix(type)
@@ -140,12 +140,12 @@ extension Replica {
     }
 
     /// The stored bytes of one object's record (tombstones included), for convergence checks. Not API.
-    public func _recordBytes(type: String, primaryKey: PrimaryKey) throws -> [UInt8]? {
+    package func _recordBytes(type: String, primaryKey: PrimaryKey) throws -> [UInt8]? {
         try environment.read { txn in try txn.get(views.objects, key: ViewStore.objectKey(type: type, primaryKey: primaryKey)) }
     }
 
     /// Every stored record's type and primary key. Not API.
-    public func _recordKeys() throws -> [(type: String, primaryKey: PrimaryKey)] {
+    package func _recordKeys() throws -> [(type: String, primaryKey: PrimaryKey)] {
         var result: [(String, PrimaryKey)] = []
         try environment.read { txn in
             try txn.scan(views.objects) { key, _ in
@@ -173,7 +173,7 @@ struct RecordsDigest {
 
 extension Replica {
     /// Benchmark support: the index key ranges that hold `values` of an indexed property. Not API.
-    public func _indexRanges(type: String, property: String, values: [Value]) throws -> [([UInt8], [UInt8])] {
+    package func _indexRanges(type: String, property: String, values: [Value]) throws -> [([UInt8], [UInt8])] {
         guard let objectType = schema[type: type], let indexed = objectType[property: property],
             let budget = ViewStore.indexValueBudget(of: indexed, in: objectType)
         else { return [] }
@@ -185,7 +185,7 @@ extension Replica {
     }
 
     /// Benchmark support: seconds to read the index ranges with a raw cursor and get each record, copying values.
-    public func _rawRangeRead(_ ranges: [([UInt8], [UInt8])]) throws -> Double {
+    package func _rawRangeRead(_ ranges: [([UInt8], [UInt8])]) throws -> Double {
         let start = DispatchTime.now().uptimeNanoseconds
         try environment.read { txn in
             var total = 0
@@ -209,7 +209,7 @@ extension Replica {
     }
 
     /// Benchmark support: seconds to scan every record of a type with a raw cursor, copying values.
-    public func _rawScan(type: String) throws -> Double {
+    package func _rawScan(type: String) throws -> Double {
         let start = DispatchTime.now().uptimeNanoseconds
         try environment.read { txn in
             let prefix = ViewStore.typePrefix(type)

@@ -531,6 +531,22 @@ public final class Replica: Sendable {
         }
     }
 
+    /// Runs `body` with a consistent snapshot of the last commit, on a background thread, so that a long read (a
+    /// large query, an export) does not block the caller's task. Reads run alongside each other and alongside writes.
+    ///
+    /// ```swift
+    /// let open = try await replica.read { snapshot in try snapshot.objects("Task", where: "done == false") }
+    /// ```
+    ///
+    /// The snapshot is valid only inside `body`; return values, not the snapshot.
+    public func read<T: Sendable>(_ body: @escaping @Sendable (Snapshot) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(with: Result { try self.read(body) })
+            }
+        }
+    }
+
     /// The object of `type` with `primaryKey`, as of the last commit.
     public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
         try read { try $0.object(type, primaryKey: primaryKey) }

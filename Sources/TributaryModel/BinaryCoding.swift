@@ -2,7 +2,7 @@ import Foundation
 
 /// Appends the primitive encodings every Tributary format uses: LEB128 varints, zigzag integers, fixed-width
 /// little-endian words, and length-prefixed bytes.
-public struct BinaryWriter: Sendable {
+package struct BinaryWriter: Sendable {
     /// The bytes written so far.
     public var bytes: [UInt8]
 
@@ -65,7 +65,7 @@ public struct BinaryWriter: Sendable {
 
 /// Reads what ``BinaryWriter`` writes, checking every length against the bytes left and the limits, so that
 /// no input can make it trap or allocate without bound.
-public struct BinaryReader {
+package struct BinaryReader {
     public let bytes: [UInt8]
     /// The offset of the next byte to read.
     public var offset: Int

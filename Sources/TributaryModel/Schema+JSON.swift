@@ -227,7 +227,7 @@ private enum JSONValue: Equatable {
 }
 
 /// JSON string literals.
-public enum JSONText {
+package enum JSONText {
     /// Appends `text` as a JSON string literal: quotes, backslashes and control characters escaped.
     public static func quote(_ text: String, into output: inout String) {
         output += "\""

@@ -2,7 +2,7 @@
 ///
 /// Tests, the simulator and the benchmarks draw every random choice from it, never from the system generator, so a
 /// printed seed replays a run exactly. Not for anything that needs unpredictability.
-public struct SplitMix64: RandomNumberGenerator, Sendable {
+package struct SplitMix64: RandomNumberGenerator, Sendable {
     public private(set) var state: UInt64
 
     public init(seed: UInt64) { state = seed }

@@ -2,7 +2,7 @@ public import Foundation
 
 /// Names (of types and properties) as an encoding writes them: either inline, as strings, or as indices into a
 /// table written once per changeset, which keeps bulk writes small.
-public struct NameTable: Sendable {
+package struct NameTable: Sendable {
     /// Whether names are written inline instead of as indices.
     public let isInline: Bool
     public private(set) var names: [String] = []

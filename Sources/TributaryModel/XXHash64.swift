@@ -1,7 +1,7 @@
 /// XXH64 (Yann Collet's xxHash, 64-bit variant): a fast non-cryptographic checksum.
 ///
 /// Tributary uses it to detect damaged changesets and log entries, not to resist forgery.
-public enum XXHash64 {
+package enum XXHash64 {
     private static let prime1: UInt64 = 0x9E37_79B1_85EB_CA87
     private static let prime2: UInt64 = 0xC2B2_AE3D_27D4_EB4F
     private static let prime3: UInt64 = 0x1656_67B1_9E37_79F9

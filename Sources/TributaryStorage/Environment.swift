@@ -279,12 +279,15 @@ public final class Environment: @unchecked Sendable {
     /// ``StorageError/Code/closed``.
     public func close() {
         remapLock.withExclusiveLock {
-            let snapshots = state.withLock { state -> [Snapshot] in
-                guard !state.closed else { return [] }
+            // Idempotent: handles that share this environment (two replicas of one directory in one process) may each
+            // close it, and LMDB's handle must be closed once.
+            let snapshots = state.withLock { state -> [Snapshot]? in
+                guard !state.closed else { return nil }
                 state.closed = true
                 defer { state.snapshots.removeAll() }
                 return state.snapshots.values.compactMap(\.snapshot)
             }
+            guard let snapshots else { return }
             for snapshot in snapshots { snapshot.endForClose() }
             mdb_env_close(handle)
         }
@@ -597,7 +600,7 @@ public final class Environment: @unchecked Sendable {
     // MARK: Testing
 
     /// Test-only: arms (or, with `nil`, disarms) a fault plan on this environment. Not API.
-    public func _injectFaults(_ plan: _StorageFaultPlan?) { faults.arm(plan) }
+    package func injectFaults(_ plan: StorageFaultPlan?) { faults.arm(plan) }
 
     /// Test-only: the calls seen and failed by the armed fault plan. Not API.
     public var _faultCounts: (calls: Int, failures: Int) { faults.counts }

@@ -33,7 +33,7 @@ public enum Deep {
 /// instructions (the crash test uses that to check that an in-flight transaction is complete). Values come from the
 /// seed only (no clock, no `Dictionary` order), so a seed replays the same values against the same state.
 public struct ChatWorkload {
-    public private(set) var random: SplitMix64
+    package private(set) var random: SplitMix64
     /// Prefix of the primary keys this workload creates, unique per generation.
     public let prefix: String
     private var counter = 0

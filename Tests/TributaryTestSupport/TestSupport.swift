@@ -24,7 +24,7 @@ public final class TemporaryDirectory: Sendable {
 
 extension SplitMix64 {
     /// The seed from `TRIBUTARY_SEED` when set, else `fallback`.
-    public static func seedFromEnvironment(default fallback: UInt64) -> UInt64 {
+    package static func seedFromEnvironment(default fallback: UInt64) -> UInt64 {
         if let text = ProcessInfo.processInfo.environment["TRIBUTARY_SEED"], let seed = UInt64(text) { return seed }
         return fallback
     }

@@ -37,6 +37,39 @@ struct ReplicaTests {
         #expect(try replica.verify().passed)
     }
 
+    @Test("async read runs on a snapshot off the caller's task, alongside an async write, and reports errors")
+    func asyncRead() async throws {
+        let directory = TemporaryDirectory()
+        let replica = try openChat(directory)
+        defer { replica.close() }
+        try await replica.write { txn in
+            for index in 0..<50 { try txn.create("User", ["_id": .string("u\(index)"), "name": "N", "age": .int(Int64(index))]) }
+        }
+        async let written: Void = replica.write { txn in
+            for index in 50..<100 { try txn.create("User", ["_id": .string("u\(index)"), "name": "N", "age": .int(Int64(index))]) }
+        }
+        // Each snapshot sees one commit whole: 50 or 100 users, and the ages of exactly those.
+        let counts = try await withThrowingTaskGroup(of: (Int, Int).self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    try await replica.read { snapshot in
+                        (try snapshot.count("User"), try snapshot.count("User", where: "age >= 0"))
+                    }
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        try await written
+        for (all, filtered) in counts {
+            #expect(all == filtered)
+            #expect(all == 50 || all == 100)
+        }
+        #expect(try await replica.read { try $0.count("User") } == 100)
+        await #expect(throws: TributaryError.self) {
+            try await replica.read { snapshot in try snapshot.objects("User", where: "age >>> 3") }
+        }
+    }
+
     @Test("An object read by key equals the same object built from its values by name, and hashes alike")
     func readObjectsEqualTheirValuesByName() throws {
         let directory = TemporaryDirectory()

@@ -22,7 +22,7 @@ import TributaryTestSupport
 /// `MDB_PANIC` the handle must refuse all use, and a fresh open must work.
 @Suite("Storage fault loops", .serialized)
 struct StorageFaultTests {
-    typealias Operation = _StorageFaultPlan.Operation
+    typealias Operation = StorageFaultPlan.Operation
 
     /// lmdb.h: `MDB_READERS_FULL` and `MDB_PANIC`.
     static let mdbReadersFull: Int32 = -30790
@@ -263,7 +263,7 @@ struct StorageFaultTests {
         do {
             let probe = TemporaryDirectory("storage-fault-probe")
             let copy = try Self.makeFixture(probe, scenario)
-            copy.replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: code.code))
+            copy.replica.environment.injectFaults(StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: code.code))
             _ = try scenario.act(copy.replica, users, messages)
             figures.calls = copy.replica.environment._faultCounts.calls
             copy.replica.close()
@@ -274,8 +274,8 @@ struct StorageFaultTests {
             var panicked = false
             do {
                 let replica = fixture!.replica
-                replica.environment._injectFaults(
-                    _StorageFaultPlan(operations: [operation], failAt: n, resultCode: code.code, persistent: persistent))
+                replica.environment.injectFaults(
+                    StorageFaultPlan(operations: [operation], failAt: n, resultCode: code.code, persistent: persistent))
                 var thrown: (any Error)?
                 var completed: Replica?
                 do {
@@ -284,7 +284,7 @@ struct StorageFaultTests {
                     thrown = error
                 }
                 let counts = replica.environment._faultCounts
-                replica.environment._injectFaults(nil)
+                replica.environment.injectFaults(nil)
 
                 guard let thrown else {
                     // The write completed: no injected failure may have been swallowed, and the state is the one after.
@@ -467,7 +467,7 @@ struct StorageFaultTests {
                 let (replica, users, messages) = try smallMapFixture(directory)
                 let mapBefore = replica.storageStatistics.mapSize
                 if points.isEmpty {
-                    replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: mapFull))
+                    replica.environment.injectFaults(StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: mapFull))
                     _ = try scenario.act(replica, users, messages)
                     calls = replica.environment._faultCounts.calls
                     points = Self.failurePoints(calls: calls, limit: Deep.count(ci: 10, deep: 200), random: &random)
@@ -475,10 +475,10 @@ struct StorageFaultTests {
                     continue
                 }
                 let n = points.removeFirst()
-                replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: n, resultCode: mapFull))
+                replica.environment.injectFaults(StorageFaultPlan(operations: [operation], failAt: n, resultCode: mapFull))
                 _ = try scenario.act(replica, users, messages)
                 let counts = replica.environment._faultCounts
-                replica.environment._injectFaults(nil)
+                replica.environment.injectFaults(nil)
                 #expect(counts.failures == 1)
                 #expect(replica.storageStatistics.mapSize > mapBefore, "N = \(n): the map did not grow")
                 #expect(try ReplicaDigest.objects(replica) == expected.objects, "N = \(n): the state after the retried write differs")
@@ -492,7 +492,7 @@ struct StorageFaultTests {
             let directory = TemporaryDirectory("storage-fault-mapfull-persistent")
             let (replica, users, messages) = try smallMapFixture(directory)
             let before = try Self.state(replica)
-            replica.environment._injectFaults(_StorageFaultPlan(operations: [operation], failAt: 1, resultCode: mapFull, persistent: true))
+            replica.environment.injectFaults(StorageFaultPlan(operations: [operation], failAt: 1, resultCode: mapFull, persistent: true))
             do {
                 _ = try scenario.act(replica, users, messages)
                 Issue.record("a write whose every \(Self.lmdbName(operation)) fails with MDB_MAP_FULL succeeded")
@@ -501,7 +501,7 @@ struct StorageFaultTests {
                 #expect(error.message.contains("\(64 << 20)"), "the maximum is not named: \(error.message)")
                 #expect(error.message.contains(directory.path), "the path is not named: \(error.message)")
             }
-            replica.environment._injectFaults(nil)
+            replica.environment.injectFaults(nil)
             #expect(replica.storageStatistics.mapSize == 64 << 20)
             #expect(try Self.state(replica) == before)
             #expect(try replica.verify().passed)
@@ -517,11 +517,11 @@ struct StorageFaultTests {
         let directory = TemporaryDirectory("storage-fault-panic-reopen")
         let poisoned = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration())
         try poisoned.write { txn in try txn.create("User", ["_id": "u1", "name": "Ada"]) }
-        poisoned.environment._injectFaults(_StorageFaultPlan(operations: [.commit], failAt: 1, resultCode: Self.mdbPanic))
+        poisoned.environment.injectFaults(StorageFaultPlan(operations: [.commit], failAt: 1, resultCode: Self.mdbPanic))
         #expect(throws: TributaryError.self) {
             try poisoned.write { txn in try txn.create("User", ["_id": "u2", "name": "Alan"]) }
         }
-        poisoned.environment._injectFaults(nil)
+        poisoned.environment.injectFaults(nil)
         #expect(throws: TributaryError.self) { try poisoned.objects("User") }
 
         let reopened = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration())
