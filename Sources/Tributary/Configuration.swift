@@ -28,11 +28,11 @@ extension Replica {
         /// How commits reach the disk. Default: ``Durability/full``.
         public var durability: Durability = .full
         /// The space reserved at first (it only reserves address space; the file grows as data is written). The
-        /// replica grows by itself up to ``maximumSize``. Default: 16 MiB.
-        public var initialSize: Int = 16 << 20
+        /// replica grows by itself up to ``maximumSizeBytes``. Default: 16 MiB.
+        public var initialSizeBytes: Int = 16 << 20
         /// The largest the replica may grow to. A write that would pass it fails with
         /// ``TributaryError/Code/mapFull``, and nothing committed is lost. Default: 64 GiB.
-        public var maximumSize: Int = 64 << 30
+        public var maximumSizeBytes: Int = 64 << 30
         /// Open without writing: for tools that inspect a replica another process writes. Default: `false`.
         public var readOnly: Bool = false
         /// The user id recorded as the author of local writes (checked by a daemon's permission rules). Default: "".

@@ -110,12 +110,35 @@ public struct ResultsObservation<Element: Sendable>: AsyncSequence, Sendable {
     }
 }
 
-/// One object as it changes: yields it now, then after every commit that changes it; `nil` once it is deleted.
-public struct ObjectObservation<Element: Sendable>: AsyncSequence, Sendable {
+/// One object's state, as ``ObjectObservation`` yields it.
+public enum ObjectChange<Object: Sendable>: Sendable {
+    /// The object as of a commit.
+    case exists(Object)
+    /// No object has the primary key: it was deleted, or was never created.
+    case absent
+
+    /// The object, or `nil` when it is absent.
+    public var object: Object? {
+        if case .exists(let object) = self { object } else { nil }
+    }
+}
+
+extension ObjectChange: Equatable where Object: Equatable {}
+
+/// One object as it changes: yields its state now, then after every commit that changes it (``ObjectChange/absent``
+/// once it is deleted, and again ``ObjectChange/exists(_:)`` if it is created again).
+///
+/// ```swift
+/// for try await change in replica.observeObject(ChatMessage.self, primaryKey: id) {
+///     if let message = change.object { show(message) } else { dismiss() }
+/// }
+/// ```
+public struct ObjectObservation<Object: Sendable>: AsyncSequence, Sendable {
+    public typealias Element = ObjectChange<Object>
     let replica: Replica
     let type: String
     let primaryKey: PrimaryKey
-    let transform: @Sendable (DynamicObject) throws -> Element
+    let transform: @Sendable (DynamicObject) throws -> Object
 
     public func makeAsyncIterator() -> Iterator {
         Iterator(
@@ -129,12 +152,15 @@ public struct ObjectObservation<Element: Sendable>: AsyncSequence, Sendable {
         var started = false
         var previous: DynamicObject?
 
-        public mutating func next() async throws -> Element?? {
+        public mutating func next() async throws -> ObjectChange<Object>? {
             let fetch = { [observation] in try observation.replica.object(observation.type, primaryKey: observation.primaryKey) }
+            let change = { [observation] (object: DynamicObject?) throws -> ObjectChange<Object> in
+                try object.map { .exists(try observation.transform($0)) } ?? .absent
+            }
             if !started {
                 started = true
                 previous = try fetch()
-                return .some(try previous.map(observation.transform))
+                return try change(previous)
             }
             while true {
                 guard await registration.nextSignal(), !Task.isCancelled else { return nil }
@@ -142,7 +168,7 @@ public struct ObjectObservation<Element: Sendable>: AsyncSequence, Sendable {
                 let current = try fetch()
                 if current != previous {
                     previous = current
-                    return .some(try current.map(observation.transform))
+                    return try change(current)
                 }
             }
         }
@@ -330,13 +356,14 @@ extension Replica {
         }
     }
 
-    /// Observes one object: its value now, then after every commit that changes it (`nil` once deleted).
+    /// Observes one object: its state now, then after every commit that changes it (``ObjectChange/absent`` once
+    /// deleted).
     public func observeObject(_ type: String, primaryKey: PrimaryKey) -> ObjectObservation<DynamicObject> {
         ObjectObservation(replica: self, type: type, primaryKey: primaryKey) { $0 }
     }
 
     /// Observes one object of a model type.
-    public func observeObject<M: Model>(_ type: M.Type, id: some PrimaryKeyConvertible) -> ObjectObservation<M> {
+    public func observeObject<M: Model>(_ type: M.Type, primaryKey id: some PrimaryKeyConvertible) -> ObjectObservation<M> {
         ObjectObservation(replica: self, type: M.typeName, primaryKey: id.primaryKey) { try ModelCoding.model(M.self, from: $0) }
     }
 }

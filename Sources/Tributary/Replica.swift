@@ -184,8 +184,8 @@ public final class Replica: Sendable {
 
     private static func openStorage(directory: String, configuration: Configuration) throws -> Replica {
         var storage = Environment.Configuration()
-        storage.initialMapSize = configuration.initialSize
-        storage.maximumMapSize = max(configuration.maximumSize, configuration.initialSize)
+        storage.initialMapSize = configuration.initialSizeBytes
+        storage.maximumMapSize = max(configuration.maximumSizeBytes, configuration.initialSizeBytes)
         storage.readOnly = configuration.readOnly
         storage.maximumReaders = configuration.maximumReaders
         storage.durability =

@@ -43,7 +43,7 @@ extension Transaction {
 
     /// Deletes the object of a model type with a primary key. Returns whether it existed.
     @discardableResult
-    public func delete<M: Model>(_ type: M.Type, id: some PrimaryKeyConvertible) throws -> Bool {
+    public func delete<M: Model>(_ type: M.Type, primaryKey id: some PrimaryKeyConvertible) throws -> Bool {
         try delete(M.typeName, primaryKey: id.primaryKey)
     }
 
@@ -58,7 +58,7 @@ extension Transaction {
 
 extension ObjectReading {
     /// The object of a model type with a primary key, or `nil`.
-    public func object<M: Model>(_ type: M.Type, id: some PrimaryKeyConvertible) throws -> M? {
+    public func object<M: Model>(_ type: M.Type, primaryKey id: some PrimaryKeyConvertible) throws -> M? {
         guard let object = try object(M.typeName, primaryKey: id.primaryKey) else { return nil }
         return try ModelCoding.model(M.self, from: object)
     }
@@ -94,8 +94,8 @@ extension Replica {
     }
 
     /// The object of a model type with a primary key, as of the last commit.
-    public func object<M: Model>(_ type: M.Type, id: some PrimaryKeyConvertible) throws -> M? {
-        try read { try $0.object(type, id: id) }
+    public func object<M: Model>(_ type: M.Type, primaryKey id: some PrimaryKeyConvertible) throws -> M? {
+        try read { try $0.object(type, primaryKey: id) }
     }
 
     /// Every object of a model type, as of the last commit.

@@ -58,7 +58,7 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
         public static var corrupted: Self { Self(wrapped: .corrupted) }
         /// The disk is full; nothing committed was lost. Free space and retry.
         public static var diskFull: Self { Self(wrapped: .diskFull) }
-        /// The replica reached its maximum size; raise `Configuration.maximumSize`.
+        /// The replica reached its maximum size; raise `Configuration.maximumSizeBytes`.
         public static var mapFull: Self { Self(wrapped: .mapFull) }
         /// Another storage error; `underlying` holds the ``TributaryStorage`` error.
         public static var storage: Self { Self(wrapped: .storage) }

@@ -102,7 +102,7 @@ public final class Simulation {
         configuration.clock = clocks[index]
         configuration.replicaID = ReplicaID(rawValue: UInt64(index + 1) << 32 | (self.configuration.seed & 0xFFFF_FFFF))
         configuration.maximumClockSkew = .seconds(30 * 60)
-        configuration.initialSize = 1 << 20
+        configuration.initialSizeBytes = 1 << 20
         return configuration
     }
 

@@ -58,8 +58,8 @@ struct MapGrowthTests {
             let directory = TemporaryDirectory("map-growth-grow")
             var configuration = Replica.Configuration()
             configuration.durability = .none
-            configuration.initialSize = 1 << 20
-            configuration.maximumSize = 64 << 20
+            configuration.initialSizeBytes = 1 << 20
+            configuration.maximumSizeBytes = 64 << 20
             let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             try replica.write { txn in try txn.create("User", ["_id": "counter", "name": "counter", "age": 0]) }
             let base = replica.lastLocalSequence
@@ -225,8 +225,8 @@ struct MapGrowthTests {
             let directory = TemporaryDirectory("map-growth-starve")
             var configuration = Replica.Configuration()
             configuration.durability = .none
-            configuration.initialSize = 1 << 20
-            configuration.maximumSize = 64 << 20
+            configuration.initialSizeBytes = 1 << 20
+            configuration.maximumSizeBytes = 64 << 20
             let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             defer { replica.close() }
             try replica.write { txn in try txn.create("User", ["_id": "u", "name": "reader target"]) }
@@ -289,8 +289,8 @@ struct MapGrowthTests {
             let cap = 8 << 20
             var configuration = Replica.Configuration()
             configuration.durability = .none
-            configuration.initialSize = 1 << 20
-            configuration.maximumSize = cap
+            configuration.initialSizeBytes = 1 << 20
+            configuration.maximumSizeBytes = cap
             var random = SplitMix64(seed: 3)
             // 12 MiB of barely compressible text in 24 messages: the log and the views each need most of it.
             let texts = (0..<24).map { _ in Self.noise(&random, length: 512 << 10) }
@@ -326,7 +326,7 @@ struct MapGrowthTests {
                 try replica.write { txn in try txn.create("User", ["_id": "u2", "name": "Alan"]) }
             }
             // Reopened with a larger cap, the same transaction commits.
-            configuration.maximumSize = 64 << 20
+            configuration.maximumSizeBytes = 64 << 20
             let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             defer { replica.close() }
             try replica.write(big)
@@ -343,8 +343,8 @@ struct MapGrowthTests {
             let directory = TemporaryDirectory("map-growth-cross")
             var configuration = Replica.Configuration()
             configuration.durability = .full
-            configuration.initialSize = 1 << 20
-            configuration.maximumSize = 64 << 20
+            configuration.initialSizeBytes = 1 << 20
+            configuration.maximumSizeBytes = 64 << 20
             let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             defer { replica.close() }
             try replica.write { txn in try txn.create("User", ["_id": "u0", "name": "before"]) }

@@ -59,14 +59,14 @@ struct MixedVersionModelTests {
         }
         try Self.sync(new, old)
         // The earlier release reads its own properties, and edits the profile through its model.
-        var profile = try #require(try old.read { try $0.object(ProfileV1.Profile.self, id: "p") })
+        var profile = try #require(try old.read { try $0.object(ProfileV1.Profile.self, primaryKey: "p") })
         #expect(profile.name == "Ada")
         profile.name = "Ada L."
         profile.badge?.label = "platinum"
         try old.write { try $0.update(profile) }
         try old.write { try $0.upsert(profile) }
         try Self.sync(old, new)
-        let merged = try #require(try new.read { try $0.object(ProfileV2.Profile.self, id: "p") })
+        let merged = try #require(try new.read { try $0.object(ProfileV2.Profile.self, primaryKey: "p") })
         #expect(merged.name == "Ada L.")
         #expect(merged.badge?.label == "platinum")
         #expect(merged.nickname == "ada")
@@ -75,13 +75,13 @@ struct MixedVersionModelTests {
         // A profile the earlier release creates has the later release's properties unset, as their defaults say.
         try old.write { try $0.create(ProfileV1.Profile(_id: "q", name: "Grace", badge: nil)) }
         try Self.sync(old, new)
-        let created = try #require(try new.read { try $0.object(ProfileV2.Profile.self, id: "q") })
+        let created = try #require(try new.read { try $0.object(ProfileV2.Profile.self, primaryKey: "q") })
         #expect(created.nickname == nil && created.tags.isEmpty)
         // What the earlier release clears, it clears: its own optional embedded object.
         profile.badge = nil
         try old.write { try $0.update(profile) }
         try Self.sync(old, new)
-        let cleared = try #require(try new.read { try $0.object(ProfileV2.Profile.self, id: "p") })
+        let cleared = try #require(try new.read { try $0.object(ProfileV2.Profile.self, primaryKey: "p") })
         #expect(cleared.badge == nil && cleared.nickname == "ada" && cleared.tags == ["x", "y"])
         #expect(try old.verify().passed)
         #expect(try new.verify().passed)
@@ -96,11 +96,11 @@ struct MixedVersionModelTests {
         configuration.durability = .none
         let old = try Replica.open(directory: oldDirectory.path, configuration: configuration)
         try Self.sync(new, old)
-        var profile = try #require(try old.read { try $0.object(ProfileV1.Profile.self, id: "p") })
+        var profile = try #require(try old.read { try $0.object(ProfileV1.Profile.self, primaryKey: "p") })
         profile.name = "Ada L."
         try old.write { try $0.update(profile) }
         try Self.sync(old, new)
-        let merged = try #require(try new.read { try $0.object(ProfileV2.Profile.self, id: "p") })
+        let merged = try #require(try new.read { try $0.object(ProfileV2.Profile.self, primaryKey: "p") })
         #expect(merged.name == "Ada L." && merged.nickname == "ada" && merged.tags == ["x"])
     }
 }
@@ -130,12 +130,12 @@ struct MixedVersionRemovalTests {
         }
         let new = try Replica.open(directory: newDirectory.path, models: [ProfileV3.Profile.self], schemaVersion: 2, configuration: configuration)
         try MixedVersionModelTests.sync(new, old)
-        #expect(try old.read { try $0.object(ProfileV1.Profile.self, id: "p") }?.badge == nil)
+        #expect(try old.read { try $0.object(ProfileV1.Profile.self, primaryKey: "p") }?.badge == nil)
         try old.write { try $0.upsert(ProfileV1.Profile(_id: "p", name: "Ada L.", badge: ProfileV1.Badge(label: "silver"))) }
         try old.write { try $0.create(ProfileV1.Profile(_id: "q", name: "Grace", badge: ProfileV1.Badge(label: "gold"))) }
         try MixedVersionModelTests.sync(old, new)
-        #expect(try new.read { try $0.object(ProfileV3.Profile.self, id: "p") }?.name == "Ada L.")
-        #expect(try new.read { try $0.object(ProfileV3.Profile.self, id: "q") }?.name == "Grace")
+        #expect(try new.read { try $0.object(ProfileV3.Profile.self, primaryKey: "p") }?.name == "Ada L.")
+        #expect(try new.read { try $0.object(ProfileV3.Profile.self, primaryKey: "q") }?.name == "Grace")
         #expect(try old.verify().passed)
         #expect(try new.verify().passed)
     }

@@ -107,8 +107,8 @@ struct ModelTests {
             try txn.create(ada)
             try txn.create(message)
         }
-        #expect(try replica.object(Chatster.self, id: "ada") == ada)
-        #expect(try replica.object(ChatMessage.self, id: id) == message)
+        #expect(try replica.object(Chatster.self, primaryKey: "ada") == ada)
+        #expect(try replica.object(ChatMessage.self, primaryKey: id) == message)
         #expect(try replica.objects(ChatMessage.self) == [message])
 
         // An update writes only what changed.
@@ -118,11 +118,11 @@ struct ModelTests {
         try replica.write { try $0.update(edited) }
         let changeset = try replica.changeset(at: replica.lastLocalSequence)
         #expect(changeset.instructions.count == 2)
-        #expect(try replica.object(ChatMessage.self, id: id) == edited)
+        #expect(try replica.object(ChatMessage.self, primaryKey: id) == edited)
 
         // Deleting the author nulls the link and removes it from lists (rule 7).
-        try replica.write { _ = try $0.delete(Chatster.self, id: "ada") }
-        let orphan = try #require(try replica.object(ChatMessage.self, id: id))
+        try replica.write { _ = try $0.delete(Chatster.self, primaryKey: "ada") }
+        let orphan = try #require(try replica.object(ChatMessage.self, primaryKey: id))
         #expect(orphan.author == nil)
         #expect(orphan.mentions.isEmpty)
         #expect(try replica.verify().passed)
@@ -133,8 +133,8 @@ struct ModelTests {
         let replica = try open(directory)
         try replica.write { try $0.upsert(Chatster(_id: "a", displayName: "A")) }
         try replica.write { try $0.upsert(Chatster(_id: "a", displayName: "A2", karma: 3)) }
-        #expect(try replica.object(Chatster.self, id: "a")?.displayName == "A2")
-        #expect(try replica.object(Chatster.self, id: "a")?.karma == 3)
+        #expect(try replica.object(Chatster.self, primaryKey: "a")?.displayName == "A2")
+        #expect(try replica.object(Chatster.self, primaryKey: "a")?.karma == 3)
         #expect(try replica.read { try $0.count("Chatster") } == 1)
     }
 }

@@ -305,13 +305,15 @@ struct QueryAndObservationTests {
         let directory = TemporaryDirectory()
         let replica = try open(directory)
         try await replica.write { try $0.create(message(1, conversation: "c")) }
-        var iterator = replica.observeObject(Message.self, id: "m1").makeAsyncIterator()
-        #expect(try await iterator.next()??.text == "message 1")
+        var iterator = replica.observeObject(Message.self, primaryKey: "m1").makeAsyncIterator()
+        #expect(try await iterator.next()?.object?.text == "message 1")
         try await replica.write { try $0.update(message(1, conversation: "c", text: "changed")) }
-        #expect(try await iterator.next()??.text == "changed")
-        try await replica.write { _ = try $0.delete(Message.self, id: "m1") }
-        let deleted = try await iterator.next()
-        #expect(deleted != nil && deleted! == nil)
+        #expect(try await iterator.next()?.object?.text == "changed")
+        try await replica.write { _ = try $0.delete(Message.self, primaryKey: "m1") }
+        let deleted = try #require(try await iterator.next())
+        #expect(deleted.object == nil)
+        try await replica.write { try $0.create(message(1, conversation: "c", text: "back")) }
+        #expect(try await iterator.next()?.object?.text == "back")
     }
 
     @Test("Integrated remote changesets wake observers too")

@@ -455,8 +455,8 @@ struct StorageFaultTests {
             /// The scenario's starting state in a replica whose map starts at 4 MiB and may grow to 64 MiB.
             func smallMapFixture(_ directory: TemporaryDirectory) throws -> (Replica, [String], [String]) {
                 var configuration = Self.configuration()
-                configuration.initialSize = 4 << 20
-                configuration.maximumSize = 64 << 20
+                configuration.initialSizeBytes = 4 << 20
+                configuration.maximumSizeBytes = 64 << 20
                 let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
                 var workload = ChatWorkload(seed: 99, prefix: "setup")
                 try replica.write { txn in try workload.run(scenario.setupOperations, in: txn, textLength: 60) }

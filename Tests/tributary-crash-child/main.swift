@@ -94,8 +94,8 @@ case "write":
     case "none": configuration.durability = .none
     case let other: fail("unknown durability \(other)")
     }
-    if options["initial-size"] != nil { configuration.initialSize = intOption("initial-size", 0) }
-    if options["maximum-size"] != nil { configuration.maximumSize = intOption("maximum-size", 0) }
+    if options["initial-size"] != nil { configuration.initialSizeBytes = intOption("initial-size", 0) }
+    if options["maximum-size"] != nil { configuration.maximumSizeBytes = intOption("maximum-size", 0) }
     let seed = UInt64(options["seed"] ?? "1") ?? 1
     let prefix = options["prefix"] ?? "g\(ReplicaDigest.hex(seed).suffix(6))"
     let bigEvery = intOption("big-every", 20)
