@@ -23,7 +23,8 @@ let package = Package(
         .executable(name: "tributary-sim", targets: ["tributary-sim"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2")
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // System libraries from Debian: apt-get install -y liblmdb-dev libzstd-dev pkg-config

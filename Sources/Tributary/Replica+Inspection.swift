@@ -39,7 +39,7 @@ extension Replica {
     ///
     /// - Complexity: O(n + m) for n log entries (each checksum is checked) and m objects.
     /// - Throws: ``TributaryError`` with `.corrupted` naming the first damaged log entry, or a storage code.
-    public func summary() throws -> ReplicaSummary {
+    package func summary() throws -> ReplicaSummary {
         do {
             return try environment.read { txn in
                 let format = try storedFormat(in: txn)
@@ -78,7 +78,7 @@ extension Replica {
     /// damaged entry does not hide the next.
     ///
     /// - Throws: ``TributaryError`` with `.corrupted` when the entry is damaged.
-    public func logEntry(at localSequence: UInt64) throws -> LogEntrySummary? {
+    package func logEntry(at localSequence: UInt64) throws -> LogEntrySummary? {
         do {
             return try environment.read { txn in
                 do {
@@ -110,7 +110,7 @@ extension Replica {
     ///   (`.invalidValue` when it is not empty).
     /// - Complexity: O(n) in the log entries and stored records; memory O(`batchSize`) changesets and the records
     ///   they touch (a changeset that removes a type loads that type's keys).
-    public func verify(
+    package func verify(
         rebuildingIn scratchDirectory: String, batchSize: Int = 1_000, progress: ((Int, Int) -> Void)? = nil
     ) throws -> VerificationReport {
         if let contents = try? FileManager.default.contentsOfDirectory(atPath: scratchDirectory), !contents.isEmpty {

@@ -39,7 +39,7 @@ public struct LogEntrySummary: Sendable, Hashable {
 
 extension Replica {
     /// Counts and sizes of the log, from a scan of its entries that checks every checksum.
-    public func logStatistics() throws -> LogStatistics {
+    package func logStatistics() throws -> LogStatistics {
         var statistics = LogStatistics(changesets: 0, instructions: 0, storedBytes: 0, uncompressedBytes: 0)
         try forEachLogEntry { entry in
             statistics.changesets += 1
@@ -55,7 +55,7 @@ extension Replica {
     /// chain, until `body` returns `false`. Runs on one snapshot.
     ///
     /// - Throws: ``TributaryError`` with `.corrupted` naming the first damaged entry.
-    public func forEachLogEntry(
+    package func forEachLogEntry(
         from start: UInt64 = 1, through end: UInt64? = nil, _ body: (LogEntrySummary) throws -> Bool
     ) throws {
         do {
@@ -70,7 +70,7 @@ extension Replica {
     }
 
     /// Visits the decoded changesets from `start` through `end` in log order, until `body` returns `false`.
-    public func forEachChangeset(
+    package func forEachChangeset(
         from start: UInt64 = 1, through end: UInt64? = nil,
         _ body: (LogEntrySummary, Changeset) throws -> Bool
     ) throws {
@@ -114,7 +114,7 @@ extension Replica {
 extension Replica {
     /// A digest of the object records alone, in key order: what ``recordsDigest(of:)`` computes for records held
     /// elsewhere (the simulator's oracle). Equal digests mean byte-identical records.
-    public func recordsDigest() throws -> UInt64 {
+    package func recordsDigest() throws -> UInt64 {
         do {
             return try environment.read { txn in
                 var digest = RecordsDigest()
@@ -130,7 +130,7 @@ extension Replica {
     }
 
     /// The digest of records given as (type, primary key, encoded record), as ``recordsDigest()`` computes it.
-    public static func recordsDigest(of records: [(type: String, primaryKey: PrimaryKey, bytes: [UInt8])]) -> UInt64 {
+    package static func recordsDigest(of records: [(type: String, primaryKey: PrimaryKey, bytes: [UInt8])]) -> UInt64 {
         var digest = RecordsDigest()
         let keyed = records.map { (ViewStore.objectKey(type: $0.type, primaryKey: $0.primaryKey), $0.bytes) }
         for (key, bytes) in keyed.sorted(by: { $0.0.lexicographicallyPrecedes($1.0) }) {

@@ -24,7 +24,7 @@ extension Replica {
     /// entry on the way. The replica is not changed.
     ///
     /// - Complexity: O(n) in the changesets replayed; memory in proportion to the objects.
-    public func objects(asOf localSequence: UInt64, progress: ((Int) -> Void)? = nil) throws -> ReplayedObjects {
+    package func objects(asOf localSequence: UInt64, progress: ((Int) -> Void)? = nil) throws -> ReplayedObjects {
         do {
             return try environment.read { txn in
                 var replayed = try replay(in: txn, through: localSequence, progress: progress)
@@ -57,7 +57,7 @@ extension Replica {
     /// - Throws: ``TributaryError`` with `.invalidValue` when `directory` holds anything, `.corrupted` for a damaged
     ///   entry in the copied range.
     @discardableResult
-    public func replay(through localSequence: UInt64, into directory: String, configuration: Configuration = Configuration())
+    package func replay(through localSequence: UInt64, into directory: String, configuration: Configuration = Configuration())
         throws -> Replica
     {
         try Self.copyLog(

@@ -363,7 +363,7 @@ extension Replica {
     /// The changeset at `localSequence`, decoded.
     ///
     /// - Throws: ``TributaryError`` with `.corrupted` when the entry is damaged or missing.
-    public func changeset(at localSequence: UInt64) throws -> Changeset {
+    package func changeset(at localSequence: UInt64) throws -> Changeset {
         do {
             return try environment.read { txn in try log.changeset(of: try log.entry(localSequence, in: txn)) }
         } catch {
@@ -375,7 +375,7 @@ extension Replica {
 extension Replica {
     /// A digest of the views (records, indexes, schema; the version vector too unless `includeVersionVector` is
     /// false): replicas that integrated the same changesets have equal digests. For tests and the simulator.
-    public func viewDigest(includeVersionVector: Bool = true) throws -> UInt64 {
+    package func viewDigest(includeVersionVector: Bool = true) throws -> UInt64 {
         do {
             return try environment.read { txn in
                 var digest = XXHash64.hash([])

@@ -56,7 +56,7 @@ struct ListBenchmarks {
         let integrateSeconds = try time { try peer.integrate(encoded: encoded) }
         let read = try peer.object("Doc", primaryKey: .int(1))?["tags"]
         precondition(read == values, "the list did not read back as written")
-        let converged = try peer.recordsDigest() == writer.recordsDigest()
+        let converged = try peer.inspection.recordsDigest() == writer.inspection.recordsDigest()
         precondition(converged, "the peer did not converge")
         return (Double(elements) / localSeconds, Double(elements) / integrateSeconds)
     }

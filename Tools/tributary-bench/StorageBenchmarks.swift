@@ -152,13 +152,13 @@ struct StorageBenchmarks {
                 try txn.update("Item", primaryKey: .int(Int64(index)), ["count": .int(-1), "active": .bool(false)])
             }
         }
-        let statistics = try replica.logStatistics()
+        let statistics = try replica.inspection.logStatistics()
         let instructions = Double(statistics.instructions)
-        let digest = try replica.recordsDigest()
+        let digest = try replica.inspection.recordsDigest()
         // Best of three on each side: the time of one large durable commit swings with the disk.
         var seconds = Double.infinity
         for _ in 1...3 { seconds = min(seconds, try time { try replica.rebuildViews() }) }
-        let rebuilt = try replica.recordsDigest()
+        let rebuilt = try replica.inspection.recordsDigest()
         precondition(rebuilt == digest, "rebuilding the views changed them")
         let pairs = try rawPairs(replica)
         var baseline = Double.infinity
@@ -191,7 +191,7 @@ struct StorageBenchmarks {
     }
 
     func logSize(_ replica: Replica) throws {
-        let statistics = try replica.logStatistics()
+        let statistics = try replica.inspection.logStatistics()
         var encoded: [UInt8] = []
         try replica.forEachChangeset { _, changeset in
             encoded.append(contentsOf: ChangesetCodec.encode(changeset))

@@ -63,7 +63,7 @@ struct SyncBenchmarks {
             let remoteSeconds = try time {
                 for bytes in encoded { try remote.integrate(encoded: [bytes]) }
             }
-            let converged = try remote.recordsDigest() == local.recordsDigest()
+            let converged = try remote.inspection.recordsDigest() == local.inspection.recordsDigest()
             precondition(converged, "integration did not converge")
             Measurement(
                 name: name, value: Double(instructions) / remoteSeconds, unit: "instructions/s",

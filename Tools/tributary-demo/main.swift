@@ -81,7 +81,7 @@ struct TributaryDemo: ParsableCommand {
         let seconds = Date().timeIntervalSince(start)
 
         let messageCount = try replica.count("ChatMessage")
-        let statistics = try replica.logStatistics()
+        let statistics = try replica.inspection.logStatistics()
         let report = try replica.verify()
         print("Wrote \(messages) messages in \((messages + perTransaction - 1) / perTransaction) transactions in \(String(format: "%.2f", seconds)) s")
         print("Objects: \(try replica.count("User")) users, \(messageCount) messages")

@@ -37,8 +37,8 @@ struct Diff: ParsableCommand {
             defer { opened.close() }
             try requireEntry(sequenceA, in: opened)
             try requireEntry(sequenceB, in: opened)
-            let before = try opened.objects(asOf: sequenceA)
-            let after = try opened.objects(asOf: sequenceB)
+            let before = try opened.inspection.objects(asOf: sequenceA)
+            let after = try opened.inspection.objects(asOf: sequenceB)
             differs = report(before, after)
         }
         if differs { throw ExitCode(ExitStatus.differences) }

@@ -41,13 +41,13 @@ struct Export: ParsableCommand {
         try reportingFailures {
             let opened = try replica.open()
             defer { opened.close() }
-            if from > 1, try opened.logEntry(at: from - 1) == nil { return }
+            if from > 1, try opened.inspection.logEntry(at: from - 1) == nil { return }
             let progress = ProgressLine("exporting", streamsRows: true)
             let last = min(to ?? opened.lastLocalSequence, opened.lastLocalSequence)
             let total = last >= from ? Int(last - from + 1) : 0
             let trimmer = MappedPageTrimmer(every: 16_384)
             var exported = 0
-            try opened.forEachChangeset(from: from, through: to) { entry, changeset in
+            try opened.inspection.forEachChangeset(from: from, through: to) { entry, changeset in
                 emit(json(entry, changeset).rendered)
                 exported += 1
                 progress.update(exported, of: total)

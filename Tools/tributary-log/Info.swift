@@ -22,7 +22,7 @@ struct Info: ParsableCommand {
         try reportingFailures {
             let opened = try replica.open()
             defer { opened.close() }
-            let summary = try opened.summary()
+            let summary = try opened.inspection.summary()
             let ratio = (summary.log.compressionRatio * 100).rounded() / 100
             if output.json {
                 emit(

@@ -72,14 +72,14 @@ struct List: ParsableCommand {
             if !output.json { emit(Self.header) }
             if limit == 0 { return }
             // Scanning from `from` checks the chain from the entry before it; an empty range lists nothing.
-            if from > 1, try opened.logEntry(at: from - 1) == nil { return }
+            if from > 1, try opened.inspection.logEntry(at: from - 1) == nil { return }
             let progress = ProgressLine("listing", streamsRows: true)
             let last = min(to ?? opened.lastLocalSequence, opened.lastLocalSequence)
             let total = last >= from ? Int(last - from + 1) : 0
             let trimmer = MappedPageTrimmer(every: 16_384)
             var listed = 0
             var scanned = 0
-            try opened.forEachChangeset(from: from, through: to) { entry, changeset in
+            try opened.inspection.forEachChangeset(from: from, through: to) { entry, changeset in
                 scanned += 1
                 progress.update(scanned, of: total)
                 trimmer.tick()

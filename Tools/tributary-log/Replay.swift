@@ -44,11 +44,11 @@ struct Replay: ParsableCommand {
             let to = self.to ?? opened.lastLocalSequence
             try requireEntry(to, in: opened)
             if let out {
-                try write(to: out) { try opened.replay(through: to, into: $0) }
+                try write(to: out) { try opened.inspection.replay(through: to, into: $0) }
                 return
             }
             let progress = ProgressLine("replaying", streamsRows: false)
-            let state = try opened.objects(asOf: to) { progress.update($0, of: Int(to)) }
+            let state = try opened.inspection.objects(asOf: to) { progress.update($0, of: Int(to)) }
             progress.finish()
             var counts: [String: Int] = [:]
             for object in state.objects { counts[object.type, default: 0] += 1 }
@@ -82,7 +82,7 @@ struct Replay: ParsableCommand {
             throw ToolFailure(error.message, status: ExitStatus.cannotCreate)
         }
         defer { copy.close() }
-        let summary = try copy.summary()
+        let summary = try copy.inspection.summary()
         let objects = summary.objectCounts.reduce(0) { $0 + $1.objects }
         if output.json {
             emit(
@@ -101,7 +101,7 @@ struct Replay: ParsableCommand {
 /// Fails unless the log has an entry at `localSequence` (0, the empty replica, always exists).
 func requireEntry(_ localSequence: UInt64, in replica: Replica) throws {
     guard localSequence > 0 else { return }
-    guard try replica.logEntry(at: localSequence) != nil else {
+    guard try replica.inspection.logEntry(at: localSequence) != nil else {
         throw ToolFailure(
             "the log has no entry \(localSequence): it holds local sequences 1 through \(replica.lastLocalSequence)",
             status: ExitStatus.noInput)

@@ -33,12 +33,12 @@ struct Show: ParsableCommand {
         try reportingFailures {
             let opened = try replica.open()
             defer { opened.close() }
-            guard let entry = try opened.logEntry(at: localSequence) else {
+            guard let entry = try opened.inspection.logEntry(at: localSequence) else {
                 throw ToolFailure(
                     "the log has no entry \(localSequence): it holds local sequences 1 through "
                         + "\(opened.lastLocalSequence)", status: ExitStatus.noInput)
             }
-            let changeset = try opened.changeset(at: localSequence)
+            let changeset = try opened.inspection.changeset(at: localSequence)
             if output.json {
                 emit(json(entry, changeset).rendered)
                 return

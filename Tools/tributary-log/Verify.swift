@@ -94,7 +94,7 @@ struct Verify: ParsableCommand {
                 }
             }
         }
-        return try opened.verify(rebuildingIn: directory) {
+        return try opened.inspection.verify(rebuildingIn: directory) {
             progress.update($0, of: $1)
             trimmer.tick()
         }
