@@ -1,0 +1,296 @@
+import Synchronization
+import TributaryCompression
+import TributaryLog
+import TributaryMerge
+public import TributaryModel
+import TributaryStorage
+import TributaryViews
+
+/// What ``Replica/integrate(_:)`` did with a batch of changesets.
+public struct IntegrationReport: Sendable, Hashable, CustomStringConvertible {
+    /// Changesets applied and appended to the log, in the order they were applied.
+    public var integrated: [Dot] = []
+    /// Changesets already integrated (by origin and origin sequence), ignored.
+    public var duplicates = 0
+    /// Changesets waiting in the pending area for changesets they depend on (or for this replica's clock to
+    /// reach their stamp); they are integrated by a later call, once those arrive.
+    public var waiting = 0
+    /// Changesets refused, with the reason: a schema conflict (rule 8) or an instruction that does not fit the
+    /// schema. They are not stored; changesets that depend on them wait.
+    public var rejected: [Rejection] = []
+
+    public struct Rejection: Sendable, Hashable {
+        public var dot: Dot
+        public var reason: String
+    }
+
+    public var description: String {
+        "integrated \(integrated.count), duplicates \(duplicates), waiting \(waiting), rejected \(rejected.count)"
+            + rejected.map { "\n  \($0.dot): \($0.reason)" }.joined()
+    }
+}
+
+extension Replica {
+    /// A pending changeset's key: its causal dot, laid out as the log's origin index lays out dots.
+    static func pendingKey(_ dot: Dot) -> [UInt8] { ChangesetLog.originKey(dot) }
+
+    /// The changesets this replica holds that a replica with version vector `vector` lacks, in this replica's log
+    /// order (a causal order), at most `limit` of them.
+    ///
+    /// - Complexity: O(k log n) for k changesets missing from a log of n: found through the origin index, not by a
+    ///   scan of the log. Plus, for each origin walked, a read of the adoptions of its changesets after what the
+    ///   other replica's vector counts: for an app's upload (a relay's vector never counts the app) that is every
+    ///   adoption of the app's changesets, in one range read.
+    ///
+    /// - Parameters:
+    ///   - origins: when given, only changesets from these origins that no relay adopted yet (a partial replica
+    ///     uploads only its own; if the adoptions are damaged, adopted ones are sent again, which the relay drops as
+    ///     duplicates).
+    ///   - holds: when given, each changeset is projected for a partial replica: schema instructions and the
+    ///     instructions on objects for which `holds` returns `true` are kept, the rest replaced by
+    ///     ``Instruction/omitted``. The projection keeps the changeset's identity, so the partial replica's version
+    ///     vector stays complete. A partial replica must not export what it received this way.
+    ///   - excluding: causal dots of changesets the other replica holds already though its vector does not count
+    ///     them: its ``pendingDots()``. They are neither read nor sent, nor is an app's changeset as written when a
+    ///     relay's copy of it is among them (or the vector counts one). A relay's copy of an app's changeset is named
+    ///     by the relay's dot, so another relay's copy of it is still sent: the one that waits may wait for the
+    ///     relay's earlier changesets, and the other may come in first.
+    public func changesets(
+        missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil,
+        holds: ((String, PrimaryKey) -> Bool)? = nil, excluding: Set<Dot> = []
+    ) throws -> [Changeset] {
+        try missingEntries(from: vector, limit: limit, origins: origins, excluding: excluding) { entry, context in
+            var changeset = try log.changeset(of: entry, context: context)
+            if let holds {
+                changeset.instructions = changeset.instructions.map { instruction in
+                    guard let object = instruction.object, !holds(object.type, object.primaryKey) else { return instruction }
+                    return .omitted
+                }
+            }
+            return changeset
+        }
+    }
+
+    /// The changesets ``changesets(missingFrom:limit:origins:holds:excluding:)`` returns (without projection), as
+    /// bytes: what a sync layer sends, read from the log without decoding them. The other replica passes them to
+    /// ``integrate(encoded:)``.
+    ///
+    /// - Parameter compressed: `false` (the default): each changeset as ``ChangesetCodec`` encodes it. `true`: each
+    ///   as the log stores it, a zstd frame of that encoding when compressing made it smaller (most changesets of
+    ///   more than a few instructions; the log's compression ratio is about 4.8). Neither side then runs zstd's
+    ///   compressor, and the bytes on the wire shrink by that ratio. ``integrate(encoded:)`` tells the two apart.
+    public func encodedChangesets(
+        missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil, excluding: Set<Dot> = [],
+        compressed: Bool = false
+    ) throws -> [[UInt8]] {
+        try missingEntries(from: vector, limit: limit, origins: origins, excluding: excluding) { entry, context in
+            compressed ? log.storedChangeset(of: entry) : try log.encodedChangeset(of: entry, context: context)
+        }
+    }
+
+    /// Reads, in log order, the entries of the changesets a replica with version vector `vector` lacks, and makes
+    /// each into an element of the result with `element`.
+    private func missingEntries<Element>(
+        from vector: VersionVector, limit: Int, origins: Set<ReplicaID>?, excluding: Set<Dot>,
+        _ element: (LogEntry, ZstdContext) throws -> Element
+    ) throws -> [Element] {
+        do {
+            return try environment.read { txn in
+                let have = try views.versionVector(in: txn)
+                var sequences: [UInt64] = []
+                for entry in have.entries where vector[entry.replica] < entry.sequence {
+                    if let origins, !origins.contains(entry.replica) { continue }
+                    let after = vector[entry.replica]
+                    // The relays' copies of the origin's changesets. Damaged adoptions only cost duplicates here (the
+                    // changesets they would leave out are sent), so the export goes on; verify names the damage.
+                    let adopted: [Dot: [Dot]]
+                    do {
+                        adopted = try log.adoptedCopies(of: entry.replica, after: after, in: txn)
+                    } catch is LogError {
+                        adopted = [:]
+                    }
+                    // A dot of the origin index names one changeset (a relay adopts under its own sequences), so an
+                    // excluded one is skipped before its entry is read.
+                    for (dot, sequence) in try log.originEntries(from: entry.replica, after: after, in: txn)
+                    where !excluding.contains(dot) {
+                        if let copies = adopted[dot] {
+                            // An app uploads only what no relay adopted yet.
+                            if origins != nil { continue }
+                            // The other replica holds it through a relay's copy (its vector counts it, or it waits
+                            // there), though its vector does not count the app's dot (an app that also syncs directly
+                            // with a peer): sent again, it would be dropped as a duplicate, on every sync.
+                            if copies.contains(where: { vector.includes($0) || excluding.contains($0) }) { continue }
+                        }
+                        sequences.append(sequence)
+                    }
+                }
+                // An adopted changeset is listed under its origin's dot and its relay's: once is enough.
+                sequences.sort()
+                sequences = sequences.enumerated().filter { $0.offset == 0 || sequences[$0.offset - 1] != $0.element }.map(\.element)
+                let context = ZstdContext()
+                var result: [Element] = []
+                for sequence in sequences {
+                    guard result.count < limit else { break }
+                    let entry = try log.entry(sequence, in: txn)
+                    result.append(try element(entry, context))
+                }
+                return result
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// The causal dots of the changesets waiting in the pending area: a relay's dot for a relay's copy of an app's
+    /// changeset, the origin dot otherwise. A peer that exports to this replica can pass them as `excluding:` to
+    /// ``changesets(missingFrom:limit:origins:holds:excluding:)``, so as not to send them again. A stored changeset
+    /// that no longer decodes (damage) is not listed: a peer sends it again, and its good copy replaces it.
+    ///
+    /// - Complexity: O(1) while this handle's decoded copy of the pending area is current (after its own
+    ///   integrations); otherwise it decodes every waiting changeset once, and keeps the result.
+    public func pendingDots() throws -> Set<Dot> {
+        do {
+            return try environment.read { txn in
+                let generation = try pendingGeneration(in: txn)
+                let cached = pendingCache.withLock { $0 }
+                if let cached, cached.generation == generation { return Set(cached.entries.keys) }
+                let area = try pendingArea(generation: generation, taken: nil, in: txn)
+                // Kept for the next call and the next integration, unless one of those stored a newer copy meanwhile.
+                pendingCache.withLock { cache in
+                    if cache.map({ $0.generation < generation }) ?? true { cache = area }
+                }
+                return Set(area.entries.keys)
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    static func dot(pendingKey key: UnsafeRawBufferPointer) -> Dot? {
+        key.count == 16 ? ChangesetLog.dot(fromOriginKey: key) : nil
+    }
+
+    /// The changesets waiting in the pending area.
+    public func pendingChangesets() throws -> [Changeset] {
+        do {
+            return try environment.read { txn in
+                var result: [Changeset] = []
+                try txn.scan(pending) { _, value in
+                    result.append(try PendingChangeset(stored: value, limits: log.decodingLimits).changeset)
+                    return true
+                }
+                return result
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// Integrates changesets from other replicas: each is applied by the merge rules, appended to the log with its
+    /// origin, origin sequence, stamp and author, and its effects written to the views, all in one atomic commit.
+    ///
+    /// Integration is idempotent: a changeset already integrated is ignored. Changesets may arrive in any order: one
+    /// whose causal predecessors are missing waits, durably, in the pending area until they arrive. The batch is
+    /// applied in the order given, as far as causal order allows: the export of a peer (in its log order) is then
+    /// integrated in the peer's order, and refuses what the peer refused (see docs/MergeSemantics.md, rule 8). A changeset
+    /// stamped more than ``Configuration/maximumClockSkew`` ahead of this replica's clock also waits (rule 9), so
+    /// that a wrong clock cannot win every later conflict.
+    ///
+    /// - Throws: ``TributaryError`` with `.invalidChangeset` naming the first changeset whose encoding would not
+    ///   decode under the log's limits (values nested too deeply, too many instructions or elements; nothing is
+    ///   integrated then, as replay and peers could not read it back), or for storage failures (nothing is integrated
+    ///   then).
+    @discardableResult
+    public func integrate(_ changesets: [Changeset]) throws -> IntegrationReport {
+        try integrate(try encodedForLog(changesets, adopt: false), adopting: false)
+    }
+
+    /// In-memory changesets as the log takes them: each encoded once (the pending area and the log keep these bytes),
+    /// and the whole call refused, before anything is applied or waits, when one's encoding would not decode under
+    /// the log's limits. Replay, verify and every peer read the log under those limits, so an entry over them would
+    /// be lost to all of them.
+    private func encodedForLog(_ changesets: [Changeset], adopt: Bool) throws -> [PendingChangeset] {
+        var pending: [PendingChangeset] = []
+        pending.reserveCapacity(changesets.count)
+        for (index, changeset) in changesets.enumerated() {
+            do {
+                let encoded = try ChangesetCodec.encode(changeset, within: log.decodingLimits)
+                pending.append(PendingChangeset(changeset: changeset, adopt: adopt, encoded: encoded))
+            } catch {
+                throw TributaryError(
+                    .invalidChangeset,
+                    "changeset \(index) of \(changesets.count) (\(changeset.dot)) could not be read back from the log: "
+                        + "\(error); nothing was integrated")
+            }
+        }
+        return pending
+    }
+
+    /// Integrates changesets as bytes (what ``encodedChangesets(missingFrom:limit:origins:excluding:compressed:)``
+    /// returns and a sync layer receives, in either of its forms), like ``integrate(_:)``. The bytes go into the log
+    /// as they came, so a changeset is decoded once and never encoded or compressed again.
+    ///
+    /// A batch is decoded whole before any of it is applied, so what it decodes to is bounded: past
+    /// ``Configuration/maximumBatchBytes`` in all, the rest of the batch must come in another call. A few kilobytes
+    /// of zstd frames can otherwise claim gigabytes.
+    ///
+    /// - Throws: ``TributaryError`` with `.invalidChangeset` naming the first element that does not decompress or
+    ///   decode, with `.transactionTooLarge` naming the element at which the batch decodes to more than that bound
+    ///   (nothing is integrated then), or for storage failures.
+    @discardableResult
+    public func integrate(encoded changesets: [[UInt8]]) throws -> IntegrationReport {
+        try integrate(adopting: false) {
+            // Decoded under the write lock, which integration takes anyway: the replica's zstd context is then free
+            // to use, and creating a decompression context per call costs more than decompressing a small frame.
+            var decoded: [PendingChangeset] = []
+            decoded.reserveCapacity(changesets.count)
+            var decodedBytes = 0
+            for (index, bytes) in changesets.enumerated() {
+                if index > 0 && decodedBytes > configuration.maximumBatchBytes {
+                    throw TributaryError(
+                        .transactionTooLarge,
+                        "changesets 0-\(index - 1) of a batch of \(changesets.count) decode to \(decodedBytes) bytes, over "
+                            + "the limit of \(configuration.maximumBatchBytes) for one batch (maximumBatchBytes); nothing "
+                            + "was integrated: pass "
+                            + "changesets 0-\(index - 1) in one call and the rest in others")
+                }
+                do {
+                    let received = try log.received(bytes, context: compressionContext)
+                    decodedBytes += received.encoded.count
+                    decoded.append(
+                        PendingChangeset(
+                            changeset: received.changeset, adopt: false, encoded: received.encoded, frame: received.frame))
+                } catch {
+                    throw TributaryError(
+                        .invalidChangeset,
+                        "changeset \(index) of \(changesets.count) (\(bytes.count) bytes) cannot be decoded: \(error)")
+                }
+            }
+            return decoded
+        }
+    }
+
+    /// Integrates what waits in the pending area and is ready now. A changeset that waits for this replica's clock
+    /// (rule 9) becomes ready only as time passes, with nothing arriving to trigger a pass: a sync layer calls this
+    /// now and then (an integration of new changesets does it too).
+    ///
+    /// - Throws: ``TributaryError`` for storage failures (nothing is integrated then).
+    @discardableResult
+    public func integratePending() throws -> IntegrationReport {
+        try integrate([PendingChangeset](), adopting: false)
+    }
+
+    /// Integrates changesets uploaded by app replicas that sync through this replica, adopting each into this
+    /// replica's own sequence: it keeps its origin, origin sequence, stamp and author, and gets this replica's dot as
+    /// its causal identity. Version vectors then count this replica's sequence, not one entry per app, so causal
+    /// metadata stays bounded by the number of relays however many apps write (docs/MergeSemantics.md, "Relays").
+    ///
+    /// An app's changesets are adopted in its own order; each one's causal context is rewritten from the app's
+    /// terms (its own entry) to this replica's (the dots its earlier changesets were adopted as).
+    ///
+    /// - Throws: what ``integrate(_:)`` throws.
+    @discardableResult
+    public func adopt(_ changesets: [Changeset]) throws -> IntegrationReport {
+        try integrate(try encodedForLog(changesets, adopt: true), adopting: true)
+    }
+}
