@@ -51,7 +51,7 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// The value of a property (``Value/null`` for an unknown name).
+    /// The value of a property (`Value/null` for an unknown name).
     public subscript(property: String) -> Value {
         switch storage {
         case .named(let values):
@@ -63,7 +63,7 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Equal objects have the same type, primary key and values by name, however they are held. Values compare as they
-    /// store (``Value/storesAlike(_:)``): a string in the other Unicode normalization, or -0.0 for 0.0, is a change,
+    /// store (`Value/storesAlike(_:)`): a string in the other Unicode normalization, or -0.0 for 0.0, is a change,
     /// and a NaN equals itself.
     public static func == (lhs: DynamicObject, rhs: DynamicObject) -> Bool {
         guard lhs.type == rhs.type, lhs.primaryKey == rhs.primaryKey else { return false }

@@ -89,7 +89,7 @@ public struct Link<Target: Model>: Codable, Hashable, Sendable {
     }
 }
 
-/// A value that can be a primary key: `String`, `Int`, `Int64`, `UUID`, ``ObjectID`` or ``PrimaryKey`` itself.
+/// A value that can be a primary key: `String`, `Int`, `Int64`, `UUID`, `ObjectID` or `PrimaryKey` itself.
 public protocol PrimaryKeyConvertible {
     var primaryKey: PrimaryKey { get }
 }

@@ -134,7 +134,7 @@ final class Materializer {
 
 /// A consistent, read-only view of a replica as of one commit.
 ///
-/// Not `Sendable`, and valid only during the ``Replica/read(_:)`` closure that passes it: it holds a storage
+/// Not `Sendable`, and valid only during the ``Replica/read(_:)-8c44g`` closure that passes it: it holds a storage
 /// transaction. The objects it returns are values, free to keep and share.
 public final class Snapshot: ObjectReading {
     let replica: Replica

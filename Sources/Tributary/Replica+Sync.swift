@@ -43,12 +43,14 @@ extension Replica {
     ///   adoption of the app's changesets, in one range read.
     ///
     /// - Parameters:
+    ///   - vector: the other replica's version vector.
+    ///   - limit: the most changesets returned; the next call with the other replica's new vector returns the rest.
     ///   - origins: when given, only changesets from these origins that no relay adopted yet (a partial replica
     ///     uploads only its own; if the adoptions are damaged, adopted ones are sent again, which the relay drops as
     ///     duplicates).
     ///   - holds: when given, each changeset is projected for a partial replica: schema instructions and the
     ///     instructions on objects for which `holds` returns `true` are kept, the rest replaced by
-    ///     ``Instruction/omitted``. The projection keeps the changeset's identity, so the partial replica's version
+    ///     `Instruction/omitted`. The projection keeps the changeset's identity, so the partial replica's version
     ///     vector stays complete. A partial replica must not export what it received this way.
     ///   - excluding: causal dots of changesets the other replica holds already though its vector does not count
     ///     them: its ``pendingDots()``. They are neither read nor sent, nor is an app's changeset as written when a
@@ -75,10 +77,15 @@ extension Replica {
     /// bytes: what a sync layer sends, read from the log without decoding them. The other replica passes them to
     /// ``integrate(encoded:)``.
     ///
-    /// - Parameter compressed: `false` (the default): each changeset as ``ChangesetCodec`` encodes it. `true`: each
-    ///   as the log stores it, a zstd frame of that encoding when compressing made it smaller (most changesets of
-    ///   more than a few instructions; the log's compression ratio is about 4.8). Neither side then runs zstd's
-    ///   compressor, and the bytes on the wire shrink by that ratio. ``integrate(encoded:)`` tells the two apart.
+    /// - Parameters:
+    ///   - vector: the other replica's version vector.
+    ///   - limit: the most changesets returned.
+    ///   - origins: as for ``changesets(missingFrom:limit:origins:holds:excluding:)``.
+    ///   - excluding: as for ``changesets(missingFrom:limit:origins:holds:excluding:)``.
+    ///   - compressed: `false` (the default): each changeset as `ChangesetCodec` encodes it. `true`: each as the log
+    ///     stores it, a zstd frame of that encoding when compressing made it smaller (most changesets of more than a
+    ///     few instructions; the log's compression ratio is about 4.8). Neither side then runs zstd's compressor, and
+    ///     the bytes on the wire shrink by that ratio. ``integrate(encoded:)`` tells the two apart.
     public func encodedChangesets(
         missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil, excluding: Set<Dot> = [],
         compressed: Bool = false

@@ -140,7 +140,7 @@ public final class Replica: Sendable {
     /// Opens the replica in `directory`, creating it when the directory is empty or missing.
     ///
     /// With a `schema`, a new replica starts with it, and an existing one checks it against the stored schema: the
-    /// same schema opens as is; a different one at the same ``Schema/version`` fails with
+    /// same schema opens as is; a different one at the same `Schema/version` fails with
     /// ``TributaryError/Code/migrationRequired`` listing every difference; a higher version migrates (see
     /// ``open(directory:schema:configuration:migration:)``). Without a schema, the stored one is used.
     ///
@@ -302,17 +302,16 @@ public final class Replica: Sendable {
                     + "\(ReplicaFormat.current) (\(steps.map(\.summary).joined(separator: "; ")))")
         }
         do {
-            try environment.write { txn in
+            // The state is read back in the same transaction, so that nothing can fail after the commit.
+            let raised = try environment.write { txn -> State? in
                 // Another process may have raised it first.
                 guard let bytes = try txn.get(identity, key: ReplicaFormat.key), bytes.count == 1, bytes[0] == stored
-                else { return }
+                else { return nil }
                 for step in steps { try step.apply(self, txn) }
                 try txn.put(identity, key: ReplicaFormat.key, value: [ReplicaFormat.current])
+                return try Self.loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
             }
-            let state = try environment.read { txn in
-                try Self.loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
-            }
-            self.state.withLock { $0 = state }
+            if let raised { self.state.withLock { $0 = raised } }
         } catch {
             let context = "raising \(directory) from replica format \(stored) to \(ReplicaFormat.current)"
             if let error = error as? TributaryError {
@@ -388,7 +387,7 @@ public final class Replica: Sendable {
     /// }
     /// ```
     /// Writes are serialized. The closure is synchronous on purpose: the storage transaction belongs to the
-    /// thread that runs it. Use ``write(_:)-(@Sendable(Transaction)->T)`` from async code.
+    /// thread that runs it. Use ``write(_:)-6oq0j`` from async code.
     ///
     /// - Precondition: not called inside another `write` on the same replica (that would deadlock).
     /// - Throws: what `body` throws, or ``TributaryError`` (`.diskFull`, `.mapFull`, `.transactionTooLarge`,

@@ -58,7 +58,10 @@ public struct ReplicaInspection: Sendable {
     /// Writes a new replica directory holding the log through `localSequence` (entries copied byte for byte) and
     /// views rebuilt from it, with a replica id of its own.
     ///
-    /// - Parameter directory: a directory that does not exist yet, or is empty.
+    /// - Parameters:
+    ///   - localSequence: the last entry to copy.
+    ///   - directory: a directory that does not exist yet, or is empty.
+    ///   - configuration: how to open the new replica (its `readOnly` and `replicaID` are ignored).
     /// - Returns: the new replica, open.
     /// - Throws: ``TributaryError`` with `.invalidValue` when `directory` holds anything, `.corrupted` for a damaged
     ///   entry in the copied range.

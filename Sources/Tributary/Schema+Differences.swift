@@ -45,7 +45,7 @@ extension Schema {
     }
 
     /// Whether every type and property of this schema is in `other`, defined the same way (`other` may have more);
-    /// defaults are compared as they store (``Property/storesAlike(_:)``).
+    /// defaults are compared as they store (`Property/storesAlike(_:)`).
     public func isSubset(of other: Schema) -> Bool {
         types.allSatisfy { type in
             guard let stored = other[type: type.name], stored.isEmbedded == type.isEmbedded,
@@ -61,7 +61,7 @@ extension Schema {
 
 extension Property {
     /// Whether two definitions are one once stored: equal, but for defaults that store alike. A date default read back
-    /// from a stored schema can differ in its last bit from the one the app declares (``Value/storesAlike(_:)``), and
+    /// from a stored schema can differ in its last bit from the one the app declares (`Value/storesAlike(_:)`), and
     /// must not make the same declaration a change.
     func storesAlike(_ other: Property) -> Bool {
         guard Self.defaultsStoreAlike(defaultValue, other.defaultValue) else { return false }

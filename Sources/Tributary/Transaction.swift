@@ -10,7 +10,7 @@ import TributaryQuery
 /// Every method checks its input against the schema first and throws a ``TributaryError`` that names the type,
 /// property and value at fault; a method that throws has changed nothing.
 ///
-/// Not `Sendable`, and valid only during the ``Replica/write(_:)`` closure that passes it.
+/// Not `Sendable`, and valid only during the ``Replica/write(_:)-9m3ir`` closure that passes it.
 public final class Transaction: ObjectReading {
     let replica: Replica
     let storage: TributaryStorageWriteTransaction

@@ -60,7 +60,7 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
         public static var diskFull: Self { Self(wrapped: .diskFull) }
         /// The replica reached its maximum size; raise `Configuration.maximumSizeBytes`.
         public static var mapFull: Self { Self(wrapped: .mapFull) }
-        /// Another storage error; `underlying` holds the ``TributaryStorage`` error.
+        /// Another storage error; `underlying` holds the `TributaryStorage` error.
         public static var storage: Self { Self(wrapped: .storage) }
         /// A changeset is stamped too far in the future of this replica's clock (docs/MergeSemantics.md, rule 9).
         public static var clockSkew: Self { Self(wrapped: .clockSkew) }

@@ -41,7 +41,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
               1   verify found damage or a difference; diff found differences
               64  bad usage: an unknown option, a bad number, primary key, type or query
               65  a damaged log entry (checksum, chain or decoding)
-              66  no replica here, a newer replica format, or no such log entry
+              66  no replica here, a newer or development replica format, or no such log entry
               70  any other failure
               73  replay could not create --out
               74  storage could not be read
@@ -82,7 +82,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
               1   verify found damage or a difference; diff found differences
               64  bad usage: an unknown option, a bad number, primary key, type or query
               65  a damaged log entry (checksum, chain or decoding)
-              66  no replica here, a newer replica format, or no such log entry
+              66  no replica here, a newer or development replica format, or no such log entry
               70  any other failure
               73  replay could not create --out
               74  storage could not be read
@@ -121,7 +121,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
               1   verify found damage or a difference; diff found differences
               64  bad usage: an unknown option, a bad number, primary key, type or query
               65  a damaged log entry (checksum, chain or decoding)
-              66  no replica here, a newer replica format, or no such log entry
+              66  no replica here, a newer or development replica format, or no such log entry
               70  any other failure
               73  replay could not create --out
               74  storage could not be read
@@ -166,7 +166,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
               1   verify found damage or a difference; diff found differences
               64  bad usage: an unknown option, a bad number, primary key, type or query
               65  a damaged log entry (checksum, chain or decoding)
-              66  no replica here, a newer replica format, or no such log entry
+              66  no replica here, a newer or development replica format, or no such log entry
               70  any other failure
               73  replay could not create --out
               74  storage could not be read
@@ -187,30 +187,35 @@ struct HelpText: CustomTestStringConvertible, Sendable {
             text: #"""
             OVERVIEW: Rebuild the state as of one changeset: print a summary, or write a new replica.
 
-            Replays the log from its start through local sequence --to (0 is the empty replica), checking every
-            entry, and prints the schema version, the version vector and the number of objects of each type as
-            of that point. With --out, writes a new replica directory instead: the log through --to, copied
-            byte for byte, and views rebuilt from it. The library opens it like any replica (it gets a replica
-            id of its own); use `tributary-log objects` or `info` on it to look inside. The source replica is
-            never changed.
+            Replays the log from its start through local sequence --to (0 is the empty replica; without --to,
+            the whole log), checking every entry, and prints the schema version, the version vector and the
+            number of objects of each type as of that point. With --out, writes a new replica directory
+            instead: the log through --to, copied byte for byte, and views rebuilt from it. The library opens
+            it like any replica (it gets a replica id of its own); use `tributary-log objects` or `info` on it
+            to look inside. The source replica is never changed.
+
+            A replica written by a development build from before release 0.1.0 cannot be opened, but its log
+            can be read: `tributary-log replay OLD --out NEW` rebuilds it into a new directory in today's
+            format.
 
             Exit status:
               0   success
               1   verify found damage or a difference; diff found differences
               64  bad usage: an unknown option, a bad number, primary key, type or query
               65  a damaged log entry (checksum, chain or decoding)
-              66  no replica here, a newer replica format, or no such log entry
+              66  no replica here, a newer or development replica format, or no such log entry
               70  any other failure
               73  replay could not create --out
               74  storage could not be read
 
-            USAGE: tributary-log replay <replica> --to <to> [--out <out>] [--json]
+            USAGE: tributary-log replay <replica> [--to <to>] [--out <out>] [--json]
 
             ARGUMENTS:
               <replica>               Path to the replica directory.
 
             OPTIONS:
-              --to <to>               The local sequence to rebuild the state as of (0 for the empty replica).
+              --to <to>               The local sequence to rebuild the state as of (0 for the empty replica;
+                                      default: the last).
               --out <out>             Write a new replica here (a directory that does not exist yet, or is
                                       empty).
               --json                  Print JSON with stable keys (JSON lines for streams) instead of a table.
@@ -238,7 +243,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
               1   verify found damage or a difference; diff found differences
               64  bad usage: an unknown option, a bad number, primary key, type or query
               65  a damaged log entry (checksum, chain or decoding)
-              66  no replica here, a newer replica format, or no such log entry
+              66  no replica here, a newer or development replica format, or no such log entry
               70  any other failure
               73  replay could not create --out
               74  storage could not be read
@@ -282,7 +287,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
               1   verify found damage or a difference; diff found differences
               64  bad usage: an unknown option, a bad number, primary key, type or query
               65  a damaged log entry (checksum, chain or decoding)
-              66  no replica here, a newer replica format, or no such log entry
+              66  no replica here, a newer or development replica format, or no such log entry
               70  any other failure
               73  replay could not create --out
               74  storage could not be read
@@ -317,7 +322,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
               1   verify found damage or a difference; diff found differences
               64  bad usage: an unknown option, a bad number, primary key, type or query
               65  a damaged log entry (checksum, chain or decoding)
-              66  no replica here, a newer replica format, or no such log entry
+              66  no replica here, a newer or development replica format, or no such log entry
               70  any other failure
               73  replay could not create --out
               74  storage could not be read
@@ -355,7 +360,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
               1   verify found damage or a difference; diff found differences
               64  bad usage: an unknown option, a bad number, primary key, type or query
               65  a damaged log entry (checksum, chain or decoding)
-              66  no replica here, a newer replica format, or no such log entry
+              66  no replica here, a newer or development replica format, or no such log entry
               70  any other failure
               73  replay could not create --out
               74  storage could not be read
@@ -393,7 +398,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
               1   verify found damage or a difference; diff found differences
               64  bad usage: an unknown option, a bad number, primary key, type or query
               65  a damaged log entry (checksum, chain or decoding)
-              66  no replica here, a newer replica format, or no such log entry
+              66  no replica here, a newer or development replica format, or no such log entry
               70  any other failure
               73  replay could not create --out
               74  storage could not be read

@@ -303,7 +303,7 @@ struct ReplayTests {
         let out = fixture.directory.appending("rebuilt")
         let run = try runTool(["replay", old, "--out", out])
         #expect(run.status == 0, "\(run)")
-        #expect(run.stdout.hasSuffix(" to \(out): 7 changesets, 4 objects\n"), "\(run)")
+        #expect(run.stdout.hasSuffix(" to \(out): 7 changesets, 3 objects\n"), "\(run)")
         let copy = try Replica.open(directory: out)
         defer { copy.close() }
         #expect(try copy.objects("ChatMessage") + copy.objects("User") == expected)

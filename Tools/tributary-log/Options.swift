@@ -55,7 +55,7 @@ enum ExitStatus {
           1   verify found damage or a difference; diff found differences
           64  bad usage: an unknown option, a bad number, primary key, type or query
           65  a damaged log entry (checksum, chain or decoding)
-          66  no replica here, a newer replica format, or no such log entry
+          66  no replica here, a newer or development replica format, or no such log entry
           70  any other failure
           73  replay could not create --out
           74  storage could not be read

@@ -1,7 +1,7 @@
 import Foundation
 import TributaryModel
 
-/// Converts model values to and from ``Value`` trees shaped by the schema.
+/// Converts model values to and from `Value` trees shaped by the schema.
 enum ModelCoding {
     /// The values of the properties of `model`'s type that `declared` (the schema the app declared) gives it, all of
     /// them without one: properties the model leaves out read as null (or an empty list), so that an update clears

@@ -65,7 +65,7 @@ extension Replica {
     }
 
     /// Writes a new replica directory from the log of the replica in `sourceDirectory`, as
-    /// ``replay(through:into:configuration:)`` does, without opening the source as a replica: it reads only the
+    /// ``ReplicaInspection/replay(through:into:configuration:)`` does, without opening the source as a replica: it reads only the
     /// log, whose entries every build of Tributary wrote alike. This is how a replica written by a development build
     /// from before release 0.1.0, which ``open(directory:schema:configuration:migration:)`` refuses with
     /// ``TributaryError/Code/developmentFormat``, is carried over. The source is opened read-only and never changed.
@@ -74,6 +74,7 @@ extension Replica {
     ///   - sourceDirectory: the replica directory whose log is read.
     ///   - directory: a directory that does not exist yet, or is empty.
     ///   - localSequence: the last entry to copy; `nil` for the whole log.
+    ///   - configuration: how to open the new replica (its `readOnly` and `replicaID` are ignored).
     /// - Returns: the new replica, open, with a replica id of its own.
     /// - Throws: ``TributaryError`` with `.notAReplica` when `sourceDirectory` holds no log, `.invalidValue` when
     ///   `directory` holds anything, `.corrupted` for a damaged entry.

@@ -2,7 +2,7 @@ import Foundation
 import TributaryCompression
 import TributaryLog
 import TributaryMerge
-public import TributaryModel
+import TributaryModel
 import Synchronization
 import TributaryStorage
 import TributaryViews
@@ -70,7 +70,7 @@ extension Replica {
     /// compares them with the stored views, byte for byte. Runs on a snapshot, alongside writers.
     ///
     /// A replica of up to 131,072 records is replayed in memory. A larger one is replayed into scratch views in the
-    /// system's temporary directory, in batches (``verify(rebuildingIn:batchSize:progress:)``), so that memory stays
+    /// system's temporary directory, in batches (``ReplicaInspection/verify(rebuildingIn:batchSize:progress:)``), so that memory stays
     /// bounded whatever the replica's size; the scratch directory is removed afterwards. Both find the same problems,
     /// in the same words.
     ///
