@@ -98,8 +98,10 @@ let package = Package(
             dependencies: ["Tributary", "TributaryModel", "TributaryStorage", "TributaryTestSupport"],
             path: "Tests/tributary-crash-child", swiftSettings: upcomingFeatures),
         .testTarget(
-            name: "TributaryStorageTests",
-            dependencies: ["TributaryStorage", "TributaryCompression", "TributaryModel", "TributaryTestSupport", "CZstd"],
+            name: "TributaryStorageTests", dependencies: ["TributaryStorage", "TributaryModel", "TributaryTestSupport"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
+            name: "TributaryCompressionTests", dependencies: ["TributaryCompression", "CZstd"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestSupport"],
