@@ -113,6 +113,10 @@ let package = Package(
             name: "TributaryMergeTests", dependencies: ["TributaryMerge", "TributaryModel", "TributaryTestSupport"],
             swiftSettings: upcomingFeatures),
         .testTarget(
+            name: "TributaryLogTests",
+            dependencies: ["TributaryLog", "TributaryModel", "TributaryStorage", "TributaryTestSupport"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
             name: "TributaryLogToolTests",
             dependencies: ["Tributary", "TributaryModel", "TributaryTestSupport", "tributary-log", "tributary-sim"],
             swiftSettings: upcomingFeatures),
