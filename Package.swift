@@ -117,6 +117,9 @@ let package = Package(
             dependencies: ["TributaryLog", "TributaryModel", "TributaryStorage", "TributaryTestSupport"],
             swiftSettings: upcomingFeatures),
         .testTarget(
+            name: "TributaryViewsTests", dependencies: ["TributaryViews", "TributaryModel"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
             name: "TributaryLogToolTests",
             dependencies: ["Tributary", "TributaryModel", "TributaryTestSupport", "tributary-log", "tributary-sim"],
             swiftSettings: upcomingFeatures),
