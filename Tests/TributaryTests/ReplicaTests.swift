@@ -273,7 +273,7 @@ struct RecordDecodingTests {
                         "location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "x"])),
                     ])
                 }
-                try ConvergenceTests.randomWrite(txn, &random, key: key)
+                try ConcurrentOrderTests.randomWrite(txn, &random, key: key)
                 if round % 7 == 0 { try txn.increment(["count"], of: "Task", primaryKey: key, by: 3) }
             }
         }
