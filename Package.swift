@@ -120,14 +120,18 @@ let package = Package(
             name: "TributaryViewsTests", dependencies: ["TributaryViews", "TributaryModel"],
             swiftSettings: upcomingFeatures),
         .testTarget(
+            name: "TributarySimulatorTests",
+            dependencies: ["TributarySimulator", "TributaryModel", "TributaryTestSupport"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
             name: "TributaryLogToolTests",
             dependencies: ["Tributary", "TributaryModel", "TributaryTestSupport", "tributary-log", "tributary-sim"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryTests",
             dependencies: [
-                "Tributary", "TributaryLog", "TributaryViews", "TributaryStorage", "TributaryTestSupport",
-                "TributarySimulator", "tributary-crash-child",
+                "Tributary", "TributaryModel", "TributaryMerge", "TributaryCompression", "TributaryStorage",
+                "TributaryLog", "TributaryViews", "TributaryTestSupport", "tributary-crash-child",
             ],
             swiftSettings: upcomingFeatures),
     ]
