@@ -98,7 +98,8 @@ let package = Package(
             dependencies: ["Tributary", "TributaryModel", "TributaryStorage", "TributaryTestSupport"],
             path: "Tests/tributary-crash-child", swiftSettings: upcomingFeatures),
         .testTarget(
-            name: "TributaryStorageTests", dependencies: ["TributaryStorage", "TributaryModel", "TributaryTestSupport"],
+            name: "TributaryStorageTests",
+            dependencies: ["TributaryStorage", "TributaryModel", "TributaryTestSupport"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryCompressionTests", dependencies: ["TributaryCompression", "CZstd"],

@@ -57,7 +57,9 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
         case .named(let values):
             return values[property] ?? .null
         case .positional(let type, let values):
-            guard let position = type.schema.position(ofProperty: property), position < values.count else { return .null }
+            guard let position = type.schema.position(ofProperty: property), position < values.count else {
+                return .null
+            }
             return values[position]
         }
     }
@@ -69,17 +71,19 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
         guard lhs.type == rhs.type, lhs.primaryKey == rhs.primaryKey else { return false }
         if case .positional(let leftType, let leftValues) = lhs.storage,
             case .positional(let rightType, let rightValues) = rhs.storage,
-            leftType === rightType || {
-                let (left, right) = (leftType.schema, rightType.schema)
-                return left.properties.count == right.properties.count
-                    && left.properties.indices.allSatisfy({ left.properties[$0].name == right.properties[$0].name })
-            }()
+            leftType === rightType
+                || {
+                    let (left, right) = (leftType.schema, rightType.schema)
+                    return left.properties.count == right.properties.count
+                        && left.properties.indices.allSatisfy({ left.properties[$0].name == right.properties[$0].name })
+                }()
         {
             return leftValues.count == rightValues.count
                 && zip(leftValues, rightValues).allSatisfy { $0.storesAlike($1) }
         }
         let (left, right) = (lhs.values, rhs.values)
-        return left.count == right.count && left.allSatisfy { name, value in right[name].map(value.storesAlike) ?? false }
+        return left.count == right.count
+            && left.allSatisfy { name, value in right[name].map(value.storesAlike) ?? false }
     }
 
     /// Hashes the type and primary key: equal objects have equal ones, and the values need no dictionary.

@@ -1,7 +1,7 @@
-public import TributaryModel
 import Synchronization
-import TributaryMerge
 import TributaryLog
+import TributaryMerge
+public import TributaryModel
 import TributaryQuery
 import TributaryStorage
 import TributaryViews
@@ -70,7 +70,9 @@ public struct ResultsObservation<Element: Sendable>: AsyncSequence, Sendable {
             case .nothing:
                 return nil
             case .keys(let keys):
-                if let updated = try snapshot.incrementalResults(old, type: type, query: query, arguments: arguments, changed: keys) {
+                if let updated = try snapshot.incrementalResults(
+                    old, type: type, query: query, arguments: arguments, changed: keys)
+                {
                     registration.incrementalRefreshes.wrappingAdd(1, ordering: .relaxed)
                     return updated
                 }
@@ -102,7 +104,8 @@ public struct ResultsObservation<Element: Sendable>: AsyncSequence, Sendable {
                 previous = results
                 if !change.isEmpty {
                     return .update(
-                        try results.map(observation.transform), deletions: change.deletions, insertions: change.insertions,
+                        try results.map(observation.transform), deletions: change.deletions,
+                        insertions: change.insertions,
                         modifications: change.modifications)
                 }
             }
@@ -153,7 +156,9 @@ public struct ObjectObservation<Object: Sendable>: AsyncSequence, Sendable {
         var previous: DynamicObject?
 
         public mutating func next() async throws -> ObjectChange<Object>? {
-            let fetch = { [observation] in try observation.replica.object(observation.type, primaryKey: observation.primaryKey) }
+            let fetch = { [observation] in
+                try observation.replica.object(observation.type, primaryKey: observation.primaryKey)
+            }
             let change = { [observation] (object: DynamicObject?) throws -> ObjectChange<Object> in
                 try object.map { .exists(try observation.transform($0)) } ?? .absent
             }
@@ -350,7 +355,9 @@ extension Replica {
     }
 
     /// Observes the objects of a model type, or those that match a query.
-    public func observe<M: Model>(_ type: M.Type, where query: String? = nil, arguments: [Value] = []) -> ResultsObservation<M> {
+    public func observe<M: Model>(_ type: M.Type, where query: String? = nil, arguments: [Value] = [])
+        -> ResultsObservation<M>
+    {
         ResultsObservation(replica: self, type: M.typeName, query: query, arguments: arguments) {
             try ModelCoding.model(M.self, from: $0)
         }
@@ -363,8 +370,12 @@ extension Replica {
     }
 
     /// Observes one object of a model type.
-    public func observeObject<M: Model>(_ type: M.Type, primaryKey id: some PrimaryKeyConvertible) -> ObjectObservation<M> {
-        ObjectObservation(replica: self, type: M.typeName, primaryKey: id.primaryKey) { try ModelCoding.model(M.self, from: $0) }
+    public func observeObject<M: Model>(_ type: M.Type, primaryKey id: some PrimaryKeyConvertible) -> ObjectObservation<
+        M
+    > {
+        ObjectObservation(replica: self, type: M.typeName, primaryKey: id.primaryKey) {
+            try ModelCoding.model(M.self, from: $0)
+        }
     }
 }
 
@@ -469,15 +480,18 @@ extension Snapshot {
     }
 
     /// The object of the reader's type with `primaryKey`, if it exists and matches `predicate`.
-    private func matchingObject(_ reader: TypeReader, _ primaryKey: PrimaryKey, _ predicate: PositionalPredicate?) throws
+    private func matchingObject(_ reader: TypeReader, _ primaryKey: PrimaryKey, _ predicate: PositionalPredicate?)
+        throws
         -> DynamicObject?
     {
         guard var values = try storedValues(reader, primaryKey) else { return nil }
         if let predicate {
-            if let keyPosition = reader.layout.keyPosition, keyPosition < values.count { values[keyPosition] = primaryKey.value }
+            if let keyPosition = reader.layout.keyPosition, keyPosition < values.count {
+                values[keyPosition] = primaryKey.value
+            }
             guard predicate.matches(values) else { return nil }
         }
-        return try materializer.object(type: reader.type, layout: reader.layout, primaryKey: primaryKey, positional: values)
+        return try materializer.object(
+            type: reader.type, layout: reader.layout, primaryKey: primaryKey, positional: values)
     }
 }
-

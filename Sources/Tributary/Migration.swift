@@ -1,5 +1,5 @@
-public import TributaryModel
 import TributaryMerge
+public import TributaryModel
 
 /// Code that carries data from an older schema version to a newer one.
 ///
@@ -148,7 +148,9 @@ public final class MigrationContext {
         renames.append((type, oldName, newName))
         // Embedded fields are renamed when the migration ends (``completed(_:as:)``). Objects of a top-level type
         // (or one becoming embedded) already made get the renamed properties' values.
-        guard let oldType = oldSchema[type: type], !oldType.isEmbedded, let newType = newSchema[type: type] else { return }
+        guard let oldType = oldSchema[type: type], !oldType.isEmbedded, let newType = newSchema[type: type] else {
+            return
+        }
         for object in newObjects[type]?.values ?? [:].values where object.isFromOldObject {
             guard let old = oldObject(type, object.primaryKey) else { continue }
             // A value the migration set under the old name moves to the new one.
@@ -157,8 +159,12 @@ public final class MigrationContext {
             }
             for name in [newName, oldName] {
                 guard let newProperty = newType[property: name], name != newType.primaryKey else { continue }
-                let origin = oldType.properties.first { $0.name != oldType.primaryKey && renamedName(type, $0.name) == name }
-                let value = origin.flatMap { carried(old[$0.name], from: $0, to: newProperty) } ?? Self.defaultValue(of: newProperty)
+                let origin = oldType.properties.first {
+                    $0.name != oldType.primaryKey && renamedName(type, $0.name) == name
+                }
+                let value =
+                    origin.flatMap { carried(old[$0.name], from: $0, to: newProperty) }
+                    ?? Self.defaultValue(of: newProperty)
                 object.values[name] = value
                 object.carriedValues[name] = value
             }
@@ -174,7 +180,8 @@ public final class MigrationContext {
             throw TributaryError(.unknownType, "the new schema has no top-level type '\(type)'")
         }
         guard let key = values[keyName].flatMap(PrimaryKey.init) else {
-            throw TributaryError(.missingProperty, "creating \(type) in a migration: its primary key '\(keyName)' is missing")
+            throw TributaryError(
+                .missingProperty, "creating \(type) in a migration: its primary key '\(keyName)' is missing")
         }
         if let existing = newObject(type, key), !existing.isDeleted {
             throw TributaryError(.duplicatePrimaryKey, "creating \(type) \(key) in a migration: it exists")

@@ -12,7 +12,8 @@ extension Schema {
         for model in models { try probe.add(model) }
         self.init(version: version, types: probe.types)
         do { try validateDeclaration() } catch {
-            throw TributaryError(.schemaMismatch, "the schema of the model types is invalid: \(error)", underlying: error)
+            throw TributaryError(
+                .schemaMismatch, "the schema of the model types is invalid: \(error)", underlying: error)
         }
     }
 }
@@ -44,8 +45,11 @@ struct SchemaProbe {
             if model.indexedProperties.contains(name) { properties[index].isIndexed = true }
             if let value = model.defaultValues[name] { properties[index].defaultValue = value }
         }
-        for name in model.indexedProperties.union(model.defaultValues.keys) where !properties.contains(where: { $0.name == name }) {
-            throw TributaryError(.schemaMismatch, "\(model.typeName) declares an index or default for '\(name)', which is not one of its properties")
+        for name in model.indexedProperties.union(model.defaultValues.keys)
+        where !properties.contains(where: { $0.name == name }) {
+            throw TributaryError(
+                .schemaMismatch,
+                "\(model.typeName) declares an index or default for '\(name)', which is not one of its properties")
         }
         types.append(ObjectSchema(name: model.typeName, primaryKey: model.primaryKeyProperty, properties: properties))
     }
@@ -100,7 +104,8 @@ final class ProbeRecorder {
         guard !properties.contains(where: { $0.name == name }) else { return }
         guard let (kind, isList, elementOptional) = Self.describe(type) else {
             if problem == nil {
-                problem = "\(name) has type \(type), which cannot be stored; use String, Int, Double, Bool, Date, Data, "
+                problem =
+                    "\(name) has type \(type), which cannot be stored; use String, Int, Double, Bool, Date, Data, "
                     + "UUID, ObjectID, an EmbeddedModel, a Link, or an array or optional of those"
             }
             return
@@ -191,7 +196,6 @@ extension PersistableEnum {
     /// A value for the schema probe to decode.
     static var placeholder: Self? { allCases.first }
 }
-
 
 struct ProbeDecoder: Decoder {
     let recorder: ProbeRecorder
@@ -301,7 +305,8 @@ struct ProbeKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
         -> KeyedDecodingContainer<NestedKey>
     {
-        KeyedDecodingContainer(ProbeKeyedContainer<NestedKey>(recorder: ProbeRecorder(), codingPath: codingPath + [key]))
+        KeyedDecodingContainer(
+            ProbeKeyedContainer<NestedKey>(recorder: ProbeRecorder(), codingPath: codingPath + [key]))
     }
 
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
@@ -330,7 +335,9 @@ struct ProbeUnkeyedContainer: UnkeyedDecodingContainer {
         KeyedDecodingContainer(ProbeKeyedContainer<NestedKey>(recorder: ProbeRecorder(), codingPath: codingPath))
     }
     mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer { self }
-    mutating func superDecoder() throws -> any Decoder { ProbeDecoder(recorder: ProbeRecorder(), codingPath: codingPath) }
+    mutating func superDecoder() throws -> any Decoder {
+        ProbeDecoder(recorder: ProbeRecorder(), codingPath: codingPath)
+    }
 }
 
 struct ProbeSingleValueContainer: SingleValueDecodingContainer {

@@ -66,7 +66,6 @@ public struct Link<Target: Model>: Codable, Hashable, Sendable {
     /// A link to the object with this primary key.
     public init(_ key: some PrimaryKeyConvertible) { self.primaryKey = key.primaryKey }
 
-
     // Outside Tributary (for example with JSONEncoder), a link is its primary key's plain value.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
@@ -74,7 +73,9 @@ public struct Link<Target: Model>: Codable, Hashable, Sendable {
             primaryKey = .int(int)
         } else {
             let text = try container.decode(String.self)
-            primaryKey = ObjectID(hex: text).map(PrimaryKey.objectId) ?? UUID(uuidString: text).map(PrimaryKey.uuid) ?? .string(text)
+            primaryKey =
+                ObjectID(hex: text).map(PrimaryKey.objectId) ?? UUID(uuidString: text).map(PrimaryKey.uuid)
+                ?? .string(text)
         }
     }
 

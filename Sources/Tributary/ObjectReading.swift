@@ -1,7 +1,7 @@
-public import TributaryModel
 import TributaryMerge
-import TributaryViews
+public import TributaryModel
 import TributaryStorage
+import TributaryViews
 
 /// Reads objects: implemented by ``Snapshot`` (a consistent view of one commit) and ``Transaction`` (which also
 /// sees its own uncommitted writes). Do not declare new conformances.
@@ -38,7 +38,9 @@ final class Materializer {
     /// The object with these values, by position in `type.properties` (as
     /// ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)`` reads them): links resolved, primary key
     /// added.
-    func object(type: ObjectSchema, primaryKey: PrimaryKey, positional values: consuming [Value]) throws -> DynamicObject {
+    func object(type: ObjectSchema, primaryKey: PrimaryKey, positional values: consuming [Value]) throws
+        -> DynamicObject
+    {
         try object(type: type, layout: PositionalLayout(type), primaryKey: primaryKey, positional: values)
     }
 
@@ -62,7 +64,9 @@ final class Materializer {
     }
 
     /// ``object(type:primaryKey:positional:)``, with the type's layout worked out already.
-    func object(type: ObjectSchema, layout: PositionalLayout, primaryKey: PrimaryKey, positional values: consuming [Value])
+    func object(
+        type: ObjectSchema, layout: PositionalLayout, primaryKey: PrimaryKey, positional values: consuming [Value]
+    )
         throws -> DynamicObject
     {
         var values = values  // consumed: the only reference, so the changes below copy nothing
@@ -80,7 +84,8 @@ final class Materializer {
     {
         var result: [String: Value] = Dictionary(minimumCapacity: type.properties.count)
         for position in type.properties.indices where wanted?[position] ?? true {
-            result[type.properties[position].name] = try value(at: position, of: type, primaryKey: primaryKey, positional: values)
+            result[type.properties[position].name] = try value(
+                at: position, of: type, primaryKey: primaryKey, positional: values)
         }
         return result
     }
@@ -88,12 +93,15 @@ final class Materializer {
     /// The value of the property at `position` as a read gives it: the primary key for the key property, links to
     /// objects that do not exist left out (rule 7), else the stored value. Reads single fields by index: iterating the
     /// properties would copy each one.
-    private func value(at position: Int, of type: ObjectSchema, primaryKey: PrimaryKey, positional values: [Value]) throws
+    private func value(at position: Int, of type: ObjectSchema, primaryKey: PrimaryKey, positional values: [Value])
+        throws
         -> Value
     {
         let properties = type.properties
         if properties[position].name == type.primaryKey { return primaryKey.value }
-        if properties[position].kind.objectType != nil { return try resolveLinks(values[position], properties[position]) }
+        if properties[position].kind.objectType != nil {
+            return try resolveLinks(values[position], properties[position])
+        }
         return values[position]
     }
 
@@ -112,10 +120,11 @@ final class Materializer {
         case (.link(let target), .link(let key)):
             return try exists(target, key) ? value : .null
         case (.link(let target), .list(let elements)):
-            return .list(try elements.filter { element in
-                guard case .link(let key) = element else { return true }
-                return try exists(target, key)
-            })
+            return .list(
+                try elements.filter { element in
+                    guard case .link(let key) = element else { return true }
+                    return try exists(target, key)
+                })
         case (.embedded(let typeName), .embedded(var object)):
             guard let type = schema[type: typeName] else { return value }
             for child in type.properties {
@@ -239,7 +248,8 @@ public final class Snapshot: ObjectReading {
     public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
         let reader = try typeReader(type)
         guard let values = try storedValues(reader, primaryKey) else { return nil }
-        return try materializer.object(type: reader.type, layout: reader.layout, primaryKey: primaryKey, positional: values)
+        return try materializer.object(
+            type: reader.type, layout: reader.layout, primaryKey: primaryKey, positional: values)
     }
 
     public func objects(_ type: String) throws -> [DynamicObject] {
@@ -265,7 +275,9 @@ public final class Snapshot: ObjectReading {
 
     /// Calls `body` with every stored record of `type`, in primary key order, and its primary key as stored: for a
     /// scan that decodes the keys of the records it keeps only.
-    func scanStored(_ type: ObjectSchema, _ body: (Slice<UnsafeRawBufferPointer>, UnsafeRawBufferPointer) throws -> Void) throws {
+    func scanStored(
+        _ type: ObjectSchema, _ body: (Slice<UnsafeRawBufferPointer>, UnsafeRawBufferPointer) throws -> Void
+    ) throws {
         checkValid()
         let prefix = ViewStore.typePrefix(type.name)
         try storage.scan(replica.views.objects, from: prefix, to: ViewStore.prefixEnd(prefix)) { key, bytes in
@@ -297,7 +309,8 @@ extension Schema {
         }
         guard !type.isEmbedded else {
             throw TributaryError(
-                .unknownType, "'\(name)' is an embedded type: its objects live inside their parents, read those instead")
+                .unknownType, "'\(name)' is an embedded type: its objects live inside their parents, read those instead"
+            )
         }
         return type
     }

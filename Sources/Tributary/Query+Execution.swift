@@ -1,5 +1,5 @@
-public import TributaryModel
 import TributaryMerge
+public import TributaryModel
 import TributaryQuery
 import TributaryStorage
 import TributaryViews
@@ -122,7 +122,9 @@ extension Snapshot {
             if let constraint = planned.constraint {
                 var keys: [PrimaryKey] = []
                 for (lower, upper) in planned.ranges {
-                    try replica.views.indexScan(type: type.name, property: property, lower: lower, upper: upper, in: storage) {
+                    try replica.views.indexScan(
+                        type: type.name, property: property, lower: lower, upper: upper, in: storage
+                    ) {
                         keys.append($0)
                         return true
                     }
@@ -213,7 +215,9 @@ private struct CandidateFilter {
             primaryKey = key
         }
         let located = try considerLocated(bytes, primaryKey: primaryKey, storedKey: storedKey)
-        guard located != .handled, let primaryKey = primaryKey ?? KeyEncoding.primaryKey(from: storedKey) else { return }
+        guard located != .handled, let primaryKey = primaryKey ?? KeyEncoding.primaryKey(from: storedKey) else {
+            return
+        }
         try considerDecoded(primaryKey, bytes, fullDecoder: located == .needsFullDecoder)
     }
 
@@ -275,7 +279,8 @@ private struct CandidateFilter {
             if let keyPosition = layout.keyPosition { projected[keyPosition] = primaryKey.value }
             guard positional.matches(projected) else { return }
         } else {
-            let fields = try materializer.fields(type: type, primaryKey: primaryKey, positional: projected, wanted: wanted)
+            let fields = try materializer.fields(
+                type: type, primaryKey: primaryKey, positional: projected, wanted: wanted)
             guard query.matches(fields, source: source) else { return }
             if wanted == nil && hasClauses {
                 matched.append((primaryKey, fields))
@@ -287,9 +292,11 @@ private struct CandidateFilter {
 
     private mutating func keep(_ primaryKey: PrimaryKey, positional values: [Value]) throws {
         if hasClauses {
-            matched.append((primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
+            matched.append(
+                (primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
         } else {
-            results.append(try materializer.object(type: type, layout: layout, primaryKey: primaryKey, positional: values))
+            results.append(
+                try materializer.object(type: type, layout: layout, primaryKey: primaryKey, positional: values))
         }
     }
 }

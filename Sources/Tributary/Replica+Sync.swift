@@ -65,7 +65,9 @@ extension Replica {
             var changeset = try log.changeset(of: entry, context: context)
             if let holds {
                 changeset.instructions = changeset.instructions.map { instruction in
-                    guard let object = instruction.object, !holds(object.type, object.primaryKey) else { return instruction }
+                    guard let object = instruction.object, !holds(object.type, object.primaryKey) else {
+                        return instruction
+                    }
                     return .omitted
                 }
             }
@@ -133,7 +135,8 @@ extension Replica {
                 }
                 // An adopted changeset is listed under its origin's dot and its relay's: once is enough.
                 sequences.sort()
-                sequences = sequences.enumerated().filter { $0.offset == 0 || sequences[$0.offset - 1] != $0.element }.map(\.element)
+                sequences = sequences.enumerated().filter { $0.offset == 0 || sequences[$0.offset - 1] != $0.element }
+                    .map(\.element)
                 let context = ZstdContext()
                 var result: [Element] = []
                 for sequence in sequences {
@@ -266,7 +269,8 @@ extension Replica {
                     decodedBytes += received.encoded.count
                     decoded.append(
                         PendingChangeset(
-                            changeset: received.changeset, adopt: false, encoded: received.encoded, frame: received.frame))
+                            changeset: received.changeset, adopt: false, encoded: received.encoded,
+                            frame: received.frame))
                 } catch {
                     throw TributaryError(
                         .invalidChangeset,

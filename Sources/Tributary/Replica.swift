@@ -92,7 +92,9 @@ public final class Replica: Sendable {
     static func identityNumber(_ bytes: [UInt8]) -> UInt64? {
         guard bytes.count == 16 else { return nil }
         let number = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
-        let stored = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: 8, as: UInt64.self)) }
+        let stored = bytes.withUnsafeBytes {
+            UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+        }
         guard stored == XXHash64.hash(Array(bytes[0..<8]), seed: identityChecksumSeed) else { return nil }
         return number
     }
@@ -121,7 +123,8 @@ public final class Replica: Sendable {
     }
 
     private init(
-        directory: String, replicaID: ReplicaID, configuration: Configuration, environment: Environment, log: ChangesetLog, views: ViewStore, identity: Database, pending: Database,
+        directory: String, replicaID: ReplicaID, configuration: Configuration, environment: Environment,
+        log: ChangesetLog, views: ViewStore, identity: Database, pending: Database,
         state: State
     ) {
         self.directory = directory
@@ -195,7 +198,9 @@ public final class Replica: Sendable {
             case .none: .noSync
             }
         let environment: Environment
-        switch Result(catching: { () throws(StorageError) in try Environment.open(path: directory, configuration: storage) }) {
+        switch Result(catching: { () throws(StorageError) in
+            try Environment.open(path: directory, configuration: storage)
+        }) {
         case .success(let opened):
             environment = opened
         case .failure(let error):
@@ -226,7 +231,8 @@ public final class Replica: Sendable {
         func readIdentity() throws -> (format: [UInt8]?, developmentFormat: [UInt8]?, id: [UInt8]?) {
             try environment.read { txn in
                 (
-                    try txn.get(identity, key: ReplicaFormat.key), try txn.get(identity, key: ReplicaFormat.developmentKey),
+                    try txn.get(identity, key: ReplicaFormat.key),
+                    try txn.get(identity, key: ReplicaFormat.developmentKey),
                     try txn.get(identity, key: replicaIDKey)
                 )
             }
@@ -309,7 +315,8 @@ public final class Replica: Sendable {
                 else { return nil }
                 for step in steps { try step.apply(self, txn) }
                 try txn.put(identity, key: ReplicaFormat.key, value: [ReplicaFormat.current])
-                return try Self.loadState(in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
+                return try Self.loadState(
+                    in: txn, log: log, views: views, identity: identity, head: try log.head(in: txn))
             }
             if let raised { self.state.withLock { $0 = raised } }
         } catch {
@@ -467,7 +474,8 @@ public final class Replica: Sendable {
     func persist(_ commit: PreparedCommit, head: LogHead, in storage: WriteTransaction) throws -> LogHead {
         var head = head
         for (changeset, encoded, frame) in commit.changesets {
-            try log.append(changeset, encoded: encoded, frame: frame, after: &head, in: storage, context: compressionContext)
+            try log.append(
+                changeset, encoded: encoded, frame: frame, after: &head, in: storage, context: compressionContext)
         }
         try views.write(commit.changes, schema: commit.schema, in: storage)
         if commit.schemaChanged {
@@ -483,7 +491,9 @@ public final class Replica: Sendable {
         if let generation = commit.pendingGeneration {
             try storage.put(identity, key: Self.pendingGenerationKey, value: Self.identityBytes(generation))
         }
-        if let declared = commit.declaredSchema { try storage.put(identity, key: Self.declaredSchemaKey, value: declared) }
+        if let declared = commit.declaredSchema {
+            try storage.put(identity, key: Self.declaredSchemaKey, value: declared)
+        }
         return head
     }
 

@@ -24,7 +24,9 @@ public struct ReplicaInspection: Sendable {
     /// It does not check the chain to the entry before, so one damaged entry does not hide the next.
     ///
     /// - Throws: ``TributaryError`` with `.corrupted` when the entry is damaged.
-    public func logEntry(at localSequence: UInt64) throws -> LogEntrySummary? { try replica.logEntry(at: localSequence) }
+    public func logEntry(at localSequence: UInt64) throws -> LogEntrySummary? {
+        try replica.logEntry(at: localSequence)
+    }
 
     /// Visits the log's entries from `start` through `end` (inclusive) in order, checking each checksum and the
     /// chain, until `body` returns `false`.
@@ -67,7 +69,8 @@ public struct ReplicaInspection: Sendable {
     ///   entry in the copied range.
     @discardableResult
     public func replay(
-        through localSequence: UInt64, into directory: String, configuration: Replica.Configuration = Replica.Configuration()
+        through localSequence: UInt64, into directory: String,
+        configuration: Replica.Configuration = Replica.Configuration()
     ) throws -> Replica {
         try replica.replay(through: localSequence, into: directory, configuration: configuration)
     }

@@ -14,10 +14,14 @@ extension Schema {
                 continue
             }
             if old.isEmbedded != new.isEmbedded {
-                lines.append("Class '\(new.name)' has been changed from \(old.isEmbedded ? "embedded" : "top-level") to \(new.isEmbedded ? "embedded" : "top-level").")
+                lines.append(
+                    "Class '\(new.name)' has been changed from \(old.isEmbedded ? "embedded" : "top-level") to \(new.isEmbedded ? "embedded" : "top-level")."
+                )
             }
             if old.primaryKey != new.primaryKey {
-                lines.append("Primary key of '\(new.name)' has been changed from '\(old.primaryKey ?? "none")' to '\(new.primaryKey ?? "none")'.")
+                lines.append(
+                    "Primary key of '\(new.name)' has been changed from '\(old.primaryKey ?? "none")' to '\(new.primaryKey ?? "none")'."
+                )
             }
             for property in old.properties where new[property: property.name] == nil {
                 lines.append("Property '\(new.name).\(property.name)' has been removed.")
@@ -29,7 +33,9 @@ extension Schema {
                     continue
                 }
                 if previous.kind != property.kind || previous.isList != property.isList {
-                    lines.append("Property \(name) has been changed from '\(previous.typeDescription)' to '\(property.typeDescription)'.")
+                    lines.append(
+                        "Property \(name) has been changed from '\(previous.typeDescription)' to '\(property.typeDescription)'."
+                    )
                 } else if previous.isOptional != property.isOptional {
                     lines.append("Property \(name) has been made \(property.isOptional ? "optional" : "required").")
                 }

@@ -1,6 +1,6 @@
-public import TributaryModel
 import Synchronization
 import TributaryMerge
+public import TributaryModel
 
 extension Transaction {
     /// The values of a model object: those of the properties its release declares (a property that another release
@@ -89,7 +89,8 @@ extension Replica {
         configuration: Configuration = Configuration(), migration: Migration? = nil
     ) throws -> Replica {
         try open(
-            directory: directory, schema: try Schema(models: models, version: schemaVersion), configuration: configuration,
+            directory: directory, schema: try Schema(models: models, version: schemaVersion),
+            configuration: configuration,
             migration: migration)
     }
 

@@ -1,5 +1,5 @@
-public import TributaryModel
 import TributaryMerge
+public import TributaryModel
 
 extension Transaction {
     /// A property found by following a ``PropertyPath``: the instruction path to it, its definition and state.
@@ -24,7 +24,8 @@ extension Transaction {
                 throw TributaryError(.invalidPath, "path \(describe(path)) must name a property at step \(index + 1)")
             }
             guard let property = objectType[property: name] else {
-                throw TributaryError(.unknownProperty, "'\(objectType.name).\(name)' is not a property of \(objectType.name)")
+                throw TributaryError(
+                    .unknownProperty, "'\(objectType.name).\(name)' is not a property of \(objectType.name)")
             }
             described += ".\(name)"
             if index == path.count - 1 {
@@ -38,16 +39,19 @@ extension Transaction {
             }
             guard case .embedded(let childTypeName) = property.kind, let childType = working.schema[type: childTypeName]
             else {
-                throw TributaryError(.invalidPath, "\(described) is \(property.typeDescription); a path cannot go into it")
+                throw TributaryError(
+                    .invalidPath, "\(described) is \(property.typeDescription); a path cannot go into it")
             }
             var child: EmbeddedState
             if property.isList {
                 guard index + 2 < path.count, case .index(let position) = path[index + 1] else {
-                    throw TributaryError(.invalidPath, "\(described) is a list: give an element index before a property")
+                    throw TributaryError(
+                        .invalidPath, "\(described) is a list: give an element index before a property")
                 }
                 let elements = list(fields[name]).orderedElements()
                 guard elements.indices.contains(position), case .embedded(let found)? = elements[position].value else {
-                    throw TributaryError(.invalidPath, "\(described) has \(elements.count) elements; index \(position) is out of range")
+                    throw TributaryError(
+                        .invalidPath, "\(described) has \(elements.count) elements; index \(position) is out of range")
                 }
                 child = found
                 described += "[\(position)]"
@@ -152,7 +156,8 @@ extension Transaction {
         let resolved = try resolve(type, primaryKey, path)
         guard case .scalar(.int) = resolved.property.kind, !resolved.property.isList else {
             throw TributaryError(
-                .wrongType, "cannot increment \(resolved.fieldPath): it is \(resolved.property.typeDescription), not int")
+                .wrongType,
+                "cannot increment \(resolved.fieldPath): it is \(resolved.property.typeDescription), not int")
         }
         guard ObjectRecord.value(resolved.field, of: resolved.property, in: working.schema) != .null else {
             throw TributaryError(
@@ -189,7 +194,9 @@ extension Transaction {
     }
 
     /// Appends `values` to a list, in order. One call reads the list once, however many values it appends.
-    public func append(contentsOf values: [Value], to path: PropertyPath, of type: String, primaryKey: PrimaryKey) throws {
+    public func append(contentsOf values: [Value], to path: PropertyPath, of type: String, primaryKey: PrimaryKey)
+        throws
+    {
         let (resolved, elements) = try resolveList(type, primaryKey, path)
         try insert(contentsOf: values, at: elements.count, resolved, elements)
     }
@@ -286,7 +293,8 @@ struct Differ {
             for child in childType.properties where !(leavesAbsentFields && newObject.fields[child.name] == nil) {
                 var fieldPath = childPath
                 fieldPath.property = child.name
-                try update(from: oldObject[child.name], to: value(of: child, in: newObject), property: child, path: fieldPath)
+                try update(
+                    from: oldObject[child.name], to: value(of: child, in: newObject), property: child, path: fieldPath)
             }
             return
         }
@@ -352,7 +360,9 @@ struct Differ {
                     let fieldPath = FieldPath(
                         type: path.type, primaryKey: path.primaryKey,
                         steps: path.steps + [EmbeddedStep(property: path.property, id: child.id)], property: field.name)
-                    try update(from: oldObject[field.name], to: value(of: field, in: newObject), property: field, path: fieldPath)
+                    try update(
+                        from: oldObject[field.name], to: value(of: field, in: newObject), property: field,
+                        path: fieldPath)
                 }
             }
             return
@@ -384,7 +394,8 @@ struct Differ {
             }
             var end = start
             while end < new.count, keptSlot[end] == nil { end += 1 }
-            try transaction.emitInserts(new[start..<end], after: start > 0 ? keptSlot[start - 1] : nil, plan: plan, at: path)
+            try transaction.emitInserts(
+                new[start..<end], after: start > 0 ? keptSlot[start - 1] : nil, plan: plan, at: path)
             start = end
         }
     }

@@ -1,8 +1,8 @@
-public import TributaryModel
 import TributaryLog
 import TributaryMerge
-import TributaryViews
+public import TributaryModel
 import TributaryQuery
+import TributaryViews
 
 /// A write transaction: reads see its own writes; when the closure that received it returns, everything it wrote
 /// becomes one changeset.
@@ -36,7 +36,8 @@ public final class Transaction: ObjectReading {
         info = ChangesetInfo(
             dot: dot, stamp: Stamp(time: state.clock.latest, replica: replica.replicaID), context: state.versionVector)
         working = WorkingSet(
-            source: ReplicaRecordSource(views: replica.views, log: replica.log, transaction: storage), schema: state.schema)
+            source: ReplicaRecordSource(views: replica.views, log: replica.log, transaction: storage),
+            schema: state.schema)
     }
 
     func invalidate() { isValid = false }
@@ -216,7 +217,8 @@ public final class Transaction: ObjectReading {
             if name == objectType.primaryKey {
                 guard PrimaryKey(value) == primaryKey else {
                     throw TributaryError(
-                        .invalidValue, "the primary key '\(type).\(name)' cannot change (from \(primaryKey) to \(value))")
+                        .invalidValue,
+                        "the primary key '\(type).\(name)' cannot change (from \(primaryKey) to \(value))")
                 }
                 continue
             }
@@ -255,7 +257,9 @@ public final class Transaction: ObjectReading {
         }
         guard let key = PrimaryKey(keyValue), keyProperty.elementProblem(keyValue) == nil else {
             throw TributaryError(
-                .wrongType, "primary key '\(type).\(keyName)' is \(keyProperty.typeDescription), got \(keyValue.kindName) \(keyValue)")
+                .wrongType,
+                "primary key '\(type).\(keyName)' is \(keyProperty.typeDescription), got \(keyValue.kindName) \(keyValue)"
+            )
         }
         if let problem = KeyEncoding.problem(storing: key, of: type) { throw TributaryError(.invalidValue, problem) }
         return (objectType, key)
@@ -264,7 +268,8 @@ public final class Transaction: ObjectReading {
     func checkedProperty(_ type: ObjectSchema, _ name: String, _ value: Value) throws -> Property {
         guard let property = type[property: name] else {
             let known = type.properties.map(\.name).joined(separator: ", ")
-            throw TributaryError(.unknownProperty, "'\(type.name).\(name)' is not a property of \(type.name) (it has: \(known))")
+            throw TributaryError(
+                .unknownProperty, "'\(type.name).\(name)' is not a property of \(type.name) (it has: \(known))")
         }
         if let problem = working.schema.problem(with: value, for: property) {
             throw TributaryError(.wrongType, "'\(type.name).\(name)': \(problem)")
@@ -281,7 +286,8 @@ public final class Transaction: ObjectReading {
         let links = property.isList ? (value.listValue ?? []) : [value]
         for case .link(let key) in links where key.type != keyType {
             throw TributaryError(
-                .wrongType, "link '\(property.name)' to \(targetName) needs a \(keyType) primary key, got \(key.type) \(key)")
+                .wrongType,
+                "link '\(property.name)' to \(targetName) needs a \(keyType) primary key, got \(key.type) \(key)")
         }
     }
 
@@ -366,7 +372,8 @@ public final class Transaction: ObjectReading {
             } else if !property.isOptional && !property.isList {
                 throw TributaryError(
                     .missingProperty,
-                    "cannot create \(type.name) \(key): required property '\(property.name)' (\(property.typeDescription)) is missing")
+                    "cannot create \(type.name) \(key): required property '\(property.name)' (\(property.typeDescription)) is missing"
+                )
             }
         }
         defaults.sort { $0.name < $1.name }
@@ -387,13 +394,15 @@ extension Transaction {
     ///   merge (a list's or an embedded object's).
     public func addProperty(_ property: Property, to type: String) throws {
         guard let existing = working.schema[type: type] else {
-            throw TributaryError(.unknownType, "cannot add '\(property.name)' to '\(type)': the schema has no such type")
+            throw TributaryError(
+                .unknownType, "cannot add '\(property.name)' to '\(type)': the schema has no such type")
         }
         if let current = existing[property: property.name] {
             // As stored: a date default read back from the stored schema may differ from the app's in its last bit.
             guard current.storesAlike(property) else {
                 throw TributaryError(
-                    .schemaConflict, "'\(type).\(property.name)' is defined as \(current); cannot also define it as \(property)")
+                    .schemaConflict,
+                    "'\(type).\(property.name)' is defined as \(current); cannot also define it as \(property)")
             }
             return
         }
@@ -403,7 +412,8 @@ extension Transaction {
         guard property.isOptional || property.isList || property.defaultValue != nil else {
             throw TributaryError(
                 .schemaMismatch,
-                "'\(type).\(property.name)' is required and has no default: existing objects would lack it; give it a default")
+                "'\(type).\(property.name)' is required and has no default: existing objects would lack it; give it a default"
+            )
         }
         try emit(.addProperty(type: type, property))
     }

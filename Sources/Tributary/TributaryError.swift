@@ -16,7 +16,8 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
     /// What went wrong. New codes may be added.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Wrapped: Hashable, Sendable {
-            case notAReplica, newerFormat, developmentFormat, migrationRequired, schemaMismatch, unknownType, unknownProperty
+            case notAReplica, newerFormat, developmentFormat, migrationRequired, schemaMismatch, unknownType,
+                unknownProperty
             case wrongType, missingProperty, duplicatePrimaryKey, objectNotFound, invalidPath, invalidValue
             case schemaConflict, invalidChangeset, corrupted, diskFull, mapFull, storage, clockSkew, closed
             case transactionTooLarge, readOnly, migrationFailed, missingPredecessor, invalidQuery, nestedWrite

@@ -112,7 +112,8 @@ public struct ZstdCodec: Sendable {
         if frameLength != source.count {
             throw CompressionError(
                 .trailingData,
-                "\(source.count - frameLength) bytes follow the \(frameLength)-byte zstd frame; expected exactly one frame")
+                "\(source.count - frameLength) bytes follow the \(frameLength)-byte zstd frame; expected exactly one frame"
+            )
         }
         return size
     }

@@ -42,7 +42,9 @@ public struct ChangesetLog: Sendable {
     public var compressionThreshold: Int = 96
 
     /// Opens the log's databases in `environment`.
-    public init(environment: Environment, codec: ZstdCodec = ZstdCodec(level: 3), maximumChangesetBytes: Int = 256 << 20)
+    public init(
+        environment: Environment, codec: ZstdCodec = ZstdCodec(level: 3), maximumChangesetBytes: Int = 256 << 20
+    )
         throws
     {
         let databases = try environment.openDatabases(Self.databaseNames)
@@ -71,7 +73,8 @@ public struct ChangesetLog: Sendable {
     /// The dot whose ``originKey(_:)`` starts at `offset` in `bytes` (which must hold 16 bytes from there).
     public static func dot(fromOriginKey bytes: UnsafeRawBufferPointer, at offset: Int = 0) -> Dot {
         Dot(
-            origin: ReplicaID(rawValue: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))),
+            origin: ReplicaID(
+                rawValue: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))),
             sequence: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: offset + 8, as: UInt64.self)))
     }
 
@@ -101,7 +104,9 @@ public struct ChangesetLog: Sendable {
         var head = LogHead()
         try transaction.scan(entries, reverse: true) { key, value in
             if let sequence = Self.sequence(fromKey: key), value.count >= LogEntry.headerSize {
-                head = LogHead(localSequence: sequence, chain: UInt64(littleEndian: value.loadUnaligned(fromByteOffset: 50, as: UInt64.self)))
+                head = LogHead(
+                    localSequence: sequence,
+                    chain: UInt64(littleEndian: value.loadUnaligned(fromByteOffset: 50, as: UInt64.self)))
             }
             return false
         }
@@ -137,7 +142,8 @@ public struct ChangesetLog: Sendable {
     private static func undecodable(_ entry: LogEntry, _ error: ChangesetDecodingError) -> LogError {
         LogError(
             .undecodable, localSequence: entry.localSequence,
-            "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decoded: \(error)")
+            "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decoded: \(error)"
+        )
     }
 
     public func changeset(of entry: LogEntry, context: ZstdContext? = nil) throws(LogError) -> Changeset {
@@ -167,7 +173,8 @@ public struct ChangesetLog: Sendable {
         } catch {
             throw LogError(
                 .undecodable, localSequence: entry.localSequence,
-                "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decompressed: \(error)")
+                "log entry \(entry.localSequence) (origin \(entry.origin), seq \(entry.originSequence)) cannot be decompressed: \(error)"
+            )
         }
     }
 
@@ -190,14 +197,18 @@ public struct ChangesetLog: Sendable {
             do {
                 encoded = try codec.decompress(bytes, maximumOutputBytes: maximumChangesetBytes, context: context)
             } catch {
-                throw LogError(.undecodable, localSequence: 0, "a received zstd frame of \(bytes.count) bytes cannot be decompressed: \(error)")
+                throw LogError(
+                    .undecodable, localSequence: 0,
+                    "a received zstd frame of \(bytes.count) bytes cannot be decompressed: \(error)")
             }
             frame = bytes
         }
         do {
             return (try ChangesetCodec.decode(encoded, limits: decodingLimits), encoded, frame)
         } catch {
-            throw LogError(.undecodable, localSequence: 0, "a received changeset of \(encoded.count) bytes cannot be decoded: \(error)")
+            throw LogError(
+                .undecodable, localSequence: 0,
+                "a received changeset of \(encoded.count) bytes cannot be decoded: \(error)")
         }
     }
 
@@ -464,10 +475,13 @@ public struct ChangesetLog: Sendable {
     public func adoptionProblem(expected: RebuiltAdoptions, in transaction: ReadTransaction) throws -> String? {
         for dot in expected.order {
             let stored: [Dot]
-            do { stored = try causalDots(ofOrigin: dot, in: transaction) } catch let error as LogError { return error.message }
+            do { stored = try causalDots(ofOrigin: dot, in: transaction) } catch let error as LogError {
+                return error.message
+            }
             let copies = expected.copies[dot] ?? []
             if stored != copies {
-                return "the log's adoptions of changeset \(dot) are \(stored), but its entries hold the copies \(copies)"
+                return
+                    "the log's adoptions of changeset \(dot) are \(stored), but its entries hold the copies \(copies)"
             }
         }
         var problem: String?

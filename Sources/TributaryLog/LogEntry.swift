@@ -91,7 +91,9 @@ public struct LogEntry: Hashable, Sendable {
     /// checksum; `nil` when the bytes are too short for a header or say they are another entry.
     public static func originDot(ofStored bytes: UnsafeRawBufferPointer, localSequence: UInt64) -> Dot? {
         guard bytes.count >= headerSize, bytes[0] == format else { return nil }
-        func u64(_ offset: Int) -> UInt64 { UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) }
+        func u64(_ offset: Int) -> UInt64 {
+            UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+        }
         guard u64(2) == localSequence else { return nil }
         return Dot(origin: ReplicaID(rawValue: u64(10)), sequence: u64(18))
     }
@@ -104,10 +106,15 @@ public struct LogEntry: Hashable, Sendable {
         guard bytes.count >= Self.headerSize else {
             throw LogError(
                 .truncated, localSequence: localSequence,
-                "log entry \(localSequence) is truncated: \(bytes.count) bytes, the header alone needs \(Self.headerSize)")
+                "log entry \(localSequence) is truncated: \(bytes.count) bytes, the header alone needs \(Self.headerSize)"
+            )
         }
-        func u64(_ offset: Int) -> UInt64 { UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)) }
-        func u32(_ offset: Int) -> UInt32 { UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)) }
+        func u64(_ offset: Int) -> UInt64 {
+            UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+        }
+        func u32(_ offset: Int) -> UInt32 {
+            UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self))
+        }
         let format = bytes[0]
         let origin = ReplicaID(rawValue: u64(10))
         let originSequence = u64(18)
@@ -132,7 +139,8 @@ public struct LogEntry: Hashable, Sendable {
         guard recordedSequence == localSequence else {
             throw LogError(
                 .sequenceMismatch, localSequence: localSequence,
-                "log entry stored at \(localSequence) says it is entry \(recordedSequence): entries were moved or swapped")
+                "log entry stored at \(localSequence) says it is entry \(recordedSequence): entries were moved or swapped"
+            )
         }
         self.localSequence = localSequence
         self.origin = origin

@@ -17,7 +17,8 @@ struct InstructionApplier {
 
     mutating func nextID() throws -> ElementID {
         guard counter < ElementID.maximumPerInstruction else {
-            throw MergeError(.limitExceeded, "one instruction may create at most \(ElementID.maximumPerInstruction) elements")
+            throw MergeError(
+                .limitExceeded, "one instruction may create at most \(ElementID.maximumPerInstruction) elements")
         }
         defer { counter += 1 }
         return ElementID(dot: info.dot, instruction: index, counter: counter)
@@ -52,7 +53,8 @@ struct InstructionApplier {
             let id = try nextID()
             let stored = try storedValue(value)
             list.slots[id] = Slot(id: id, parent: previous, side: .right, stamp: stamp)
-            list.elements[id] = ListElement(id: id, value: stored, valueStamp: stamp, position: id, positionStamp: stamp)
+            list.elements[id] = ListElement(
+                id: id, value: stored, valueStamp: stamp, position: id, positionStamp: stamp)
             previous = id
         }
         return list
@@ -79,7 +81,8 @@ struct InstructionApplier {
 
     mutating func apply(_ instruction: Instruction, to state: inout WorkingSet) throws {
         switch instruction {
-        case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType, .setSchemaVersion:
+        case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType,
+            .setSchemaVersion:
             try SchemaMerger(info: info).apply(instruction, to: &state)
         case .omitted:
             break
@@ -102,9 +105,11 @@ struct InstructionApplier {
         case .addInteger(let path, let delta, let base):
             try update(path, state: &state) { field, property in
                 guard case .scalar(.int) = property.kind, !property.isList else {
-                    throw MergeError(.invalidInstruction, "cannot add to \(path): it is \(property.typeDescription), not int")
+                    throw MergeError(
+                        .invalidInstruction, "cannot add to \(path): it is \(property.typeDescription), not int")
                 }
-                var register = field.flatMap { if case .register(let r) = $0 { r } else { nil } }
+                var register =
+                    field.flatMap { if case .register(let r) = $0 { r } else { nil } }
                     ?? Register(value: .scalar(.null), stamp: .zero)
                 // An increment counts only on top of the value its writer saw (rule 4).
                 guard register.stamp == base else { return }
@@ -277,7 +282,8 @@ struct InstructionApplier {
         guard try record.erasures.allSatisfy({ try info.covers($0, causal: causal) }) else { return false }
         record.exists = true
         if record.fields.isEmpty && schema.propertyRemovals.isEmpty,
-            let fields = try newFields(type: typeSchema, schema: schema, explicit: explicitStates, defaults: defaultStates)
+            let fields = try newFields(
+                type: typeSchema, schema: schema, explicit: explicitStates, defaults: defaultStates)
         {
             record.fields = fields
             return true
@@ -303,7 +309,8 @@ struct InstructionApplier {
             }
             let at = landedTwice.firstIndex { $0.name == name }
             let landing = SchemaMerger.Landing(
-                converted, direct: field.name == name, onto: at.map { landedTwice[$0].landing }, join: SchemaMerger.join)
+                converted, direct: field.name == name, onto: at.map { landedTwice[$0].landing }, join: SchemaMerger.join
+            )
             if let at { landedTwice[at].landing = landing } else { landedTwice.append((name, landing)) }
         }
         for landed in landedTwice { try merge(landed.landing.field, into: &record.fields[landed.name], causal: causal) }
@@ -324,7 +331,9 @@ struct InstructionApplier {
             case nil:
                 record.fields[name] = converted
             case .register(let current)? where current.stamp == .zero:
-                if case .register(var new) = converted, Self.defaultOrder(current.value).lexicographicallyPrecedes(Self.defaultOrder(new.value)) {
+                if case .register(var new) = converted,
+                    Self.defaultOrder(current.value).lexicographicallyPrecedes(Self.defaultOrder(new.value))
+                {
                     new.addend = new.addend &+ current.addend
                     record.fields[name] = .register(new)
                 }
@@ -345,7 +354,9 @@ struct InstructionApplier {
     private func newFields(
         type: ObjectSchema, schema: Schema, explicit: [(FieldValue, FieldState)], defaults: [(FieldValue, FieldState)]
     ) throws -> FieldTable? {
-        guard let order = try newRecordOrder(type: type, schema: schema, explicit: explicit.map(\.0), defaults: defaults.map(\.0))
+        guard
+            let order = try newRecordOrder(
+                type: type, schema: schema, explicit: explicit.map(\.0), defaults: defaults.map(\.0))
         else { return nil }
         var fields = FieldTable()
         fields.reserveCapacity(order.count)
@@ -363,7 +374,8 @@ struct InstructionApplier {
     /// elsewhere may): the general path then decides. Values are checked (with ``checkValues``) explicit ones first,
     /// each before its place is taken, then the defaults: the order the general path checks them in, so that a bad
     /// create fails the same way.
-    private func newRecordOrder(type: ObjectSchema, schema: Schema, explicit: [FieldValue], defaults: [FieldValue]) throws
+    private func newRecordOrder(type: ObjectSchema, schema: Schema, explicit: [FieldValue], defaults: [FieldValue])
+        throws
         -> [(isDefault: Bool, index: Int)]?
     {
         var order: [(isDefault: Bool, index: Int)] = []
@@ -513,7 +525,9 @@ struct InstructionApplier {
         let info = self.info
         let causal = state.causalResolver
         try state.withRecord(key) { stored in
-            guard var record = stored, record.exists, try record.erasures.allSatisfy({ try info.covers($0, causal: causal) }) else {
+            guard var record = stored, record.exists,
+                try record.erasures.allSatisfy({ try info.covers($0, causal: causal) })
+            else {
                 return false
             }
             stored = nil  // `record` is now the only reference: changing it copies nothing

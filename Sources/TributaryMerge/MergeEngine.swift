@@ -17,7 +17,9 @@ public struct ChangesetInfo: Hashable, Sendable {
     }
 
     public init(_ changeset: Changeset) {
-        self.init(dot: changeset.dot, stamp: changeset.stamp, context: changeset.context, contextExtras: changeset.contextExtras)
+        self.init(
+            dot: changeset.dot, stamp: changeset.stamp, context: changeset.context,
+            contextExtras: changeset.contextExtras)
     }
 
     /// Whether the changeset's writer had seen the changeset with origin dot `dot` (or is it). Earlier changesets of

@@ -109,11 +109,13 @@ extension ObjectRecord {
     /// - Throws: ``ChangesetDecodingError`` when the header is damaged or of an unknown version.
     public static func exists(inStored bytes: UnsafeRawBufferPointer) throws(ChangesetDecodingError) -> Bool {
         guard bytes.count >= 2 else {
-            throw ChangesetDecodingError(.truncated, "object record: truncated header: \(bytes.count) of 2 bytes", offset: 0)
+            throw ChangesetDecodingError(
+                .truncated, "object record: truncated header: \(bytes.count) of 2 bytes", offset: 0)
         }
         guard bytes[0] == formatVersion else {
             throw ChangesetDecodingError(
-                .unsupportedFormatVersion, "object record: record format version \(bytes[0]) is not supported", offset: 0)
+                .unsupportedFormatVersion, "object record: record format version \(bytes[0]) is not supported",
+                offset: 0)
         }
         guard bytes[1] <= 1 else {
             throw ChangesetDecodingError(.invalidValue, "object record: unknown record flags \(bytes[1])", offset: 1)
@@ -152,11 +154,13 @@ extension ObjectRecord {
 }
 
 private enum FieldTag: UInt8 {
-    case register = 0, list = 1
+    case register = 0
+    case list = 1
 }
 
 private enum StoredTag: UInt8 {
-    case scalar = 0, embedded = 1
+    case scalar = 0
+    case embedded = 1
 }
 
 extension BinaryWriter {
@@ -270,7 +274,8 @@ extension BinaryReader {
                     guard flags <= 3 else { throw error(.invalidValue, "bad slot flags \(flags)") }
                     let parent = flags & 2 == 0 ? nil : try elementID()
                     let slotStamp = try stamp()
-                    list.slots[id] = Slot(id: id, parent: parent, side: flags & 1 == 0 ? .left : .right, stamp: slotStamp)
+                    list.slots[id] = Slot(
+                        id: id, parent: parent, side: flags & 1 == 0 ? .left : .right, stamp: slotStamp)
                 }
                 let elementCount = try self.count("list element", maximum: limits.maximumElements, minimumBytesEach: 23)
                 for _ in 0..<elementCount {

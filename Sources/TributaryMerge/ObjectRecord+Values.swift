@@ -23,11 +23,13 @@ extension ObjectRecord {
         if property.isList, case .register? = field { return .list([]) }
         switch field {
         case .register(let register)?:
-            return value(register.value, addend: register.addend, zeroStamp: register.stamp == .zero, of: property, in: schema)
+            return value(
+                register.value, addend: register.addend, zeroStamp: register.stamp == .zero, of: property, in: schema)
         case .list(let list)?:
-            return .list(list.orderedElements().map { element in
-                value(element.value ?? .scalar(.null), addend: 0, zeroStamp: false, of: property, in: schema)
-            })
+            return .list(
+                list.orderedElements().map { element in
+                    value(element.value ?? .scalar(.null), addend: 0, zeroStamp: false, of: property, in: schema)
+                })
         case nil:
             if property.isList { return .list([]) }
             return property.defaultValue ?? (property.isOptional ? .null : zeroValue(property.kind))
@@ -54,7 +56,8 @@ extension ObjectRecord {
     /// default) stays null. A null someone wrote has a stamp, and stays null; so does a null default a create stored
     /// for a property of another type. (An int property's stored null default reads as its current default.)
     @inline(__always)
-    static func adding(_ addend: Int64, to value: Value, zeroStamp: Bool, unwritten: @autoclosure () -> Value) -> Value {
+    static func adding(_ addend: Int64, to value: Value, zeroStamp: Bool, unwritten: @autoclosure () -> Value) -> Value
+    {
         switch value {
         case .int(let base): return .int(base &+ addend)
         case .null where zeroStamp:
@@ -65,7 +68,8 @@ extension ObjectRecord {
     }
 
     /// A record's stamp table from its bytes: `count` stamps of 16 bytes each.
-    static func stampTable(_ bytes: ArraySlice<UInt8>, count: Int, limits: DecodingLimits) throws(ChangesetDecodingError)
+    static func stampTable(_ bytes: ArraySlice<UInt8>, count: Int, limits: DecodingLimits)
+        throws(ChangesetDecodingError)
         -> [Stamp]
     {
         var reader = BinaryReader(Array(bytes), subject: "object record stamps", limits: limits)
@@ -110,7 +114,9 @@ extension ObjectRecord {
     public static func values(
         decoding bytes: [UInt8], of type: ObjectSchema, in schema: Schema, limits: DecodingLimits = .storedRecord
     ) throws(ChangesetDecodingError) -> [String: Value]? {
-        guard let values = try positionalValues(decoding: bytes, of: type, in: schema, limits: limits) else { return nil }
+        guard let values = try positionalValues(decoding: bytes, of: type, in: schema, limits: limits) else {
+            return nil
+        }
         var result: [String: Value] = Dictionary(minimumCapacity: type.properties.count)
         for (position, property) in type.properties.enumerated() where property.name != type.primaryKey {
             result[property.name] = values[position]

@@ -15,7 +15,9 @@ struct PositionTable {
 
     /// Room for `capacity` positions without growing: at most half the slots are used, so probes stay short.
     mutating func reserveCapacity(_ capacity: Int) {
-        if capacity > slots.count / 2 { resize(to: capacity.multipliedReportingOverflow(by: 2).overflow ? .max : capacity * 2) }
+        if capacity > slots.count / 2 {
+            resize(to: capacity.multipliedReportingOverflow(by: 2).overflow ? .max : capacity * 2)
+        }
     }
 
     /// The position whose key `matches`, among those stored with `hash`.

@@ -101,7 +101,9 @@ public final class RecordProjector: Sendable {
     ///
     /// - Returns: `false` for a record whose object does not exist (a tombstone); `values` is then unspecified.
     /// - Throws: ``ChangesetDecodingError`` for damaged bytes.
-    public func project(_ bytes: UnsafeRawBufferPointer, into values: inout [Value]) throws(ChangesetDecodingError) -> Bool {
+    public func project(_ bytes: UnsafeRawBufferPointer, into values: inout [Value]) throws(ChangesetDecodingError)
+        -> Bool
+    {
         var fields = Fields()
         return try project(bytes, into: &values, using: &fields)
     }
@@ -221,7 +223,8 @@ public final class RecordProjector: Sendable {
         guard let value = reader.scalar(limits: limits), let stampIndex = reader.varint(),
             let addend = reader.zigzag()
         else { return initial[position] }
-        return ObjectRecord.adding(addend, to: value, zeroStamp: stampIndex == 0 && fields.zeroStampFirst, unwritten: initial[position])
+        return ObjectRecord.adding(
+            addend, to: value, zeroStamp: stampIndex == 0 && fields.zeroStampFirst, unwritten: initial[position])
     }
 }
 
@@ -310,7 +313,8 @@ private struct RawRecordReader {
         case 4, 7: return skip(8)
         case 5:
             guard let utf8 = lengthPrefixed(maximum: limits.maximumValueBytes) else { return false }
-            return Self.isASCII(utf8) || String(validating: utf8.assumingMemoryBound(to: UInt8.self), as: UTF8.self) != nil
+            return Self.isASCII(utf8)
+                || String(validating: utf8.assumingMemoryBound(to: UInt8.self), as: UTF8.self) != nil
         case 6: return lengthPrefixed(maximum: limits.maximumValueBytes) != nil
         case 8: return skip(16)
         case 9: return skip(12)
@@ -355,7 +359,9 @@ private struct RawRecordReader {
             guard remaining >= 16 else { return nil }
             defer { offset += 16 }
             var tuple: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-            withUnsafeMutableBytes(of: &tuple) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + 16])) }
+            withUnsafeMutableBytes(of: &tuple) {
+                $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + 16]))
+            }
             return .uuid(UUID(uuid: tuple))
         case 9:
             guard remaining >= 12 else { return nil }

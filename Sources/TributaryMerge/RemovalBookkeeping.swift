@@ -65,7 +65,8 @@ struct RemovalCopies<Removal: RememberedRemoval> {
             }
             seenGroups[index] = seen
             let copied = order.first { other in
-                groups[other] >= 0 && removals[other].dot != removal.dot && removals[other].renamedTo == removal.renamedTo
+                groups[other] >= 0 && removals[other].dot != removal.dot
+                    && removals[other].renamedTo == removal.renamedTo
                     && !seen.contains(groups[other]) && seenGroups[other] == seen
             }
             if let copied {
@@ -187,7 +188,9 @@ extension ChangesetInfo {
         case .embedded(let object):
             let fields = try landed(object.fields, of: object.type, schema: schema, causal: causal) {
                 try landed($0, schema: schema, causal: causal)
-            } join: { SchemaMerger.join($0, $1) }
+            } join: {
+                SchemaMerger.join($0, $1)
+            }
             return .embedded(EmbeddedObject(type: object.type, fields: fields))
         case .list(let elements):
             return .list(try elements.map { try landed($0, schema: schema, causal: causal) })
@@ -217,23 +220,29 @@ extension ChangesetInfo {
         guard !schema.propertyRemovals.isEmpty, case .embedded(var child) = value else { return value }
         // Rare (a schema that remembers removals): through a dictionary, as embedded values land.
         let fields = Dictionary(uniqueKeysWithValues: child.fields.lazy.map { ($0.key, $0.value) })
-        child.fields = FieldTable(try landed(fields, of: child.type, schema: schema, causal: causal) {
-            try landed($0, schema: schema, causal: causal)
-        } join: { SchemaMerger.join($0, $1) })
+        child.fields = FieldTable(
+            try landed(fields, of: child.type, schema: schema, causal: causal) {
+                try landed($0, schema: schema, causal: causal)
+            } join: {
+                SchemaMerger.join($0, $1)
+            })
         return .embedded(child)
     }
 
     /// An embedded object's fields, each under the name it lands on (or left out), and its value landed by `land`;
     /// two that land on one name joined by `join` (see ``SchemaMerger/Landing``).
     private func landed<Field>(
-        _ fields: [String: Field], of type: String, schema: Schema, causal: CausalResolver, _ land: (Field) throws -> Field,
+        _ fields: [String: Field], of type: String, schema: Schema, causal: CausalResolver,
+        _ land: (Field) throws -> Field,
         join: (_ moved: Field, _ added: Field) -> Field
     ) throws -> [String: Field] {
         var result: [String: SchemaMerger.Landing<Field>] = [:]
         for name in fields.keys.sorted() {
-            guard let field = fields[name], let target = try writeTarget(of: name, in: type, schema: schema, causal: causal)
+            guard let field = fields[name],
+                let target = try writeTarget(of: name, in: type, schema: schema, causal: causal)
             else { continue }
-            result[target] = SchemaMerger.Landing(try land(field), direct: name == target, onto: result[target], join: join)
+            result[target] = SchemaMerger.Landing(
+                try land(field), direct: name == target, onto: result[target], join: join)
         }
         return result.mapValues(\.field)
     }

@@ -32,9 +32,11 @@ struct SchemaMerger {
             let property = property.withoutUnmergeableDefault
             guard try info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal) else { return }
             guard let existing = schema[type: typeName] else {
-                throw MergeError(.invalidInstruction, "cannot add property '\(property.name)' to unknown type '\(typeName)'")
+                throw MergeError(
+                    .invalidInstruction, "cannot add property '\(property.name)' to unknown type '\(typeName)'")
             }
-            guard let name = try info.writeTarget(of: property.name, in: typeName, schema: schema, causal: causal) else { return }
+            guard let name = try info.writeTarget(of: property.name, in: typeName, schema: schema, causal: causal)
+            else { return }
             var landed = property
             landed.name = name
             try merge(
@@ -65,7 +67,8 @@ struct SchemaMerger {
             return
         case .renameProperty(let typeName, let from, let to):
             let removal = PropertyRemoval(
-                dot: info.dot, renamedTo: to, removalsOfNewNameSeen: try seenRemovals(of: to, in: typeName, schema, causal),
+                dot: info.dot, renamedTo: to,
+                removalsOfNewNameSeen: try seenRemovals(of: to, in: typeName, schema, causal),
                 removalsSeen: try seenRemovals(of: from, in: typeName, schema, causal),
                 renamesOntoSeen: try seenRenames(onto: from, in: typeName, schema, causal))
             try refuseDisagreement(with: removal, of: from, in: typeName, schema, causal)
@@ -119,7 +122,8 @@ struct SchemaMerger {
             guard Self.holdsTheSame(current, property) else {
                 throw MergeError(
                     .invalidInstruction,
-                    "'\(typeName).\(property.name)' cannot be redefined from \(current) to \(property): only its index or default may change")
+                    "'\(typeName).\(property.name)' cannot be redefined from \(current) to \(property): only its index or default may change"
+                )
             }
             // A concurrent redefinition with a greater stamp may have set it already.
             guard
@@ -182,12 +186,14 @@ struct SchemaMerger {
             // other way round, that addition would have merged into the renamed property; so it does here.
             let added = type.properties[existing]
             guard Self.holdsTheSame(added, renamed) else {
-                let what = rename.map {
-                    "move '\(typeName).\(property)' on to '\(to)' for a copy of the rename of '\($0.from)' to '\($0.to)'"
-                } ?? "rename '\(typeName).\(property)' to '\(to)'"
+                let what =
+                    rename.map {
+                        "move '\(typeName).\(property)' on to '\(to)' for a copy of the rename of '\($0.from)' to '\($0.to)'"
+                    } ?? "rename '\(typeName).\(property)' to '\(to)'"
                 throw MergeError(
                     .schemaConflict,
-                    "cannot \(what): '\(typeName).\(added)' was added concurrently, and it does not hold what \(renamed) holds")
+                    "cannot \(what): '\(typeName).\(added)' was added concurrently, and it does not hold what \(renamed) holds"
+                )
             }
             // The later definition wins, as it would have when the addition merged after the rename. Two renamed
             // properties defined by one changeset tie: then the one that describes itself first wins, whichever
@@ -260,19 +266,24 @@ struct SchemaMerger {
     }
 
     private static func describe(_ removal: PropertyRemoval) -> String {
-        removal.renamedTo.map { "renamed to '\($0)' by changeset \(removal.dot)" } ?? "removed by changeset \(removal.dot)"
+        removal.renamedTo.map { "renamed to '\($0)' by changeset \(removal.dot)" }
+            ?? "removed by changeset \(removal.dot)"
     }
 
     /// The removals of `property` of `type` recorded so far that this changeset saw. Every removal it saw is recorded
     /// already (a changeset applies after its causal past), so every replica computes the same list.
-    private func seenRemovals(of property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) throws -> [Dot] {
+    private func seenRemovals(of property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) throws
+        -> [Dot]
+    {
         try schema.removals(of: property, in: type).map(\.dot).filter { try info.covers($0, causal: causal) }
     }
 
     /// The renames of other properties of `type` to `property`, recorded so far, that this changeset saw. Every
     /// rename it saw is recorded already (a changeset applies after its causal past), so every replica computes the
     /// same list.
-    private func seenRenames(onto property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) throws -> [Dot] {
+    private func seenRenames(onto property: String, in type: String, _ schema: Schema, _ causal: CausalResolver) throws
+        -> [Dot]
+    {
         var dots: Set<Dot> = []
         for (name, removals) in schema.propertyRemovals where name.type == type {
             for removal in removals where removal.renamedTo == property {
@@ -321,7 +332,9 @@ struct SchemaMerger {
     /// one changeset's, so they tie: the one that describes itself first stands, as ``replaces(_:stamped:_:stamped:)``
     /// decides when the rename merges after this addition and moves the one onto the other; when they hold different
     /// values, the addition is refused, naming both, as that rename refuses them. None lands on the primary key's name.
-    private func landedProperties(of type: ObjectSchema, in schema: Schema, causal: CausalResolver) throws -> ObjectSchema {
+    private func landedProperties(of type: ObjectSchema, in schema: Schema, causal: CausalResolver) throws
+        -> ObjectSchema
+    {
         guard !schema.propertyRemovals.isEmpty else { return type }
         var landed = type
         landed.properties = []
@@ -339,7 +352,8 @@ struct SchemaMerger {
                 guard Self.holdsTheSame(current, property) else {
                     throw MergeError(
                         .schemaConflict,
-                        "type '\(type.name)' defines '\(name)' twice once a concurrent rename lands: as \(current) and as \(property)")
+                        "type '\(type.name)' defines '\(name)' twice once a concurrent rename lands: as \(current) and as \(property)"
+                    )
                 }
                 if property.description < current.description { landed.properties[other] = property }
                 continue
@@ -367,7 +381,9 @@ struct SchemaMerger {
     /// When the definitions disagree on the properties' names, order or what they hold (not on indexes and
     /// defaults), or `incoming` is `partial` (the properties an `addProperty` adds), the merged properties are sorted
     /// by name, so that replicas that merged the same definitions in other orders agree.
-    func merge(_ existing: ObjectSchema, _ incoming: ObjectSchema, into schema: inout Schema, partial: Bool = false) throws {
+    func merge(_ existing: ObjectSchema, _ incoming: ObjectSchema, into schema: inout Schema, partial: Bool = false)
+        throws
+    {
         guard existing.isEmbedded == incoming.isEmbedded else {
             throw MergeError(
                 .schemaConflict,
@@ -376,7 +392,8 @@ struct SchemaMerger {
         guard existing.primaryKey == incoming.primaryKey else {
             throw MergeError(
                 .schemaConflict,
-                "type '\(existing.name)' has two primary keys: '\(existing.primaryKey ?? "-")' and '\(incoming.primaryKey ?? "-")'")
+                "type '\(existing.name)' has two primary keys: '\(existing.primaryKey ?? "-")' and '\(incoming.primaryKey ?? "-")'"
+            )
         }
         var merged = existing
         let addition = DefinitionStamp(.addition, info.stamp)
@@ -394,12 +411,16 @@ struct SchemaMerger {
             }
             // The later definition wins, even when it is the same one: its stamp is kept, so that the stamps agree
             // in whatever order replicas merge the definitions.
-            if Self.replaces(property, stamped: addition, current, stamped: schema.definitionStamp(of: property.name, in: existing.name)) {
+            if Self.replaces(
+                property, stamped: addition, current,
+                stamped: schema.definitionStamp(of: property.name, in: existing.name))
+            {
                 merged.properties[position] = property
                 record(.addition, of: property.name, in: existing.name, &schema)
             }
         }
-        let sameLayout = incoming.properties.count == existing.properties.count
+        let sameLayout =
+            incoming.properties.count == existing.properties.count
             && incoming.properties.indices.allSatisfy { position in
                 incoming.properties[position].name == existing.properties[position].name
                     && Self.holdsTheSame(incoming.properties[position], existing.properties[position])

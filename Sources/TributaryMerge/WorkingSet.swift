@@ -388,7 +388,8 @@ public struct WorkingSet {
                 return RecordChange(key: keys[index], before: entry.original, encodedAfter: unbuilt)
             }
             if let latestCreate, latestCreate.position == changed[index] {
-                return RecordChange(key: keys[index], before: entry.original, encodedAfter: latestCreate.record.encoded())
+                return RecordChange(
+                    key: keys[index], before: entry.original, encodedAfter: latestCreate.record.encoded())
             }
             return RecordChange(key: keys[index], before: entry.original, after: entry.current)
         }

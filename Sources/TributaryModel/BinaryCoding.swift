@@ -181,7 +181,8 @@ package struct BinaryReader {
         let string = bytes.withUnsafeBufferPointer { buffer in
             let utf8 = UnsafeBufferPointer(rebasing: buffer[slice.startIndex..<slice.endIndex])
             // ASCII is valid UTF-8 as it is, and `String(decoding:)` is the fast path; anything else is validated.
-            return utf8.allSatisfy { $0 < 0x80 } ? String(decoding: utf8, as: UTF8.self) : String(validating: utf8, as: UTF8.self)
+            return utf8.allSatisfy { $0 < 0x80 }
+                ? String(decoding: utf8, as: UTF8.self) : String(validating: utf8, as: UTF8.self)
         }
         guard let string else { throw error(.invalidValue, "\(what) is not valid UTF-8") }
         return string

@@ -115,7 +115,8 @@ private struct LimitWalker {
     }
 
     private func bytesProblem(_ count: Int, _ what: String) -> String? {
-        count > limits.maximumValueBytes ? "\(what) of \(count) bytes, over the limit of \(limits.maximumValueBytes)" : nil
+        count > limits.maximumValueBytes
+            ? "\(what) of \(count) bytes, over the limit of \(limits.maximumValueBytes)" : nil
     }
 
     /// Why `value`, at nesting `depth` (0 for a field's value), would not decode. A list or embedded object at the
@@ -134,7 +135,8 @@ private struct LimitWalker {
             return keyProblem(key).map { "a link: \($0)" }
         case .embedded(let object):
             if object.fields.count > limits.maximumElements {
-                return "an embedded \(object.type) of \(object.fields.count) fields, more than \(limits.maximumElements)"
+                return
+                    "an embedded \(object.type) of \(object.fields.count) fields, more than \(limits.maximumElements)"
             }
             if !object.fields.isEmpty, depth >= limits.maximumDepth { return nestingProblem }
             for name in object.fields.keys.sorted() {

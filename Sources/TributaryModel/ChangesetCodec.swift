@@ -133,7 +133,9 @@ public enum ChangesetCodec {
         return reader
     }
 
-    private static func readHeader(_ reader: inout BinaryReader) throws(ChangesetDecodingError) -> (header: Header, names: NameTable) {
+    private static func readHeader(_ reader: inout BinaryReader) throws(ChangesetDecodingError) -> (
+        header: Header, names: NameTable
+    ) {
         let origin = ReplicaID(rawValue: try reader.fixed64())
         let originSequence = try reader.varint()
         guard originSequence > 0 else { throw reader.error(.invalidValue, "origin sequence is 0") }
@@ -166,7 +168,9 @@ public enum ChangesetCodec {
         extras.reserveCapacity(extraCount)
         for _ in 0..<extraCount {
             let dot = try reader.dot()
-            if let last = extras.last, last >= dot { throw reader.error(.invalidValue, "context extras are not sorted") }
+            if let last = extras.last, last >= dot {
+                throw reader.error(.invalidValue, "context extras are not sorted")
+            }
             extras.append(dot)
         }
         let nameCount = try reader.count("name", maximum: reader.limits.maximumElements)
@@ -187,8 +191,10 @@ func hex(_ value: UInt64) -> String {
 }
 
 private enum InstructionTag: UInt8 {
-    case addType = 1, addProperty, removeProperty, renameProperty, removeType, setSchemaVersion, redefineProperty
-    case create = 16, erase, set, addInteger, listInsert, listSet, listErase, listMove, listClear
+    case addType = 1
+    case addProperty, removeProperty, renameProperty, removeType, setSchemaVersion, redefineProperty
+    case create = 16
+    case erase, set, addInteger, listInsert, listSet, listErase, listMove, listClear
     case omitted = 32
 }
 

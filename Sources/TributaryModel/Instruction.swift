@@ -50,7 +50,9 @@ public struct ListAnchor: Hashable, Sendable, CustomStringConvertible {
     /// The anchor for the first element of an empty list.
     public static let root = ListAnchor(parent: nil, side: .right)
 
-    public var description: String { "\(side == .left ? "left of" : "right of") \(parent.map(\.description) ?? "root")" }
+    public var description: String {
+        "\(side == .left ? "left of" : "right of") \(parent.map(\.description) ?? "root")"
+    }
 }
 
 /// One step into an embedded object: the property holding it and the object's instance id (for a list of
@@ -147,7 +149,8 @@ public enum Instruction: Hashable, Sendable {
         case .set(let path, _), .addInteger(let path, _, _), .listInsert(let path, _, _), .listSet(let path, _, _),
             .listErase(let path, _), .listMove(let path, _, _), .listClear(let path):
             return (path.type, path.primaryKey)
-        case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType, .setSchemaVersion,
+        case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType,
+            .setSchemaVersion,
             .omitted:
             return nil
         }
@@ -156,7 +159,8 @@ public enum Instruction: Hashable, Sendable {
     /// Whether the instruction changes the schema.
     public var isSchemaInstruction: Bool {
         switch self {
-        case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType, .setSchemaVersion:
+        case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType,
+            .setSchemaVersion:
             true
         default: false
         }

@@ -39,7 +39,9 @@ public struct ObjectID: Hashable, Comparable, Sendable, CustomStringConvertible 
         ]
         var generator = SystemRandomNumberGenerator()
         let random = generator.next()
-        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: random >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) {
+            bytes.append(UInt8(truncatingIfNeeded: random >> UInt64(shift)))
+        }
         return ObjectID(bytes: bytes)!
     }
 
@@ -65,7 +67,8 @@ extension ObjectID: Codable {
         let container = try decoder.singleValueContainer()
         let text = try container.decode(String.self)
         guard let id = ObjectID(hex: text) else {
-            throw DecodingError.dataCorruptedError(in: container, debugDescription: "'\(text)' is not a 24-digit ObjectID")
+            throw DecodingError.dataCorruptedError(
+                in: container, debugDescription: "'\(text)' is not a 24-digit ObjectID")
         }
         self = id
     }

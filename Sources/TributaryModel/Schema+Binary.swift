@@ -110,7 +110,8 @@ extension BinaryReader {
         }
         let flags = try byte()
         guard flags & ~0x0F == 0 else { throw error(.invalidValue, "unknown property flags \(flags)") }
-        var property = Property(propertyName, kind, optional: flags & 1 != 0, list: flags & 2 != 0, indexed: flags & 4 != 0)
+        var property = Property(
+            propertyName, kind, optional: flags & 1 != 0, list: flags & 2 != 0, indexed: flags & 4 != 0)
         property.isOptional = flags & 1 != 0
         if flags & 8 != 0 { property.defaultValue = try value(names) }
         return property

@@ -6,7 +6,9 @@ extension Schema {
     ///   has no default. A local write must; a peer's need not (the merge passes `false`): the property may have been
     ///   added concurrently, after the peer wrote, so whether the write is accepted would depend on the order the
     ///   two merge in. Such a field reads as an object created before its property existed reads it.
-    public func problem(with value: Value, for property: Property, depth: Int = 0, requiringFields: Bool = true) -> String? {
+    public func problem(with value: Value, for property: Property, depth: Int = 0, requiringFields: Bool = true)
+        -> String?
+    {
         if let problem = property.problem(with: value) { return problem }
         guard case .embedded(let typeName) = property.kind else { return nil }
         guard depth < 32 else { return "embedded objects nest deeper than 32 levels" }
@@ -23,7 +25,8 @@ extension Schema {
                     return "\(typeName).\(name): \(problem)"
                 }
             }
-            for field in type.properties where requiringFields && !field.isOptional && !field.isList && field.defaultValue == nil {
+            for field in type.properties
+            where requiringFields && !field.isOptional && !field.isList && field.defaultValue == nil {
                 if object.fields[field.name] == nil {
                     return "embedded \(typeName) lacks required property '\(field.name)'"
                 }

@@ -2,7 +2,8 @@ import Foundation
 
 /// The type of a scalar property or of a list's elements.
 public enum ScalarType: UInt8, Hashable, Sendable, CaseIterable, CustomStringConvertible {
-    case bool = 1, int, double, string, data, date, uuid, objectId
+    case bool = 1
+    case int, double, string, data, date, uuid, objectId
 
     public var description: String {
         switch self {
@@ -206,7 +207,8 @@ public struct DefinitionStamp: Hashable, Comparable, Sendable, CustomStringConve
     /// Whether an addition (a new type or property) or a redefinition (a migration's change of index or default)
     /// set the definition.
     public enum Kind: UInt8, Hashable, Comparable, Sendable {
-        case addition = 0, redefinition = 1
+        case addition = 0
+        case redefinition = 1
         public static func < (lhs: Kind, rhs: Kind) -> Bool { lhs.rawValue < rhs.rawValue }
     }
 
@@ -447,7 +449,8 @@ public struct Schema: Hashable, Sendable {
                 }
                 if let target = property.kind.objectType {
                     guard let targetType = self[type: target] else {
-                        throw SchemaError(.unknownType, "property '\(path)' refers to type '\(target)', which the schema lacks")
+                        throw SchemaError(
+                            .unknownType, "property '\(path)' refers to type '\(target)', which the schema lacks")
                     }
                     if case .link = property.kind, targetType.isEmbedded {
                         throw SchemaError(
@@ -589,7 +592,9 @@ private final class PropertyIndex: Sendable {
             positions[property.name] = position
         }
         self.positions = positions
-        self.utf8Names = positions.map { (Array($0.key.utf8), $0.value) }.sorted { $0.name.lexicographicallyPrecedes($1.name) }
+        self.utf8Names = positions.map { (Array($0.key.utf8), $0.value) }.sorted {
+            $0.name.lexicographicallyPrecedes($1.name)
+        }
     }
 
     func position(ofUTF8 name: UnsafeBufferPointer<UInt8>) -> Int? {

@@ -8,7 +8,9 @@ extension String {
         guard count == other.utf8.count else { return false }
         if count == 0 { return true }
         let compared = utf8.withContiguousStorageIfAvailable { left in
-            other.utf8.withContiguousStorageIfAvailable { right in memcmp(left.baseAddress!, right.baseAddress!, count) == 0 }
+            other.utf8.withContiguousStorageIfAvailable { right in
+                memcmp(left.baseAddress!, right.baseAddress!, count) == 0
+            }
         }
         if let compared = compared ?? nil { return compared }
         return utf8.elementsEqual(other.utf8)

@@ -46,11 +46,13 @@ package struct NameTable: Sendable {
 }
 
 enum ValueTag: UInt8 {
-    case null = 0, boolFalse, boolTrue, int, double, string, data, date, uuid, objectId, link, embedded, list
+    case null = 0
+    case boolFalse, boolTrue, int, double, string, data, date, uuid, objectId, link, embedded, list
 }
 
 enum KeyTag: UInt8 {
-    case string = 0, int, uuid, objectId
+    case string = 0
+    case int, uuid, objectId
 }
 
 extension BinaryWriter {

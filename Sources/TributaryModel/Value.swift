@@ -64,7 +64,9 @@ public enum PrimaryKey: Hashable, Comparable, Sendable, CustomStringConvertible 
         case .string(let string):
             hasher.combine(0 as UInt8)
             hasher.combine(string.utf8.count)
-            let hashed: Void? = string.utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+            let hashed: Void? = string.utf8.withContiguousStorageIfAvailable {
+                hasher.combine(bytes: UnsafeRawBufferPointer($0))
+            }
             if hashed == nil { for byte in string.utf8 { hasher.combine(byte) } }
         case .int(let int):
             hasher.combine(1 as UInt8)

@@ -48,7 +48,9 @@ package enum XXHash64 {
         }
 
         @inline(__always) private mutating func stripe(_ bytes: UnsafeRawBufferPointer, at offset: Int) {
-            func read64(_ at: Int) -> UInt64 { UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self)) }
+            func read64(_ at: Int) -> UInt64 {
+                UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self))
+            }
             v1 = Self.round(v1, read64(offset))
             v2 = Self.round(v2, read64(offset + 8))
             v3 = Self.round(v3, read64(offset + 16))
@@ -78,7 +80,8 @@ package enum XXHash64 {
             }
             if offset < bytes.count {
                 withUnsafeMutableBytes(of: &buffer) { stored in
-                    stored.baseAddress!.copyMemory(from: bytes.baseAddress!.advanced(by: offset), byteCount: bytes.count - offset)
+                    stored.baseAddress!.copyMemory(
+                        from: bytes.baseAddress!.advanced(by: offset), byteCount: bytes.count - offset)
                 }
                 buffered = bytes.count - offset
             }
@@ -102,12 +105,15 @@ package enum XXHash64 {
             return withUnsafeBytes(of: tail) { bytes in
                 var offset = 0
                 while offset + 8 <= count {
-                    hash ^= Self.round(0, UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
+                    hash ^= Self.round(
+                        0, UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)))
                     hash = hash.rotatedLeft(27) &* prime1 &+ prime4
                     offset += 8
                 }
                 if offset + 4 <= count {
-                    hash ^= UInt64(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self))) &* prime1
+                    hash ^=
+                        UInt64(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self)))
+                        &* prime1
                     hash = hash.rotatedLeft(23) &* prime2 &+ prime3
                     offset += 4
                 }

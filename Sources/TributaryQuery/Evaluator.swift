@@ -23,7 +23,8 @@ struct Evaluator<Source: QueryObjectSource> {
             case .scalar = path.steps[0].target, !path.steps[0].isList,
             case .constant(let constant) = comparison.right, comparison.op != .between
         {
-            return queryCompare(object[path.steps[0].name] ?? .null, comparison.op, constant, options: comparison.options)
+            return queryCompare(
+                object[path.steps[0].name] ?? .null, comparison.op, constant, options: comparison.options)
         }
         let right: [Value]
         switch comparison.right {

@@ -137,7 +137,9 @@ extension IndexConstraint {
         var seen = Set<EqualityKey>()
         for value in values {
             // No value equals NaN (nor a list), which have no key.
-            guard let converted = convert(value, to: type), let key = EqualityKey(converted, options: []) else { continue }
+            guard let converted = convert(value, to: type), let key = EqualityKey(converted, options: []) else {
+                continue
+            }
             if seen.insert(key).inserted { result.append(converted) }
         }
         return result
@@ -158,7 +160,9 @@ extension IndexConstraint {
         case (.null, _): return .equal([])
         case (.double(let double), .int):
             if double.isNaN || double >= 9_223_372_036_854_775_808.0 { return .equal([]) }
-            if double < -9_223_372_036_854_775_808.0 { return .range(lower: nil, lowerInclusive: false, upper: nil, upperInclusive: false) }
+            if double < -9_223_372_036_854_775_808.0 {
+                return .range(lower: nil, lowerInclusive: false, upper: nil, upperInclusive: false)
+            }
             let ceiling = double.rounded(.up)
             guard let int = Int64(exactly: ceiling) else { return nil }
             let stillInclusive = ceiling == double ? inclusive : true
@@ -179,7 +183,9 @@ extension IndexConstraint {
         case (.null, _): return .equal([])
         case (.double(let double), .int):
             if double.isNaN || double < -9_223_372_036_854_775_808.0 { return .equal([]) }
-            if double >= 9_223_372_036_854_775_808.0 { return .range(lower: nil, lowerInclusive: false, upper: nil, upperInclusive: false) }
+            if double >= 9_223_372_036_854_775_808.0 {
+                return .range(lower: nil, lowerInclusive: false, upper: nil, upperInclusive: false)
+            }
             let floor = double.rounded(.down)
             guard let int = Int64(exactly: floor) else { return nil }
             let stillInclusive = floor == double ? inclusive : true
@@ -206,7 +212,9 @@ extension IndexConstraint {
         case (.equal(let values), .range), (.range, .equal(let values)):
             let range = first.isRange ? first : second
             return .equal(values.filter { range.contains($0) })
-        case (.range(let lowA, let lowAIn, let highA, let highAIn), .range(let lowB, let lowBIn, let highB, let highBIn)):
+        case (
+            .range(let lowA, let lowAIn, let highA, let highAIn), .range(let lowB, let lowBIn, let highB, let highBIn)
+        ):
             let (low, lowIn) = tighter(lowA, lowAIn, lowB, lowBIn, preferGreater: true)
             let (high, highIn) = tighter(highA, highAIn, highB, highBIn, preferGreater: false)
             return .range(lower: low, lowerInclusive: lowIn, upper: high, upperInclusive: highIn)
@@ -231,10 +239,14 @@ extension IndexConstraint.Kind {
     fileprivate func contains(_ value: Value) -> Bool {
         guard case .range(let lower, let lowerInclusive, let upper, let upperInclusive) = self else { return false }
         if let lower {
-            guard let order = queryOrder(value, lower), order > 0 || (order == 0 && lowerInclusive) else { return false }
+            guard let order = queryOrder(value, lower), order > 0 || (order == 0 && lowerInclusive) else {
+                return false
+            }
         }
         if let upper {
-            guard let order = queryOrder(value, upper), order < 0 || (order == 0 && upperInclusive) else { return false }
+            guard let order = queryOrder(value, upper), order < 0 || (order == 0 && upperInclusive) else {
+                return false
+            }
         }
         return true
     }

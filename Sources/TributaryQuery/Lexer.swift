@@ -81,7 +81,8 @@ struct Lexer {
 
     /// Letters, `_`, and any non-ASCII byte (property names may be any Unicode letters).
     private func isIdentifierStart(_ byte: UInt8) -> Bool {
-        (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
+        (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z"))
+            || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
             || byte == UInt8(ascii: "_") || byte >= 0x80
     }
 
@@ -169,7 +170,8 @@ struct Lexer {
                 result.append(contentsOf: Array(String(Character(scalar)).utf8))
             default:
                 throw error(
-                    .syntax, "unknown escape '\\\(Character(Unicode.Scalar(escaped)))'; use \\\\, \\', \\\", \\n, \\r, \\t, \\0 or \\u",
+                    .syntax,
+                    "unknown escape '\\\(Character(Unicode.Scalar(escaped)))'; use \\\\, \\', \\\", \\n, \\r, \\t, \\0 or \\u",
                     at: escapeStart)
             }
         }
@@ -304,7 +306,8 @@ struct Lexer {
         if nanosecondsNegative { offset += 1 }
         let nanoseconds = try integer(maximumDigits: 9, start: start, what: "nanoseconds")
         if seconds != 0 && nanoseconds != 0 && secondsNegative != nanosecondsNegative {
-            throw error(.invalidLiteral, "the seconds and nanoseconds of a timestamp must have the same sign", at: start)
+            throw error(
+                .invalidLiteral, "the seconds and nanoseconds of a timestamp must have the same sign", at: start)
         }
         let total = Double(seconds) + Double(nanoseconds) / 1e9
         return Date(timeIntervalSince1970: secondsNegative || nanosecondsNegative ? -total : total)
@@ -351,7 +354,8 @@ struct Lexer {
         offset += 1
         if name == "oid" {
             guard let id = ObjectID(hex: content) else {
-                throw error(.invalidLiteral, "'\(content)' is not an ObjectId: expected 24 hexadecimal digits", at: start)
+                throw error(
+                    .invalidLiteral, "'\(content)' is not an ObjectId: expected 24 hexadecimal digits", at: start)
             }
             return .objectId(id)
         }

@@ -90,7 +90,9 @@ struct Parser {
 
     private mutating func parseQuery() throws(QueryError) -> SyntaxQuery {
         if isDescriptorStart(current, next: token(at: 1)) {
-            throw error("expected a predicate before \(text(current.start, current.end).uppercased()); write TRUEPREDICATE \(text(current.start, current.end).uppercased())(...) to keep every object")
+            throw error(
+                "expected a predicate before \(text(current.start, current.end).uppercased()); write TRUEPREDICATE \(text(current.start, current.end).uppercased())(...) to keep every object"
+            )
         }
         let predicate = try parsePredicate(depth: 0)
         var descriptors: [SyntaxDescriptor] = []
@@ -340,7 +342,8 @@ struct Parser {
         if !current.isSymbol(.rightBrace) {
             repeat {
                 if current.isSymbol(.leftBrace) {
-                    throw QueryError(.unsupported, "lists inside lists are not supported", position: current.start, query: query)
+                    throw QueryError(
+                        .unsupported, "lists inside lists are not supported", position: current.start, query: query)
                 }
                 let element = try parseValue(expected: "expected a value in the list")
                 if case .keyPath = element.kind {
@@ -428,7 +431,9 @@ struct Parser {
                 paths.append(path)
             }
         } while try consumeComma()
-        try expect(.rightParen, isSort ? "expected ASC, DESC, ',' or ')' in SORT(...)" : "expected ',' or ')' in DISTINCT(...)")
+        try expect(
+            .rightParen, isSort ? "expected ASC, DESC, ',' or ')' in SORT(...)" : "expected ',' or ')' in DISTINCT(...)"
+        )
         return isSort ? .sort(sortKeys) : .distinct(paths)
     }
 }

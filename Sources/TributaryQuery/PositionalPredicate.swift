@@ -57,7 +57,8 @@ public struct PositionalPredicate: Sendable {
             return lookup.contains(value(position))
         case .between(let position, let lower, let upper):
             let left = value(position)
-            return queryCompare(left, .greaterEqual, lower, options: []) && queryCompare(left, .lessEqual, upper, options: [])
+            return queryCompare(left, .greaterEqual, lower, options: [])
+                && queryCompare(left, .lessEqual, upper, options: [])
         }
     }
 }
@@ -137,11 +138,14 @@ extension Query {
     /// `nil` for any other clauses (DISTINCT, LIMIT, several SORTs) or key paths (through links, embedded objects or
     /// lists, or with `@count` and the like).
     public func positionalOrder(for type: ObjectSchema) -> PositionalOrder? {
-        guard type.name == typeName, descriptors.count == 1, case .sort(let sortKeys) = descriptors[0] else { return nil }
+        guard type.name == typeName, descriptors.count == 1, case .sort(let sortKeys) = descriptors[0] else {
+            return nil
+        }
         var keys: [(position: Int, ascending: Bool)] = []
         for key in sortKeys {
             let path = key.path
-            guard path.operation == nil, path.steps.count == 1, case .scalar = path.steps[0].target, !path.steps[0].isList,
+            guard path.operation == nil, path.steps.count == 1, case .scalar = path.steps[0].target,
+                !path.steps[0].isList,
                 let position = type.position(ofProperty: path.steps[0].name)
             else { return nil }
             keys.append((position, key.ascending))

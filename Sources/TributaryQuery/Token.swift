@@ -23,10 +23,25 @@ struct Token: Hashable, Sendable {
     }
 
     enum Symbol: String, Hashable, Sendable {
-        case leftParen = "(", rightParen = ")", leftBrace = "{", rightBrace = "}"
-        case leftBracket = "[", rightBracket = "]", comma = ",", dot = ".", minus = "-"
-        case equal = "==", singleEqual = "=", notEqual = "!=", less = "<", lessEqual = "<="
-        case greater = ">", greaterEqual = ">=", and = "&&", or = "||", bang = "!"
+        case leftParen = "("
+        case rightParen = ")"
+        case leftBrace = "{"
+        case rightBrace = "}"
+        case leftBracket = "["
+        case rightBracket = "]"
+        case comma = ","
+        case dot = "."
+        case minus = "-"
+        case equal = "=="
+        case singleEqual = "="
+        case notEqual = "!="
+        case less = "<"
+        case lessEqual = "<="
+        case greater = ">"
+        case greaterEqual = ">="
+        case and = "&&"
+        case or = "||"
+        case bang = "!"
     }
 
     var kind: Kind
@@ -43,7 +58,10 @@ struct Token: Hashable, Sendable {
 
     /// Whether the token is the identifier `keyword`, ignoring case.
     func isKeyword(_ keyword: String) -> Bool {
-        if case .identifier(let name) = kind { name.utf8.count == keyword.utf8.count && name.uppercased() == keyword }
-        else { false }
+        if case .identifier(let name) = kind {
+            name.utf8.count == keyword.utf8.count && name.uppercased() == keyword
+        } else {
+            false
+        }
     }
 }

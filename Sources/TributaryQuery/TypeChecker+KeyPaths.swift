@@ -71,7 +71,8 @@ extension TypeChecker {
         case .link(let name), .embedded(let name):
             guard let targetType = schema[type: name] else {
                 throw error(
-                    .unknownProperty, "'\(type.name).\(property.name)' refers to type '\(name)', which the schema lacks",
+                    .unknownProperty,
+                    "'\(type.name).\(property.name)' refers to type '\(name)', which the schema lacks",
                     at: component.position)
             }
             next = targetType
@@ -131,7 +132,8 @@ extension TypeChecker {
         let aggregate = Aggregate(rawValue: name) ?? .sum
         guard last.isList else {
             throw error(
-                .typeMismatch, "'\(written)' needs a list, but \(subject) is \(describeStep(last))", at: component.position)
+                .typeMismatch, "'\(written)' needs a list, but \(subject) is \(describeStep(last))",
+                at: component.position)
         }
         var subSteps: [PathStep] = []
         var elementType: ScalarType
@@ -153,7 +155,9 @@ extension TypeChecker {
             var type = schema[type: typeName]
             for subComponent in components[(index + 1)...] {
                 if subComponent.isOperator {
-                    throw error(.unsupported, "'@\(subComponent.name)' after '\(written)' is not supported", at: subComponent.position)
+                    throw error(
+                        .unsupported, "'@\(subComponent.name)' after '\(written)' is not supported",
+                        at: subComponent.position)
                 }
                 let (step, next) = try resolveStep(subComponent, in: type, after: steps + subSteps)
                 if step.isList {
@@ -174,7 +178,8 @@ extension TypeChecker {
         guard allowed.contains(elementType) else {
             let kinds = aggregate == .min || aggregate == .max ? "numbers or dates" : "numbers"
             throw error(
-                .typeMismatch, "'\(written)' needs \(kinds), but \(subject)\(subSteps.isEmpty ? "" : " holds objects whose property") is \(elementType)",
+                .typeMismatch,
+                "'\(written)' needs \(kinds), but \(subject)\(subSteps.isEmpty ? "" : " holds objects whose property") is \(elementType)",
                 at: component.position)
         }
         let result: ScalarType = aggregate == .avg ? .double : elementType

@@ -40,7 +40,8 @@ struct TypeChecker {
             case .sort(let keys):
                 var checked: [SortKeyPath] = []
                 for key in keys {
-                    checked.append(SortKeyPath(path: try orderingPath(key.path, clause: "SORT"), ascending: key.ascending))
+                    checked.append(
+                        SortKeyPath(path: try orderingPath(key.path, clause: "SORT"), ascending: key.ascending))
                 }
                 descriptors.append(.sort(checked))
             case .distinct(let paths):
@@ -82,21 +83,24 @@ struct TypeChecker {
         let left = try typed(syntax.left)
         let right = try typed(syntax.right)
         let op = syntax.op
-        let opName = syntax.op.isStringOperator || op == .in || op == .between ? syntax.opText.uppercased() : syntax.opText
+        let opName =
+            syntax.op.isStringOperator || op == .in || op == .between ? syntax.opText.uppercased() : syntax.opText
         if case .constants = left.operand {
             throw error(.unsupported, "a list can only appear on the right of a comparison", at: left.start)
         }
         if let quantifier = syntax.quantifier, !left.operand.isMany {
             let word = quantifier == .allElements ? "ALL" : quantifier == .noElement ? "NONE" : "ANY"
             throw error(
-                .typeMismatch, "\(word) needs a list or a to-many key path after it, but \(left.label) is a single value",
+                .typeMismatch,
+                "\(word) needs a list or a to-many key path after it, but \(left.label) is a single value",
                 at: syntax.quantifierPosition)
         }
         switch op {
         case .in:
             guard right.operand.isMany else {
                 throw error(
-                    .typeMismatch, "IN needs a list on its right, such as {1, 2}, a list argument or a list property, "
+                    .typeMismatch,
+                    "IN needs a list on its right, such as {1, 2}, a list argument or a list property, "
                         + "but \(right.label) is a single value", at: right.start)
             }
         case .equal, .between:
@@ -109,7 +113,8 @@ struct TypeChecker {
             }
         }
         if !syntax.options.isEmpty {
-            let modifier = "[" + (syntax.options.contains(.caseInsensitive) ? "c" : "")
+            let modifier =
+                "[" + (syntax.options.contains(.caseInsensitive) ? "c" : "")
                 + (syntax.options.contains(.diacriticInsensitive) ? "d" : "") + "]"
             for element in left.elements + right.elements where element.base != .scalar(.string) {
                 throw error(
@@ -123,7 +128,9 @@ struct TypeChecker {
             }
         }
         var lookup: EqualityLookup?
-        if op == .equal || op == .in, case .constants(let values) = right.operand, values.count >= EqualityLookup.minimumCount {
+        if op == .equal || op == .in, case .constants(let values) = right.operand,
+            values.count >= EqualityLookup.minimumCount
+        {
             lookup = EqualityLookup(values, options: syntax.options)
         }
         return Comparison(
@@ -203,7 +210,9 @@ struct TypeChecker {
                 for (offset, element) in values.enumerated() {
                     let label = "element \(offset) of \(name) (\(element.kindName))"
                     if case .list = element {
-                        throw error(.typeMismatch, "\(label) is a list; lists inside lists are not supported", at: expression.start)
+                        throw error(
+                            .typeMismatch, "\(label) is a list; lists inside lists are not supported",
+                            at: expression.start)
                     }
                     elements.append(Element(base: base(of: element), label: label, position: expression.start))
                 }
@@ -224,7 +233,8 @@ struct TypeChecker {
                 values.append(value)
                 elements.append(contentsOf: typedItem.elements)
             }
-            return Typed(operand: .constants(values), elements: elements, start: expression.start, label: "list \(source)")
+            return Typed(
+                operand: .constants(values), elements: elements, start: expression.start, label: "list \(source)")
         case .keyPath(let components):
             let (path, base) = try resolve(components, text: source)
             let label = "'\(root.name).\(source)' (\(describe(base, path: path)))"

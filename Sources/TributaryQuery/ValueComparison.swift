@@ -84,7 +84,9 @@ private func stringOperator(_ op: ComparisonOperator, _ left: Value, _ right: Va
     }
 }
 
-private func byteOperator(_ op: ComparisonOperator, _ text: UnsafeBufferPointer<UInt8>, _ pattern: UnsafeBufferPointer<UInt8>)
+private func byteOperator(
+    _ op: ComparisonOperator, _ text: UnsafeBufferPointer<UInt8>, _ pattern: UnsafeBufferPointer<UInt8>
+)
     -> Bool
 {
     guard pattern.count <= text.count else { return false }

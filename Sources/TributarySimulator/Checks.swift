@@ -21,16 +21,20 @@ extension Simulation {
         }
         // An app replica's vector also counts its own changesets by origin; without that entry, all are equal.
         let vectors = replicas.map { replica in
-            VersionVector(replica.versionVector.entries.filter { entry in
-                entry.replica != linkedAppID
-                    && (entry.replica != replica.replicaID || !isPartial(replicas.firstIndex { $0 === replica } ?? 0))
-            }.map { ($0.replica, $0.sequence) })
+            VersionVector(
+                replica.versionVector.entries.filter { entry in
+                    entry.replica != linkedAppID
+                        && (entry.replica != replica.replicaID
+                            || !isPartial(replicas.firstIndex { $0 === replica } ?? 0))
+                }.map { ($0.replica, $0.sequence) })
         }
         if Set(vectors).count != 1 {
             fail("version vectors differ: \(vectors)")
             for (index, replica) in replicas.enumerated() {
                 for waiting in (try? replica.pendingChangesets()) ?? [] {
-                    fail("replica \(index) holds \(waiting.dot) (causal \(waiting.causalDot)) pending: context \(waiting.context) extras \(waiting.contextExtras), its vector \(replica.versionVector)")
+                    fail(
+                        "replica \(index) holds \(waiting.dot) (causal \(waiting.causalDot)) pending: context \(waiting.context) extras \(waiting.contextExtras), its vector \(replica.versionVector)"
+                    )
                 }
             }
         }
@@ -38,8 +42,9 @@ extension Simulation {
         for index in links.indices {
             let unsent = try unsent(on: index)
             if !unsent.isEmpty {
-                fail("after the exchange, replica \(links[index].source) would still send replica \(links[index].target) "
-                    + "\(unsent.count) changesets: \(unsent.prefix(3).map(\.causalDot))")
+                fail(
+                    "after the exchange, replica \(links[index].source) would still send replica \(links[index].target) "
+                        + "\(unsent.count) changesets: \(unsent.prefix(3).map(\.causalDot))")
             }
         }
         // Relays keep metadata bounded: no context names an app replica (but the linked app, whose peer names it).
@@ -71,8 +76,12 @@ extension Simulation {
         // 3. Partial replicas hold exactly the full replica's record for every object they hold.
         for index in 0..<replicaCount where isPartial(index) {
             for (type, key) in try replicas[index]._recordKeys() {
-                if !Workload.partialHolds(type, key) { fail("partial replica \(index) holds \(type)[\(key)], outside its subset") }
-                if try replicas[index]._recordBytes(type: type, primaryKey: key) != replicas[0]._recordBytes(type: type, primaryKey: key) {
+                if !Workload.partialHolds(type, key) {
+                    fail("partial replica \(index) holds \(type)[\(key)], outside its subset")
+                }
+                if try replicas[index]._recordBytes(type: type, primaryKey: key)
+                    != replicas[0]._recordBytes(type: type, primaryKey: key)
+                {
                     fail("partial replica \(index) differs from replica 0 on \(type)[\(key)]")
                 }
             }
@@ -127,26 +136,40 @@ extension Simulation {
     func describeDifference(_ a: Replica, _ b: Replica, names: (String, String)) throws {
         let (left, right) = (a.schema, b.schema)
         if left.types != right.types {
-            for type in Set(left.types.map(\.name)).union(right.types.map(\.name)).sorted() where left[type: type] != right[type: type] {
-                fail("\(names.0) has \(left[type: type].map(String.init(describing:)) ?? "no \(type)"); \(names.1) has \(right[type: type].map(String.init(describing:)) ?? "no \(type)")")
+            for type in Set(left.types.map(\.name)).union(right.types.map(\.name)).sorted()
+            where left[type: type] != right[type: type] {
+                fail(
+                    "\(names.0) has \(left[type: type].map(String.init(describing:)) ?? "no \(type)"); \(names.1) has \(right[type: type].map(String.init(describing:)) ?? "no \(type)")"
+                )
             }
         }
         if left.definitionStamps != right.definitionStamps {
-            for name in Set(left.definitionStamps.keys).union(right.definitionStamps.keys).sorted() where left.definitionStamps[name] != right.definitionStamps[name] {
-                fail("definition stamp of \(name): \(names.0) \(left.definitionStamps[name].map(String.init(describing:)) ?? "none"), \(names.1) \(right.definitionStamps[name].map(String.init(describing:)) ?? "none")")
+            for name in Set(left.definitionStamps.keys).union(right.definitionStamps.keys).sorted()
+            where left.definitionStamps[name] != right.definitionStamps[name] {
+                fail(
+                    "definition stamp of \(name): \(names.0) \(left.definitionStamps[name].map(String.init(describing:)) ?? "none"), \(names.1) \(right.definitionStamps[name].map(String.init(describing:)) ?? "none")"
+                )
             }
         }
         if left.propertyRemovals != right.propertyRemovals || left.typeRemovals != right.typeRemovals {
-            fail("removals: \(names.0) \(left.propertyRemovals) \(left.typeRemovals); \(names.1) \(right.propertyRemovals) \(right.typeRemovals)")
+            fail(
+                "removals: \(names.0) \(left.propertyRemovals) \(left.typeRemovals); \(names.1) \(right.propertyRemovals) \(right.typeRemovals)"
+            )
         }
-        if left.version != right.version { fail("schema version: \(names.0) \(left.version), \(names.1) \(right.version)") }
+        if left.version != right.version {
+            fail("schema version: \(names.0) \(left.version), \(names.1) \(right.version)")
+        }
         let keys = try a._recordKeys().map { "\($0.type)[\($0.primaryKey)]" }
         let otherKeys = try b._recordKeys().map { "\($0.type)[\($0.primaryKey)]" }
-        if keys != otherKeys { fail("record keys differ: \(Set(keys).symmetricDifference(otherKeys).sorted().prefix(5))") }
+        if keys != otherKeys {
+            fail("record keys differ: \(Set(keys).symmetricDifference(otherKeys).sorted().prefix(5))")
+        }
         for (type, key) in try a._recordKeys() {
             let bytes = try a._recordBytes(type: type, primaryKey: key)
             if try bytes != b._recordBytes(type: type, primaryKey: key) {
-                fail("\(type)[\(key)] differs: \(names.0) \(String(describing: try a.object(type, primaryKey: key))), \(names.1) \(String(describing: try b.object(type, primaryKey: key)))")
+                fail(
+                    "\(type)[\(key)] differs: \(names.0) \(String(describing: try a.object(type, primaryKey: key))), \(names.1) \(String(describing: try b.object(type, primaryKey: key)))"
+                )
                 break
             }
         }
@@ -171,7 +194,9 @@ extension Simulation {
                 if head.relay == nil && head.originSequence > 1 && vector[origin] < head.originSequence - 1 {
                     guard holds(Dot(origin: origin, sequence: head.originSequence - 1)) else { return false }
                 }
-                return head.context.entries.allSatisfy { $0.replica == origin || holds(Dot(origin: $0.replica, sequence: $0.sequence)) }
+                return head.context.entries.allSatisfy {
+                    $0.replica == origin || holds(Dot(origin: $0.replica, sequence: $0.sequence))
+                }
                     && head.contextExtras.allSatisfy(holds)
             }
             guard !ready.isEmpty else {
@@ -191,7 +216,9 @@ extension Simulation {
         }
         // The schema too: its definitions, definition stamps and removals must not depend on the order.
         if working.schema != replicas[0].schema {
-            fail("oracle order \(order) gives another schema than the replicas: \(working.schema) against \(replicas[0].schema)")
+            fail(
+                "oracle order \(order) gives another schema than the replicas: \(working.schema) against \(replicas[0].schema)"
+            )
         }
         let records = working.changes.compactMap { change in
             change.after.map { (type: change.key.type, primaryKey: change.key.primaryKey, bytes: $0.encoded()) }
@@ -224,15 +251,20 @@ extension Simulation {
             for (index, instruction) in changeset.instructions.enumerated() {
                 switch instruction {
                 case .create(let type, let key, let explicit, let defaults):
-                    histories[Key(type: type, primaryKey: key), default: .init()].creates.append((position, index, explicit, defaults))
+                    histories[Key(type: type, primaryKey: key), default: .init()].creates.append(
+                        (position, index, explicit, defaults))
                 case .erase(let type, let key):
                     histories[Key(type: type, primaryKey: key), default: .init()].erases.append((position, index))
                 case .set(let path, let value) where path.steps.isEmpty:
-                    histories[Key(type: path.type, primaryKey: path.primaryKey), default: .init()].sets[path.property, default: []]
-                        .append(Write(changeset: position, index: index, value: value))
+                    histories[Key(type: path.type, primaryKey: path.primaryKey), default: .init()].sets[
+                        path.property, default: []
+                    ]
+                    .append(Write(changeset: position, index: index, value: value))
                 case .addInteger(let path, let delta, let base) where path.steps.isEmpty:
-                    histories[Key(type: path.type, primaryKey: path.primaryKey), default: .init()].adds[path.property, default: []]
-                        .append((position, index, delta, base))
+                    histories[Key(type: path.type, primaryKey: path.primaryKey), default: .init()].adds[
+                        path.property, default: []
+                    ]
+                    .append((position, index, delta, base))
                 default:
                     break
                 }
@@ -244,7 +276,8 @@ extension Simulation {
             let erased = changesets[erase.changeset]
             // A writer has seen its own origin's earlier changesets; others through its context, by causal dot.
             if writer.origin == erased.origin { return erased.originSequence < writer.originSequence }
-            return writer.contextIncludes(erased.dot) || (copies[erased.dot] ?? []).contains(where: writer.contextIncludes)
+            return writer.contextIncludes(erased.dot)
+                || (copies[erased.dot] ?? []).contains(where: writer.contextIncludes)
         }
         // Rule 8: Card's properties, removed, renamed and added concurrently. A removal or rename counts against
         // every addition of, and write to, the property that did not see it; one rename seen stands for the same rename
@@ -265,7 +298,9 @@ extension Simulation {
                 case .addType(let type):
                     typeAdditions[type.name, default: []].append((position, index))
                     if type.name == "Card" {
-                        for property in type.properties { additions[property.name, default: []].append((position, index)) }
+                        for property in type.properties {
+                            additions[property.name, default: []].append((position, index))
+                        }
                     }
                 case .removeProperty(let type, let name) where type == "Card":
                     removals[name, default: []].append((position, index, nil))
@@ -337,14 +372,18 @@ extension Simulation {
                 var sets: [String: [Write]] = [:]
                 for (name, writes) in history.sets {
                     for write in writes {
-                        if let landed = target(of: name, by: (write.changeset, write.index)) { sets[landed, default: []].append(write) }
+                        if let landed = target(of: name, by: (write.changeset, write.index)) {
+                            sets[landed, default: []].append(write)
+                        }
                     }
                 }
                 history.sets = sets
                 history.creates = history.creates.map { create in
                     func landed(_ fields: [FieldValue]) -> [FieldValue] {
                         fields.compactMap { field in
-                            target(of: field.name, by: (create.changeset, create.index)).map { FieldValue($0, field.value) }
+                            target(of: field.name, by: (create.changeset, create.index)).map {
+                                FieldValue($0, field.value)
+                            }
                         }
                     }
                     return (create.changeset, create.index, landed(create.explicit), landed(create.defaults))
@@ -352,7 +391,9 @@ extension Simulation {
                 var adds: [String: [(changeset: Int, index: Int, delta: Int64, base: Stamp)]] = [:]
                 for (name, increments) in history.adds {
                     for increment in increments {
-                        if let landed = target(of: name, by: (increment.changeset, increment.index)) { adds[landed, default: []].append(increment) }
+                        if let landed = target(of: name, by: (increment.changeset, increment.index)) {
+                            adds[landed, default: []].append(increment)
+                        }
                     }
                 }
                 history.adds = adds
@@ -362,11 +403,14 @@ extension Simulation {
         // A removal of a type that the writer did not see counts as seen when it is a copy of one it saw: the same
         // migration run concurrently on another replica (each saw the same other removals of the type).
         var typeRemovalGroups: [String: [Int]] = [:]
-        for (type, all) in typeRemovals { typeRemovalGroups[type] = copyGroups(all.map { ($0.changeset, $0.index, nil) }) }
+        for (type, all) in typeRemovals {
+            typeRemovalGroups[type] = copyGroups(all.map { ($0.changeset, $0.index, nil) })
+        }
         func seesTypeRemovals(_ type: String, _ writer: Position) -> Bool {
             let all = typeRemovals[type] ?? []
             let groups = typeRemovalGroups[type] ?? []
-            let seenGroups = Set(all.indices.filter { covers(writer.changeset, writer.index, all[$0]) }.map { groups[$0] })
+            let seenGroups = Set(
+                all.indices.filter { covers(writer.changeset, writer.index, all[$0]) }.map { groups[$0] })
             return groups.allSatisfy { seenGroups.contains($0) }
         }
         for (key, var history) in histories where typeRemovals[key.type] != nil {
@@ -384,30 +428,43 @@ extension Simulation {
         for type in typeRemovals.keys.sorted() {
             let present = (typeAdditions[type] ?? []).contains { seesTypeRemovals(type, $0) }
             if present != (schema[type: type] != nil) {
-                fail("reference model: type \(type) should be \(present ? "present" : "absent") (rule 8), replicas disagree")
+                fail(
+                    "reference model: type \(type) should be \(present ? "present" : "absent") (rule 8), replicas disagree"
+                )
             }
         }
         if let card = schema[type: "Card"] {
             // An addition counts for the property it lands on, like a write.
             var landed: [String: Int] = [:]
             for (name, positions) in additions {
-                for position in positions { if let target = target(of: name, by: position) { landed[target, default: 0] += 1 } }
+                for position in positions {
+                    if let target = target(of: name, by: position) { landed[target, default: 0] += 1 }
+                }
             }
             for name in Set(additions.keys).union(removals.keys).sorted() {
                 let present = landed[name, default: 0] > 0
                 if present != (card[property: name] != nil) {
-                    fail("reference model: Card.\(name) should be \(present ? "present" : "absent") (rule 8), replicas disagree")
+                    fail(
+                        "reference model: Card.\(name) should be \(present ? "present" : "absent") (rule 8), replicas disagree"
+                    )
                 }
             }
         }
         var exists: [Key: Bool] = [:]
         for (key, history) in histories {
-            exists[key] = history.creates.contains { create in history.erases.allSatisfy { covers(create.changeset, create.index, $0) } }
+            exists[key] = history.creates.contains { create in
+                history.erases.allSatisfy { covers(create.changeset, create.index, $0) }
+            }
         }
-        for (key, history) in histories.sorted(by: { "\($0.key.type)\($0.key.primaryKey)" < "\($1.key.type)\($1.key.primaryKey)" }) {
-            let stored = schema[type: key.type] == nil ? nil : try replicas[0].object(key.type, primaryKey: key.primaryKey)
+        for (key, history) in histories.sorted(by: {
+            "\($0.key.type)\($0.key.primaryKey)" < "\($1.key.type)\($1.key.primaryKey)"
+        }) {
+            let stored =
+                schema[type: key.type] == nil ? nil : try replicas[0].object(key.type, primaryKey: key.primaryKey)
             guard exists[key] == true else {
-                if stored != nil { fail("reference model: \(key.type)[\(key.primaryKey)] should be erased (rule 2), replicas hold it") }
+                if stored != nil {
+                    fail("reference model: \(key.type)[\(key.primaryKey)] should be erased (rule 2), replicas hold it")
+                }
                 continue
             }
             guard let stored else {
@@ -430,7 +487,8 @@ extension Simulation {
                     (changesets[a.changeset].stamp, a.index) < (changesets[b.changeset].stamp, b.index)
                 }
                 // What the property reads without a value.
-                let unwritten = property.defaultValue ?? (property.isOptional ? .null : ObjectRecord.zeroValue(property.kind))
+                let unwritten =
+                    property.defaultValue ?? (property.isOptional ? .null : ObjectRecord.zeroValue(property.kind))
                 var value: Value
                 var base = Stamp.zero
                 if let winner {
@@ -463,7 +521,9 @@ extension Simulation {
                     value = .null  // rule 7
                 }
                 if stored[property.name] != value {
-                    fail("reference model: \(key.type)[\(key.primaryKey)].\(property.name) should be \(value), replicas hold \(stored[property.name])")
+                    fail(
+                        "reference model: \(key.type)[\(key.primaryKey)].\(property.name) should be \(value), replicas hold \(stored[property.name])"
+                    )
                 }
             }
         }
@@ -485,7 +545,9 @@ extension Simulation {
                 for property in ["tags", "labels"] {
                     guard let values = object[property].listValue else { continue }
                     let strings = values.compactMap(\.stringValue)
-                    if Set(strings).count != strings.count { fail("\(name).\(property) holds an element twice: \(strings)") }
+                    if Set(strings).count != strings.count {
+                        fail("\(name).\(property) holds an element twice: \(strings)")
+                    }
                     if !journal.mayHaveShrunk(name, property) {
                         let missing = (journal.listValues[name] ?? []).subtracting(strings)
                         // Values go to tags on cards and labels on boards; each list is checked for its own.

@@ -210,9 +210,11 @@ public final class Simulation {
         var held = try target.pendingDots()
         for message in link.queue { for changeset in message { held.insert(changeset.causalDot) } }
         if isPartial(link.source) {
-            return try source.changesets(missingFrom: target.versionVector, origins: [source.replicaID], excluding: held)
+            return try source.changesets(
+                missingFrom: target.versionVector, origins: [source.replicaID], excluding: held)
         } else if isPartial(link.target) {
-            return try source.changesets(missingFrom: target.versionVector, holds: Workload.partialHolds, excluding: held)
+            return try source.changesets(
+                missingFrom: target.versionVector, holds: Workload.partialHolds, excluding: held)
         } else {
             return try source.changesets(missingFrom: target.versionVector, excluding: held)
         }
@@ -223,7 +225,9 @@ public final class Simulation {
     @discardableResult
     func integrate(_ message: [Changeset], on linkIndex: Int) throws -> IntegrationReport {
         let link = links[linkIndex]
-        if isPartial(link.source) && Self.relays.contains(link.target) { return try replicas[link.target].adopt(message) }
+        if isPartial(link.source) && Self.relays.contains(link.target) {
+            return try replicas[link.target].adopt(message)
+        }
         return try replicas[link.target].integrate(message)
     }
 

@@ -23,7 +23,10 @@ public enum Workload {
                 ]),
             ObjectSchema(
                 name: "Member",
-                properties: [.scalar("_id", .string), .scalar("name", .string, optional: true), .scalar("score", .int, default: 0)]),
+                properties: [
+                    .scalar("_id", .string), .scalar("name", .string, optional: true),
+                    .scalar("score", .int, default: 0),
+                ]),
             ObjectSchema(
                 name: "Board",
                 properties: [
@@ -31,10 +34,17 @@ public enum Workload {
                     Property("cards", .link("Card"), list: true), Property("labels", .scalar(.string), list: true),
                 ]),
             // Removed and added back by migrations while replicas write its objects.
-            ObjectSchema(name: "Note", properties: [.scalar("_id", .string), .scalar("text", .string, optional: true)]),
-            .embedded("Box", properties: [.scalar("label", .string, optional: true), .scalar("size", .int, optional: true), Property("inner", .embedded("Inner"))]),
+            ObjectSchema(
+                name: "Note", properties: [.scalar("_id", .string), .scalar("text", .string, optional: true)]),
+            .embedded(
+                "Box",
+                properties: [
+                    .scalar("label", .string, optional: true), .scalar("size", .int, optional: true),
+                    Property("inner", .embedded("Inner")),
+                ]),
             .embedded("Inner", properties: [.scalar("tag", .string, optional: true)]),
-            .embedded("Item", properties: [.scalar("text", .string, optional: true), .scalar("done", .bool, default: false)]),
+            .embedded(
+                "Item", properties: [.scalar("text", .string, optional: true), .scalar("done", .bool, default: false)]),
         ])
 
     /// Properties a simulation may add to Card. Each name has one definition, so concurrent additions merge.
@@ -174,7 +184,8 @@ struct OperationGenerator {
         case "tags", "labels": .string(unique())
         case "members": .link(key("Member"))
         case "cards": .link(key("Card"))
-        case "items": .embedded(EmbeddedObject(type: "Item", fields: ["text": .string(unique()), "done": .bool(next(2) == 0)]))
+        case "items":
+            .embedded(EmbeddedObject(type: "Item", fields: ["text": .string(unique()), "done": .bool(next(2) == 0)]))
         default: .null
         }
     }
@@ -222,25 +233,32 @@ struct OperationGenerator {
             } else {
                 let values = createValues(type, key, schema: txn.schema)
                 try txn.create(type, values)
-                for case .string(let text) in values["tags"]?.listValue ?? [] { journal.listValues[name, default: []].insert(text) }
+                for case .string(let text) in values["tags"]?.listValue ?? [] {
+                    journal.listValues[name, default: []].insert(text)
+                }
             }
         case .set:
             switch type {
             case "Card" where next(8) == 0:
                 // A write to an extra property, which may race with its removal or rename.
-                let extras = (Workload.extraProperties.map(\.name) + [Workload.rename.to]).filter { txn.schema[type: "Card"]?[property: $0] != nil }
+                let extras = (Workload.extraProperties.map(\.name) + [Workload.rename.to]).filter {
+                    txn.schema[type: "Card"]?[property: $0] != nil
+                }
                 guard !extras.isEmpty else { return }
                 let property = extras[next(extras.count)]
                 try txn.update(type, primaryKey: key, [property: Workload.extraValue(property, next(1000))])
             case "Card":
                 let choices: [(String, Value)] = [
-                    ("title", .string(unique())), ("done", .bool(next(2) == 0)), ("note", next(4) == 0 ? .null : .string(unique())),
+                    ("title", .string(unique())), ("done", .bool(next(2) == 0)),
+                    ("note", next(4) == 0 ? .null : .string(unique())),
                     ("count", .int(Int64(next(1000)))),
                 ]
                 let (property, value) = choices[next(choices.count)]
                 try txn.update(type, primaryKey: key, [property: value])
             case "Member":
-                try txn.update(type, primaryKey: key, next(2) == 0 ? ["name": .string(unique())] : ["score": .int(Int64(next(50)))])
+                try txn.update(
+                    type, primaryKey: key, next(2) == 0 ? ["name": .string(unique())] : ["score": .int(Int64(next(50)))]
+                )
             case "Note":
                 try txn.update(type, primaryKey: key, ["text": .string(unique())])
             default:
@@ -258,7 +276,9 @@ struct OperationGenerator {
             {
                 property = "extraNumber"
             }
-            if let property { try txn.increment([.property(property)], of: type, primaryKey: key, by: Int64(next(21)) - 10) }
+            if let property {
+                try txn.increment([.property(property)], of: type, primaryKey: key, by: Int64(next(21)) - 10)
+            }
         case .listInsert, .listSet, .listErase, .listMove, .listClear:
             let property = listProperty(type)
             guard !property.isEmpty else { return }
@@ -294,7 +314,9 @@ struct OperationGenerator {
             let hasSize = txn.schema[type: "Box"]?[property: "size"] != nil
             switch next(4) {
             case 0:
-                let inner = next(2) == 0 ? Value.null : .embedded(EmbeddedObject(type: "Inner", fields: ["tag": .string(unique())]))
+                let inner =
+                    next(2) == 0
+                    ? Value.null : .embedded(EmbeddedObject(type: "Inner", fields: ["tag": .string(unique())]))
                 var fields: [String: Value] = ["label": .string(unique()), "inner": inner]
                 let size = Value.int(Int64(next(10)))
                 if hasSize { fields["size"] = size }
@@ -306,14 +328,16 @@ struct OperationGenerator {
             default:
                 let items = card?["items"].listValue?.count ?? 0
                 if items > 0 {
-                    try txn.set(.bool(next(2) == 0), at: ["items", .index(next(items)), "done"], of: type, primaryKey: key)
+                    try txn.set(
+                        .bool(next(2) == 0), at: ["items", .index(next(items)), "done"], of: type, primaryKey: key)
                 } else if card?["box"].embeddedValue != nil {
                     try txn.set(.string(unique()), at: ["box", "label"], of: type, primaryKey: key)
                 }
             }
         case .link:
             switch type {
-            case "Card": try txn.update(type, primaryKey: key, ["owner": next(5) == 0 ? .null : .link(self.key("Member"))])
+            case "Card":
+                try txn.update(type, primaryKey: key, ["owner": next(5) == 0 ? .null : .link(self.key("Member"))])
             case "Board": try txn.insert(.link(self.key("Card")), at: 0, into: ["cards"], of: type, primaryKey: key)
             default: break
             }
@@ -367,7 +391,8 @@ struct OperationGenerator {
                 case 1:
                     // Two defaults for extraNumber, so that creates bring different ones, and increments made on
                     // either must count on whichever stands.
-                    property.defaultValue = property.name == "extraNumber" && next(2) == 0 ? 3 : Workload.extraDefaults[property.name]
+                    property.defaultValue =
+                        property.name == "extraNumber" && next(2) == 0 ? 3 : Workload.extraDefaults[property.name]
                 default: break
                 }
                 let renamed = property.name == Workload.rename.from && card[property: Workload.rename.to] != nil

@@ -9,9 +9,12 @@ import Synchronization
     import Darwin
 #endif
 
+// Named after the C constant it mirrors.
 #if canImport(Glibc)
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     private let RLIMIT_FSIZE_VALUE = Int32(RLIMIT_FSIZE.rawValue)
 #else
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     private let RLIMIT_FSIZE_VALUE = RLIMIT_FSIZE
 #endif
 
@@ -149,7 +152,8 @@ public final class Environment: @unchecked Sendable {
                 if existing.configuration.readOnly && !configuration.readOnly {
                     throw StorageError(
                         code: .invalidArgument, operation: "open", path: path,
-                        message: "\(path) is already open read-only in this process; close it before opening it to write")
+                        message:
+                            "\(path) is already open read-only in this process; close it before opening it to write")
                 }
                 return existing
             }
@@ -208,14 +212,16 @@ public final class Environment: @unchecked Sendable {
         // that extension, and a writable open repairs it. Anything else is a file cut short: refused, by name.
         let shortfall = mappedPagesShortfall(handle)
         if shortfall.bytes > 0 {
-            let repairable = !configuration.readOnly && shortfall.bytes <= Self.repairableShortfallPages * shortfall.pageSize
+            let repairable =
+                !configuration.readOnly && shortfall.bytes <= Self.repairableShortfallPages * shortfall.pageSize
             if !repairable || ftruncate(shortfall.descriptor, off_t(shortfall.needed)) != 0 {
                 mdb_env_close(handle)
                 throw StorageError(
                     code: .invalidFile, resultCode: MDB_INVALID, operation: "mdb_env_open", path: path,
                     message: "the data file in \(path) is truncated: \(shortfall.needed - shortfall.bytes) bytes, but "
                         + "its last commit uses \(shortfall.needed)"
-                        + (configuration.readOnly && shortfall.bytes <= Self.repairableShortfallPages * shortfall.pageSize
+                        + (configuration.readOnly
+                            && shortfall.bytes <= Self.repairableShortfallPages * shortfall.pageSize
                             ? "; if its writer crashed, open it once for writing, which repairs this; otherwise the file is damaged"
                             : "; the file is damaged or is not a Tributary replica"))
             }
@@ -238,7 +244,9 @@ public final class Environment: @unchecked Sendable {
     }
 
     /// How far the data file falls short of the pages LMDB's last commit counts (0 bytes when it covers them).
-    private static func mappedPagesShortfall(_ handle: OpaquePointer) -> (bytes: Int, needed: Int, pageSize: Int, descriptor: Int32) {
+    private static func mappedPagesShortfall(_ handle: OpaquePointer) -> (
+        bytes: Int, needed: Int, pageSize: Int, descriptor: Int32
+    ) {
         var descriptor: mdb_filehandle_t = -1
         guard mdb_env_get_fd(handle, &descriptor) == 0 else { return (0, 0, 4096, -1) }
         var info = MDB_envinfo()
@@ -447,7 +455,8 @@ public final class Environment: @unchecked Sendable {
             io.code = .io
             return io
         }
-        var message = "disk full writing \(path): \(error.operation) failed (code \(error.resultCode)); data.mdb is \(dataSize) bytes, "
+        var message =
+            "disk full writing \(path): \(error.operation) failed (code \(error.resultCode)); data.mdb is \(dataSize) bytes, "
         message += free >= 0 ? "\(free) bytes free on its file system" : "free space unknown"
         if let sizeLimit { message += ", file size limit \(sizeLimit) bytes" }
         message += ". Free disk space (or raise the limit) and retry; nothing committed was lost"
@@ -499,14 +508,16 @@ public final class Environment: @unchecked Sendable {
 
     private var unlockedStatistics: Statistics {
         guard !isClosed else {
-            return Statistics(mapSize: 0, usedBytes: 0, pageSize: 0, lastTransactionID: 0, readersUsed: 0, maximumReaders: 0)
+            return Statistics(
+                mapSize: 0, usedBytes: 0, pageSize: 0, lastTransactionID: 0, readersUsed: 0, maximumReaders: 0)
         }
         var info = MDB_envinfo()
         mdb_env_info(handle, &info)
         var stat = MDB_stat()
         mdb_env_stat(handle, &stat)
         return Statistics(
-            mapSize: Int(info.me_mapsize), usedBytes: Self.bytes(throughPage: info.me_last_pgno, pageSize: stat.ms_psize),
+            mapSize: Int(info.me_mapsize),
+            usedBytes: Self.bytes(throughPage: info.me_last_pgno, pageSize: stat.ms_psize),
             pageSize: Int(stat.ms_psize), lastTransactionID: Int(info.me_last_txnid),
             readersUsed: Int(info.me_numreaders), maximumReaders: Int(info.me_maxreaders))
     }

@@ -41,7 +41,8 @@ public class ReadTransaction {
             throw environment.error(injected, "mdb_get", context: "database '\(database.name)'")
         }
         return try key.withUnsafeBytes { keyBytes in
-            var keyValue = MDB_val(mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
+            var keyValue = MDB_val(
+                mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
             var value = MDB_val()
             let rc = mdb_get(handle, database.dbi, &keyValue, &value)
             if rc == MDB_NOTFOUND { return try body(nil) }
@@ -177,14 +178,16 @@ public final class WriteTransaction: ReadTransaction {
             throw environment.error(injected, "mdb_put", context: "database '\(database.name)'")
         }
         let rc = key.withUnsafeBytes { keyBytes in
-            var keyValue = MDB_val(mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
+            var keyValue = MDB_val(
+                mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
             var value = MDB_val(mv_size: bytes.count, mv_data: UnsafeMutableRawPointer(mutating: bytes.baseAddress))
             return mdb_put(handle, database.dbi, &keyValue, &value, flags)
         }
         if rc != 0 {
             let what = flags & UInt32(MDB_APPEND) != 0 ? "an append whose key does not sort after the last key, " : ""
             throw environment.error(
-                rc, "mdb_put", context: "database '\(database.name)', \(what)\(key.count)-byte key, \(bytes.count)-byte value")
+                rc, "mdb_put",
+                context: "database '\(database.name)', \(what)\(key.count)-byte key, \(bytes.count)-byte value")
         }
     }
 
@@ -195,7 +198,8 @@ public final class WriteTransaction: ReadTransaction {
             throw environment.error(injected, "mdb_del", context: "database '\(database.name)'")
         }
         let rc = key.withUnsafeBytes { keyBytes in
-            var keyValue = MDB_val(mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
+            var keyValue = MDB_val(
+                mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
             return mdb_del(handle, database.dbi, &keyValue, nil)
         }
         if rc == MDB_NOTFOUND { return false }

@@ -82,7 +82,9 @@ public enum KeyEncoding {
         case (.string(let x), .string(let y)): return x.utf8Precedes(y)
         case (.int(let x), .int(let y)): return x < y
         case (.uuid(let x), .uuid(let y)):
-            return withUnsafeBytes(of: x.uuid) { x in withUnsafeBytes(of: y.uuid) { y in x.lexicographicallyPrecedes(y) } }
+            return withUnsafeBytes(of: x.uuid) { x in
+                withUnsafeBytes(of: y.uuid) { y in x.lexicographicallyPrecedes(y) }
+            }
         case (.objectId(let x), .objectId(let y)): return x.bytes.lexicographicallyPrecedes(y.bytes)
         default: return tag(a) < tag(b)
         }

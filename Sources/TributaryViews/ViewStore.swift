@@ -189,8 +189,10 @@ public struct ViewStore: Sendable {
                     current = (recordKey.type, type, indexed)
                 }
                 guard let type = current?.type, let indexed = current?.indexed, !indexed.isEmpty else { continue }
-                let old = Self.indexKeys(changes[change].before, key: recordKey, type: type, properties: indexed, schema: schema)
-                let new = Self.indexKeys(changes[change].after, key: recordKey, type: type, properties: indexed, schema: schema)
+                let old = Self.indexKeys(
+                    changes[change].before, key: recordKey, type: type, properties: indexed, schema: schema)
+                let new = Self.indexKeys(
+                    changes[change].after, key: recordKey, type: type, properties: indexed, schema: schema)
                 // In key order, not the sets' (which Swift seeds per process): the same writes then lay out the
                 // same pages, so a damaged file found once can be made again.
                 for stale in old.subtracting(new).sorted(by: { $0.lexicographicallyPrecedes($1) }) {

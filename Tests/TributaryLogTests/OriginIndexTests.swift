@@ -28,7 +28,8 @@ struct OriginIndexTests {
         Changeset(
             origin: origin, originSequence: sequence, time: HybridTime(milliseconds: 1_700_000_000_000 + sequence),
             context: VersionVector(), schemaVersion: 1,
-            instructions: [.create(type: "T", primaryKey: .int(Int64(sequence)), fields: [], defaults: [])], relay: relay)
+            instructions: [.create(type: "T", primaryKey: .int(Int64(sequence)), fields: [], defaults: [])],
+            relay: relay)
     }
 
     /// Writes `count` changesets in random runs; `everyKey` writes a key for each.
@@ -59,7 +60,8 @@ struct OriginIndexTests {
                         // An adopted copy of a changeset held already: its first entry stays its entry.
                         let held = model.written[Int(generator.next() % UInt64(model.written.count))]
                         relaySequence += 1
-                        changeset = Self.changeset(held.origin, held.originSequence, relay: Dot(origin: relay, sequence: relaySequence))
+                        changeset = Self.changeset(
+                            held.origin, held.originSequence, relay: Dot(origin: relay, sequence: relaySequence))
                         model.relayDots[Dot(origin: relay, sequence: relaySequence)] = local
                     default:
                         let sequence: UInt64
@@ -75,7 +77,8 @@ struct OriginIndexTests {
                     if model.first[changeset.dot] == nil { model.first[changeset.dot] = local }
                     try log.append(changeset, after: &head, in: txn)
                     if everyKey, model.first[changeset.dot] == local {
-                        try txn.put(log.origins, key: ChangesetLog.originKey(changeset.dot), value: ChangesetLog.key(local))
+                        try txn.put(
+                            log.origins, key: ChangesetLog.originKey(changeset.dot), value: ChangesetLog.key(local))
                     }
                     model.written.append(changeset)
                 }
@@ -175,11 +178,13 @@ struct OriginIndexTests {
         // 6 (r,1), 7 and 8 relay copies under (r,2) and (r,3) of (x,2) and (x,3), 9 (r,4): it follows the relay dot
         // (r,3) at entry 8.
         let changesets = [
-            Self.changeset(o, 1), Self.changeset(x, 1), Self.changeset(o, 3), Self.changeset(o, 2), Self.changeset(o, 4),
+            Self.changeset(o, 1), Self.changeset(x, 1), Self.changeset(o, 3), Self.changeset(o, 2),
+            Self.changeset(o, 4),
             Self.changeset(r, 1), Self.changeset(x, 2, relay: Dot(origin: r, sequence: 2)),
             Self.changeset(x, 3, relay: Dot(origin: r, sequence: 3)), Self.changeset(r, 4),
         ]
-        try environment.write { txn in for changeset in changesets { try log.append(changeset, after: &head, in: txn) } }
+        try environment.write { txn in for changeset in changesets { try log.append(changeset, after: &head, in: txn) }
+        }
         try environment.read { txn throws in
             let expected: [(Dot, UInt64?)] = [
                 (Dot(origin: o, sequence: 1), 1), (Dot(origin: o, sequence: 2), 4), (Dot(origin: o, sequence: 3), 3),

@@ -6,8 +6,10 @@ import Testing
 struct SimulatorToolTests {
     @Test("--jobs splits the seeds among processes: every seed runs once, and the sum is printed")
     func jobsRunEverySeedOnce() throws {
-        let sim = try #require(BuiltTool.path("tributary-sim"), "the built tributary-sim was not found next to the test binary")
-        let run = try runTool(["--seeds", "5-11", "--operations", "60", "--replicas", "3", "--jobs", "3"], executable: sim)
+        let sim = try #require(
+            BuiltTool.path("tributary-sim"), "the built tributary-sim was not found next to the test binary")
+        let run = try runTool(
+            ["--seeds", "5-11", "--operations", "60", "--replicas", "3", "--jobs", "3"], executable: sim)
         #expect(run.status == 0, "\(run)")
         let seeds = run.lines.compactMap { line -> Int? in
             guard line.hasPrefix("seed "), line.contains(": ok ") else { return nil }
@@ -29,7 +31,8 @@ struct SimulatorToolTests {
     @Test("--app-peer-link runs with --jobs, and is refused where no full replica but the relays is left")
     func appPeerLink() throws {
         let sim = try #require(BuiltTool.path("tributary-sim"))
-        let run = try runTool(["--seeds", "1-2", "--operations", "60", "--app-peer-link", "--jobs", "2"], executable: sim)
+        let run = try runTool(
+            ["--seeds", "1-2", "--operations", "60", "--app-peer-link", "--jobs", "2"], executable: sim)
         #expect(run.status == 0, "\(run)")
         #expect(run.lines.last?.hasPrefix("2/2 seeds passed in ") == true, "\(run)")
         let refused = try runTool(["--seeds", "1", "--replicas", "4", "--app-peer-link"], executable: sim)

@@ -1,6 +1,7 @@
 import Testing
-@testable import TributaryMerge
 import TributaryModel
+
+@testable import TributaryMerge
 
 /// A commit writes its changed records in key order; `WorkingSet.keyOrder` sorts integer keys of one type as plain
 /// integers and everything else through `RecordKey`'s own order. Both must give `RecordKey`'s order.
@@ -14,7 +15,9 @@ import TributaryModel
     @Test func integerKeysOfOneType() {
         var generator = SplitMix64(seed: 3)
         var values: Set<Int64> = [.min, .max, 0, -1, 1]
-        while values.count < 2_000 { values.insert(Int64(bitPattern: generator.next()) >> Int64(generator.next() % 64)) }
+        while values.count < 2_000 {
+            values.insert(Int64(bitPattern: generator.next()) >> Int64(generator.next() % 64))
+        }
         Self.check(values.shuffled(using: &generator).map { RecordKey(type: "Item", primaryKey: .int($0)) })
     }
 

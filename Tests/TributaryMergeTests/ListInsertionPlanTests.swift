@@ -84,7 +84,8 @@ import TributaryModel
         return result
     }
 
-    @Test("the plan gives each insert the anchor the list gave it, and the elements land in the order written",
+    @Test(
+        "the plan gives each insert the anchor the list gave it, and the elements land in the order written",
         arguments: 0..<40)
     func planMatchesReadingTheListForEachInsert(seed: Int) {
         var builder = Builder(seed: UInt64(seed) &* 0x9E37_79B9)
@@ -93,7 +94,9 @@ import TributaryModel
         let update = Self.update(keeping: live, &builder)
         // The update first erases the elements it does not keep, as the transaction's list update does.
         let kept = Set(update.compactMap { $0 })
-        for element in live where !kept.contains(element.id) { builder.list.elements[element.id] = .tombstone(element.id) }
+        for element in live where !kept.contains(element.id) {
+            builder.list.elements[element.id] = .tombstone(element.id)
+        }
         let list = builder.list
         let writer = Dot(origin: ReplicaID(rawValue: 9), sequence: 1)
         let stamp = Stamp(time: HybridTime(rawValue: builder.time + 1), replica: ReplicaID(rawValue: 9))
@@ -152,7 +155,7 @@ import TributaryModel
                 if index > 0 { #expect(anchor == ListAnchor(parent: left, side: .right)) }
                 let id = ElementID(dot: writer, instruction: index)
                 builder.insert(at: anchor, id: id, stamp: Stamp(time: HybridTime(rawValue: 99), replica: writer.origin))
-                    ids.append(id)
+                ids.append(id)
                 left = id
             }
             #expect(builder.list.orderedElements().map(\.id) == ids)

@@ -1,6 +1,7 @@
 import Testing
-@testable import TributaryMerge
 import TributaryModel
+
+@testable import TributaryMerge
 
 /// A list write changes the list where the record holds it: in a top-level list, in a list in an embedded object, and
 /// in a list in an embedded object that is an element of a list. Inserts land in order, and a write that fails part
@@ -61,7 +62,8 @@ import TributaryModel
         try MergeEngine.apply(create, index: 0, of: info(writer, 1, context: []), to: &working)
         let record = try #require(try working.record(key))
         guard case .register(let register)? = record.fields["spot"], case .embedded(let child) = register.value,
-            let stops = Self.list(record.fields["stops"]), case .embedded(let stop)? = stops.orderedElements().first?.value
+            let stops = Self.list(record.fields["stops"]),
+            case .embedded(let stop)? = stops.orderedElements().first?.value
         else {
             Issue.record("the embedded objects are missing")
             throw CancellationError()
@@ -90,7 +92,9 @@ import TributaryModel
                 guard case .embedded(let child) = register.value else { return [] }
                 fields = child.fields
             case .list(let list)?:
-                guard case .embedded(let child)? = list.elements.values.first(where: { $0.value != nil })?.value else { return [] }
+                guard case .embedded(let child)? = list.elements.values.first(where: { $0.value != nil })?.value else {
+                    return []
+                }
                 fields = child.fields
             case nil:
                 return []
@@ -99,7 +103,9 @@ import TributaryModel
         return list(fields[path.property])?.orderedElements().map(\.value) ?? []
     }
 
-    @Test("inserts into a top-level list, a list in an embedded object, and one in a list's embedded object land in order")
+    @Test(
+        "inserts into a top-level list, a list in an embedded object, and one in a list's embedded object land in order"
+    )
     func insertsLandInOrder() throws {
         var (working, paths) = try Self.created()
         let info = Self.info(Self.writer, 2, context: [(Self.writer, 1)])
@@ -108,7 +114,8 @@ import TributaryModel
         for number in 0..<400 {
             for (which, path) in paths.all.enumerated() {
                 try MergeEngine.apply(
-                    .listInsert(path, anchor: ListAnchor(parent: left[which], side: .right), value: Self.value(path, number)),
+                    .listInsert(
+                        path, anchor: ListAnchor(parent: left[which], side: .right), value: Self.value(path, number)),
                     index: instruction, of: info, to: &working)
                 left[which] = ElementID(dot: info.dot, instruction: instruction)
                 instruction += 1

@@ -1,7 +1,8 @@
 import Testing
-@testable import TributaryMerge
 import TributaryModel
 import TributaryTestSupport
+
+@testable import TributaryMerge
 
 /// A create of a new object with plain values is kept unbuilt: as its values while it is the latest create, then as
 /// its bytes, built only when something reads or changes it. Whatever happens to such records afterwards (reads,

@@ -1,7 +1,8 @@
 import Testing
-@testable import TributaryMerge
 import TributaryModel
 import TributaryTestSupport
+
+@testable import TributaryMerge
 
 /// A create of an object that has no fields yet builds them in one ordered pass when the schema never removed a
 /// property, and through the general merge otherwise (names given twice, out of order, or given and defaulted, which
@@ -261,7 +262,8 @@ import TributaryTestSupport
         try MergeEngine.apply(create, index: 0, of: info, to: &working)
         let change = try #require(working.takeChanges().first)
         let expected = Self.expected(explicit, defaults: defaults, info: info, type: type, schema: schema)
-        #expect(change.encodedAfter() == expected.record.encoded(), "plain create \(sequence): \(explicit) + \(defaults)")
+        #expect(
+            change.encodedAfter() == expected.record.encoded(), "plain create \(sequence): \(explicit) + \(defaults)")
         #expect(change.after.map(Self.spelledNames) == Self.spelledNames(expected.record), "plain create \(sequence)")
         let general = try Self.generalPathRecord(create, of: info, key: recordKey, schema: schema)
         #expect(change.encodedAfter() == general.encoded(), "plain create \(sequence): \(explicit) + \(defaults)")
@@ -329,7 +331,9 @@ import TributaryTestSupport
             #expect(record.values(of: item, in: Self.schema) == expected.values, "create \(sequence)")
             let general = try Self.generalPathRecord(create, of: info, key: recordKey, schema: Self.schema)
             #expect(general.encoded() == record.encoded(), "create \(sequence): \(explicit) + \(defaults)")
-            if try Self.checkPlainCreate(explicit, defaults: defaults, sequence: sequence, type: item, schema: Self.schema) {
+            if try Self.checkPlainCreate(
+                explicit, defaults: defaults, sequence: sequence, type: item, schema: Self.schema)
+            {
                 encoded += 1
             }
         }
@@ -470,7 +474,8 @@ import TributaryTestSupport
     @Test func aBadCreateNamesTheValueGivenFirst() throws {
         var working = WorkingSet(source: EmptyRecordSource(), schema: Self.schema)
         let create = Instruction.create(
-            type: "Item", primaryKey: .int(1), fields: [FieldValue("a", .int(3))], defaults: [FieldValue("b", .string("x"))])
+            type: "Item", primaryKey: .int(1), fields: [FieldValue("a", .int(3))],
+            defaults: [FieldValue("b", .string("x"))])
         #expect {
             try MergeEngine.apply(create, index: 0, of: Self.info(1), to: &working)
         } throws: { error in

@@ -1,6 +1,7 @@
 import Testing
-@testable import TributaryMerge
 import TributaryModel
+
+@testable import TributaryMerge
 
 /// The working set finds each key's entry through a `PositionTable`. Checked against a dictionary, with hashes drawn
 /// from a few values so that keys share their hash bits (the table must then tell them apart by the key), and with
@@ -63,7 +64,9 @@ import TributaryModel
     /// cheap to look up); keys are still told apart by type and by every other bit.
     @Test func workingSetHashes() {
         for group in [Int64.min >> 3, -2, -1, 0, 1, 12_345, Int64.max >> 3] {
-            let hashes = (0..<8).map { WorkingSet.tableHash(RecordKey(type: "Item", primaryKey: .int(group << 3 | $0))) }
+            let hashes = (0..<8).map {
+                WorkingSet.tableHash(RecordKey(type: "Item", primaryKey: .int(group << 3 | $0)))
+            }
             #expect(Set(hashes.map { $0 >> 3 }).count == 1)
             #expect(hashes.map { $0 & 7 } == Array(0..<8))
             #expect(hashes[3] == WorkingSet.tableHash(RecordKey(type: "Other", primaryKey: .int(group << 3 | 3))))

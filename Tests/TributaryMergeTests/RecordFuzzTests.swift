@@ -196,25 +196,32 @@ private enum RecordSamples {
 
     /// A type whose property names are the scalar sample's fields, plus a list, a link and a property the records
     /// never hold (which reads as its default).
-    static let projectedType = ObjectSchema(name: "Task", properties: [
-        .scalar("_id", .int), .scalar("title", .string), .scalar("count", .int), .scalar("ratio", .double),
-        .scalar("token", .uuid, optional: true), .scalar("none", .string, optional: true), .scalar("when", .date),
-        .scalar("blob", .data), .scalar("oid", .objectId, optional: true), .scalar("flag", .bool),
-        .scalar("missing", .int, default: .int(5)), Property("values", .scalar(.int), list: true), Property("owner", .link("Task")),
-    ])
+    static let projectedType = ObjectSchema(
+        name: "Task",
+        properties: [
+            .scalar("_id", .int), .scalar("title", .string), .scalar("count", .int), .scalar("ratio", .double),
+            .scalar("token", .uuid, optional: true), .scalar("none", .string, optional: true), .scalar("when", .date),
+            .scalar("blob", .data), .scalar("oid", .objectId, optional: true), .scalar("flag", .bool),
+            .scalar("missing", .int, default: .int(5)), Property("values", .scalar(.int), list: true),
+            Property("owner", .link("Task")),
+        ])
 
     static let scalarRecord = ObjectRecord(
         exists: true,
         erasures: [Dot(origin: RecordSamples.a, sequence: 2)],
         fields: [
-            "title": .register(Register(value: .scalar(.string("Buy milk")), stamp: RecordSamples.stamp(10, RecordSamples.a))),
+            "title": .register(
+                Register(value: .scalar(.string("Buy milk")), stamp: RecordSamples.stamp(10, RecordSamples.a))),
             "count": .register(Register(value: .scalar(.int(41)), stamp: .zero, addend: -7)),
-            "ratio": .register(Register(value: .scalar(.double(0.25)), stamp: RecordSamples.stamp(11, RecordSamples.b))),
-            "token": .register(Register(
-                value: .scalar(.uuid(UUID(uuid: (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)))),
-                stamp: RecordSamples.stamp(1, RecordSamples.b))),
+            "ratio": .register(
+                Register(value: .scalar(.double(0.25)), stamp: RecordSamples.stamp(11, RecordSamples.b))),
+            "token": .register(
+                Register(
+                    value: .scalar(.uuid(UUID(uuid: (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)))),
+                    stamp: RecordSamples.stamp(1, RecordSamples.b))),
             "none": .register(Register(value: .scalar(.null), stamp: RecordSamples.stamp(2, RecordSamples.a))),
-            "when": .register(Register(value: .scalar(.date(Date(timeIntervalSince1970: 1_700_000_000))), stamp: .zero)),
+            "when": .register(
+                Register(value: .scalar(.date(Date(timeIntervalSince1970: 1_700_000_000))), stamp: .zero)),
             "blob": .register(Register(value: .scalar(.data(Data([9, 8, 7]))), stamp: .zero)),
             "oid": .register(Register(value: .scalar(.objectId(ObjectID(bytes: Array(0..<12))!)), stamp: .zero)),
             "flag": .register(Register(value: .scalar(.bool(true)), stamp: .zero)),
@@ -240,7 +247,8 @@ private enum RecordSamples {
         // Every property; the scalar ones only; none but the primary key; and masks shorter than the properties (the
         // positions past their end are not wanted), which used to trap.
         let masks: [[Bool]?] = [
-            nil, type.properties.map { !$0.isList && $0.kind.objectType == nil }, type.properties.map { _ in false }, [],
+            nil, type.properties.map { !$0.isList && $0.kind.objectType == nil }, type.properties.map { _ in false },
+            [],
             type.properties.dropLast().map { _ in true },
         ]
         let projectors = masks.map { RecordProjector(type: type, schema: schema, wanted: $0) }
@@ -258,7 +266,8 @@ private enum RecordSamples {
         #expect(short == (try corpus[0].withUnsafeBytes { try padded.values($0) }))
         #expect(short.last == .null)
 
-        let count = ProcessInfo.processInfo.environment["TRIBUTARY_FUZZ_COUNT"].flatMap { Int($0) }.map { $0 / 5 } ?? 20_000
+        let count =
+            ProcessInfo.processInfo.environment["TRIBUTARY_FUZZ_COUNT"].flatMap { Int($0) }.map { $0 / 5 } ?? 20_000
         var problems: [String] = []
         var reused: [Value] = []
         var agreedValues = 0
@@ -283,7 +292,9 @@ private enum RecordSamples {
             case (.failure(let a), .failure(let b)) where a.code == b.code && a.message == b.message:
                 break
             default:
-                problems.append("input \(index) (\(input.count) bytes, mask \(which)): full decoder \(expected), projector \(actual)")
+                problems.append(
+                    "input \(index) (\(input.count) bytes, mask \(which)): full decoder \(expected), projector \(actual)"
+                )
             }
         }
         print("projectorMatchesFullDecoder: \(count) inputs, \(agreedValues) read alike, \(problems.count) differ")

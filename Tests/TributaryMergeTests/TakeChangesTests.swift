@@ -21,7 +21,8 @@ import TributaryTestSupport
 
     static func record(_ value: Int64, _ stamp: UInt64) -> ObjectRecord {
         let register = Register(
-            value: .scalar(.int(value)), stamp: Stamp(time: HybridTime(rawValue: stamp), replica: ReplicaID(rawValue: 1)))
+            value: .scalar(.int(value)),
+            stamp: Stamp(time: HybridTime(rawValue: stamp), replica: ReplicaID(rawValue: 1)))
         return ObjectRecord(exists: true, fields: ["n": .register(register)])
     }
 
@@ -37,7 +38,9 @@ import TributaryTestSupport
         var working = WorkingSet(source: StoredRecords(records: stored), schema: schema)
         for step in 0..<120 {
             let index = Int64(generator.next() % 40)
-            let key = RecordKey(type: index % 3 == 0 ? "A" : "B", primaryKey: generator.next() % 4 == 0 ? .string("k\(index)") : .int(index))
+            let key = RecordKey(
+                type: index % 3 == 0 ? "A" : "B",
+                primaryKey: generator.next() % 4 == 0 ? .string("k\(index)") : .int(index))
             switch generator.next() % 4 {
             case 0: _ = try working.record(key)  // read only: not a change
             case 1: try working.setRecord(Self.record(Int64(step), UInt64(step) + 2), for: key)

@@ -253,7 +253,9 @@ private func decodingError(
             #expect(try ChangesetCodec.decode(bytes) == changeset, "\(count) names")
             for name in names + ["Type"] {
                 let utf8 = Array(name.utf8)
-                let occurrences = (0...(bytes.count - utf8.count)).count { bytes[$0..<($0 + utf8.count)].elementsEqual(utf8) }
+                let occurrences = (0...(bytes.count - utf8.count)).count {
+                    bytes[$0..<($0 + utf8.count)].elementsEqual(utf8)
+                }
                 #expect(occurrences == 1, "'\(name)' of \(count) names is stored \(occurrences) times")
             }
         }
@@ -576,7 +578,9 @@ struct AdoptedChangesetCodecTests {
     func relayFieldsRoundTrip() throws {
         var changeset = ChangesetSamples.changeset([.erase(type: "Task", primaryKey: .string("t"))])
         changeset.relay = Dot(origin: ReplicaID(rawValue: 42), sequence: 7)
-        changeset.contextExtras = [Dot(origin: ReplicaID(rawValue: 42), sequence: 5), Dot(origin: ReplicaID(rawValue: 42), sequence: 6)]
+        changeset.contextExtras = [
+            Dot(origin: ReplicaID(rawValue: 42), sequence: 5), Dot(origin: ReplicaID(rawValue: 42), sequence: 6),
+        ]
         let decoded = try ChangesetCodec.decode(ChangesetCodec.encode(changeset))
         #expect(decoded == changeset)
         #expect(decoded.causalDot == Dot(origin: ReplicaID(rawValue: 42), sequence: 7))
@@ -590,7 +594,8 @@ struct AdoptedChangesetCodecTests {
 
 @Suite("Stored schema encoding") struct StoredSchemaEncodingTests {
     static let types = [
-        ObjectSchema(name: "Task", properties: [.scalar("_id", .string), .scalar("title", .string, indexed: true, default: "x")])
+        ObjectSchema(
+            name: "Task", properties: [.scalar("_id", .string), .scalar("title", .string, indexed: true, default: "x")])
     ]
 
     func encode(_ schema: Schema) -> [UInt8] {
@@ -604,8 +609,11 @@ struct AdoptedChangesetCodecTests {
         var schema = Schema(version: 3, types: Self.types)
         let a = PropertyName(type: "Task", property: "title")
         let b = PropertyName(type: "Task", property: "_id")
-        let redefined = DefinitionStamp(.redefinition, Stamp(time: HybridTime(milliseconds: 1_700_000_000_123, counter: 2), replica: ReplicaID(rawValue: 7)))
-        let added = DefinitionStamp(.addition, Stamp(time: HybridTime(milliseconds: 1_700_000_000_000), replica: ReplicaID(rawValue: 9)))
+        let redefined = DefinitionStamp(
+            .redefinition,
+            Stamp(time: HybridTime(milliseconds: 1_700_000_000_123, counter: 2), replica: ReplicaID(rawValue: 7)))
+        let added = DefinitionStamp(
+            .addition, Stamp(time: HybridTime(milliseconds: 1_700_000_000_000), replica: ReplicaID(rawValue: 9)))
         schema.definitionStamps[a] = redefined
         schema.definitionStamps[b] = added
         var other = Schema(version: 3, types: Self.types)
@@ -619,7 +627,8 @@ struct AdoptedChangesetCodecTests {
         #expect(decoded.definitionStamp(of: "missing", in: "Task") == .unknown)
     }
 
-    @Test("Removals and renames round-trip, in one order whatever order they were recorded in; a truncation is an error")
+    @Test(
+        "Removals and renames round-trip, in one order whatever order they were recorded in; a truncation is an error")
     func removalsRoundTrip() throws {
         let first = Dot(origin: ReplicaID(rawValue: 3), sequence: 8)
         let second = Dot(origin: ReplicaID(rawValue: 1), sequence: 40)
@@ -696,7 +705,9 @@ struct AdoptedChangesetCodecTests {
         var reader = BinaryReader(bytes, subject: "schema")
         let decoded = try reader.schema()
         #expect(decoded == schema)
-        #expect(decoded.removals(ofType: "Tag") == [TypeRemoval(dot: first), TypeRemoval(dot: second, removalsSeen: [first])].sorted())
+        #expect(
+            decoded.removals(ofType: "Tag")
+                == [TypeRemoval(dot: first), TypeRemoval(dot: second, removalsSeen: [first])].sorted())
         #expect(decoded.removals(ofType: "Note") == [TypeRemoval(dot: second)])
         // Every truncation is an error, except right before the lists seen: a schema whose removals saw none.
         let withoutSeen = bytes.count - (1 + 1 + 1 + 9)
@@ -745,7 +756,8 @@ struct AdoptedChangesetCodecTests {
         #expect(decoded == schema)
         // Every truncation of a stamped schema is an error, never a trap or a wrong schema.
         var stamped = schema
-        stamped.definitionStamps[PropertyName(type: "Task", property: "title")] = DefinitionStamp(.redefinition, Stamp(time: HybridTime(rawValue: 5), replica: ReplicaID(rawValue: 1)))
+        stamped.definitionStamps[PropertyName(type: "Task", property: "title")] = DefinitionStamp(
+            .redefinition, Stamp(time: HybridTime(rawValue: 5), replica: ReplicaID(rawValue: 1)))
         let full = encode(stamped)
         for length in bytes.count + 1..<full.count {
             var truncated = BinaryReader(Array(full.prefix(length)), subject: "schema")

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import TributaryModel
 
 /// `ChangesetCodec.encode(_:within:)` must refuse exactly what `decode(_:limits:)` refuses: a writer that lets
@@ -31,17 +32,29 @@ struct EncodeWithinLimitsTests {
     static let changesets: [Changeset] = {
         var result = ChangesetSamples.changesets
         // Values longer than 16 bytes, where the names and author (at most 13 bytes) are not.
-        let long: [Value] = [.string(String(repeating: "s", count: 20)), .data(Data(repeating: 7, count: 17)), .link(.string(String(repeating: "k", count: 17)))]
+        let long: [Value] = [
+            .string(String(repeating: "s", count: 20)), .data(Data(repeating: 7, count: 17)),
+            .link(.string(String(repeating: "k", count: 17))),
+        ]
         for value in ChangesetSamples.values + long + RandomValues.sample(count: 40) {
             let fields = [FieldValue("a", value)]
-            result.append(ChangesetSamples.changeset([.create(type: "Task", primaryKey: .int(1), fields: fields, defaults: [])]))
-            result.append(ChangesetSamples.changeset([.create(type: "Task", primaryKey: .int(1), fields: [], defaults: fields)]))
-            result.append(ChangesetSamples.changeset([.listInsert(ChangesetSamples.deepPath, anchor: .root, value: value)]))
-            result.append(ChangesetSamples.changeset([.listSet(ChangesetSamples.path, element: ChangesetSamples.element, value: value)]))
+            result.append(
+                ChangesetSamples.changeset([.create(type: "Task", primaryKey: .int(1), fields: fields, defaults: [])]))
+            result.append(
+                ChangesetSamples.changeset([.create(type: "Task", primaryKey: .int(1), fields: [], defaults: fields)]))
+            result.append(
+                ChangesetSamples.changeset([.listInsert(ChangesetSamples.deepPath, anchor: .root, value: value)]))
+            result.append(
+                ChangesetSamples.changeset([
+                    .listSet(ChangesetSamples.path, element: ChangesetSamples.element, value: value)
+                ]))
             var property = Property.scalar("p", .string)
             property.defaultValue = value
             result.append(ChangesetSamples.changeset([.addProperty(type: "Task", property)]))
-            result.append(ChangesetSamples.changeset([.addType(ObjectSchema(name: "T", properties: [.scalar("_id", .int), property]))]))
+            result.append(
+                ChangesetSamples.changeset([
+                    .addType(ObjectSchema(name: "T", properties: [.scalar("_id", .int), property]))
+                ]))
         }
         for instruction in ChangesetSamples.instructions {
             result.append(ChangesetSamples.changeset([instruction]))
@@ -62,10 +75,14 @@ struct EncodeWithinLimitsTests {
                     let encoded = try ChangesetCodec.encode(changeset, within: limits)
                     #expect(encoded == plain)
                     accepted += 1
-                    if !decodes { disagreements.append("changeset \(index) under \(limits): encoded, but does not decode") }
+                    if !decodes {
+                        disagreements.append("changeset \(index) under \(limits): encoded, but does not decode")
+                    }
                 } catch {
                     refusedFor.insert(Self.bound(error))
-                    if decodes { disagreements.append("changeset \(index) under \(limits): refused (\(error)), but decodes") }
+                    if decodes {
+                        disagreements.append("changeset \(index) under \(limits): refused (\(error)), but decodes")
+                    }
                 }
                 if disagreements.count > 5 { break }
             }
@@ -89,9 +106,13 @@ struct EncodeWithinLimitsTests {
     func deepNesting() throws {
         var value = Value.int(1)
         for level in 0..<5_000 {
-            value = level.isMultiple(of: 2) ? .list([value]) : .embedded(EmbeddedObject(type: "Node", fields: ["child": value]))
+            value =
+                level.isMultiple(of: 2)
+                ? .list([value]) : .embedded(EmbeddedObject(type: "Node", fields: ["child": value]))
         }
-        let changeset = ChangesetSamples.changeset([.set(ChangesetSamples.path, .int(0)), .set(ChangesetSamples.path, value)])
+        let changeset = ChangesetSamples.changeset([
+            .set(ChangesetSamples.path, .int(0)), .set(ChangesetSamples.path, value),
+        ])
         let error = #expect(throws: ChangesetCodec.LimitProblem.self) {
             _ = try ChangesetCodec.encode(changeset, within: .standard)
         }

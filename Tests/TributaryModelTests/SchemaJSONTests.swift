@@ -544,11 +544,14 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
         let chain = (0..<depth).map { index in
             ObjectSchema.embedded(
                 "E\(index)",
-                properties: [.scalar("x", .int)] + (index + 1 < depth ? [Property("next", .embedded("E\(index + 1)"))] : []))
+                properties: [.scalar("x", .int)]
+                    + (index + 1 < depth ? [Property("next", .embedded("E\(index + 1)"))] : []))
         }
         let schema = Schema(
             version: 3,
-            types: [ObjectSchema(name: "Root", properties: [.scalar("_id", .string), Property("first", .embedded("E0"))])] + chain)
+            types: [
+                ObjectSchema(name: "Root", properties: [.scalar("_id", .string), Property("first", .embedded("E0"))])
+            ] + chain)
         try schema.validate()
         let text = schema.jsonString()
         let parsed = try Schema(json: text, version: 3)
@@ -902,7 +905,10 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
         let listDefault = parseError(
             #"{ "title": "T", "properties": { "_id": { "bsonType": "int" }, "l": { "bsonType": "array", "items": { "bsonType": "int" }, "default": [1] } } }"#
         )
-        #expect(listDefault?.message == "'T.l' cannot have the default [1]: a list starts empty and an embedded object starts null. Remove the default from the schema and give the value when you create an object")
+        #expect(
+            listDefault?.message
+                == "'T.l' cannot have the default [1]: a list starts empty and an embedded object starts null. Remove the default from the schema and give the value when you create an object"
+        )
     }
 
     @Test("JSON syntax errors give line and column")

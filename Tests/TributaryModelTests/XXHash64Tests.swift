@@ -97,7 +97,8 @@ private let patternHashes: [UInt64] = [
                     state.update(UnsafeRawBufferPointer(rebasing: all[0..<first]))
                     state.update(UnsafeRawBufferPointer(rebasing: all[first..<second]))
                     state.update(UnsafeRawBufferPointer(rebasing: all[second..<length]))
-                    #expect(state.finalize() == patternHashes[length], "length \(length), split at \(first) and \(second)")
+                    #expect(
+                        state.finalize() == patternHashes[length], "length \(length), split at \(first) and \(second)")
                 }
             }
         }

@@ -3,22 +3,24 @@ import TributaryModel
 import TributaryQuery
 
 @Suite("SORT, DISTINCT and LIMIT") struct ClauseTests {
-    @Test("SORT", arguments: [
-        ("TRUEPREDICATE SORT(priority ASC)", [2, 3, 1, 5, 4]),
-        ("TRUEPREDICATE SORT(priority)", [2, 3, 1, 5, 4]),
-        ("TRUEPREDICATE sort(priority ascending)", [2, 3, 1, 5, 4]),
-        ("TRUEPREDICATE SORT(priority DESC)", [4, 1, 5, 3, 2]),
-        ("TRUEPREDICATE SORT(priority DESCENDING)", [4, 1, 5, 3, 2]),
-        ("TRUEPREDICATE SORT(score ASC)", [2, 5, 3, 1, 4]),
-        ("TRUEPREDICATE SORT(score DESC)", [4, 1, 3, 5, 2]),
-        ("TRUEPREDICATE SORT(priority ASC, title DESC)", [2, 3, 5, 1, 4]),
-        ("TRUEPREDICATE SORT(title ASC)", [3, 4, 1, 2, 5]),
-        ("TRUEPREDICATE SORT(due ASC)", [2, 4, 1, 5, 3]),
-        ("TRUEPREDICATE SORT(author.name ASC)", [4, 5, 1, 2, 3]),
-        ("TRUEPREDICATE SORT(meta.label DESC)", [4, 1, 2, 3, 5]),
-        ("TRUEPREDICATE SORT(tags.@count DESC, _id ASC)", [1, 5, 2, 4, 3]),
-        ("done == false SORT(priority DESC)", [4, 1, 3]),
-    ] as [(String, [Int64])])
+    @Test(
+        "SORT",
+        arguments: [
+            ("TRUEPREDICATE SORT(priority ASC)", [2, 3, 1, 5, 4]),
+            ("TRUEPREDICATE SORT(priority)", [2, 3, 1, 5, 4]),
+            ("TRUEPREDICATE sort(priority ascending)", [2, 3, 1, 5, 4]),
+            ("TRUEPREDICATE SORT(priority DESC)", [4, 1, 5, 3, 2]),
+            ("TRUEPREDICATE SORT(priority DESCENDING)", [4, 1, 5, 3, 2]),
+            ("TRUEPREDICATE SORT(score ASC)", [2, 5, 3, 1, 4]),
+            ("TRUEPREDICATE SORT(score DESC)", [4, 1, 3, 5, 2]),
+            ("TRUEPREDICATE SORT(priority ASC, title DESC)", [2, 3, 5, 1, 4]),
+            ("TRUEPREDICATE SORT(title ASC)", [3, 4, 1, 2, 5]),
+            ("TRUEPREDICATE SORT(due ASC)", [2, 4, 1, 5, 3]),
+            ("TRUEPREDICATE SORT(author.name ASC)", [4, 5, 1, 2, 3]),
+            ("TRUEPREDICATE SORT(meta.label DESC)", [4, 1, 2, 3, 5]),
+            ("TRUEPREDICATE SORT(tags.@count DESC, _id ASC)", [1, 5, 2, 4, 3]),
+            ("done == false SORT(priority DESC)", [4, 1, 3]),
+        ] as [(String, [Int64])])
     func sort(query: String, expected: [Int64]) throws {
         #expect(try Fixture.ids(query) == expected)
     }
@@ -72,7 +74,10 @@ import TributaryQuery
             (.int(1), ["score": 2.5]), (.int(2), ["score": .int(2)]), (.int(3), ["score": .double(.nan)]),
             (.int(4), ["score": .null]), (.int(5), ["score": .int(3)]),
         ]
-        #expect(numbers.apply(to: mixed, source: InMemoryObjectSource()).map(\.0) == [.int(4), .int(3), .int(2), .int(1), .int(5)])
+        #expect(
+            numbers.apply(to: mixed, source: InMemoryObjectSource()).map(\.0) == [
+                .int(4), .int(3), .int(2), .int(1), .int(5),
+            ])
     }
 
     @Test("The clauses are reported in order") func clausesAreReported() throws {

@@ -4,41 +4,45 @@ import TributaryModel
 import TributaryQuery
 
 @Suite("Comparison operators") struct ComparisonTests {
-    @Test("Equality, ordering and their spellings", arguments: [
-        ("priority == 3", [1, 5]),
-        ("priority = 3", [1, 5]),
-        ("priority != 3", [2, 3, 4]),
-        ("priority <> 3", [2, 3, 4]),
-        ("priority < 3", [2, 3]),
-        ("priority <= 3", [1, 2, 3, 5]),
-        ("priority =< 3", [1, 2, 3, 5]),
-        ("priority > 3", [4]),
-        ("priority >= 3", [1, 4, 5]),
-        ("priority => 3", [1, 4, 5]),
-        ("3 < priority", [4]),
-        ("3 == priority", [1, 5]),
-        ("done == true", [2, 5]),
-        ("done != true", [1, 3, 4]),
-        ("done == FALSE", [1, 3, 4]),
-        ("title == 'buy milk'", [2]),
-        ("title == \"buy milk\"", [2]),
-        ("title > 'b'", [2, 5]),
-        ("title < 'W'", [3]),
-    ] as [(String, [Int64])])
+    @Test(
+        "Equality, ordering and their spellings",
+        arguments: [
+            ("priority == 3", [1, 5]),
+            ("priority = 3", [1, 5]),
+            ("priority != 3", [2, 3, 4]),
+            ("priority <> 3", [2, 3, 4]),
+            ("priority < 3", [2, 3]),
+            ("priority <= 3", [1, 2, 3, 5]),
+            ("priority =< 3", [1, 2, 3, 5]),
+            ("priority > 3", [4]),
+            ("priority >= 3", [1, 4, 5]),
+            ("priority => 3", [1, 4, 5]),
+            ("3 < priority", [4]),
+            ("3 == priority", [1, 5]),
+            ("done == true", [2, 5]),
+            ("done != true", [1, 3, 4]),
+            ("done == FALSE", [1, 3, 4]),
+            ("title == 'buy milk'", [2]),
+            ("title == \"buy milk\"", [2]),
+            ("title > 'b'", [2, 5]),
+            ("title < 'W'", [3]),
+        ] as [(String, [Int64])])
     func operators(query: String, expected: [Int64]) throws {
         #expect(try Fixture.ids(query) == expected)
     }
 
-    @Test("Integers and doubles compare by value", arguments: [
-        ("score == 2", [3]),
-        ("score > 2", [1, 4]),
-        ("priority == 3.0", [1, 5]),
-        ("priority < 2.5", [2, 3]),
-        ("priority > 2.5", [1, 4, 5]),
-        ("score >= -1", [1, 3, 4, 5]),
-        ("score == -1.0", [5]),
-        ("priority == 3.5", []),
-    ] as [(String, [Int64])])
+    @Test(
+        "Integers and doubles compare by value",
+        arguments: [
+            ("score == 2", [3]),
+            ("score > 2", [1, 4]),
+            ("priority == 3.0", [1, 5]),
+            ("priority < 2.5", [2, 3]),
+            ("priority > 2.5", [1, 4, 5]),
+            ("score >= -1", [1, 3, 4, 5]),
+            ("score == -1.0", [5]),
+            ("priority == 3.5", []),
+        ] as [(String, [Int64])])
     func numbers(query: String, expected: [Int64]) throws {
         #expect(try Fixture.ids(query) == expected)
     }

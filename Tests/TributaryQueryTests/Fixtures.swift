@@ -37,7 +37,8 @@ enum Fixture {
                 Property("address", .embedded("Address")),
             ]),
         .embedded("Address", properties: [.scalar("city", .string), .scalar("zip", .string, optional: true)]),
-        .embedded("Meta", properties: [Property("createdBy", .link("Person")), .scalar("label", .string, optional: true)]),
+        .embedded(
+            "Meta", properties: [Property("createdBy", .link("Person")), .scalar("label", .string, optional: true)]),
         .embedded("Step", properties: [.scalar("name", .string), .scalar("minutes", .int)]),
         // A Realm chat app: messages of a conversation, sorted by timestamp.
         ObjectSchema(
@@ -78,7 +79,9 @@ enum Fixture {
             "_id": "ada", "name": "Ada", "age": 36, "friends": [person("bob")],
             "address": .embedded(EmbeddedObject(type: "Address", fields: ["city": "London", "zip": "N1"])),
         ],
-        "bob": ["_id": "bob", "name": "Bob", "age": .null, "friends": [person("ada"), person("ghost")], "address": .null],
+        "bob": [
+            "_id": "bob", "name": "Bob", "age": .null, "friends": [person("ada"), person("ghost")], "address": .null,
+        ],
         "cy": [
             "_id": "cy", "name": "Cécile", "age": 28, "friends": [],
             "address": .embedded(EmbeddedObject(type: "Address", fields: ["city": "Paris", "zip": .null])),
@@ -99,7 +102,8 @@ enum Fixture {
             [
                 "title": "Write report", "priority": 3, "score": 4.5, "done": false, "notes": "urgent: finish",
                 "due": .date(january10), "tags": ["work", "urgent"], "scores": [1, 2, 3], "ratings": [4.0, 5.0],
-                "author": person("ada"), "reviewers": [person("bob"), person("cy")], "meta": meta(person("ada"), "alpha"),
+                "author": person("ada"), "reviewers": [person("bob"), person("cy")],
+                "meta": meta(person("ada"), "alpha"),
                 "steps": [step("draft", 30), step("review", 15)], "attachment": .data(Data([1, 2, 3])),
                 "ref": .objectId(oid), "token": .uuid(uuid),
             ]),

@@ -19,8 +19,12 @@ import TributaryQuery
     @Test("Equality and IN give the values to look up") func equality() throws {
         #expect(try constraints("priority == 3") == [IndexConstraint(property: "priority", kind: .equal([3]))])
         #expect(try constraints("3 == priority") == [IndexConstraint(property: "priority", kind: .equal([3]))])
-        #expect(try constraints("priority IN {1, 5, 1}") == [IndexConstraint(property: "priority", kind: .equal([1, 5]))])
-        #expect(try constraints("title IN $0", [["a", "b"]]) == [IndexConstraint(property: "title", kind: .equal(["a", "b"]))])
+        #expect(
+            try constraints("priority IN {1, 5, 1}") == [IndexConstraint(property: "priority", kind: .equal([1, 5]))])
+        #expect(
+            try constraints("title IN $0", [["a", "b"]]) == [
+                IndexConstraint(property: "title", kind: .equal(["a", "b"]))
+            ])
         #expect(try constraints("score == nil") == [IndexConstraint(property: "score", kind: .equal([.null]))])
         #expect(try constraints("_id == $0", [7]) == [IndexConstraint(property: "_id", kind: .equal([7]))])
     }
@@ -31,7 +35,10 @@ import TributaryQuery
         #expect(try constraints("3 < priority") == [range("priority", 3, false, nil, false)])
         #expect(try constraints("3 >= priority") == [range("priority", nil, false, 3, true)])
         #expect(try constraints("priority BETWEEN {2, 4}") == [range("priority", 2, true, 4, true)])
-        #expect(try constraints("due >= $0", [.date(Fixture.january10)]) == [range("due", .date(Fixture.january10), true, nil, false)])
+        #expect(
+            try constraints("due >= $0", [.date(Fixture.january10)]) == [
+                range("due", .date(Fixture.january10), true, nil, false)
+            ])
         #expect(try constraints("title < 'm'") == [range("title", nil, false, "m", false)])
     }
 
@@ -52,7 +59,10 @@ import TributaryQuery
         #expect(
             try constraints("priority > 1 AND priority > 3 AND priority <= 5 AND priority < 5")
                 == [range("priority", 3, false, 5, false)])
-        #expect(try constraints("priority == 3 AND priority IN {1, 3}") == [IndexConstraint(property: "priority", kind: .equal([3]))])
+        #expect(
+            try constraints("priority == 3 AND priority IN {1, 3}") == [
+                IndexConstraint(property: "priority", kind: .equal([3]))
+            ])
         #expect(
             try constraints("priority IN {1, 3, 5} AND priority > 2")
                 == [IndexConstraint(property: "priority", kind: .equal([3, 5]))])
@@ -62,11 +72,13 @@ import TributaryQuery
         #expect(try constraints("priority > 3 AND priority <= 3")[0].isEmpty)
     }
 
-    @Test("Only top-level AND terms on scalar properties, without modifiers, are indexable", arguments: [
-        "title ==[c] 'x'", "title BEGINSWITH 'a'", "priority == 1 OR done == true", "NOT priority == 1",
-        "tags == 'x'", "author.name == 'x'", "priority != 3", "priority == score", "'work' IN tags",
-        "ANY scores > 3", "tags.@count == 1", "TRUEPREDICATE", "author == nil",
-    ])
+    @Test(
+        "Only top-level AND terms on scalar properties, without modifiers, are indexable",
+        arguments: [
+            "title ==[c] 'x'", "title BEGINSWITH 'a'", "priority == 1 OR done == true", "NOT priority == 1",
+            "tags == 'x'", "author.name == 'x'", "priority != 3", "priority == score", "'work' IN tags",
+            "ANY scores > 3", "tags.@count == 1", "TRUEPREDICATE", "author == nil",
+        ])
     func notIndexable(query: String) throws {
         #expect(try constraints(query).isEmpty)
     }

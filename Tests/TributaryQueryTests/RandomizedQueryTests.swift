@@ -49,7 +49,8 @@ indirect enum ReferencePredicate {
             default: return elements.contains(where: test)
             }
         case .fields(let left, let op, let right):
-            return Reference.compare(object[left] ?? .null, op, object[right] ?? .null, caseless: false, diacriticless: false)
+            return Reference.compare(
+                object[left] ?? .null, op, object[right] ?? .null, caseless: false, diacriticless: false)
         case .count(let field, let op, let value):
             let count = Int64((object[field]?.listValue ?? []).count)
             return Reference.compare(.int(count), op, .int(value), caseless: false, diacriticless: false)
@@ -221,7 +222,9 @@ struct QueryGenerator {
 
     mutating func stringConstant(_ pool: [String]) -> (Value, String) {
         let string = random.pick(pool)
-        return (.string(string), constant(.string(string), literal: random.chance(50) ? "'\(string)'" : "\"\(string)\""))
+        return (
+            .string(string), constant(.string(string), literal: random.chance(50) ? "'\(string)'" : "\"\(string)\"")
+        )
     }
 
     mutating func modifiers() -> (String, Bool, Bool) {
@@ -267,49 +270,77 @@ struct QueryGenerator {
             let field = random.pick(["i", "d"])
             let op = random.pick(orderOps)
             let (value, text) = numberConstant()
-            return ("\(field) \(op) \(text)", .compare(field: field, op: op, caseless: false, diacriticless: false, value: value, quantifier: nil))
+            return (
+                "\(field) \(op) \(text)",
+                .compare(field: field, op: op, caseless: false, diacriticless: false, value: value, quantifier: nil)
+            )
         case 2, 3:
             let op = random.pick(orderOps + ["BEGINSWITH", "ENDSWITH", "CONTAINS", "LIKE"])
             let (modifier, caseless, diacriticless) =
-                ["==", "!=", "BEGINSWITH", "ENDSWITH", "CONTAINS", "LIKE"].contains(op) ? modifiers() : ("", false, false)
+                ["==", "!=", "BEGINSWITH", "ENDSWITH", "CONTAINS", "LIKE"].contains(op)
+                ? modifiers() : ("", false, false)
             let (value, text) = stringConstant(op == "LIKE" ? Self.patterns : Self.strings)
             let written = op.count > 2 ? keyword(op) : op
             return (
                 "s \(written)\(modifier) \(text)",
-                .compare(field: "s", op: op, caseless: caseless, diacriticless: diacriticless, value: value, quantifier: nil)
+                .compare(
+                    field: "s", op: op, caseless: caseless, diacriticless: diacriticless, value: value, quantifier: nil)
             )
         case 4:
             let op = random.pick(["==", "!="])
             let value = random.chance(50)
-            return ("b \(op) \(keyword(value ? "TRUE" : "FALSE"))", .compare(field: "b", op: op, caseless: false, diacriticless: false, value: .bool(value), quantifier: nil))
+            return (
+                "b \(op) \(keyword(value ? "TRUE" : "FALSE"))",
+                .compare(
+                    field: "b", op: op, caseless: false, diacriticless: false, value: .bool(value), quantifier: nil)
+            )
         case 5:
             let field = random.pick(["i", "d", "s"])
             let op = random.pick(["==", "!="])
             let null = random.pick(["nil", "NULL", "null"])
-            return ("\(field) \(op) \(null)", .compare(field: field, op: op, caseless: false, diacriticless: false, value: .null, quantifier: nil))
+            return (
+                "\(field) \(op) \(null)",
+                .compare(field: field, op: op, caseless: false, diacriticless: false, value: .null, quantifier: nil)
+            )
         case 6:
             let quantifier = random.pick(["ANY", "ALL", "NONE", "SOME", ""])
             let op = random.pick(orderOps)
             let (value, text) = numberConstant()
             let prefix = quantifier.isEmpty ? "" : keyword(quantifier) + " "
-            return ("\(prefix)nums \(op) \(text)", .compare(field: "nums", op: op, caseless: false, diacriticless: false, value: value, quantifier: quantifier == "SOME" || quantifier.isEmpty ? "ANY" : quantifier))
+            return (
+                "\(prefix)nums \(op) \(text)",
+                .compare(
+                    field: "nums", op: op, caseless: false, diacriticless: false, value: value,
+                    quantifier: quantifier == "SOME" || quantifier.isEmpty ? "ANY" : quantifier)
+            )
         case 7:
             let quantifier = random.pick(["ANY", "ALL", "NONE", ""])
             let op = random.pick(["==", "!=", "BEGINSWITH", "CONTAINS", "LIKE"])
             let (modifier, caseless, diacriticless) = modifiers()
             let (value, text) = stringConstant(op == "LIKE" ? Self.patterns : Self.strings)
             let prefix = quantifier.isEmpty ? "" : quantifier + " "
-            return ("\(prefix)tags \(op)\(modifier) \(text)", .compare(field: "tags", op: op, caseless: caseless, diacriticless: diacriticless, value: value, quantifier: quantifier.isEmpty ? "ANY" : quantifier))
+            return (
+                "\(prefix)tags \(op)\(modifier) \(text)",
+                .compare(
+                    field: "tags", op: op, caseless: caseless, diacriticless: diacriticless, value: value,
+                    quantifier: quantifier.isEmpty ? "ANY" : quantifier)
+            )
         case 8:
             let field = random.pick(["tags", "nums"])
             let op = random.pick(orderOps)
             let count = Int64(random.below(4))
-            return ("\(field).\(random.pick(["@count", "@size"])) \(op) \(count)", .count(field: field, op: op, value: count))
+            return (
+                "\(field).\(random.pick(["@count", "@size"])) \(op) \(count)",
+                .count(field: field, op: op, value: count)
+            )
         case 9:
             if random.chance(50) {
                 let caseless = random.chance(30)
                 let (value, text) = stringConstant(Self.strings)
-                return ("\(text) \(keyword("IN"))\(caseless ? "[c]" : "") tags", .member(value: value, field: "tags", caseless: caseless))
+                return (
+                    "\(text) \(keyword("IN"))\(caseless ? "[c]" : "") tags",
+                    .member(value: value, field: "tags", caseless: caseless)
+                )
             }
             let field = random.pick(["i", "d"])
             var values: [Value] = []
@@ -322,14 +353,22 @@ struct QueryGenerator {
             }
             if random.chance(30) {
                 arguments.append(.list(values))
-                return ("\(field) IN \(placeholders ? "%@" : "$\(arguments.count - 1)")", .oneOf(field: field, values: values, caseless: false))
+                return (
+                    "\(field) IN \(placeholders ? "%@" : "$\(arguments.count - 1)")",
+                    .oneOf(field: field, values: values, caseless: false)
+                )
             }
-            return ("\(field) IN {\(texts.joined(separator: ", "))}", .oneOf(field: field, values: values, caseless: false))
+            return (
+                "\(field) IN {\(texts.joined(separator: ", "))}", .oneOf(field: field, values: values, caseless: false)
+            )
         case 10:
             let field = random.pick(["i", "d"])
             let (lower, lowerText) = numberConstant()
             let (upper, upperText) = numberConstant()
-            return ("\(field) \(keyword("BETWEEN")) {\(lowerText), \(upperText)}", .between(field: field, lower: lower, upper: upper))
+            return (
+                "\(field) \(keyword("BETWEEN")) {\(lowerText), \(upperText)}",
+                .between(field: field, lower: lower, upper: upper)
+            )
         default:
             let op = random.pick(orderOps)
             let (left, right) = random.chance(50) ? ("i", "d") : ("d", "i")
@@ -367,7 +406,8 @@ struct QueryGenerator {
                 for object in objects {
                     let values = type.properties.map { object[$0.name] ?? .null }
                     if positional.matches(values) != query.matches(object, source: source) {
-                        Issue.record("seed \(seed) round \(round): \(text) with \(generator.arguments): positional form differs")
+                        Issue.record(
+                            "seed \(seed) round \(round): \(text) with \(generator.arguments): positional form differs")
                         failures += 1
                         break
                     }
@@ -377,7 +417,8 @@ struct QueryGenerator {
                 let fields = object.keys.sorted().map { "\($0): \(object[$0] ?? .null)" }.joined(separator: ", ")
                 let actual = query.matches(object, source: source)
                 Issue.record(
-                    "seed \(seed) round \(round): \(text) with \(generator.arguments) on {\(fields)}: matches \(actual)")
+                    "seed \(seed) round \(round): \(text) with \(generator.arguments) on {\(fields)}: matches \(actual)"
+                )
                 failures += 1
                 break
             }

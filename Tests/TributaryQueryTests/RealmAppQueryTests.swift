@@ -50,7 +50,10 @@ import TributaryQuery
 
     @Test("conversationID == $0") func conversation() throws {
         let query = try Fixture.query("conversationID == $0", ["c1"], type: "ChatMessage")
-        #expect(texts(query.apply(to: Self.messages, source: InMemoryObjectSource())) == ["Hello there", "Say HELLO", "bye", "Hellooo"])
+        #expect(
+            texts(query.apply(to: Self.messages, source: InMemoryObjectSource())) == [
+                "Hello there", "Say HELLO", "bye", "Hellooo",
+            ])
         #expect(query.indexableConstraints == [IndexConstraint(property: "conversationID", kind: .equal(["c1"]))])
     }
 
@@ -76,7 +79,8 @@ import TributaryQuery
 
     @Test("timestamp comparisons with date arguments") func timestampRange() throws {
         let query = try Fixture.query(
-            "timestamp > $0 && timestamp <= $1", [.date(Date(timeIntervalSince1970: 100)), .date(Date(timeIntervalSince1970: 250))],
+            "timestamp > $0 && timestamp <= $1",
+            [.date(Date(timeIntervalSince1970: 100)), .date(Date(timeIntervalSince1970: 250))],
             type: "ChatMessage")
         #expect(texts(query.apply(to: Self.messages, source: InMemoryObjectSource())) == ["bye", "Hellooo"])
     }

@@ -27,7 +27,9 @@ struct ConvergenceTests {
 
     /// Runs `count` seeds from the environment's first seed (1 by default), each configured by `configure`, and
     /// records every failure with its replay command.
-    static func runSeeds(count: UInt64, _ configure: @escaping @Sendable (inout SimulationConfiguration) -> Void) async throws {
+    static func runSeeds(count: UInt64, _ configure: @escaping @Sendable (inout SimulationConfiguration) -> Void)
+        async throws
+    {
         try await offThePool {
             let directory = TemporaryDirectory("sim")
             let first = SplitMix64.seedFromEnvironment(default: 1)
@@ -37,13 +39,15 @@ struct ConvergenceTests {
                 configuration.operations = Self.deep ? 3000 : 120
                 configuration.oracleOrders = 2
                 configure(&configuration)
-                let replay = "swift run tributary-sim --seeds \(seed) --replicas \(configuration.replicas) "
+                let replay =
+                    "swift run tributary-sim --seeds \(seed) --replicas \(configuration.replicas) "
                     + "--operations \(configuration.operations) --oracle-orders \(configuration.oracleOrders)"
                     + (configuration.appPeerLink ? " --app-peer-link" : "")
                 do {
                     let result = try Simulation(configuration).run()
                     if !result.passed {
-                        failures.append("seed \(seed): \(result.failures.prefix(3).joined(separator: "; ")) (replay: \(replay))")
+                        failures.append(
+                            "seed \(seed): \(result.failures.prefix(3).joined(separator: "; ")) (replay: \(replay))")
                     }
                 } catch {
                     failures.append("seed \(seed) threw: \(error) (replay: \(replay))")

@@ -17,7 +17,8 @@ struct AppendTests {
         for range in [UInt64(1)...3_000, 3_001...6_000] {
             try environment.write { txn in
                 for number in range {
-                    try txn.append(database, key: Self.key(number), value: [UInt8](repeating: UInt8(number % 251), count: 200))
+                    try txn.append(
+                        database, key: Self.key(number), value: [UInt8](repeating: UInt8(number % 251), count: 200))
                 }
             }
         }
@@ -33,7 +34,8 @@ struct AppendTests {
         #expect(seen == 6_000)
     }
 
-    @Test("an append whose key does not sort after the last key is refused, and nothing committed is lost",
+    @Test(
+        "an append whose key does not sort after the last key is refused, and nothing committed is lost",
         arguments: [UInt64(5), 10])
     func outOfOrderAppendIsRefused(_ number: UInt64) throws {
         let directory = TemporaryDirectory("append-order")

@@ -27,9 +27,12 @@ struct FileCoverageTests {
                         // A large value written and deleted in one transaction: its pages extend the map but are
                         // freed before the commit writes anything, so LMDB leaves them unwritten at the file's end.
                         let scratch = withUnsafeBytes(of: UInt64(1_000 + random.below(100)).bigEndian) { Array($0) }
-                        try txn.put(database, key: scratch, value: [UInt8](repeating: 3, count: 4_096 * (4 + random.below(40))))
+                        try txn.put(
+                            database, key: scratch, value: [UInt8](repeating: 3, count: 4_096 * (4 + random.below(40))))
                         try txn.delete(database, key: scratch)
-                    case 3: try txn.put(database, key: key, value: [UInt8](repeating: 1, count: 4_096 * (1 + random.below(12))))
+                    case 3:
+                        try txn.put(
+                            database, key: key, value: [UInt8](repeating: 1, count: 4_096 * (1 + random.below(12))))
                     default: try txn.put(database, key: key, value: [UInt8](repeating: 2, count: 1 + random.below(400)))
                     }
                 }

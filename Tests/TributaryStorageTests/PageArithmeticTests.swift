@@ -1,4 +1,5 @@
 import Testing
+
 @testable import TributaryStorage
 
 /// The data file's size from a meta page's last page number, which a damaged file can set to anything.

@@ -52,8 +52,10 @@ public struct ChatWorkload {
     /// Learns the users and messages a replica holds.
     public init(seed: UInt64, prefix: String, replica: Replica) throws {
         let (users, messages) = try replica.read { snapshot in
-            (try snapshot.objects("User").compactMap(\.primaryKey.value.stringValue),
-             try snapshot.objects("ChatMessage").compactMap(\.primaryKey.value.stringValue))
+            (
+                try snapshot.objects("User").compactMap(\.primaryKey.value.stringValue),
+                try snapshot.objects("ChatMessage").compactMap(\.primaryKey.value.stringValue)
+            )
         }
         self.init(seed: seed, prefix: prefix, existingUsers: users, existingMessages: messages)
     }
@@ -114,7 +116,8 @@ public struct ChatWorkload {
         if roll < 50 {
             let key = newKey("m")
             var values: [String: Value] = [
-                "_id": .string(key), "author": .string(users[int(users.count)]), "text": .string(text(maximum: textLength)),
+                "_id": .string(key), "author": .string(users[int(users.count)]),
+                "text": .string(text(maximum: textLength)),
                 "timestamp": .date(Date(timeIntervalSince1970: Double(1_700_000_000 + int(10_000_000)))),
                 "conversationID": .string("c\(int(20))"),
             ]
@@ -124,7 +127,8 @@ public struct ChatWorkload {
                     (0..<(1 + int(3))).map { _ in
                         .embedded(
                             EmbeddedObject(
-                                type: "Attachment", fields: ["name": .string(word()), "size": .int(Int64(int(1 << 20)))]))
+                                type: "Attachment",
+                                fields: ["name": .string(word()), "size": .int(Int64(int(1 << 20)))]))
                     })
             }
             try txn.create("ChatMessage", values)
@@ -208,15 +212,17 @@ public enum ReplicaDigest {
 /// one directory), or `TRIBUTARY_CRASH_CHILD`.
 public enum ChildExecutable {
     public static func path(_ name: String = "tributary-crash-child") -> String? {
-        if name == "tributary-crash-child", let explicit = ProcessInfo.processInfo.environment["TRIBUTARY_CRASH_CHILD"] {
+        if name == "tributary-crash-child", let explicit = ProcessInfo.processInfo.environment["TRIBUTARY_CRASH_CHILD"]
+        {
             return explicit
         }
         var candidates: [URL] = []
         let argument0 = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
         candidates.append(argument0.deletingLastPathComponent())
         // On macOS the test binary sits inside `X.xctest/Contents/MacOS/`.
-        candidates.append(argument0.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent())
+        candidates.append(
+            argument0.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent())
         candidates.append(Bundle.main.bundleURL.deletingLastPathComponent())
         candidates.append(Bundle.main.bundleURL)
         for directory in candidates {
@@ -271,7 +277,9 @@ public final class ChildProcess: Sendable {
             do {
                 try process.run()
                 started = (process, pipe)
-            } catch let error as NSError where error.domain == NSPOSIXErrorDomain && error.code == Int(EBADF) && attempt < 5 {
+            } catch let error as NSError
+                where error.domain == NSPOSIXErrorDomain && error.code == Int(EBADF) && attempt < 5
+            {
                 // Foundation's Process asks posix_spawn to close every descriptor it saw open; one that another
                 // thread closed meanwhile (a test running beside this one) fails the spawn with EBADF. Nothing was
                 // started: try again. A deep corruption run, thousands of spawns, met it twice in half an hour.

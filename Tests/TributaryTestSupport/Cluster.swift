@@ -11,7 +11,8 @@ public final class Cluster {
     /// Opens `count` replicas with ids `firstReplicaID`, `firstReplicaID + 1`... (so ties between equal clock readings
     /// are predictable) and clocks at `1_700_000_000_000 + index` milliseconds. Give two clusters in one test different
     /// first ids, so that their replicas are different replicas.
-    public init(_ count: Int, schema: Schema, durability: Replica.Durability = .none, firstReplicaID: UInt64 = 1) throws {
+    public init(_ count: Int, schema: Schema, durability: Replica.Durability = .none, firstReplicaID: UInt64 = 1) throws
+    {
         self.schema = schema
         clocks = (0..<count).map { ManualClock(milliseconds: 1_700_000_000_000 + UInt64($0)) }
         for index in 0..<count {

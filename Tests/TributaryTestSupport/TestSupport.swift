@@ -1,8 +1,8 @@
 import Foundation
 import Synchronization
 import Tributary
-import TributaryStorage
 public import TributaryModel
+import TributaryStorage
 
 /// A fresh directory under the system's temporary directory, removed when the value is released.
 public final class TemporaryDirectory: Sendable {

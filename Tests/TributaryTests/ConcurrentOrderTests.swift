@@ -1,9 +1,10 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryMerge
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Order independence: concurrent changesets merged by the merge engine in every order end in one state, in the
 /// bounded CI version (`TRIBUTARY_DEEP=1` runs 20,000 sets).
@@ -21,7 +22,12 @@ struct ConcurrentOrderTests {
                 // A common base, then one concurrent write per replica.
                 try cluster[0].write { txn in
                     try txn.create("Person", ["_id": "p"])
-                    try txn.create("Task", ["_id": "t", "tags": ["a", "b", "c"], "location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "x"]))])
+                    try txn.create(
+                        "Task",
+                        [
+                            "_id": "t", "tags": ["a", "b", "c"],
+                            "location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "x"])),
+                        ])
                 }
                 try cluster.syncAll()
                 let base = cluster[0].versionVector
@@ -40,36 +46,50 @@ struct ConcurrentOrderTests {
                     for changeset in prefix { try MergeEngine.apply(changeset, to: &working) }
                     for index in order { try MergeEngine.apply(concurrent[index], to: &working) }
                     let records = working.changes.compactMap { change in
-                        change.after.map { (type: change.key.type, primaryKey: change.key.primaryKey, bytes: $0.encoded()) }
+                        change.after.map {
+                            (type: change.key.type, primaryKey: change.key.primaryKey, bytes: $0.encoded())
+                        }
                     }
                     digests.insert(Replica.recordsDigest(of: records))
                 }
-                #expect(digests.count == 1, "set \(set): \(concurrent.count) concurrent changesets gave \(digests.count) states")
+                #expect(
+                    digests.count == 1,
+                    "set \(set): \(concurrent.count) concurrent changesets gave \(digests.count) states")
                 if digests.count != 1 { return }
             }
         }
     }
 
-    static func randomWrite(_ txn: Transaction, _ random: inout SplitMix64, key task: PrimaryKey = .string("t")) throws {
+    static func randomWrite(_ txn: Transaction, _ random: inout SplitMix64, key task: PrimaryKey = .string("t")) throws
+    {
         for _ in 0..<(1 + Int(random.next() % 3)) {
             let tags = try txn.object("Task", primaryKey: task)?["tags"].listValue?.count ?? 0
             switch random.next() % 12 {
             case 0: _ = try txn.delete("Task", primaryKey: task)
             case 1: try txn.upsert("Task", ["_id": "t", "title": .string("v\(random.next() % 100)")])
-            case 2 where tags > 0: try txn.removeElement(at: Int(random.next() % UInt64(tags)), from: ["tags"], of: "Task", primaryKey: task)
+            case 2 where tags > 0:
+                try txn.removeElement(
+                    at: Int(random.next() % UInt64(tags)), from: ["tags"], of: "Task", primaryKey: task)
             case 3 where tags > 1:
-                try txn.moveElement(from: Int(random.next() % UInt64(tags)), to: Int(random.next() % UInt64(tags)), in: ["tags"], of: "Task", primaryKey: task)
+                try txn.moveElement(
+                    from: Int(random.next() % UInt64(tags)), to: Int(random.next() % UInt64(tags)), in: ["tags"],
+                    of: "Task", primaryKey: task)
             case 4 where tags > 0:
-                try txn.replaceElement(at: Int(random.next() % UInt64(tags)), with: .string("s\(random.next() % 100)"), in: ["tags"], of: "Task", primaryKey: task)
+                try txn.replaceElement(
+                    at: Int(random.next() % UInt64(tags)), with: .string("s\(random.next() % 100)"), in: ["tags"],
+                    of: "Task", primaryKey: task)
             case 5: try txn.removeAllElements(in: ["tags"], of: "Task", primaryKey: task)
             case 6: try txn.increment(["count"], of: "Task", primaryKey: task, by: Int64(random.next() % 7))
             case 7: try txn.update("Task", primaryKey: task, ["count": .int(Int64(random.next() % 50))])
-            case 8: try txn.set(.string("c\(random.next() % 9)"), at: ["location", "city"], of: "Task", primaryKey: task)
+            case 8:
+                try txn.set(.string("c\(random.next() % 9)"), at: ["location", "city"], of: "Task", primaryKey: task)
             case 9 where try txn.object("Person", primaryKey: .string("p")) != nil:
                 try txn.update("Task", primaryKey: task, ["owner": Self.next(&random) ? .link(.string("p")) : .null])
             case 10: _ = try txn.delete("Person", primaryKey: .string("p"))
             default:
-                try txn.insert(.string("i\(random.next() % 1000)"), at: Int(random.next() % UInt64(tags + 1)), into: ["tags"], of: "Task", primaryKey: task)
+                try txn.insert(
+                    .string("i\(random.next() % 1000)"), at: Int(random.next() % UInt64(tags + 1)), into: ["tags"],
+                    of: "Task", primaryKey: task)
             }
             if try txn.object("Task", primaryKey: task) == nil { return }
         }

@@ -1,10 +1,11 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryLog
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+
+@testable import Tributary
 
 #if canImport(Glibc)
     import Glibc
@@ -184,7 +185,9 @@ struct CorruptionTests {
             #expect(error.code == .corrupted)
             #expect(named(error.message), "\(context): \(error.message)")
         }
-        #expect(served == Array(1..<sequence), "\(context): the scan served \(served.last.map { "through \($0)" } ?? "nothing")")
+        #expect(
+            served == Array(1..<sequence),
+            "\(context): the scan served \(served.last.map { "through \($0)" } ?? "nothing")")
         return (offsets.count, bits.count)
     }
 
@@ -224,7 +227,8 @@ struct CorruptionTests {
                 let sequence = 1 + random.next() % pristine.last
                 // Anywhere in the header, the stored checksum included. The origin and sequence the message names may
                 // be the damaged ones, so only the entry number is checked.
-                _ = try flipAndCheck(sequence: sequence, region: 0..<LogEntry.headerSize, random: &random, strict: false)
+                _ = try flipAndCheck(
+                    sequence: sequence, region: 0..<LogEntry.headerSize, random: &random, strict: false)
             }
         }
     }
@@ -270,10 +274,13 @@ struct CorruptionTests {
 
             // Two neighbours swapped, with their sequence fields rewritten and checksums recomputed: only the chain
             // can tell.
-            func forged(_ value: [UInt8], as sequence: UInt64, previousChain: UInt64? = nil, payload: [UInt8]? = nil) throws -> LogEntry {
+            func forged(_ value: [UInt8], as sequence: UInt64, previousChain: UInt64? = nil, payload: [UInt8]? = nil)
+                throws -> LogEntry
+            {
                 let entry = try value.withUnsafeBytes { try LogEntry(decoding: $0, localSequence: readSequence($0)) }
                 return LogEntry(
-                    localSequence: sequence, origin: entry.origin, originSequence: entry.originSequence, time: entry.time,
+                    localSequence: sequence, origin: entry.origin, originSequence: entry.originSequence,
+                    time: entry.time,
                     instructionCount: entry.instructionCount, uncompressedLength: entry.uncompressedLength,
                     isCompressed: entry.isCompressed, previousChain: previousChain ?? entry.previousChain,
                     payload: payload ?? entry.payload)
@@ -305,7 +312,9 @@ struct CorruptionTests {
             #expect(!report.passed, "a replaced log entry went unnoticed")
             #expect(scan?.contains("log entry 13") == true, "\(scan ?? "no error")")
             #expect(scan?.contains("does not chain to entry 12") == true, "\(scan ?? "no error")")
-            print("corruption: entry 12 replaced: verify says \(report.firstProblem ?? "nothing"); the scan says \(scan ?? "nothing")")
+            print(
+                "corruption: entry 12 replaced: verify says \(report.firstProblem ?? "nothing"); the scan says \(scan ?? "nothing")"
+            )
 
             // The last entry dropped: no successor to break, but the views no longer equal the log.
             (report, scan) = try editLog { txn, log in try txn.delete(log, key: key(pristine.last)) }
@@ -383,10 +392,13 @@ struct CorruptionTests {
         var found: [(Int, Int, Int)] = []
         for page in stride(from: 2 * 4_096, to: file.count - 4_095, by: 4_096) {
             // Header: page number (8), pad (2), flags (2), lower (2), upper (2); then 16-bit node offsets.
-            guard u16(page + 10) == 0x01, case let lower = u16(page + 12), lower >= 16 + 4, lower <= 4_096 else { continue }
+            guard u16(page + 10) == 0x01, case let lower = u16(page + 12), lower >= 16 + 4, lower <= 4_096 else {
+                continue
+            }
             let node = page + u16(page + 16 + 2)
             // A node: child page number (4 bytes in two halves), flags (2), key size (2), then the key.
-            guard node + 8 < page + 4_096, case let keyLength = u16(node + 6), node + 8 + keyLength <= page + 4_096 else { continue }
+            guard node + 8 < page + 4_096, case let keyLength = u16(node + 6), node + 8 + keyLength <= page + 4_096
+            else { continue }
             found.append((page / 4_096, node + 8, keyLength))
         }
         return found
@@ -395,7 +407,9 @@ struct CorruptionTests {
     @Test("a damaged branch page that sends lookups to the wrong leaf is named by verify")
     func misroutingBranchPage() throws {
         let directory = TemporaryDirectory("corruption-branch")
-        let schema = Schema(version: 1, types: [ObjectSchema(name: "Item", properties: [.scalar("_id", .string), .scalar("note", .string)])])
+        let schema = Schema(
+            version: 1,
+            types: [ObjectSchema(name: "Item", properties: [.scalar("_id", .string), .scalar("note", .string)])])
         var configuration = Replica.Configuration()
         configuration.durability = .none
         do {
@@ -415,7 +429,8 @@ struct CorruptionTests {
         let prefix = Array("Item".utf8) + [0, 1]
         let separator = try #require(
             Self.branchSeparators(file).first { candidate in
-                candidate.keyLength > prefix.count && Array(file[candidate.keyOffset..<(candidate.keyOffset + prefix.count)]) == prefix
+                candidate.keyLength > prefix.count
+                    && Array(file[candidate.keyOffset..<(candidate.keyOffset + prefix.count)]) == prefix
             }, "no branch page of the objects' B-tree")
         let keyEnd = separator.keyOffset + separator.keyLength
         let firstKeyRight = String(decoding: file[(separator.keyOffset + prefix.count)..<keyEnd], as: UTF8.self)
@@ -448,14 +463,16 @@ struct CorruptionTests {
         }
     }
 
-    @Test("a flipped bit in the stored replica id or clock stops the open with an error that names it", arguments: 0..<16)
+    @Test(
+        "a flipped bit in the stored replica id or clock stops the open with an error that names it", arguments: 0..<16)
     func damagedIdentity(_ bit: Int) throws {
         for (key, what) in [(Replica.replicaIDKey, "replica id"), (Replica.clockKey, "clock")] {
             let directory = TemporaryDirectory("corruption-identity")
             var configuration = Replica.Configuration()
             configuration.durability = .none
             do {
-                let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+                let replica = try Replica.open(
+                    directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
                 try replica.write { txn in try txn.create("User", ["_id": "u1", "name": "Ann"]) }
                 replica.close()
             }
@@ -477,7 +494,8 @@ struct CorruptionTests {
         configuration.durability = .none
         configuration.replicaID = ReplicaID(rawValue: 0x0123_4567_89AB_CDEF)
         do {
-            let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            let replica = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             replica.close()
         }
         try Self.editIdentity(directory.path, key: Replica.replicaIDKey) { $0.removeLast(8) }
@@ -495,9 +513,11 @@ struct CorruptionTests {
     @Test("empty, truncated and garbage data.mdb files are refused as not a replica, never opened as data")
     func damagedFiles() async throws {
         try await offThePool {
-            let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
+            let executable = try #require(
+                ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
             let pristine = Self.pristine
-            let (reference, referenceLines) = try Self.inspect(pristine.file, executable: executable, expectedState: nil)
+            let (reference, referenceLines) = try Self.inspect(
+                pristine.file, executable: executable, expectedState: nil)
             guard case .differentData(let expected) = reference else {
                 Issue.record("the pristine copy does not open cleanly: \(reference) \(referenceLines)")
                 return
@@ -508,11 +528,17 @@ struct CorruptionTests {
             var tally: [String: Int] = [:]
             var cases: [(String, [UInt8])] = [("empty", [])]
             var random = SplitMix64(seed: 0xF11E)
-            cases.append(("random garbage", (0..<pristine.file.count).map { _ in UInt8(truncatingIfNeeded: random.next()) }))
+            cases.append(
+                ("random garbage", (0..<pristine.file.count).map { _ in UInt8(truncatingIfNeeded: random.next()) }))
             cases.append(("zeros", [UInt8](repeating: 0, count: pristine.file.count)))
             cases.append(("a text file", Array(String(repeating: "not a database\n", count: 1_000).utf8)))
             // Garbage after valid meta pages: the header passes, everything it points to is noise.
-            cases.append(("meta pages then garbage", Array(pristine.file[0..<8_192]) + (8_192..<pristine.file.count).map { _ in UInt8(truncatingIfNeeded: random.next()) }))
+            cases.append(
+                (
+                    "meta pages then garbage",
+                    Array(pristine.file[0..<8_192])
+                        + (8_192..<pristine.file.count).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+                ))
             for size in stride(from: 4_096, to: pristine.file.count, by: 4_096) {
                 cases.append(("truncated to \(size)", Array(pristine.file[0..<size])))
             }
@@ -536,11 +562,14 @@ struct CorruptionTests {
                 case .differentData, .childFailed:
                     failures.append("\(name): \(outcome) \(lines)")
                 }
-                if case .cleanError("notAReplica") = outcome {} else if !name.hasPrefix("truncated") && name != "meta pages then garbage" {
+                if case .cleanError("notAReplica") = outcome {
+                } else if !name.hasPrefix("truncated") && name != "meta pages then garbage" {
                     failures.append("\(name): \(outcome), not refused as not a replica: \(lines)")
                 }
             }
-            print("corruption: \(cases.count) damaged files: \(tally.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+            print(
+                "corruption: \(cases.count) damaged files: \(tally.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))"
+            )
             #expect(failures.isEmpty, "\(failures.count) damaged files mishandled: \(failures.prefix(5))")
         }
     }
@@ -548,7 +577,8 @@ struct CorruptionTests {
     @Test("random bit flips anywhere in data.mdb: a clean error, a named problem, the same data, or an LMDB crash")
     func randomFlipsAnywhere() async throws {
         try await offThePool {
-            let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
+            let executable = try #require(
+                ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
             let pristine = Self.pristine
             let (reference, _) = try Self.inspect(pristine.file, executable: executable, expectedState: nil)
             guard case .differentData(let expected) = reference else {
@@ -576,7 +606,9 @@ struct CorruptionTests {
             print(
                 "corruption: \(flips) random flips of the pristine file \(String(XXHash64.hash(pristine.file), radix: 16)): \(tally.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")), "
                     + "\(String(format: "%.1f", Date().timeIntervalSince(started))) s")
-            #expect(silent.isEmpty, "\(silent.count) flips served different data as good (the original: \(expected)): \(silent.prefix(5))")
+            #expect(
+                silent.isEmpty,
+                "\(silent.count) flips served different data as good (the original: \(expected)): \(silent.prefix(5))")
         }
     }
 }

@@ -1,10 +1,11 @@
 import Foundation
 import Synchronization
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+
+@testable import Tributary
 
 #if canImport(Glibc)
     import Glibc
@@ -148,17 +149,21 @@ struct CrashTests {
     @Test("a reader killed while holding a snapshot leaves a slot that the stale-reader check clears")
     func killedReaderSlotIsCleared() async throws {
         try await offThePool {
-            let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
+            let executable = try #require(
+                ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
             let directory = TemporaryDirectory("crash-reader")
             var configuration = Replica.Configuration()
             configuration.durability = .none
-            let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            let replica = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             defer { replica.close() }
             try replica.write { txn in try txn.create("User", ["_id": "u1", "name": "Ada"]) }
             let child = try ChildProcess(
-                executable: executable, arguments: ["hold-snapshot", directory.path], stderrPath: directory.path + ".stderr")
+                executable: executable, arguments: ["hold-snapshot", directory.path],
+                stderrPath: directory.path + ".stderr")
             defer { try? FileManager.default.removeItem(atPath: directory.path + ".stderr") }
-            let ready = try #require(child.waitForLine(startingWith: "READY", timeout: 60), "\(child.lines) \(child.standardError)")
+            let ready = try #require(
+                child.waitForLine(startingWith: "READY", timeout: 60), "\(child.lines) \(child.standardError)")
             #expect(ready == "READY 1", "the child holds \(ready.dropFirst(6)) reader slots")
             #expect(replica.environment.clearStaleReaders() == 0, "a live reader's slot was cleared")
             #expect(child.killAndWait() == .signaled(SIGKILL))
@@ -197,11 +202,16 @@ struct CrashTests {
             usleep(UInt32(ms * 1_000))
         case .afterAcks(let k, let us):
             let reached = child.wait(timeout: 120) { lines in lines.lazy.filter { $0.hasPrefix("ACK") }.count >= k }
-            if !reached { Issue.record("the child did not reach \(k) acks: \(child.lines.suffix(5)) \(child.standardError)") }
+            if !reached {
+                Issue.record("the child did not reach \(k) acks: \(child.lines.suffix(5)) \(child.standardError)")
+            }
             usleep(UInt32(us))
         case .afterBegin(let k, let us):
             let reached = child.wait(timeout: 120) { lines in lines.lazy.filter { $0.hasPrefix("BEGIN") }.count >= k }
-            if !reached { Issue.record("the child did not begin \(k) transactions: \(child.lines.suffix(5)) \(child.standardError)") }
+            if !reached {
+                Issue.record(
+                    "the child did not begin \(k) transactions: \(child.lines.suffix(5)) \(child.standardError)")
+            }
             usleep(UInt32(us))
         }
         let exit = child.killAndWait()
@@ -209,7 +219,8 @@ struct CrashTests {
         guard exit == .signaled(SIGKILL), log.errors.isEmpty else {
             let ended = exit.map(\.description) ?? "still running"
             Issue.record(
-                "seed \(seed): the child ended by itself (\(ended)) before the kill: \(log.errors) \(child.lines.suffix(3)) \(child.standardError)")
+                "seed \(seed): the child ended by itself (\(ended)) before the kill: \(log.errors) \(child.lines.suffix(3)) \(child.standardError)"
+            )
             outcome.failed = true
             return outcome
         }
@@ -222,7 +233,8 @@ struct CrashTests {
         configuration.durability = mode.durability
         let replica: Replica
         do {
-            replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            replica = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
         } catch {
             Issue.record("seed \(seed), killed \(plan): reopening failed: \(error)")
             outcome.failed = true
@@ -236,7 +248,9 @@ struct CrashTests {
             do {
                 let found = ReplicaDigest.hex(try ReplicaDigest.changeset(replica, at: sequence))
                 if found != digest {
-                    Issue.record("seed \(seed), killed \(plan): acknowledged seq \(sequence) has digest \(found), acked \(digest)")
+                    Issue.record(
+                        "seed \(seed), killed \(plan): acknowledged seq \(sequence) has digest \(found), acked \(digest)"
+                    )
                     outcome.failed = true
                 }
             } catch {
@@ -251,7 +265,8 @@ struct CrashTests {
             outcome.inFlight = true
             #expect(try replica.changeset(at: 1).instructions.count == Fixtures.chatSchema.types.count + 1)
         } else if last < lastAcked || last > lastAcked + 1 {
-            Issue.record("seed \(seed), killed \(plan): the log ends at \(last); the last acknowledged seq is \(lastAcked)")
+            Issue.record(
+                "seed \(seed), killed \(plan): the log ends at \(last); the last acknowledged seq is \(lastAcked)")
             outcome.failed = true
         } else if last == lastAcked + 1 {
             outcome.inFlight = true
@@ -260,7 +275,8 @@ struct CrashTests {
             if let operations = log.begun[last] {
                 if changeset.instructions.count != operations {
                     Issue.record(
-                        "seed \(seed): the in-flight seq \(last) holds \(changeset.instructions.count) instructions; the child began it with \(operations)")
+                        "seed \(seed): the in-flight seq \(last) holds \(changeset.instructions.count) instructions; the child began it with \(operations)"
+                    )
                     outcome.failed = true
                 }
             } else {
@@ -296,7 +312,7 @@ struct CrashTests {
     }
 }
 
-fileprivate extension String {
+extension String {
     /// A hash of the string that is the same in every process (Swift's `hashValue` is seeded per process).
-    var hashValueStable: UInt64 { XXHash64.hash(Array(utf8)) }
+    fileprivate var hashValueStable: UInt64 { XXHash64.hash(Array(utf8)) }
 }

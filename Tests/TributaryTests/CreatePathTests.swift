@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// A create's instruction comes from a planned path (one pass over the values and one over the type's properties)
 /// when the values are valid, and from the checked path otherwise. The two must agree on every input the planned path
@@ -16,7 +17,8 @@ struct CreatePathTests {
             ObjectSchema(
                 name: "Spelling",
                 properties: [
-                    .scalar("_id", .int), .scalar("Kind", .string, optional: true), .scalar("caf\u{E9}", .int, default: 1),
+                    .scalar("_id", .int), .scalar("Kind", .string, optional: true),
+                    .scalar("caf\u{E9}", .int, default: 1),
                 ]))
         return Schema(version: Fixtures.chatSchema.version, types: types)
     }()
@@ -79,7 +81,8 @@ struct CreatePathTests {
             for index in 0..<3_000 {
                 let spelled = index % 4 == 3
                 let type = spelled ? spelling : user
-                let values = spelled
+                let values =
+                    spelled
                     ? Self.randomSpellings(&generator, index: index) : Self.randomValues(&generator, index: index)
                 let key = spelled ? PrimaryKey.int(Int64(index)) : PrimaryKey.string("u\(index)")
                 let checked = Result { try txn.checkedCreate(type, key, values) }
@@ -93,9 +96,10 @@ struct CreatePathTests {
                     declined += 1
                     // Declined: invalid (the checked path throws) or spelled otherwise than the schema.
                     if case .success = checked {
-                        #expect(values.keys.contains { name in
-                            type.properties.contains { $0.name == name && !$0.name.utf8.elementsEqual(name.utf8) }
-                        }, "declined valid values: \(values)")
+                        #expect(
+                            values.keys.contains { name in
+                                type.properties.contains { $0.name == name && !$0.name.utf8.elementsEqual(name.utf8) }
+                            }, "declined valid values: \(values)")
                     }
                 }
             }

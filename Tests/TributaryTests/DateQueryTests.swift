@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Dates are stored as seconds since 1970, and Foundation keeps them as seconds since 2001: a date read back can differ
 /// from the one written in its last bit. Queries must still find a date by the value it was written with, through an
@@ -10,10 +11,12 @@ import TributaryTestSupport
 @Suite("Dates in queries and writes")
 struct DateQueryTests {
     static let schema = Schema(types: [
-        ObjectSchema(name: "Event", properties: [
-            .scalar("_id", .int), .scalar("at", .date, indexed: true), .scalar("plain", .date),
-            Property("days", .scalar(.date), list: true),
-        ])
+        ObjectSchema(
+            name: "Event",
+            properties: [
+                .scalar("_id", .int), .scalar("at", .date, indexed: true), .scalar("plain", .date),
+                Property("days", .scalar(.date), list: true),
+            ])
     ])
 
     func open(_ directory: TemporaryDirectory) throws -> Replica {
@@ -52,7 +55,8 @@ struct DateQueryTests {
             for property in ["at", "plain"] {
                 let found = try replica.objects("Event", where: "\(property) == $0", arguments: [.date(date)])
                 #expect(found.map(\.primaryKey) == [.int(Int64(index))], "\(property) == date \(index)")
-                let range = try replica.objects("Event", where: "\(property) BETWEEN {$0, $0}", arguments: [.date(date)])
+                let range = try replica.objects(
+                    "Event", where: "\(property) BETWEEN {$0, $0}", arguments: [.date(date)])
                 #expect(range.map(\.primaryKey) == [.int(Int64(index))], "\(property) BETWEEN date \(index)")
                 let before = try replica.objects("Event", where: "\(property) < $0", arguments: [.date(date)]).count
                 #expect(before == index, "\(property) < date \(index)")
@@ -87,7 +91,9 @@ struct DateQueryTests {
             let seconds = (Double(random.next() % 1_000_000) / 1_000_000 - 0.5) * magnitude * 2
             for date in [Date(timeIntervalSinceReferenceDate: seconds), Date(timeIntervalSince1970: seconds)] {
                 let stored = date.timeIntervalSince1970
-                #expect(Date(timeIntervalSince1970: stored).timeIntervalSince1970 == stored, "\(date.timeIntervalSinceReferenceDate)")
+                #expect(
+                    Date(timeIntervalSince1970: stored).timeIntervalSince1970 == stored,
+                    "\(date.timeIntervalSinceReferenceDate)")
             }
         }
     }
@@ -104,14 +110,23 @@ struct DateQueryTests {
         }
         for property in ["at", "plain"] {
             for op in ["==", ">", ">=", "<", "<="] {
-                #expect(try replica.objects("Event", where: "\(property) \(op) $0", arguments: [.date(nan)]).count == 0,
-                        "\(property) \(op) NaN")
+                #expect(
+                    try replica.objects("Event", where: "\(property) \(op) $0", arguments: [.date(nan)]).count == 0,
+                    "\(property) \(op) NaN")
             }
-            #expect(try replica.objects("Event", where: "\(property) != $0", arguments: [.date(nan)]).count == 2, "\(property) != NaN")
-            #expect(try replica.objects("Event", where: "\(property) > $0", arguments: [.date(Date(timeIntervalSince1970: 0))]).count == 1,
-                    "\(property) > 1970 matches the day, not the NaN")
-            #expect(try replica.objects("Event", where: "\(property) <= $0", arguments: [.date(Date(timeIntervalSince1970: 1e12))]).count == 1,
-                    "\(property) <= far future matches the day, not the NaN")
+            #expect(
+                try replica.objects("Event", where: "\(property) != $0", arguments: [.date(nan)]).count == 2,
+                "\(property) != NaN")
+            #expect(
+                try replica.objects(
+                    "Event", where: "\(property) > $0", arguments: [.date(Date(timeIntervalSince1970: 0))]
+                ).count == 1,
+                "\(property) > 1970 matches the day, not the NaN")
+            #expect(
+                try replica.objects(
+                    "Event", where: "\(property) <= $0", arguments: [.date(Date(timeIntervalSince1970: 1e12))]
+                ).count == 1,
+                "\(property) <= far future matches the day, not the NaN")
             let sorted = try replica.objects("Event", where: "TRUEPREDICATE SORT(\(property) ASC)").map(\.primaryKey)
             #expect(sorted == [.int(1), .int(2)], "NaN sorts first, as it does among doubles")
         }
@@ -136,7 +151,9 @@ struct DateQueryTests {
         cluster.clocks[1].advance(byMilliseconds: 10)
         cluster.clocks[0].advance(byMilliseconds: 20)
         try cluster[1].write { try $0.update("Event", primaryKey: .int(1), ["plain": .date(changed[1])]) }
-        try cluster[0].write { try $0.update("Event", primaryKey: .int(1), ["at": .date(changed[2]), "plain": .date(original)]) }
+        try cluster[0].write {
+            try $0.update("Event", primaryKey: .int(1), ["at": .date(changed[2]), "plain": .date(original)])
+        }
         try cluster.syncAll()
         let object = try #require(try cluster[0].object("Event", primaryKey: .int(1)))
         #expect(object["plain"].storesAlike(.date(changed[1])), "replica 0 did not change plain; replica 1 did")
@@ -151,7 +168,8 @@ struct DateQueryTests {
         let days = Array(changed.prefix(3))
         let cluster = try Cluster(2, schema: Self.schema)
         try cluster[0].write {
-            try $0.create("Event", ["_id": 1, "at": .date(days[0]), "plain": .date(days[0]), "days": .list(days.map(Value.date))])
+            try $0.create(
+                "Event", ["_id": 1, "at": .date(days[0]), "plain": .date(days[0]), "days": .list(days.map(Value.date))])
         }
         try cluster.syncAll()
         // Replica 1 removes the first day (writing the list as it reads it); replica 0 adds a day to the list as

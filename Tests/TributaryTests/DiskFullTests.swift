@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 #if canImport(Glibc)
     import Glibc
@@ -55,7 +56,8 @@ struct DiskFullTests {
             var acknowledged: [UInt64: UInt64] = [:]
             var failures: [TributaryError] = []
             do {
-                let replica = try Replica.open(directory: directory, schema: Fixtures.chatSchema, configuration: Self.configuration())
+                let replica = try Replica.open(
+                    directory: directory, schema: Fixtures.chatSchema, configuration: Self.configuration())
                 defer { replica.close() }
                 var workload = ChatWorkload(seed: 8, prefix: "fill")
                 var stateWhenFull: UInt64 = 0
@@ -63,20 +65,24 @@ struct DiskFullTests {
                 for _ in 0..<2_000 {
                     do {
                         try replica.write { txn in try workload.run(200, in: txn, textLength: 300) }
-                        acknowledged[replica.lastLocalSequence] = try ReplicaDigest.changeset(replica, at: replica.lastLocalSequence)
+                        acknowledged[replica.lastLocalSequence] = try ReplicaDigest.changeset(
+                            replica, at: replica.lastLocalSequence)
                     } catch let error as TributaryError {
                         failures.append(error)
                         break
                     }
                 }
                 let error = try #require(failures.first, "8 MiB of tmpfs never filled")
-                print("disk full, tmpfs: full after \(acknowledged.count) commits, \(Self.freeBytes(mountPoint.path)) bytes free: \(error.message)")
+                print(
+                    "disk full, tmpfs: full after \(acknowledged.count) commits, \(Self.freeBytes(mountPoint.path)) bytes free: \(error.message)"
+                )
                 #expect(error.code == .diskFull, "\(error.code): \(error.message)")
                 #expect(error.message.contains("disk full writing"), "\(error.message)")
                 #expect(error.message.contains("bytes free"), "\(error.message)")
                 #expect(error.message.contains(directory), "the error does not name the replica: \(error.message)")
                 // tmpfs reports a short write (EIO) as often as ENOSPC; both are .diskFull and the remedy names the disk.
-                #expect(error.message.contains("disk space"), "the message does not say the disk is full: \(error.message)")
+                #expect(
+                    error.message.contains("disk space"), "the message does not say the disk is full: \(error.message)")
                 #expect(Self.freeBytes(mountPoint.path) < 1 << 20, "the disk is not actually full")
 
                 // Full, but readable, verifiable, and holding every acknowledged commit.
@@ -97,18 +103,22 @@ struct DiskFullTests {
                 workload = try ChatWorkload(seed: 10, prefix: "freed", replica: replica)
                 for _ in 0..<3 {
                     try replica.write { txn in try workload.run(100, in: txn, textLength: 300) }
-                    acknowledged[replica.lastLocalSequence] = try ReplicaDigest.changeset(replica, at: replica.lastLocalSequence)
+                    acknowledged[replica.lastLocalSequence] = try ReplicaDigest.changeset(
+                        replica, at: replica.lastLocalSequence)
                 }
                 #expect(replica.lastLocalSequence == lastWhenFull + 3)
                 #expect(try replica.verify().passed)
             }
 
             // Reopened: every acknowledged commit is there.
-            let replica = try Replica.open(directory: directory, schema: Fixtures.chatSchema, configuration: Self.configuration())
+            let replica = try Replica.open(
+                directory: directory, schema: Fixtures.chatSchema, configuration: Self.configuration())
             defer { replica.close() }
             #expect(replica.lastLocalSequence == acknowledged.keys.max())
             for (sequence, digest) in acknowledged {
-                #expect(try ReplicaDigest.changeset(replica, at: sequence) == digest, "seq \(sequence) differs after reopen")
+                #expect(
+                    try ReplicaDigest.changeset(replica, at: sequence) == digest, "seq \(sequence) differs after reopen"
+                )
             }
             #expect(try replica.verify().passed)
         }
@@ -117,20 +127,25 @@ struct DiskFullTests {
     @Test("a child under RLIMIT_FSIZE: .diskFull with the path, nothing acknowledged lost, commits again after")
     func fileSizeLimit() async throws {
         try await offThePool {
-            let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
+            let executable = try #require(
+                ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
             let directory = TemporaryDirectory("disk-full-fsize")
             let limit = 3 << 20
             let child = try ChildProcess(
                 executable: executable,
                 arguments: [
-                    "write", directory.path, "--durability", "full", "--seed", "12", "--big-every", "0", "--max-ops", "300",
+                    "write", directory.path, "--durability", "full", "--seed", "12", "--big-every", "0", "--max-ops",
+                    "300",
                     "--text", "300", "--file-size-limit", "\(limit)", "--after-error", "3", "--max-txns", "10000",
                 ],
                 stderrPath: directory.path + ".stderr")
             defer { try? FileManager.default.removeItem(atPath: directory.path + ".stderr") }
             let exit = child.waitForExit(timeout: 300)
             let lines = child.lines
-            #expect(exit == .exited(0), "the child ended with \(exit.map(\.description) ?? "a timeout"): \(lines.suffix(4)) \(child.standardError)")
+            #expect(
+                exit == .exited(0),
+                "the child ended with \(exit.map(\.description) ?? "a timeout"): \(lines.suffix(4)) \(child.standardError)"
+            )
             if exit == nil { child.killAndWait() }
 
             let errors = lines.filter { $0.hasPrefix("ERROR") }
@@ -155,15 +170,21 @@ struct DiskFullTests {
                 #expect(firstAfter.1 == lastBefore.1 + 1)
             }
 
-            let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration())
+            let replica = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration())
             defer { replica.close() }
             #expect(replica.lastLocalSequence == acks.last?.1)
             for (_, sequence, digest) in acks {
-                #expect(ReplicaDigest.hex(try ReplicaDigest.changeset(replica, at: sequence)) == digest, "seq \(sequence) differs")
+                #expect(
+                    ReplicaDigest.hex(try ReplicaDigest.changeset(replica, at: sequence)) == digest,
+                    "seq \(sequence) differs")
             }
             #expect(try replica.verify().passed)
-            let size = (try FileManager.default.attributesOfItem(atPath: directory.appending("data.mdb"))[.size] as? Int) ?? 0
-            print("disk full, RLIMIT_FSIZE: \(before.count) commits before the limit, \(after.count) after; data.mdb is \(size) bytes")
+            let size =
+                (try FileManager.default.attributesOfItem(atPath: directory.appending("data.mdb"))[.size] as? Int) ?? 0
+            print(
+                "disk full, RLIMIT_FSIZE: \(before.count) commits before the limit, \(after.count) after; data.mdb is \(size) bytes"
+            )
         }
     }
 }

@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Migrations that change embedded types, a type's embeddedness the other way, and a primary key's type: each either
 /// carries the data over or fails with an error that says what to do, and a failure leaves the replica as it was.
@@ -11,31 +12,44 @@ struct EmbeddedMigrationTests {
     func open(_ directory: TemporaryDirectory, _ schema: Schema, migration: Migration? = nil) throws -> Replica {
         var configuration = Replica.Configuration()
         configuration.durability = .none
-        return try Replica.open(directory: directory.path, schema: schema, configuration: configuration, migration: migration)
+        return try Replica.open(
+            directory: directory.path, schema: schema, configuration: configuration, migration: migration)
     }
 
     static func contacts(_ version: UInt64, address: [Property]) -> Schema {
-        Schema(version: version, types: [
-            ObjectSchema(name: "Contact", properties: [
-                .scalar("_id", .string), Property("address", .embedded("Address")),
-                Property("previous", .embedded("Address"), list: true),
-            ]),
-            .embedded("Address", properties: address),
-        ])
+        Schema(
+            version: version,
+            types: [
+                ObjectSchema(
+                    name: "Contact",
+                    properties: [
+                        .scalar("_id", .string), Property("address", .embedded("Address")),
+                        Property("previous", .embedded("Address"), list: true),
+                    ]),
+                .embedded("Address", properties: address),
+            ])
     }
 
-    static let v1Address: [Property] = [.scalar("street", .string), .scalar("city", .string), .scalar("zip", .int, optional: true)]
+    static let v1Address: [Property] = [
+        .scalar("street", .string), .scalar("city", .string), .scalar("zip", .int, optional: true),
+    ]
 
     func address(_ street: String, _ city: String, _ zip: Int64) -> Value {
-        .embedded(EmbeddedObject(type: "Address", fields: ["street": .string(street), "city": .string(city), "zip": .int(zip)]))
+        .embedded(
+            EmbeddedObject(
+                type: "Address", fields: ["street": .string(street), "city": .string(city), "zip": .int(zip)]))
     }
 
     /// A replica at version 1 with two contacts, each with an address and a list of previous addresses.
     func writeV1(_ directory: TemporaryDirectory) throws {
         let v1 = try open(directory, Self.contacts(1, address: Self.v1Address))
         try v1.write { txn in
-            try txn.create("Contact", ["_id": "c1", "address": address("1 Main St", "Paris", 75001),
-                                       "previous": .list([address("9 Old Rd", "Lyon", 69001)])])
+            try txn.create(
+                "Contact",
+                [
+                    "_id": "c1", "address": address("1 Main St", "Paris", 75001),
+                    "previous": .list([address("9 Old Rd", "Lyon", 69001)]),
+                ])
             try txn.create("Contact", ["_id": "c2", "address": address("2 High St", "Oslo", 150)])
         }
         v1.close()
@@ -61,11 +75,17 @@ struct EmbeddedMigrationTests {
     func renameEmbeddedProperty() throws {
         let directory = TemporaryDirectory()
         try writeV1(directory)
-        let schema = Self.contacts(2, address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
-        let v2 = try open(directory, schema, migration: Migration { $0.renameProperty(onType: "Address", from: "zip", to: "postcode") })
+        let schema = Self.contacts(
+            2,
+            address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
+        let v2 = try open(
+            directory, schema,
+            migration: Migration { $0.renameProperty(onType: "Address", from: "zip", to: "postcode") })
         #expect(try field(v2, "c1", "postcode") == 75001)
         #expect(try field(v2, "c2", "postcode") == 150)
-        #expect(try v2.object("Contact", primaryKey: .string("c1"))?["previous"].listValue?.first?.embeddedValue?["postcode"] == 69001)
+        #expect(
+            try v2.object("Contact", primaryKey: .string("c1"))?["previous"].listValue?.first?.embeddedValue?[
+                "postcode"] == 69001)
         #expect(try v2.verify().passed)
     }
 
@@ -73,17 +93,24 @@ struct EmbeddedMigrationTests {
     func retypeEmbeddedProperty() throws {
         let directory = TemporaryDirectory()
         try writeV1(directory)
-        let schema = Self.contacts(2, address: [.scalar("street", .string), .scalar("city", .string), .scalar("zip", .string, optional: true)])
-        let v2 = try open(directory, schema, migration: Migration { migration in
-            try migration.enumerateObjects("Contact") { old, new in
-                guard var address = new?["address"].embeddedValue, let zip = old["address"].embeddedValue?["zip"].intValue else { return }
-                address["zip"] = .string(String(format: "%05d", zip))
-                new?["address"] = .embedded(address)
-            }
-        })
+        let schema = Self.contacts(
+            2, address: [.scalar("street", .string), .scalar("city", .string), .scalar("zip", .string, optional: true)])
+        let v2 = try open(
+            directory, schema,
+            migration: Migration { migration in
+                try migration.enumerateObjects("Contact") { old, new in
+                    guard var address = new?["address"].embeddedValue,
+                        let zip = old["address"].embeddedValue?["zip"].intValue
+                    else { return }
+                    address["zip"] = .string(String(format: "%05d", zip))
+                    new?["address"] = .embedded(address)
+                }
+            })
         #expect(try field(v2, "c1", "zip") == "75001")
         #expect(try field(v2, "c2", "zip") == "00150")
-        #expect(try v2.object("Contact", primaryKey: .string("c1"))?["previous"].listValue?.first?.embeddedValue?["zip"] == .null)
+        #expect(
+            try v2.object("Contact", primaryKey: .string("c1"))?["previous"].listValue?.first?.embeddedValue?["zip"]
+                == .null)
         #expect(try v2.verify().passed)
     }
 
@@ -91,15 +118,21 @@ struct EmbeddedMigrationTests {
     func misspelledRenameFails() throws {
         let directory = TemporaryDirectory()
         try writeV1(directory)
-        let schema = Self.contacts(2, address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
+        let schema = Self.contacts(
+            2,
+            address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
         #expect {
-            _ = try open(directory, schema, migration: Migration { $0.renameProperty(onType: "Address", from: "zipp", to: "postcode") })
+            _ = try open(
+                directory, schema,
+                migration: Migration { $0.renameProperty(onType: "Address", from: "zipp", to: "postcode") })
         } throws: { error in
             guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
             return error.message.contains("'Address.zipp'")
         }
         #expect {
-            _ = try open(directory, schema, migration: Migration { $0.renameProperty(onType: "Adress", from: "zip", to: "postcode") })
+            _ = try open(
+                directory, schema,
+                migration: Migration { $0.renameProperty(onType: "Adress", from: "zip", to: "postcode") })
         } throws: { error in
             guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
             return error.message.contains("'Adress'")
@@ -112,14 +145,21 @@ struct EmbeddedMigrationTests {
     func embeddedToTopLevel() throws {
         let directory = TemporaryDirectory()
         try writeV1(directory)
-        let schema = Schema(version: 2, types: [
-            ObjectSchema(name: "Contact", properties: [
-                .scalar("_id", .string), Property("address", .link("Address")),
-            ]),
-            ObjectSchema(name: "Address", properties: [
-                .scalar("_id", .string), .scalar("street", .string), .scalar("city", .string), .scalar("zip", .int, optional: true),
-            ]),
-        ])
+        let schema = Schema(
+            version: 2,
+            types: [
+                ObjectSchema(
+                    name: "Contact",
+                    properties: [
+                        .scalar("_id", .string), Property("address", .link("Address")),
+                    ]),
+                ObjectSchema(
+                    name: "Address",
+                    properties: [
+                        .scalar("_id", .string), .scalar("street", .string), .scalar("city", .string),
+                        .scalar("zip", .int, optional: true),
+                    ]),
+            ])
         #expect {
             _ = try open(directory, schema)
         } throws: { error in
@@ -127,21 +167,25 @@ struct EmbeddedMigrationTests {
             return error.message.contains("Address") && error.message.contains("embedded")
         }
         #expect(try field(try open(directory, Self.contacts(1, address: Self.v1Address)), "c1", "city") == "Paris")
-        let v2 = try open(directory, schema, migration: Migration { migration in
-            try migration.enumerateObjects("Contact") { old, new in
-                guard var fields = old["address"].embeddedValue?.fields else { return }
-                fields["_id"] = .string("address of \(old.primaryKey)")
-                try migration.create("Address", fields)
-                new?["address"] = .link(.string("address of \(old.primaryKey)"))
-            }
-        })
+        let v2 = try open(
+            directory, schema,
+            migration: Migration { migration in
+                try migration.enumerateObjects("Contact") { old, new in
+                    guard var fields = old["address"].embeddedValue?.fields else { return }
+                    fields["_id"] = .string("address of \(old.primaryKey)")
+                    try migration.create("Address", fields)
+                    new?["address"] = .link(.string("address of \(old.primaryKey)"))
+                }
+            })
         #expect(try v2.object("Address", primaryKey: .string("address of \"c1\""))?["city"] == "Paris")
         #expect(try v2.object("Contact", primaryKey: .string("c2"))?["address"] == .link(.string("address of \"c2\"")))
         #expect(try v2.verify().passed)
     }
 
     static func people(_ version: UInt64, key: ScalarType) -> Schema {
-        Schema(version: version, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", key), .scalar("name", .string)])])
+        Schema(
+            version: version,
+            types: [ObjectSchema(name: "Person", properties: [.scalar("_id", key), .scalar("name", .string)])])
     }
 
     @Test("Changing a primary key's type fails unless the migration re-creates the objects; then it is applied")
@@ -149,22 +193,27 @@ struct EmbeddedMigrationTests {
         let directory = TemporaryDirectory()
         do {
             let v1 = try open(directory, Self.people(1, key: .int))
-            try v1.write { txn in for id in 1...3 { try txn.create("Person", ["_id": .int(Int64(id)), "name": .string("p\(id)")]) } }
+            try v1.write { txn in
+                for id in 1...3 { try txn.create("Person", ["_id": .int(Int64(id)), "name": .string("p\(id)")]) }
+            }
             v1.close()
         }
         #expect {
             _ = try open(directory, Self.people(2, key: .string))
         } throws: { error in
             guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
-            return error.message.contains("Person._id") && error.message.contains("int") && error.message.contains("string")
+            return error.message.contains("Person._id") && error.message.contains("int")
+                && error.message.contains("string")
         }
-        let v2 = try open(directory, Self.people(2, key: .string), migration: Migration { migration in
-            try migration.enumerateObjects("Person") { old, new in
-                guard let new, case .int(let id) = old.primaryKey else { return }
-                migration.delete(new)
-                try migration.create("Person", ["_id": .string("person-\(id)"), "name": old["name"]])
-            }
-        })
+        let v2 = try open(
+            directory, Self.people(2, key: .string),
+            migration: Migration { migration in
+                try migration.enumerateObjects("Person") { old, new in
+                    guard let new, case .int(let id) = old.primaryKey else { return }
+                    migration.delete(new)
+                    try migration.create("Person", ["_id": .string("person-\(id)"), "name": old["name"]])
+                }
+            })
         #expect(try v2.object("Person", primaryKey: .string("person-2"))?["name"] == "p2")
         #expect(try v2.objects("Person").count == 3)
         try v2.write { try $0.create("Person", ["_id": "person-4", "name": "p4"]) }
@@ -174,7 +223,9 @@ struct EmbeddedMigrationTests {
     @Test("Renames chained across steps (a to b, then b to c) carry the values to c, from version 1 and from 2")
     func chainedRenames() throws {
         func schema(_ version: UInt64, _ name: String) -> Schema {
-            Schema(version: version, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar(name, .int)])])
+            Schema(
+                version: version,
+                types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar(name, .int)])])
         }
         let migration = Migration(steps: [
             2: { migration in
@@ -206,7 +257,13 @@ struct EmbeddedMigrationTests {
     // Renames across versions, reused names, primary keys, and embedded types made top-level.
 
     func person(_ v: UInt64, _ names: [String]) -> Schema {
-        Schema(version: v, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int)] + names.map { .scalar($0, .string, optional: true) })])
+        Schema(
+            version: v,
+            types: [
+                ObjectSchema(
+                    name: "Person",
+                    properties: [.scalar("_id", .int)] + names.map { .scalar($0, .string, optional: true) })
+            ])
     }
     func seed(_ d: TemporaryDirectory, _ s: Schema, _ values: [String: Value]) throws {
         let r = try open(d, s)
@@ -218,10 +275,12 @@ struct EmbeddedMigrationTests {
     func shiftedRenames() throws {
         let d = TemporaryDirectory()
         try seed(d, person(1, ["a", "b"]), ["_id": 1, "a": "A", "b": "B"])
-        let r = try open(d, person(2, ["b", "c"]), migration: Migration { m in
-            m.renameProperty(onType: "Person", from: "b", to: "c")
-            m.renameProperty(onType: "Person", from: "a", to: "b")
-        })
+        let r = try open(
+            d, person(2, ["b", "c"]),
+            migration: Migration { m in
+                m.renameProperty(onType: "Person", from: "b", to: "c")
+                m.renameProperty(onType: "Person", from: "a", to: "b")
+            })
         let o = try r.object("Person", primaryKey: .int(1))
         #expect(o?["b"] == "A")
         #expect(o?["c"] == "B")
@@ -231,10 +290,12 @@ struct EmbeddedMigrationTests {
     func reusedName() throws {
         let d = TemporaryDirectory()
         try seed(d, person(1, ["subtitle", "title"]), ["_id": 1, "title": "T", "subtitle": "S"])
-        let r = try open(d, person(3, ["heading", "title"]), migration: Migration(steps: [
-            2: { $0.renameProperty(onType: "Person", from: "title", to: "heading") },
-            3: { $0.renameProperty(onType: "Person", from: "subtitle", to: "title") },
-        ]))
+        let r = try open(
+            d, person(3, ["heading", "title"]),
+            migration: Migration(steps: [
+                2: { $0.renameProperty(onType: "Person", from: "title", to: "heading") },
+                3: { $0.renameProperty(onType: "Person", from: "subtitle", to: "title") },
+            ]))
         let o = try r.object("Person", primaryKey: .int(1))
         #expect(o?["heading"] == "T")
         #expect(o?["title"] == "S")
@@ -244,55 +305,94 @@ struct EmbeddedMigrationTests {
     func renameUndone() throws {
         let d = TemporaryDirectory()
         try seed(d, person(1, ["a"]), ["_id": 1, "a": "A"])
-        let r = try open(d, person(3, ["a"]), migration: Migration(steps: [
-            2: { $0.renameProperty(onType: "Person", from: "a", to: "b") },
-            3: { $0.renameProperty(onType: "Person", from: "b", to: "a") },
-        ]))
+        let r = try open(
+            d, person(3, ["a"]),
+            migration: Migration(steps: [
+                2: { $0.renameProperty(onType: "Person", from: "a", to: "b") },
+                3: { $0.renameProperty(onType: "Person", from: "b", to: "a") },
+            ]))
         #expect(try r.object("Person", primaryKey: .int(1))?["a"] == "A")
     }
 
     static func contactsWith(_ v: UInt64, _ address: [Property], extra: [Property] = []) -> Schema {
-        Schema(version: v, types: [
-            ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))] + extra),
-            .embedded("Address", properties: address),
-        ])
+        Schema(
+            version: v,
+            types: [
+                ObjectSchema(
+                    name: "Contact",
+                    properties: [.scalar("_id", .string), Property("address", .embedded("Address"))] + extra),
+                .embedded("Address", properties: address),
+            ])
     }
 
     @Test("An embedded type's property renamed in a later step than the one that enumerates its parents")
     func embeddedRenameAfterEnumerate() throws {
         let d = TemporaryDirectory()
         do {
-            let r = try open(d, Self.contactsWith(1, [.scalar("street", .string), .scalar("zip", .int, optional: true)]))
-            try r.write { try $0.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "zip": 75001]))]) }
+            let r = try open(
+                d, Self.contactsWith(1, [.scalar("street", .string), .scalar("zip", .int, optional: true)]))
+            try r.write {
+                try $0.create(
+                    "Contact",
+                    [
+                        "_id": "c1",
+                        "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "zip": 75001])),
+                    ])
+            }
             r.close()
         }
-        let r = try open(d, Self.contactsWith(3, [.scalar("street", .string), .scalar("postcode", .int, optional: true)],
-                                          extra: [.scalar("n", .int, optional: true)]),
-                         migration: Migration(steps: [
-            2: { m in try m.enumerateObjects("Contact") { _, new in new?["n"] = 1 } },
-            3: { m in m.renameProperty(onType: "Address", from: "zip", to: "postcode") },
-        ]))
-        #expect(try r.object("Contact", primaryKey: .string("c1"))?["address"].embeddedValue?.fields["postcode"] == 75001)
+        let r = try open(
+            d,
+            Self.contactsWith(
+                3, [.scalar("street", .string), .scalar("postcode", .int, optional: true)],
+                extra: [.scalar("n", .int, optional: true)]),
+            migration: Migration(steps: [
+                2: { m in try m.enumerateObjects("Contact") { _, new in new?["n"] = 1 } },
+                3: { m in m.renameProperty(onType: "Address", from: "zip", to: "postcode") },
+            ]))
+        #expect(
+            try r.object("Contact", primaryKey: .string("c1"))?["address"].embeddedValue?.fields["postcode"] == 75001)
     }
 
     @Test("A type embedded inside an embedded type made top-level fails rather than dropping it")
     func nestedMadeTopLevel() throws {
         let d = TemporaryDirectory()
         do {
-            let r = try open(d, Schema(version: 1, types: [
-                ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("profile", .embedded("Profile"))]),
-                .embedded("Profile", properties: [Property("address", .embedded("Address"))]),
-                .embedded("Address", properties: [.scalar("street", .string)]),
-            ]))
-            try r.write { try $0.create("Contact", ["_id": "c1", "profile": .embedded(EmbeddedObject(type: "Profile", fields: [
-                "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "1 Main St"]))]))]) }
+            let r = try open(
+                d,
+                Schema(
+                    version: 1,
+                    types: [
+                        ObjectSchema(
+                            name: "Contact",
+                            properties: [.scalar("_id", .string), Property("profile", .embedded("Profile"))]),
+                        .embedded("Profile", properties: [Property("address", .embedded("Address"))]),
+                        .embedded("Address", properties: [.scalar("street", .string)]),
+                    ]))
+            try r.write {
+                try $0.create(
+                    "Contact",
+                    [
+                        "_id": "c1",
+                        "profile": .embedded(
+                            EmbeddedObject(
+                                type: "Profile",
+                                fields: [
+                                    "address": .embedded(
+                                        EmbeddedObject(type: "Address", fields: ["street": "1 Main St"]))
+                                ])),
+                    ])
+            }
             r.close()
         }
-        let v2 = Schema(version: 2, types: [
-            ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("profile", .embedded("Profile"))]),
-            .embedded("Profile", properties: [Property("address", .link("Address"))]),
-            ObjectSchema(name: "Address", properties: [.scalar("_id", .string), .scalar("street", .string)]),
-        ])
+        let v2 = Schema(
+            version: 2,
+            types: [
+                ObjectSchema(
+                    name: "Contact", properties: [.scalar("_id", .string), Property("profile", .embedded("Profile"))]),
+                .embedded("Profile", properties: [Property("address", .link("Address"))]),
+                ObjectSchema(name: "Address", properties: [.scalar("_id", .string), .scalar("street", .string)]),
+            ])
         #expect {
             _ = try open(d, v2)
         } throws: { error in
@@ -305,14 +405,22 @@ struct EmbeddedMigrationTests {
     func pkRename() throws {
         let d = TemporaryDirectory()
         try seed(d, person(1, ["name"]), ["_id": 1, "name": "N"])
-        let v2 = Schema(version: 2, types: [ObjectSchema(name: "Person", primaryKey: "id", properties: [.scalar("id", .int), .scalar("name", .string, optional: true)])])
-        let r = try open(d, v2, migration: Migration { m in
-            try m.enumerateObjects("Person") { old, new in
-                guard let new else { return }
-                m.delete(new)
-                try m.create("Person", ["id": old["_id"], "name": old["name"]])
-            }
-        })
+        let v2 = Schema(
+            version: 2,
+            types: [
+                ObjectSchema(
+                    name: "Person", primaryKey: "id",
+                    properties: [.scalar("id", .int), .scalar("name", .string, optional: true)])
+            ])
+        let r = try open(
+            d, v2,
+            migration: Migration { m in
+                try m.enumerateObjects("Person") { old, new in
+                    guard let new else { return }
+                    m.delete(new)
+                    try m.create("Person", ["id": old["_id"], "name": old["name"]])
+                }
+            })
         #expect(try r.object("Person", primaryKey: .int(1))?["name"] == "N")
     }
 
@@ -320,10 +428,14 @@ struct EmbeddedMigrationTests {
     func pkChangeWithLinks() throws {
         let d = TemporaryDirectory()
         func s(_ v: UInt64, _ key: ScalarType) -> Schema {
-            Schema(version: v, types: [
-                ObjectSchema(name: "Person", properties: [.scalar("_id", key), .scalar("name", .string)]),
-                ObjectSchema(name: "Team", properties: [.scalar("_id", .string), Property("members", .link("Person"), list: true)]),
-            ])
+            Schema(
+                version: v,
+                types: [
+                    ObjectSchema(name: "Person", properties: [.scalar("_id", key), .scalar("name", .string)]),
+                    ObjectSchema(
+                        name: "Team",
+                        properties: [.scalar("_id", .string), Property("members", .link("Person"), list: true)]),
+                ])
         }
         do {
             let r = try open(d, s(1, .int))
@@ -333,32 +445,48 @@ struct EmbeddedMigrationTests {
             }
             r.close()
         }
-        let r = try open(d, s(2, .string), migration: Migration { m in
-            try m.enumerateObjects("Person") { old, new in
-                guard let new, case .int(let id) = old.primaryKey else { return }
-                m.delete(new); try m.create("Person", ["_id": .string("p\(id)"), "name": old["name"]])
-            }
-            try m.enumerateObjects("Team") { _, new in new?["members"] = .list([.link(.string("p1"))]) }
-        })
+        let r = try open(
+            d, s(2, .string),
+            migration: Migration { m in
+                try m.enumerateObjects("Person") { old, new in
+                    guard let new, case .int(let id) = old.primaryKey else { return }
+                    m.delete(new)
+                    try m.create("Person", ["_id": .string("p\(id)"), "name": old["name"]])
+                }
+                try m.enumerateObjects("Team") { _, new in new?["members"] = .list([.link(.string("p1"))]) }
+            })
         #expect(try r.object("Team", primaryKey: .string("t"))?["members"] == .list([.link(.string("p1"))]))
         #expect(try r.verify().passed)
     }
 
     @Test("A field another replica added to an embedded type survives this replica's migration")
     func peerEmbeddedField() throws {
-        let da = TemporaryDirectory(), db = TemporaryDirectory()
+        let da = TemporaryDirectory()
+        let db = TemporaryDirectory()
         let a1 = Self.contactsWith(1, [.scalar("street", .string)])
         let b1 = Self.contactsWith(1, [.scalar("street", .string), .scalar("country", .string, optional: true)])
         do {
-            let a = try open(da, a1), b = try open(db, b1)
-            try a.write { try $0.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s"]))]) }
+            let a = try open(da, a1)
+            let b = try open(db, b1)
+            try a.write {
+                try $0.create(
+                    "Contact",
+                    ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s"]))])
+            }
             _ = try b.integrate(try a.changesets(missingFrom: VersionVector()))
-            try b.write { try $0.update("Contact", primaryKey: .string("c1"), ["address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "country": "FR"]))]) }
+            try b.write {
+                try $0.update(
+                    "Contact", primaryKey: .string("c1"),
+                    ["address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "country": "FR"]))])
+            }
             _ = try a.integrate(try b.changesets(missingFrom: VersionVector()))
-            #expect(try a.object("Contact", primaryKey: .string("c1"))?["address"].embeddedValue?.fields["country"] == "FR")
-            a.close(); b.close()
+            #expect(
+                try a.object("Contact", primaryKey: .string("c1"))?["address"].embeddedValue?.fields["country"] == "FR")
+            a.close()
+            b.close()
         }
-        let a = try open(da, Self.contactsWith(2, [.scalar("street", .string)], extra: [.scalar("note", .string, optional: true)]))
+        let a = try open(
+            da, Self.contactsWith(2, [.scalar("street", .string)], extra: [.scalar("note", .string, optional: true)]))
         #expect(try a.object("Contact", primaryKey: .string("c1"))?["address"].embeddedValue?.fields["country"] == "FR")
     }
 
@@ -367,13 +495,19 @@ struct EmbeddedMigrationTests {
         let d = TemporaryDirectory()
         do {
             let r = try open(d, Self.contactsWith(1, [.scalar("street", .string)]))
-            try r.write { try $0.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s"]))]) }
+            try r.write {
+                try $0.create(
+                    "Contact",
+                    ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s"]))])
+            }
             r.close()
         }
-        let v2 = Schema(version: 2, types: [
-            ObjectSchema(name: "Contact", properties: [.scalar("_id", .string)]),
-            ObjectSchema(name: "Address", properties: [.scalar("_id", .string), .scalar("street", .string)]),
-        ])
+        let v2 = Schema(
+            version: 2,
+            types: [
+                ObjectSchema(name: "Contact", properties: [.scalar("_id", .string)]),
+                ObjectSchema(name: "Address", properties: [.scalar("_id", .string), .scalar("street", .string)]),
+            ])
         let r = try open(d, v2)
         #expect(try r.objects("Address").isEmpty)
         #expect(try r.verify().passed)
@@ -381,28 +515,35 @@ struct EmbeddedMigrationTests {
 
     // Values the migration writes: checked fields, later renames, changed link targets, re-created objects.
 
-    @Test("A wrong value the migration writes into an embedded object fails it, naming the field; a fresh object clears the rest")
+    @Test(
+        "A wrong value the migration writes into an embedded object fails it, naming the field; a fresh object clears the rest"
+    )
     func migrationWritesToEmbeddedAreChecked() throws {
         let directory = TemporaryDirectory()
         try writeV1(directory)
         let schema = Self.contacts(2, address: Self.v1Address)
         #expect {
-            _ = try open(directory, schema, migration: Migration { migration in
-                try migration.enumerateObjects("Contact") { _, new in
-                    guard var address = new?["address"].embeddedValue else { return }
-                    address["zip"] = "75001"  // a string for an int
-                    new?["address"] = .embedded(address)
-                }
-            })
+            _ = try open(
+                directory, schema,
+                migration: Migration { migration in
+                    try migration.enumerateObjects("Contact") { _, new in
+                        guard var address = new?["address"].embeddedValue else { return }
+                        address["zip"] = "75001"  // a string for an int
+                        new?["address"] = .embedded(address)
+                    }
+                })
         } throws: { error in
             guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
             return error.message.contains("zip")
         }
-        let v2 = try open(directory, schema, migration: Migration { migration in
-            try migration.enumerateObjects("Contact") { _, new in
-                new?["address"] = .embedded(EmbeddedObject(type: "Address", fields: ["street": "New St", "city": "Rome"]))
-            }
-        })
+        let v2 = try open(
+            directory, schema,
+            migration: Migration { migration in
+                try migration.enumerateObjects("Contact") { _, new in
+                    new?["address"] = .embedded(
+                        EmbeddedObject(type: "Address", fields: ["street": "New St", "city": "Rome"]))
+                }
+            })
         #expect(try field(v2, "c1", "street") == "New St")
         #expect(try field(v2, "c1", "zip") == .null, "the migration wrote an address without a zip")
         #expect(try v2.verify().passed)
@@ -412,19 +553,25 @@ struct EmbeddedMigrationTests {
     func laterRenameKeepsEarlierStepsValue() throws {
         let directory = TemporaryDirectory()
         func schema(_ version: UInt64, _ properties: [Property]) -> Schema {
-            Schema(version: version, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int)] + properties)])
+            Schema(
+                version: version, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int)] + properties)]
+            )
         }
         do {
             let v1 = try open(directory, schema(1, [.scalar("age", .int)]))
             try v1.write { try $0.create("Person", ["_id": 1, "age": 30]) }
             v1.close()
         }
-        let v3 = try open(directory, schema(3, [.scalar("years", .int)]), migration: Migration(steps: [
-            2: { migration in
-                try migration.enumerateObjects("Person") { old, new in new?["age"] = .int((old["age"].intValue ?? 0) + 1) }
-            },
-            3: { $0.renameProperty(onType: "Person", from: "age", to: "years") },
-        ]))
+        let v3 = try open(
+            directory, schema(3, [.scalar("years", .int)]),
+            migration: Migration(steps: [
+                2: { migration in
+                    try migration.enumerateObjects("Person") { old, new in
+                        new?["age"] = .int((old["age"].intValue ?? 0) + 1)
+                    }
+                },
+                3: { $0.renameProperty(onType: "Person", from: "age", to: "years") },
+            ]))
         #expect(try v3.object("Person", primaryKey: .int(1))?["years"] == 31)
     }
 
@@ -433,18 +580,28 @@ struct EmbeddedMigrationTests {
         let directory = TemporaryDirectory()
         do {
             let v1 = try open(directory, Self.contacts(1, address: [.scalar("name", .string)]))
-            try v1.write { try $0.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["name": "Ada Lovelace"]))]) }
+            try v1.write {
+                try $0.create(
+                    "Contact",
+                    [
+                        "_id": "c1",
+                        "address": .embedded(EmbeddedObject(type: "Address", fields: ["name": "Ada Lovelace"])),
+                    ])
+            }
             v1.close()
         }
-        let schema = Self.contacts(2, address: [.scalar("fullName", .string), .scalar("name", .string, optional: true)])
-        let v2 = try open(directory, schema, migration: Migration { migration in
-            migration.renameProperty(onType: "Address", from: "name", to: "fullName")
-            try migration.enumerateObjects("Contact") { _, new in
-                guard var address = new?["address"].embeddedValue else { return }
-                address["name"] = "Ada"
-                new?["address"] = .embedded(address)
-            }
-        })
+        let schema = Self.contacts(
+            2, address: [.scalar("fullName", .string), .scalar("name", .string, optional: true)])
+        let v2 = try open(
+            directory, schema,
+            migration: Migration { migration in
+                migration.renameProperty(onType: "Address", from: "name", to: "fullName")
+                try migration.enumerateObjects("Contact") { _, new in
+                    guard var address = new?["address"].embeddedValue else { return }
+                    address["name"] = "Ada"
+                    new?["address"] = .embedded(address)
+                }
+            })
         #expect(try field(v2, "c1", "fullName") == "Ada Lovelace")
         #expect(try field(v2, "c1", "name") == "Ada")
     }
@@ -453,19 +610,29 @@ struct EmbeddedMigrationTests {
     func embeddedLinkRetargeted() throws {
         let directory = TemporaryDirectory()
         func schema(_ version: UInt64, target: String) -> Schema {
-            Schema(version: version, types: [
-                ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
-                .embedded("Address", properties: [.scalar("street", .string), Property("owner", .link(target))]),
-                ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
-                ObjectSchema(name: "Team", properties: [.scalar("_id", .string)]),
-            ])
+            Schema(
+                version: version,
+                types: [
+                    ObjectSchema(
+                        name: "Contact",
+                        properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
+                    .embedded("Address", properties: [.scalar("street", .string), Property("owner", .link(target))]),
+                    ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
+                    ObjectSchema(name: "Team", properties: [.scalar("_id", .string)]),
+                ])
         }
         do {
             let v1 = try open(directory, schema(1, target: "Person"))
             try v1.write { txn in
                 try txn.create("Person", ["_id": "x"])
                 try txn.create("Team", ["_id": "x"])
-                try txn.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "owner": .link(.string("x"))]))])
+                try txn.create(
+                    "Contact",
+                    [
+                        "_id": "c1",
+                        "address": .embedded(
+                            EmbeddedObject(type: "Address", fields: ["street": "s", "owner": .link(.string("x"))])),
+                    ])
             }
             v1.close()
         }
@@ -478,25 +645,41 @@ struct EmbeddedMigrationTests {
     func typeMadeEmbeddedCarriesRenamedFields() throws {
         let directory = TemporaryDirectory()
         func schema(_ version: UInt64, embedded: Bool, zip: String) -> Schema {
-            Schema(version: version, types: [
-                ObjectSchema(name: "Mall", properties: [.scalar("_id", .string), Property("shop", embedded ? .embedded("Shop") : .link("Shop"))]),
-                embedded
-                    ? .embedded("Shop", properties: [Property("address", .embedded("Address"))])
-                    : ObjectSchema(name: "Shop", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
-                .embedded("Address", properties: [.scalar("street", .string), .scalar(zip, .int, optional: true)]),
-            ])
+            Schema(
+                version: version,
+                types: [
+                    ObjectSchema(
+                        name: "Mall",
+                        properties: [
+                            .scalar("_id", .string), Property("shop", embedded ? .embedded("Shop") : .link("Shop")),
+                        ]),
+                    embedded
+                        ? .embedded("Shop", properties: [Property("address", .embedded("Address"))])
+                        : ObjectSchema(
+                            name: "Shop",
+                            properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
+                    .embedded("Address", properties: [.scalar("street", .string), .scalar(zip, .int, optional: true)]),
+                ])
         }
         do {
             let v1 = try open(directory, schema(1, embedded: false, zip: "zip"))
             try v1.write { txn in
-                try txn.create("Shop", ["_id": "s1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "1 Rue", "zip": 75001]))])
+                try txn.create(
+                    "Shop",
+                    [
+                        "_id": "s1",
+                        "address": .embedded(
+                            EmbeddedObject(type: "Address", fields: ["street": "1 Rue", "zip": 75001])),
+                    ])
                 try txn.create("Mall", ["_id": "m1", "shop": .link(.string("s1"))])
             }
             v1.close()
         }
-        let v2 = try open(directory, schema(2, embedded: true, zip: "postcode"), migration: Migration {
-            $0.renameProperty(onType: "Address", from: "zip", to: "postcode")
-        })
+        let v2 = try open(
+            directory, schema(2, embedded: true, zip: "postcode"),
+            migration: Migration {
+                $0.renameProperty(onType: "Address", from: "zip", to: "postcode")
+            })
         let address = try v2.object("Mall", primaryKey: .string("m1"))?["shop"].embeddedValue?["address"].embeddedValue
         #expect(address?["postcode"] == 75001)
         #expect(try v2.verify().passed)
@@ -507,13 +690,21 @@ struct EmbeddedMigrationTests {
         let directory = TemporaryDirectory()
         try writeV1(directory)
         let schema = Self.contacts(2, address: Self.v1Address)
-        let v2 = try open(directory, schema, migration: Migration { migration in
-            try migration.enumerateObjects("Contact") { old, new in
-                guard let new, old.primaryKey == .string("c1") else { return }
-                migration.delete(new)
-                try migration.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "city": "c"]))])
-            }
-        })
+        let v2 = try open(
+            directory, schema,
+            migration: Migration { migration in
+                try migration.enumerateObjects("Contact") { old, new in
+                    guard let new, old.primaryKey == .string("c1") else { return }
+                    migration.delete(new)
+                    try migration.create(
+                        "Contact",
+                        [
+                            "_id": "c1",
+                            "address": .embedded(
+                                EmbeddedObject(type: "Address", fields: ["street": "s", "city": "c"])),
+                        ])
+                }
+            })
         #expect(try field(v2, "c1", "zip") == .null)
         #expect(try field(v2, "c1", "street") == "s")
     }
@@ -524,24 +715,37 @@ struct EmbeddedMigrationTests {
     func renameOfTypeBecomingEmbedded() throws {
         let directory = TemporaryDirectory()
         do {
-            let v1 = try open(directory, Schema(version: 1, types: [
-                ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("address", .link("Address"))]),
-                ObjectSchema(name: "Address", properties: [.scalar("_id", .string), .scalar("street", .string), .scalar("city", .string)]),
-            ]))
+            let v1 = try open(
+                directory,
+                Schema(
+                    version: 1,
+                    types: [
+                        ObjectSchema(
+                            name: "Contact",
+                            properties: [.scalar("_id", .string), Property("address", .link("Address"))]),
+                        ObjectSchema(
+                            name: "Address",
+                            properties: [.scalar("_id", .string), .scalar("street", .string), .scalar("city", .string)]),
+                    ]))
             try v1.write { txn in
                 try txn.create("Address", ["_id": "a1", "street": "1 Main St", "city": "Paris"])
                 try txn.create("Contact", ["_id": "c1", "address": .link(.string("a1"))])
             }
             v1.close()
         }
-        let schema = Schema(version: 2, types: [
-            ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
-            .embedded("Address", properties: [.scalar("road", .string), .scalar("city", .string)]),
-        ])
-        let v2 = try open(directory, schema, migration: Migration { migration in
-            try migration.enumerateObjects("Address") { _, _ in }
-            migration.renameProperty(onType: "Address", from: "street", to: "road")
-        })
+        let schema = Schema(
+            version: 2,
+            types: [
+                ObjectSchema(
+                    name: "Contact", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
+                .embedded("Address", properties: [.scalar("road", .string), .scalar("city", .string)]),
+            ])
+        let v2 = try open(
+            directory, schema,
+            migration: Migration { migration in
+                try migration.enumerateObjects("Address") { _, _ in }
+                migration.renameProperty(onType: "Address", from: "street", to: "road")
+            })
         #expect(try field(v2, "c1", "road") == "1 Main St")
         #expect(try v2.verify().passed)
     }
@@ -550,20 +754,30 @@ struct EmbeddedMigrationTests {
     func embeddedRetypeThenRename() throws {
         let directory = TemporaryDirectory()
         try writeV1(directory)
-        let schema = Self.contacts(3, address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .string, optional: true)])
-        let v3 = try open(directory, schema, migration: Migration(steps: [
-            2: { migration in
-                try migration.enumerateObjects("Contact") { old, new in
-                    guard var address = new?["address"].embeddedValue, let zip = old["address"].embeddedValue?["zip"].intValue else { return }
-                    address["zip"] = .string(String(zip))
-                    new?["address"] = .embedded(address)
-                }
-            },
-            3: { $0.renameProperty(onType: "Address", from: "zip", to: "postcode") },
-        ]))
+        let schema = Self.contacts(
+            3,
+            address: [
+                .scalar("street", .string), .scalar("city", .string), .scalar("postcode", .string, optional: true),
+            ])
+        let v3 = try open(
+            directory, schema,
+            migration: Migration(steps: [
+                2: { migration in
+                    try migration.enumerateObjects("Contact") { old, new in
+                        guard var address = new?["address"].embeddedValue,
+                            let zip = old["address"].embeddedValue?["zip"].intValue
+                        else { return }
+                        address["zip"] = .string(String(zip))
+                        new?["address"] = .embedded(address)
+                    }
+                },
+                3: { $0.renameProperty(onType: "Address", from: "zip", to: "postcode") },
+            ]))
         #expect(try field(v3, "c1", "postcode") == "75001")
-        #expect(try v3.object("Contact", primaryKey: .string("c1"))?["previous"].listValue?.first?.embeddedValue?["postcode"] == .null,
-                "an int zip the migration left is old data of another type")
+        #expect(
+            try v3.object("Contact", primaryKey: .string("c1"))?["previous"].listValue?.first?.embeddedValue?[
+                "postcode"] == .null,
+            "an int zip the migration left is old data of another type")
         #expect(try v3.verify().passed)
     }
 
@@ -573,20 +787,34 @@ struct EmbeddedMigrationTests {
         do {
             let v1 = try open(directory, Self.contacts(1, address: Self.v1Address))
             try v1.write { txn in
-                try txn.create("Contact", ["_id": "c1", "previous": .list([self.address("b", "B", 2), self.address("a", "A", 1), self.address("c", "C", 3)])])
+                try txn.create(
+                    "Contact",
+                    [
+                        "_id": "c1",
+                        "previous": .list([
+                            self.address("b", "B", 2), self.address("a", "A", 1), self.address("c", "C", 3),
+                        ]),
+                    ])
             }
             v1.close()
         }
-        let schema = Self.contacts(3, address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
-        let v3 = try open(directory, schema, migration: Migration(steps: [
-            2: { migration in
-                try migration.enumerateObjects("Contact") { _, new in
-                    let sorted = (new?["previous"].listValue ?? []).sorted { ($0.embeddedValue?["street"].stringValue ?? "") < ($1.embeddedValue?["street"].stringValue ?? "") }
-                    new?["previous"] = .list(Array(sorted.prefix(2)))
-                }
-            },
-            3: { $0.renameProperty(onType: "Address", from: "zip", to: "postcode") },
-        ]))
+        let schema = Self.contacts(
+            3,
+            address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
+        let v3 = try open(
+            directory, schema,
+            migration: Migration(steps: [
+                2: { migration in
+                    try migration.enumerateObjects("Contact") { _, new in
+                        let sorted = (new?["previous"].listValue ?? []).sorted {
+                            ($0.embeddedValue?["street"].stringValue ?? "")
+                                < ($1.embeddedValue?["street"].stringValue ?? "")
+                        }
+                        new?["previous"] = .list(Array(sorted.prefix(2)))
+                    }
+                },
+                3: { $0.renameProperty(onType: "Address", from: "zip", to: "postcode") },
+            ]))
         let previous = try v3.object("Contact", primaryKey: .string("c1"))?["previous"].listValue ?? []
         #expect(previous.map { $0.embeddedValue?["street"] } == ["a", "b"])
         #expect(previous.map { $0.embeddedValue?["postcode"] } == [1, 2])
@@ -596,15 +824,19 @@ struct EmbeddedMigrationTests {
     func copiedOldEmbeddedValues() throws {
         let directory = TemporaryDirectory()
         try writeV1(directory)
-        let schema = Self.contacts(2, address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
-        let v2 = try open(directory, schema, migration: Migration { migration in
-            migration.renameProperty(onType: "Address", from: "zip", to: "postcode")
-            try migration.enumerateObjects("Contact") { old, new in
-                guard let new, old.primaryKey == .string("c2") else { return }
-                migration.delete(new)
-                try migration.create("Contact", ["_id": "c2-copy", "address": old["address"]])
-            }
-        })
+        let schema = Self.contacts(
+            2,
+            address: [.scalar("street", .string), .scalar("city", .string), .scalar("postcode", .int, optional: true)])
+        let v2 = try open(
+            directory, schema,
+            migration: Migration { migration in
+                migration.renameProperty(onType: "Address", from: "zip", to: "postcode")
+                try migration.enumerateObjects("Contact") { old, new in
+                    guard let new, old.primaryKey == .string("c2") else { return }
+                    migration.delete(new)
+                    try migration.create("Contact", ["_id": "c2-copy", "address": old["address"]])
+                }
+            })
         #expect(try field(v2, "c2-copy", "postcode") == 150)
         #expect(try v2.object("Contact", primaryKey: .string("c2")) == nil)
     }
@@ -613,22 +845,30 @@ struct EmbeddedMigrationTests {
     func laterRenameMovesAStepsValue() throws {
         let directory = TemporaryDirectory()
         func schema(_ version: UInt64, _ names: [String]) -> Schema {
-            Schema(version: version, types: [ObjectSchema(name: "Book", properties: [.scalar("_id", .int)] + names.map { .scalar($0, .string) })])
+            Schema(
+                version: version,
+                types: [
+                    ObjectSchema(name: "Book", properties: [.scalar("_id", .int)] + names.map { .scalar($0, .string) })
+                ])
         }
         do {
             let v1 = try open(directory, schema(1, ["title", "subtitle"]))
             try v1.write { try $0.create("Book", ["_id": 1, "title": "  Dune ", "subtitle": "A novel"]) }
             v1.close()
         }
-        let v3 = try open(directory, schema(3, ["heading", "title"]), migration: Migration(steps: [
-            2: { migration in
-                try migration.enumerateObjects("Book") { old, new in new?["title"] = .string(old["title"].stringValue!.trimmingCharacters(in: .whitespaces)) }
-            },
-            3: { migration in
-                migration.renameProperty(onType: "Book", from: "title", to: "heading")
-                migration.renameProperty(onType: "Book", from: "subtitle", to: "title")
-            },
-        ]))
+        let v3 = try open(
+            directory, schema(3, ["heading", "title"]),
+            migration: Migration(steps: [
+                2: { migration in
+                    try migration.enumerateObjects("Book") { old, new in
+                        new?["title"] = .string(old["title"].stringValue!.trimmingCharacters(in: .whitespaces))
+                    }
+                },
+                3: { migration in
+                    migration.renameProperty(onType: "Book", from: "title", to: "heading")
+                    migration.renameProperty(onType: "Book", from: "subtitle", to: "title")
+                },
+            ]))
         #expect(try v3.object("Book", primaryKey: .int(1))?["heading"] == "Dune")
         #expect(try v3.object("Book", primaryKey: .int(1))?["title"] == "A novel")
     }
@@ -637,42 +877,59 @@ struct EmbeddedMigrationTests {
     func lateEmbeddedShiftFails() throws {
         let directory = TemporaryDirectory()
         try writeV1(directory)
-        let schema = Self.contacts(2, address: [.scalar("city", .string), .scalar("town", .string), .scalar("zip", .int, optional: true)])
+        let schema = Self.contacts(
+            2, address: [.scalar("city", .string), .scalar("town", .string), .scalar("zip", .int, optional: true)])
         #expect {
-            _ = try open(directory, schema, migration: Migration { migration in
-                try migration.enumerateObjects("Contact") { _, _ in }
-                migration.renameProperty(onType: "Address", from: "city", to: "town")
-                migration.renameProperty(onType: "Address", from: "street", to: "city")
-            })
+            _ = try open(
+                directory, schema,
+                migration: Migration { migration in
+                    try migration.enumerateObjects("Contact") { _, _ in }
+                    migration.renameProperty(onType: "Address", from: "city", to: "town")
+                    migration.renameProperty(onType: "Address", from: "street", to: "city")
+                })
         } throws: { error in
             guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
             return error.message.contains("before enumerating")
         }
-        let v2 = try open(directory, schema, migration: Migration { migration in
-            migration.renameProperty(onType: "Address", from: "city", to: "town")
-            migration.renameProperty(onType: "Address", from: "street", to: "city")
-        })
+        let v2 = try open(
+            directory, schema,
+            migration: Migration { migration in
+                migration.renameProperty(onType: "Address", from: "city", to: "town")
+                migration.renameProperty(onType: "Address", from: "street", to: "city")
+            })
         #expect(try field(v2, "c1", "town") == "Paris")
         #expect(try field(v2, "c1", "city") == "1 Main St")
     }
 
     // Late renames of reused names and of links.
 
-    @Test("A late rename of a name an earlier rename reused moves the right value: title to heading, subtitle to title, then title to label")
+    @Test(
+        "A late rename of a name an earlier rename reused moves the right value: title to heading, subtitle to title, then title to label"
+    )
     func lateRenameOfReusedName() throws {
         let directory = TemporaryDirectory()
         do {
-            let v1 = try open(directory, Self.contacts(1, address: [.scalar("title", .string), .scalar("subtitle", .string)]))
-            try v1.write { try $0.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["title": "T", "subtitle": "S"]))]) }
+            let v1 = try open(
+                directory, Self.contacts(1, address: [.scalar("title", .string), .scalar("subtitle", .string)]))
+            try v1.write {
+                try $0.create(
+                    "Contact",
+                    [
+                        "_id": "c1",
+                        "address": .embedded(EmbeddedObject(type: "Address", fields: ["title": "T", "subtitle": "S"])),
+                    ])
+            }
             v1.close()
         }
         let schema = Self.contacts(5, address: [.scalar("heading", .string), .scalar("label", .string)])
-        let v5 = try open(directory, schema, migration: Migration(steps: [
-            2: { $0.renameProperty(onType: "Address", from: "title", to: "heading") },
-            3: { $0.renameProperty(onType: "Address", from: "subtitle", to: "title") },
-            4: { migration in try migration.enumerateObjects("Contact") { _, _ in } },
-            5: { $0.renameProperty(onType: "Address", from: "title", to: "label") },
-        ]))
+        let v5 = try open(
+            directory, schema,
+            migration: Migration(steps: [
+                2: { $0.renameProperty(onType: "Address", from: "title", to: "heading") },
+                3: { $0.renameProperty(onType: "Address", from: "subtitle", to: "title") },
+                4: { migration in try migration.enumerateObjects("Contact") { _, _ in } },
+                5: { $0.renameProperty(onType: "Address", from: "title", to: "label") },
+            ]))
         #expect(try field(v5, "c1", "heading") == "T")
         #expect(try field(v5, "c1", "label") == "S")
         #expect(try v5.verify().passed)
@@ -682,26 +939,38 @@ struct EmbeddedMigrationTests {
     func lateRenameOfRetargetedLink() throws {
         let directory = TemporaryDirectory()
         func schema(_ version: UInt64, _ link: Property) -> Schema {
-            Schema(version: version, types: [
-                ObjectSchema(name: "Contact", properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
-                .embedded("Address", properties: [.scalar("street", .string), link]),
-                ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
-                ObjectSchema(name: "Account", properties: [.scalar("_id", .string)]),
-            ])
+            Schema(
+                version: version,
+                types: [
+                    ObjectSchema(
+                        name: "Contact",
+                        properties: [.scalar("_id", .string), Property("address", .embedded("Address"))]),
+                    .embedded("Address", properties: [.scalar("street", .string), link]),
+                    ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
+                    ObjectSchema(name: "Account", properties: [.scalar("_id", .string)]),
+                ])
         }
         do {
             let v1 = try open(directory, schema(1, Property("owner", .link("Person"))))
             try v1.write { txn in
                 try txn.create("Person", ["_id": "x"])
                 try txn.create("Account", ["_id": "x"])
-                try txn.create("Contact", ["_id": "c1", "address": .embedded(EmbeddedObject(type: "Address", fields: ["street": "s", "owner": .link(.string("x"))]))])
+                try txn.create(
+                    "Contact",
+                    [
+                        "_id": "c1",
+                        "address": .embedded(
+                            EmbeddedObject(type: "Address", fields: ["street": "s", "owner": .link(.string("x"))])),
+                    ])
             }
             v1.close()
         }
-        let v2 = try open(directory, schema(2, Property("holder", .link("Account"))), migration: Migration { migration in
-            try migration.enumerateObjects("Contact") { _, _ in }
-            migration.renameProperty(onType: "Address", from: "owner", to: "holder")
-        })
+        let v2 = try open(
+            directory, schema(2, Property("holder", .link("Account"))),
+            migration: Migration { migration in
+                try migration.enumerateObjects("Contact") { _, _ in }
+                migration.renameProperty(onType: "Address", from: "owner", to: "holder")
+            })
         #expect(try field(v2, "c1", "holder") == .null, "person x's key would name account x")
     }
 }

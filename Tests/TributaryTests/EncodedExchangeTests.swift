@@ -1,9 +1,10 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryCompression
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Changesets exchanged as bytes, as a sync layer sends them: `encodedChangesets(missingFrom:)` reads them from the log
 /// without decoding, `integrate(encoded:)` decodes each once and logs the bytes it received.
@@ -98,7 +99,9 @@ struct EncodedExchangeTests {
         for batch in 0..<3 {
             try replica.write { txn in
                 for index in 0..<40 {
-                    try txn.create("Task", ["_id": .string("b\(batch)-\(index)"), "title": .string("batch \(batch) task \(index)")])
+                    try txn.create(
+                        "Task",
+                        ["_id": .string("b\(batch)-\(index)"), "title": .string("batch \(batch) task \(index)")])
                 }
             }
         }
@@ -119,7 +122,8 @@ struct EncodedExchangeTests {
         // Each frame holds the plain encoding; each element that is not a frame is that encoding.
         let codec = ZstdCodec()
         for (packed, encoded) in zip(stored, plain) {
-            let unpacked = ZstdCodec.startsFrame(packed) ? try codec.decompress(packed, maximumOutputBytes: 1 << 20) : packed
+            let unpacked =
+                ZstdCodec.startsFrame(packed) ? try codec.decompress(packed, maximumOutputBytes: 1 << 20) : packed
             #expect(unpacked == encoded)
         }
         // Replica 1 integrates the stored form, later ones first (they wait, then complete); replica 2 the plain one.
@@ -132,7 +136,9 @@ struct EncodedExchangeTests {
         #expect(try cluster[1].verify().passed)
         // Both receivers log what replica 0 logged, byte for byte, whichever form they received.
         for receiver in [cluster[1], cluster[2]] {
-            #expect(try receiver.encodedChangesets(missingFrom: since, origins: [cluster[0].replicaID], compressed: true) == stored)
+            #expect(
+                try receiver.encodedChangesets(missingFrom: since, origins: [cluster[0].replicaID], compressed: true)
+                    == stored)
         }
     }
 
@@ -149,7 +155,9 @@ struct EncodedExchangeTests {
         }
         #expect(sent != stored, "level 19 makes other frames than the log's level")
         #expect(try cluster[1].integrate(encoded: sent).integrated.count == sent.count)
-        #expect(try cluster[1].encodedChangesets(missingFrom: VersionVector(), origins: [cluster[0].replicaID], compressed: true) == sent)
+        #expect(
+            try cluster[1].encodedChangesets(
+                missingFrom: VersionVector(), origins: [cluster[0].replicaID], compressed: true) == sent)
         #expect(try cluster[1].recordsDigest() == cluster[0].recordsDigest())
         #expect(try cluster[1].verify().passed)
     }

@@ -1,10 +1,11 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryLog
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Input that used to stop the process (a Swift trap) or hold a peer's changeset up for ever: each now gets an error
 /// that names the problem, and what was committed stays.
@@ -35,7 +36,9 @@ struct HostileInputTests {
     func nestedWrite() throws {
         let directory = TemporaryDirectory("nested")
         let replica = try Self.open(directory.path)
-        for nested in [{ try replica.write { _ in } }, { _ = try replica.integrate([]) }, { try replica.rebuildViews() }] {
+        for nested in [
+            { try replica.write { _ in } }, { _ = try replica.integrate([]) }, { try replica.rebuildViews() },
+        ] {
             let error = #expect(throws: TributaryError.self) {
                 try replica.write { txn in
                     try txn.create("Person", ["_id": "outer"])
@@ -51,7 +54,8 @@ struct HostileInputTests {
         #expect(try replica.object("Person", primaryKey: .string("after")) != nil)
     }
 
-    @Test("Reader and database counts outside what LMDB takes are refused at open, by name", arguments: [-1, 0, 1 << 33])
+    @Test(
+        "Reader and database counts outside what LMDB takes are refused at open, by name", arguments: [-1, 0, 1 << 33])
     func readerCounts(_ readers: Int) throws {
         let directory = TemporaryDirectory("readers")
         let error = #expect(throws: TributaryError.self) {
@@ -65,7 +69,8 @@ struct HostileInputTests {
         let directory = TemporaryDirectory("skew")
         let replica = try Self.open(directory.path) { $0.maximumClockSkew = .seconds(Int64.max) }
         // Stamped ten years ahead of this replica's clock.
-        var ahead = Self.changeset(origin: 77, sequence: 1, [.create(type: "Person", primaryKey: .string("future"), fields: [], defaults: [])])
+        var ahead = Self.changeset(
+            origin: 77, sequence: 1, [.create(type: "Person", primaryKey: .string("future"), fields: [], defaults: [])])
         ahead.time = HybridTime(milliseconds: 1_700_000_000_000 + 10 * 365 * 86_400_000)
         let report = try replica.integrate([ahead])
         #expect(report.integrated == [ahead.dot], "\(report)")
@@ -76,12 +81,16 @@ struct HostileInputTests {
         let directory = TemporaryDirectory("long-key")
         let replica = try Self.open(directory.path)
         let long = String(repeating: "k", count: 600)
-        let bad = Self.changeset(origin: 81, sequence: 1, [.create(type: "Person", primaryKey: .string(long), fields: [], defaults: [])])
-        let good = Self.changeset(origin: 82, sequence: 1, [.create(type: "Person", primaryKey: .string("fine"), fields: [], defaults: [])])
+        let bad = Self.changeset(
+            origin: 81, sequence: 1, [.create(type: "Person", primaryKey: .string(long), fields: [], defaults: [])])
+        let good = Self.changeset(
+            origin: 82, sequence: 1, [.create(type: "Person", primaryKey: .string("fine"), fields: [], defaults: [])])
         let report = try replica.integrate([bad, good])
         #expect(report.integrated == [good.dot], "\(report)")
         #expect(report.rejected.map(\.dot) == [bad.dot])
-        #expect(report.rejected.first?.reason.contains("primary key of Person is 600 bytes long; the limit is 256") == true, "\(report)")
+        #expect(
+            report.rejected.first?.reason.contains("primary key of Person is 600 bytes long; the limit is 256") == true,
+            "\(report)")
         #expect(try replica.object("Person", primaryKey: .string("fine")) != nil)
         #expect(try replica.verify().passed)
     }
@@ -90,7 +99,10 @@ struct HostileInputTests {
     func batchBound() throws {
         let cluster = try Cluster(1, schema: Self.schema)
         for index in 0..<3 {
-            try cluster[0].write { try $0.create("Person", ["_id": .string("p\(index)"), "name": .string(String(repeating: "n", count: 700))]) }
+            try cluster[0].write {
+                try $0.create(
+                    "Person", ["_id": .string("p\(index)"), "name": .string(String(repeating: "n", count: 700))])
+            }
         }
         let encoded = try cluster[0].encodedChangesets(missingFrom: VersionVector(), compressed: true)
         #expect(encoded.count == 4)  // the schema, then the three creates
@@ -117,9 +129,12 @@ struct HostileInputTests {
         }
         #expect(error?.code == .invalidValue, "\(String(describing: error))")
         #expect(error?.message.contains("Person.name") == true, "\(String(describing: error))")
-        #expect(error?.message.contains("a string of 16777316 bytes (UTF-8), over the limit of 16777216") == true, "\(String(describing: error))")
+        #expect(
+            error?.message.contains("a string of 16777316 bytes (UTF-8), over the limit of 16777216") == true,
+            "\(String(describing: error))")
 
-        let create = Self.changeset(origin: 91, sequence: 1, [.create(type: "Person", primaryKey: .string("big"), fields: [], defaults: [])])
+        let create = Self.changeset(
+            origin: 91, sequence: 1, [.create(type: "Person", primaryKey: .string("big"), fields: [], defaults: [])])
         let set = Self.changeset(
             origin: 91, sequence: 2, context: VersionVector([(ReplicaID(rawValue: 91), 1)]),
             [.set(FieldPath(type: "Person", primaryKey: .string("big"), property: "name"), .string(name))])
@@ -131,20 +146,28 @@ struct HostileInputTests {
         #expect(try replica.verify().passed)
     }
 
-    @Test("A link to a key over 16 MiB, from a peer, refuses that changeset; one to a key no object can have reads as null")
+    @Test(
+        "A link to a key over 16 MiB, from a peer, refuses that changeset; one to a key no object can have reads as null"
+    )
     func longLinkKeysFromPeer() throws {
         let directory = TemporaryDirectory("long-link")
         let replica = try Self.open(directory.path)
         func task(_ id: String, origin: UInt64, owner: String) -> Changeset {
             Self.changeset(
                 origin: origin, sequence: 1,
-                [.create(type: "Task", primaryKey: .string(id), fields: [FieldValue("owner", .link(.string(owner)))], defaults: [])])
+                [
+                    .create(
+                        type: "Task", primaryKey: .string(id), fields: [FieldValue("owner", .link(.string(owner)))],
+                        defaults: [])
+                ])
         }
         let huge = task("huge", origin: 83, owner: String(repeating: "k", count: (16 << 20) + 1))
         let long = task("long", origin: 84, owner: String(repeating: "k", count: 300))
         let report = try replica.integrate([huge, long])
         #expect(report.rejected.map(\.dot) == [huge.dot], "\(report)")
-        #expect(report.rejected.first?.reason.contains("a link to a primary key of 16777217 bytes, over the limit") == true, "\(report)")
+        #expect(
+            report.rejected.first?.reason.contains("a link to a primary key of 16777217 bytes, over the limit") == true,
+            "\(report)")
         #expect(report.integrated == [long.dot], "\(report)")
         #expect(try replica.object("Task", primaryKey: .string("huge")) == nil)
         #expect(try replica.object("Task", primaryKey: .string("long"))?["owner"] == .null)
@@ -164,7 +187,9 @@ struct HostileInputTests {
         let changeset = Self.changeset(
             origin: 95, sequence: 1,
             [
-                .create(type: "Person", primaryKey: .string("old"), fields: [FieldValue("name", .string(String(repeating: "x", count: 17 << 20)))], defaults: []),
+                .create(
+                    type: "Person", primaryKey: .string("old"),
+                    fields: [FieldValue("name", .string(String(repeating: "x", count: 17 << 20)))], defaults: []),
                 .set(path, "x"),
             ])
         do {
@@ -185,7 +210,8 @@ struct HostileInputTests {
     @Test("A waiting changeset over the default decoding limits (more than 500,000 instructions) survives a reopen")
     func largePendingSurvivesReopen() throws {
         let directory = TemporaryDirectory("pending-large")
-        let create = Self.changeset(origin: 91, sequence: 1, [.create(type: "Person", primaryKey: .string("big"), fields: [], defaults: [])])
+        let create = Self.changeset(
+            origin: 91, sequence: 1, [.create(type: "Person", primaryKey: .string("big"), fields: [], defaults: [])])
         let many = Self.changeset(
             origin: 91, sequence: 2, context: VersionVector([(ReplicaID(rawValue: 91), 1)]),
             Array(repeating: .omitted, count: 500_001)
@@ -205,7 +231,8 @@ struct HostileInputTests {
         #expect(try replica.object("Person", primaryKey: .string("big"))?["name"] == "after many")
     }
 
-    @Test("A schema merged past one changeset's limits (a type of 10,001 properties) reopens, and 10,001 types read back")
+    @Test(
+        "A schema merged past one changeset's limits (a type of 10,001 properties) reopens, and 10,001 types read back")
     func mergedSchemaPastChangesetLimitsReopens() throws {
         let directory = TemporaryDirectory("large-schema")
         let limit = BinaryReader.maximumPropertiesPerType
@@ -213,10 +240,18 @@ struct HostileInputTests {
         // Each changeset within the limits; together, one more property than one changeset may define.
         let wide = Self.changeset(
             origin: 92, sequence: 1,
-            [.addType(ObjectSchema(name: "Wide", primaryKey: "_id", properties: [Property("_id", .scalar(.int))] + properties.dropLast()))])
+            [
+                .addType(
+                    ObjectSchema(
+                        name: "Wide", primaryKey: "_id",
+                        properties: [Property("_id", .scalar(.int))] + properties.dropLast()))
+            ])
         let more = Self.changeset(
             origin: 92, sequence: 2, context: VersionVector([(ReplicaID(rawValue: 92), 1)]),
-            [.addProperty(type: "Wide", properties.last!), .addProperty(type: "Wide", Property("extra", .scalar(.int), optional: true))])
+            [
+                .addProperty(type: "Wide", properties.last!),
+                .addProperty(type: "Wide", Property("extra", .scalar(.int), optional: true)),
+            ])
         do {
             let replica = try Self.open(directory.path)
             #expect(try replica.integrate([wide, more]).integrated.count == 2)
@@ -226,7 +261,9 @@ struct HostileInputTests {
         #expect(replica.schema[type: "Wide"]?.properties.count == limit + 2)
         #expect(try replica.verify().passed)
         // More types than one changeset's limit, as a stored schema (the merge of many changesets) may hold.
-        let types = (0...10_000).map { ObjectSchema(name: "T\($0)", primaryKey: "_id", properties: [Property("_id", .scalar(.int))]) }
+        let types = (0...10_000).map {
+            ObjectSchema(name: "T\($0)", primaryKey: "_id", properties: [Property("_id", .scalar(.int))])
+        }
         var writer = BinaryWriter()
         writer.schema(Schema(types: types))
         var reader = BinaryReader(writer.bytes, subject: "stored schema")
@@ -257,7 +294,8 @@ struct HostileInputTests {
                 let lastSequence = UInt64(bigEndian: lastKey.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) })
                 let last = try lastValue.withUnsafeBytes { try LogEntry(decoding: $0, localSequence: lastSequence) }
                 let forged = LogEntry(
-                    localSequence: sequence, origin: last.origin, originSequence: last.originSequence + 1, time: last.time,
+                    localSequence: sequence, origin: last.origin, originSequence: last.originSequence + 1,
+                    time: last.time,
                     instructionCount: last.instructionCount, uncompressedLength: last.uncompressedLength,
                     isCompressed: last.isCompressed, previousChain: last.checksum, payload: last.payload)
                 try txn.put(log, key: ChangesetLog.key(sequence), value: forged.encoded())
@@ -266,7 +304,9 @@ struct HostileInputTests {
         return (directory, try Self.open(directory.path))
     }
 
-    @Test("A log entry at local sequence 2^63 or more: verify reports it, writes fail by name", arguments: [UInt64(1) << 63, .max])
+    @Test(
+        "A log entry at local sequence 2^63 or more: verify reports it, writes fail by name",
+        arguments: [UInt64(1) << 63, .max])
     func forgedHugeSequence(_ sequence: UInt64) throws {
         let (directory, replica) = try replicaWithForgedEntry(sequence)
         _ = directory
@@ -274,7 +314,9 @@ struct HostileInputTests {
         #expect(!report.passed)
         #expect(report.firstProblem != nil, "\(report)")
         if sequence == .max {
-            let error = #expect(throws: TributaryError.self) { try replica.write { try $0.create("Person", ["_id": "next"]) } }
+            let error = #expect(throws: TributaryError.self) {
+                try replica.write { try $0.create("Person", ["_id": "next"]) }
+            }
             #expect(error?.message.contains("no entry can follow it") == true, "\(String(describing: error))")
         }
         // What was committed before the damage is still readable.
@@ -283,8 +325,11 @@ struct HostileInputTests {
 
     @Test("ObjectID.generate takes any date: before 1970, after 2106, infinite or not a number")
     func objectIDDates() {
-        let dates = [Date(timeIntervalSince1970: .nan), Date(timeIntervalSince1970: .infinity), Date(timeIntervalSince1970: -.infinity),
-                     Date(timeIntervalSince1970: 1e19), Date(timeIntervalSince1970: -5)]
+        let dates = [
+            Date(timeIntervalSince1970: .nan), Date(timeIntervalSince1970: .infinity),
+            Date(timeIntervalSince1970: -.infinity),
+            Date(timeIntervalSince1970: 1e19), Date(timeIntervalSince1970: -5),
+        ]
         let seconds = dates.map { date -> UInt32 in
             let bytes = ObjectID.generate(date: date).bytes
             return bytes.prefix(4).reduce(0) { $0 << 8 | UInt32($1) }

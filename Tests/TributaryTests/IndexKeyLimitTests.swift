@@ -1,10 +1,11 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
 import TributaryViews
+
+@testable import Tributary
 
 /// Index keys fit LMDB's 511-byte key limit whatever the names, values and primary keys (replica format 4): a
 /// string, data or link value keeps what its index's budget leaves room for, and a property whose names leave no
@@ -23,14 +24,18 @@ struct IndexKeyLimitTests {
     static let blobName = name("blob", 30)
 
     static func schema(indexed: Bool = true) -> Schema {
-        Schema(version: 1, types: [
-            ObjectSchema(name: typeName, properties: [
-                .scalar("_id", .string),
-                .scalar(textName, .string, indexed: indexed),
-                .scalar(blobName, .data, optional: true, indexed: indexed),
-                .scalar("rank", .int, default: 0),
+        Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: typeName,
+                    properties: [
+                        .scalar("_id", .string),
+                        .scalar(textName, .string, indexed: indexed),
+                        .scalar(blobName, .data, optional: true, indexed: indexed),
+                        .scalar("rank", .int, default: 0),
+                    ])
             ])
-        ])
     }
 
     static func configuration(readOnly: Bool = false) -> Replica.Configuration {
@@ -49,11 +54,14 @@ struct IndexKeyLimitTests {
     static func writeObjects(_ replica: Replica) throws {
         try replica.write { txn in
             _ = try txn.create(typeName, ["_id": .string(longKey), textName: .string(longText)])
-            _ = try txn.create(typeName, [
-                "_id": .string(String(repeating: "d", count: 100)), textName: "short", blobName: .data(zeros),
-            ])
+            _ = try txn.create(
+                typeName,
+                [
+                    "_id": .string(String(repeating: "d", count: 100)), textName: "short", blobName: .data(zeros),
+                ])
             // Same first 199 bytes of text, and of zeros, as the objects above: they share their index keys.
-            _ = try txn.create(typeName, ["_id": "near", textName: .string(longText + "u"), blobName: .data(zeros + [0])])
+            _ = try txn.create(
+                typeName, ["_id": "near", textName: .string(longText + "u"), blobName: .data(zeros + [0])])
             _ = try txn.create(typeName, ["_id": "other", textName: "t", blobName: .data(Data([0, 1]))])
         }
     }
@@ -65,12 +73,17 @@ struct IndexKeyLimitTests {
         try replica.read { snapshot throws in
             let text = "\(textName) == $0"
             let blob = "\(blobName) == $0"
-            #expect(try keys(snapshot.objects(typeName, where: text, arguments: [.string(longText)])) == [.string(longKey)])
-            #expect(try keys(snapshot.objects(typeName, where: text, arguments: [.string(longText + "u")])) == [.string("near")])
+            #expect(
+                try keys(snapshot.objects(typeName, where: text, arguments: [.string(longText)])) == [.string(longKey)])
+            #expect(
+                try keys(snapshot.objects(typeName, where: text, arguments: [.string(longText + "u")])) == [
+                    .string("near")
+                ])
             #expect(
                 try keys(snapshot.objects(typeName, where: blob, arguments: [.data(zeros)]))
                     == [.string(String(repeating: "d", count: 100))])
-            #expect(try keys(snapshot.objects(typeName, where: blob, arguments: [.data(zeros + [0])])) == [.string("near")])
+            #expect(
+                try keys(snapshot.objects(typeName, where: blob, arguments: [.data(zeros + [0])])) == [.string("near")])
             #expect(try snapshot.objects(typeName, where: text, arguments: [.string(longText + "v")]).isEmpty)
             if usingIndexes {
                 #expect(try snapshot.explain(typeName, where: text, arguments: [.string(longText)]).isIndex)
@@ -82,7 +95,8 @@ struct IndexKeyLimitTests {
     @Test("A 256-byte key, 60 bytes of names and a 200-byte value commit, are found by their index, and verify")
     func longValuesCommitAndQuery() throws {
         let directory = TemporaryDirectory()
-        let replica = try Replica.open(directory: directory.path, schema: Self.schema(), configuration: Self.configuration())
+        let replica = try Replica.open(
+            directory: directory.path, schema: Self.schema(), configuration: Self.configuration())
         defer { replica.close() }
         try Self.writeObjects(replica)
         try Self.checkQueries(replica)
@@ -105,10 +119,12 @@ struct IndexKeyLimitTests {
     @Test("Each long object alone commits and is found", arguments: [true, false])
     func eachLongObjectAlone(text: Bool) throws {
         let directory = TemporaryDirectory()
-        let replica = try Replica.open(directory: directory.path, schema: Self.schema(), configuration: Self.configuration())
+        let replica = try Replica.open(
+            directory: directory.path, schema: Self.schema(), configuration: Self.configuration())
         defer { replica.close() }
         let key = text ? Self.longKey : String(repeating: "d", count: 100)
-        let (property, value): (String, Value) = text ? (Self.textName, .string(Self.longText)) : (Self.blobName, .data(Self.zeros))
+        let (property, value): (String, Value) =
+            text ? (Self.textName, .string(Self.longText)) : (Self.blobName, .data(Self.zeros))
         try replica.write { txn in
             var values: [String: Value] = ["_id": .string(key), Self.textName: "short"]
             values[property] = value
@@ -125,7 +141,8 @@ struct IndexKeyLimitTests {
         let cluster = try Cluster(2, schema: Self.schema(indexed: false))
         try cluster[1].write { txn in
             try txn.emit(.redefineProperty(type: Self.typeName, .scalar(Self.textName, .string, indexed: true)))
-            try txn.emit(.redefineProperty(type: Self.typeName, .scalar(Self.blobName, .data, optional: true, indexed: true)))
+            try txn.emit(
+                .redefineProperty(type: Self.typeName, .scalar(Self.blobName, .data, optional: true, indexed: true)))
         }
         try Self.writeObjects(cluster[0])
         let bytes = try cluster[0].encodedChangesets(missingFrom: cluster[1].versionVector)
@@ -145,21 +162,28 @@ struct IndexKeyLimitTests {
         // 200 + 100 bytes of names and a string key: 511 - 302 - 257 leaves less than a UUID's 17 bytes.
         let type = Self.name("Crowded", 200)
         let property = Self.name("label", 100)
-        let schema = Schema(version: 1, types: [
-            ObjectSchema(name: type, properties: [
-                .scalar("_id", .string), .scalar(property, .string, indexed: true), .scalar("n", .int, indexed: true),
+        let schema = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: type,
+                    properties: [
+                        .scalar("_id", .string), .scalar(property, .string, indexed: true),
+                        .scalar("n", .int, indexed: true),
+                    ])
             ])
-        ])
         let directory = TemporaryDirectory()
         let replica = try Replica.open(directory: directory.path, schema: schema, configuration: Self.configuration())
         defer { replica.close() }
         let label = String(repeating: "l", count: 150)
         try replica.write { txn in
             for index in 0..<6 {
-                _ = try txn.create(type, [
-                    "_id": .string(String(repeating: "k", count: 100) + "\(index)"),
-                    property: .string(label + "\(index % 2)"), "n": .int(Int64(index)),
-                ])
+                _ = try txn.create(
+                    type,
+                    [
+                        "_id": .string(String(repeating: "k", count: 100) + "\(index)"),
+                        property: .string(label + "\(index % 2)"), "n": .int(Int64(index)),
+                    ])
             }
         }
         try replica.read { snapshot in
@@ -181,10 +205,12 @@ struct IndexKeyLimitTests {
         // counting 2.
         let type = Self.name("Ranged", 200)
         let property = Self.name("value", 29)
-        let objectType = ObjectSchema(name: type, properties: [.scalar("_id", .string), .scalar(property, .string, indexed: true)])
+        let objectType = ObjectSchema(
+            name: type, properties: [.scalar("_id", .string), .scalar(property, .string, indexed: true)])
         let directory = TemporaryDirectory()
         let replica = try Replica.open(
-            directory: directory.path, schema: Schema(version: 1, types: [objectType]), configuration: Self.configuration())
+            directory: directory.path, schema: Schema(version: 1, types: [objectType]),
+            configuration: Self.configuration())
         defer { replica.close() }
         var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 11))
         let alphabet = ["a", "b", "\u{0}", "é"]
@@ -210,11 +236,20 @@ struct IndexKeyLimitTests {
                 let (low, high) = less(a, b) ? (a, b) : (b, a)
                 let cases: [(String, [Value], (String) -> Bool)] = [
                     ("\(property) == $0", [.string(a)], { $0.utf8.elementsEqual(a.utf8) }),
-                    ("\(property) IN {$0, $1}", [.string(a), .string(b)], { $0.utf8.elementsEqual(a.utf8) || $0.utf8.elementsEqual(b.utf8) }),
+                    (
+                        "\(property) IN {$0, $1}", [.string(a), .string(b)],
+                        { $0.utf8.elementsEqual(a.utf8) || $0.utf8.elementsEqual(b.utf8) }
+                    ),
                     ("\(property) > $0", [.string(a)], { less(a, $0) }),
                     ("\(property) <= $0", [.string(a)], { !less(a, $0) }),
-                    ("\(property) >= $0 AND \(property) < $1", [.string(low), .string(high)], { !less($0, low) && less($0, high) }),
-                    ("\(property) BETWEEN {$0, $1}", [.string(low), .string(high)], { !less($0, low) && !less(high, $0) }),
+                    (
+                        "\(property) >= $0 AND \(property) < $1", [.string(low), .string(high)],
+                        { !less($0, low) && less($0, high) }
+                    ),
+                    (
+                        "\(property) BETWEEN {$0, $1}", [.string(low), .string(high)],
+                        { !less($0, low) && !less(high, $0) }
+                    ),
                 ]
                 for (query, arguments, predicate) in cases {
                     let expected = Set(values.filter { predicate($0.value) }.keys.map { PrimaryKey.string($0) })
@@ -238,21 +273,31 @@ struct IndexKeyLimitTests {
 struct RemovedTypeIndexTests {
     @Test("Removing a type removes its index entries; verify and a rebuild agree")
     func removedTypeLeavesNoIndexEntries() throws {
-        let schema = Schema(version: 1, types: [
-            ObjectSchema(name: "Note", properties: [.scalar("_id", .string), .scalar("text", .string, indexed: true)]),
-            ObjectSchema(name: "Task", properties: [.scalar("_id", .string), .scalar("title", .string, indexed: true)]),
-        ])
+        let schema = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: "Note", properties: [.scalar("_id", .string), .scalar("text", .string, indexed: true)]),
+                ObjectSchema(
+                    name: "Task", properties: [.scalar("_id", .string), .scalar("title", .string, indexed: true)]),
+            ])
         let directory = TemporaryDirectory("removed-type")
-        let replica = try Replica.open(directory: directory.path, schema: schema, configuration: IndexKeyLimitTests.configuration())
+        let replica = try Replica.open(
+            directory: directory.path, schema: schema, configuration: IndexKeyLimitTests.configuration())
         try replica.write { txn in
-            for index in 0..<5 { _ = try txn.create("Note", ["_id": .string("n\(index)"), "text": .string("note \(index)")]) }
+            for index in 0..<5 {
+                _ = try txn.create("Note", ["_id": .string("n\(index)"), "text": .string("note \(index)")])
+            }
             _ = try txn.create("Task", ["_id": "t", "title": "kept"])
         }
         try replica.write { try $0.emit(.removeType("Note")) }
         let noteEntries = try replica.environment.read { txn in
             var count = 0
             let prefix = ViewStore.typePrefix("Note")
-            try txn.scan(replica.views.indexes, from: prefix, to: ViewStore.prefixEnd(prefix)) { _, _ in count += 1; return true }
+            try txn.scan(replica.views.indexes, from: prefix, to: ViewStore.prefixEnd(prefix)) { _, _ in
+                count += 1
+                return true
+            }
             return count
         }
         #expect(noteEntries == 0)

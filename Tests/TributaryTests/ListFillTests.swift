@@ -18,7 +18,11 @@ struct ListFillTests {
                     Property("note", .embedded("Note")), Property("watchers", .link("Person"), list: true),
                 ]),
             ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
-            .embedded("Note", properties: [.scalar("title", .string, optional: true), Property("lines", .scalar(.string), list: true)]),
+            .embedded(
+                "Note",
+                properties: [
+                    .scalar("title", .string, optional: true), Property("lines", .scalar(.string), list: true),
+                ]),
         ])
 
     static func strings(_ prefix: String, _ count: Int) -> [Value] { (0..<count).map { .string("\(prefix)\($0)") } }
@@ -50,7 +54,9 @@ struct ListFillTests {
         // In the embedded object: the update edits its fields, and the list in it fills the same way.
         let lines = Self.strings("l", 1_500)
         try replica.write {
-            try $0.update("Doc", primaryKey: .string("d"), ["note": .embedded(EmbeddedObject(type: "Note", fields: ["title": "n", "lines": .list(lines)]))])
+            try $0.update(
+                "Doc", primaryKey: .string("d"),
+                ["note": .embedded(EmbeddedObject(type: "Note", fields: ["title": "n", "lines": .list(lines)]))])
         }
         guard case .embedded(let read)? = try replica.object("Doc", primaryKey: .string("d"))?["note"] else {
             Issue.record("the note is gone")
@@ -63,7 +69,8 @@ struct ListFillTests {
         #expect(try cluster.converged())
     }
 
-    @Test("two replicas fill the same emptied list concurrently: both runs, the earlier writer's first, not interleaved",
+    @Test(
+        "two replicas fill the same emptied list concurrently: both runs, the earlier writer's first, not interleaved",
         arguments: [0, 1])
     func concurrentFills(later: Int) throws {
         let cluster = try Cluster(2, schema: Self.schema)
@@ -84,7 +91,8 @@ struct ListFillTests {
         #expect(try cluster[1].verify().passed)
     }
 
-    @Test("a fill and a concurrent insert at the front: the insert lands before or after the whole run, by stamp",
+    @Test(
+        "a fill and a concurrent insert at the front: the insert lands before or after the whole run, by stamp",
         arguments: [0, 1])
     func fillAgainstInsertAtFront(later: Int) throws {
         let cluster = try Cluster(2, schema: Self.schema)
@@ -112,8 +120,12 @@ struct ListFillTests {
         try replica.write { try $0.append(contentsOf: appended, to: ["tags"], of: "Doc", primaryKey: .string("d")) }
         #expect(try Self.tags(replica) == appended)
         let inserted = Self.strings("x", 10)
-        try replica.write { try $0.insert(contentsOf: inserted, at: 500, into: ["tags"], of: "Doc", primaryKey: .string("d")) }
-        try replica.write { try $0.insert(contentsOf: ["first"], at: 0, into: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        try replica.write {
+            try $0.insert(contentsOf: inserted, at: 500, into: ["tags"], of: "Doc", primaryKey: .string("d"))
+        }
+        try replica.write {
+            try $0.insert(contentsOf: ["first"], at: 0, into: ["tags"], of: "Doc", primaryKey: .string("d"))
+        }
         let expected = ["first"] + Array(appended[..<500]) + inserted + Array(appended[500...])
         #expect(try Self.tags(replica) == expected)
         // A value of the wrong type after good ones, and an index out of range: each call throws before it writes
@@ -127,7 +139,9 @@ struct ListFillTests {
                 try txn.insert(contentsOf: ["late"], at: 1_012, into: ["tags"], of: "Doc", primaryKey: .string("d"))
             }
             #expect(outOfRange?.code == .invalidPath)
-            try txn.update("Doc", primaryKey: .string("d"), ["note": .embedded(EmbeddedObject(type: "Note", fields: ["title": "kept"]))])
+            try txn.update(
+                "Doc", primaryKey: .string("d"),
+                ["note": .embedded(EmbeddedObject(type: "Note", fields: ["title": "kept"]))])
         }
         #expect(try Self.tags(replica) == expected)
         guard case .embedded(let note)? = try replica.object("Doc", primaryKey: .string("d"))?["note"] else {
@@ -138,7 +152,10 @@ struct ListFillTests {
         try replica.write { try $0.append(contentsOf: [], to: ["tags"], of: "Doc", primaryKey: .string("d")) }
         #expect(try Self.tags(replica) == expected)
         // At the end, by index: the same as appending.
-        try replica.write { try $0.insert(contentsOf: ["y", "z"], at: expected.count, into: ["tags"], of: "Doc", primaryKey: .string("d")) }
+        try replica.write {
+            try $0.insert(
+                contentsOf: ["y", "z"], at: expected.count, into: ["tags"], of: "Doc", primaryKey: .string("d"))
+        }
         #expect(try Self.tags(replica) == expected + ["y", "z"])
         #expect(try replica.verify().passed)
         try cluster.syncAll()
@@ -163,13 +180,16 @@ struct ListFillTests {
         // Replica 1 moves elements and erases people (their links stay, hidden); replica 0 inserts concurrently.
         try cluster[1].write { txn in
             for _ in 0..<8 {
-                try txn.moveElement(from: random(10), to: random(10), in: ["watchers"], of: "Doc", primaryKey: .string("d"))
+                try txn.moveElement(
+                    from: random(10), to: random(10), in: ["watchers"], of: "Doc", primaryKey: .string("d"))
             }
             for person in ["p3", "p7", "p12"] { _ = try txn.delete("Person", primaryKey: .string(person)) }
         }
         try cluster[0].write { txn in
             for index in 0..<5 {
-                try txn.insert(link(people[10 + index]), at: random(10 + index), into: ["watchers"], of: "Doc", primaryKey: .string("d"))
+                try txn.insert(
+                    link(people[10 + index]), at: random(10 + index), into: ["watchers"], of: "Doc",
+                    primaryKey: .string("d"))
             }
         }
         try cluster.syncAll()
@@ -183,7 +203,9 @@ struct ListFillTests {
                 while random(3) == 0 { new.append(link(living[random(living.count)])) }
                 if random(4) != 0 { new.append(value) }
             }
-            if random(2) == 0 { new.append(contentsOf: (0..<random(30)).map { _ in link(living[random(living.count)]) }) }
+            if random(2) == 0 {
+                new.append(contentsOf: (0..<random(30)).map { _ in link(living[random(living.count)]) })
+            }
             if round % 3 == 2, let last = new.popLast() { new.insert(last, at: 0) }
             try replica.write { try $0.update("Doc", primaryKey: .string("d"), ["watchers": .list(new)]) }
             #expect(try watchers(replica) == new, "round \(round)")

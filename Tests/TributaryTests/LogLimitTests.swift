@@ -1,9 +1,10 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryLog
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Nothing goes into the log that the log cannot read back: replay, verify and every peer decode its entries under
 /// the log's limits, so a transaction or changeset over them is refused when it is written, not found out later.
@@ -13,7 +14,8 @@ struct LogLimitTests {
     static let schema = Schema(
         version: 1,
         types: [
-            ObjectSchema(name: "Thread", properties: [.scalar("_id", .string), Property("first", .embedded("Comment"))]),
+            ObjectSchema(
+                name: "Thread", properties: [.scalar("_id", .string), Property("first", .embedded("Comment"))]),
             .embedded(
                 "Comment",
                 properties: [
@@ -26,7 +28,8 @@ struct LogLimitTests {
     static func comments(_ levels: Int) -> Value {
         var value = Value.embedded(EmbeddedObject(type: "Comment", fields: ["text": .string("comment \(levels)")]))
         for level in stride(from: levels - 1, through: 1, by: -1) {
-            value = .embedded(EmbeddedObject(type: "Comment", fields: ["text": .string("comment \(level)"), "reply": value]))
+            value = .embedded(
+                EmbeddedObject(type: "Comment", fields: ["text": .string("comment \(level)"), "reply": value]))
         }
         return value
     }
@@ -51,12 +54,15 @@ struct LogLimitTests {
     static func repliesThread(_ levels: Int) -> Value {
         var value = Value.embedded(EmbeddedObject(type: "Comment", fields: ["text": .string("comment \(levels)")]))
         for level in stride(from: levels - 1, through: 1, by: -1) {
-            value = .embedded(EmbeddedObject(type: "Comment", fields: ["text": .string("comment \(level)"), "replies": .list([value])]))
+            value = .embedded(
+                EmbeddedObject(
+                    type: "Comment", fields: ["text": .string("comment \(level)"), "replies": .list([value])]))
         }
         return value
     }
 
-    @Test("A comment tree whose replies nest deeper than the log reads is refused at commit, naming why; its parts sync")
+    @Test(
+        "A comment tree whose replies nest deeper than the log reads is refused at commit, naming why; its parts sync")
     func repliesAtCommit() throws {
         let cluster = try Cluster(2, schema: Self.schema)
         // 16 comments: 15 lists and 16 embedded objects below the field, the innermost text 31 levels down.
@@ -82,16 +88,22 @@ struct LogLimitTests {
     @Test("Values nested as deep as the log reads commit, replay and sync; deeper ones are refused at the write")
     func nestingAtCommit() throws {
         let cluster = try Cluster(2, schema: Self.schema)
-        try cluster[0].write { try $0.create("Thread", ["_id": "deepest", "first": Self.comments(Self.deepestThread)]) }
+        try cluster[0].write {
+            try $0.create("Thread", ["_id": "deepest", "first": Self.comments(Self.deepestThread)])
+        }
         let error = #expect(throws: TributaryError.self) {
-            try cluster[0].write { try $0.create("Thread", ["_id": "too deep", "first": Self.comments(Self.deepestThread + 1)]) }
+            try cluster[0].write {
+                try $0.create("Thread", ["_id": "too deep", "first": Self.comments(Self.deepestThread + 1)])
+            }
         }
         #expect(error?.message.contains("nest deeper than 32 levels") == true, "\(String(describing: error))")
         // What committed before is whole, and is read back by replay and by a peer; what was refused left nothing.
         #expect(try cluster[0].object("Thread", primaryKey: .string("too deep")) == nil)
         #expect(try cluster[0].verify().passed)
         try cluster.send(from: 0, to: 1)
-        #expect(Self.levels(try cluster[1].object("Thread", primaryKey: .string("deepest"))?["first"]) == Self.deepestThread)
+        #expect(
+            Self.levels(try cluster[1].object("Thread", primaryKey: .string("deepest"))?["first"]) == Self.deepestThread
+        )
         #expect(try cluster[1].verify().passed)
     }
 
@@ -101,9 +113,13 @@ struct LogLimitTests {
         // A changeset this build could never write, as app code or a custom transport may build one.
         func thread(_ key: String, _ value: Value, sequence: UInt64) -> Changeset {
             Changeset(
-                origin: ReplicaID(rawValue: 99), originSequence: sequence, time: HybridTime(milliseconds: 1_700_000_000_000),
+                origin: ReplicaID(rawValue: 99), originSequence: sequence,
+                time: HybridTime(milliseconds: 1_700_000_000_000),
                 context: VersionVector(), schemaVersion: 1,
-                instructions: [.create(type: "Thread", primaryKey: .string(key), fields: [FieldValue("first", value)], defaults: [])])
+                instructions: [
+                    .create(
+                        type: "Thread", primaryKey: .string(key), fields: [FieldValue("first", value)], defaults: [])
+                ])
         }
         let good = thread("fine", Self.comments(3), sequence: 1)
         let before = try cluster[0].versionVector
@@ -113,7 +129,8 @@ struct LogLimitTests {
                 let error = #expect(throws: TributaryError.self) { try call() }
                 #expect(error?.code == .invalidChangeset)
                 #expect(error?.message.contains("changeset 1 of 2") == true, "\(String(describing: error))")
-                #expect(error?.message.contains("nest more than 32 levels deep") == true, "\(String(describing: error))")
+                #expect(
+                    error?.message.contains("nest more than 32 levels deep") == true, "\(String(describing: error))")
             }
         }
         #expect(try cluster[0].object("Thread", primaryKey: .string("fine")) == nil)

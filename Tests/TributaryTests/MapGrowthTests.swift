@@ -1,11 +1,12 @@
 import Foundation
 import Synchronization
 import Testing
-@testable import Tributary
 import TributaryLog
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+
+@testable import Tributary
 
 #if canImport(Glibc)
     import Glibc
@@ -60,7 +61,8 @@ struct MapGrowthTests {
             configuration.durability = .none
             configuration.initialSizeBytes = 1 << 20
             configuration.maximumSizeBytes = 64 << 20
-            let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            let replica = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             try replica.write { txn in try txn.create("User", ["_id": "counter", "name": "counter", "age": 0]) }
             let base = replica.lastLocalSequence
             #expect(replica.storageStatistics.mapSize == 1 << 20)
@@ -83,13 +85,18 @@ struct MapGrowthTests {
                                     let k = Int(counter?["karma"].intValue ?? -1)
                                     let copy = Int(counter?["age"].intValue ?? 0)
                                     if k != copy {
-                                        shared.problems.withLock { $0.append("snapshot holds counter \(k) and its copy \(copy)") }
+                                        shared.problems.withLock {
+                                            $0.append("snapshot holds counter \(k) and its copy \(copy)")
+                                        }
                                     }
                                     guard reader >= 4 else { return }
                                     let count = try snapshot.count("ChatMessage")
                                     let want = shared.expected.withLock { k >= 0 && k < $0.count ? $0[k] : -1 }
                                     if count != want {
-                                        shared.problems.withLock { $0.append("snapshot at counter \(k) holds \(count) messages, expected \(want)") }
+                                        shared.problems.withLock {
+                                            $0.append(
+                                                "snapshot at counter \(k) holds \(count) messages, expected \(want)")
+                                        }
                                     }
                                 }
                                 usleep(UInt32(reader >= 4 ? 5_000 : random.next() % 2_000))
@@ -107,7 +114,9 @@ struct MapGrowthTests {
                                         (try replica.log.count(in: txn), try replica.log.head(in: txn))
                                     }
                                     if again.0 != first.0 || again.1 != first.1 {
-                                        shared.problems.withLock { $0.append("a held snapshot changed from \(first) to \(again)") }
+                                        shared.problems.withLock {
+                                            $0.append("a held snapshot changed from \(first) to \(again)")
+                                        }
                                     }
                                 }
                                 snapshot.release()
@@ -152,7 +161,11 @@ struct MapGrowthTests {
                 }
                 // Keep the live set near 12 MiB: past it, deletes win.
                 let liveBytes = live.count * 8_700
-                if liveBytes > 12 << 20, let victim = liveOrder.first(where: { id in !deletes.contains(id) && !updates.contains { $0.0 == id } }) {
+                if liveBytes > 12 << 20,
+                    let victim = liveOrder.first(where: { id in
+                        !deletes.contains(id) && !updates.contains { $0.0 == id }
+                    })
+                {
                     deletes.append(victim)
                 }
                 shared.expected.withLock { $0.append(live.count + creates.count - deletes.count) }
@@ -160,10 +173,14 @@ struct MapGrowthTests {
                     for (id, text) in creates {
                         try txn.create(
                             "ChatMessage",
-                            ["_id": .string(id), "author": "counter", "text": .string(text), "conversationID": "c",
-                             "timestamp": .date(Date(timeIntervalSince1970: 1_700_000_000))])
+                            [
+                                "_id": .string(id), "author": "counter", "text": .string(text), "conversationID": "c",
+                                "timestamp": .date(Date(timeIntervalSince1970: 1_700_000_000)),
+                            ])
                     }
-                    for (id, text) in updates { try txn.set(.string(text), at: ["text"], of: "ChatMessage", primaryKey: .string(id)) }
+                    for (id, text) in updates {
+                        try txn.set(.string(text), at: ["text"], of: "ChatMessage", primaryKey: .string(id))
+                    }
                     for id in deletes { try txn.delete("ChatMessage", primaryKey: .string(id)) }
                     try txn.increment(["karma"], of: "User", primaryKey: .string("counter"), by: 1)
                     try txn.set(.int(Int64(transactions + 1)), at: ["age"], of: "User", primaryKey: .string("counter"))
@@ -181,7 +198,9 @@ struct MapGrowthTests {
                 let size = replica.storageStatistics.mapSize
                 if size != sizes.last {
                     sizes.append(size)
-                    print("map growth: grew to \(size >> 20) MiB after \(written >> 20) MiB written, \(transactions) transactions, \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+                    print(
+                        "map growth: grew to \(size >> 20) MiB after \(written >> 20) MiB written, \(transactions) transactions, \(String(format: "%.1f", Date().timeIntervalSince(started))) s"
+                    )
                 }
             }
             let seconds = Date().timeIntervalSince(started)
@@ -193,7 +212,8 @@ struct MapGrowthTests {
             print(
                 "map growth: wrote \(written >> 20) MiB in \(transactions) transactions in \(String(format: "%.1f", seconds)) s; map "
                     + "\(sizes.map { "\($0 >> 20)" }.joined(separator: " -> ")) MiB, \(statistics.usedBytes >> 20) MiB used; "
-                    + "\(shared.readsDone.load(ordering: .relaxed)) reads, \(shared.snapshotsHeld.load(ordering: .relaxed)) long snapshots")
+                    + "\(shared.readsDone.load(ordering: .relaxed)) reads, \(shared.snapshotsHeld.load(ordering: .relaxed)) long snapshots"
+            )
             let found = shared.problems.withLock { $0 }
             #expect(found.isEmpty, "\(found.count) reader problems, first: \(found.prefix(3))")
             #expect(sizes.count >= 6, "the map grew only \(sizes.count - 1) times")
@@ -227,7 +247,8 @@ struct MapGrowthTests {
             configuration.durability = .none
             configuration.initialSizeBytes = 1 << 20
             configuration.maximumSizeBytes = 64 << 20
-            let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            let replica = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             defer { replica.close() }
             try replica.write { txn in try txn.create("User", ["_id": "u", "name": "reader target"]) }
             let shared = Shared()
@@ -253,8 +274,11 @@ struct MapGrowthTests {
                         try replica.write { txn in
                             try txn.create(
                                 "ChatMessage",
-                                ["_id": .string("m\(i)"), "author": "u", "text": .string(text), "conversationID": "c",
-                                 "timestamp": .date(Date(timeIntervalSince1970: 0))])
+                                [
+                                    "_id": .string("m\(i)"), "author": "u", "text": .string(text),
+                                    "conversationID": "c",
+                                    "timestamp": .date(Date(timeIntervalSince1970: 0)),
+                                ])
                         }
                     } catch {
                         writesDone.problems.withLock { $0.append("\(error)") }
@@ -275,8 +299,11 @@ struct MapGrowthTests {
             while writesDone.finished.load(ordering: .relaxed) == 0 { usleep(1_000) }
             print(
                 "map growth, starvation: \(writesInTime) of 64 writes done in \(String(format: "%.1f", seconds)) s while 4 readers ran "
-                    + "\(shared.readsDone.load(ordering: .relaxed)) reads; map \(replica.storageStatistics.mapSize >> 20) MiB")
-            #expect(writesInTime == 64, "the writer was starved: \(writesInTime) of 64 writes in \(seconds) s while readers ran")
+                    + "\(shared.readsDone.load(ordering: .relaxed)) reads; map \(replica.storageStatistics.mapSize >> 20) MiB"
+            )
+            #expect(
+                writesInTime == 64,
+                "the writer was starved: \(writesInTime) of 64 writes in \(seconds) s while readers ran")
             #expect(writesDone.problems.withLock { $0 }.isEmpty)
             #expect(replica.storageStatistics.mapSize >= 8 << 20)
         }
@@ -298,12 +325,15 @@ struct MapGrowthTests {
                 for (index, text) in texts.enumerated() {
                     try txn.create(
                         "ChatMessage",
-                        ["_id": .string("big\(index)"), "author": "a", "text": .string(text), "conversationID": "c",
-                         "timestamp": .date(Date(timeIntervalSince1970: 0))])
+                        [
+                            "_id": .string("big\(index)"), "author": "a", "text": .string(text), "conversationID": "c",
+                            "timestamp": .date(Date(timeIntervalSince1970: 0)),
+                        ])
                 }
             }
             do {
-                let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+                let replica = try Replica.open(
+                    directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
                 defer { replica.close() }
                 try replica.write { txn in try txn.create("User", ["_id": "u1", "name": "Ada"]) }
                 let before = replica.lastLocalSequence
@@ -327,7 +357,8 @@ struct MapGrowthTests {
             }
             // Reopened with a larger cap, the same transaction commits.
             configuration.maximumSizeBytes = 64 << 20
-            let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            let replica = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             defer { replica.close() }
             try replica.write(big)
             #expect(try replica.read { try $0.count("ChatMessage") } == 24)
@@ -339,13 +370,15 @@ struct MapGrowthTests {
     @Test("a map grown by another process is adopted by the next read and the next write")
     func mapGrownByAnotherProcess() async throws {
         try await offThePool {
-            let executable = try #require(ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
+            let executable = try #require(
+                ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
             let directory = TemporaryDirectory("map-growth-cross")
             var configuration = Replica.Configuration()
             configuration.durability = .full
             configuration.initialSizeBytes = 1 << 20
             configuration.maximumSizeBytes = 64 << 20
-            let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            let replica = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             defer { replica.close() }
             try replica.write { txn in try txn.create("User", ["_id": "u0", "name": "before"]) }
             let initial = replica.storageStatistics.mapSize
@@ -357,9 +390,12 @@ struct MapGrowthTests {
                     stderrPath: directory.path + ".stderr")
                 let exit = child.waitForExit(timeout: 120)
                 #expect(exit == .exited(0), "\(child.lines) \(child.standardError)")
-                let grew = try #require(child.lines.first { $0.hasPrefix("GREW") }, "\(child.lines) \(child.standardError)")
+                let grew = try #require(
+                    child.lines.first { $0.hasPrefix("GREW") }, "\(child.lines) \(child.standardError)")
                 let childMap = Int(grew.split(separator: " ")[1]) ?? 0
-                print("map growth, cross-process round \(round): the child grew the map to \(childMap >> 20) MiB; ours was \(replica.storageStatistics.mapSize >> 20) MiB")
+                print(
+                    "map growth, cross-process round \(round): the child grew the map to \(childMap >> 20) MiB; ours was \(replica.storageStatistics.mapSize >> 20) MiB"
+                )
                 #expect(childMap > replica.storageStatistics.mapSize)
 
                 if round == 1 {

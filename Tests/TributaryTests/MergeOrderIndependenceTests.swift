@@ -1,9 +1,10 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Order independence of defaults and schema changes: list and embedded-object defaults, required properties added
 /// concurrently with embedded writes, types declaring both names of a rename, and copies of a type change. Each shape
@@ -17,7 +18,8 @@ extension MergeSemanticsTests {
         }
     }
 
-    @Test("Rule 3: a list or embedded-object default that a create carries is left out, so it merges alike in any order")
+    @Test(
+        "Rule 3: a list or embedded-object default that a create carries is left out, so it merges alike in any order")
     func listAndEmbeddedDefaultsAreLeftOut() throws {
         let cluster = try cluster(4)
         try cluster.syncAll()
@@ -30,7 +32,8 @@ extension MergeSemanticsTests {
                     .create(
                         type: "Task", primaryKey: task, fields: [],
                         defaults: [
-                            FieldValue("location", .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))),
+                            FieldValue(
+                                "location", .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))),
                             FieldValue("tags", ["d"]),
                         ]))
                 #expect(try txn.object("Task", primaryKey: task)?["tags"] == [])
@@ -79,14 +82,17 @@ extension MergeSemanticsTests {
         #expect(replica.schema[type: "Task"]?[property: "labels"] == nil)
     }
 
-    @Test("Rule 8: an embedded object written concurrently with a required property added to its type is integrated, in either order")
+    @Test(
+        "Rule 8: an embedded object written concurrently with a required property added to its type is integrated, in either order"
+    )
     func embeddedWriteConcurrentWithARequiredPropertyIsIntegrated() throws {
         let (cluster, reasons) = try mergeInBothOrders(
             // A later release adds a required property without a default to the embedded type (a migration may).
             { try $0.emit(.addProperty(type: "Location", .scalar("zip", .string))) },
             { txn in
                 try txn.update(
-                    "Task", primaryKey: task, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))])
+                    "Task", primaryKey: task,
+                    ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))])
             })
         #expect(reasons.allSatisfy { $0.isEmpty }, "\(reasons)")
         try cluster.syncAll()
@@ -100,7 +106,9 @@ extension MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 8: a type declared with both a property and its new name, concurrently with the rename, defines it alike in either order")
+    @Test(
+        "Rule 8: a type declared with both a property and its new name, concurrently with the rename, defines it alike in either order"
+    )
     func typeDeclaringBothNamesOfARenameMergesAlike() throws {
         let (cluster, reasons) = try mergeInBothOrders(
             { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) },
@@ -129,12 +137,18 @@ extension MergeSemanticsTests {
         try cluster[0].write { txn in
             // What an earlier build's schema declared and sent.
             try txn.emit(.addProperty(type: "Task", Property("labels", .scalar(.string), list: true, default: ["a"])))
-            try txn.emit(.addProperty(type: "Person", Property("home", .embedded("Location"), default: .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"])))))
+            try txn.emit(
+                .addProperty(
+                    type: "Person",
+                    Property(
+                        "home", .embedded("Location"),
+                        default: .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"])))))
             try txn.create("Task", ["_id": "t"])
         }
         #expect(try cluster.send(from: 0, to: 1).rejected.isEmpty)
         for replica in cluster.replicas {
-            #expect(replica.schema[type: "Task"]?[property: "labels"] == Property("labels", .scalar(.string), list: true))
+            #expect(
+                replica.schema[type: "Task"]?[property: "labels"] == Property("labels", .scalar(.string), list: true))
             #expect(replica.schema[type: "Person"]?[property: "home"] == Property("home", .embedded("Location")))
             #expect(try value(replica, "labels") == [])
         }
@@ -153,7 +167,9 @@ extension MergeSemanticsTests {
     @Test("Rule 3: a null default of a list is left out, also where a concurrent rename takes it, in either order")
     func nullListDefaultIsLeftOutWhereARenameTakesIt() throws {
         let cluster = try cluster(4)
-        try cluster[0].write { try $0.addProperty(Property("old", .scalar(.string), list: true, default: .null), to: "Task") }
+        try cluster[0].write {
+            try $0.addProperty(Property("old", .scalar(.string), list: true, default: .null), to: "Task")
+        }
         try cluster.syncAll()
         cluster.advanceClocks(byMilliseconds: 10)
         let reasons = try mergeConcurrently(
@@ -164,7 +180,9 @@ extension MergeSemanticsTests {
                 // carries the null default of `old`, as the writer's schema has it.
                 try txn.addProperty(Property("new", .scalar(.string), list: true), to: "Task")
                 try txn.emit(
-                    .create(type: "Task", primaryKey: .string("x"), fields: [FieldValue("new", ["a"])], defaults: [FieldValue("old", .null)]))
+                    .create(
+                        type: "Task", primaryKey: .string("x"), fields: [FieldValue("new", ["a"])],
+                        defaults: [FieldValue("old", .null)]))
             })
         #expect(reasons.isEmpty, "\(reasons)")
         try cluster.syncAll()
@@ -175,7 +193,9 @@ extension MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 8: a type declaring a rename's old and new names with different kinds is refused, in either order, naming both")
+    @Test(
+        "Rule 8: a type declaring a rename's old and new names with different kinds is refused, in either order, naming both"
+    )
     func typeDeclaringBothNamesWithDifferentKindsIsRefused() throws {
         let (_, reasons) = try mergeInBothOrders(
             { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) },
@@ -194,12 +214,16 @@ extension MergeSemanticsTests {
         }
     }
 
-    @Test("Rule 8: an embedded object inserted into a list concurrently with a required property added to its type is integrated, in either order")
+    @Test(
+        "Rule 8: an embedded object inserted into a list concurrently with a required property added to its type is integrated, in either order"
+    )
     func embeddedInsertConcurrentWithARequiredPropertyIsIntegrated() throws {
         let (cluster, reasons) = try mergeInBothOrders(
             { try $0.emit(.addProperty(type: "Step", .scalar("due", .string))) },
             { txn in
-                try txn.insert(.embedded(EmbeddedObject(type: "Step", fields: ["text": "call"])), at: 0, into: ["steps"], of: "Task", primaryKey: task)
+                try txn.insert(
+                    .embedded(EmbeddedObject(type: "Step", fields: ["text": "call"])), at: 0, into: ["steps"],
+                    of: "Task", primaryKey: task)
             })
         #expect(reasons.allSatisfy { $0.isEmpty }, "\(reasons)")
         try cluster.syncAll()
@@ -210,7 +234,9 @@ extension MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 3: a null default of a scalar stays, in either order, when its name is used again for a list after a concurrent rename")
+    @Test(
+        "Rule 3: a null default of a scalar stays, in either order, when its name is used again for a list after a concurrent rename"
+    )
     func nullDefaultOfARenamedScalarStaysWhenItsNameIsAListAgain() throws {
         let cluster = try cluster(4)
         try cluster[0].write { try $0.addProperty(.scalar("a", .string, optional: true, default: .null), to: "Task") }
@@ -234,7 +260,9 @@ extension MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 3: an app that removed a list default an earlier build stored in its declaration opens without a migration")
+    @Test(
+        "Rule 3: an app that removed a list default an earlier build stored in its declaration opens without a migration"
+    )
     func declarationWithoutAnEarlierListDefaultOpens() throws {
         let directory = TemporaryDirectory("declared-default")
         var configuration = Replica.Configuration()
@@ -249,7 +277,9 @@ extension MergeSemanticsTests {
             declared.upsert(task)
             var writer = BinaryWriter()
             writer.schema(declared)
-            try replica.environment.write { try $0.put(replica.identity, key: Replica.declaredSchemaKey, value: writer.bytes) }
+            try replica.environment.write {
+                try $0.put(replica.identity, key: Replica.declaredSchemaKey, value: writer.bytes)
+            }
             replica.close()
         }
         let reopened = try Replica.open(directory: directory.path, schema: Self.schema, configuration: configuration)
@@ -259,7 +289,9 @@ extension MergeSemanticsTests {
         #expect(try reopened.verify().passed)
     }
 
-    @Test("Rule 8: one migration changing a property's type, run on two replicas, keeps the property and what both wrote, in either order")
+    @Test(
+        "Rule 8: one migration changing a property's type, run on two replicas, keeps the property and what both wrote, in either order"
+    )
     func copiesOfATypeChangeKeepTheProperty() throws {
         func migration(_ value: Int64, _ key: String) -> (Transaction) throws -> Void {
             { txn in
@@ -298,7 +330,9 @@ extension MergeSemanticsTests {
         }
         let cluster = try cluster(4)
         try seed(cluster, ["notes": "before"])
-        for (replica, values) in [(0, [(1, "a2"), (1.5, "a3")]), (1, [(2, "b2"), (2.5, "b3")])] as [(Int, [(Value, String)])] {
+        for (replica, values) in [(0, [(1, "a2"), (1.5, "a3")]), (1, [(2, "b2"), (2.5, "b3")])]
+            as [(Int, [(Value, String)])]
+        {
             if inOneChangeset {
                 try cluster[replica].write { txn in
                     try typeChange(to: .int, values[0].0, values[0].1)(txn)
@@ -321,7 +355,9 @@ extension MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 8: a write that saw one copy of a property's removal is dropped by a later removal of the other copy's changeset, in any order")
+    @Test(
+        "Rule 8: a write that saw one copy of a property's removal is dropped by a later removal of the other copy's changeset, in any order"
+    )
     func laterRemovalInTheCopysChangesetDropsTheWrite() throws {
         let cluster = try cluster(4)
         try seed(cluster, ["notes": "before"])
@@ -344,7 +380,9 @@ extension MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 8: a rename of a property that one copy of a type change added back does not disagree with the other copy, in any order")
+    @Test(
+        "Rule 8: a rename of a property that one copy of a type change added back does not disagree with the other copy, in any order"
+    )
     func renameAfterOneCopyOfATypeChangeMerges() throws {
         let cluster = try cluster(4)
         try seed(cluster, ["notes": "before"])

@@ -1,10 +1,11 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryStorage
-import TributaryViews
 import TributaryTestSupport
+import TributaryViews
+
+@testable import Tributary
 
 /// Each test sets up two or three replicas, makes concurrent writes (no sync in between), syncs, and checks that
 /// every replica holds the state the rule says, byte for byte the same everywhere.
@@ -25,16 +26,22 @@ struct MergeSemanticsTests {
                     Property("location", .embedded("Location")),
                     Property("steps", .embedded("Step"), list: true),
                 ]),
-            ObjectSchema(name: "Person", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)]),
-            .embedded("Location", properties: [.scalar("city", .string, optional: true), .scalar("floor", .int, optional: true)]),
-            .embedded("Step", properties: [.scalar("text", .string, optional: true), .scalar("done", .bool, default: false)]),
+            ObjectSchema(
+                name: "Person", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)]),
+            .embedded(
+                "Location",
+                properties: [.scalar("city", .string, optional: true), .scalar("floor", .int, optional: true)]),
+            .embedded(
+                "Step", properties: [.scalar("text", .string, optional: true), .scalar("done", .bool, default: false)]),
         ])
 
     let task = PrimaryKey.string("t")
 
     func cluster(_ count: Int = 2) throws -> Cluster { try Cluster(count, schema: Self.schema) }
 
-    func value(_ replica: Replica, _ property: String, type: String = "Task", key: PrimaryKey = .string("t")) throws -> Value? {
+    func value(_ replica: Replica, _ property: String, type: String = "Task", key: PrimaryKey = .string("t")) throws
+        -> Value?
+    {
         try replica.object(type, primaryKey: key)?[property]
     }
 
@@ -198,7 +205,8 @@ struct MergeSemanticsTests {
         for replica in cluster.replicas {
             // The increment counts on the default that stands (the greater, as a create orders two defaults).
             #expect(try value(replica, "likes") == .int(concurrentDefault + 1))
-            #expect(try replica.objects("Task", where: "likes == $0", arguments: [.int(concurrentDefault + 1)]).count == 1)
+            #expect(
+                try replica.objects("Task", where: "likes == $0", arguments: [.int(concurrentDefault + 1)]).count == 1)
             #expect(try replica.verify().passed)
         }
         #expect(try cluster.converged())
@@ -228,7 +236,9 @@ struct MergeSemanticsTests {
             try txn.addProperty(.scalar("label", .string, optional: true, default: .null), to: "Task")
             try txn.create("Task", ["_id": "t"])
         }
-        try replica.write { try $0.emit(.redefineProperty(type: "Task", .scalar("label", .string, optional: true, default: "n/a"))) }
+        try replica.write {
+            try $0.emit(.redefineProperty(type: "Task", .scalar("label", .string, optional: true, default: "n/a")))
+        }
         try replica.write { try $0.create("Task", ["_id": "u"]) }
         #expect(try value(replica, "label") == .null)
         #expect(try replica.read { try $0.object("Task", primaryKey: task)?["label"] } == .null)
@@ -247,7 +257,9 @@ struct MergeSemanticsTests {
         try replica.write { try $0.update("Task", primaryKey: task, ["rank": .null]) }
         let stamp = try #require(try replica.changesets(missingFrom: VersionVector()).last).stamp
         // Earlier builds let an app increment a null; such a changeset still merges.
-        try replica.write { try $0.emit(.addInteger(FieldPath(type: "Task", primaryKey: task, property: "rank"), delta: 2, base: stamp)) }
+        try replica.write {
+            try $0.emit(.addInteger(FieldPath(type: "Task", primaryKey: task, property: "rank"), delta: 2, base: stamp))
+        }
         #expect(try value(replica, "rank") == .null)
         #expect(try replica.read { try $0.object("Task", primaryKey: task)?["rank"] } == .null)
         #expect(try replica.objects("Task", where: "rank == nil", arguments: []).count == 1)
@@ -264,7 +276,8 @@ struct MergeSemanticsTests {
         #expect {
             try cluster[0].write { try $0.increment(["rank"], of: "Task", primaryKey: task, by: 1) }
         } throws: { error in
-            (error as? TributaryError)?.code == .invalidValue && "\(error)".contains(".rank") && "\(error)".contains("null")
+            (error as? TributaryError)?.code == .invalidValue && "\(error)".contains(".rank")
+                && "\(error)".contains("null")
         }
         try cluster[0].write { try $0.update("Task", primaryKey: task, ["rank": 4]) }
         try cluster[0].write { try $0.increment(["rank"], of: "Task", primaryKey: task, by: 1) }
@@ -386,7 +399,8 @@ struct MergeSemanticsTests {
     @Test("Rule 6: embedded objects merge field by field while they are the same instance")
     func embeddedObjectsMergeByField() throws {
         let cluster = try cluster()
-        try seed(cluster, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo", "floor": 1]))])
+        try seed(
+            cluster, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo", "floor": 1]))])
         try cluster[0].write { try $0.set("Bergen", at: ["location", "city"], of: "Task", primaryKey: task) }
         try cluster[1].write { try $0.set(.int(4), at: ["location", "floor"], of: "Task", primaryKey: task) }
         try cluster.syncAll()
@@ -404,7 +418,9 @@ struct MergeSemanticsTests {
         try seed(cluster, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))])
         cluster.clocks[0].advance(byMilliseconds: 5)
         try cluster[0].write { txn in
-            try txn.set(.embedded(EmbeddedObject(type: "Location", fields: ["city": "Rome"])), at: ["location"], of: "Task", primaryKey: task)
+            try txn.set(
+                .embedded(EmbeddedObject(type: "Location", fields: ["city": "Rome"])), at: ["location"], of: "Task",
+                primaryKey: task)
         }
         try cluster[1].write { try $0.set(.int(9), at: ["location", "floor"], of: "Task", primaryKey: task) }
         try cluster.syncAll()
@@ -426,7 +442,9 @@ struct MergeSemanticsTests {
         try seed(cluster)
         try cluster[0].write { _ = try $0.delete("Person", primaryKey: .string("p")) }
         try cluster[1].write { txn in
-            try txn.update("Task", primaryKey: task, ["owner": .link(.string("p")), "watchers": [.link(.string("p")), .link(.string("q"))]])
+            try txn.update(
+                "Task", primaryKey: task,
+                ["owner": .link(.string("p")), "watchers": [.link(.string("p")), .link(.string("q"))]])
         }
         try cluster.syncAll()
         for replica in cluster.replicas {
@@ -489,7 +507,9 @@ struct MergeSemanticsTests {
         try replica.write { txn in
             try txn.create("Person", ["_id": "c"])
             // x does not exist yet when the list is written: its link is hidden until it does.
-            try txn.update("Task", primaryKey: task, ["watchers": [.link(.string("a")), .link(.string("x")), .link(.string("c")), .link(.string("b"))]])
+            try txn.update(
+                "Task", primaryKey: task,
+                ["watchers": [.link(.string("a")), .link(.string("x")), .link(.string("c")), .link(.string("b"))]])
             try txn.create("Person", ["_id": "x"])
         }
         #expect(try watchers(replica) == ["a", "x", "c", "b"])
@@ -503,7 +523,8 @@ struct MergeSemanticsTests {
         // Replica 0 appends through an update of the list as it reads it; replica 1 removes c concurrently.
         try cluster[0].write { txn in
             try txn.create("Person", ["_id": "d"])
-            try txn.update("Task", primaryKey: task, ["watchers": [.link(.string("b")), .link(.string("c")), .link(.string("d"))]])
+            try txn.update(
+                "Task", primaryKey: task, ["watchers": [.link(.string("b")), .link(.string("c")), .link(.string("d"))]])
         }
         try cluster[1].write { try $0.removeElement(at: 1, from: ["watchers"], of: "Task", primaryKey: task) }
         try cluster.syncAll()
@@ -570,7 +591,8 @@ struct MergeSemanticsTests {
         // new id, so that no changeset id is ever used twice) that integrates everything the peer holds.
         let unsynced = try stuck.changesets(missingFrom: peer.versionVector, origins: [stuck.replicaID])
         #expect(unsynced.count == 1)
-        #expect(unsynced.first?.instructions.contains { $0.object?.primaryKey == .string("written-while-stuck") } == true)
+        #expect(
+            unsynced.first?.instructions.contains { $0.object?.primaryKey == .string("written-while-stuck") } == true)
         stuck.close()
         var configuration = Replica.Configuration()
         configuration.durability = .none
@@ -609,7 +631,9 @@ struct MergeSemanticsTests {
     func concurrentRedefinitionsConverge() throws {
         let cluster = try cluster(3)
         cluster.clocks[1].advance(byMilliseconds: 5)  // replica 1 redefines later
-        try cluster[0].write { try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, indexed: true, default: "zero"))) }
+        try cluster[0].write {
+            try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, indexed: true, default: "zero")))
+        }
         try cluster[1].write { try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, default: "one"))) }
         // Replica 2 receives them in the other order than replica 0 does.
         _ = try cluster.send(from: 1, to: 2)
@@ -629,7 +653,9 @@ struct MergeSemanticsTests {
         let late = try Cluster(1, schema: Self.schema, firstReplicaID: 9)
         late.clocks[0].advance(byMilliseconds: 60_000)
         try late[0].write { try $0.create("Task", ["_id": "from-new-replica", "title": "kept"]) }
-        try cluster[0].write { try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, indexed: true, default: "untitled"))) }
+        try cluster[0].write {
+            try $0.emit(.redefineProperty(type: "Task", .scalar("title", .string, indexed: true, default: "untitled")))
+        }
         let fromLate = try late[0].changesets(missingFrom: cluster[0].versionVector)
         let report = try cluster[0].integrate(fromLate)
         #expect(report.rejected.isEmpty)
@@ -652,7 +678,9 @@ struct MergeSemanticsTests {
     func concurrentAdditionsDifferingInDefaultMerge() throws {
         let cluster = try cluster(3)
         cluster.clocks[0].advance(byMilliseconds: 5)  // replica 0 adds later
-        try cluster[0].write { try $0.emit(.addProperty(type: "Task", .scalar("priority", .int, indexed: true, default: 3))) }
+        try cluster[0].write {
+            try $0.emit(.addProperty(type: "Task", .scalar("priority", .int, indexed: true, default: 3)))
+        }
         try cluster[1].write { try $0.emit(.addProperty(type: "Task", .scalar("priority", .int, default: 1))) }
         try cluster[1].write { try $0.create("Task", ["_id": "p", "priority": 7]) }
         _ = try cluster.send(from: 0, to: 2)
@@ -661,7 +689,9 @@ struct MergeSemanticsTests {
         #expect(report.rejected.isEmpty)
         try cluster.syncAll()
         for replica in cluster.replicas {
-            #expect(replica.schema[type: "Task"]?[property: "priority"] == .scalar("priority", .int, indexed: true, default: 3))
+            #expect(
+                replica.schema[type: "Task"]?[property: "priority"]
+                    == .scalar("priority", .int, indexed: true, default: 3))
             #expect(try value(replica, "priority", key: .string("p")) == 7)
         }
         #expect(try cluster.converged())
@@ -686,7 +716,9 @@ struct MergeSemanticsTests {
         #expect(cluster[0].schema[type: "Task"]?[property: "title"]?.defaultValue == "one")
     }
 
-    @Test("Rule 8: a removal of a property beats a concurrent addition of it (an old app version's first changeset), in any order")
+    @Test(
+        "Rule 8: a removal of a property beats a concurrent addition of it (an old app version's first changeset), in any order"
+    )
     func removalBeatsConcurrentAddition() throws {
         let cluster = try cluster(2)
         let old = try Cluster(1, schema: Self.schema, firstReplicaID: 9)  // a new replica of the old app version
@@ -763,7 +795,9 @@ struct MergeSemanticsTests {
         cluster.clocks[1].advance(byMilliseconds: 5)
         try cluster[0].write { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) }
         // Replica 1 has not seen the rename: it indexes the old name, and a new replica adds the old name.
-        try cluster[1].write { try $0.emit(.redefineProperty(type: "Task", .scalar("notes", .string, optional: true, indexed: true))) }
+        try cluster[1].write {
+            try $0.emit(.redefineProperty(type: "Task", .scalar("notes", .string, optional: true, indexed: true)))
+        }
         let old = try Cluster(1, schema: Self.schema, firstReplicaID: 9)
         old.clocks[0].advance(byMilliseconds: 60_000)
         let fromOld = try old[0].changesets(missingFrom: VersionVector())
@@ -812,14 +846,19 @@ struct MergeSemanticsTests {
         }
         // Replica 1 has not seen the migration: it writes embedded objects with the old properties.
         try cluster[1].write { txn in
-            try txn.update("Task", primaryKey: task, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo", "floor": 3]))])
-            try txn.insert(.embedded(EmbeddedObject(type: "Step", fields: ["text": "write it"])), at: 0, into: ["steps"], of: "Task", primaryKey: task)
+            try txn.update(
+                "Task", primaryKey: task,
+                ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo", "floor": 3]))])
+            try txn.insert(
+                .embedded(EmbeddedObject(type: "Step", fields: ["text": "write it"])), at: 0, into: ["steps"],
+                of: "Task", primaryKey: task)
         }
         _ = try cluster.send(from: 0, to: 2)  // replica 2: the migration first
         _ = try cluster.send(from: 1, to: 2)
         try cluster.syncAll()
         for replica in cluster.replicas {
-            #expect(try value(replica, "location") == .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"])))
+            #expect(
+                try value(replica, "location") == .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"])))
             let steps = try #require(try value(replica, "steps")?.listValue)
             #expect(steps == [.embedded(EmbeddedObject(type: "Step", fields: ["done": false, "label": "write it"]))])
             #expect(try replica.verify().passed)
@@ -848,7 +887,8 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 8: a rename back to the old name, and a copy of the first rename made elsewhere, keep a concurrent write")
+    @Test(
+        "Rule 8: a rename back to the old name, and a copy of the first rename made elsewhere, keep a concurrent write")
     func renameBackWithConcurrentCopy() throws {
         let cluster = try cluster(4)
         try seed(cluster, ["notes": "before"])
@@ -978,7 +1018,8 @@ struct MergeSemanticsTests {
         #expect(try renames.cluster.converged())
     }
 
-    @Test("Rule 8: a property added concurrently under a rename's new name merges with the renamed one, in either order")
+    @Test(
+        "Rule 8: a property added concurrently under a rename's new name merges with the renamed one, in either order")
     func renameOntoConcurrentAdditionMerges() throws {
         let (cluster, reasons) = try mergeInBothOrders(
             { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) },
@@ -1003,7 +1044,9 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 8: increments of a renamed property and of one added concurrently under its new name all count, in either order")
+    @Test(
+        "Rule 8: increments of a renamed property and of one added concurrently under its new name all count, in either order"
+    )
     func incrementsOfARenamedAndAnAddedPropertyAllCount() throws {
         let cluster = try cluster(4)
         try cluster[0].write { txn in
@@ -1034,21 +1077,25 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 8: a type linking to a type removed concurrently is refused alone, whether it comes in one batch or one by one")
+    @Test(
+        "Rule 8: a type linking to a type removed concurrently is refused alone, whether it comes in one batch or one by one"
+    )
     func linkToAConcurrentlyRemovedTypeIsRefusedAlone() throws {
         let cluster = try cluster(5)
         try cluster[0].write { try $0.addType(ObjectSchema(name: "Label", properties: [.scalar("_id", .string)])) }
         try cluster.syncAll()
         try cluster[0].write { try $0.emit(.removeType("Label")) }
         try cluster[1].write { txn in
-            try txn.addType(ObjectSchema(name: "Sticker", properties: [.scalar("_id", .string), Property("label", .link("Label"))]))
+            try txn.addType(
+                ObjectSchema(name: "Sticker", properties: [.scalar("_id", .string), Property("label", .link("Label"))]))
         }
         // Unrelated writes of a third replica, concurrent with both.
         try cluster[2].write { try $0.create("Task", ["_id": "x"]) }
         try cluster[2].write { try $0.create("Task", ["_id": "y"]) }
         var batch: [Changeset] = []
         for source in 0...2 {
-            batch += try cluster[source].changesets(missingFrom: cluster[3].versionVector, origins: [cluster[source].replicaID])
+            batch += try cluster[source].changesets(
+                missingFrom: cluster[3].versionVector, origins: [cluster[source].replicaID])
         }
         let sticker = Dot(origin: cluster[1].replicaID, sequence: cluster[1].versionVector[cluster[1].replicaID])
         // Replica 3 takes all four in one call; replica 4 one at a time.
@@ -1068,19 +1115,23 @@ struct MergeSemanticsTests {
         #expect(try Cluster.converged([cluster[3], cluster[4]]))
     }
 
-    @Test("Rule 8: a batch whose schema is invalid only in between (an addition its next changeset takes back) is integrated whole")
+    @Test(
+        "Rule 8: a batch whose schema is invalid only in between (an addition its next changeset takes back) is integrated whole"
+    )
     func schemaInvalidOnlyInBetweenIsIntegrated() throws {
         let cluster = try cluster(3)
         try cluster[0].write { try $0.addType(ObjectSchema(name: "Label", properties: [.scalar("_id", .string)])) }
         try cluster.syncAll()
         try cluster[0].write { try $0.emit(.removeType("Label")) }
         try cluster[1].write { txn in
-            try txn.addType(ObjectSchema(name: "Sticker", properties: [.scalar("_id", .string), Property("label", .link("Label"))]))
+            try txn.addType(
+                ObjectSchema(name: "Sticker", properties: [.scalar("_id", .string), Property("label", .link("Label"))]))
         }
         try cluster[1].write { try $0.emit(.removeType("Sticker")) }
         var batch: [Changeset] = []
         for source in 0...1 {
-            batch += try cluster[source].changesets(missingFrom: cluster[2].versionVector, origins: [cluster[source].replicaID])
+            batch += try cluster[source].changesets(
+                missingFrom: cluster[2].versionVector, origins: [cluster[source].replicaID])
         }
         let report = try cluster[2].integrate(batch)
         #expect(report.rejected.isEmpty, "\(report)")
@@ -1110,7 +1161,8 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 8: a property added concurrently under a rename's new name with another type is refused, in either order")
+    @Test(
+        "Rule 8: a property added concurrently under a rename's new name with another type is refused, in either order")
     func renameOntoConcurrentConflictingAdditionIsRefused() throws {
         let (_, reasons) = try mergeInBothOrders(
             { try $0.emit(.renameProperty(type: "Task", from: "notes", to: "details")) },
@@ -1124,7 +1176,11 @@ struct MergeSemanticsTests {
     @Test("Rule 8: a type added back without a property removed concurrently ends with its properties in one order")
     func typeAddedBackWithoutRemovedPropertyIsSorted() throws {
         let tag = ObjectSchema(
-            name: "Tag", properties: [.scalar("_id", .string), .scalar("zeta", .int, optional: true), .scalar("alpha", .int, optional: true), .scalar("extra", .int, optional: true)])
+            name: "Tag",
+            properties: [
+                .scalar("_id", .string), .scalar("zeta", .int, optional: true), .scalar("alpha", .int, optional: true),
+                .scalar("extra", .int, optional: true),
+            ])
         let cluster = try Cluster(3, schema: Schema(version: 1, types: Self.schema.types + [tag]))
         try cluster[0].write { try $0.emit(.removeProperty(type: "Tag", name: "extra")) }
         try cluster[1].write { try $0.emit(.removeType("Tag")) }
@@ -1139,11 +1195,16 @@ struct MergeSemanticsTests {
         #expect(try cluster.converged())
     }
 
-    @Test("Rule 8: a removal of a type beats a concurrent create in it, which an addition of the type does not bring back")
+    @Test(
+        "Rule 8: a removal of a type beats a concurrent create in it, which an addition of the type does not bring back"
+    )
     func typeRemovalBeatsConcurrentCreate() throws {
         let tagged = Schema(
             version: 1,
-            types: Self.schema.types + [ObjectSchema(name: "Tag", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)])])
+            types: Self.schema.types + [
+                ObjectSchema(
+                    name: "Tag", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)])
+            ])
         let cluster = try Cluster(3, schema: tagged)
         try cluster[0].write { try $0.create("Tag", ["_id": "a", "name": "first"]) }
         try cluster.syncAll()
@@ -1152,7 +1213,11 @@ struct MergeSemanticsTests {
         try cluster[1].write { try $0.create("Tag", ["_id": "b", "name": "concurrent"]) }
         try cluster[1].write { try $0.update("Tag", primaryKey: .string("a"), ["name": "edited"]) }
         // Replica 0 adds the type back, having seen its removal.
-        try cluster[0].write { try $0.addType(ObjectSchema(name: "Tag", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)])) }
+        try cluster[0].write {
+            try $0.addType(
+                ObjectSchema(
+                    name: "Tag", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)]))
+        }
         _ = try cluster.send(from: 0, to: 2)
         _ = try cluster.send(from: 1, to: 2)
         try cluster.syncAll()

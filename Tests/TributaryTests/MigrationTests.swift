@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// The migrations of published Realm examples, end to end: a replica written with the earlier schema, reopened with the
 /// later one, then verified against its log.
@@ -15,15 +16,21 @@ struct MigrationTests {
     }
 
     func open(_ directory: TemporaryDirectory, _ schema: Schema, migration: Migration? = nil) throws -> Replica {
-        try Replica.open(directory: directory.path, schema: schema, configuration: configuration(), migration: migration)
+        try Replica.open(
+            directory: directory.path, schema: schema, configuration: configuration(), migration: migration)
     }
 
     func scrum(version: UInt64, _ extra: [Property]) -> Schema {
-        Schema(version: version, types: [
-            ObjectSchema(name: "DailyScrum", properties: [
-                .scalar("_id", .string), .scalar("title", .string), Property("attendeeList", .scalar(.string), list: true),
-            ] + extra)
-        ])
+        Schema(
+            version: version,
+            types: [
+                ObjectSchema(
+                    name: "DailyScrum",
+                    properties: [
+                        .scalar("_id", .string), .scalar("title", .string),
+                        Property("attendeeList", .scalar(.string), list: true),
+                    ] + extra)
+            ])
     }
 
     @Test("Scrumdinger: isPublic (automatic), then numberOfAttendees computed from the attendee list")
@@ -32,12 +39,14 @@ struct MigrationTests {
         do {
             let v0 = try open(directory, scrum(version: 0, []))
             try v0.write { txn in
-                try txn.create("DailyScrum", ["_id": "s1", "title": "Design", "attendeeList": ["Ada", "Alan", "Grace"]])
+                try txn.create(
+                    "DailyScrum", ["_id": "s1", "title": "Design", "attendeeList": ["Ada", "Alan", "Grace"]])
                 try txn.create("DailyScrum", ["_id": "s2", "title": "Ops", "attendeeList": []])
             }
             v0.close()
         }
-        let v2Schema = scrum(version: 2, [.scalar("isPublic", .bool, default: false), .scalar("numberOfAttendees", .int)])
+        let v2Schema = scrum(
+            version: 2, [.scalar("isPublic", .bool, default: false), .scalar("numberOfAttendees", .int)])
         let migration = Migration(steps: [
             2: { migration in
                 try migration.enumerateObjects("DailyScrum") { old, new in
@@ -56,7 +65,9 @@ struct MigrationTests {
         #expect(try v2.object("DailyScrum", primaryKey: .string("s1"))?["numberOfAttendees"] == 3)
     }
 
-    @Test("A new default reaches the objects that hold no value, and the ones whose create stored the old default keep it")
+    @Test(
+        "A new default reaches the objects that hold no value, and the ones whose create stored the old default keep it"
+    )
     func changedDefaultIsNotWrittenBack() throws {
         let directory = TemporaryDirectory()
         do {
@@ -78,9 +89,11 @@ struct MigrationTests {
         let kept = try Replica.open(
             directory: copy.path + "/replica", schema: scrum(version: 2, [.scalar("minutes", .int, default: 30)]),
             configuration: configuration(),
-            migration: Migration(steps: [2: { migration in
-                try migration.enumerateObjects("DailyScrum") { old, new in new?["minutes"] = old["minutes"] }
-            }]))
+            migration: Migration(steps: [
+                2: { migration in
+                    try migration.enumerateObjects("DailyScrum") { old, new in new?["minutes"] = old["minutes"] }
+                }
+            ]))
         #expect(try kept.object("DailyScrum", primaryKey: .string("old"))?["minutes"] == 15)
         #expect(try kept.object("DailyScrum", primaryKey: .string("stored"))?["minutes"] == 15)
     }
@@ -88,20 +101,27 @@ struct MigrationTests {
     @Test("An object a migration creates leaves its defaults to the schema: a concurrent write on another device wins")
     func migrationCreatedObjectsKeepDefaultsAsDefaults() throws {
         let v1 = Schema(version: 1, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .string)])])
-        let v2 = Schema(version: 2, types: v1.types + [
-            ObjectSchema(name: "Tag", properties: [
-                .scalar("_id", .string), .scalar("color", .string, default: "red"), .scalar("note", .string, optional: true),
+        let v2 = Schema(
+            version: 2,
+            types: v1.types + [
+                ObjectSchema(
+                    name: "Tag",
+                    properties: [
+                        .scalar("_id", .string), .scalar("color", .string, default: "red"),
+                        .scalar("note", .string, optional: true),
+                    ])
             ])
-        ])
         // Each device's release creates the tag in its migration.
         // `u` is given its colour explicitly (the default's value), and `v` gets its note through the subscript: those
         // are writes with the migration's stamp, as before.
-        let migration = Migration(steps: [2: { context in
-            _ = try context.create("Tag", ["_id": "t"])
-            _ = try context.create("Tag", ["_id": "u", "color": "red"])
-            let v = try context.create("Tag", ["_id": "v"])
-            v["note"] = .null
-        }])
+        let migration = Migration(steps: [
+            2: { context in
+                _ = try context.create("Tag", ["_id": "t"])
+                _ = try context.create("Tag", ["_id": "u", "color": "red"])
+                let v = try context.create("Tag", ["_id": "v"])
+                v["note"] = .null
+            }
+        ])
         let directories = [TemporaryDirectory("migrate-a"), TemporaryDirectory("migrate-b")]
         let clocks = [ManualClock(milliseconds: 1_700_000_000_000), ManualClock(milliseconds: 1_700_000_000_000)]
         func open(_ index: Int, _ schema: Schema) throws -> Replica {
@@ -116,7 +136,9 @@ struct MigrationTests {
         let b = try open(1, v2)
         clocks[1].advance(byMilliseconds: 10)
         try b.write { txn in
-            for key in ["t", "u", "v"] { try txn.update("Tag", primaryKey: .string(key), ["color": "blue", "note": "mine"]) }
+            for key in ["t", "u", "v"] {
+                try txn.update("Tag", primaryKey: .string(key), ["color": "blue", "note": "mine"])
+            }
         }
         clocks[0].advance(byMilliseconds: 1000)
         let a = try open(0, v2)
@@ -139,10 +161,13 @@ struct MigrationTests {
 
     @Test("A migration that deletes an object and creates it again under its key resets what the create does not give")
     func deleteAndCreateAgainResets() throws {
-        let tag = ObjectSchema(name: "Tag", properties: [
-            .scalar("_id", .string), .scalar("color", .string, default: "red"), .scalar("note", .string, optional: true),
-            Property("labels", .scalar(.string), list: true),
-        ])
+        let tag = ObjectSchema(
+            name: "Tag",
+            properties: [
+                .scalar("_id", .string), .scalar("color", .string, default: "red"),
+                .scalar("note", .string, optional: true),
+                Property("labels", .scalar(.string), list: true),
+            ])
         let directory = TemporaryDirectory("migrate-recreate")
         do {
             let replica = try open(directory, Schema(version: 1, types: [tag]))
@@ -166,9 +191,12 @@ struct MigrationTests {
         // A date kept as seconds since 2001 whose seconds since 1970 (how it is stored) round.
         let candidates = (1...1000).map { Date(timeIntervalSinceReferenceDate: 700_000_000 + Double($0) / 7) }
         let date = try #require(candidates.first { Date(timeIntervalSince1970: $0.timeIntervalSince1970) != $0 })
-        let schema = Schema(version: 1, types: [
-            ObjectSchema(name: "Event", properties: [.scalar("_id", .string), .scalar("at", .date, default: .date(date))])
-        ])
+        let schema = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: "Event", properties: [.scalar("_id", .string), .scalar("at", .date, default: .date(date))])
+            ])
         let directory = TemporaryDirectory("date-default")
         do {
             let replica = try open(directory, schema)
@@ -188,14 +216,21 @@ struct MigrationTests {
         #expect(try again.verify().passed)
         again.close()
         // A migration to a later version that keeps the property redefines nothing.
-        let v2 = Schema(version: 2, types: [
-            ObjectSchema(name: "Event", properties: [
-                .scalar("_id", .string), .scalar("at", .date, default: .date(date)), .scalar("place", .string, optional: true),
+        let v2 = Schema(
+            version: 2,
+            types: [
+                ObjectSchema(
+                    name: "Event",
+                    properties: [
+                        .scalar("_id", .string), .scalar("at", .date, default: .date(date)),
+                        .scalar("place", .string, optional: true),
+                    ])
             ])
-        ])
         let migrated = try open(directory, v2)
         let last = try #require(try migrated.changesets(missingFrom: VersionVector()).last)
-        #expect(!last.instructions.contains { if case .redefineProperty = $0 { return true } else { return false } }, "\(last.instructions)")
+        #expect(
+            !last.instructions.contains { if case .redefineProperty = $0 { return true } else { return false } },
+            "\(last.instructions)")
         #expect(last.instructions.contains { if case .addProperty = $0 { return true } else { return false } })
     }
 
@@ -203,7 +238,12 @@ struct MigrationTests {
     func isPinned() throws {
         let directory = TemporaryDirectory()
         let project = { (version: UInt64, extra: [Property]) in
-            Schema(version: version, types: [ObjectSchema(name: "Project", properties: [.scalar("_id", .objectId), .scalar("name", .string)] + extra)])
+            Schema(
+                version: version,
+                types: [
+                    ObjectSchema(
+                        name: "Project", properties: [.scalar("_id", .objectId), .scalar("name", .string)] + extra)
+                ])
         }
         let id = ObjectID.generate()
         do {
@@ -216,7 +256,8 @@ struct MigrationTests {
         } throws: { error in
             guard let error = error as? TributaryError else { return false }
             return error.code == .migrationRequired
-                && error.message.contains("Migration is required due to the following errors:\n- Property 'Project.isPinned' has been added.")
+                && error.message.contains(
+                    "Migration is required due to the following errors:\n- Property 'Project.isPinned' has been added.")
         }
         let v2 = try open(directory, project(2, [.scalar("isPinned", .bool, optional: true)]))
         #expect(try v2.object("Project", primaryKey: .objectId(id))?["isPinned"] == .null)
@@ -227,17 +268,36 @@ struct MigrationTests {
     func person(_ version: UInt64) -> Schema {
         switch version {
         case 1:
-            Schema(version: 1, types: [ObjectSchema(name: "Person", properties: [
-                .scalar("_id", .int), .scalar("firstName", .string), .scalar("lastName", .string), .scalar("age", .int),
-            ])])
+            Schema(
+                version: 1,
+                types: [
+                    ObjectSchema(
+                        name: "Person",
+                        properties: [
+                            .scalar("_id", .int), .scalar("firstName", .string), .scalar("lastName", .string),
+                            .scalar("age", .int),
+                        ])
+                ])
         case 2:
-            Schema(version: 2, types: [ObjectSchema(name: "Person", properties: [
-                .scalar("_id", .int), .scalar("fullName", .string), .scalar("age", .int),
-            ])])
+            Schema(
+                version: 2,
+                types: [
+                    ObjectSchema(
+                        name: "Person",
+                        properties: [
+                            .scalar("_id", .int), .scalar("fullName", .string), .scalar("age", .int),
+                        ])
+                ])
         default:
-            Schema(version: 3, types: [ObjectSchema(name: "Person", properties: [
-                .scalar("_id", .int), .scalar("fullName", .string), .scalar("age", .string),
-            ])])
+            Schema(
+                version: 3,
+                types: [
+                    ObjectSchema(
+                        name: "Person",
+                        properties: [
+                            .scalar("_id", .int), .scalar("fullName", .string), .scalar("age", .string),
+                        ])
+                ])
         }
     }
 
@@ -288,7 +348,8 @@ struct MigrationTests {
             let v2Migration = Migration(steps: [
                 2: { migration in
                     try migration.enumerateObjects("Person") { old, new in
-                        new?["fullName"] = .string("\(old["firstName"].stringValue ?? "") \(old["lastName"].stringValue ?? "")")
+                        new?["fullName"] = .string(
+                            "\(old["firstName"].stringValue ?? "") \(old["lastName"].stringValue ?? "")")
                     }
                 }
             ])
@@ -306,16 +367,26 @@ struct MigrationTests {
     @Test("Renaming a property keeps its values")
     func renameKeepsData() throws {
         let directory = TemporaryDirectory()
-        let old = Schema(version: 1, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("yearsSinceBirth", .int)])])
-        let new = Schema(version: 2, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("age", .int, indexed: true)])])
+        let old = Schema(
+            version: 1,
+            types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("yearsSinceBirth", .int)])])
+        let new = Schema(
+            version: 2,
+            types: [
+                ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("age", .int, indexed: true)])
+            ])
         do {
             let v1 = try open(directory, old)
             try v1.write { try $0.create("Person", ["_id": 1, "yearsSinceBirth": 30]) }
             v1.close()
         }
-        let v2 = try open(directory, new, migration: Migration { $0.renameProperty(onType: "Person", from: "yearsSinceBirth", to: "age") })
+        let v2 = try open(
+            directory, new,
+            migration: Migration { $0.renameProperty(onType: "Person", from: "yearsSinceBirth", to: "age") })
         #expect(try v2.object("Person", primaryKey: .int(1))?["age"] == 30)
-        #expect(try v2.read { try $0.explain("Person", where: "age == 30") } == .index(property: "age", constraint: "age IN {30}"))
+        #expect(
+            try v2.read { try $0.explain("Person", where: "age == 30") }
+                == .index(property: "age", constraint: "age IN {30}"))
         #expect(try v2.objects("Person", where: "age == 30").count == 1)
         #expect(try v2.verify().passed)
     }
@@ -323,15 +394,24 @@ struct MigrationTests {
     @Test("Renaming a property onto one the previous schema has fails, naming both, and changes nothing")
     func renameOntoExistingPropertyFails() throws {
         let directory = TemporaryDirectory()
-        let old = Schema(version: 1, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("nick", .string), .scalar("name", .string)])])
-        let new = Schema(version: 2, types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("name", .string)])])
+        let old = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: "Person",
+                    properties: [.scalar("_id", .int), .scalar("nick", .string), .scalar("name", .string)])
+            ])
+        let new = Schema(
+            version: 2,
+            types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .int), .scalar("name", .string)])])
         do {
             let v1 = try open(directory, old)
             try v1.write { try $0.create("Person", ["_id": 1, "nick": "Bo", "name": "Bob"]) }
             v1.close()
         }
         #expect {
-            _ = try open(directory, new, migration: Migration { $0.renameProperty(onType: "Person", from: "nick", to: "name") })
+            _ = try open(
+                directory, new, migration: Migration { $0.renameProperty(onType: "Person", from: "nick", to: "name") })
         } throws: { error in
             guard let error = error as? TributaryError, error.code == .migrationFailed else { return false }
             return error.message.contains("'Person.nick' to 'name'") && error.message.contains("'Person.name: string'")
@@ -342,14 +422,21 @@ struct MigrationTests {
     }
 
     func addressSchema(_ version: UInt64, embedded: Bool) -> Schema {
-        Schema(version: version, types: [
-            ObjectSchema(name: "Contact", properties: [
-                .scalar("_id", .string), embedded ? Property("address", .embedded("Address")) : Property("address", .link("Address")),
-            ]),
-            embedded
-                ? .embedded("Address", properties: [.scalar("street", .string), .scalar("city", .string)])
-                : ObjectSchema(name: "Address", properties: [.scalar("_id", .string), .scalar("street", .string), .scalar("city", .string)]),
-        ])
+        Schema(
+            version: version,
+            types: [
+                ObjectSchema(
+                    name: "Contact",
+                    properties: [
+                        .scalar("_id", .string),
+                        embedded ? Property("address", .embedded("Address")) : Property("address", .link("Address")),
+                    ]),
+                embedded
+                    ? .embedded("Address", properties: [.scalar("street", .string), .scalar("city", .string)])
+                    : ObjectSchema(
+                        name: "Address",
+                        properties: [.scalar("_id", .string), .scalar("street", .string), .scalar("city", .string)]),
+            ])
     }
 
     func writeContacts(_ directory: TemporaryDirectory, orphan: Bool, shared: Bool) throws {
@@ -383,7 +470,8 @@ struct MigrationTests {
             try open(directory, addressSchema(2, embedded: true))
         } throws: { error in
             guard let error = error as? TributaryError else { return false }
-            return error.code == .migrationFailed && error.message.contains("does not have a backlink") && error.message.contains("a2")
+            return error.code == .migrationFailed && error.message.contains("does not have a backlink")
+                && error.message.contains("a2")
         }
         let again = try open(directory, addressSchema(1, embedded: false))
         #expect(try again.object("Address", primaryKey: .string("a2"))?["city"] == "Oslo")
@@ -408,11 +496,13 @@ struct MigrationTests {
     func migrationDeletesOrphans() throws {
         let directory = TemporaryDirectory()
         try writeContacts(directory, orphan: true, shared: false)
-        let v2 = try open(directory, addressSchema(2, embedded: true), migration: Migration { migration in
-            try migration.enumerateObjects("Address") { old, new in
-                if old.primaryKey == .string("a2"), let new { migration.delete(new) }
-            }
-        })
+        let v2 = try open(
+            directory, addressSchema(2, embedded: true),
+            migration: Migration { migration in
+                try migration.enumerateObjects("Address") { old, new in
+                    if old.primaryKey == .string("a2"), let new { migration.delete(new) }
+                }
+            })
         #expect(try v2.object("Contact", primaryKey: .string("c1"))?["address"].embeddedValue?["city"] == "Paris")
         #expect(try v2.verify().passed)
     }

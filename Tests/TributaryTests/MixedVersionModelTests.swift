@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// An app's models, before and after a release that added properties; both releases run at once while users update.
 enum ProfileV1 {
@@ -40,8 +41,12 @@ struct MixedVersionModelTests {
         var configuration = Replica.Configuration()
         configuration.durability = .none
         return version == 1
-            ? try Replica.open(directory: directory.path, models: [ProfileV1.Profile.self], schemaVersion: 1, configuration: configuration)
-            : try Replica.open(directory: directory.path, models: [ProfileV2.Profile.self], schemaVersion: 2, configuration: configuration)
+            ? try Replica.open(
+                directory: directory.path, models: [ProfileV1.Profile.self], schemaVersion: 1,
+                configuration: configuration)
+            : try Replica.open(
+                directory: directory.path, models: [ProfileV2.Profile.self], schemaVersion: 2,
+                configuration: configuration)
     }
 
     static func sync(_ from: Replica, _ to: Replica) throws {
@@ -54,8 +59,10 @@ struct MixedVersionModelTests {
         let old = try Self.open(oldDirectory, version: 1)
         let new = try Self.open(newDirectory, version: 2)
         try new.write { txn in
-            try txn.create(ProfileV2.Profile(
-                _id: "p", name: "Ada", badge: ProfileV2.Badge(label: "gold", color: "yellow"), nickname: "ada", tags: ["x", "y"]))
+            try txn.create(
+                ProfileV2.Profile(
+                    _id: "p", name: "Ada", badge: ProfileV2.Badge(label: "gold", color: "yellow"), nickname: "ada",
+                    tags: ["x", "y"]))
         }
         try Self.sync(new, old)
         // The earlier release reads its own properties, and edits the profile through its model.
@@ -91,7 +98,9 @@ struct MixedVersionModelTests {
     func withoutSchemaAtOpen() throws {
         let (oldDirectory, newDirectory) = (TemporaryDirectory("v1"), TemporaryDirectory("v2"))
         let new = try Self.open(newDirectory, version: 2)
-        try new.write { txn in try txn.create(ProfileV2.Profile(_id: "p", name: "Ada", badge: nil, nickname: "ada", tags: ["x"])) }
+        try new.write { txn in
+            try txn.create(ProfileV2.Profile(_id: "p", name: "Ada", badge: nil, nickname: "ada", tags: ["x"]))
+        }
         var configuration = Replica.Configuration()
         configuration.durability = .none
         let old = try Replica.open(directory: oldDirectory.path, configuration: configuration)
@@ -125,14 +134,22 @@ struct MixedVersionRemovalTests {
         // The later release starts from the earlier one, then drops `badge` in its migration to version 2.
         do {
             let first = try MixedVersionModelTests.open(newDirectory, version: 1)
-            try first.write { try $0.create(ProfileV1.Profile(_id: "p", name: "Ada", badge: ProfileV1.Badge(label: "gold"))) }
+            try first.write {
+                try $0.create(ProfileV1.Profile(_id: "p", name: "Ada", badge: ProfileV1.Badge(label: "gold")))
+            }
             first.close()
         }
-        let new = try Replica.open(directory: newDirectory.path, models: [ProfileV3.Profile.self], schemaVersion: 2, configuration: configuration)
+        let new = try Replica.open(
+            directory: newDirectory.path, models: [ProfileV3.Profile.self], schemaVersion: 2,
+            configuration: configuration)
         try MixedVersionModelTests.sync(new, old)
         #expect(try old.read { try $0.object(ProfileV1.Profile.self, primaryKey: "p") }?.badge == nil)
-        try old.write { try $0.upsert(ProfileV1.Profile(_id: "p", name: "Ada L.", badge: ProfileV1.Badge(label: "silver"))) }
-        try old.write { try $0.create(ProfileV1.Profile(_id: "q", name: "Grace", badge: ProfileV1.Badge(label: "gold"))) }
+        try old.write {
+            try $0.upsert(ProfileV1.Profile(_id: "p", name: "Ada L.", badge: ProfileV1.Badge(label: "silver")))
+        }
+        try old.write {
+            try $0.create(ProfileV1.Profile(_id: "q", name: "Grace", badge: ProfileV1.Badge(label: "gold")))
+        }
         try MixedVersionModelTests.sync(old, new)
         #expect(try new.read { try $0.object(ProfileV3.Profile.self, primaryKey: "p") }?.name == "Ada L.")
         #expect(try new.read { try $0.object(ProfileV3.Profile.self, primaryKey: "q") }?.name == "Grace")

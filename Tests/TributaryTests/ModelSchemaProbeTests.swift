@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// A model whose decoder validates what it reads.
 struct Subscriber: Model {
@@ -65,12 +66,15 @@ struct ModelSchemaProbeTests {
         let directory = TemporaryDirectory()
         var configuration = Replica.Configuration()
         configuration.durability = .none
-        let replica = try Replica.open(directory: directory.path, models: [Subscriber.self], configuration: configuration)
+        let replica = try Replica.open(
+            directory: directory.path, models: [Subscriber.self], configuration: configuration)
         let joined = Date(timeIntervalSince1970: 1_700_000_000)
         try replica.write { try $0.create(Subscriber(_id: "s1", email: "a@b.c", name: "Ann", joined: joined)) }
         let read = try #require(try replica.read { try $0.object(Subscriber.self, primaryKey: "s1") })
         #expect(read.name == "Ann" && read.joined == joined)
-        try replica.write { try $0.create("Subscriber", ["_id": "s2", "email": "nope", "name": "Bo", "joined": Value.date(joined)]) }
+        try replica.write {
+            try $0.create("Subscriber", ["_id": "s2", "email": "nope", "name": "Bo", "joined": Value.date(joined)])
+        }
         #expect(throws: (any Error).self) { try replica.read { try $0.object(Subscriber.self, primaryKey: "s2") } }
     }
 }

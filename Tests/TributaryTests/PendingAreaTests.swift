@@ -1,9 +1,10 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// The pending area: changesets that wait for their predecessors, kept decoded between integrations, and what a peer
 /// should not send again.
@@ -139,7 +140,8 @@ struct PendingAreaTests {
             var context = VersionVector()
             if relaySequence > 1 { context.advance(relay, to: relaySequence - 1) }
             return Changeset(
-                origin: ReplicaID(rawValue: app), originSequence: sequence, time: time, context: context, schemaVersion: 1,
+                origin: ReplicaID(rawValue: app), originSequence: sequence, time: time, context: context,
+                schemaVersion: 1,
                 instructions: [.create(type: "Task", primaryKey: .string(key), fields: [], defaults: [])],
                 relay: Dot(origin: relay, sequence: relaySequence))
         }

@@ -1,9 +1,10 @@
 import Foundation
 import Synchronization
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// The currency-rates app of a published Realm example: `Rate` objects with an embedded `query`.
 struct Rate: Model, Equatable {
@@ -37,13 +38,15 @@ struct QueryAndObservationTests {
     func open(_ directory: TemporaryDirectory) throws -> Replica {
         var configuration = Replica.Configuration()
         configuration.durability = .none
-        return try Replica.open(directory: directory.path, models: [Rate.self, Message.self], configuration: configuration)
+        return try Replica.open(
+            directory: directory.path, models: [Rate.self, Message.self], configuration: configuration)
     }
 
     func message(_ index: Int, conversation: String, text: String? = nil, priority: Int = 0) -> Message {
         Message(
             _id: "m\(index)", author: "u\(index % 3)", text: text ?? "message \(index)",
-            timestamp: Date(timeIntervalSince1970: Double(1000 - index)), conversationID: conversation, priority: priority)
+            timestamp: Date(timeIntervalSince1970: Double(1000 - index)), conversationID: conversation,
+            priority: priority)
     }
 
     @Test("The published example's queries work as written")
@@ -54,13 +57,17 @@ struct QueryAndObservationTests {
             try txn.create(Rate(_id: "r1", query: RateQuery(from: "USD", to: "EUR", amount: 1), result: 0.9))
             try txn.create(Rate(_id: "r2", query: RateQuery(from: "USD", to: "GBP", amount: 1), result: 0.8))
             for index in 0..<20 {
-                try txn.create(message(index, conversation: index % 2 == 0 ? "even" : "odd", text: index == 7 ? "Hello THERE" : nil))
+                try txn.create(
+                    message(
+                        index, conversation: index % 2 == 0 ? "even" : "odd", text: index == 7 ? "Hello THERE" : nil))
             }
         }
-        let rates = try replica.objects(Rate.self, where: "query.from = %@ AND query.to = %@", arguments: ["USD", "GBP"])
+        let rates = try replica.objects(
+            Rate.self, where: "query.from = %@ AND query.to = %@", arguments: ["USD", "GBP"])
         #expect(rates.map(\._id) == ["r2"])
 
-        let conversation = try replica.objects(Message.self, where: "conversationID == $0 SORT(timestamp ASC)", arguments: ["odd"])
+        let conversation = try replica.objects(
+            Message.self, where: "conversationID == $0 SORT(timestamp ASC)", arguments: ["odd"])
         #expect(conversation.count == 10)
         #expect(conversation.map(\.timestamp) == conversation.map(\.timestamp).sorted())
         #expect(conversation.first?._id == "m19")
@@ -73,17 +80,23 @@ struct QueryAndObservationTests {
     func explainNamesTheIndex() throws {
         let directory = TemporaryDirectory()
         let replica = try open(directory)
-        try replica.write { txn in for index in 0..<10 { try txn.create(message(index, conversation: "c\(index % 3)")) } }
+        try replica.write { txn in for index in 0..<10 { try txn.create(message(index, conversation: "c\(index % 3)")) }
+        }
         try replica.read { snapshot in
-            #expect(try snapshot.explain("Message", where: "conversationID == 'c1'") == .index(property: "conversationID", constraint: "conversationID IN {\"c1\"}"))
+            #expect(
+                try snapshot.explain("Message", where: "conversationID == 'c1'")
+                    == .index(property: "conversationID", constraint: "conversationID IN {\"c1\"}"))
             #expect(try snapshot.explain("Message", where: "_id IN {'m1', 'm2'}") == .primaryKey(count: 2))
-            if case .index(let property, _) = try snapshot.explain("Message", where: "priority >= 2 AND text CONTAINS 'x'") {
+            if case .index(let property, _) = try snapshot.explain(
+                "Message", where: "priority >= 2 AND text CONTAINS 'x'")
+            {
                 #expect(property == "priority")
             } else {
                 Issue.record("a range on an indexed property should use its index")
             }
             #expect(try snapshot.explain("Message", where: "text CONTAINS 'x'") == .fullScan)
-            #expect(try snapshot.explain("Message", where: "conversationID == 'a' AND conversationID == 'b'") == .noMatch)
+            #expect(
+                try snapshot.explain("Message", where: "conversationID == 'a' AND conversationID == 'b'") == .noMatch)
             #expect(try snapshot.objects("Message", where: "conversationID == 'c1'").count == 3)
         }
     }
@@ -95,12 +108,15 @@ struct QueryAndObservationTests {
         var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 4))
         try replica.write { txn in
             for index in 0..<400 {
-                try txn.create(message(index, conversation: "c\(random.next() % 9)", priority: Int(random.next() % 20) - 5))
+                try txn.create(
+                    message(index, conversation: "c\(random.next() % 9)", priority: Int(random.next() % 20) - 5))
             }
         }
         try replica.write { txn in
             for index in 0..<100 {
-                try txn.update("Message", primaryKey: .string("m\(random.next() % 400)"), ["priority": .int(Int64(random.next() % 20) - 5)])
+                try txn.update(
+                    "Message", primaryKey: .string("m\(random.next() % 400)"),
+                    ["priority": .int(Int64(random.next() % 20) - 5)])
                 if index % 10 == 0 { _ = try txn.delete("Message", primaryKey: .string("m\(random.next() % 400)")) }
             }
         }
@@ -111,10 +127,22 @@ struct QueryAndObservationTests {
             let c = "c\(random.next() % 9)"
             let cases: [(String, [Value], (Message) -> Bool)] = [
                 ("priority == $0", [.int(Int64(a))], { $0.priority == a }),
-                ("priority > $0 AND priority <= $1", [.int(Int64(a)), .int(Int64(b))], { $0.priority > a && $0.priority <= b }),
-                ("priority BETWEEN {$0, $1}", [.int(Int64(min(a, b))), .int(Int64(max(a, b)))], { $0.priority >= min(a, b) && $0.priority <= max(a, b) }),
-                ("priority IN {$0, $1} AND conversationID != $2", [.int(Int64(a)), .int(Int64(b)), .string(c)], { ($0.priority == a || $0.priority == b) && $0.conversationID != c }),
-                ("conversationID == $0 AND priority < $1", [.string(c), .int(Int64(a))], { $0.conversationID == c && $0.priority < a }),
+                (
+                    "priority > $0 AND priority <= $1", [.int(Int64(a)), .int(Int64(b))],
+                    { $0.priority > a && $0.priority <= b }
+                ),
+                (
+                    "priority BETWEEN {$0, $1}", [.int(Int64(min(a, b))), .int(Int64(max(a, b)))],
+                    { $0.priority >= min(a, b) && $0.priority <= max(a, b) }
+                ),
+                (
+                    "priority IN {$0, $1} AND conversationID != $2", [.int(Int64(a)), .int(Int64(b)), .string(c)],
+                    { ($0.priority == a || $0.priority == b) && $0.conversationID != c }
+                ),
+                (
+                    "conversationID == $0 AND priority < $1", [.string(c), .int(Int64(a))],
+                    { $0.conversationID == c && $0.priority < a }
+                ),
                 ("priority < $0", [.int(Int64(a))], { $0.priority < a }),
             ]
             for (query, arguments, predicate) in cases {
@@ -133,7 +161,8 @@ struct QueryAndObservationTests {
         try replica.write { txn in
             for index in 0..<300 {
                 let text = ["hello", "Hello world", "naïve café", "x", ""][Int(random.next() % 5)] + " \(index)"
-                try txn.create(message(index, conversation: "c\(random.next() % 4)", text: text, priority: Int(random.next() % 9)))
+                try txn.create(
+                    message(index, conversation: "c\(random.next() % 4)", text: text, priority: Int(random.next() % 9)))
             }
         }
         // Updates (some objects' fields no longer in their first order) and deletes (tombstones the scan skips).
@@ -143,7 +172,9 @@ struct QueryAndObservationTests {
                 if random.next() % 4 == 0 {
                     _ = try txn.delete("Message", primaryKey: key)
                 } else if try txn.object("Message", primaryKey: key) != nil {
-                    try txn.update("Message", primaryKey: key, ["author": .string("u\(random.next() % 5)"), "text": .string("edited")])
+                    try txn.update(
+                        "Message", primaryKey: key,
+                        ["author": .string("u\(random.next() % 5)"), "text": .string("edited")])
                 }
             }
         }
@@ -153,10 +184,16 @@ struct QueryAndObservationTests {
             let cutoff = Date(timeIntervalSince1970: Double(700 + random.next() % 300))
             let cases: [(String, [Value], (Message) -> Bool)] = [
                 ("author == $0", [.string(author)], { $0.author == author }),
-                ("text CONTAINS[c] 'hello' AND timestamp > $0", [.date(cutoff)], {
-                    $0.text.lowercased().contains("hello") && $0.timestamp > cutoff
-                }),
-                ("NOT (author == $0) OR text BEGINSWITH 'na'", [.string(author)], { $0.author != author || $0.text.hasPrefix("na") }),
+                (
+                    "text CONTAINS[c] 'hello' AND timestamp > $0", [.date(cutoff)],
+                    {
+                        $0.text.lowercased().contains("hello") && $0.timestamp > cutoff
+                    }
+                ),
+                (
+                    "NOT (author == $0) OR text BEGINSWITH 'na'", [.string(author)],
+                    { $0.author != author || $0.text.hasPrefix("na") }
+                ),
                 ("_id == 'm7' OR author == $0", [.string(author)], { $0._id == "m7" || $0.author == author }),
                 ("text == 'edited' AND _id ENDSWITH '1'", [], { $0.text == "edited" && $0._id.hasSuffix("1") }),
             ]
@@ -165,7 +202,8 @@ struct QueryAndObservationTests {
                 let expected = all.filter(predicate)
                 let actual = try replica.objects(Message.self, where: query, arguments: arguments)
                 #expect(actual == expected, "\(query) with \(arguments)")
-                #expect(try replica.read { try $0.count("Message", where: query, arguments: arguments) } == expected.count)
+                #expect(
+                    try replica.read { try $0.count("Message", where: query, arguments: arguments) } == expected.count)
             }
         }
         #expect(try replica.read { try $0.count("Message") } == all.count)
@@ -179,7 +217,8 @@ struct QueryAndObservationTests {
             try replica.objects("Message", where: "priority == 'high'")
         } throws: { error in
             guard let error = error as? TributaryError else { return false }
-            return error.code == .invalidQuery && error.message.contains("Message.priority") && error.message.contains("^")
+            return error.code == .invalidQuery && error.message.contains("Message.priority")
+                && error.message.contains("^")
         }
         #expect {
             try replica.objects("Message", where: "priority ==")
@@ -200,7 +239,9 @@ struct QueryAndObservationTests {
         let directory = TemporaryDirectory()
         let replica = try open(directory)
         var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 5))
-        try await replica.write { txn in for index in 0..<30 { try txn.create(message(index, conversation: "c\(index % 3)", priority: index % 7)) } }
+        try await replica.write { txn in
+            for index in 0..<30 { try txn.create(message(index, conversation: "c\(index % 3)", priority: index % 7)) }
+        }
         let observation = replica.observe("Message", where: query)
         var iterator = observation.makeAsyncIterator()
         guard case .initial(var current)? = try await iterator.next() else {
@@ -227,7 +268,9 @@ struct QueryAndObservationTests {
             }
             let expected = try query.map { try replica.objects("Message", where: $0) } ?? replica.objects("Message")
             if expected == current { continue }  // this commit left the results as they were: no update comes
-            guard case .update(let results, let deletions, let insertions, let modifications)? = try await iterator.next() else {
+            guard
+                case .update(let results, let deletions, let insertions, let modifications)? = try await iterator.next()
+            else {
                 Issue.record("round \(round): the observation ended")
                 return
             }
@@ -254,10 +297,13 @@ struct QueryAndObservationTests {
         let directory = TemporaryDirectory()
         var configuration = Replica.Configuration()
         configuration.durability = .none
-        let schema = Schema(version: 1, types: [
-            ObjectSchema(name: "Note", properties: [.scalar("_id", .string), .scalar("text", .string, optional: true)]),
-            ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
-        ])
+        let schema = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: "Note", properties: [.scalar("_id", .string), .scalar("text", .string, optional: true)]),
+                ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
+            ])
         let replica = try Replica.open(directory: directory.path, schema: schema, configuration: configuration)
         try await replica.write { try $0.create("Note", ["_id": "n"]) }
         var iterator = replica.observe("Note").makeAsyncIterator()

@@ -47,7 +47,8 @@ struct RebuildTests {
                     case 0 where exists: _ = try txn.delete("Task", primaryKey: key)
                     case 1 where exists:
                         try txn.update("Task", primaryKey: key, ["tags": .list([.string("a\(step)"), .string("b")])])
-                    case 2 where exists && step > 60: try txn.update("Task", primaryKey: key, ["rank": .int(Int64(step))])
+                    case 2 where exists && step > 60:
+                        try txn.update("Task", primaryKey: key, ["rank": .int(Int64(step))])
                     case _ where exists:
                         try txn.update("Task", primaryKey: key, ["title": .string("u\(step)"), "n": .int(Int64(step))])
                     default:

@@ -1,11 +1,12 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryLog
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
 import TributaryViews
+
+@testable import Tributary
 
 /// App replicas that sync through a relay, which adopts their changesets into its own sequence
 /// (docs/MergeSemantics.md, "Relays").
@@ -13,7 +14,8 @@ import TributaryViews
 struct RelayTests {
     /// What the app `app` wrote that `relay` lacks, uploaded to it and adopted there.
     static func upload(_ cluster: Cluster, app: Int, to relay: Int) throws {
-        let uploads = try cluster[app].changesets(missingFrom: cluster[relay].versionVector, origins: [cluster[app].replicaID])
+        let uploads = try cluster[app].changesets(
+            missingFrom: cluster[relay].versionVector, origins: [cluster[app].replicaID])
         try cluster[relay].adopt(uploads)
     }
 
@@ -47,7 +49,10 @@ struct RelayTests {
         // The relay's vector counts only the relay; each app's counts the relay and itself.
         #expect(cluster[0].versionVector.entries.map(\.replica) == [cluster[0].replicaID])
         for app in 1...2 {
-            #expect(Set(cluster[app].versionVector.entries.map(\.replica)) == [cluster[0].replicaID, cluster[app].replicaID])
+            #expect(
+                Set(cluster[app].versionVector.entries.map(\.replica)) == [
+                    cluster[0].replicaID, cluster[app].replicaID,
+                ])
         }
         // Every replica holds the same object, each app applied its own changesets once (the counter is 2, not 4).
         for replica in cluster.replicas {
@@ -79,7 +84,9 @@ struct RelayTests {
             try sync(cluster, app: 2)
             try sync(cluster, app: 1)
         }
-        for replica in cluster.replicas { #expect(try replica.object("Task", primaryKey: .string("t"))?["title"] == "again") }
+        for replica in cluster.replicas {
+            #expect(try replica.object("Task", primaryKey: .string("t"))?["title"] == "again")
+        }
         #expect(try Set(cluster.replicas.map { try $0.recordsDigest() }).count == 1)
     }
 
@@ -94,7 +101,9 @@ struct RelayTests {
         #expect(try cluster[0].adopt(Array(uploads.suffix(2))).waiting == 2)
         let report = try cluster[0].adopt(Array(uploads.prefix(3)))
         #expect(report.integrated.count == 5)
-        let adopted = try cluster[0].changesets(missingFrom: VersionVector()).filter { $0.origin == cluster[1].replicaID }
+        let adopted = try cluster[0].changesets(missingFrom: VersionVector()).filter {
+            $0.origin == cluster[1].replicaID
+        }
         #expect(adopted.map(\.originSequence) == [1, 2, 3, 4, 5, 6])  // its schema changeset, then the five
         // The four before it were adopted after the app last downloaded; this relay's own sequence orders them first,
         // so no extra dot names them.
@@ -112,7 +121,9 @@ struct RelayTests {
         for index in 0..<count { try cluster[1].write { try $0.create("Person", ["_id": .string("p\(index)")]) } }
         let before = try cluster[0].logStatistics()
         try sync(cluster, app: 1)
-        let adopted = try cluster[0].changesets(missingFrom: VersionVector()).filter { $0.origin == cluster[1].replicaID }
+        let adopted = try cluster[0].changesets(missingFrom: VersionVector()).filter {
+            $0.origin == cluster[1].replicaID
+        }
         #expect(adopted.count == count + 1)
         #expect(adopted.allSatisfy { $0.contextExtras.isEmpty })
         // About 75 bytes each, encoded. Listing every earlier changeset of the run as an extra dot made them 1.8 MB.
@@ -121,7 +132,9 @@ struct RelayTests {
         #expect(try cluster[1].recordsDigest() == cluster[0].recordsDigest())
     }
 
-    @Test("An app that moves to another relay mid-run: the second relay names the first's adoption, and peers wait for it")
+    @Test(
+        "An app that moves to another relay mid-run: the second relay names the first's adoption, and peers wait for it"
+    )
     func runAcrossTwoRelays() throws {
         // 0 and 1 are relays (peers of each other), 2 is a peer of both, 3 is an app.
         let cluster = try Cluster(4, schema: MergeSemanticsTests.schema)
@@ -136,9 +149,13 @@ struct RelayTests {
         try upload(to: 0)
         // Relay 1 gets relay 0's log, then the rest of the run, which the app uploads to it.
         try cluster.send(from: 0, to: 1)
-        for index in 0..<3 { try app.write { try $0.update("Person", primaryKey: .string("a\(index)"), ["name": "moved"]) } }
+        for index in 0..<3 {
+            try app.write { try $0.update("Person", primaryKey: .string("a\(index)"), ["name": "moved"]) }
+        }
         try upload(to: 1)
-        let second = try cluster[1].changesets(missingFrom: cluster[0].versionVector).filter { $0.origin == app.replicaID }
+        let second = try cluster[1].changesets(missingFrom: cluster[0].versionVector).filter {
+            $0.origin == app.replicaID
+        }
         #expect(second.count == 3)
         // The first of them follows a changeset relay 0 adopted: it names that adoption, and only that one.
         let firstRun = try cluster[0].changesets(missingFrom: VersionVector()).filter { $0.origin == app.replicaID }
@@ -171,7 +188,9 @@ struct RelayTests {
         let cluster = try Cluster(4, schema: MergeSemanticsTests.schema)
         let app = cluster[3]
         func upload(to relay: Int) throws { try Self.upload(cluster, app: 3, to: relay) }
-        func exchange(_ pairs: [(Int, Int)]) throws { for (source, target) in pairs { try cluster.send(from: source, to: target) } }
+        func exchange(_ pairs: [(Int, Int)]) throws {
+            for (source, target) in pairs { try cluster.send(from: source, to: target) }
+        }
         try upload(to: 0)
         try exchange([(0, 1), (1, 0)])
         try cluster[2].write { try $0.create("Task", ["_id": "t", "title": "first"]) }
@@ -194,8 +213,12 @@ struct RelayTests {
         for _ in 0..<3 { try exchange([(0, 1), (1, 0), (0, 2), (2, 0), (1, 2), (2, 1)]) }
         try app.integrate(try cluster[0].changesets(missingFrom: app.versionVector))
         for relay in 0...1 {
-            let copies = try cluster[relay].environment.read { try cluster[relay].log.causalDots(ofOrigin: erase, in: $0) }
-            #expect(Set(copies.map(\.origin)) == [cluster[0].replicaID, cluster[1].replicaID], "relay \(relay) holds \(copies)")
+            let copies = try cluster[relay].environment.read {
+                try cluster[relay].log.causalDots(ofOrigin: erase, in: $0)
+            }
+            #expect(
+                Set(copies.map(\.origin)) == [cluster[0].replicaID, cluster[1].replicaID],
+                "relay \(relay) holds \(copies)")
         }
         for (index, replica) in cluster.replicas.enumerated() {
             #expect(try replica.object("Task", primaryKey: .string("t"))?["title"] == "revived", "replica \(index)")
@@ -207,7 +230,9 @@ struct RelayTests {
         #expect(try cluster[0].viewDigest() == before)
     }
 
-    @Test("Two relays that adopted two apps' uploads in opposite orders: a peer that hears the later copies first integrates all")
+    @Test(
+        "Two relays that adopted two apps' uploads in opposite orders: a peer that hears the later copies first integrates all"
+    )
     func crossedCopiesDoNotDeadlock() throws {
         // 0 and 1 are relays, 2 is a peer, 3 and 4 are apps.
         let cluster = try Cluster(5, schema: MergeSemanticsTests.schema)
@@ -215,7 +240,10 @@ struct RelayTests {
         try cluster[3].write { try $0.create("Task", ["_id": "a", "title": "from app 3"]) }
         try cluster[4].write { try $0.create("Task", ["_id": "b", "title": "from app 4"]) }
         let (a, b) = (cluster[3].replicaID, cluster[4].replicaID)
-        let creates = ["a": Dot(origin: a, sequence: try cluster[3].versionVector[a]), "b": Dot(origin: b, sequence: try cluster[4].versionVector[b])]
+        let creates = [
+            "a": Dot(origin: a, sequence: try cluster[3].versionVector[a]),
+            "b": Dot(origin: b, sequence: try cluster[4].versionVector[b]),
+        ]
         // Neither app hears of an adoption: each uploads to both relays, which adopt them in opposite orders.
         try Self.upload(cluster, app: 3, to: 0)
         try Self.upload(cluster, app: 4, to: 0)
@@ -230,8 +258,11 @@ struct RelayTests {
         // One full export of each relay, in either form, lets every copy in. The first copies used to be dropped as
         // duplicates of the waiting ones, which then waited for them for ever: both relays' lanes stalled, and
         // everything later from either relay with them.
-        try peer.integrate(encoded: try cluster[0].encodedChangesets(missingFrom: peer.versionVector, excluding: try peer.pendingDots()))
-        try peer.integrate(try cluster[1].changesets(missingFrom: peer.versionVector, excluding: try peer.pendingDots()))
+        try peer.integrate(
+            encoded: try cluster[0].encodedChangesets(
+                missingFrom: peer.versionVector, excluding: try peer.pendingDots()))
+        try peer.integrate(
+            try cluster[1].changesets(missingFrom: peer.versionVector, excluding: try peer.pendingDots()))
         #expect(try peer.pendingDots().isEmpty)
         var both = try cluster[0].versionVector
         both.formUnion(try cluster[1].versionVector)
@@ -240,14 +271,18 @@ struct RelayTests {
         for (key, relay) in [("a", 0), ("b", 1)] {
             #expect(try peer.object("Task", primaryKey: .string(key)) != nil, "\(key)")
             let copies = try peer.environment.read { try peer.log.causalDots(ofOrigin: creates[key]!, in: $0) }
-            #expect(Set(copies.map(\.origin)) == [cluster[0].replicaID, cluster[1].replicaID], "\(key) via relay \(relay): \(copies)")
+            #expect(
+                Set(copies.map(\.origin)) == [cluster[0].replicaID, cluster[1].replicaID],
+                "\(key) via relay \(relay): \(copies)")
         }
         #expect(try peer.verify().passed)
         // The relays exchange, and the apps hear from them: every replica holds the same.
         try cluster.send(from: 0, to: 1)
         try cluster.send(from: 1, to: 0)
         for app in 3...4 {
-            for relay in 0...1 { try cluster[app].integrate(try cluster[relay].changesets(missingFrom: cluster[app].versionVector)) }
+            for relay in 0...1 {
+                try cluster[app].integrate(try cluster[relay].changesets(missingFrom: cluster[app].versionVector))
+            }
         }
         let digests = try cluster.replicas.map { try $0.recordsDigest() }
         #expect(Set(digests).count == 1, "\(digests)")
@@ -295,29 +330,47 @@ struct RelayTests {
         #expect(try problems() == [nil, nil])
         let key = ChangesetLog.originKey(written)
         let damages: [(String, (WriteTransaction) throws -> Void)] = [
-            ("are [\(copies[0])], but its entries hold the copies \(copies)", { txn in
-                try txn.put(relay.log.adoptions, key: key, value: ChangesetLog.originKey(copies[0]))
-            }),
-            ("are \(Array(copies.reversed())), but its entries hold the copies \(copies)", { txn in
-                try txn.put(relay.log.adoptions, key: key, value: copies.reversed().flatMap(ChangesetLog.originKey))
-            }),
-            ("name changeset \(Dot(origin: written.origin, sequence: 99)), of which no entry holds a relay's copy", { txn in
-                try txn.put(relay.log.adoptions, key: ChangesetLog.originKey(Dot(origin: written.origin, sequence: 99)), value: key)
-            }),
-            ("the origin index gives relay dot \(copies[1]) no entry", { txn in
-                _ = try txn.delete(relay.log.origins, key: ChangesetLog.originKey(copies[1]))
-            }),
+            (
+                "are [\(copies[0])], but its entries hold the copies \(copies)",
+                { txn in
+                    try txn.put(relay.log.adoptions, key: key, value: ChangesetLog.originKey(copies[0]))
+                }
+            ),
+            (
+                "are \(Array(copies.reversed())), but its entries hold the copies \(copies)",
+                { txn in
+                    try txn.put(relay.log.adoptions, key: key, value: copies.reversed().flatMap(ChangesetLog.originKey))
+                }
+            ),
+            (
+                "name changeset \(Dot(origin: written.origin, sequence: 99)), of which no entry holds a relay's copy",
+                { txn in
+                    try txn.put(
+                        relay.log.adoptions, key: ChangesetLog.originKey(Dot(origin: written.origin, sequence: 99)),
+                        value: key)
+                }
+            ),
+            (
+                "the origin index gives relay dot \(copies[1]) no entry",
+                { txn in
+                    _ = try txn.delete(relay.log.origins, key: ChangesetLog.originKey(copies[1]))
+                }
+            ),
         ]
         for (words, damage) in damages {
             let saved = try relay.environment.read { txn in
-                (try txn.get(relay.log.adoptions, key: key), try txn.get(relay.log.origins, key: ChangesetLog.originKey(copies[1])))
+                (
+                    try txn.get(relay.log.adoptions, key: key),
+                    try txn.get(relay.log.origins, key: ChangesetLog.originKey(copies[1]))
+                )
             }
             try relay.environment.write { try damage($0) }
             for problem in try problems() {
                 #expect(problem?.contains(words) == true, "\(String(describing: problem))")
             }
             try relay.environment.write { txn in
-                _ = try txn.delete(relay.log.adoptions, key: ChangesetLog.originKey(Dot(origin: written.origin, sequence: 99)))
+                _ = try txn.delete(
+                    relay.log.adoptions, key: ChangesetLog.originKey(Dot(origin: written.origin, sequence: 99)))
                 try txn.put(relay.log.adoptions, key: key, value: try #require(saved.0))
                 try txn.put(relay.log.origins, key: ChangesetLog.originKey(copies[1]), value: try #require(saved.1))
             }
@@ -368,7 +421,9 @@ struct RelayTests {
         try Self.expectInStepAfterSync(cluster)
     }
 
-    @Test("A peer's changeset that names an app's changeset by its own dot is integrated where a relay's copy of it is held")
+    @Test(
+        "A peer's changeset that names an app's changeset by its own dot is integrated where a relay's copy of it is held"
+    )
     func contextNamesPlainDotHeldThroughRelay() throws {
         let cluster = try Self.heldThroughRelayAndPlainly()
         // The peer writes having seen the app's changesets as the app sent them: its context names them by their own
@@ -381,7 +436,9 @@ struct RelayTests {
         try Self.expectInStepAfterSync(cluster)
     }
 
-    @Test("An app's upload whose context names another app's changeset by its own dot is adopted by the relay that adopted it")
+    @Test(
+        "An app's upload whose context names another app's changeset by its own dot is adopted by the relay that adopted it"
+    )
     func uploadNamesPlainDotTheRelayAdopted() throws {
         let cluster = try Self.heldThroughRelayAndPlainly()
         // Replica 2, the peer, is an app of the relay too: it writes having seen app 1's changesets by their own dots,
@@ -470,8 +527,12 @@ struct RelayTests {
         #expect(try peer.versionVector == vector)
         #expect(try peer.object("Task", primaryKey: .string("t")) == nil)
         // In memory, and replayed into scratch views as a large replica is.
-        for problem in [try peer.verify(recordsInMemory: .max).firstProblem, try peer.verify(recordsInMemory: 1).firstProblem] {
-            #expect(problem?.contains("adoptions of changeset \(erase) are damaged: 3 bytes") == true, "\(String(describing: problem))")
+        for problem in [
+            try peer.verify(recordsInMemory: .max).firstProblem, try peer.verify(recordsInMemory: 1).firstProblem,
+        ] {
+            #expect(
+                problem?.contains("adoptions of changeset \(erase) are damaged: 3 bytes") == true,
+                "\(String(describing: problem))")
         }
         // Repaired (restored from a backup, say), the same changeset comes in and the replicas agree.
         try peer.environment.write { try $0.put(peer.log.adoptions, key: key, value: saved) }
@@ -494,13 +555,16 @@ struct RelayTests {
     @Test("Causal metadata per changeset stays bounded with 1,000 writing apps through one relay")
     func metadataStaysBounded() throws {
         let measured = try RelayTests.metadataBytes(apps: 1000)
-        print("1,000 apps: \(measured.adoptedBytes) bytes of causal metadata per changeset through a relay; "
-            + "\(measured.directBytes) bytes when every app is a peer")
+        print(
+            "1,000 apps: \(measured.adoptedBytes) bytes of causal metadata per changeset through a relay; "
+                + "\(measured.directBytes) bytes when every app is a peer")
         #expect(measured.adoptedBytes <= 64)
         #expect(measured.directBytes >= 1000 * 9)
     }
 
-    @Test("A relay whose stored vector counts the last number of its own fails to adopt, naming the damage, without a trap")
+    @Test(
+        "A relay whose stored vector counts the last number of its own fails to adopt, naming the damage, without a trap"
+    )
     func damagedVectorFailsAdoption() throws {
         let directory = TemporaryDirectory("relay-damaged")
         var configuration = Replica.Configuration()
@@ -508,7 +572,8 @@ struct RelayTests {
         configuration.replicaID = ReplicaID(rawValue: 1)
         let path = directory.appending("relay")
         do {
-            let relay = try Replica.open(directory: path, schema: MergeSemanticsTests.schema, configuration: configuration)
+            let relay = try Replica.open(
+                directory: path, schema: MergeSemanticsTests.schema, configuration: configuration)
             try relay.environment.write { txn in
                 var writer = BinaryWriter()
                 writer.varint(1)
@@ -527,7 +592,8 @@ struct RelayTests {
         #expect {
             try relay.adopt([upload])
         } throws: { error in
-            (error as? TributaryError)?.code == .corrupted && (error as? TributaryError)?.message.contains("version vector") == true
+            (error as? TributaryError)?.code == .corrupted
+                && (error as? TributaryError)?.message.contains("version vector") == true
         }
         #expect(try relay.object("Person", primaryKey: .string("p")) == nil)
     }
@@ -539,9 +605,11 @@ struct RelayTests {
         var configuration = Replica.Configuration()
         configuration.durability = .none
         configuration.replicaID = ReplicaID(rawValue: 1)
-        let relay = try Replica.open(directory: directory.appending("relay"), schema: MergeSemanticsTests.schema, configuration: configuration)
+        let relay = try Replica.open(
+            directory: directory.appending("relay"), schema: MergeSemanticsTests.schema, configuration: configuration)
         configuration.replicaID = ReplicaID(rawValue: 2)
-        let peer = try Replica.open(directory: directory.appending("peer"), schema: MergeSemanticsTests.schema, configuration: configuration)
+        let peer = try Replica.open(
+            directory: directory.appending("peer"), schema: MergeSemanticsTests.schema, configuration: configuration)
         let base = HybridTime(milliseconds: 1_700_000_000_000)
         for app in 0..<apps {
             let id = ReplicaID(rawValue: 1_000 + UInt64(app))

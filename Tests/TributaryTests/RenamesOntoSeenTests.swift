@@ -1,18 +1,21 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
 import TributaryViews
 
+@testable import Tributary
+
 /// A removal or rename of a property remembers the renames onto its name that its changeset saw (rule 8), so that a
 /// copy of a rename merged late can find the property that a rename which saw another copy moved on.
 @Suite("Removals remember the renames onto their name that they saw")
 struct RenamesOntoSeenTests {
-    static let schema = Schema(version: 1, types: [
-        ObjectSchema(name: "Task", properties: [.scalar("_id", .string), .scalar("a", .string, optional: true)]),
-    ])
+    static let schema = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(name: "Task", properties: [.scalar("_id", .string), .scalar("a", .string, optional: true)])
+        ])
 
     /// Creates an object, renames `a` to `b`, then removes `b`: a removal that saw a rename onto its name. The dots
     /// are origin dots, which equal local sequences on a replica that integrated nothing.
@@ -34,10 +37,12 @@ struct RenamesOntoSeenTests {
     @Test("A removal records the renames onto its name that it saw; the first rename, which saw none, records none")
     func recorded() throws {
         let directory = TemporaryDirectory()
-        let replica = try Replica.open(directory: directory.path, schema: Self.schema, configuration: Self.configuration)
+        let replica = try Replica.open(
+            directory: directory.path, schema: Self.schema, configuration: Self.configuration)
         defer { replica.close() }
         let (rename, removal) = try Self.migrate(replica)
-        #expect(replica.schema.removals(of: "b", in: "Task") == [PropertyRemoval(dot: removal, renamesOntoSeen: [rename])])
+        #expect(
+            replica.schema.removals(of: "b", in: "Task") == [PropertyRemoval(dot: removal, renamesOntoSeen: [rename])])
         #expect(replica.schema.removals(of: "a", in: "Task") == [PropertyRemoval(dot: rename, renamedTo: "b")])
         #expect(try replica.verify().passed)
     }

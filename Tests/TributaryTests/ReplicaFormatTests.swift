@@ -1,9 +1,10 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+
+@testable import Tributary
 
 @Suite("Replica format")
 struct ReplicaFormatTests {
@@ -16,10 +17,13 @@ struct ReplicaFormatTests {
 
     /// A closed replica in `directory` with a few users, one deleted, and a list edit.
     static func makeReplica(_ directory: String) throws {
-        let replica = try Replica.open(directory: directory, schema: Fixtures.chatSchema, configuration: configuration())
+        let replica = try Replica.open(
+            directory: directory, schema: Fixtures.chatSchema, configuration: configuration())
         defer { replica.close() }
         try replica.write { txn in
-            for index in 0..<5 { try txn.create("User", ["_id": .string("u\(index)"), "name": .string("User \(index)")]) }
+            for index in 0..<5 {
+                try txn.create("User", ["_id": .string("u\(index)"), "name": .string("User \(index)")])
+            }
         }
         try replica.write { txn in
             try txn.delete("User", primaryKey: .string("u3"))
@@ -36,21 +40,29 @@ struct ReplicaFormatTests {
         defer { replica.close() }
         #expect(try replica.summary().formatVersion == 1)
         let stored = try replica.environment.read { txn in
-            (try txn.get(replica.identity, key: ReplicaFormat.key), try txn.get(replica.identity, key: ReplicaFormat.developmentKey))
+            (
+                try txn.get(replica.identity, key: ReplicaFormat.key),
+                try txn.get(replica.identity, key: ReplicaFormat.developmentKey)
+            )
         }
         #expect(stored.0 == [1])
         #expect(stored.1 == nil)
     }
 
-    @Test("a replica of a development build is refused, for writing and read-only, with the way to rebuild it", arguments: [UInt8(1), 4, 7])
+    @Test(
+        "a replica of a development build is refused, for writing and read-only, with the way to rebuild it",
+        arguments: [UInt8(1), 4, 7])
     func developmentBuildIsRefused(developmentFormat: UInt8) throws {
         let directory = TemporaryDirectory("format-development")
         try Self.makeReplica(directory.path)
         try StoredFormat.markAsDevelopmentBuild(directory.path, developmentFormat: developmentFormat)
         for readOnly in [false, true] {
             let error = try #require(throws: TributaryError.self) {
-                try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration(readOnly: readOnly))
-                    .close()
+                try Replica.open(
+                    directory: directory.path, schema: Fixtures.chatSchema,
+                    configuration: Self.configuration(readOnly: readOnly)
+                )
+                .close()
             }
             #expect(error.code == .developmentFormat)
             #expect(error.message.contains("development format \(developmentFormat)"), "\(error.message)")
@@ -116,7 +128,8 @@ struct ReplicaFormatTests {
     func stepsChain() {
         let noop: @Sendable (Replica, TributaryStorageWriteTransaction) throws -> Void = { _, _ in }
         let steps = [
-            ReplicaFormat.Upgrade(from: 3, summary: "c", apply: noop), ReplicaFormat.Upgrade(from: 1, summary: "a", apply: noop),
+            ReplicaFormat.Upgrade(from: 3, summary: "c", apply: noop),
+            ReplicaFormat.Upgrade(from: 1, summary: "a", apply: noop),
             ReplicaFormat.Upgrade(from: 2, summary: "b", apply: noop),
         ]
         #expect(ReplicaFormat.steps(from: 1, to: 4, in: steps)?.map(\.summary) == ["a", "b", "c"])
@@ -150,7 +163,9 @@ struct ReplicaFormatTests {
         let earlier = ReplicaFormat.current - 1
         try writer.environment.write { txn in try txn.put(writer.identity, key: ReplicaFormat.key, value: [earlier]) }
         func stored() throws -> (format: UInt8, marker: [UInt8]?) {
-            try writer.environment.read { txn in (try writer.storedFormat(in: txn), try txn.get(writer.identity, key: Self.marker)) }
+            try writer.environment.read { txn in
+                (try writer.storedFormat(in: txn), try txn.get(writer.identity, key: Self.marker))
+            }
         }
 
         // Read-only, nothing is raised: the error says how.

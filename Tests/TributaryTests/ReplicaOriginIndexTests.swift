@@ -17,7 +17,9 @@ struct ReplayCopyIndexTests {
         let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
         for round in 0..<3 {
             for app in 1...2 {
-                try cluster[app].write { _ = try $0.upsert("Task", ["_id": .string("t\(app)"), "title": .string("r\(round)")]) }
+                try cluster[app].write {
+                    _ = try $0.upsert("Task", ["_id": .string("t\(app)"), "title": .string("r\(round)")])
+                }
                 let uploads = try cluster[app].changesets(
                     missingFrom: cluster[0].versionVector, origins: [cluster[app].replicaID])
                 try cluster[0].adopt(uploads)
@@ -32,7 +34,9 @@ struct ReplayCopyIndexTests {
         #expect(try copy.changesets(missingFrom: VersionVector()) == source.changesets(missingFrom: VersionVector()))
         for relaySequence in [UInt64(0), 2, 5] {
             let vector = VersionVector([(source.replicaID, relaySequence)])
-            #expect(try copy.changesets(missingFrom: vector).map(\.dot) == source.changesets(missingFrom: vector).map(\.dot))
+            #expect(
+                try copy.changesets(missingFrom: vector).map(\.dot) == source.changesets(missingFrom: vector).map(\.dot)
+            )
         }
         #expect(try copy.recordsDigest() == source.recordsDigest())
         #expect(try copy.verify().passed)
@@ -49,7 +53,8 @@ struct DamagedOriginIndexTests {
         configuration.durability = .none
         var replicaID = ReplicaID(rawValue: 0)
         do {
-            let replica = try Replica.open(directory: directory.path, schema: MergeSemanticsTests.schema, configuration: configuration)
+            let replica = try Replica.open(
+                directory: directory.path, schema: MergeSemanticsTests.schema, configuration: configuration)
             for index in 0..<5 { try replica.write { _ = try $0.create("Task", ["_id": .string("a\(index)")]) } }
             replicaID = replica.replicaID
             #expect(try replica.verify().passed)
@@ -64,7 +69,8 @@ struct DamagedOriginIndexTests {
             }
             #expect(deleted)
         }
-        let replica = try Replica.open(directory: directory.path, schema: MergeSemanticsTests.schema, configuration: configuration)
+        let replica = try Replica.open(
+            directory: directory.path, schema: MergeSemanticsTests.schema, configuration: configuration)
         defer { replica.close() }
         let report = try replica.verify()
         #expect(report.firstProblem?.contains("origin index does not find changeset") == true, "\(report)")

@@ -1,9 +1,10 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryMerge
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 @Suite("Replica basics")
 struct ReplicaTests {
@@ -43,10 +44,14 @@ struct ReplicaTests {
         let replica = try openChat(directory)
         defer { replica.close() }
         try await replica.write { txn in
-            for index in 0..<50 { try txn.create("User", ["_id": .string("u\(index)"), "name": "N", "age": .int(Int64(index))]) }
+            for index in 0..<50 {
+                try txn.create("User", ["_id": .string("u\(index)"), "name": "N", "age": .int(Int64(index))])
+            }
         }
         async let written: Void = replica.write { txn in
-            for index in 50..<100 { try txn.create("User", ["_id": .string("u\(index)"), "name": "N", "age": .int(Int64(index))]) }
+            for index in 50..<100 {
+                try txn.create("User", ["_id": .string("u\(index)"), "name": "N", "age": .int(Int64(index))])
+            }
         }
         // Each snapshot sees one commit whole: 50 or 100 users, and the ages of exactly those.
         let counts = try await withThrowingTaskGroup(of: (Int, Int).self) { group in
@@ -159,12 +164,16 @@ struct ReplicaTests {
         let replica = try openChat(directory)
         try replica.write { try $0.create("User", ["_id": "u1", "name": "Ada", "age": 36, "tags": ["a", "b", "c"]]) }
         try replica.write { txn in
-            try txn.update("User", primaryKey: .string("u1"), ["name": "Ada", "age": 37, "tags": ["a", "x", "c", "d"]])
+            try txn.update(
+                "User", primaryKey: .string("u1"), ["name": "Ada", "age": 37, "tags": ["a", "x", "c", "d"]])
         }
         let changeset = try replica.changeset(at: replica.lastLocalSequence)
         // age set; "b" erased; "x" and "d" inserted. The unchanged name is not written.
         #expect(changeset.instructions.count == 4)
-        #expect(!changeset.instructions.contains { if case .set(let path, _) = $0 { path.property == "name" } else { false } })
+        #expect(
+            !changeset.instructions.contains {
+                if case .set(let path, _) = $0 { path.property == "name" } else { false }
+            })
         let ada = try #require(try replica.object("User", primaryKey: .string("u1")))
         #expect(ada["age"] == 37)
         #expect(ada["tags"] == ["a", "x", "c", "d"])
@@ -211,7 +220,9 @@ struct ReplicaTests {
                 [
                     "_id": "m1", "author": "u2", "text": "hi", "timestamp": .date(Date(timeIntervalSince1970: 10)),
                     "conversationID": "c1", "sender": .link(.string("u1")),
-                    "attachments": [.embedded(EmbeddedObject(type: "Attachment", fields: ["name": "a.png", "size": 10]))],
+                    "attachments": [
+                        .embedded(EmbeddedObject(type: "Attachment", fields: ["name": "a.png", "size": 10]))
+                    ],
                 ])
         }
         try replica.write { txn in
@@ -261,17 +272,21 @@ struct RecordDecodingTests {
         let directory = TemporaryDirectory()
         var configuration = Replica.Configuration()
         configuration.durability = .none
-        let replica = try Replica.open(directory: directory.path, schema: MergeSemanticsTests.schema, configuration: configuration)
+        let replica = try Replica.open(
+            directory: directory.path, schema: MergeSemanticsTests.schema, configuration: configuration)
         var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 9))
         try replica.write { txn in try txn.create("Person", ["_id": "p"]) }
         for round in 0..<40 {
             try replica.write { txn in
                 let key = PrimaryKey.string("t\(random.next() % 5)")
                 if try txn.object("Task", primaryKey: key) == nil {
-                    try txn.create("Task", [
-                        "_id": key.value, "tags": ["a", "b"], "steps": [.embedded(EmbeddedObject(type: "Step", fields: ["text": "s"]))],
-                        "location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "x"])),
-                    ])
+                    try txn.create(
+                        "Task",
+                        [
+                            "_id": key.value, "tags": ["a", "b"],
+                            "steps": [.embedded(EmbeddedObject(type: "Step", fields: ["text": "s"]))],
+                            "location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "x"])),
+                        ])
                 }
                 try ConcurrentOrderTests.randomWrite(txn, &random, key: key)
                 if round % 7 == 0 { try txn.increment(["count"], of: "Task", primaryKey: key, by: 3) }
@@ -280,7 +295,8 @@ struct RecordDecodingTests {
         let schema = replica.schema
         var compared = 0
         for (type, key) in try replica._recordKeys() {
-            guard let objectType = schema[type: type], let bytes = try replica._recordBytes(type: type, primaryKey: key) else { continue }
+            guard let objectType = schema[type: type], let bytes = try replica._recordBytes(type: type, primaryKey: key)
+            else { continue }
             let record = try ObjectRecord(decoding: bytes)
             let fast = try ObjectRecord.values(decoding: bytes, of: objectType, in: schema)
             #expect(fast == (record.exists ? record.values(of: objectType, in: schema) : nil), "\(type)[\(key)]")

@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Looks for order dependence in schema merging (rule 8). Three writers share a seeded object of a type whose
 /// properties come from a small pool of names; each makes one to four transactions of renames, removals, additions,
@@ -58,20 +59,27 @@ struct SchemaOrderFuzzTests {
                     // Replaying one seed shows it whole, with its smallest form.
                     if count == 1 {
                         let smaller = try SchemaFuzz.minimize(scenario, failingAs: outcome.category)
-                        print(failure + "\n--- smallest scenario failing the same way ---\n" + (try SchemaFuzz.execute(smaller)?.log ?? "?"))
+                        print(
+                            failure + "\n--- smallest scenario failing the same way ---\n"
+                                + (try SchemaFuzz.execute(smaller)?.log ?? "?"))
                     }
                     continue
                 }
                 if failures.count < minimizing {
                     let smaller = try SchemaFuzz.minimize(scenario, failingAs: outcome.category)
-                    failure += "\n--- smallest scenario failing the same way ---\n" + (try SchemaFuzz.execute(smaller)?.log ?? "?")
-                    failure += "\nSchemaOrderFuzz seed \(seed) minimized: [\(outcome.category)] \(SchemaFuzz.summary(smaller))"
+                    failure +=
+                        "\n--- smallest scenario failing the same way ---\n"
+                        + (try SchemaFuzz.execute(smaller)?.log ?? "?")
+                    failure +=
+                        "\nSchemaOrderFuzz seed \(seed) minimized: [\(outcome.category)] \(SchemaFuzz.summary(smaller))"
                 }
                 failures.append(failure)
                 print(failure)
             }
         }
-        print("SchemaOrderFuzz: \(count) seeds from \(first), \(failures.count) failing, \(refusalOrder.count) with refusals that depend on the order")
+        print(
+            "SchemaOrderFuzz: \(count) seeds from \(first), \(failures.count) failing, \(refusalOrder.count) with refusals that depend on the order"
+        )
         for failure in failures.prefix(3) { Issue.record(Comment(rawValue: failure)) }
         if failures.count > 3 { Issue.record("\(failures.count) of \(count) seeds failed; the output shows each") }
         // Known, documented (docs/MergeSemantics.md, rule 8): refusals are judged against what a replica holds when the
@@ -94,7 +102,11 @@ struct SchemaOrderFuzzTests {
     /// changeset (R15). Writer 0 is w0, and so on; the object `t` exists before the writers start.
     @Test("Reproductions of order dependences found by the fuzzer converge", arguments: SchemaFuzz.reproductions)
     func reproductionConverges(_ reproduction: SchemaFuzz.Reproduction) throws {
-        let schema = Schema(version: 1, types: [ObjectSchema(name: SchemaFuzz.typeName, properties: [.scalar("_id", .string)] + reproduction.properties)])
+        let schema = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(name: SchemaFuzz.typeName, properties: [.scalar("_id", .string)] + reproduction.properties)
+            ])
         var fields = reproduction.fields
         fields["_id"] = "t"
         let scenario = SchemaFuzzScenario(seed: 0, schema: schema, seedFields: fields, steps: reproduction.steps)
@@ -109,9 +121,13 @@ struct SchemaOrderFuzzTests {
     /// converges, this test reports that the known issue is gone: move it to ``SchemaFuzz/reproductions``.
     @Test("Known: copies of a rename, one removed after a rename away from its new name, end differently")
     func copiesOfARenameOneRemovedAfterARenameAway() throws {
-        let schema = Schema(version: 1, types: [
-            ObjectSchema(name: SchemaFuzz.typeName, properties: [.scalar("_id", .string), .scalar("a", .int, optional: true)]),
-        ])
+        let schema = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: SchemaFuzz.typeName,
+                    properties: [.scalar("_id", .string), .scalar("a", .int, optional: true)])
+            ])
         let steps: [SchemaFuzzStep] = [
             .write(writer: 0, advance: 0, [.add(.scalar("b", .int, optional: true)), .rename(from: "b", to: "c")]),
             .write(writer: 0, advance: 0, [.rename(from: "a", to: "b")]),
@@ -138,26 +154,36 @@ extension SchemaFuzz {
     }
 
     static let reproductions: [Reproduction] = [
-        Reproduction(name: "R1: an indexed property's default redefined", properties: [], fields: [:], steps: [
-            .write(writer: 0, advance: 0, [.add(.scalar("c", .int, optional: true, indexed: true))]),
-            .write(writer: 0, advance: 0, [.redefine(.scalar("c", .int, optional: true, indexed: true, default: 6))]),
-        ]),
-        Reproduction(name: "R1b: an indexed property added twice with different defaults", properties: [], fields: [:], steps: [
-            .write(writer: 0, advance: 0, [.add(.scalar("c", .string, optional: true, indexed: true))]),
-            .write(writer: 1, advance: 0, [.add(.scalar("c", .string, optional: true, indexed: true, default: "x"))]),
-        ]),
+        Reproduction(
+            name: "R1: an indexed property's default redefined", properties: [], fields: [:],
+            steps: [
+                .write(writer: 0, advance: 0, [.add(.scalar("c", .int, optional: true, indexed: true))]),
+                .write(
+                    writer: 0, advance: 0, [.redefine(.scalar("c", .int, optional: true, indexed: true, default: 6))]),
+            ]),
+        Reproduction(
+            name: "R1b: an indexed property added twice with different defaults", properties: [], fields: [:],
+            steps: [
+                .write(writer: 0, advance: 0, [.add(.scalar("c", .string, optional: true, indexed: true))]),
+                .write(
+                    writer: 1, advance: 0, [.add(.scalar("c", .string, optional: true, indexed: true, default: "x"))]),
+            ]),
         Reproduction(
             name: "R2: a rename into a name removed concurrently",
-            properties: [.scalar("a", .string, optional: true), .scalar("b", .string, optional: true)], fields: ["a": "A", "b": "B"],
+            properties: [.scalar("a", .string, optional: true), .scalar("b", .string, optional: true)],
+            fields: ["a": "A", "b": "B"],
             steps: [
                 .write(writer: 0, advance: 0, [.remove("a")]),
                 .write(writer: 1, advance: 0, [.remove("a"), .rename(from: "b", to: "a")]),
             ]),
-        Reproduction(name: "R2b: a rename into a name added and removed concurrently", properties: [.scalar("b", .string, optional: true)], fields: ["b": "B"], steps: [
-            .write(writer: 0, advance: 0, [.add(.scalar("a", .string, optional: true))]),
-            .write(writer: 0, advance: 0, [.remove("a")]),
-            .write(writer: 1, advance: 0, [.rename(from: "b", to: "a")]),
-        ]),
+        Reproduction(
+            name: "R2b: a rename into a name added and removed concurrently",
+            properties: [.scalar("b", .string, optional: true)], fields: ["b": "B"],
+            steps: [
+                .write(writer: 0, advance: 0, [.add(.scalar("a", .string, optional: true))]),
+                .write(writer: 0, advance: 0, [.remove("a")]),
+                .write(writer: 1, advance: 0, [.rename(from: "b", to: "a")]),
+            ]),
         Reproduction(
             name: "R3: two properties renamed to one name",
             properties: [.scalar("c", .string, optional: true), .scalar("d", .string, optional: true, default: "dd")],
@@ -166,22 +192,30 @@ extension SchemaFuzz {
                 .write(writer: 0, advance: 0, [.rename(from: "c", to: "a")]),
                 .write(writer: 1, advance: 0, [.rename(from: "d", to: "a")]),
             ]),
-        Reproduction(name: "R4: a write that missed renames d→c→d→c", properties: [.scalar("d", .string, optional: true)], fields: ["d": "before"], steps: [
-            .write(writer: 0, advance: 0, [.rename(from: "d", to: "c")]),
-            .write(writer: 0, advance: 0, [.rename(from: "c", to: "d")]),
-            .write(writer: 0, advance: 0, [.rename(from: "d", to: "c")]),
-            .write(writer: 1, advance: 5, [.update(key: "t", property: "d", "concurrent")]),
-        ]),
-        Reproduction(name: "R4c: a redefinition that missed renames a→d→a→c", properties: [.scalar("a", .string, optional: true)], fields: [:], steps: [
-            .write(writer: 0, advance: 0, [.rename(from: "a", to: "d"), .rename(from: "d", to: "a")]),
-            .write(writer: 0, advance: 0, [.rename(from: "a", to: "c")]),
-            .write(writer: 1, advance: 0, [.redefine(.scalar("a", .string, optional: true, indexed: true))]),
-        ]),
-        Reproduction(name: "R5: a rename onto a name renamed away concurrently", properties: [], fields: [:], steps: [
-            .write(writer: 0, advance: 0, [.add(.scalar("b", .int, optional: true))]),
-            .write(writer: 0, advance: 0, [.rename(from: "b", to: "c")]),
-            .write(writer: 1, advance: 0, [.add(.scalar("c", .int, optional: true)), .rename(from: "c", to: "a")]),
-        ]),
+        Reproduction(
+            name: "R4: a write that missed renames d→c→d→c", properties: [.scalar("d", .string, optional: true)],
+            fields: ["d": "before"],
+            steps: [
+                .write(writer: 0, advance: 0, [.rename(from: "d", to: "c")]),
+                .write(writer: 0, advance: 0, [.rename(from: "c", to: "d")]),
+                .write(writer: 0, advance: 0, [.rename(from: "d", to: "c")]),
+                .write(writer: 1, advance: 5, [.update(key: "t", property: "d", "concurrent")]),
+            ]),
+        Reproduction(
+            name: "R4c: a redefinition that missed renames a→d→a→c",
+            properties: [.scalar("a", .string, optional: true)], fields: [:],
+            steps: [
+                .write(writer: 0, advance: 0, [.rename(from: "a", to: "d"), .rename(from: "d", to: "a")]),
+                .write(writer: 0, advance: 0, [.rename(from: "a", to: "c")]),
+                .write(writer: 1, advance: 0, [.redefine(.scalar("a", .string, optional: true, indexed: true))]),
+            ]),
+        Reproduction(
+            name: "R5: a rename onto a name renamed away concurrently", properties: [], fields: [:],
+            steps: [
+                .write(writer: 0, advance: 0, [.add(.scalar("b", .int, optional: true))]),
+                .write(writer: 0, advance: 0, [.rename(from: "b", to: "c")]),
+                .write(writer: 1, advance: 0, [.add(.scalar("c", .int, optional: true)), .rename(from: "c", to: "a")]),
+            ]),
         Reproduction(
             name: "R8: a write that follows a rename onto a name its own changeset renamed on",
             properties: [.scalar("c", .string, optional: true, indexed: true, default: "s1")], fields: [:],
@@ -192,35 +226,43 @@ extension SchemaFuzz {
                 .write(writer: 2, advance: 0, [.add(.scalar("d", .string, optional: true, default: .null))]),
                 .write(writer: 2, advance: 0, [.rename(from: "d", to: "b"), .update(key: "t", property: "a", "s11")]),
             ]),
-        Reproduction(name: "R9: two properties renamed onto each other's names concurrently (c→d against d→c)", properties: [], fields: [:], steps: [
-            .write(writer: 0, advance: 0, [.add(.scalar("c", .string, optional: true, indexed: true))]),
-            .write(writer: 1, advance: 0, [.add(.scalar("d", .string, optional: true))]),
-            .write(writer: 1, advance: 0, [.rename(from: "d", to: "c")]),
-            .write(writer: 0, advance: 0, [.rename(from: "c", to: "d")]),
-        ]),
-        Reproduction(name: "R9b: writes to both names that missed a swap of them", properties: [], fields: [:], steps: [
-            .write(writer: 0, advance: 0, [.add(.scalar("c", .string, optional: true))]),
-            .write(writer: 0, advance: 0, [.update(key: "t", property: "c", "c0")]),
-            .write(writer: 1, advance: 0, [.add(.scalar("d", .string, optional: true))]),
-            .write(writer: 1, advance: 0, [.update(key: "t", property: "d", "d1")]),
-            .sync(from: 0, to: 2), .sync(from: 1, to: 2),
-            .write(writer: 1, advance: 0, [.rename(from: "d", to: "c")]),
-            .write(writer: 0, advance: 0, [.rename(from: "c", to: "d")]),
-            .write(writer: 2, advance: 3, [.update(key: "t", property: "c", "c2")]),
-            .write(writer: 2, advance: 3, [.update(key: "t", property: "d", "d2")]),
-        ]),
-        Reproduction(name: "R9c: three renames in a cycle, on three replicas (a→b, b→c, c→a)", properties: [], fields: [:], steps: [
-            .write(writer: 0, advance: 0, [.add(.scalar("a", .string, optional: true))]),
-            .write(writer: 1, advance: 0, [.add(.scalar("b", .string, optional: true))]),
-            .write(writer: 2, advance: 0, [.add(.scalar("c", .string, optional: true))]),
-            .write(writer: 0, advance: 0, [.update(key: "t", property: "a", "A")]),
-            .write(writer: 0, advance: 0, [.rename(from: "a", to: "b")]),
-            .write(writer: 1, advance: 0, [.rename(from: "b", to: "c")]),
-            .write(writer: 2, advance: 0, [.rename(from: "c", to: "a")]),
-        ]),
+        Reproduction(
+            name: "R9: two properties renamed onto each other's names concurrently (c→d against d→c)", properties: [],
+            fields: [:],
+            steps: [
+                .write(writer: 0, advance: 0, [.add(.scalar("c", .string, optional: true, indexed: true))]),
+                .write(writer: 1, advance: 0, [.add(.scalar("d", .string, optional: true))]),
+                .write(writer: 1, advance: 0, [.rename(from: "d", to: "c")]),
+                .write(writer: 0, advance: 0, [.rename(from: "c", to: "d")]),
+            ]),
+        Reproduction(
+            name: "R9b: writes to both names that missed a swap of them", properties: [], fields: [:],
+            steps: [
+                .write(writer: 0, advance: 0, [.add(.scalar("c", .string, optional: true))]),
+                .write(writer: 0, advance: 0, [.update(key: "t", property: "c", "c0")]),
+                .write(writer: 1, advance: 0, [.add(.scalar("d", .string, optional: true))]),
+                .write(writer: 1, advance: 0, [.update(key: "t", property: "d", "d1")]),
+                .sync(from: 0, to: 2), .sync(from: 1, to: 2),
+                .write(writer: 1, advance: 0, [.rename(from: "d", to: "c")]),
+                .write(writer: 0, advance: 0, [.rename(from: "c", to: "d")]),
+                .write(writer: 2, advance: 3, [.update(key: "t", property: "c", "c2")]),
+                .write(writer: 2, advance: 3, [.update(key: "t", property: "d", "d2")]),
+            ]),
+        Reproduction(
+            name: "R9c: three renames in a cycle, on three replicas (a→b, b→c, c→a)", properties: [], fields: [:],
+            steps: [
+                .write(writer: 0, advance: 0, [.add(.scalar("a", .string, optional: true))]),
+                .write(writer: 1, advance: 0, [.add(.scalar("b", .string, optional: true))]),
+                .write(writer: 2, advance: 0, [.add(.scalar("c", .string, optional: true))]),
+                .write(writer: 0, advance: 0, [.update(key: "t", property: "a", "A")]),
+                .write(writer: 0, advance: 0, [.rename(from: "a", to: "b")]),
+                .write(writer: 1, advance: 0, [.rename(from: "b", to: "c")]),
+                .write(writer: 2, advance: 0, [.rename(from: "c", to: "a")]),
+            ]),
         Reproduction(
             name: "R10: two copies of a rename onto a removed name, one of which missed a removal of it",
-            properties: [.scalar("a", .string, optional: true), .scalar("d", .int, default: 1)], fields: ["a": "A", "d": 3],
+            properties: [.scalar("a", .string, optional: true), .scalar("d", .int, default: 1)],
+            fields: ["a": "A", "d": 3],
             steps: [
                 .write(writer: 1, advance: 0, [.remove("a")]),
                 .write(writer: 2, advance: 0, [.remove("a")]),
@@ -251,15 +293,21 @@ extension SchemaFuzz {
             steps: [
                 .write(writer: 1, advance: 0, [.rename(from: "a", to: "d")]),
                 .write(writer: 0, advance: 0, [.add(.scalar("d", .string, optional: true))]),
-                .write(writer: 0, advance: 0, [
-                    .redefine(.scalar("a", .string, optional: true)), .redefine(.scalar("d", .string, optional: true, indexed: true)),
-                ]),
+                .write(
+                    writer: 0, advance: 0,
+                    [
+                        .redefine(.scalar("a", .string, optional: true)),
+                        .redefine(.scalar("d", .string, optional: true, indexed: true)),
+                    ]),
             ]),
         Reproduction(
-            name: "R11c: an addition of a renamed name, against a rename of that name that had seen a copy of the first",
+            name:
+                "R11c: an addition of a renamed name, against a rename of that name that had seen a copy of the first",
             properties: [.scalar("a", .int, optional: true)], fields: [:],
             steps: [
-                .write(writer: 1, advance: 0, [.rename(from: "a", to: "d"), .add(.scalar("a", .int, optional: true, indexed: true))]),
+                .write(
+                    writer: 1, advance: 0,
+                    [.rename(from: "a", to: "d"), .add(.scalar("a", .int, optional: true, indexed: true))]),
                 .write(writer: 0, advance: 0, [.rename(from: "a", to: "d"), .rename(from: "d", to: "a")]),
                 .write(writer: 0, advance: 0, [.rename(from: "a", to: "d")]),
             ]),
@@ -267,7 +315,9 @@ extension SchemaFuzz {
             name: "R13: two copies of a rename onto a name one replica used and renamed away concurrently (seed 2607)",
             properties: [.scalar("c", .int, optional: true, indexed: true)], fields: ["c": 7],
             steps: [
-                .write(writer: 2, advance: 0, [.add(.scalar("b", .int, optional: true, default: 2)), .rename(from: "b", to: "d")]),
+                .write(
+                    writer: 2, advance: 0,
+                    [.add(.scalar("b", .int, optional: true, default: 2)), .rename(from: "b", to: "d")]),
                 .write(writer: 1, advance: 0, [.rename(from: "c", to: "a")]),
                 .write(writer: 2, advance: 0, [.rename(from: "c", to: "a")]),
                 .write(writer: 1, advance: 0, [.rename(from: "a", to: "d")]),
@@ -275,7 +325,8 @@ extension SchemaFuzz {
                 .write(writer: 2, advance: 0, [.rename(from: "a", to: "d")]),
             ]),
         Reproduction(
-            name: "R14: a copy of a rename that drops the property, merged after a rename that saw another copy (seed 10456)",
+            name:
+                "R14: a copy of a rename that drops the property, merged after a rename that saw another copy (seed 10456)",
             properties: [.scalar("d", .string, optional: true)], fields: ["d": "D"],
             steps: [
                 .write(writer: 0, advance: 0, [.add(.scalar("a", .string, optional: true, default: "s4"))]),
@@ -289,7 +340,8 @@ extension SchemaFuzz {
                 .write(writer: 0, advance: 0, [.rename(from: "a", to: "b")]),
             ]),
         Reproduction(
-            name: "R15: a copy of a rename whose other copy's changeset renamed the property back, then a new property of the name",
+            name:
+                "R15: a copy of a rename whose other copy's changeset renamed the property back, then a new property of the name",
             properties: [.scalar("a", .int, optional: true)], fields: ["a": 2],
             steps: [
                 .write(writer: 1, advance: 0, [.rename(from: "a", to: "b")]),
@@ -297,11 +349,14 @@ extension SchemaFuzz {
                 .sync(from: 0, to: 2),
                 .write(writer: 2, advance: 0, [.add(.scalar("b", .int, optional: true, default: 5))]),
             ]),
-        Reproduction(name: "R7: a create with values for a renamed property and its new name", properties: [.scalar("d", .string, optional: true)], fields: [:], steps: [
-            .write(writer: 0, advance: 0, [.rename(from: "d", to: "a")]),
-            .write(writer: 1, advance: 0, [.add(.scalar("a", .string, optional: true))]),
-            .write(writer: 1, advance: 0, [.create(["_id": "v", "a": "s7", "d": .null])]),
-        ]),
+        Reproduction(
+            name: "R7: a create with values for a renamed property and its new name",
+            properties: [.scalar("d", .string, optional: true)], fields: [:],
+            steps: [
+                .write(writer: 0, advance: 0, [.rename(from: "d", to: "a")]),
+                .write(writer: 1, advance: 0, [.add(.scalar("a", .string, optional: true))]),
+                .write(writer: 1, advance: 0, [.create(["_id": "v", "a": "s7", "d": .null])]),
+            ]),
     ]
 }
 
@@ -326,7 +381,8 @@ enum SchemaFuzzOperation: CustomStringConvertible {
         case .add(let property): return type[property: property.name] == nil
         case .redefine(let property):
             guard let current = type[property: property.name] else { return false }
-            return current.kind == property.kind && current.isOptional == property.isOptional && current.isList == property.isList
+            return current.kind == property.kind && current.isOptional == property.isOptional
+                && current.isList == property.isList
         case .update(_, let property, _): return present(property)
         case .create(let fields): return fields.keys.allSatisfy { $0 == "_id" || present($0) }
         }
@@ -339,7 +395,8 @@ enum SchemaFuzzOperation: CustomStringConvertible {
         case .remove(let name): try txn.emit(.removeProperty(type: type, name: name))
         case .add(let property): try txn.addProperty(property, to: type)
         case .redefine(let property): try txn.emit(.redefineProperty(type: type, property))
-        case .update(let key, let property, let value): try txn.update(type, primaryKey: .string(key), [property: value])
+        case .update(let key, let property, let value):
+            try txn.update(type, primaryKey: .string(key), [property: value])
         case .create(let fields): _ = try txn.create(type, fields)
         }
     }
@@ -347,7 +404,8 @@ enum SchemaFuzzOperation: CustomStringConvertible {
     /// As Swift, the way a test would write it.
     var description: String {
         switch self {
-        case .rename(let from, let to): "try txn.emit(.renameProperty(type: \"Task\", from: \"\(from)\", to: \"\(to)\"))"
+        case .rename(let from, let to):
+            "try txn.emit(.renameProperty(type: \"Task\", from: \"\(from)\", to: \"\(to)\"))"
         case .remove(let name): "try txn.emit(.removeProperty(type: \"Task\", name: \"\(name)\"))"
         case .add(let property): "try txn.addProperty(\(SchemaFuzz.source(property)), to: \"Task\")"
         case .redefine(let property): "try txn.emit(.redefineProperty(type: \"Task\", \(SchemaFuzz.source(property))))"
@@ -392,7 +450,9 @@ enum SchemaFuzz {
         var onlyRefusalOrder: Bool { !categories.isEmpty && categories.isSubset(of: SchemaFuzz.refusalOrderCategories) }
     }
 
-    static let refusalOrderCategories: Set<String> = ["refused-only-somewhere", "refused-then-integrated", "same-refusals-differ"]
+    static let refusalOrderCategories: Set<String> = [
+        "refused-only-somewhere", "refused-then-integrated", "same-refusals-differ",
+    ]
 
     // MARK: Generating
 
@@ -486,17 +546,22 @@ enum SchemaFuzz {
                 } else if redefined.isOptional && random.chance(30) {
                     redefined.defaultValue = nil
                 } else {
-                    redefined.defaultValue = value(for: redefined.kind == .scalar(.string) ? .string : .int, allowNull: false)
+                    redefined.defaultValue = value(
+                        for: redefined.kind == .scalar(.string) ? .string : .int, allowNull: false)
                 }
                 return .redefine(redefined)
             case 62..<90 where !present.isEmpty:
-                let existing = try SchemaFuzz.keys.filter { try txn.object(SchemaFuzz.typeName, primaryKey: .string($0)) != nil }
+                let existing = try SchemaFuzz.keys.filter {
+                    try txn.object(SchemaFuzz.typeName, primaryKey: .string($0)) != nil
+                }
                 guard !existing.isEmpty else { return nil }
                 let key = pick(existing)
                 let target = pick(present)
                 return .update(key: key, property: target.name, value(for: target))
             default:
-                let missing = try SchemaFuzz.keys.filter { try txn.object(SchemaFuzz.typeName, primaryKey: .string($0)) == nil }
+                let missing = try SchemaFuzz.keys.filter {
+                    try txn.object(SchemaFuzz.typeName, primaryKey: .string($0)) == nil
+                }
                 guard !missing.isEmpty else { return nil }
                 var fields: [String: Value] = ["_id": .string(pick(missing))]
                 for property in present where random.chance(50) { fields[property.name] = value(for: property) }
@@ -523,8 +588,10 @@ enum SchemaFuzz {
     static func execute(_ scenario: SchemaFuzzScenario) throws -> Outcome? {
         let cluster = try Cluster(replicaCount, schema: scenario.schema)
         try prepare(cluster, scenario)
-        var log = ["seed \(scenario.seed); schema \(scenario.schema.types[0])",
-            "replica 0 creates \(source(scenario.seedFields)); every replica syncs; writers are replicas 1-3 (w0-w2)"]
+        var log = [
+            "seed \(scenario.seed); schema \(scenario.schema.types[0])",
+            "replica 0 creates \(source(scenario.seedFields)); every replica syncs; writers are replicas 1-3 (w0-w2)",
+        ]
         var rejected: [[IntegrationReport.Rejection]] = Array(repeating: [], count: replicaCount)
         func note(_ report: IntegrationReport, on target: Int) {
             for rejection in report.rejected where !rejected[target].contains(where: { $0.dot == rejection.dot }) {
@@ -537,7 +604,9 @@ enum SchemaFuzz {
             case .sync(let source, let target):
                 let report = try cluster.send(from: source, to: target)
                 note(report, on: target)
-                log.append("sync w\(source) -> w\(target): integrated \(report.integrated), rejected \(report.rejected.map(\.dot))")
+                log.append(
+                    "sync w\(source) -> w\(target): integrated \(report.integrated), rejected \(report.rejected.map(\.dot))"
+                )
             case .write(let writer, let advance, let operations):
                 cluster.clocks[writer].advance(byMilliseconds: advance)
                 let replica = cluster[writer]
@@ -554,7 +623,9 @@ enum SchemaFuzz {
                 }
                 let after = replica.versionVector[replica.replicaID]
                 let name = after > before ? "\(Dot(origin: replica.replicaID, sequence: after))" : "(nothing)"
-                log.append("w\(writer) clock +\(advance), changeset \(name): " + operations.map(\.description).joined(separator: "; "))
+                log.append(
+                    "w\(writer) clock +\(advance), changeset \(name): "
+                        + operations.map(\.description).joined(separator: "; "))
             }
         }
 
@@ -567,7 +638,9 @@ enum SchemaFuzz {
         for (offset, order) in batchOrders.enumerated() {
             let target = writers + offset
             for writer in order { note(try cluster[target].integrate(batches[writer]), on: target) }
-            log.append("observer \(cluster[target].replicaID.rawValue): batches of w\(order.map(String.init).joined(separator: ", w"))")
+            log.append(
+                "observer \(cluster[target].replicaID.rawValue): batches of w\(order.map(String.init).joined(separator: ", w"))"
+            )
         }
         var random = SplitMix64(seed: scenario.seed ^ 0x0B5E_47E4)
         for (target, roundRobin) in [(replicaCount - 2, true), (replicaCount - 1, false)] {
@@ -606,9 +679,12 @@ enum SchemaFuzz {
         var problems: [(category: String, text: String)] = []
         for index in 0..<replicaCount {
             let verification = try cluster[index].verify()
-            if !verification.passed { problems.append(("verify", "replica \(index + 1) fails verify: \(verification)")) }
+            if !verification.passed {
+                problems.append(("verify", "replica \(index + 1) fails verify: \(verification)"))
+            }
             for rejection in rejected[index] where cluster[index].versionVector.includes(rejection.dot) {
-                problems.append(("refused-then-integrated", "replica \(index + 1) refused \(rejection.dot), then integrated it"))
+                problems.append(
+                    ("refused-then-integrated", "replica \(index + 1) refused \(rejection.dot), then integrated it"))
             }
         }
         if rejected.allSatisfy(\.isEmpty) {
@@ -616,18 +692,27 @@ enum SchemaFuzz {
                 problems.append(("differ-without-refusal", "nothing was refused, but the replicas differ"))
             }
             for index in 0..<replicaCount where !(try cluster[index].pendingDots().isEmpty) {
-                problems.append(("waiting-without-refusal", "nothing was refused, but replica \(index + 1) has changesets waiting"))
+                problems.append(
+                    ("waiting-without-refusal", "nothing was refused, but replica \(index + 1) has changesets waiting"))
             }
         } else {
             let silent = (0..<replicaCount).filter { rejected[$0].isEmpty }
             if !silent.isEmpty {
-                problems.append(("refused-only-somewhere", "replicas \(silent.map { $0 + 1 }) refused nothing, but others refused something"))
+                problems.append(
+                    (
+                        "refused-only-somewhere",
+                        "replicas \(silent.map { $0 + 1 }) refused nothing, but others refused something"
+                    ))
             }
             var groups: [Set<Dot>: [Int]] = [:]
             for index in 0..<replicaCount { groups[Set(rejected[index].map(\.dot)), default: []].append(index) }
             for (dots, members) in groups.sorted(by: { $0.value[0] < $1.value[0] }) where members.count > 1 {
                 if try Set(members.map { try cluster[$0].viewDigest() }).count > 1 {
-                    problems.append(("same-refusals-differ", "replicas \(members.map { $0 + 1 }) refused the same changesets \(dots.sorted()) but differ"))
+                    problems.append(
+                        (
+                            "same-refusals-differ",
+                            "replicas \(members.map { $0 + 1 }) refused the same changesets \(dots.sorted()) but differ"
+                        ))
                 }
             }
         }
@@ -641,12 +726,17 @@ enum SchemaFuzz {
             configuration.durability = .none
             configuration.clock = ManualClock(milliseconds: latest)
             configuration.replicaID = ReplicaID(rawValue: 1_000 + UInt64(index))
-            let reset = try Replica.open(directory: cluster.directory.appending("reset-\(index)"), configuration: configuration)
+            let reset = try Replica.open(
+                directory: cluster.directory.appending("reset-\(index)"), configuration: configuration)
             defer { reset.close() }
             let report = try reset.integrate(try cluster[index].changesets(missingFrom: VersionVector()))
             let same = try Cluster.converged([reset, cluster[index]])
             if !report.rejected.isEmpty || report.waiting > 0 || !same {
-                problems.append(("reset-differs", "a replica reset from replica \(index + 1) does not hold what it holds: \(report)"))
+                problems.append(
+                    (
+                        "reset-differs",
+                        "a replica reset from replica \(index + 1) does not hold what it holds: \(report)"
+                    ))
             }
         }
 
@@ -675,7 +765,9 @@ enum SchemaFuzz {
                 let refused = rejected[index].map { "\($0.dot) (\($0.reason))" }
                 let pending = try cluster[index].pendingDots().sorted()
                 if refused.isEmpty && pending.isEmpty { continue }
-                log.append("    replica \(index + 1) refused \(refused.isEmpty ? "nothing" : refused.joined(separator: "; ")); waiting \(pending)")
+                log.append(
+                    "    replica \(index + 1) refused \(refused.isEmpty ? "nothing" : refused.joined(separator: "; ")); waiting \(pending)"
+                )
             }
         }
         return Outcome(
@@ -749,16 +841,18 @@ enum SchemaFuzz {
             switch step {
             case .sync(let from, let to): parts.append("sync w\(from)->w\(to)")
             case .write(let writer, _, let operations):
-                parts.append("w\(writer)[" + operations.map { operation in
-                    switch operation {
-                    case .rename(let from, let to): "rename \(from)->\(to)"
-                    case .remove(let name): "remove \(name)"
-                    case .add(let property): "add \(property.name):\(property.typeDescription)"
-                    case .redefine(let property): "redefine \(property.name)"
-                    case .update(let key, let property, _): "update \(key).\(property)"
-                    case .create(let fields): "create \(fields["_id"].map(source) ?? "?")"
-                    }
-                }.joined(separator: "; ") + "]")
+                parts.append(
+                    "w\(writer)["
+                        + operations.map { operation in
+                            switch operation {
+                            case .rename(let from, let to): "rename \(from)->\(to)"
+                            case .remove(let name): "remove \(name)"
+                            case .add(let property): "add \(property.name):\(property.typeDescription)"
+                            case .redefine(let property): "redefine \(property.name)"
+                            case .update(let key, let property, _): "update \(key).\(property)"
+                            case .create(let fields): "create \(fields["_id"].map(source) ?? "?")"
+                            }
+                        }.joined(separator: "; ") + "]")
             }
         }
         return parts.joined(separator: " | ")

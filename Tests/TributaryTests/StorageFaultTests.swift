@@ -1,10 +1,11 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryStorage
-import TributaryViews
 import TributaryTestSupport
+import TributaryViews
+
+@testable import Tributary
 
 #if canImport(Glibc)
     import Glibc
@@ -70,7 +71,8 @@ struct StorageFaultTests {
 
         /// A scenario that is one write transaction.
         static func write(
-            _ name: String, setupOperations: Int, _ body: @escaping @Sendable (Transaction, [String], [String]) throws -> Void
+            _ name: String, setupOperations: Int,
+            _ body: @escaping @Sendable (Transaction, [String], [String]) throws -> Void
         ) -> Scenario {
             Scenario(name: name, setupOperations: setupOperations) { replica, users, messages in
                 try replica.write { txn in try body(txn, users, messages) }
@@ -101,7 +103,8 @@ struct StorageFaultTests {
             let directory = TemporaryDirectory("storage-fault-remote")
             var configuration = StorageFaultTests.configuration()
             configuration.replicaID = ReplicaID(rawValue: 0xD3D3_0000_0000_0001)
-            let remote = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            let remote = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
             defer { remote.close() }
             var workload = ChatWorkload(seed: 77, prefix: "remote")
             for _ in 0..<100 { try remote.write { txn in try workload.run(6, in: txn, textLength: 40) } }
@@ -114,7 +117,8 @@ struct StorageFaultTests {
                 changesets.swapAt(index, Int(random.next() % UInt64(index + 1)))
             }
             let batch = changesets
-            return Scenario(name: "remote integration of 100 changesets, 40 left pending", setupOperations: 200) { replica, _, _ in
+            return Scenario(name: "remote integration of 100 changesets, 40 left pending", setupOperations: 200) {
+                replica, _, _ in
                 let report = try replica.integrate(batch)
                 #expect(report.rejected.isEmpty)
                 return replica
@@ -132,16 +136,18 @@ struct StorageFaultTests {
             },
             writes: false,
             // A replica of format 0 does not open: no release wrote one, so no step reads it.
-            beforeReopen: { directory in try StoredFormat.setFormat(directory, ReplicaFormat.current) }
-        ) { replica, _, _ in
-            let step = ReplicaFormat.Upgrade(from: ReplicaFormat.current - 1, summary: "index entries rewritten") {
-                replica, txn in
-                let schema = try replica.views.schema(in: txn) ?? Schema(types: [])
-                for type in schema.types { try replica.views.rebuildIndexes(ofType: type.name, schema: schema, in: txn) }
-            }
-            try replica.upgradeFormat(from: ReplicaFormat.current - 1, steps: [step])
-            return replica
-        }
+            beforeReopen: { directory in try StoredFormat.setFormat(directory, ReplicaFormat.current) },
+            act: { replica, _, _ in
+                let step = ReplicaFormat.Upgrade(from: ReplicaFormat.current - 1, summary: "index entries rewritten") {
+                    replica, txn in
+                    let schema = try replica.views.schema(in: txn) ?? Schema(types: [])
+                    for type in schema.types {
+                        try replica.views.rebuildIndexes(ofType: type.name, schema: schema, in: txn)
+                    }
+                }
+                try replica.upgradeFormat(from: ReplicaFormat.current - 1, steps: [step])
+                return replica
+            })
 
         /// A migration: the directory opened again with a later schema version, whose migration rewrites every user.
         static let migration = Scenario(name: "migration", setupOperations: 300) { replica, _, _ in
@@ -182,7 +188,8 @@ struct StorageFaultTests {
         // later, and so whether an integration stores the schema again, would change from fixture to fixture).
         var configuration = configuration()
         configuration.replicaID = ReplicaID(rawValue: 0xF1F1_0000_0000_0001)
-        let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+        let replica = try Replica.open(
+            directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
         var workload = ChatWorkload(seed: 99, prefix: "setup")
         try replica.write { txn in try workload.run(scenario.setupOperations, in: txn, textLength: 60) }
         try scenario.prepare?(replica)
@@ -203,7 +210,8 @@ struct StorageFaultTests {
 
     static func state(_ replica: Replica) throws -> State {
         State(
-            objects: try ReplicaDigest.objects(replica), log: try ReplicaDigest.log(replica), last: replica.lastLocalSequence,
+            objects: try ReplicaDigest.objects(replica), log: try ReplicaDigest.log(replica),
+            last: replica.lastLocalSequence,
             pending: try replica.pendingChangesets().count, format: try format(replica))
     }
 
@@ -256,14 +264,16 @@ struct StorageFaultTests {
         let users = fixture!.users
         let messages = fixture!.messages
         let before = try Self.state(fixture!.replica)
-        let label = "\(scenario.name), \(Self.lmdbName(operation)) failing with \(code.name) \(persistent ? "from call N on" : "at call N")"
+        let label =
+            "\(scenario.name), \(Self.lmdbName(operation)) failing with \(code.name) \(persistent ? "from call N on" : "at call N")"
 
         // Count the calls the scenario makes, with a plan that never fires, on a copy of the starting state.
         var figures = Figures()
         do {
             let probe = TemporaryDirectory("storage-fault-probe")
             let copy = try Self.makeFixture(probe, scenario)
-            copy.replica.environment.injectFaults(StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: code.code))
+            copy.replica.environment.injectFaults(
+                StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: code.code))
             _ = try scenario.act(copy.replica, users, messages)
             figures.calls = copy.replica.environment._faultCounts.calls
             copy.replica.close()
@@ -293,7 +303,9 @@ struct StorageFaultTests {
                         Issue.record("\(label), N = \(n): the write succeeded although \(counts.failures) calls failed")
                     }
                     #expect(n > figures.calls, "\(label): the write completed at N = \(n) of \(figures.calls) calls")
-                    #expect(try ReplicaDigest.objects(replica) == expectedAfter.objects, "\(label): the state after differs")
+                    #expect(
+                        try ReplicaDigest.objects(replica) == expectedAfter.objects, "\(label): the state after differs"
+                    )
                     #expect(replica.lastLocalSequence == expectedAfter.last)
                     #expect(try replica.pendingChangesets().count == expectedAfter.pending)
                     #expect(try Self.format(replica) == expectedAfter.format)
@@ -307,7 +319,9 @@ struct StorageFaultTests {
                 // A typed error that names the call and the replica.
                 #expect(counts.failures >= 1, "\(label), N = \(n): an error was thrown but no call failed: \(thrown)")
                 if let error = thrown as? TributaryError {
-                    #expect(error.code == Self.expectedCode(code.code), "\(label), N = \(n): \(error.code): \(error.message)")
+                    #expect(
+                        error.code == Self.expectedCode(code.code),
+                        "\(label), N = \(n): \(error.code): \(error.message)")
                     #expect(error.message.contains(Self.lmdbName(operation)), "\(label), N = \(n): \(error.message)")
                     #expect(error.message.contains(directory.path), "\(label), N = \(n): no path in: \(error.message)")
                 } else {
@@ -348,7 +362,8 @@ struct StorageFaultTests {
             let current = fixture!.replica
             let after = try Self.state(current)
             if after != before {
-                Issue.record("\(label), N = \(n): the failed write changed the replica: before \(before), after \(after)")
+                Issue.record(
+                    "\(label), N = \(n): the failed write changed the replica: before \(before), after \(after)")
                 current.close()
                 return figures
             }
@@ -434,7 +449,8 @@ struct StorageFaultTests {
         }
         print(
             "storage faults: \(scenario.name) \(persistent ? "persistent" : "once"): \(total.passes) passes, \(total.failedPasses) "
-                + "clean failures, \(total.panics) panics reopened, \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+                + "clean failures, \(total.panics) panics reopened, \(String(format: "%.1f", Date().timeIntervalSince(started))) s"
+        )
         #expect(total.failedPasses > 0)
     }
 
@@ -457,7 +473,8 @@ struct StorageFaultTests {
                 var configuration = Self.configuration()
                 configuration.initialSizeBytes = 4 << 20
                 configuration.maximumSizeBytes = 64 << 20
-                let replica = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+                let replica = try Replica.open(
+                    directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
                 var workload = ChatWorkload(seed: 99, prefix: "setup")
                 try replica.write { txn in try workload.run(scenario.setupOperations, in: txn, textLength: 60) }
                 return (replica, workload.users, workload.messages)
@@ -467,7 +484,8 @@ struct StorageFaultTests {
                 let (replica, users, messages) = try smallMapFixture(directory)
                 let mapBefore = replica.storageStatistics.mapSize
                 if points.isEmpty {
-                    replica.environment.injectFaults(StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: mapFull))
+                    replica.environment.injectFaults(
+                        StorageFaultPlan(operations: [operation], failAt: Int.max, resultCode: mapFull))
                     _ = try scenario.act(replica, users, messages)
                     calls = replica.environment._faultCounts.calls
                     points = Self.failurePoints(calls: calls, limit: Deep.count(ci: 10, deep: 200), random: &random)
@@ -475,24 +493,30 @@ struct StorageFaultTests {
                     continue
                 }
                 let n = points.removeFirst()
-                replica.environment.injectFaults(StorageFaultPlan(operations: [operation], failAt: n, resultCode: mapFull))
+                replica.environment.injectFaults(
+                    StorageFaultPlan(operations: [operation], failAt: n, resultCode: mapFull))
                 _ = try scenario.act(replica, users, messages)
                 let counts = replica.environment._faultCounts
                 replica.environment.injectFaults(nil)
                 #expect(counts.failures == 1)
                 #expect(replica.storageStatistics.mapSize > mapBefore, "N = \(n): the map did not grow")
-                #expect(try ReplicaDigest.objects(replica) == expected.objects, "N = \(n): the state after the retried write differs")
+                #expect(
+                    try ReplicaDigest.objects(replica) == expected.objects,
+                    "N = \(n): the state after the retried write differs")
                 let report = try replica.verify()
                 #expect(report.passed, "N = \(n): \(report)")
                 checked += 1
             } while !points.isEmpty
-            print("storage faults: MDB_MAP_FULL once at \(Self.lmdbName(operation)) call N: \(checked) points of \(calls) calls, each grown and completed")
+            print(
+                "storage faults: MDB_MAP_FULL once at \(Self.lmdbName(operation)) call N: \(checked) points of \(calls) calls, each grown and completed"
+            )
 
             // Persistent: the map grows to its maximum, then the caller gets .mapFull naming both sizes.
             let directory = TemporaryDirectory("storage-fault-mapfull-persistent")
             let (replica, users, messages) = try smallMapFixture(directory)
             let before = try Self.state(replica)
-            replica.environment.injectFaults(StorageFaultPlan(operations: [operation], failAt: 1, resultCode: mapFull, persistent: true))
+            replica.environment.injectFaults(
+                StorageFaultPlan(operations: [operation], failAt: 1, resultCode: mapFull, persistent: true))
             do {
                 _ = try scenario.act(replica, users, messages)
                 Issue.record("a write whose every \(Self.lmdbName(operation)) fails with MDB_MAP_FULL succeeded")
@@ -515,7 +539,8 @@ struct StorageFaultTests {
     @Test("reopening after MDB_PANIC without close() gives a working replica")
     func reopenAfterPanicWithoutClose() throws {
         let directory = TemporaryDirectory("storage-fault-panic-reopen")
-        let poisoned = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration())
+        let poisoned = try Replica.open(
+            directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration())
         try poisoned.write { txn in try txn.create("User", ["_id": "u1", "name": "Ada"]) }
         poisoned.environment.injectFaults(StorageFaultPlan(operations: [.commit], failAt: 1, resultCode: Self.mdbPanic))
         #expect(throws: TributaryError.self) {
@@ -524,7 +549,8 @@ struct StorageFaultTests {
         poisoned.environment.injectFaults(nil)
         #expect(throws: TributaryError.self) { try poisoned.objects("User") }
 
-        let reopened = try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration())
+        let reopened = try Replica.open(
+            directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration())
         #expect(try reopened.objects("User").map(\.primaryKey) == [.string("u1")])
         try reopened.write { txn in try txn.create("User", ["_id": "u2", "name": "Alan"]) }
         #expect(try reopened.verify().passed)

@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Writes and observers compare values as a replica stores them (`Value.storesAlike`): by UTF-8 bytes for strings, by
 /// bits for doubles. Otherwise a change a peer made is not reported, and the app's write-back reverts it.
@@ -11,13 +12,16 @@ struct StoredValueTests {
     static let (composed, decomposed) = (UnicodeKeyTests.composed, UnicodeKeyTests.decomposed)
     /// `UnicodeKeyTests`' places, with a score.
     static let schema = Schema(types: [
-        ObjectSchema(name: "Place", properties: UnicodeKeyTests.schema.types[0].properties + [.scalar("score", .double)])
+        ObjectSchema(
+            name: "Place", properties: UnicodeKeyTests.schema.types[0].properties + [.scalar("score", .double)])
     ])
 
     @Test("A peer's rewrite of a string in the other Unicode normalization is reported to observers, and holds")
     func normalizationChangeIsObserved() throws {
         let cluster = try Cluster(2, schema: Self.schema)
-        try cluster[0].write { try $0.create("Place", ["_id": "p", "name": .string(Self.composed), "visits": 1, "score": 0.0]) }
+        try cluster[0].write {
+            try $0.create("Place", ["_id": "p", "name": .string(Self.composed), "visits": 1, "score": 0.0])
+        }
         try cluster.syncAll()
         let held = try #require(try cluster[1].object("Place", primaryKey: .string("p")))
         try cluster[0].write { try $0.update("Place", primaryKey: .string("p"), ["name": .string(Self.decomposed)]) }

@@ -1,24 +1,30 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// What the dynamic write API sends, and that a method that throws has changed nothing.
 @Suite("Transaction writes")
 struct TransactionWriteTests {
     let task = PrimaryKey.string("t")
 
-    @Test("An update of an embedded object that leaves out a required field with a default sets the default, which peers integrate")
+    @Test(
+        "An update of an embedded object that leaves out a required field with a default sets the default, which peers integrate"
+    )
     func embeddedUpdateLeavingOutARequiredFieldSetsItsDefault() throws {
         let cluster = try Cluster(2, schema: MergeSemanticsTests.schema)
         try cluster[0].write { txn in
-            try txn.create("Task", ["_id": "t", "steps": [.embedded(EmbeddedObject(type: "Step", fields: ["text": "a", "done": true]))]])
+            try txn.create(
+                "Task",
+                ["_id": "t", "steps": [.embedded(EmbeddedObject(type: "Step", fields: ["text": "a", "done": true]))]])
         }
         try cluster.syncAll()
         // `Step.done` is required with the default false; the new value does not give it.
         try cluster[0].write { txn in
-            try txn.update("Task", primaryKey: task, ["steps": [.embedded(EmbeddedObject(type: "Step", fields: ["text": "b"]))]])
+            try txn.update(
+                "Task", primaryKey: task, ["steps": [.embedded(EmbeddedObject(type: "Step", fields: ["text": "b"]))]])
         }
         #expect(try cluster.send(from: 0, to: 1).rejected.isEmpty)
         for replica in cluster.replicas {
@@ -37,8 +43,12 @@ struct TransactionWriteTests {
         try replica.write { try $0.create("Task", ["_id": "t"]) }
         try replica.write { txn in
             // `done` sorts before the misspelt `titel`, which is refused.
-            #expect(throws: TributaryError.self) { try txn.update("Task", primaryKey: task, ["done": true, "titel": "x"]) }
-            #expect(throws: TributaryError.self) { try txn.update("Task", primaryKey: task, ["done": true, "title": 5]) }
+            #expect(throws: TributaryError.self) {
+                try txn.update("Task", primaryKey: task, ["done": true, "titel": "x"])
+            }
+            #expect(throws: TributaryError.self) {
+                try txn.update("Task", primaryKey: task, ["done": true, "title": 5])
+            }
             try txn.update("Task", primaryKey: task, ["notes": "kept"])
         }
         let object = try #require(try replica.object("Task", primaryKey: task))
@@ -49,7 +59,9 @@ struct TransactionWriteTests {
 
     @Test("A set or increment of the primary key is refused alone; the transaction's other writes commit")
     func primaryKeyPathIsRefusedAlone() throws {
-        let schema = Schema(version: 1, types: [ObjectSchema(name: "Counter", properties: [.scalar("_id", .int), .scalar("n", .int, default: 0)])])
+        let schema = Schema(
+            version: 1,
+            types: [ObjectSchema(name: "Counter", properties: [.scalar("_id", .int), .scalar("n", .int, default: 0)])])
         let cluster = try Cluster(1, schema: schema)
         let replica = cluster[0]
         try replica.write { try $0.create("Counter", ["_id": 1]) }

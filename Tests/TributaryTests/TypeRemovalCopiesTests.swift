@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Rule 8 for whole types: one migration that replaces a type (a removal and an addition of it, as a change of its
 /// primary key makes), run on several replicas before they sync, removes one type: each removal is a copy of the
@@ -10,10 +11,15 @@ import TributaryTestSupport
 @Suite("Copies of a type's removal")
 struct TypeRemovalCopiesTests {
     static func people(_ version: UInt64, key: ScalarType) -> Schema {
-        Schema(version: version, types: [
-            ObjectSchema(name: "Person", properties: [.scalar("_id", key), .scalar("name", .string, optional: true)]),
-            ObjectSchema(name: "Team", properties: [.scalar("_id", .string), Property("members", .link("Person"), list: true)]),
-        ])
+        Schema(
+            version: version,
+            types: [
+                ObjectSchema(
+                    name: "Person", properties: [.scalar("_id", key), .scalar("name", .string, optional: true)]),
+                ObjectSchema(
+                    name: "Team",
+                    properties: [.scalar("_id", .string), Property("members", .link("Person"), list: true)]),
+            ])
     }
 
     /// The app's next release: Person's primary key becomes a string, so its migration re-creates every person and
@@ -24,7 +30,9 @@ struct TypeRemovalCopiesTests {
             migration.delete(new)
             try migration.create("Person", ["_id": .string("p\(id)"), "name": old["name"]])
         }
-        try migration.enumerateObjects("Team") { _, new in new?["members"] = .list([.link(.string("p1")), .link(.string("p2"))]) }
+        try migration.enumerateObjects("Team") { _, new in
+            new?["members"] = .list([.link(.string("p1")), .link(.string("p2"))])
+        }
     }
 
     final class Device {
@@ -44,16 +52,20 @@ struct TypeRemovalCopiesTests {
         /// Reopens with the app's next release, running its migration.
         func update(to schema: Schema, migration: Migration) throws {
             replica.close()
-            replica = try Replica.open(directory: directory.path, schema: schema, configuration: configuration, migration: migration)
+            replica = try Replica.open(
+                directory: directory.path, schema: schema, configuration: configuration, migration: migration)
         }
 
         /// Integrates what `other` has that this one lacks; returns the refusals' reasons.
         func receive(from other: Device) throws -> [String] {
-            try replica.integrate(try other.replica.changesets(missingFrom: replica.versionVector)).rejected.map(\.reason)
+            try replica.integrate(try other.replica.changesets(missingFrom: replica.versionVector)).rejected.map(
+                \.reason)
         }
     }
 
-    @Test("A primary-key change run on two devices before they sync keeps the type, the new objects and the links to them, in any order")
+    @Test(
+        "A primary-key change run on two devices before they sync keeps the type, the new objects and the links to them, in any order"
+    )
     func primaryKeyChangeOnTwoDevices() throws {
         let devices = try (1...4).map { try Device(UInt64($0), schema: Self.people(1, key: .int)) }
         defer { for device in devices { device.replica.close() } }
@@ -90,9 +102,11 @@ struct TypeRemovalCopiesTests {
         #expect(try Cluster.converged(devices.map(\.replica)))
     }
 
-    static let tagged = Schema(version: 1, types: [
-        ObjectSchema(name: "Tag", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)]),
-    ])
+    static let tagged = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(name: "Tag", properties: [.scalar("_id", .string), .scalar("name", .string, optional: true)])
+        ])
 
     /// `count` replicas that all hold one tag, "old".
     static func taggedCluster(_ count: Int) throws -> Cluster {

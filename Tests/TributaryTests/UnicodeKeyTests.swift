@@ -1,8 +1,9 @@
 import Foundation
 import Testing
-@testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+
+@testable import Tributary
 
 /// Swift's `String` compares by canonical equivalence: "é" as one scalar and as "e" with a combining accent are `==`.
 /// A replica stores keys as their UTF-8 bytes, so they are two objects, and every part of a replica must keep them
@@ -12,10 +13,12 @@ struct UnicodeKeyTests {
     static let composed = "Caf\u{E9}"
     static let decomposed = "Cafe\u{301}"
     static let schema = Schema(types: [
-        ObjectSchema(name: "Place", properties: [
-            .scalar("_id", .string), .scalar("name", .string), .scalar("visits", .int, indexed: true),
-            Property("near", .link("Place"), optional: true),
-        ])
+        ObjectSchema(
+            name: "Place",
+            properties: [
+                .scalar("_id", .string), .scalar("name", .string), .scalar("visits", .int, indexed: true),
+                Property("near", .link("Place"), optional: true),
+            ])
     ])
 
     @Test("The two spellings are two objects, in one transaction, on a peer and after a rebuild")
@@ -24,8 +27,12 @@ struct UnicodeKeyTests {
         let cluster = try Cluster(2, schema: Self.schema)
         try cluster[0].write { txn in
             try txn.create("Place", ["_id": .string(Self.composed), "name": "composed", "visits": 1])
-            try txn.create("Place", ["_id": .string(Self.decomposed), "name": "decomposed", "visits": 1,
-                                     "near": .link(.string(Self.composed))])
+            try txn.create(
+                "Place",
+                [
+                    "_id": .string(Self.decomposed), "name": "decomposed", "visits": 1,
+                    "near": .link(.string(Self.composed)),
+                ])
         }
         try cluster[0].write { txn in
             try txn.update("Place", primaryKey: .string(Self.decomposed), ["visits": 2])
@@ -56,7 +63,10 @@ struct UnicodeKeyTests {
         #expect(try replica.objects("Place", where: "visits == 1").count == 2)
         #expect(try replica.objects("Place", where: "visits IN {1, 2}").count == 2)
         #expect(try replica.objects("Place", where: "name IN $0", arguments: [.list(keys)]).count == 2)
-        #expect(try replica.objects("Place", where: "_id == $0", arguments: [keys[1]]).map(\.primaryKey) == [.string(Self.decomposed)])
+        #expect(
+            try replica.objects("Place", where: "_id == $0", arguments: [keys[1]]).map(\.primaryKey) == [
+                .string(Self.decomposed)
+            ])
         #expect(try replica.objects("Place", where: "TRUEPREDICATE DISTINCT(name)").count == 2)
     }
 
@@ -64,9 +74,12 @@ struct UnicodeKeyTests {
     func concurrentCreatesOfBothSpellings() throws {
         let cluster = try Cluster(3, schema: Self.schema)
         try cluster[0].write { try $0.create("Place", ["_id": .string(Self.composed), "name": "from 0", "visits": 1]) }
-        try cluster[1].write { try $0.create("Place", ["_id": .string(Self.decomposed), "name": "from 1", "visits": 1]) }
+        try cluster[1].write {
+            try $0.create("Place", ["_id": .string(Self.decomposed), "name": "from 1", "visits": 1])
+        }
         // Replica 2 takes both in one batch.
-        let batch = try cluster[0].changesets(missingFrom: cluster[2].versionVector)
+        let batch =
+            try cluster[0].changesets(missingFrom: cluster[2].versionVector)
             + cluster[1].changesets(missingFrom: cluster[2].versionVector)
         try cluster[2].integrate(batch)
         try cluster.syncAll()

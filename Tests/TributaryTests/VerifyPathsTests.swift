@@ -13,7 +13,8 @@ struct VerifyPathsTests {
     static func makeReplica(_ directory: TemporaryDirectory) throws {
         var configuration = Replica.Configuration()
         configuration.durability = .none
-        let replica = try Replica.open(directory: directory.path, schema: RebuildTests.schema, configuration: configuration)
+        let replica = try Replica.open(
+            directory: directory.path, schema: RebuildTests.schema, configuration: configuration)
         defer { replica.close() }
         for batch in 0..<6 {
             try replica.write { txn in
@@ -28,11 +29,15 @@ struct VerifyPathsTests {
                 }
             }
         }
-        try replica.write { txn in for key in stride(from: Int64(0), to: 200, by: 9) { _ = try txn.delete("Task", primaryKey: .int(key)) } }
+        try replica.write { txn in
+            for key in stride(from: Int64(0), to: 200, by: 9) { _ = try txn.delete("Task", primaryKey: .int(key)) }
+        }
     }
 
     /// Both reports of the replica in `directory`.
-    static func reports(_ directory: TemporaryDirectory) throws -> (memory: VerificationReport, scratch: VerificationReport) {
+    static func reports(_ directory: TemporaryDirectory) throws -> (
+        memory: VerificationReport, scratch: VerificationReport
+    ) {
         var configuration = Replica.Configuration()
         configuration.readOnly = true
         let replica = try Replica.open(directory: directory.path, configuration: configuration)
@@ -41,7 +46,9 @@ struct VerifyPathsTests {
     }
 
     /// Changes the replica's storage directly: `body` gets a write transaction and the named databases.
-    static func damage(_ directory: TemporaryDirectory, _ body: (WriteTransaction, [String: Database]) throws -> Void) throws {
+    static func damage(_ directory: TemporaryDirectory, _ body: (WriteTransaction, [String: Database]) throws -> Void)
+        throws
+    {
         let environment = try Environment.open(path: directory.path)
         let names = ["objects", "indexes", "log"]
         let databases = Dictionary(uniqueKeysWithValues: zip(names, try environment.openDatabases(names)))

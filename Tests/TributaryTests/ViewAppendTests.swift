@@ -37,13 +37,18 @@ struct ViewAppendTests {
                     case 0:  // above every key of the type
                         var above: Int64 = 0
                         if case .int(let value)? = highest { above = value }
-                        key = type == "A" ? .int(above + 1 + Int64(generator.next() % 3)) : .string("z\(step)-\(generator.next() % 100)")
+                        key =
+                            type == "A"
+                            ? .int(above + 1 + Int64(generator.next() % 3))
+                            : .string("z\(step)-\(generator.next() % 100)")
                     case 1 where highest != nil:  // the highest key itself: deleted
                         _ = try txn.delete(type, primaryKey: highest!)
                         model[type]![highest!] = nil
                         continue
                     default:  // anywhere, negative keys included
-                        key = type == "A" ? .int(Int64(generator.next() % 200) - 100) : .string("k\(generator.next() % 90)")
+                        key =
+                            type == "A"
+                            ? .int(Int64(generator.next() % 200) - 100) : .string("k\(generator.next() % 90)")
                     }
                     let n = Int64(step)
                     _ = try txn.upsert(type, ["_id": key.value, "n": .int(n)])
@@ -57,7 +62,8 @@ struct ViewAppendTests {
                         #expect(stored.count == objects.count)
                         for object in stored {
                             let key = PrimaryKey(object["_id"])
-                            #expect(key.flatMap { objects[$0] }.map(Value.int) == object["n"], "\(type) \(object["_id"])")
+                            #expect(
+                                key.flatMap { objects[$0] }.map(Value.int) == object["n"], "\(type) \(object["_id"])")
                         }
                     }
                 }

@@ -17,11 +17,13 @@ struct IndexKeyBudgetTests {
     func budgetsBoundEveryKey() throws {
         let keys: [(ScalarType, PrimaryKey)] = [
             (.string, .string(String(repeating: "\u{7F}", count: KeyEncoding.maximumPrimaryKeyBytes))),
-            (.int, .int(-1)), (.uuid, .uuid(UUID())), (.objectId, .objectId(ObjectID(bytes: [UInt8](repeating: 0, count: 12))!)),
+            (.int, .int(-1)), (.uuid, .uuid(UUID())),
+            (.objectId, .objectId(ObjectID(bytes: [UInt8](repeating: 0, count: 12))!)),
         ]
         let values: [Value] = [
             .null, .bool(true), .int(.min), .double(-0.5), .date(Date()), .uuid(UUID()),
-            .objectId(ObjectID(bytes: [UInt8](repeating: 0, count: 12))!), .string(String(repeating: "\u{0}", count: 300)),
+            .objectId(ObjectID(bytes: [UInt8](repeating: 0, count: 12))!),
+            .string(String(repeating: "\u{0}", count: 300)),
             .string(String(repeating: "é", count: 300)), .data(Data(repeating: 0, count: 500)),
             .data(Data(repeating: 1, count: 500)), .link(keys[0].1),
         ]
@@ -31,7 +33,8 @@ struct IndexKeyBudgetTests {
                 for propertyLength in stride(from: 1, through: 200, by: 11) {
                     let type = Self.name("T", typeLength)
                     let property = Self.name("p", propertyLength)
-                    guard let budget = KeyEncoding.indexValueBudget(type: type, property: property, primaryKey: keyType) else {
+                    guard let budget = KeyEncoding.indexValueBudget(type: type, property: property, primaryKey: keyType)
+                    else {
                         continue
                     }
                     indexable += 1
@@ -39,7 +42,9 @@ struct IndexKeyBudgetTests {
                         var bytes = ViewStore.indexPrefix(type: type, property: property)
                         KeyEncoding.appendIndexValue(value, budget: budget, to: &bytes)
                         KeyEncoding.append(key, to: &bytes)
-                        #expect(bytes.count <= KeyEncoding.maximumKeyBytes, "\(type.count) \(property.count) \(keyType) \(value)")
+                        #expect(
+                            bytes.count <= KeyEncoding.maximumKeyBytes,
+                            "\(type.count) \(property.count) \(keyType) \(value)")
                     }
                 }
             }

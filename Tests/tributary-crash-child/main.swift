@@ -212,7 +212,9 @@ case "inspect":
         emit(report.passed ? "VERIFY passed" : "VERIFY failed \(report.firstProblem ?? "")")
         let objects = try ReplicaDigest.objects(replica)
         let log = try ReplicaDigest.log(replica)
-        emit("STATE \(ReplicaDigest.hex(objects)) \(ReplicaDigest.hex(log)) \(replica.replicaID) \(replica.lastLocalSequence)")
+        emit(
+            "STATE \(ReplicaDigest.hex(objects)) \(ReplicaDigest.hex(log)) \(replica.replicaID) \(replica.lastLocalSequence)"
+        )
         exit(0)
     } catch {
         emit(describe(error))

@@ -36,7 +36,8 @@ struct TributaryBench: ParsableCommand {
     var directory: String?
 
     func run() throws {
-        let root = directory ?? (NSTemporaryDirectory() as NSString).appendingPathComponent("tributary-bench-\(getpid())")
+        let root =
+            directory ?? (NSTemporaryDirectory() as NSString).appendingPathComponent("tributary-bench-\(getpid())")
         try? FileManager.default.removeItem(atPath: root)
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: root) }
@@ -72,10 +73,14 @@ struct Measurement: Encodable {
     var value: Double
     var unit: String
     var baseline: String
+    // A key of the JSON report, as its readers know it.
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     var baseline_value: Double
     var ratio: Double
 
-    init(name: String, value: Double, unit: String, baseline: String, baselineValue: Double, higherIsBetter: Bool = true) {
+    init(
+        name: String, value: Double, unit: String, baseline: String, baselineValue: Double, higherIsBetter: Bool = true
+    ) {
         self.name = name
         self.value = (value * 1000).rounded() / 1000
         self.unit = unit

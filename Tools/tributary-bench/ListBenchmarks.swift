@@ -11,7 +11,10 @@ struct ListBenchmarks {
 
     static let schema = Schema(
         version: 1,
-        types: [ObjectSchema(name: "Doc", properties: [.scalar("_id", .int), Property("tags", .scalar(.string), list: true)])])
+        types: [
+            ObjectSchema(
+                name: "Doc", properties: [.scalar("_id", .int), Property("tags", .scalar(.string), list: true)])
+        ])
 
     func run() throws {
         guard context.wants("list_fill") else { return }
@@ -43,9 +46,13 @@ struct ListBenchmarks {
         var configuration = Replica.Configuration()
         configuration.durability = .none
         configuration.replicaID = ReplicaID(rawValue: 11)
-        let writer = try Replica.open(directory: context.path("list-fill-\(elements)-\(run)-writer"), schema: Self.schema, configuration: configuration)
+        let writer = try Replica.open(
+            directory: context.path("list-fill-\(elements)-\(run)-writer"), schema: Self.schema,
+            configuration: configuration)
         configuration.replicaID = ReplicaID(rawValue: 12)
-        let peer = try Replica.open(directory: context.path("list-fill-\(elements)-\(run)-peer"), schema: Self.schema, configuration: configuration)
+        let peer = try Replica.open(
+            directory: context.path("list-fill-\(elements)-\(run)-peer"), schema: Self.schema,
+            configuration: configuration)
         try writer.write { txn in _ = try txn.create("Doc", ["_id": .int(1), "tags": .list([])]) }
         try peer.integrate(encoded: try writer.encodedChangesets(missingFrom: peer.versionVector, compressed: true))
         let values = Value.list((0..<elements).map { .string("tag \($0)") })

@@ -19,18 +19,24 @@ struct QueryBenchmarks {
         ])
 
     func run() throws {
-        guard ["indexed_equality", "full_scan", "sorted_query", "commit_to_notification", "in_list"].contains(where: context.wants) else { return }
+        guard
+            ["indexed_equality", "full_scan", "sorted_query", "commit_to_notification", "in_list"].contains(
+                where: context.wants)
+        else { return }
         var configuration = Replica.Configuration()
         configuration.durability = .none
-        let replica = try Replica.open(directory: context.path("query"), schema: Self.schema, configuration: configuration)
+        let replica = try Replica.open(
+            directory: context.path("query"), schema: Self.schema, configuration: configuration)
         let count = context.objects
         try replica.write { txn in
             for index in 0..<count {
-                try txn.create("Message", [
-                    "_id": .int(Int64(index)), "conversation": .int(Int64(index % 1000)),
-                    "text": .string("message number \(index)"), "score": .double(Double(index % 977)),
-                    "timestamp": .date(Date(timeIntervalSince1970: Double(index))),
-                ])
+                try txn.create(
+                    "Message",
+                    [
+                        "_id": .int(Int64(index)), "conversation": .int(Int64(index % 1000)),
+                        "text": .string("message number \(index)"), "score": .double(Double(index % 977)),
+                        "timestamp": .date(Date(timeIntervalSince1970: Double(index))),
+                    ])
             }
         }
         if context.wants("indexed_equality") { try indexedEquality(replica) }
@@ -49,20 +55,35 @@ struct QueryBenchmarks {
         var oneByOne = 0.0
         var found = 0
         for round in 0..<6 {
-            let query = { inList += try time { found += try replica.read { try $0.objects("Message", where: "_id IN $0", arguments: [.list(ids)]).count } } }
-            let reads = {
-                oneByOne += try time {
-                    try replica.read { snapshot in
-                        for id in ids { if try snapshot.object("Message", primaryKey: PrimaryKey(id)!) != nil { found += 1 } }
+            let query = {
+                inList += try time {
+                    found += try replica.read {
+                        try $0.objects("Message", where: "_id IN $0", arguments: [.list(ids)]).count
                     }
                 }
             }
-            if round % 2 == 0 { try query(); try reads() } else { try reads(); try query() }
+            let reads = {
+                oneByOne += try time {
+                    try replica.read { snapshot in
+                        for id in ids {
+                            if try snapshot.object("Message", primaryKey: PrimaryKey(id)!) != nil { found += 1 }
+                        }
+                    }
+                }
+            }
+            if round % 2 == 0 {
+                try query()
+                try reads()
+            } else {
+                try reads()
+                try query()
+            }
         }
         precondition(found == 6 * 2 * ids.count)
         Measurement(
             name: "in_list_\(ids.count / 1000)k_ids", value: Double(6 * ids.count) / inList, unit: "objects/s",
-            baseline: "the same objects read by primary key one by one (objects/s)", baselineValue: Double(6 * ids.count) / oneByOne
+            baseline: "the same objects read by primary key one by one (objects/s)",
+            baselineValue: Double(6 * ids.count) / oneByOne
         ).print()
 
         let texts: [Value] = (0..<10_000).map { .string("message number \($0 * 7)") }
@@ -70,9 +91,25 @@ struct QueryBenchmarks {
         var oneScan = 0.0
         var matched = 0
         for round in 0..<6 {
-            let many = { manyScan += try time { matched += try replica.read { try $0.objects("Message", where: "text IN $0", arguments: [.list(texts)]).count } } }
-            let one = { oneScan += try time { _ = try replica.read { try $0.objects("Message", where: "text == $0", arguments: [texts[1]]).count } } }
-            if round % 2 == 0 { try many(); try one() } else { try one(); try many() }
+            let many = {
+                manyScan += try time {
+                    matched += try replica.read {
+                        try $0.objects("Message", where: "text IN $0", arguments: [.list(texts)]).count
+                    }
+                }
+            }
+            let one = {
+                oneScan += try time {
+                    _ = try replica.read { try $0.objects("Message", where: "text == $0", arguments: [texts[1]]).count }
+                }
+            }
+            if round % 2 == 0 {
+                try many()
+                try one()
+            } else {
+                try one()
+                try many()
+            }
         }
         precondition(matched == 6 * min(texts.count, (count + 6) / 7))
         Measurement(
@@ -86,7 +123,8 @@ struct QueryBenchmarks {
         var found = 0
         // Baseline: a raw cursor range over the same index keys, then a get of each record, values copied. The two
         // sides alternate in blocks, so that a change in the machine's speed during the run hits both alike.
-        let keys = try replica._indexRanges(type: "Message", property: "conversation", values: (0..<repeats).map { .int(Int64($0 % 1000)) })
+        let keys = try replica._indexRanges(
+            type: "Message", property: "conversation", values: (0..<repeats).map { .int(Int64($0 % 1000)) })
         var ours = 0.0
         var raw = 0.0
         for block in stride(from: 0, to: repeats, by: 20) {
@@ -95,7 +133,9 @@ struct QueryBenchmarks {
                 ours += try time {
                     try replica.read { snapshot in
                         for round in rounds {
-                            found += try snapshot.objects("Message", where: "conversation == $0", arguments: [.int(Int64(round % 1000))]).count
+                            found += try snapshot.objects(
+                                "Message", where: "conversation == $0", arguments: [.int(Int64(round % 1000))]
+                            ).count
                         }
                     }
                 }
@@ -132,7 +172,9 @@ struct QueryBenchmarks {
             // Taking turns at going first, as the indexed benchmark does.
             if round % 2 == 1 { raw += try replica._rawScan(type: "Message") }
             seconds += try time {
-                matched = try replica.read { try $0.objects("Message", where: "score > 900 AND text CONTAINS '7'").count }
+                matched = try replica.read {
+                    try $0.objects("Message", where: "score > 900 AND text CONTAINS '7'").count
+                }
             }
             precondition(matched == expected, "the full scan found \(matched) objects, not \(expected)")
             if round % 2 == 0 { raw += try replica._rawScan(type: "Message") }
@@ -145,10 +187,13 @@ struct QueryBenchmarks {
     }
 
     func sortedQuery(_ replica: Replica) throws {
-        let keys = try replica._indexRanges(type: "Message", property: "conversation", values: (0..<100).map { .int(Int64($0)) })
+        let keys = try replica._indexRanges(
+            type: "Message", property: "conversation", values: (0..<100).map { .int(Int64($0)) })
         var results: [DynamicObject] = []
         let query = {
-            results = try replica.read { try $0.objects("Message", where: "conversation < 100 SORT(score DESC, timestamp ASC)") }
+            results = try replica.read {
+                try $0.objects("Message", where: "conversation < 100 SORT(score DESC, timestamp ASC)")
+            }
         }
         // One untimed pass of each side, then five rounds each, taking turns at going first.
         try query()
@@ -197,7 +242,12 @@ struct QueryBenchmarks {
             // From the start of the write: the observer may wake before `write` returns.
             commitTimes.append(DispatchTime.now().uptimeNanoseconds)
             _ = try replica.write { txn in
-                try txn.upsert("Message", ["_id": .int(Int64(10_000_000 + round)), "conversation": 1001, "text": "x", "score": 1.0, "timestamp": .date(Date())])
+                try txn.upsert(
+                    "Message",
+                    [
+                        "_id": .int(Int64(10_000_000 + round)), "conversation": 1001, "text": "x", "score": 1.0,
+                        "timestamp": .date(Date()),
+                    ])
             }
             woke.wait()
         }
@@ -208,8 +258,14 @@ struct QueryBenchmarks {
         // Time from the start of a write transaction (which commits one object) to the observer's wake-up, against
         // the target of 1 ms: the ratio says how many times under the target the figure is.
         let target = "the target, 1 ms (ratio: times under it)"
-        Measurement(name: "commit_to_notification_median", value: median, unit: "ms", baseline: target, baselineValue: 1.0, higherIsBetter: false).print()
-        Measurement(name: "commit_to_notification_p99", value: p99, unit: "ms", baseline: target, baselineValue: 1.0, higherIsBetter: false).print()
+        Measurement(
+            name: "commit_to_notification_median", value: median, unit: "ms", baseline: target, baselineValue: 1.0,
+            higherIsBetter: false
+        ).print()
+        Measurement(
+            name: "commit_to_notification_p99", value: p99, unit: "ms", baseline: target, baselineValue: 1.0,
+            higherIsBetter: false
+        ).print()
     }
 }
 

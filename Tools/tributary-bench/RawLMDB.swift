@@ -35,8 +35,10 @@ final class RawLMDB {
     func put(_ txn: OpaquePointer?, _ key: [UInt8], _ value: [UInt8]) throws {
         try key.withUnsafeBytes { keyBytes in
             try value.withUnsafeBytes { valueBytes in
-                var k = MDB_val(mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
-                var v = MDB_val(mv_size: valueBytes.count, mv_data: UnsafeMutableRawPointer(mutating: valueBytes.baseAddress))
+                var k = MDB_val(
+                    mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
+                var v = MDB_val(
+                    mv_size: valueBytes.count, mv_data: UnsafeMutableRawPointer(mutating: valueBytes.baseAddress))
                 try check(mdb_put(txn, database, &k, &v, 0), "mdb_put")
             }
         }
@@ -50,7 +52,8 @@ final class RawLMDB {
         var total = 0
         for key in keys {
             try key.withUnsafeBytes { keyBytes in
-                var k = MDB_val(mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
+                var k = MDB_val(
+                    mv_size: keyBytes.count, mv_data: UnsafeMutableRawPointer(mutating: keyBytes.baseAddress))
                 var v = MDB_val()
                 try check(mdb_get(txn, database, &k, &v), "mdb_get")
                 let copy = Array(UnsafeRawBufferPointer(start: v.mv_data, count: v.mv_size))
@@ -69,10 +72,12 @@ func check(_ rc: Int32, _ call: String) throws {
     if rc != 0 { throw LMDBFailure(description: "\(call): \(String(cString: mdb_strerror(rc)))") }
 }
 
+// swift-format-ignore: AlwaysUseLowerCamelCase
 func mdb_txn_begin_shim(_ raw: RawLMDB, _ txn: inout OpaquePointer?) -> Int32 {
     mdb_txn_begin(raw.environment, nil, 0, &txn)
 }
 
+// swift-format-ignore: AlwaysUseLowerCamelCase
 func mdb_txn_commit_shim(_ txn: OpaquePointer?) -> Int32 {
     mdb_txn_commit(txn)
 }

@@ -34,7 +34,9 @@ struct StorageBenchmarks {
     func run() throws {
         let replica = try open("bulk")
         let raw = try RawLMDB(path: context.path("raw-bulk"))
-        if context.wants("bulk_insert") || context.wants("primary_key_read") || context.wants("replay") || context.wants("log_") {
+        if context.wants("bulk_insert") || context.wants("primary_key_read") || context.wants("replay")
+            || context.wants("log_")
+        {
             try bulkInsert(replica, raw)
         }
         if context.wants("primary_key_read") { try primaryKeyReads(replica, raw) }
@@ -99,15 +101,18 @@ struct StorageBenchmarks {
         var floor = Double.infinity
         for attempt in 1...3 {
             let raw = try RawLMDB(path: context.path("raw-floor-\(attempt)"))
-            floor = min(floor, try time {
-                _ = try codec.compress(largest)
-                try raw.putAll(records)
-            })
+            floor = min(
+                floor,
+                try time {
+                    _ = try codec.compress(largest)
+                    try raw.putAll(records)
+                })
         }
         let count = Double(pairs.count)
         Measurement(
             name: "bulk_insert_floor_raw_puts_and_zstd_changeset", value: count / floor, unit: "objects/s",
-            baseline: "raw LMDB puts of the same keys and record sizes, one durable txn", baselineValue: count / baseline
+            baseline: "raw LMDB puts of the same keys and record sizes, one durable txn",
+            baselineValue: count / baseline
         ).print()
     }
 
@@ -130,7 +135,9 @@ struct StorageBenchmarks {
                 try replica.read { snapshot in
                     // Each read uses a property of the object, as an app would.
                     for index in indexes[block] {
-                        if case .string = try snapshot.object("Item", primaryKey: .int(Int64(index)))?["name"] { found += 1 }
+                        if case .string = try snapshot.object("Item", primaryKey: .int(Int64(index)))?["name"] {
+                            found += 1
+                        }
                     }
                 }
             }
@@ -141,7 +148,8 @@ struct StorageBenchmarks {
         precondition(bytes > 0)
         Measurement(
             name: "primary_key_read", value: Double(count) / ours, unit: "reads/s",
-            baseline: "raw mdb_get of the same keys in one read txn, value copied", baselineValue: Double(count) / baseline
+            baseline: "raw mdb_get of the same keys in one read txn, value copied",
+            baselineValue: Double(count) / baseline
         ).print()
     }
 
@@ -177,7 +185,8 @@ struct StorageBenchmarks {
         var report: VerificationReport?
         var verify = Double.infinity
         for _ in 1...3 { verify = min(verify, try time { report = try replica.verify() }) }
-        precondition(report?.passed == true && report?.objectsCompared == pairs.count, "verify: \(String(describing: report))")
+        precondition(
+            report?.passed == true && report?.objectsCompared == pairs.count, "verify: \(String(describing: report))")
         var unsynced = Double.infinity
         for attempt in 1...3 {
             let raw = try RawLMDB(path: context.path("raw-verify-\(attempt)"), synced: false)

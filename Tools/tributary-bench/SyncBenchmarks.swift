@@ -26,7 +26,9 @@ struct SyncBenchmarks {
         let instructions = 100_000
         let perTransaction = 100
         let created = (0..<(instructions / 2)).map(StorageBenchmarks.values)
-        let local = try Replica.open(directory: context.path("integrate-local"), schema: StorageBenchmarks.schema, configuration: configuration(id: 1, durability: .none))
+        let local = try Replica.open(
+            directory: context.path("integrate-local"), schema: StorageBenchmarks.schema,
+            configuration: configuration(id: 1, durability: .none))
         let localSeconds = try time {
             var written = 0
             while written < instructions {
@@ -47,7 +49,10 @@ struct SyncBenchmarks {
         precondition(written == instructions, "the local side wrote \(written) instructions, not \(instructions)")
         // In both forms a sync layer can send: as the log stores them (zstd frames where smaller), and plain encoded.
         let forms = [
-            ("integrate_remote_log_100k_instructions", try local.encodedChangesets(missingFrom: VersionVector(), compressed: true)),
+            (
+                "integrate_remote_log_100k_instructions",
+                try local.encodedChangesets(missingFrom: VersionVector(), compressed: true)
+            ),
             ("integrate_remote_log_100k_instructions_uncompressed", changesets.map(ChangesetCodec.encode)),
         ]
         Measurement(
@@ -56,7 +61,8 @@ struct SyncBenchmarks {
             baselineValue: Double(forms[1].1.reduce(0) { $0 + $1.count }), higherIsBetter: false
         ).print()
         for (attempt, (name, encoded)) in forms.enumerated() {
-            precondition(encoded.count == changesets.count, "exported \(encoded.count) changesets, not \(changesets.count)")
+            precondition(
+                encoded.count == changesets.count, "exported \(encoded.count) changesets, not \(changesets.count)")
             let remote = try Replica.open(
                 directory: context.path("integrate-remote-\(attempt)"), schema: StorageBenchmarks.schema,
                 configuration: configuration(id: 2, durability: .none))
@@ -76,16 +82,23 @@ struct SyncBenchmarks {
     /// A log of many changesets; a peer lacks the last 1%.
     func export() throws {
         let count = context.exportChangesets
-        let source = try Replica.open(directory: context.path("export"), schema: StorageBenchmarks.schema, configuration: configuration(id: 3))
+        let source = try Replica.open(
+            directory: context.path("export"), schema: StorageBenchmarks.schema, configuration: configuration(id: 3))
         // Build the log fast: integrate generated one-instruction changesets from an origin, in large batches.
         let origin = ReplicaID(rawValue: 99)
         var batch: [Changeset] = []
         var vector = VersionVector()
         for sequence in 1...UInt64(count) {
-            batch.append(Changeset(
-                origin: origin, originSequence: sequence, time: HybridTime(milliseconds: 1_700_000_000_000, counter: 0).advanced(sequence),
-                context: VersionVector(), schemaVersion: 1,
-                instructions: [.create(type: "Item", primaryKey: .int(Int64(sequence % 1000)), fields: [FieldValue("count", .int(Int64(sequence)))], defaults: [])]))
+            batch.append(
+                Changeset(
+                    origin: origin, originSequence: sequence,
+                    time: HybridTime(milliseconds: 1_700_000_000_000, counter: 0).advanced(sequence),
+                    context: VersionVector(), schemaVersion: 1,
+                    instructions: [
+                        .create(
+                            type: "Item", primaryKey: .int(Int64(sequence % 1000)),
+                            fields: [FieldValue("count", .int(Int64(sequence)))], defaults: [])
+                    ]))
             if batch.count == 20_000 {
                 try source.integrate(batch)
                 batch.removeAll(keepingCapacity: true)

@@ -54,7 +54,8 @@ struct TributaryDemo: ParsableCommand {
         let start = Date()
         try replica.write { txn in
             for user in users {
-                try txn.upsert("User", ["_id": .string(user), "displayName": .string(user.capitalized), "presence": "online"])
+                try txn.upsert(
+                    "User", ["_id": .string(user), "displayName": .string(user.capitalized), "presence": "online"])
             }
         }
         let base = try replica.count("ChatMessage")
@@ -83,14 +84,17 @@ struct TributaryDemo: ParsableCommand {
         let messageCount = try replica.count("ChatMessage")
         let statistics = try replica.inspection.logStatistics()
         let report = try replica.verify()
-        print("Wrote \(messages) messages in \((messages + perTransaction - 1) / perTransaction) transactions in \(String(format: "%.2f", seconds)) s")
+        print(
+            "Wrote \(messages) messages in \((messages + perTransaction - 1) / perTransaction) transactions in \(String(format: "%.2f", seconds)) s"
+        )
         print("Objects: \(try replica.count("User")) users, \(messageCount) messages")
         if let sample = try replica.object("ChatMessage", primaryKey: .string("m\(base)")) {
             print("Sample: \(sample)")
         }
         print("Log: \(statistics.changesets) changesets, \(statistics.instructions) instructions")
-        print("Log size: \(statistics.storedBytes) bytes stored, \(statistics.uncompressedBytes) bytes uncompressed "
-            + "(compression ratio \(String(format: "%.2f", statistics.compressionRatio)))")
+        print(
+            "Log size: \(statistics.storedBytes) bytes stored, \(statistics.uncompressedBytes) bytes uncompressed "
+                + "(compression ratio \(String(format: "%.2f", statistics.compressionRatio)))")
         print("Storage: \(replica.storageStatistics.usedBytes) bytes in data.mdb pages")
         print("Verify: \(report)")
         if !report.passed { throw ExitCode.failure }

@@ -265,7 +265,8 @@ func text(_ instruction: Instruction) -> String {
 /// What an instruction did to the object it touches, without naming the object: `set age = 36`.
 func relativeText(_ instruction: Instruction) -> String {
     switch instruction {
-    case .removeType(let type): return "remove type \(type) (erases every \(type), unless a copy of this removal merged first)"
+    case .removeType(let type):
+        return "remove type \(type) (erases every \(type), unless a copy of this removal merged first)"
     default: return instruction.object == nil ? text(instruction) : describe(instruction, object: nil)
     }
 }

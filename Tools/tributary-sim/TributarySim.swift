@@ -31,10 +31,16 @@ struct TributarySim: ParsableCommand {
     @Option(help: "Write transactions per run.")
     var operations = 10_000
 
-    @Option(help: "Partial replicas among them (apps that hold every other key and sync through replicas 0 and 1, their relays). Default: 2, or 1 with 3 replicas.")
+    @Option(
+        help:
+            "Partial replicas among them (apps that hold every other key and sync through replicas 0 and 1, their relays). Default: 2, or 1 with 3 replicas."
+    )
     var partialReplicas: Int?
 
-    @Flag(help: "The first app also syncs directly with replica 2, a full replica that is not a relay, as a peer (needs three full replicas and an app).")
+    @Flag(
+        help:
+            "The first app also syncs directly with replica 2, a full replica that is not a relay, as a peer (needs three full replicas and an app)."
+    )
     var appPeerLink = false
 
     @Option(help: "Random causal orders the oracle replays per seed.")
@@ -43,15 +49,22 @@ struct TributarySim: ParsableCommand {
     @Option(help: "Directory for replica directories (default: /dev/shm if present, else the temporary directory).")
     var directory: String?
 
-    @Option(help: "Processes to run seeds in, each on its own share of the range (default 1; use the machine's cores for long runs).")
+    @Option(
+        help:
+            "Processes to run seeds in, each on its own share of the range (default 1; use the machine's cores for long runs)."
+    )
     var jobs = 1
 
     func validate() throws {
         guard (3...7).contains(replicas) else { throw ValidationError("--replicas must be 3 to 7, got \(replicas).") }
-        guard parsedSeeds != nil else { throw ValidationError("--seeds must be a number or a range like 1-10000, got '\(seeds)'.") }
+        guard parsedSeeds != nil else {
+            throw ValidationError("--seeds must be a number or a range like 1-10000, got '\(seeds)'.")
+        }
         guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be 1 to 64, got \(jobs).") }
         if let partialReplicas, !(0...(replicas - 2)).contains(partialReplicas) {
-            throw ValidationError("--partial-replicas must be 0 to \(replicas - 2) with \(replicas) replicas: replicas 0 and 1 are full (the relays).")
+            throw ValidationError(
+                "--partial-replicas must be 0 to \(replicas - 2) with \(replicas) replicas: replicas 0 and 1 are full (the relays)."
+            )
         }
         if appPeerLink {
             let partial = partialReplicas ?? min(2, replicas - 2)
@@ -73,7 +86,8 @@ struct TributarySim: ParsableCommand {
     func run() throws {
         let range = parsedSeeds!
         if jobs > 1 && range.count > 1 { return try runInProcesses(range) }
-        let root = directory ?? (FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory())
+        let root =
+            directory ?? (FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory())
         let scratch = (root as NSString).appendingPathComponent("tributary-sim-\(getpid())")
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         var failed: [UInt64] = []
@@ -93,7 +107,8 @@ struct TributarySim: ParsableCommand {
                 // name; the run goes on.
                 result = SimulationResult(seed: seed, failures: ["threw: \(error)"])
             }
-            let line = "seed \(seed): \(result.passed ? "ok" : "FAILED") \(result.operations) ops, \(result.changesets) changesets, "
+            let line =
+                "seed \(seed): \(result.passed ? "ok" : "FAILED") \(result.operations) ops, \(result.changesets) changesets, "
                 + "\(result.deliveries) deliveries, \(result.duplicates) duplicates, \(result.crashes) crashes, "
                 + "\(result.adoptedTwice) adopted by both relays, "
                 + String(format: "%.2f s", result.seconds)
@@ -109,8 +124,9 @@ struct TributarySim: ParsableCommand {
             fflush(nil)
         }
         let total = range.count
-        print("\(total - failed.count)/\(total) seeds passed in \(String(format: "%.1f", Date().timeIntervalSince(started))) s"
-            + (failed.isEmpty ? "" : "; failed: \(failed.map(String.init).joined(separator: ", "))"))
+        print(
+            "\(total - failed.count)/\(total) seeds passed in \(String(format: "%.1f", Date().timeIntervalSince(started))) s"
+                + (failed.isEmpty ? "" : "; failed: \(failed.map(String.init).joined(separator: ", "))"))
         if !failed.isEmpty { throw ExitCode.failure }
     }
 
@@ -121,7 +137,8 @@ struct TributarySim: ParsableCommand {
         let count = UInt64(min(jobs, range.count))
         let share = UInt64(range.count) / count
         // Per child, the start of a line not ended yet; the failed seeds and the count of passed ones.
-        let output = Mutex<(partial: [String], failed: [UInt64], passed: Int)>((Array(repeating: "", count: Int(count)), [], 0))
+        let output = Mutex<(partial: [String], failed: [UInt64], passed: Int)>(
+            (Array(repeating: "", count: Int(count)), [], 0))
         var children: [Process] = []
         let readers = DispatchGroup()
         for index in 0..<count {
@@ -170,11 +187,14 @@ struct TributarySim: ParsableCommand {
         for child in children { child.waitUntilExit() }
         readers.wait()
         let (_, failed, passed) = output.withLock { $0 }
-        let crashed = children.filter { $0.terminationReason != .exit || ($0.terminationStatus != 0 && $0.terminationStatus != 1) }
+        let crashed = children.filter {
+            $0.terminationReason != .exit || ($0.terminationStatus != 0 && $0.terminationStatus != 1)
+        }
         let total = range.count
-        print("\(passed)/\(total) seeds passed in \(String(format: "%.1f", Date().timeIntervalSince(started))) s with \(count) processes"
-            + (failed.isEmpty ? "" : "; failed: \(failed.sorted().map(String.init).joined(separator: ", "))")
-            + (crashed.isEmpty ? "" : "; \(crashed.count) process(es) ended abnormally"))
+        print(
+            "\(passed)/\(total) seeds passed in \(String(format: "%.1f", Date().timeIntervalSince(started))) s with \(count) processes"
+                + (failed.isEmpty ? "" : "; failed: \(failed.sorted().map(String.init).joined(separator: ", "))")
+                + (crashed.isEmpty ? "" : "; \(crashed.count) process(es) ended abnormally"))
         if !failed.isEmpty || !crashed.isEmpty || passed != total { throw ExitCode.failure }
     }
 }

@@ -1,5 +1,5 @@
-import TributaryModel
 import TributaryMerge
+import TributaryModel
 import TributaryQuery
 import TributaryStorage
 import TributaryViews
@@ -28,7 +28,8 @@ extension Snapshot {
         }
         // Whether an index answers for a property, and how its keys encode values: decided as its entries were
         // written.
-        let usable: [(constraint: IndexConstraint, ranges: [([UInt8], [UInt8])])] = constraints.compactMap { constraint in
+        let usable: [(constraint: IndexConstraint, ranges: [([UInt8], [UInt8])])] = constraints.compactMap {
+            constraint in
             guard let property = type[property: constraint.property],
                 let budget = ViewStore.indexValueBudget(of: property, in: type),
                 let ranges = Self.indexBounds(constraint, budget: budget)
@@ -73,7 +74,9 @@ extension Snapshot {
                 if case .data = bound { return nil }
                 if !KeyEncoding.isEncodedWhole(bound, budget: budget) { return nil }
             }
-            guard let tagValue = lower ?? upper, let sample = encode(tagValue), let tag = sample.first else { return nil }
+            guard let tagValue = lower ?? upper, let sample = encode(tagValue), let tag = sample.first else {
+                return nil
+            }
             var start: [UInt8] = [tag]
             if let lower, let bytes = encode(lower) { start = lowerInclusive ? bytes : successor(bytes) }
             var end: [UInt8] = [tag &+ 1]

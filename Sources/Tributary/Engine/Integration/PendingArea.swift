@@ -122,7 +122,9 @@ struct PendingChangeset: Sendable {
     /// Decodes a stored entry under `limits`: the log's, which the changeset was accepted under.
     init(stored value: UnsafeRawBufferPointer, limits: DecodingLimits) throws {
         guard let marker = value.first, marker <= 1 else {
-            throw ChangesetDecodingError(.invalidValue, "pending entry starts with \(value.first.map { "\($0)" } ?? "nothing"), not 0 or 1", offset: 0)
+            throw ChangesetDecodingError(
+                .invalidValue, "pending entry starts with \(value.first.map { "\($0)" } ?? "nothing"), not 0 or 1",
+                offset: 0)
         }
         let bytes = Array(value.dropFirst())
         self.init(changeset: try ChangesetCodec.decode(bytes, limits: limits), adopt: marker == 1, encoded: bytes)

@@ -119,7 +119,9 @@ extension Replica {
             }
             // A refused changeset is dropped with every copy of it that waits.
             if !rejectedDots.isEmpty {
-                for key in area.entries.filter({ rejectedDots.contains($0.value.changeset.dot) }).keys.sorted() { drop(key) }
+                for key in area.entries.filter({ rejectedDots.contains($0.value.changeset.dot) }).keys.sorted() {
+                    drop(key)
+                }
             }
 
             var applied: [(changeset: Changeset, encoded: [UInt8], frame: [UInt8]?)] = []
@@ -188,7 +190,8 @@ extension Replica {
                         bytes = try ChangesetCodec.encode(changeset, within: log.decodingLimits)
                     } catch {
                         throw MergeError(
-                            .limitExceeded, "adopted, it could not be read back from the log: \(error)", dot: changeset.dot,
+                            .limitExceeded, "adopted, it could not be read back from the log: \(error)",
+                            dot: changeset.dot,
                             instructionIndex: error.instructionIndex)
                     }
                 }
@@ -199,7 +202,9 @@ extension Replica {
                 } else {
                     // A value or key the views could not store (or read back) is refused here, by the changeset,
                     // rather than failing the storage transaction of every batch that brings it.
-                    if let (index, problem) = StorableValues.problem(in: changeset.instructions, encodedBytes: bytes.count) {
+                    if let (index, problem) = StorableValues.problem(
+                        in: changeset.instructions, encodedBytes: bytes.count)
+                    {
                         throw MergeError(.invalidInstruction, problem, dot: changeset.dot, instructionIndex: index)
                     }
                     try MergeEngine.apply(changeset, to: &working)
@@ -228,7 +233,9 @@ extension Replica {
             while progress {
                 progress = false
                 for dot in batch {
-                    guard let entry = area.entries[dot], area.first(in: PendingLane.of(entry).lane) == dot else { continue }
+                    guard let entry = area.entries[dot], area.first(in: PendingLane.of(entry).lane) == dot else {
+                        continue
+                    }
                     if try step(dot) { progress = true }
                 }
                 for lane in area.lanes.keys.sorted() {
@@ -276,7 +283,9 @@ extension Replica {
     /// The pending area as of `generation`: `taken` (the decoded copy) when it is current, else decoded from storage.
     /// An entry that no longer decodes, or whose changeset is not the one its key names, is left out, and stays stored
     /// (for `tributary-log` to show) until a copy of the changeset its key names arrives under that key.
-    func pendingArea(generation: UInt64, taken: PendingArea?, in txn: TributaryStorageReadTransaction) throws -> PendingArea {
+    func pendingArea(generation: UInt64, taken: PendingArea?, in txn: TributaryStorageReadTransaction) throws
+        -> PendingArea
+    {
         if let taken, taken.generation == generation { return taken }
         var area = PendingArea(generation: generation)
         // In descending key order, so that each lane's changesets are appended, not inserted at the front.

@@ -69,7 +69,10 @@ extension MigrationContext {
         let oldType = oldSchema[type: name]
         // Every name an old field of the type had during the migration.
         var oldNames = Set(oldType?.properties.map(\.name) ?? [])
-        for rename in renames where rename.type == name { oldNames.insert(rename.from); oldNames.insert(rename.to) }
+        for rename in renames where rename.type == name {
+            oldNames.insert(rename.from)
+            oldNames.insert(rename.to)
+        }
         func complete(_ value: Value) -> Value {
             guard case .embedded(var object) = value else { return value }
             for key in object.fields.keys.sorted() where type[property: key] == nil {
@@ -117,7 +120,8 @@ extension MigrationContext {
     func newObject(_ type: String, _ key: PrimaryKey) -> MigrationObject? {
         if let existing = newObjects[type]?[key] { return existing }
         // Types that stay top-level, and types that become embedded (their objects move into their parents).
-        guard let objectType = newSchema[type: type], let old = oldObject(type, key), let oldType = oldSchema[type: type]
+        guard let objectType = newSchema[type: type], let old = oldObject(type, key),
+            let oldType = oldSchema[type: type]
         else { return nil }
         var values = defaults(objectType)
         for property in oldType.properties where property.name != oldType.primaryKey {
@@ -165,7 +169,8 @@ extension MigrationContext {
                     guard case .embedded = property.kind, let value = values[property.name] else { continue }
                     values[property.name] = completed(value, as: property, carriedRenames: object.renamesCarried)
                 }
-                for property in type.properties where !property.isOptional && !property.isList && property.defaultValue == nil
+                for property in type.properties
+                where !property.isOptional && !property.isList && property.defaultValue == nil
                     && property.name != type.primaryKey
                 {
                     if values[property.name] == nil || values[property.name] == .null {
@@ -205,7 +210,9 @@ extension MigrationContext {
         guard object.isFromOldObject, let oldType = oldSchema[type: type.name] else { return [] }
         return type.properties.compactMap { property in
             guard !property.isList, property.name != type.primaryKey, !object.assigned.contains(property.name),
-                let old = oldType.properties.first(where: { $0.name != oldType.primaryKey && renamedName(type.name, $0.name) == property.name }),
+                let old = oldType.properties.first(where: {
+                    $0.name != oldType.primaryKey && renamedName(type.name, $0.name) == property.name
+                }),
                 old.kind == property.kind, let oldDefault = old.defaultValue,
                 !Property.defaultsStoreAlike(oldDefault, property.defaultValue),
                 let value = object.values[property.name], let carried = object.carriedValues[property.name],
@@ -220,9 +227,15 @@ extension MigrationContext {
     /// as carried, or as the migration set it, and which one cannot be told.
     func checkLateEmbeddedRenames() throws {
         for (index, rename) in renames.enumerated() {
-            guard let type = newSchema[type: rename.type], type.isEmbedded, type[property: rename.from] != nil else { continue }
-            for (parentType, objects) in newObjects.sorted(by: { $0.key < $1.key }) where embeds(parentType, rename.type) {
-                guard let made = objects.values.first(where: { $0.isFromOldObject && !$0.isDeleted && $0.renamesCarried <= index })
+            guard let type = newSchema[type: rename.type], type.isEmbedded, type[property: rename.from] != nil else {
+                continue
+            }
+            for (parentType, objects) in newObjects.sorted(by: { $0.key < $1.key })
+            where embeds(parentType, rename.type) {
+                guard
+                    let made = objects.values.first(where: {
+                        $0.isFromOldObject && !$0.isDeleted && $0.renamesCarried <= index
+                    })
                 else { continue }
                 throw TributaryError(
                     .migrationFailed,
@@ -275,8 +288,9 @@ extension MigrationContext {
             for oldType in oldSchema.types where !oldType.isEmbedded {
                 for object in oldObjects[oldType.name] ?? [] {
                     for property in oldType.properties {
-                        search(object[property.name], property, owner: oldType.name,
-                               path: "\(oldType.name)[\(object.primaryKey)].\(property.name)")
+                        search(
+                            object[property.name], property, owner: oldType.name,
+                            path: "\(oldType.name)[\(object.primaryKey)].\(property.name)")
                     }
                 }
             }
@@ -338,7 +352,11 @@ extension MigrationContext {
                             if let child = children[target] {
                                 var fields = child.values
                                 fields.removeValue(forKey: "_id")
-                                embedded.append(.embedded(EmbeddedObject(type: embeddedType.name, fields: fields.filter { embeddedType[property: $0.key] != nil })))
+                                embedded.append(
+                                    .embedded(
+                                        EmbeddedObject(
+                                            type: embeddedType.name,
+                                            fields: fields.filter { embeddedType[property: $0.key] != nil })))
                             }
                         }
                         let value: Value = property.isList ? .list(embedded) : (embedded.first ?? .null)
@@ -352,13 +370,15 @@ extension MigrationContext {
                     throw TributaryError(
                         .migrationFailed,
                         "At least one object does not have a backlink (data would get lost): \(embeddedType.name) \(key) "
-                            + "becomes embedded but no object links to it; delete it in the migration or link it from one parent")
+                            + "becomes embedded but no object links to it; delete it in the migration or link it from one parent"
+                    )
                 }
                 if linked.count > 1 {
                     throw TributaryError(
                         .migrationFailed,
                         "At least one object does have multiple backlinks: \(embeddedType.name) \(key) becomes embedded but "
-                            + "is linked from \(linked.joined(separator: " and ")); an embedded object has exactly one parent")
+                            + "is linked from \(linked.joined(separator: " and ")); an embedded object has exactly one parent"
+                    )
                 }
             }
         }
@@ -372,14 +392,16 @@ extension MigrationContext {
         // Every property renamed must end under a name the new schema has.
         for type in Set(renames.map(\.type)).sorted() {
             guard let storedType = stored[type: type] else {
-                throw TributaryError(.migrationFailed, "renameProperty names the type '\(type)', which the stored schema does not have")
+                throw TributaryError(
+                    .migrationFailed, "renameProperty names the type '\(type)', which the stored schema does not have")
             }
             for property in storedType.properties {
                 let final = renamedName(type, property.name)
                 if final != property.name, newSchema[type: type]?[property: final] == nil {
                     throw TributaryError(
                         .migrationFailed,
-                        "cannot rename '\(type).\(property.name)' to '\(final)': the new schema has no property '\(type).\(final)'")
+                        "cannot rename '\(type).\(property.name)' to '\(final)': the new schema has no property '\(type).\(final)'"
+                    )
                 }
             }
         }
@@ -419,7 +441,8 @@ extension MigrationContext {
             }
         }
         for new in newSchema.types {
-            guard let existing = current[type: new.name], existing.isEmbedded == new.isEmbedded, !replaced.contains(new.name)
+            guard let existing = current[type: new.name], existing.isEmbedded == new.isEmbedded,
+                !replaced.contains(new.name)
             else { continue }
             let previous = declared[type: new.name]
             for property in existing.properties where property.name != existing.primaryKey {
@@ -428,7 +451,8 @@ extension MigrationContext {
                     if replacement.kind == property.kind, replacement.isList == property.isList,
                         replacement.isOptional == property.isOptional
                     {
-                        try transaction.emit(.redefineProperty(type: new.name, replacement))  // index or default: keep values
+                        // The index or the default changed: the values stay.
+                        try transaction.emit(.redefineProperty(type: new.name, replacement))
                     } else {
                         try transaction.emit(.removeProperty(type: new.name, name: property.name))
                     }

@@ -23,7 +23,8 @@ extension Replica {
         do {
             try given.validateDeclaration()
         } catch {
-            throw TributaryError(.schemaMismatch, "the schema given to open \(directory) is invalid: \(error)", underlying: error)
+            throw TributaryError(
+                .schemaMismatch, "the schema given to open \(directory) is invalid: \(error)", underlying: error)
         }
         let stored = self.schema
         if stored.types.isEmpty && lastLocalSequence == 0 {
@@ -83,7 +84,8 @@ extension Replica {
     func migrate(from stored: Schema, declared: Schema, to target: Schema, migration: Migration?) throws {
         do {
             try write { txn in
-                let context = try MigrationContext(oldSchema: stored, declared: declared, newSchema: target, transaction: txn)
+                let context = try MigrationContext(
+                    oldSchema: stored, declared: declared, newSchema: target, transaction: txn)
                 if let migration { try migration.run(context) }
                 try context.apply()
                 txn.declaredSchema = target

@@ -48,7 +48,8 @@ enum ModelCoding {
             var single = property
             single.isList = false
             single.isOptional = property.isOptional
-            return .list(try elements.map { try conform($0, to: single, schema: schema, declared: declared, path: path) })
+            return .list(
+                try elements.map { try conform($0, to: single, schema: schema, declared: declared, path: path) })
         }
         switch (property.kind, node) {
         case (_, .null):
@@ -59,7 +60,8 @@ enum ModelCoding {
             }
             return .embedded(
                 EmbeddedObject(
-                    type: typeName, fields: try conform(fields, to: type, schema: schema, declared: declared, path: path)))
+                    type: typeName,
+                    fields: try conform(fields, to: type, schema: schema, declared: declared, path: path)))
         case (.link, .value(.link(let key))):
             return .link(key)
         case (.link, .value(let value)):
@@ -77,9 +79,12 @@ enum ModelCoding {
     /// Decodes a model from an object's values.
     static func model<M: Decodable>(_ type: M.Type, from object: DynamicObject) throws -> M {
         do {
-            return try M(from: ValueDecoder(value: .embedded(EmbeddedObject(type: object.type, fields: object.values)), codingPath: []))
+            return try M(
+                from: ValueDecoder(
+                    value: .embedded(EmbeddedObject(type: object.type, fields: object.values)), codingPath: []))
         } catch let error as DecodingError {
-            throw TributaryError(.wrongType, "cannot read \(object.type) \(object.primaryKey) as \(M.self): \(describe(error))")
+            throw TributaryError(
+                .wrongType, "cannot read \(object.type) \(object.primaryKey) as \(M.self): \(describe(error))")
         }
     }
 
@@ -115,7 +120,10 @@ final class TreeNode {
         }
     }
     enum Content {
-        case empty, value(Value), object([String: TreeNode]), list([TreeNode])
+        case empty
+        case value(Value)
+        case object([String: TreeNode])
+        case list([TreeNode])
     }
     var content: Content = .empty
 
@@ -306,7 +314,8 @@ struct ValueDecoder: Decoder {
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         guard case .embedded(let object) = value else {
             throw DecodingError.typeMismatch(
-                [String: Any].self, .init(codingPath: codingPath, debugDescription: "expected an object, found \(value.kindName)"))
+                [String: Any].self,
+                .init(codingPath: codingPath, debugDescription: "expected an object, found \(value.kindName)"))
         }
         return KeyedDecodingContainer(ValueKeyedContainer<Key>(fields: object.fields, codingPath: codingPath))
     }
@@ -330,12 +339,14 @@ struct ValueDecoder: Decoder {
 
     static func direct<T>(_ type: T.Type, _ value: Value, _ codingPath: [any CodingKey]) throws -> T? {
         func mismatch() -> DecodingError {
-            DecodingError.typeMismatch(type, .init(codingPath: codingPath, debugDescription: "found \(value.kindName) \(value)"))
+            DecodingError.typeMismatch(
+                type, .init(codingPath: codingPath, debugDescription: "found \(value.kindName) \(value)"))
         }
         func integer<I: FixedWidthInteger>(_: I.Type) throws -> I {
             guard case .int(let int) = value else { throw mismatch() }
             guard let result = I(exactly: int) else {
-                throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "\(int) does not fit \(I.self)"))
+                throw DecodingError.dataCorrupted(
+                    .init(codingPath: codingPath, debugDescription: "\(int) does not fit \(I.self)"))
             }
             return result
         }
@@ -405,7 +416,8 @@ struct ValueKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
         guard let value = fields[key.stringValue] else {
-            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no property '\(key.stringValue)'"))
+            throw DecodingError.keyNotFound(
+                key, .init(codingPath: codingPath, debugDescription: "no property '\(key.stringValue)'"))
         }
         return try ValueDecoder.decode(type, from: value, codingPath: codingPath + [key])
     }
@@ -413,7 +425,8 @@ struct ValueKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws
         -> KeyedDecodingContainer<NestedKey>
     {
-        try ValueDecoder(value: fields[key.stringValue] ?? .null, codingPath: codingPath + [key]).container(keyedBy: type)
+        try ValueDecoder(value: fields[key.stringValue] ?? .null, codingPath: codingPath + [key]).container(
+            keyedBy: type)
     }
 
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
@@ -454,7 +467,8 @@ struct ValueUnkeyedContainer: UnkeyedDecodingContainer {
 
     mutating func next(_ type: Any.Type) throws -> Value {
         guard !isAtEnd else {
-            throw DecodingError.valueNotFound(type, .init(codingPath: codingPath, debugDescription: "the list has no more elements"))
+            throw DecodingError.valueNotFound(
+                type, .init(codingPath: codingPath, debugDescription: "the list has no more elements"))
         }
         defer { currentIndex += 1 }
         return elements[currentIndex]

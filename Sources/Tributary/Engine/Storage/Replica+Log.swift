@@ -141,7 +141,9 @@ extension Replica {
 
     /// The stored bytes of one object's record (tombstones included), for convergence checks. Not API.
     package func _recordBytes(type: String, primaryKey: PrimaryKey) throws -> [UInt8]? {
-        try environment.read { txn in try txn.get(views.objects, key: ViewStore.objectKey(type: type, primaryKey: primaryKey)) }
+        try environment.read { txn in
+            try txn.get(views.objects, key: ViewStore.objectKey(type: type, primaryKey: primaryKey))
+        }
     }
 
     /// Every stored record's type and primary key. Not API.

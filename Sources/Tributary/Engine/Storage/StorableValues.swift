@@ -19,7 +19,9 @@ enum StorableValues {
     static func problem(in instructions: [Instruction], encodedBytes: Int) -> (index: Int, message: String)? {
         let mayHoldLargeValues = encodedBytes > maximumValueBytes
         for (index, instruction) in instructions.enumerated() {
-            if let object = instruction.object, let problem = KeyEncoding.problem(storing: object.primaryKey, of: object.type) {
+            if let object = instruction.object,
+                let problem = KeyEncoding.problem(storing: object.primaryKey, of: object.type)
+            {
                 return (index, problem)
             }
             if mayHoldLargeValues, let message = valueProblem(in: instruction) { return (index, message) }
@@ -60,9 +62,11 @@ enum StorableValues {
         switch value {
         case .string(let string):
             let bytes = string.utf8.count
-            return bytes > maximumValueBytes ? "a string of \(bytes) bytes (UTF-8), over the limit of \(maximumValueBytes)" : nil
+            return bytes > maximumValueBytes
+                ? "a string of \(bytes) bytes (UTF-8), over the limit of \(maximumValueBytes)" : nil
         case .data(let data):
-            return data.count > maximumValueBytes ? "data of \(data.count) bytes, over the limit of \(maximumValueBytes)" : nil
+            return data.count > maximumValueBytes
+                ? "data of \(data.count) bytes, over the limit of \(maximumValueBytes)" : nil
         case .link(let key):
             // A link to a key no object can have is stored like any value, and reads as null (rule 7); only its
             // size matters to the record.
@@ -75,7 +79,9 @@ enum StorableValues {
             return nil
         case .embedded(let object):
             for name in object.fields.keys.sorted() {
-                if let value = object.fields[name], let problem = problem(value) { return "\(object.type).\(name): \(problem)" }
+                if let value = object.fields[name], let problem = problem(value) {
+                    return "\(object.type).\(name): \(problem)"
+                }
             }
             return nil
         case .null, .bool, .int, .double, .date, .uuid, .objectId:

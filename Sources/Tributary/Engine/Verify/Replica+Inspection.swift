@@ -156,7 +156,8 @@ extension Replica {
             // `batch`, and hands the new schema back.
             schema = try scratch.write { scratchTxn in
                 var working = WorkingSet(
-                    source: ReplicaRecordSource(views: scratchViews, log: log, transaction: scratchTxn, logTransaction: txn),
+                    source: ReplicaRecordSource(
+                        views: scratchViews, log: log, transaction: scratchTxn, logTransaction: txn),
                     schema: before)
                 for (changeset, apply) in batch {
                     if apply {
@@ -183,7 +184,9 @@ extension Replica {
             let context = ZstdContext()
             try log.scan(in: txn) { entry in
                 let changeset = try log.changeset(of: entry, context: context)
-                if let relay = changeset.relay { adoptions.record(changeset.dot, relay: relay, at: entry.localSequence) }
+                if let relay = changeset.relay {
+                    adoptions.record(changeset.dot, relay: relay, at: entry.localSequence)
+                }
                 vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
                 batchInstructions += changeset.instructions.count
                 batch.append((changeset, try log.isFirstEntry(entry, in: txn)))

@@ -30,7 +30,9 @@ extension Replica {
                 var replayed = try replay(in: txn, through: localSequence, progress: progress)
                 let schema = replayed.working.schema
                 var records: [RecordKey: ObjectRecord] = [:]
-                for change in replayed.working.takeChanges() { if let after = change.after { records[change.key] = after } }
+                for change in replayed.working.takeChanges() {
+                    if let after = change.after { records[change.key] = after }
+                }
                 let materializer = Materializer(schema: schema) { type, key in
                     records[RecordKey(type: type, primaryKey: key)]?.exists ?? false
                 }
@@ -57,7 +59,9 @@ extension Replica {
     /// - Throws: ``TributaryError`` with `.invalidValue` when `directory` holds anything, `.corrupted` for a damaged
     ///   entry in the copied range.
     @discardableResult
-    package func replay(through localSequence: UInt64, into directory: String, configuration: Configuration = Configuration())
+    package func replay(
+        through localSequence: UInt64, into directory: String, configuration: Configuration = Configuration()
+    )
         throws -> Replica
     {
         try Self.copyLog(
@@ -112,7 +116,8 @@ extension Replica {
         configuration: Configuration
     ) throws -> Replica {
         if let contents = try? FileManager.default.contentsOfDirectory(atPath: directory), !contents.isEmpty {
-            throw TributaryError(.invalidValue, "\(directory) is not empty; replay writes a new replica into an empty directory")
+            throw TributaryError(
+                .invalidValue, "\(directory) is not empty; replay writes a new replica into an empty directory")
         }
         var target = configuration
         target.readOnly = false
@@ -128,7 +133,8 @@ extension Replica {
                     let batchEnd = min(end, next + 9_999)
                     try copy.environment.write { destination in
                         try log.scan(in: sourceTxn, from: next, through: batchEnd) { entry in
-                            try destination.put(copy.log.entries, key: ChangesetLog.key(entry.localSequence), value: entry.encoded())
+                            try destination.put(
+                                copy.log.entries, key: ChangesetLog.key(entry.localSequence), value: entry.encoded())
                             // Indexed as the log indexes what it appends: relay dots and adoptions included.
                             let relay = try log.changeset(of: entry, context: context).relay
                             try copy.log.index(entry.dot, relay: relay, at: entry.localSequence, in: destination)

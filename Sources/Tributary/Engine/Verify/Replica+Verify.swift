@@ -1,9 +1,9 @@
 import Foundation
+import Synchronization
 import TributaryCompression
 import TributaryLog
 import TributaryMerge
 import TributaryModel
-import Synchronization
 import TributaryStorage
 import TributaryViews
 
@@ -22,8 +22,10 @@ public struct VerificationReport: Sendable, Hashable, CustomStringConvertible {
     public var passed: Bool { firstProblem == nil }
 
     public var description: String {
-        let figures = "\(changesetsChecked) changesets, \(objectsCompared) objects, \(indexEntriesCompared) index entries"
-        return passed ? "verified: \(figures); the views equal a replay of the log" : "FAILED: \(firstProblem!) (\(figures))"
+        let figures =
+            "\(changesetsChecked) changesets, \(objectsCompared) objects, \(indexEntriesCompared) index entries"
+        return passed
+            ? "verified: \(figures); the views equal a replay of the log" : "FAILED: \(firstProblem!) (\(figures))"
     }
 }
 
@@ -51,7 +53,9 @@ extension Replica {
         let context = ZstdContext()
         try log.scan(in: transaction, through: end) { entry in
             let changeset = try log.changeset(of: entry, context: context)
-            if let relay = changeset.relay { replayed.adoptions.record(changeset.dot, relay: relay, at: entry.localSequence) }
+            if let relay = changeset.relay {
+                replayed.adoptions.record(changeset.dot, relay: relay, at: entry.localSequence)
+            }
             if try log.isFirstEntry(entry, in: transaction) {
                 try MergeEngine.apply(changeset, to: &replayed.working)
             } else if let relay = changeset.relay {
@@ -148,7 +152,8 @@ extension Replica {
             return report
         }
         if try views.versionVector(in: txn) != replayed.versionVector {
-            report.firstProblem = "the stored version vector \(try views.versionVector(in: txn)) differs from the replayed \(replayed.versionVector)"
+            report.firstProblem =
+                "the stored version vector \(try views.versionVector(in: txn)) differs from the replayed \(replayed.versionVector)"
             return report
         }
 
@@ -158,7 +163,8 @@ extension Replica {
         expected.reserveCapacity(changes.count)
         for change in changes {
             guard let encoded = change.encodedAfter() else { continue }
-            expected.append((ViewStore.objectKey(type: change.key.type, primaryKey: change.key.primaryKey), encoded, change.key))
+            expected.append(
+                (ViewStore.objectKey(type: change.key.type, primaryKey: change.key.primaryKey), encoded, change.key))
         }
         expected.sort { $0.0.lexicographicallyPrecedes($1.0) }
         var index = 0
@@ -171,13 +177,15 @@ extension Replica {
             }
             let (expectedKey, expectedValue, recordKey) = expected[index]
             if storedKey != expectedKey {
-                problem = storedKey.lexicographicallyPrecedes(expectedKey)
+                problem =
+                    storedKey.lexicographicallyPrecedes(expectedKey)
                     ? "the views hold an object the log does not create: \(describe(key: storedKey))"
                     : "the views lack \(recordKey), which the log creates"
                 return false
             }
             if Array(value) != expectedValue {
-                problem = "\(recordKey) differs from its replayed state (stored \(value.count) bytes, replayed \(expectedValue.count))"
+                problem =
+                    "\(recordKey) differs from its replayed state (stored \(value.count) bytes, replayed \(expectedValue.count))"
                 return false
             }
             index += 1
@@ -203,8 +211,9 @@ extension Replica {
         }
         for change in changes {
             guard let (type, indexed) = indexedByType[change.key.type] else { continue }
-            expectedIndex.append(contentsOf:
-                ViewStore.indexKeys(change.after, key: change.key, type: type, properties: indexed, schema: schema))
+            expectedIndex.append(
+                contentsOf:
+                    ViewStore.indexKeys(change.after, key: change.key, type: type, properties: indexed, schema: schema))
         }
         // In key order, side by side, as the scratch views' comparison walks them (the same problem, in the same words).
         expectedIndex.sort { $0.lexicographicallyPrecedes($1) }
@@ -217,7 +226,8 @@ extension Replica {
                 return false
             }
             if expectedSorted[matched].lexicographicallyPrecedes(have) {
-                problem = "the index lacks an entry the log produces (\(Self.describeIndexKey(expectedSorted[matched])))"
+                problem =
+                    "the index lacks an entry the log produces (\(Self.describeIndexKey(expectedSorted[matched])))"
                 return false
             }
             matched += 1
@@ -249,7 +259,8 @@ extension Replica {
         for (database, what) in lookedUp {
             if let key = try Self.firstKeyLookupMisses(database, in: txn) {
                 let name = database.name == views.objects.name ? describe(key: key) : "a \(key.count)-byte key"
-                return "the storage file is damaged: \(what) (\(name)) is stored, but a lookup by its key does not find it"
+                return
+                    "the storage file is damaged: \(what) (\(name)) is stored, but a lookup by its key does not find it"
                     + (database.name == views.objects.name || database.name == views.indexes.name
                         ? "; rebuildViews() rewrites the views" : "; restore this replica from a peer or a backup")
             }
