@@ -1,4 +1,4 @@
-public import Foundation
+package import Foundation
 
 /// Names (of types and properties) as an encoding writes them: either inline, as strings, or as indices into a
 /// table written once per changeset, which keeps bulk writes small.

@@ -183,7 +183,7 @@ extension MigrationContext {
                 if let keyName = type.primaryKey { values[keyName] = key.value }
                 // Fields of embedded objects that the new schema does not declare are left alone: another replica's
                 // release may have added them.
-                try transaction.upsert(type.name, values, leavingAbsentFields: true)
+                _ = try transaction.upsert(type.name, values, leavingAbsentFields: true)
             }
         }
     }

@@ -1,4 +1,4 @@
-package import TributaryStorage
+import TributaryStorage
 
 /// The on-disk format of a replica directory, and the one place that raises an older format to the current one.
 ///
