@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 public import Tributary
-public import TributaryModel
+import TributaryModel
 
 #if canImport(Glibc)
     import Glibc

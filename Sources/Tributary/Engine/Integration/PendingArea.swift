@@ -2,7 +2,7 @@ import Synchronization
 import TributaryCompression
 import TributaryLog
 import TributaryMerge
-public import TributaryModel
+import TributaryModel
 import TributaryStorage
 import TributaryViews
 
