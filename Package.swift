@@ -92,7 +92,10 @@ let package = Package(
         // Tests.
         .target(
             name: "TributaryTestSupport", dependencies: ["Tributary", "TributaryModel", "TributaryStorage"],
-            path: "Tests/TributaryTestSupport", swiftSettings: upcomingFeatures),
+            path: "Tests/TributaryTestSupport", exclude: ["Tags"], swiftSettings: upcomingFeatures),
+        // The tags of the drills, fuzzers and slow suites (docs/Testing.md). A target of their own, so that
+        // tributary-crash-child, which uses the support code above, does not link the testing library.
+        .target(name: "TributaryTestTags", path: "Tests/TributaryTestSupport/Tags", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributary-crash-child",
             dependencies: ["Tributary", "TributaryModel", "TributaryStorage", "TributaryTestSupport"],
