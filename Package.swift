@@ -124,17 +124,20 @@ let package = Package(
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributarySimulatorTests",
-            dependencies: ["TributarySimulator", "TributaryModel", "TributaryTestSupport"],
+            dependencies: ["TributarySimulator", "TributaryModel", "TributaryTestSupport", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryLogToolTests",
-            dependencies: ["Tributary", "TributaryModel", "TributaryTestSupport", "tributary-log", "tributary-sim"],
+            dependencies: [
+                "Tributary", "TributaryModel", "TributaryTestSupport", "TributaryTestTags", "tributary-log",
+                "tributary-sim",
+            ],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryTests",
             dependencies: [
                 "Tributary", "TributaryModel", "TributaryMerge", "TributaryCompression", "TributaryStorage",
-                "TributaryLog", "TributaryViews", "TributaryTestSupport", "tributary-crash-child",
+                "TributaryLog", "TributaryViews", "TributaryTestSupport", "TributaryTestTags", "tributary-crash-child",
             ],
             swiftSettings: upcomingFeatures),
     ]
