@@ -107,13 +107,14 @@ let package = Package(
             name: "TributaryCompressionTests", dependencies: ["TributaryCompression", "CZstd"],
             swiftSettings: upcomingFeatures),
         .testTarget(
-            name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestSupport"],
+            name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
-            name: "TributaryQueryTests", dependencies: ["TributaryQuery", "TributaryModel"],
+            name: "TributaryQueryTests", dependencies: ["TributaryQuery", "TributaryModel", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
-            name: "TributaryMergeTests", dependencies: ["TributaryMerge", "TributaryModel", "TributaryTestSupport"],
+            name: "TributaryMergeTests",
+            dependencies: ["TributaryMerge", "TributaryModel", "TributaryTestSupport", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryLogTests",

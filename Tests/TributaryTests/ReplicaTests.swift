@@ -273,7 +273,7 @@ struct RecordDecodingTests {
                         "location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "x"])),
                     ])
                 }
-                try ConcurrentOrderTests.randomWrite(txn, &random, key: key)
+                try ConcurrentOrderFuzzTests.randomWrite(txn, &random, key: key)
                 if round % 7 == 0 { try txn.increment(["count"], of: "Task", primaryKey: key, by: 3) }
             }
         }

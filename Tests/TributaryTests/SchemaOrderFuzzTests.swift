@@ -3,6 +3,7 @@ import Testing
 @testable import Tributary
 import TributaryModel
 import TributaryTestSupport
+import TributaryTestTags
 
 /// Looks for order dependence in schema merging (rule 8). Three writers share a seeded object of a type whose
 /// properties come from a small pool of names; each makes one to four transactions of renames, removals, additions,
@@ -30,7 +31,7 @@ import TributaryTestSupport
 /// with, and a smaller scenario that fails the same way. Replay one with
 /// `TRIBUTARY_SEED=<seed> TRIBUTARY_SCHEMA_FUZZ_SEEDS=1 swift test --filter SchemaOrderFuzz`; replayed alone, a seed
 /// listed as a known issue prints its scenario and smallest form too.
-@Suite("Schema merge order fuzz (rule 8)")
+@Suite("Schema merge order fuzz (rule 8)", .tags(.fuzz, .slow))
 struct SchemaOrderFuzzTests {
     static var seedCount: Int {
         ProcessInfo.processInfo.environment["TRIBUTARY_SCHEMA_FUZZ_SEEDS"].flatMap { Int($0) } ?? 200
