@@ -5,8 +5,8 @@ import TributaryMerge
 import TributaryModel
 import TributaryTestSupport
 
-@Suite("Replica basics")
-struct ReplicaTests {
+@Suite("Writing and reading objects through a replica")
+struct ObjectReadWriteTests {
     func openChat(_ directory: TemporaryDirectory, clock: ManualClock = ManualClock()) throws -> Replica {
         var configuration = Replica.Configuration()
         configuration.durability = .none
