@@ -92,7 +92,10 @@ let package = Package(
         // Tests.
         .target(
             name: "TributaryTestSupport", dependencies: ["Tributary", "TributaryModel", "TributaryStorage"],
-            path: "Tests/TributaryTestSupport", swiftSettings: upcomingFeatures),
+            path: "Tests/TributaryTestSupport", exclude: ["Tags"], swiftSettings: upcomingFeatures),
+        // The tags of the drills, fuzzers and slow suites (docs/Testing.md). A target of their own, so that
+        // tributary-crash-child, which uses the support code above, does not link the testing library.
+        .target(name: "TributaryTestTags", path: "Tests/TributaryTestSupport/Tags", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributary-crash-child",
             dependencies: ["Tributary", "TributaryModel", "TributaryStorage", "TributaryTestSupport"],
@@ -105,13 +108,14 @@ let package = Package(
             name: "TributaryCompressionTests", dependencies: ["TributaryCompression", "CZstd"],
             swiftSettings: upcomingFeatures),
         .testTarget(
-            name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestSupport"],
+            name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
-            name: "TributaryQueryTests", dependencies: ["TributaryQuery", "TributaryModel"],
+            name: "TributaryQueryTests", dependencies: ["TributaryQuery", "TributaryModel", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
-            name: "TributaryMergeTests", dependencies: ["TributaryMerge", "TributaryModel", "TributaryTestSupport"],
+            name: "TributaryMergeTests",
+            dependencies: ["TributaryMerge", "TributaryModel", "TributaryTestSupport", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryLogTests",
@@ -122,17 +126,20 @@ let package = Package(
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributarySimulatorTests",
-            dependencies: ["TributarySimulator", "TributaryModel", "TributaryTestSupport"],
+            dependencies: ["TributarySimulator", "TributaryModel", "TributaryTestSupport", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryLogToolTests",
-            dependencies: ["Tributary", "TributaryModel", "TributaryTestSupport", "tributary-log", "tributary-sim"],
+            dependencies: [
+                "Tributary", "TributaryModel", "TributaryTestSupport", "TributaryTestTags", "tributary-log",
+                "tributary-sim",
+            ],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryTests",
             dependencies: [
                 "Tributary", "TributaryModel", "TributaryMerge", "TributaryCompression", "TributaryStorage",
-                "TributaryLog", "TributaryViews", "TributaryTestSupport", "tributary-crash-child",
+                "TributaryLog", "TributaryViews", "TributaryTestSupport", "TributaryTestTags", "tributary-crash-child",
             ],
             swiftSettings: upcomingFeatures),
     ]

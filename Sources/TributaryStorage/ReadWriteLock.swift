@@ -14,7 +14,7 @@ import Synchronization
 /// `mdb_env_set_mapsize` unmaps and remaps the file and no page pointer may be in use meanwhile.
 ///
 /// - Writer preference: glibc's default lock prefers readers, so readers that follow each other back to back kept
-///   a map growth (and with it every write) waiting for seconds to minutes (`MapGrowthTests`). Once a thread
+///   a map growth (and with it every write) waiting for seconds to minutes (`MapGrowthDrillTests`). Once a thread
 ///   waits for the exclusive lock, new shared holders queue behind it.
 /// - Reentrancy: with writer preference, a thread that takes the shared lock again while a writer waits would
 ///   deadlock; a per-thread count makes the nested shared take a no-op. A shared take on the thread that holds the

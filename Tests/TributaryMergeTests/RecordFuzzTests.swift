@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TributaryMerge
 import TributaryModel
+import TributaryTestTags
 
 // MARK: - Seeded randomness (the same generator as TributaryModelTests' fuzzers)
 
@@ -133,7 +134,7 @@ private enum RecordSamples {
 
 // MARK: - Tests
 
-@Suite("Object record decoder fuzzing") struct RecordFuzzTests {
+@Suite("Object record decoder fuzzing", .tags(.fuzz)) struct RecordFuzzTests {
     @Test("Sample records round-trip")
     func samplesRoundTrip() throws {
         for record in RecordSamples.records {

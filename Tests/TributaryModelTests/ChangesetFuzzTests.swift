@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TributaryModel
+import TributaryTestTags
 
 // MARK: - Seeded randomness (one PRNG, seeded from TRIBUTARY_SEED and printed)
 
@@ -113,7 +114,7 @@ struct FuzzTally {
 
 // MARK: - The changeset decoder
 
-@Suite("Changeset decoder fuzzing") struct ChangesetFuzzTests {
+@Suite("Changeset decoder fuzzing", .tags(.fuzz)) struct ChangesetFuzzTests {
     @Test("Random and mutated changesets give a value or a ChangesetDecodingError, never a trap")
     func fuzzChangesetDecoder() {
         var mutator = FuzzMutator(

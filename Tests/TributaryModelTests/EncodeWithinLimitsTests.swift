@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TributaryTestTags
 
 @testable import TributaryModel
 
@@ -61,37 +62,6 @@ struct EncodeWithinLimitsTests {
         }
         return result
     }()
-
-    @Test("A changeset is encoded within limits exactly when its encoding decodes under them")
-    func agreesWithTheDecoder() throws {
-        var accepted = 0
-        var refusedFor = Set<String>()
-        var disagreements: [String] = []
-        for (index, changeset) in Self.changesets.enumerated() {
-            let plain = ChangesetCodec.encode(changeset)
-            for limits in Self.limitGrid {
-                let decodes = (try? ChangesetCodec.decode(plain, limits: limits)) != nil
-                do {
-                    let encoded = try ChangesetCodec.encode(changeset, within: limits)
-                    #expect(encoded == plain)
-                    accepted += 1
-                    if !decodes {
-                        disagreements.append("changeset \(index) under \(limits): encoded, but does not decode")
-                    }
-                } catch {
-                    refusedFor.insert(Self.bound(error))
-                    if decodes {
-                        disagreements.append("changeset \(index) under \(limits): refused (\(error)), but decodes")
-                    }
-                }
-                if disagreements.count > 5 { break }
-            }
-        }
-        #expect(disagreements.isEmpty, "\(disagreements.prefix(5))")
-        // The grid crosses every bound, and leaves room too.
-        #expect(accepted > 0)
-        #expect(refusedFor == ["header", "nesting", "count", "bytes"], "\(refusedFor)")
-    }
 
     /// Which bound a refusal names.
     static func bound(_ problem: ChangesetCodec.LimitProblem) -> String {
@@ -162,5 +132,40 @@ enum RandomValues {
             for index in 0..<random.below(4) { fields["f\(index)"] = value(&random, depth: depth + 1) }
             return .embedded(EmbeddedObject(type: "E", fields: fields))
         }
+    }
+}
+
+/// `EncodeWithinLimitsTests`' grid: every sample changeset under every limits of the grid, about 14 s in a debug build.
+@Suite("Encoding within decoding limits, every sample under every limit", .tags(.slow))
+struct EncodeWithinLimitsSlowTests {
+    @Test("A changeset is encoded within limits exactly when its encoding decodes under them")
+    func agreesWithTheDecoder() throws {
+        var accepted = 0
+        var refusedFor = Set<String>()
+        var disagreements: [String] = []
+        for (index, changeset) in EncodeWithinLimitsTests.changesets.enumerated() {
+            let plain = ChangesetCodec.encode(changeset)
+            for limits in EncodeWithinLimitsTests.limitGrid {
+                let decodes = (try? ChangesetCodec.decode(plain, limits: limits)) != nil
+                do {
+                    let encoded = try ChangesetCodec.encode(changeset, within: limits)
+                    #expect(encoded == plain)
+                    accepted += 1
+                    if !decodes {
+                        disagreements.append("changeset \(index) under \(limits): encoded, but does not decode")
+                    }
+                } catch {
+                    refusedFor.insert(EncodeWithinLimitsTests.bound(error))
+                    if decodes {
+                        disagreements.append("changeset \(index) under \(limits): refused (\(error)), but decodes")
+                    }
+                }
+                if disagreements.count > 5 { break }
+            }
+        }
+        #expect(disagreements.isEmpty, "\(disagreements.prefix(5))")
+        // The grid crosses every bound, and leaves room too.
+        #expect(accepted > 0)
+        #expect(refusedFor == ["header", "nesting", "count", "bytes"], "\(refusedFor)")
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TributaryModel
+import TributaryTestTags
 
 // Schemas as MongoDB Atlas App Services prints them (JSON Schema), copied verbatim from published articles.
 
@@ -978,8 +979,8 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
 
     // MARK: - Fuzzing
 
-    @Test("Mutated schema JSON gives a schema or a SchemaError, never a trap")
-    func fuzzSchemaJSON() throws {
+    @Test("Mutated schema JSON gives a schema or a SchemaError, never a trap", .tags(.fuzz))
+    func schemaJSONFuzz() throws {
         var random = FuzzRandom.seeded(label: "SchemaJSONTests.fuzzSchemaJSON")
         let corpus =
             [userJSON, chatsterJSON, chatMessageJSON, chatMessageV1JSON].map { Array($0.utf8) }

@@ -8,7 +8,7 @@ import TributaryTestSupport
 /// A create's instruction comes from a planned path (one pass over the values and one over the type's properties)
 /// when the values are valid, and from the checked path otherwise. The two must agree on every input the planned path
 /// accepts, and the planned path must accept nothing the checked path refuses.
-@Suite("Create path")
+@Suite("Creates: the planned path agrees with the checked path")
 struct CreatePathTests {
     /// The chat schema, and a type whose property names have other spellings that are equal as `String`s.
     static let schema: Schema = {

@@ -4,6 +4,7 @@ import TributaryLog
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+import TributaryTestTags
 
 @testable import Tributary
 
@@ -340,8 +341,8 @@ struct HostileInputTests {
 
 /// Records grow with their object's history; the bounds that protect decoding from a peer's bytes must not make a
 /// replica's own records unreadable.
-@Suite("Stored records past the standard decoding limits")
-struct StoredRecordLimitTests {
+@Suite("Stored records past the standard decoding limits", .tags(.slow))
+struct StoredRecordLimitSlowTests {
     @Test("An object whose list holds more than 1,000,000 elements reads and verifies")
     func listPastAMillionElements() throws {
         let directory = TemporaryDirectory("long-list")

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TributaryModel
 import TributaryTestSupport
+import TributaryTestTags
 
 @testable import Tributary
 
@@ -31,7 +32,7 @@ import TributaryTestSupport
 /// with, and a smaller scenario that fails the same way. Replay one with
 /// `TRIBUTARY_SEED=<seed> TRIBUTARY_SCHEMA_FUZZ_SEEDS=1 swift test --filter SchemaOrderFuzz`; replayed alone, a seed
 /// listed as a known issue prints its scenario and smallest form too.
-@Suite("Schema merge order fuzz (rule 8)")
+@Suite("Schema merge order fuzz (rule 8)", .tags(.fuzz, .slow))
 struct SchemaOrderFuzzTests {
     static var seedCount: Int {
         ProcessInfo.processInfo.environment["TRIBUTARY_SCHEMA_FUZZ_SEEDS"].flatMap { Int($0) } ?? 200

@@ -3,6 +3,7 @@ import Testing
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+import TributaryTestTags
 import TributaryViews
 
 @testable import Tributary
@@ -21,8 +22,8 @@ import TributaryViews
 /// Every pass must see a ``TributaryError`` naming the failed LMDB call, leave the replica exactly as before the
 /// transaction (objects, log and in-memory head), keep `verify` passing, and let the next write commit. After
 /// `MDB_PANIC` the handle must refuse all use, and a fresh open must work.
-@Suite("Storage fault loops", .serialized)
-struct StorageFaultTests {
+@Suite("Storage fault loops", .serialized, .tags(.drill, .slow))
+struct StorageFaultDrillTests {
     typealias Operation = StorageFaultPlan.Operation
 
     /// lmdb.h: `MDB_READERS_FULL` and `MDB_PANIC`.
@@ -101,7 +102,7 @@ struct StorageFaultTests {
         /// and the pending area in one commit.
         static func integration() throws -> Scenario {
             let directory = TemporaryDirectory("storage-fault-remote")
-            var configuration = StorageFaultTests.configuration()
+            var configuration = StorageFaultDrillTests.configuration()
             configuration.replicaID = ReplicaID(rawValue: 0xD3D3_0000_0000_0001)
             let remote = try Replica.open(
                 directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
@@ -163,7 +164,7 @@ struct StorageFaultTests {
                 }
             }
             return try Replica.open(
-                directory: replica.directory, schema: schema, configuration: StorageFaultTests.configuration(),
+                directory: replica.directory, schema: schema, configuration: StorageFaultDrillTests.configuration(),
                 migration: migration)
         }
     }

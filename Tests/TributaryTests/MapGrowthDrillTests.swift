@@ -5,6 +5,7 @@ import TributaryLog
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+import TributaryTestTags
 
 @testable import Tributary
 
@@ -18,8 +19,8 @@ import TributaryTestSupport
 
 /// The map starts small and grows by itself while readers hold snapshots; a transaction bigger
 /// than the cap fails with `.mapFull` and a larger cap lets it through; a map grown by another process is adopted.
-@Suite("Map growth", .serialized)
-struct MapGrowthTests {
+@Suite("Map growth", .serialized, .tags(.drill, .slow))
+struct MapGrowthDrillTests {
     /// A pool of compressible text (words from a small vocabulary), sliced for message texts without building
     /// strings word by word.
     static let pool: [UInt8] = {
@@ -269,7 +270,7 @@ struct MapGrowthTests {
             let writer = Thread {
                 var random = SplitMix64(seed: 1)
                 for i in 0..<64 {
-                    let text = MapGrowthTests.noise(&random, length: 128 << 10)
+                    let text = MapGrowthDrillTests.noise(&random, length: 128 << 10)
                     do {
                         try replica.write { txn in
                             try txn.create(

@@ -4,6 +4,7 @@ import Testing
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+import TributaryTestTags
 
 @testable import Tributary
 
@@ -29,8 +30,8 @@ import TributaryTestSupport
 ///
 /// `TRIBUTARY_SEED` replays a run's workloads (kill timing is real time, so not exactly); `TRIBUTARY_DEEP=1` runs
 /// 2,001 kills instead of 300.
-@Suite("Crash (kill -9)", .serialized)
-struct CrashTests {
+@Suite("Crash (kill -9)", .serialized, .tags(.drill, .slow))
+struct CrashDrillTests {
     enum Mode: String, CaseIterable, Sendable, CustomTestStringConvertible {
         case full, relaxed, none
         var durability: Replica.Durability {

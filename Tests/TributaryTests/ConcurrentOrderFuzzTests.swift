@@ -3,13 +3,14 @@ import Testing
 import TributaryMerge
 import TributaryModel
 import TributaryTestSupport
+import TributaryTestTags
 
 @testable import Tributary
 
 /// Order independence: concurrent changesets merged by the merge engine in every order end in one state, in the
 /// bounded CI version (`TRIBUTARY_DEEP=1` runs 20,000 sets).
-@Suite("Concurrent changesets in every order")
-struct ConcurrentOrderTests {
+@Suite("Concurrent changesets in every order", .tags(.fuzz, .slow))
+struct ConcurrentOrderFuzzTests {
     static var deep: Bool { ProcessInfo.processInfo.environment["TRIBUTARY_DEEP"] == "1" }
 
     @Test("Concurrent changesets applied in every order give one state")

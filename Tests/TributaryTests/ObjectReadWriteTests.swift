@@ -6,8 +6,8 @@ import TributaryTestSupport
 
 @testable import Tributary
 
-@Suite("Replica basics")
-struct ReplicaTests {
+@Suite("Writing and reading objects through a replica")
+struct ObjectReadWriteTests {
     func openChat(_ directory: TemporaryDirectory, clock: ManualClock = ManualClock()) throws -> Replica {
         var configuration = Replica.Configuration()
         configuration.durability = .none
@@ -288,7 +288,7 @@ struct RecordDecodingTests {
                             "location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "x"])),
                         ])
                 }
-                try ConcurrentOrderTests.randomWrite(txn, &random, key: key)
+                try ConcurrentOrderFuzzTests.randomWrite(txn, &random, key: key)
                 if round % 7 == 0 { try txn.increment(["count"], of: "Task", primaryKey: key, by: 3) }
             }
         }

@@ -4,6 +4,7 @@ import TributaryLog
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+import TributaryTestTags
 
 @testable import Tributary
 
@@ -24,8 +25,8 @@ import TributaryTestSupport
 /// because a damaged B-tree page can crash LMDB itself (a known limitation, counted): the acceptable outcomes there
 /// are a clean error, a detected problem, the very same data, or such a crash, and never different data served as
 /// good.
-@Suite("Corruption", .serialized)
-struct CorruptionTests {
+@Suite("Corruption", .serialized, .tags(.drill, .slow))
+struct CorruptionDrillTests {
     /// A replica with a known log: small (stored raw), medium and large (overflow pages) changesets, with updates and
     /// deletes so freed pages hold stale copies of log pages. Deterministic: fixed replica id, manual clock.
     final class Pristine: Sendable {
@@ -54,8 +55,8 @@ struct CorruptionTests {
                 last = replica.lastLocalSequence
                 replica.close()
             }
-            file = try CorruptionTests.readFile(directory.appending("data.mdb"))
-            entries = try CorruptionTests.rawLogValues(directory.path)
+            file = try CorruptionDrillTests.readFile(directory.appending("data.mdb"))
+            entries = try CorruptionDrillTests.rawLogValues(directory.path)
         }
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TributaryModel
 import TributaryTestSupport
+import TributaryTestTags
 
 @testable import Tributary
 
@@ -18,8 +19,8 @@ import TributaryTestSupport
 ///
 /// Two ways to fill the disk: a real 8 MiB tmpfs (needs root; skipped with the reason otherwise), and a child process
 /// under `RLIMIT_FSIZE` with SIGXFSZ ignored, where LMDB sees a short write (EIO) or EFBIG.
-@Suite("Disk full", .serialized)
-struct DiskFullTests {
+@Suite("Disk full", .serialized, .tags(.drill, .slow))
+struct DiskFullDrillTests {
     static func configuration() -> Replica.Configuration {
         var configuration = Replica.Configuration()
         configuration.durability = .full

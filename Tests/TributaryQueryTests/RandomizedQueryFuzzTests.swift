@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import TributaryModel
 import TributaryQuery
+import TributaryTestTags
 
 extension SplitMix64 {
     mutating func pick<T>(_ choices: [T]) -> T { choices[below(choices.count)] }
@@ -378,10 +379,10 @@ struct QueryGenerator {
     }
 }
 
-@Suite("Randomized queries against a reference evaluator") struct RandomizedQueryTests {
+@Suite("Randomized queries against a reference evaluator", .tags(.fuzz)) struct RandomizedQueryFuzzTests {
     @Test("matches agrees with the reference evaluator", arguments: [1, 2, 3, 0xDEAD_BEEF, 0x5EED] as [UInt64])
     func matchesAgreesWithReference(seed: UInt64) throws {
-        print("RandomizedQueryTests seed \(seed)")
+        print("RandomizedQueryFuzzTests seed \(seed)")
         var generator = QueryGenerator(random: SplitMix64(seed: seed))
         let type = try #require(QueryGenerator.schema[type: "R"])
         let objects = (0..<60).map { generator.object(id: Int64($0)) }
@@ -428,7 +429,7 @@ struct QueryGenerator {
 
     @Test("SORT agrees with a reference stable sort", arguments: [7, 8, 9] as [UInt64])
     func sortAgreesWithReference(seed: UInt64) throws {
-        print("RandomizedQueryTests sort seed \(seed)")
+        print("RandomizedQueryFuzzTests sort seed \(seed)")
         var generator = QueryGenerator(random: SplitMix64(seed: seed))
         let type = try #require(QueryGenerator.schema[type: "R"])
         let objects = (0..<80).map { (PrimaryKey.int(Int64($0)), generator.object(id: Int64($0))) }
@@ -459,7 +460,7 @@ struct QueryGenerator {
 
     @Test("Arbitrary text never traps: it parses or throws a QueryError", arguments: [11, 12, 13] as [UInt64])
     func arbitraryTextNeverTraps(seed: UInt64) throws {
-        print("RandomizedQueryTests fuzz seed \(seed)")
+        print("RandomizedQueryFuzzTests fuzz seed \(seed)")
         var random = SplitMix64(seed: seed)
         let vocabulary = [
             "priority", "title", "tags", "author", ".", "name", "@count", "@sum", "@avg", "@min", "@size", "==", "=",

@@ -3,6 +3,7 @@ import Testing
 import Tributary
 import TributaryModel
 import TributaryTestSupport
+import TributaryTestTags
 
 #if canImport(Glibc)
     import Glibc
@@ -20,8 +21,8 @@ import TributaryTestSupport
 /// which includes the pages of the memory-mapped data file the command read) and split, by sampling
 /// `/proc/<pid>/status`, into anonymous memory (the heap: what "bounded" is about) and file-backed pages (the data
 /// file's pages in the page cache, which the kernel reclaims at will).
-@Suite("tributary-log on a million changesets", .enabled(if: Deep.enabled), .serialized)
-struct MillionChangesetsTests {
+@Suite("tributary-log on a million changesets", .enabled(if: Deep.enabled), .serialized, .tags(.drill, .slow))
+struct MillionChangesetsDrillTests {
     static var changesets: Int {
         ProcessInfo.processInfo.environment["TRIBUTARY_LOG_CHANGESETS"].flatMap(Int.init) ?? 1_000_000
     }

@@ -42,8 +42,8 @@ struct ChatMessage: Model, Equatable {
     var score: Double = 0
 }
 
-@Suite("Codable models")
-struct ModelTests {
+@Suite("Codable models: derived schemas, round trips, upserts")
+struct CodableModelTests {
     func open(_ directory: TemporaryDirectory) throws -> Replica {
         var configuration = Replica.Configuration()
         configuration.durability = .none

@@ -3,11 +3,12 @@ import Testing
 import TributaryModel
 import TributarySimulator
 import TributaryTestSupport
+import TributaryTestTags
 
 /// Convergence under faults: simulator seeds match the oracle and the reference model, and every replica's views
 /// equal a replay of its log, in their bounded CI versions. The long versions: `tributary-sim --seeds 1-10000`.
-@Suite("Convergence")
-struct ConvergenceTests {
+@Suite("Convergence under faults: simulator seeds", .tags(.drill, .slow))
+struct ConvergenceDrillTests {
     static var deep: Bool { ProcessInfo.processInfo.environment["TRIBUTARY_DEEP"] == "1" }
 
     @Test("300 simulator seeds converge, verify, and match the oracle and the reference model")
