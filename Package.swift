@@ -63,6 +63,9 @@ let package = Package(
             ],
             swiftSettings: upcomingFeatures),
 
+        // The sync protocol: message codec and session state machines. Pure: no I/O.
+        .target(name: "TributaryProtocol", dependencies: ["TributaryModel"], swiftSettings: upcomingFeatures),
+
         // The convergence simulator: used by tributary-sim and by the test suite.
         .target(
             name: "TributarySimulator", dependencies: ["Tributary", "TributaryModel", "TributaryMerge"],
@@ -106,6 +109,9 @@ let package = Package(
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryCompressionTests", dependencies: ["TributaryCompression", "CZstd"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
+            name: "TributaryProtocolTests", dependencies: ["TributaryProtocol", "TributaryModel", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestTags"],

@@ -1,0 +1,183 @@
+public import TributaryModel
+
+/// One message of the sync protocol (docs/Protocol.md): what ``MessageCodec`` reads from and writes to one binary
+/// WebSocket message.
+public enum Message: Sendable, Hashable {
+    /// The initiator's first message: who it is and what it holds.
+    case hello(Hello)
+    /// The acceptor's answer to ``hello(_:)``, which opens the session.
+    case welcome(Welcome)
+    /// Changesets the receiver lacks, as the sender's log stores them.
+    case changesets(ChangesetBatch)
+    /// The receiver integrated and durably committed every batch up to one.
+    case ack(Acknowledgement)
+    /// Asks the other side to reply once it has sent everything it holds now.
+    case mark(request: UInt64)
+    /// The reply to ``mark(request:)``.
+    case markReply(request: UInt64)
+    /// Ends the session, saying why and what to do.
+    case error(SyncError)
+    /// Keepalive: the other side answers ``pong(nonce:)`` with the same nonce.
+    case ping(nonce: UInt64)
+    /// The answer to ``ping(nonce:)``.
+    case pong(nonce: UInt64)
+
+    /// The message's name, as docs/Protocol.md spells it.
+    public var name: String {
+        switch self {
+        case .hello: "hello"
+        case .welcome: "welcome"
+        case .changesets: "changesets"
+        case .ack: "ack"
+        case .mark: "mark"
+        case .markReply: "markReply"
+        case .error: "error"
+        case .ping: "ping"
+        case .pong: "pong"
+        }
+    }
+}
+
+/// What a session's initiator is.
+public enum SyncRole: UInt8, Sendable, Hashable, CustomStringConvertible {
+    /// An app replica that syncs through the daemon: the daemon adopts its uploads into its own sequence.
+    case app = 1
+    /// A daemon that replicates every changeset with another, both ways.
+    case peer = 2
+
+    public var description: String { self == .app ? "app" : "peer" }
+}
+
+/// The initiator's first message.
+public struct Hello: Sendable, Hashable {
+    /// The protocol versions the initiator speaks.
+    public var versions: ClosedRange<UInt64>
+    /// The initiator's replica id.
+    public var replica: ReplicaID
+    public var role: SyncRole
+    /// The schema version of the initiator's models.
+    public var schemaVersion: UInt64
+    /// Opaque to the protocol: a token the acceptor checks.
+    public var credentials: [UInt8]
+    /// A human-readable name for logs ("Notes 2.1 on iPad"), at most 256 bytes of UTF-8.
+    public var name: String
+    /// What the initiator holds.
+    public var vector: VersionVector
+    /// The changesets waiting in the initiator's pending area, which the acceptor need not send.
+    public var pending: [Dot]
+    /// How many bytes of `changesets` messages the acceptor may have unacknowledged towards the initiator.
+    public var window: UInt64
+
+    public init(
+        versions: ClosedRange<UInt64> = SyncProtocol.versions, replica: ReplicaID, role: SyncRole,
+        schemaVersion: UInt64 = 0, credentials: [UInt8] = [], name: String = "", vector: VersionVector,
+        pending: [Dot] = [], window: UInt64 = SyncProtocol.defaultWindow
+    ) {
+        self.versions = versions
+        self.replica = replica
+        self.role = role
+        self.schemaVersion = schemaVersion
+        self.credentials = credentials
+        self.name = name
+        self.vector = vector
+        self.pending = pending
+        self.window = window
+    }
+}
+
+/// The acceptor's answer to ``Hello``.
+public struct Welcome: Sendable, Hashable {
+    /// The protocol version the session speaks: the highest both sides do.
+    public var version: UInt64
+    /// The acceptor's replica id.
+    public var replica: ReplicaID
+    /// What the acceptor holds.
+    public var vector: VersionVector
+    /// The changesets waiting in the acceptor's pending area.
+    public var pending: [Dot]
+    /// The highest sequence of the initiator's own changesets the acceptor holds, as written or adopted: an app
+    /// resumes its upload after it.
+    public var yours: UInt64
+    /// How many bytes of `changesets` messages the initiator may have unacknowledged towards the acceptor.
+    public var window: UInt64
+    /// The largest message the acceptor takes.
+    public var maximumMessageBytes: UInt64
+    /// Seconds without sending after which a side sends ``Message/ping(nonce:)``.
+    public var keepaliveSeconds: UInt64
+
+    public init(
+        version: UInt64, replica: ReplicaID, vector: VersionVector, pending: [Dot] = [], yours: UInt64 = 0,
+        window: UInt64 = SyncProtocol.defaultWindow,
+        maximumMessageBytes: UInt64 = UInt64(SyncProtocol.maximumMessageBytes),
+        keepaliveSeconds: UInt64 = SyncProtocol.defaultKeepaliveSeconds
+    ) {
+        self.version = version
+        self.replica = replica
+        self.vector = vector
+        self.pending = pending
+        self.yours = yours
+        self.window = window
+        self.maximumMessageBytes = maximumMessageBytes
+        self.keepaliveSeconds = keepaliveSeconds
+    }
+}
+
+/// Changesets the receiver lacks, in the sender's log order.
+public struct ChangesetBatch: Sendable, Hashable {
+    /// 1, 2, 3, ... in each direction of a session.
+    public var number: UInt64
+    /// Each changeset as the sender's log stores it (``Replica/integrate(encoded:)`` takes either form).
+    public var changesets: [[UInt8]]
+    /// The vector the receiver holds once it has integrated this batch and every earlier one.
+    public var progress: VersionVector
+    /// Whether the sender holds more to send right now.
+    public var more: Bool
+
+    public init(number: UInt64, changesets: [[UInt8]], progress: VersionVector, more: Bool) {
+        self.number = number
+        self.changesets = changesets
+        self.progress = progress
+        self.more = more
+    }
+}
+
+/// The receiver integrated and durably committed every batch up to ``batch``.
+public struct Acknowledgement: Sendable, Hashable {
+    /// The last batch acknowledged; acknowledgements are cumulative.
+    public var batch: UInt64
+    /// The receiver's version vector after that commit.
+    public var checkpoint: VersionVector
+    /// Changesets the receiver refused (a schema conflict), with the reason. A refusal is final.
+    public var rejected: [Rejection]
+
+    public struct Rejection: Sendable, Hashable {
+        public var dot: Dot
+        public var reason: String
+        public init(dot: Dot, reason: String) {
+            self.dot = dot
+            self.reason = reason
+        }
+    }
+
+    public init(batch: UInt64, checkpoint: VersionVector, rejected: [Rejection] = []) {
+        self.batch = batch
+        self.checkpoint = checkpoint
+        self.rejected = rejected
+    }
+}
+
+/// The protocol's constants.
+public enum SyncProtocol {
+    /// The protocol versions this build speaks.
+    public static let versions: ClosedRange<UInt64> = 1...1
+    /// The WebSocket subprotocol a session is opened with.
+    public static let subprotocol = "tributary-sync"
+    /// The path a daemon serves sessions on.
+    public static let path = "/sync"
+    /// The largest message this build reads or writes.
+    public static let maximumMessageBytes = 16 << 20
+    /// The receive window a side announces unless configured otherwise: 4 MiB.
+    public static let defaultWindow: UInt64 = 4 << 20
+    /// The keepalive interval a daemon announces unless configured otherwise.
+    public static let defaultKeepaliveSeconds: UInt64 = 30
+}

@@ -1,0 +1,291 @@
+import TributaryModel
+
+/// Reads and writes protocol messages (docs/Protocol.md, "Encoding"). Pure: no I/O, no state.
+///
+/// Every length and count a message claims is checked against the bytes that remain and against
+/// ``MessageLimits`` before anything is allocated, so no input makes the decoder trap or allocate more than a small
+/// multiple of the message's own size.
+public enum MessageCodec {
+    /// The message's encoding: one binary WebSocket message.
+    public static func encode(_ message: Message) -> [UInt8] {
+        var writer = BinaryWriter(capacity: 64)
+        switch message {
+        case .hello(let hello):
+            writer.byte(Kind.hello.rawValue)
+            writer.varint(hello.versions.lowerBound)
+            writer.varint(hello.versions.upperBound)
+            writer.fixed64(hello.replica.rawValue)
+            writer.byte(hello.role.rawValue)
+            writer.varint(hello.schemaVersion)
+            writer.lengthPrefixed(hello.credentials)
+            writer.string(hello.name)
+            writer.vector(hello.vector)
+            writer.dots(hello.pending)
+            writer.varint(hello.window)
+        case .welcome(let welcome):
+            writer.byte(Kind.welcome.rawValue)
+            writer.varint(welcome.version)
+            writer.fixed64(welcome.replica.rawValue)
+            writer.vector(welcome.vector)
+            writer.dots(welcome.pending)
+            writer.varint(welcome.yours)
+            writer.varint(welcome.window)
+            writer.varint(welcome.maximumMessageBytes)
+            writer.varint(welcome.keepaliveSeconds)
+        case .changesets(let batch):
+            writer = BinaryWriter(capacity: 32 + batch.changesets.reduce(0) { $0 + $1.count + 5 })
+            writer.byte(Kind.changesets.rawValue)
+            writer.varint(batch.number)
+            writer.varint(batch.changesets.count)
+            for changeset in batch.changesets { writer.lengthPrefixed(changeset) }
+            writer.vector(batch.progress)
+            writer.byte(batch.more ? 1 : 0)
+        case .ack(let ack):
+            writer.byte(Kind.ack.rawValue)
+            writer.varint(ack.batch)
+            writer.vector(ack.checkpoint)
+            writer.varint(ack.rejected.count)
+            for rejection in ack.rejected {
+                writer.dot(rejection.dot)
+                writer.string(rejection.reason)
+            }
+        case .mark(let request):
+            writer.byte(Kind.mark.rawValue)
+            writer.varint(request)
+        case .markReply(let request):
+            writer.byte(Kind.markReply.rawValue)
+            writer.varint(request)
+        case .error(let error):
+            writer.byte(Kind.error.rawValue)
+            writer.varint(error.code.rawValue)
+            writer.byte(error.action.rawValue)
+            writer.varint(error.retryAfterSeconds)
+            writer.string(error.message)
+        case .ping(let nonce):
+            writer.byte(Kind.ping.rawValue)
+            writer.varint(nonce)
+        case .pong(let nonce):
+            writer.byte(Kind.pong.rawValue)
+            writer.varint(nonce)
+        }
+        return writer.bytes
+    }
+
+    /// Decodes one message.
+    ///
+    /// - Throws: ``SyncError`` with ``SyncError/Code/protocolViolation``, naming the message and what is wrong with
+    ///   it, when the bytes break any rule of the encoding or any of `limits`.
+    public static func decode(_ bytes: [UInt8], limits: MessageLimits = .standard) throws(SyncError) -> Message {
+        guard bytes.count <= limits.maximumMessageBytes else {
+            throw .violation("a message of \(bytes.count) bytes is over the limit of \(limits.maximumMessageBytes)")
+        }
+        guard let first = bytes.first else { throw .violation("an empty message") }
+        guard let kind = Kind(rawValue: first) else { throw .violation("unknown message kind \(first)") }
+        var valueLimits = DecodingLimits()
+        valueLimits.maximumValueBytes = limits.maximumMessageBytes
+        var reader = BinaryReader(bytes, subject: "\(kind) message", limits: valueLimits)
+        reader.offset = 1
+        do {
+            let message = try decode(kind, from: &reader, limits: limits)
+            guard reader.isAtEnd else {
+                throw reader.error(.trailingData, "\(reader.remaining) bytes after the last field")
+            }
+            return message
+        } catch let error as ChangesetDecodingError {
+            throw .violation("malformed \(error.message)")
+        } catch let error as SyncError {
+            throw error
+        } catch {
+            throw .violation("malformed \(kind) message: \(error)")
+        }
+    }
+
+    private static func decode(
+        _ kind: Kind, from reader: inout BinaryReader, limits: MessageLimits
+    ) throws -> Message {
+        switch kind {
+        case .hello:
+            let lowest = try reader.varint()
+            let highest = try reader.varint()
+            guard lowest <= highest else {
+                throw SyncError.violation("hello: version range \(lowest)...\(highest) is empty")
+            }
+            let replica = ReplicaID(rawValue: try reader.fixed64())
+            let roleByte = try reader.byte()
+            guard let role = SyncRole(rawValue: roleByte) else {
+                throw SyncError.violation("hello: unknown role \(roleByte)")
+            }
+            let schemaVersion = try reader.varint()
+            let credentials = try reader.bounded("credentials", maximum: limits.maximumCredentialsBytes)
+            let name = try reader.boundedString("name", maximum: limits.maximumNameBytes)
+            let vector = try reader.vector(limits: limits)
+            let pending = try reader.dots(limits: limits)
+            let window = try reader.varint()
+            return .hello(
+                Hello(
+                    versions: lowest...highest, replica: replica, role: role, schemaVersion: schemaVersion,
+                    credentials: Array(credentials), name: name, vector: vector, pending: pending, window: window))
+        case .welcome:
+            let version = try reader.varint()
+            let replica = ReplicaID(rawValue: try reader.fixed64())
+            let vector = try reader.vector(limits: limits)
+            let pending = try reader.dots(limits: limits)
+            return .welcome(
+                Welcome(
+                    version: version, replica: replica, vector: vector, pending: pending, yours: try reader.varint(),
+                    window: try reader.varint(), maximumMessageBytes: try reader.varint(),
+                    keepaliveSeconds: try reader.varint()))
+        case .changesets:
+            let number = try reader.varint()
+            // Each changeset takes at least its one-byte length.
+            let count = try reader.count("changesets", maximum: limits.maximumChangesetsPerBatch)
+            var changesets: [[UInt8]] = []
+            changesets.reserveCapacity(count)
+            for _ in 0..<count { changesets.append(Array(try reader.lengthPrefixed("changeset"))) }
+            let progress = try reader.vector(limits: limits)
+            let more = try reader.bool("more")
+            return .changesets(ChangesetBatch(number: number, changesets: changesets, progress: progress, more: more))
+        case .ack:
+            let batch = try reader.varint()
+            let checkpoint = try reader.vector(limits: limits)
+            // A rejection takes at least 9 bytes for its dot and one for its reason's length.
+            let count = try reader.count("rejections", maximum: limits.maximumRejections, minimumBytesEach: 10)
+            var rejected: [Acknowledgement.Rejection] = []
+            rejected.reserveCapacity(count)
+            for _ in 0..<count {
+                let dot = try reader.dot()
+                rejected.append(
+                    .init(dot: dot, reason: try reader.boundedString("reason", maximum: limits.maximumTextBytes)))
+            }
+            return .ack(Acknowledgement(batch: batch, checkpoint: checkpoint, rejected: rejected))
+        case .mark:
+            return .mark(request: try reader.varint())
+        case .markReply:
+            return .markReply(request: try reader.varint())
+        case .error:
+            let code = SyncError.Code(rawValue: try reader.varint())
+            let actionByte = try reader.byte()
+            guard let action = SyncError.Action(rawValue: actionByte) else {
+                throw SyncError.violation("error: unknown action \(actionByte)")
+            }
+            let retryAfter = try reader.varint()
+            let message = try reader.boundedString("message", maximum: limits.maximumTextBytes)
+            return .error(SyncError(code, action, message, retryAfterSeconds: retryAfter))
+        case .ping:
+            return .ping(nonce: try reader.varint())
+        case .pong:
+            return .pong(nonce: try reader.varint())
+        }
+    }
+
+    /// The kind byte that starts each message.
+    enum Kind: UInt8, CustomStringConvertible {
+        case hello = 1, welcome, changesets, ack, mark, markReply, error, ping, pong
+
+        var description: String {
+            switch self {
+            case .hello: "hello"
+            case .welcome: "welcome"
+            case .changesets: "changesets"
+            case .ack: "ack"
+            case .mark: "mark"
+            case .markReply: "markReply"
+            case .error: "error"
+            case .ping: "ping"
+            case .pong: "pong"
+            }
+        }
+    }
+}
+
+/// The bounds every decoded message is checked against (docs/Protocol.md, "Encoding").
+public struct MessageLimits: Sendable, Hashable {
+    /// The largest message. Default: 16 MiB.
+    public var maximumMessageBytes = SyncProtocol.maximumMessageBytes
+    /// The most changesets in one `changesets` message. Default: 10,000.
+    public var maximumChangesetsPerBatch = 10_000
+    /// The most entries in a version vector. Default: 65,536.
+    public var maximumVectorEntries = 65_536
+    /// The most dots in a list. Default: 65,536.
+    public var maximumDots = 65_536
+    /// The most rejections in one `ack`. Default: 1,000.
+    public var maximumRejections = 1_000
+    /// The longest credentials. Default: 16 KiB.
+    public var maximumCredentialsBytes = 16 << 10
+    /// The longest name. Default: 256 bytes.
+    public var maximumNameBytes = 256
+    /// The longest error message or rejection reason. Default: 4 KiB.
+    public var maximumTextBytes = 4 << 10
+
+    public init() {}
+
+    /// The defaults.
+    public static let standard = MessageLimits()
+}
+
+extension BinaryWriter {
+    /// A version vector: its entry count, then each entry's replica id (8 bytes) and sequence.
+    mutating func vector(_ vector: VersionVector) {
+        varint(vector.entries.count)
+        for entry in vector.entries {
+            fixed64(entry.replica.rawValue)
+            varint(entry.sequence)
+        }
+    }
+
+    mutating func dots(_ dots: [Dot]) {
+        varint(dots.count)
+        for each in dots { dot(each) }
+    }
+}
+
+extension BinaryReader {
+    mutating func bounded(_ what: String, maximum: Int) throws(ChangesetDecodingError) -> ArraySlice<UInt8> {
+        let length = try count(what + " length", maximum: maximum)
+        return try rawBytes(length, what)
+    }
+
+    mutating func boundedString(_ what: String, maximum: Int) throws(ChangesetDecodingError) -> String {
+        let slice = try bounded(what, maximum: maximum)
+        guard let string = String(validating: slice, as: UTF8.self) else {
+            throw error(.invalidValue, "\(what) is not valid UTF-8")
+        }
+        return string
+    }
+
+    mutating func bool(_ what: String) throws(ChangesetDecodingError) -> Bool {
+        switch try byte() {
+        case 0: return false
+        case 1: return true
+        case let other: throw error(.invalidValue, "\(what) is \(other), not 0 or 1")
+        }
+    }
+
+    mutating func vector(limits: MessageLimits) throws(ChangesetDecodingError) -> VersionVector {
+        let count = try self.count("vector entries", maximum: limits.maximumVectorEntries, minimumBytesEach: 9)
+        var pairs: [(ReplicaID, UInt64)] = []
+        pairs.reserveCapacity(count)
+        for _ in 0..<count {
+            let replica = ReplicaID(rawValue: try fixed64())
+            let sequence = try varint()
+            guard sequence > 0 else { throw error(.invalidValue, "vector entry for \(replica) has sequence 0") }
+            if let last = pairs.last, last.0 >= replica {
+                throw error(.invalidValue, "vector entries are not in rising replica order at \(replica)")
+            }
+            pairs.append((replica, sequence))
+        }
+        return VersionVector(pairs)
+    }
+
+    mutating func dots(limits: MessageLimits) throws(ChangesetDecodingError) -> [Dot] {
+        let count = try self.count("dots", maximum: limits.maximumDots, minimumBytesEach: 9)
+        var dots: [Dot] = []
+        dots.reserveCapacity(count)
+        for _ in 0..<count {
+            let dot = try dot()
+            guard dot.sequence > 0 else { throw error(.invalidValue, "dot of \(dot.origin) has sequence 0") }
+            dots.append(dot)
+        }
+        return dots
+    }
+}
