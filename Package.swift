@@ -17,6 +17,8 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Tributary", targets: ["Tributary"]),
+        .library(name: "TributarySync", targets: ["TributarySync"]),
+        .executable(name: "tributaryd", targets: ["tributaryd"]),
         .executable(name: "tributary-log", targets: ["tributary-log"]),
         .executable(name: "tributary-bench", targets: ["tributary-bench"]),
         .executable(name: "tributary-demo", targets: ["tributary-demo"]),
@@ -25,6 +27,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         // System libraries from Debian: apt-get install -y liblmdb-dev libzstd-dev pkg-config
@@ -66,6 +69,24 @@ let package = Package(
         // The sync protocol: message codec and session state machines. Pure: no I/O.
         .target(name: "TributaryProtocol", dependencies: ["TributaryModel"], swiftSettings: upcomingFeatures),
 
+        // Sync over the network: the client apps embed, and the daemon's sessions, over SwiftNIO's WebSocket.
+        .target(
+            name: "TributarySync",
+            dependencies: [
+                "Tributary", "TributaryModel", "TributaryProtocol",
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            swiftSettings: upcomingFeatures),
+        .target(
+            name: "TributaryDaemon",
+            dependencies: [
+                "Tributary", "TributaryModel", "TributaryProtocol", "TributarySync",
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
+            ],
+            swiftSettings: upcomingFeatures),
+
         // The convergence simulator: used by tributary-sim and by the test suite.
         .target(
             name: "TributarySimulator", dependencies: ["Tributary", "TributaryModel", "TributaryMerge"],
@@ -76,6 +97,10 @@ let package = Package(
             name: "tributary-sim",
             dependencies: ["TributarySimulator", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Tools/tributary-sim", swiftSettings: upcomingFeatures),
+        .executableTarget(
+            name: "tributaryd",
+            dependencies: ["TributaryDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Tools/tributaryd", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributary-log",
             dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
@@ -109,6 +134,13 @@ let package = Package(
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryCompressionTests", dependencies: ["TributaryCompression", "CZstd"],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
+            name: "TributarySyncTests",
+            dependencies: [
+                "Tributary", "TributaryModel", "TributaryProtocol", "TributarySync", "TributaryDaemon",
+                "TributaryTestSupport", "TributaryTestTags",
+            ],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryProtocolTests", dependencies: ["TributaryProtocol", "TributaryModel", "TributaryTestTags"],

@@ -18,6 +18,9 @@ public struct IntegrationReport: Sendable, Hashable, CustomStringConvertible {
     /// Changesets refused, with the reason: a schema conflict (rule 8) or an instruction that does not fit the
     /// schema. They are not stored; changesets that depend on them wait.
     public var rejected: [Rejection] = []
+    /// The causal dots of the changesets the call received (integrated, duplicate, waiting or refused), in the order
+    /// they came: what the sender holds. A sync layer need not send these back.
+    public var received: [Dot] = []
 
     public struct Rejection: Sendable, Hashable {
         public var dot: Dot
@@ -28,6 +31,34 @@ public struct IntegrationReport: Sendable, Hashable, CustomStringConvertible {
         "integrated \(integrated.count), duplicates \(duplicates), waiting \(waiting), rejected \(rejected.count)"
             + rejected.map { "\n  \($0.dot): \($0.reason)" }.joined()
     }
+}
+
+/// One batch for ``Replica/integrate(batches:)``: changesets as bytes, to be adopted or integrated.
+public struct IncomingChangesets: Sendable, Hashable {
+    /// The changesets, in either form ``Replica/integrate(encoded:)`` takes.
+    public var changesets: [[UInt8]]
+    /// Whether they are an app's upload, adopted into the replica's own sequence (``Replica/adopt(_:)``), rather
+    /// than a peer's changesets, integrated as they are.
+    public var adopt: Bool
+
+    public init(_ changesets: [[UInt8]], adopt: Bool) {
+        self.changesets = changesets
+        self.adopt = adopt
+    }
+}
+
+/// What ``Replica/export(missingFrom:excluding:origins:limit:maximumBytes:)`` read: the next batch a sync layer
+/// sends.
+public struct ChangesetExport: Sendable, Hashable {
+    /// The changesets, as the log stores them (what ``Replica/integrate(encoded:)`` takes), in log order.
+    public var changesets: [[UInt8]]
+    /// Their total size in bytes.
+    public var bytes: Int
+    /// The other replica's vector advanced past what `changesets` holds: what it holds once it has integrated them.
+    /// Pass it to the next call.
+    public var progress: VersionVector
+    /// Whether the other replica lacks more than this export holds.
+    public var more: Bool
 }
 
 extension Replica {
@@ -61,7 +92,7 @@ extension Replica {
         missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil,
         holds: ((String, PrimaryKey) -> Bool)? = nil, excluding: Set<Dot> = []
     ) throws -> [Changeset] {
-        try missingEntries(from: vector, limit: limit, origins: origins, excluding: excluding) { entry, context in
+        try missingEntries(from: vector, limit: limit, origins: origins, excluding: excluding) { entry, _, context in
             var changeset = try log.changeset(of: entry, context: context)
             if let holds {
                 changeset.instructions = changeset.instructions.map { instruction in
@@ -92,21 +123,69 @@ extension Replica {
         missingFrom vector: VersionVector, limit: Int = .max, origins: Set<ReplicaID>? = nil, excluding: Set<Dot> = [],
         compressed: Bool = false
     ) throws -> [[UInt8]] {
-        try missingEntries(from: vector, limit: limit, origins: origins, excluding: excluding) { entry, context in
+        try missingEntries(from: vector, limit: limit, origins: origins, excluding: excluding) { entry, _, context in
             compressed ? log.storedChangeset(of: entry) : try log.encodedChangeset(of: entry, context: context)
         }
     }
 
+    /// The next batch of what a replica with version vector `vector` lacks, as the log stores it: at most `limit`
+    /// changesets and about `maximumBytes` (always at least one changeset when anything is missing), in log order.
+    /// ``ChangesetExport/progress`` is `vector` advanced past the batch: a sync layer sends batch after batch, each
+    /// from the progress of the one before, without waiting for the other replica's vector.
+    ///
+    /// - Parameters:
+    ///   - vector: what the other replica holds, or the progress of the previous export.
+    ///   - excluding: as for ``changesets(missingFrom:limit:origins:holds:excluding:)``.
+    ///   - origins: as for ``changesets(missingFrom:limit:origins:holds:excluding:)``: an app uploading its own.
+    ///   - limit: the most changesets.
+    ///   - maximumBytes: the size after which no further changeset is added.
+    public func export(
+        missingFrom vector: VersionVector, excluding: Set<Dot> = [], origins: Set<ReplicaID>? = nil,
+        limit: Int = 1_000, maximumBytes: Int = 1 << 20
+    ) throws -> ChangesetExport {
+        var export = ChangesetExport(changesets: [], bytes: 0, progress: vector, more: false)
+        _ = try missingEntries(from: vector, limit: .max, origins: origins, excluding: excluding) {
+            entry, dots, _ -> Void? in
+            if !export.changesets.isEmpty && (export.changesets.count >= limit || export.bytes >= maximumBytes) {
+                export.more = true
+                return nil
+            }
+            let stored = log.storedChangeset(of: entry)
+            export.changesets.append(stored)
+            export.bytes += stored.count
+            for dot in dots { export.progress.advance(dot.origin, to: dot.sequence) }
+            return ()
+        }
+        return export
+    }
+
+    /// The highest origin sequence of `origin`'s changesets this replica holds, as written or as a relay adopted
+    /// them, or 0. A daemon tells an app where to resume its upload: its vector does not count the apps whose
+    /// changesets it adopted.
+    public func heldSequence(of origin: ReplicaID) throws -> UInt64 {
+        do {
+            return try environment.read { txn in
+                let vector = try views.versionVector(in: txn)
+                let held = try log.originEntries(from: origin, after: vector[origin], in: txn).last?.dot.sequence
+                return max(held ?? 0, vector[origin])
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
     /// Reads, in log order, the entries of the changesets a replica with version vector `vector` lacks, and makes
-    /// each into an element of the result with `element`.
+    /// each into an element of the result with `element`, which also gets the dots `vector` would count the entry
+    /// under (its origin's, and a relay's if one adopted it), and stops the read by returning `nil`.
     private func missingEntries<Element>(
         from vector: VersionVector, limit: Int, origins: Set<ReplicaID>?, excluding: Set<Dot>,
-        _ element: (LogEntry, ZstdContext) throws -> Element
+        _ element: (LogEntry, [Dot], ZstdContext) throws -> Element?
     ) throws -> [Element] {
         do {
             return try environment.read { txn in
                 let have = try views.versionVector(in: txn)
                 var sequences: [UInt64] = []
+                var dots: [UInt64: [Dot]] = [:]
                 for entry in have.entries where vector[entry.replica] < entry.sequence {
                     if let origins, !origins.contains(entry.replica) { continue }
                     let after = vector[entry.replica]
@@ -131,6 +210,7 @@ extension Replica {
                             if copies.contains(where: { vector.includes($0) || excluding.contains($0) }) { continue }
                         }
                         sequences.append(sequence)
+                        dots[sequence, default: []].append(dot)
                     }
                 }
                 // An adopted changeset is listed under its origin's dot and its relay's: once is enough.
@@ -142,7 +222,8 @@ extension Replica {
                 for sequence in sequences {
                     guard result.count < limit else { break }
                     let entry = try log.entry(sequence, in: txn)
-                    result.append(try element(entry, context))
+                    guard let made = try element(entry, dots[sequence] ?? [], context) else { break }
+                    result.append(made)
                 }
                 return result
             }
@@ -212,7 +293,7 @@ extension Replica {
     ///   then).
     @discardableResult
     public func integrate(_ changesets: [Changeset]) throws -> IntegrationReport {
-        try integrate(try encodedForLog(changesets, adopt: false), adopting: false)
+        try integrate(pending: try encodedForLog(changesets, adopt: false))
     }
 
     /// In-memory changesets as the log takes them: each encoded once (the pending area and the log keep these bytes),
@@ -249,35 +330,77 @@ extension Replica {
     ///   (nothing is integrated then), or for storage failures.
     @discardableResult
     public func integrate(encoded changesets: [[UInt8]]) throws -> IntegrationReport {
-        try integrate(adopting: false) {
-            // Decoded under the write lock, which integration takes anyway: the replica's zstd context is then free
-            // to use, and creating a decompression context per call costs more than decompressing a small frame.
-            var decoded: [PendingChangeset] = []
-            decoded.reserveCapacity(changesets.count)
-            var decodedBytes = 0
-            for (index, bytes) in changesets.enumerated() {
-                if index > 0 && decodedBytes > configuration.maximumBatchBytes {
-                    throw TributaryError(
-                        .transactionTooLarge,
-                        "changesets 0-\(index - 1) of a batch of \(changesets.count) decode to \(decodedBytes) bytes, over "
-                            + "the limit of \(configuration.maximumBatchBytes) for one batch (maximumBatchBytes); nothing "
-                            + "was integrated: pass "
-                            + "changesets 0-\(index - 1) in one call and the rest in others")
-                }
+        try integrate { try decodeReceived(changesets, adopt: false) }
+    }
+
+    /// Changesets as bytes, decoded as ``integrate(encoded:)`` decodes them. Called holding the write lock: the
+    /// replica's zstd context is then free to use, and creating a decompression context per call costs more than
+    /// decompressing a small frame.
+    private func decodeReceived(_ changesets: [[UInt8]], adopt: Bool) throws -> [PendingChangeset] {
+        var decoded: [PendingChangeset] = []
+        decoded.reserveCapacity(changesets.count)
+        var decodedBytes = 0
+        for (index, bytes) in changesets.enumerated() {
+            if index > 0 && decodedBytes > configuration.maximumBatchBytes {
+                throw TributaryError(
+                    .transactionTooLarge,
+                    "changesets 0-\(index - 1) of a batch of \(changesets.count) decode to \(decodedBytes) bytes, over "
+                        + "the limit of \(configuration.maximumBatchBytes) for one batch (maximumBatchBytes); nothing "
+                        + "was integrated: pass changesets 0-\(index - 1) in one call and the rest in others")
+            }
+            do {
+                let received = try log.received(bytes, context: compressionContext)
+                decodedBytes += received.encoded.count
+                decoded.append(
+                    PendingChangeset(
+                        changeset: received.changeset, adopt: adopt, encoded: received.encoded, frame: received.frame))
+            } catch {
+                throw TributaryError(
+                    .invalidChangeset,
+                    "changeset \(index) of \(changesets.count) (\(bytes.count) bytes) cannot be decoded: \(error)")
+            }
+        }
+        return decoded
+    }
+
+    /// Integrates several batches of changesets as bytes in one atomic, durable commit: what a daemon does with the
+    /// uploads that arrived within a few milliseconds of each other, so that one disk sync serves them all. Each
+    /// batch is adopted (an app's upload, as ``adopt(_:)``) or integrated (a peer's, as ``integrate(encoded:)``), as
+    /// it says.
+    ///
+    /// A batch that does not decode fails alone, with the error ``integrate(encoded:)`` would throw for it; the
+    /// others are integrated. Each report lists the batch's own integrated and rejected changesets; its
+    /// `duplicates` and `waiting` are those of the whole call.
+    ///
+    /// - Throws: ``TributaryError`` for storage failures: nothing is integrated then.
+    public func integrate(batches: [IncomingChangesets]) throws -> [Result<IntegrationReport, TributaryError>] {
+        var failures: [Int: TributaryError] = [:]
+        var dots: [Set<Dot>] = Array(repeating: [], count: batches.count)
+        var causal: [[Dot]] = Array(repeating: [], count: batches.count)
+        let report = try integrate {
+            var all: [PendingChangeset] = []
+            failures = [:]
+            for (index, batch) in batches.enumerated() {
                 do {
-                    let received = try log.received(bytes, context: compressionContext)
-                    decodedBytes += received.encoded.count
-                    decoded.append(
-                        PendingChangeset(
-                            changeset: received.changeset, adopt: false, encoded: received.encoded,
-                            frame: received.frame))
+                    let decoded = try decodeReceived(batch.changesets, adopt: batch.adopt)
+                    dots[index] = Set(decoded.map(\.changeset.dot))
+                    causal[index] = decoded.map(\.changeset.causalDot)
+                    all.append(contentsOf: decoded)
                 } catch {
-                    throw TributaryError(
-                        .invalidChangeset,
-                        "changeset \(index) of \(changesets.count) (\(bytes.count) bytes) cannot be decoded: \(error)")
+                    failures[index] =
+                        TributaryError.wrap(error) as? TributaryError
+                        ?? TributaryError(.invalidChangeset, "\(error)")
                 }
             }
-            return decoded
+            return all
+        }
+        return batches.indices.map { index in
+            if let failure = failures[index] { return .failure(failure) }
+            var own = report
+            own.integrated = report.integrated.filter { dots[index].contains($0) }
+            own.rejected = report.rejected.filter { dots[index].contains($0.dot) }
+            own.received = causal[index]
+            return .success(own)
         }
     }
 
@@ -288,7 +411,7 @@ extension Replica {
     /// - Throws: ``TributaryError`` for storage failures (nothing is integrated then).
     @discardableResult
     public func integratePending() throws -> IntegrationReport {
-        try integrate([PendingChangeset](), adopting: false)
+        try integrate(pending: [])
     }
 
     /// Integrates changesets uploaded by app replicas that sync through this replica, adopting each into this
@@ -302,6 +425,20 @@ extension Replica {
     /// - Throws: what ``integrate(_:)`` throws.
     @discardableResult
     public func adopt(_ changesets: [Changeset]) throws -> IntegrationReport {
-        try integrate(try encodedForLog(changesets, adopt: true), adopting: true)
+        try integrate(pending: try encodedForLog(changesets, adopt: true))
+    }
+}
+
+extension Replica {
+    /// The local log sequence after each commit (a local write or an integration): what a sync layer waits on to
+    /// send what is new. It keeps only the newest: a reader that falls behind sees the latest sequence, not every
+    /// one. The sequence ends when the replica is closed.
+    public func commits() -> AsyncStream<UInt64> {
+        let (stream, continuation) = AsyncStream<UInt64>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let identifier = observers.add(
+            ObserverRegistry.Entry(
+                onCommit: { _, _, sequence in continuation.yield(sequence) }, onFinish: { continuation.finish() }))
+        continuation.onTermination = { [weak self] _ in self?.observers.remove(identifier) }
+        return stream
     }
 }

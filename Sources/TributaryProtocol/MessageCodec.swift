@@ -180,7 +180,15 @@ public enum MessageCodec {
 
     /// The kind byte that starts each message.
     enum Kind: UInt8, CustomStringConvertible {
-        case hello = 1, welcome, changesets, ack, mark, markReply, error, ping, pong
+        case hello = 1
+        case welcome = 2
+        case changesets = 3
+        case ack = 4
+        case mark = 5
+        case markReply = 6
+        case error = 7
+        case ping = 8
+        case pong = 9
 
         var description: String {
             switch self {

@@ -115,6 +115,12 @@ public struct SessionStateMachine: Sendable {
         return nil
     }
 
+    /// The number of the last `changesets` message sent, or 0.
+    public var lastBatchSent: UInt64 {
+        if case .active(let active) = state { return active.nextBatch - 1 }
+        return 0
+    }
+
     /// Bytes of `changesets` messages sent and not acknowledged yet.
     public var unacknowledgedBytes: Int {
         if case .active(let active) = state { return active.sentUnacknowledgedBytes }

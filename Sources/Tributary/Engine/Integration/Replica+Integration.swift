@@ -10,12 +10,13 @@ import TributaryViews
 // lock. The public calls are in Replica+Sync.swift.
 
 extension Replica {
-    func integrate(_ changesets: [PendingChangeset], adopting: Bool) throws -> IntegrationReport {
-        try integrate(adopting: adopting) { changesets }
+    func integrate(pending changesets: [PendingChangeset]) throws -> IntegrationReport {
+        try integrate { changesets }
     }
 
-    /// Integrates the changesets `incoming` gives; it runs holding the write lock.
-    func integrate(adopting: Bool, _ incoming: () throws -> [PendingChangeset]) throws -> IntegrationReport {
+    /// Integrates the changesets `incoming` gives (each adopted or integrated as its ``PendingChangeset/adopt``
+    /// says); it runs holding the write lock.
+    func integrate(_ incoming: () throws -> [PendingChangeset]) throws -> IntegrationReport {
         guard !configuration.readOnly else {
             throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
         }
@@ -25,7 +26,9 @@ extension Replica {
                 var rejected: [IntegrationReport.Rejection] = []
                 while true {
                     do {
-                        return try integrateOnce(changesets, adopting: adopting, rejected: rejected)
+                        var report = try integrateOnce(changesets, rejected: rejected)
+                        report.received = changesets.map(\.changeset.causalDot)
+                        return report
                     } catch let error as MergeError {
                         guard let dot = error.dot, !rejected.contains(where: { $0.dot == dot }) else { throw error }
                         rejected.append(.init(dot: dot, reason: error.description))
@@ -37,7 +40,7 @@ extension Replica {
         }
     }
 
-    func integrateOnce(_ incoming: [PendingChangeset], adopting: Bool, rejected: [IntegrationReport.Rejection]) throws
+    func integrateOnce(_ incoming: [PendingChangeset], rejected: [IntegrationReport.Rejection]) throws
         -> IntegrationReport
     {
         var start = state.withLock { $0 }
@@ -108,7 +111,7 @@ extension Replica {
                     report.duplicates += 1
                     continue
                 }
-                received.adopt = adopting && changeset.relay == nil
+                received.adopt = received.adopt && changeset.relay == nil
                 area.insert(received)
                 if added.insert(causal).inserted { batch.append(causal) }
             }

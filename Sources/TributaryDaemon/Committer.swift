@@ -1,0 +1,64 @@
+import Tributary
+import TributarySync
+
+/// Commits the batches sessions receive in groups: the batches that arrive while a commit is running are committed
+/// together in the next one, so one disk sync serves every session that uploaded meanwhile (group commit). A
+/// session acknowledges its batch only after the commit that holds it returned.
+actor Committer: BatchIntegrator {
+    private let replica: Replica
+    private var queue:
+        [(batch: IncomingChangesets, bytes: Int, waiter: CheckedContinuation<IntegrationReport, any Error>)] =
+            []
+    private var running = false
+    /// The most bytes of changesets one group commit takes; the rest wait for the next.
+    private let maximumGroupBytes: Int
+
+    /// Commits so far, and batches they held: their ratio is the grouping achieved.
+    private(set) var commits = 0
+    private(set) var batches = 0
+
+    init(replica: Replica, maximumGroupBytes: Int = 64 << 20) {
+        self.replica = replica
+        self.maximumGroupBytes = maximumGroupBytes
+    }
+
+    nonisolated func integrate(_ changesets: [[UInt8]], adopt: Bool) async throws -> IntegrationReport {
+        try await submit(IncomingChangesets(changesets, adopt: adopt))
+    }
+
+    private func submit(_ batch: IncomingChangesets) async throws -> IntegrationReport {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.append((batch, batch.changesets.reduce(0) { $0 + $1.count }, continuation))
+            if !running {
+                running = true
+                Task { await drain() }
+            }
+        }
+    }
+
+    private func drain() async {
+        while !queue.isEmpty {
+            var size = 0
+            var taken = 0
+            while taken < queue.count && (taken == 0 || size + queue[taken].bytes <= maximumGroupBytes) {
+                size += queue[taken].bytes
+                taken += 1
+            }
+            let group = Array(queue.prefix(taken))
+            queue.removeFirst(taken)
+            let replica = replica
+            let batches = group.map(\.batch)
+            do {
+                let results = try await offload { try replica.integrate(batches: batches) }
+                for (index, result) in results.enumerated() {
+                    group[index].waiter.resume(with: result.mapError { $0 as any Error })
+                }
+            } catch {
+                for entry in group { entry.waiter.resume(throwing: error) }
+            }
+            commits += 1
+            self.batches += group.count
+        }
+        running = false
+    }
+}

@@ -1,0 +1,38 @@
+import Dispatch
+package import Tributary
+
+/// Where a session writes its messages: one binary WebSocket message each, or an in-memory queue in tests.
+package protocol MessageWriter: Sendable {
+    /// Sends one message.
+    func send(_ message: [UInt8]) async throws
+    /// Closes the connection (after the messages sent so far).
+    func close() async
+}
+
+/// How a session integrates the batches it receives.
+package protocol BatchIntegrator: Sendable {
+    /// Integrates `changesets` (adopted when `adopt`: an app's upload at its daemon) in one durable commit.
+    func integrate(_ changesets: [[UInt8]], adopt: Bool) async throws -> IntegrationReport
+}
+
+/// Integrates each batch in a commit of its own: what an app does with its downloads.
+package struct DirectIntegrator: BatchIntegrator {
+    package let replica: Replica
+
+    package init(replica: Replica) { self.replica = replica }
+
+    package func integrate(_ changesets: [[UInt8]], adopt: Bool) async throws -> IntegrationReport {
+        let replica = replica
+        return try await offload {
+            try replica.integrate(batches: [IncomingChangesets(changesets, adopt: adopt)])[0].get()
+        }
+    }
+}
+
+/// Runs `body`, which blocks (a durable LMDB commit), on a thread of its own, so that Swift concurrency's few
+/// threads are never held by a disk sync.
+package func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
+    }
+}

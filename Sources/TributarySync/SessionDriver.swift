@@ -1,0 +1,341 @@
+package import Tributary
+package import TributaryModel
+package import TributaryProtocol
+
+/// What a session reports as it goes, to whoever runs it (a ``SyncSession``, or the daemon's session table).
+package enum SessionEvent: Sendable {
+    /// The handshake is done: the other side is `replica`.
+    case established(replica: ReplicaID, role: SyncRole)
+    /// The other side holds this replica's own changesets up to this sequence, durably.
+    case uploaded(through: UInt64)
+    /// A batch was integrated: how many changesets it held, and whether the other side has more now.
+    case downloaded(changesets: Int, more: Bool)
+    /// Changesets the other side refused (a schema conflict).
+    case rejected([Acknowledgement.Rejection])
+    /// The session ended; `nil` when it was closed on this side's request or the connection simply dropped.
+    case ended(SyncError?)
+}
+
+/// Runs one session of the sync protocol on a replica, over a connection: the handshake, the changesets each side
+/// lacks (in batches that respect the other side's window), acknowledgements after durable commits, marks and
+/// keepalive. The protocol's rules are the ``SessionStateMachine``'s; this actor does what it says.
+///
+/// The transport reads messages and hands each to ``receive(_:)``, in order, one at a time: a batch is integrated
+/// before the next message is read, so the connection's own flow control holds back a sender that outpaces the
+/// disk.
+package actor SessionDriver {
+    /// How the other side is authenticated: `nil` accepts the session; an error refuses it.
+    package typealias Authenticator = @Sendable (Hello) async -> SyncError?
+
+    package struct Options: Sendable {
+        /// The receive window this side announces.
+        package var window: UInt64 = SyncProtocol.defaultWindow
+        /// The keepalive interval an acceptor announces.
+        package var keepaliveSeconds: UInt64 = SyncProtocol.defaultKeepaliveSeconds
+        /// The most changesets per batch sent.
+        package var batchChangesets = 1_000
+        /// About the most bytes per batch sent.
+        package var batchBytes = 1 << 20
+        /// How often keepalive is checked.
+        package var tickInterval: Duration = .seconds(1)
+        package init() {}
+    }
+
+    private let replica: Replica
+    private var machine: SessionStateMachine
+    private let writer: any MessageWriter
+    private let integrator: any BatchIntegrator
+    private let authenticate: Authenticator?
+    private let options: Options
+    private let onEvent: @Sendable (SessionEvent) -> Void
+
+    /// What the other side holds, as far as this side knows: its vector, what it acknowledged, what it sent, and
+    /// what this side sent it (the progress of the last batch).
+    private var theirs = VersionVector()
+    /// The changesets waiting in the other side's pending area when the session opened.
+    private var theirPending: Set<Dot> = []
+    /// For an app's upload: only its own changesets.
+    private var exportOrigins: Set<ReplicaID>?
+    /// Whether batches received are adopted (an app's upload at its daemon).
+    private var adoptIncoming = false
+    /// Batches sent and not acknowledged, with this replica's own sequence each ends at.
+    private var sentOwnSequence: [(batch: UInt64, ownSequence: UInt64)] = []
+    /// Marks the other side asked for, with this replica's vector when each arrived.
+    private var marksToReply: [(request: UInt64, held: VersionVector)] = []
+    private var markWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+    private var wake: AsyncStream<Void>.Continuation?
+    private var tasks: [Task<Void, Never>] = []
+    private var ended = false
+    /// The role this side said in `hello`, for an initiator.
+    private let helloRole: SyncRole?
+
+    package init(
+        replica: Replica, machine: SessionStateMachine, role: SyncRole? = nil, writer: any MessageWriter,
+        integrator: any BatchIntegrator, authenticate: Authenticator? = nil, options: Options = Options(),
+        onEvent: @escaping @Sendable (SessionEvent) -> Void = { _ in }
+    ) {
+        self.replica = replica
+        self.machine = machine
+        self.writer = writer
+        self.integrator = integrator
+        self.authenticate = authenticate
+        self.options = options
+        self.onEvent = onEvent
+        self.helloRole = role
+    }
+
+    /// Starts the session: an initiator says `hello`; both start the keepalive.
+    package func start() async {
+        let ticks = options.tickInterval
+        tasks.append(
+            Task { [weak self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: ticks)
+                    guard let self, await self.tick() else { return }
+                }
+            })
+        if let frame = machine.start(now: .now) { await write(frame) }
+    }
+
+    /// Handles one message received. Returns `false` once the session has ended: the transport stops reading and
+    /// closes.
+    package func receive(_ frame: [UInt8]) async -> Bool {
+        guard !ended else { return false }
+        return await perform(machine.received(frame, now: .now))
+    }
+
+    /// The connection closed or failed under the session.
+    package func connectionClosed(_ error: SyncError? = nil) async {
+        await end(error, closeConnection: false)
+    }
+
+    /// Ends the session on this side's account, telling the other side why.
+    package func close(_ error: SyncError) async {
+        guard !ended else { return }
+        if let frame = machine.close(error) { await write(frame) }
+        await end(nil, closeConnection: true)
+    }
+
+    /// Sends a mark and waits for the other side's reply: once it returns, every changeset the other side held
+    /// when the mark arrived has been integrated here.
+    package func mark() async throws {
+        guard let (request, frame) = machine.requestMark(now: .now) else {
+            throw SyncError(.unavailable, .retry, "the session is not open")
+        }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            markWaiters[request] = continuation
+            Task { await self.write(frame) }
+        }
+    }
+
+    // MARK: Reactions
+
+    private func perform(_ action: SessionStateMachine.Action) async -> Bool {
+        switch action {
+        case .none:
+            return true
+        case .send(let frame):
+            await write(frame)
+            return true
+        case .authenticate(let hello):
+            return await authenticateAndWelcome(hello)
+        case .established(let welcome):
+            theirs = welcome.vector
+            theirPending = Set(welcome.pending)
+            if case .app = helloRole {
+                // The daemon's vector does not count an app: `yours` says how far it holds this app's own.
+                theirs.advance(replica.replicaID, to: welcome.yours)
+                exportOrigins = [replica.replicaID]
+                onEvent(.uploaded(through: welcome.yours))
+            }
+            onEvent(.established(replica: welcome.replica, role: helloRole ?? .peer))
+            startPump()
+            return true
+        case .integrate(let batch):
+            let report: IntegrationReport
+            do {
+                report = try await integrator.integrate(batch.changesets, adopt: adoptIncoming)
+            } catch let error as TributaryError {
+                let failure =
+                    error.code == .invalidChangeset || error.code == .transactionTooLarge
+                    ? SyncError(.badChangeset, .fatal, "batch \(batch.number): \(error.message)")
+                    : SyncError(
+                        .storage, .retry, "batch \(batch.number) could not be stored: \(error.message)",
+                        retryAfterSeconds: 5)
+                await fail(failure)
+                return false
+            } catch {
+                await fail(
+                    SyncError(
+                        .storage, .retry, "batch \(batch.number) could not be stored: \(error)", retryAfterSeconds: 5))
+                return false
+            }
+            for dot in report.received { theirs.advance(dot.origin, to: dot.sequence) }
+            let rejected = report.rejected.prefix(MessageLimits.standard.maximumRejections).map {
+                Acknowledgement.Rejection(dot: $0.dot, reason: String($0.reason.utf8.prefix(4000)) ?? "refused")
+            }
+            let ack = Acknowledgement(batch: batch.number, checkpoint: replica.versionVector, rejected: Array(rejected))
+            if let frame = machine.acknowledge(ack, now: .now) { await write(frame) }
+            onEvent(.downloaded(changesets: batch.changesets.count, more: batch.more))
+            return true
+        case .acknowledged(let ack):
+            theirs.formUnion(ack.checkpoint)
+            var through: UInt64?
+            while let first = sentOwnSequence.first, first.batch <= ack.batch {
+                through = first.ownSequence
+                sentOwnSequence.removeFirst()
+            }
+            if let through { onEvent(.uploaded(through: through)) }
+            if !ack.rejected.isEmpty { onEvent(.rejected(ack.rejected)) }
+            wake?.yield()
+            return true
+        case .markRequested(let request):
+            marksToReply.append((request, replica.versionVector))
+            wake?.yield()
+            return true
+        case .markReplied(let request):
+            markWaiters.removeValue(forKey: request)?.resume()
+            return true
+        case .closeSending(let error):
+            await write(MessageCodec.encode(.error(error)))
+            await end(error, closeConnection: true)
+            return false
+        case .closed(let error):
+            await end(error, closeConnection: true)
+            return false
+        }
+    }
+
+    private func authenticateAndWelcome(_ hello: Hello) async -> Bool {
+        if let refusal = await authenticate?(hello) {
+            await write(machine.refuse(refusal))
+            await end(refusal, closeConnection: true)
+            return false
+        }
+        let welcome: Welcome
+        do {
+            let replica = replica
+            welcome = try await offload {
+                Welcome(
+                    version: 0, replica: replica.replicaID, vector: replica.versionVector,
+                    pending: Array(try replica.pendingDots()).sorted().prefix(MessageLimits.standard.maximumDots).map {
+                        $0
+                    },
+                    yours: try replica.heldSequence(of: hello.replica))
+            }
+        } catch {
+            await fail(
+                SyncError(.storage, .retry, "the daemon could not read its replica: \(error)", retryAfterSeconds: 5))
+            return false
+        }
+        var announced = welcome
+        announced.window = options.window
+        announced.keepaliveSeconds = options.keepaliveSeconds
+        guard let frame = machine.accept(announced, now: .now) else { return false }
+        await write(frame)
+        theirs = hello.vector
+        theirPending = Set(hello.pending)
+        adoptIncoming = hello.role == .app
+        onEvent(.established(replica: hello.replica, role: hello.role))
+        startPump()
+        return true
+    }
+
+    private func fail(_ error: SyncError) async {
+        if let frame = machine.close(error) { await write(frame) }
+        await end(error, closeConnection: true)
+    }
+
+    private func end(_ error: SyncError?, closeConnection: Bool) async {
+        guard !ended else { return }
+        ended = true
+        _ = machine.close(SyncError(.unavailable, .retry, "closed"))
+        for task in tasks { task.cancel() }
+        tasks.removeAll()
+        wake?.finish()
+        let waiters = markWaiters
+        markWaiters.removeAll()
+        for waiter in waiters.values {
+            waiter.resume(throwing: error ?? SyncError(.unavailable, .retry, "the connection closed"))
+        }
+        if closeConnection { await writer.close() }
+        onEvent(.ended(error))
+    }
+
+    private func write(_ frame: [UInt8]) async {
+        do {
+            try await writer.send(frame)
+        } catch {
+            await end(nil, closeConnection: true)
+        }
+    }
+
+    private func tick() async -> Bool {
+        guard !ended else { return false }
+        return await perform(machine.tick(now: .now))
+    }
+
+    // MARK: Sending what the other side lacks
+
+    private func startPump() {
+        let (wakes, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        wake = continuation
+        continuation.yield()
+        let commits = replica.commits()
+        tasks.append(
+            Task {
+                for await _ in commits { continuation.yield() }
+            })
+        tasks.append(
+            Task { [weak self] in
+                for await _ in wakes {
+                    guard let self, await self.pump() else { return }
+                }
+            })
+    }
+
+    /// Sends batches while the other side's window takes them; replies to marks once what they asked for is sent.
+    private func pump() async -> Bool {
+        while !ended {
+            let budget = machine.sendBudget
+            guard budget > 64 else { return true }
+            let export: ChangesetExport
+            do {
+                export = try replica.export(
+                    missingFrom: theirs, excluding: theirPending, origins: exportOrigins,
+                    limit: options.batchChangesets, maximumBytes: min(options.batchBytes, budget - 64))
+            } catch {
+                await fail(
+                    SyncError(.storage, .retry, "could not read the log to send: \(error)", retryAfterSeconds: 5))
+                return false
+            }
+            if export.changesets.isEmpty {
+                await replyToMarks(all: true)
+                return true
+            }
+            guard
+                let frame = machine.sendBatch(
+                    export.changesets, progress: export.progress, more: export.more, now: .now)
+            else { return true }
+            if exportOrigins != nil {
+                sentOwnSequence.append((machine.lastBatchSent, export.progress[replica.replicaID]))
+            }
+            theirs = export.progress
+            await write(frame)
+            await replyToMarks(all: false)
+        }
+        return false
+    }
+
+    private func replyToMarks(all: Bool) async {
+        var remaining: [(request: UInt64, held: VersionVector)] = []
+        for mark in marksToReply {
+            if all || theirs.includes(mark.held) {
+                if let frame = machine.replyToMark(mark.request, now: .now) { await write(frame) }
+            } else {
+                remaining.append(mark)
+            }
+        }
+        marksToReply = remaining
+    }
+}

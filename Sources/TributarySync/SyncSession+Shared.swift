@@ -1,0 +1,207 @@
+import Synchronization
+import Tributary
+import TributaryModel
+import TributaryProtocol
+
+extension SyncSession {
+    /// What the connection loop, the sessions it runs and the app's calls share, under one lock.
+    final class Shared: Sendable {
+        let replica: Replica
+        let states = Broadcast<State>(.connecting)
+        let uploads: Broadcast<SyncProgress>
+        let downloads = Broadcast(SyncProgress(transferred: 0, transferable: 0))
+        private let inner = Mutex(Inner())
+
+        private struct Inner {
+            var driver: SessionDriver?
+            var paused = false
+            var closed = false
+            /// An error that stopped the session until ``resume()``.
+            var stopped: SyncError?
+            var uploadedThrough: UInt64 = 0
+            var uploadWaiters: [(target: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
+            var activeWaiters: [CheckedContinuation<SessionDriver, any Error>] = []
+            var releaseWaiters: [CheckedContinuation<Void, Never>] = []
+            var endError: SyncError?
+            var established = false
+            var rejections: [Acknowledgement.Rejection] = []
+            var downloaded: UInt64 = 0
+        }
+
+        init(replica: Replica) {
+            self.replica = replica
+            uploads = Broadcast(SyncProgress(transferred: 0, transferable: replica.versionVector[replica.replicaID]))
+        }
+
+        var state: State { states.value }
+        var isClosed: Bool { inner.withLock { $0.closed } }
+        var isHeld: Bool { inner.withLock { $0.paused || $0.stopped != nil } }
+        var rejections: [Acknowledgement.Rejection] { inner.withLock { $0.rejections } }
+        var wasEstablished: Bool { inner.withLock { $0.established } }
+
+        var driver: SessionDriver? {
+            get { inner.withLock { $0.driver } }
+            set { inner.withLock { $0.driver = newValue } }
+        }
+
+        func set(_ state: State) {
+            if case .connecting = state {
+                inner.withLock {
+                    $0.established = false
+                    $0.endError = nil
+                }
+            }
+            states.send(state)
+        }
+
+        func takeEndError() -> SyncError? { inner.withLock { $0.endError } }
+
+        func handle(_ event: SessionEvent) {
+            switch event {
+            case .established:
+                let (driver, waiters) = inner.withLock { inner in
+                    inner.established = true
+                    inner.downloaded = 0
+                    defer { inner.activeWaiters.removeAll() }
+                    return (inner.driver, inner.activeWaiters)
+                }
+                states.send(.active)
+                if let driver { for waiter in waiters { waiter.resume(returning: driver) } }
+            case .uploaded(let through):
+                let (done, uploaded) = inner.withLock { inner in
+                    inner.uploadedThrough = max(inner.uploadedThrough, through)
+                    let done = inner.uploadWaiters.filter { $0.target <= inner.uploadedThrough }
+                    inner.uploadWaiters.removeAll { $0.target <= inner.uploadedThrough }
+                    return (done, inner.uploadedThrough)
+                }
+                for waiter in done { waiter.continuation.resume() }
+                let own = replica.versionVector[replica.replicaID]
+                uploads.send(SyncProgress(transferred: min(uploaded, own), transferable: own))
+            case .downloaded(let changesets, let more):
+                let total = inner.withLock { inner in
+                    inner.downloaded += UInt64(changesets)
+                    return inner.downloaded
+                }
+                downloads.send(SyncProgress(transferred: total, transferable: more ? total + 1 : total))
+            case .rejected(let rejections):
+                inner.withLock { $0.rejections.append(contentsOf: rejections) }
+            case .ended(let error):
+                inner.withLock { $0.endError = error }
+            }
+        }
+
+        func waitForUpload(through target: UInt64) async throws {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let outcome: Result<Bool, SyncError> = inner.withLock { inner in
+                    if inner.uploadedThrough >= target { return .success(true) }
+                    if let failure = Self.failure(inner) { return .failure(failure) }
+                    inner.uploadWaiters.append((target, continuation))
+                    return .success(false)
+                }
+                switch outcome {
+                case .success(true): continuation.resume()
+                case .success(false): break
+                case .failure(let error): continuation.resume(throwing: error)
+                }
+            }
+        }
+
+        /// The open session's driver, once there is one.
+        func activeDriver() async throws -> SessionDriver {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<SessionDriver, any Error>) in
+                let outcome: Result<SessionDriver?, SyncError> = inner.withLock { inner in
+                    if let failure = Self.failure(inner) { return .failure(failure) }
+                    if inner.established, let driver = inner.driver { return .success(driver) }
+                    inner.activeWaiters.append(continuation)
+                    return .success(nil)
+                }
+                switch outcome {
+                case .success(let driver?): continuation.resume(returning: driver)
+                case .success(nil): break
+                case .failure(let error): continuation.resume(throwing: error)
+                }
+            }
+        }
+
+        func checkNotStopped() throws {
+            if let failure = inner.withLock({ Self.failure($0) }) { throw failure }
+        }
+
+        private static func failure(_ inner: Inner) -> SyncError? {
+            if inner.closed { return SyncError(.unavailable, .fatal, "the sync session was closed") }
+            return inner.stopped
+        }
+
+        /// An error that is not retried stops the session until the app resumes it.
+        func stop(_ error: SyncError) {
+            let waiters = inner.withLock { inner in
+                inner.stopped = error
+                return takeWaiters(&inner)
+            }
+            states.send(.disconnected(error))
+            fail(waiters, error)
+        }
+
+        func setPaused(_ paused: Bool) {
+            let released = inner.withLock { inner in
+                inner.paused = paused
+                if !paused { inner.stopped = nil }
+                defer { if !paused { inner.releaseWaiters.removeAll() } }
+                return paused ? [] : inner.releaseWaiters
+            }
+            if paused { states.send(.paused) }
+            for waiter in released { waiter.resume() }
+        }
+
+        func setClosed() {
+            let (waiters, released) = inner.withLock { inner in
+                inner.closed = true
+                defer { inner.releaseWaiters.removeAll() }
+                return (takeWaiters(&inner), inner.releaseWaiters)
+            }
+            fail(waiters, SyncError(.unavailable, .fatal, "the sync session was closed"))
+            for waiter in released { waiter.resume() }
+        }
+
+        private func takeWaiters(_ inner: inout Inner) -> Waiters {
+            defer {
+                inner.uploadWaiters.removeAll()
+                inner.activeWaiters.removeAll()
+            }
+            return Waiters(uploads: inner.uploadWaiters.map(\.continuation), active: inner.activeWaiters)
+        }
+
+        private struct Waiters {
+            var uploads: [CheckedContinuation<Void, any Error>]
+            var active: [CheckedContinuation<SessionDriver, any Error>]
+        }
+
+        private func fail(_ waiters: Waiters, _ error: SyncError) {
+            for waiter in waiters.uploads { waiter.resume(throwing: error) }
+            for waiter in waiters.active { waiter.resume(throwing: error) }
+        }
+
+        /// Returns when the session is neither paused nor stopped, or is closed.
+        func waitUntilReleased() async {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let wait = inner.withLock { inner in
+                    guard (inner.paused || inner.stopped != nil) && !inner.closed else { return false }
+                    inner.releaseWaiters.append(continuation)
+                    return true
+                }
+                if !wait { continuation.resume() }
+            }
+        }
+
+        /// Sleeps for `duration`, waking early when the session is closed, paused or resumed.
+        func sleep(for duration: Duration) async {
+            let deadline = ContinuousClock.now + duration
+            let start = inner.withLock { ($0.paused, $0.stopped) }
+            while ContinuousClock.now < deadline {
+                try? await Task.sleep(for: min(.milliseconds(100), deadline - .now))
+                let now = inner.withLock { ($0.paused, $0.stopped, $0.closed) }
+                if now.2 || now.0 != start.0 || (now.1 == nil) != (start.1 == nil) { return }
+            }
+        }
+    }
+}

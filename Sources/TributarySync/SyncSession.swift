@@ -1,0 +1,282 @@
+import Synchronization
+public import Tributary
+import TributaryModel
+public import TributaryProtocol
+
+/// What an app presents to its daemon: a token the daemon checks. Opaque to the protocol.
+public struct SyncCredentials: Sendable, Hashable {
+    public var bytes: [UInt8]
+
+    public init(bytes: [UInt8]) { self.bytes = bytes }
+
+    /// No credentials: for a daemon that takes anyone on loopback.
+    public static let none = SyncCredentials(bytes: [])
+
+    /// A bearer token.
+    public static func token(_ token: String) -> SyncCredentials { SyncCredentials(bytes: Array(token.utf8)) }
+}
+
+/// How a ``SyncSession`` behaves.
+public struct SyncConfiguration: Sendable {
+    /// The schema version of the app's models, which the daemon may check.
+    public var schemaVersion: UInt64 = 0
+    /// A name for the daemon's logs ("Notes 2.1 on iPad").
+    public var name = ""
+    /// The waits between reconnection attempts: 1 second doubling to 5 minutes, with full jitter.
+    public var backoff = ReconnectBackoff()
+    /// How many bytes of changesets the daemon may send ahead of this app's acknowledgements.
+    public var window = SyncProtocol.defaultWindow
+
+    public init() {}
+}
+
+/// How far a transfer is: changesets transferred and the number known to transfer.
+public struct SyncProgress: Sendable, Hashable, CustomStringConvertible {
+    public var transferred: UInt64
+    public var transferable: UInt64
+
+    public init(transferred: UInt64, transferable: UInt64) {
+        self.transferred = transferred
+        self.transferable = transferable
+    }
+
+    /// Whether everything known has been transferred.
+    public var isComplete: Bool { transferred >= transferable }
+
+    public var description: String { "\(transferred)/\(transferable)" }
+}
+
+/// A replica's sync with a daemon: it connects, uploads what the app wrote (offline writes included) and downloads
+/// what others wrote, and reconnects with backoff whenever the connection drops, resuming where it stopped.
+///
+/// ```swift
+/// let session = replica.connect(to: try SyncEndpoint(parsing: "ws://127.0.0.1:7400"))
+/// try await replica.write { try $0.create("Task", ["_id": "t1", "title": "Write the report"]) }
+/// try await session.waitForUpload()
+/// ```
+///
+/// Live results and object observers see downloaded changes as they see local ones.
+public final class SyncSession: Sendable {
+    /// Where a session stands.
+    public enum State: Sendable, Hashable, CustomStringConvertible {
+        /// Opening a connection to the daemon.
+        case connecting
+        /// Connected: changes flow both ways.
+        case active
+        /// Not connected: `error` says why, when known. With a ``SyncError/Action/retry`` error (or none) the
+        /// session reconnects by itself after its backoff; otherwise it waits for ``SyncSession/resume()``.
+        case disconnected(SyncError?)
+        /// Paused by ``SyncSession/pause()``.
+        case paused
+        /// Closed for good by ``SyncSession/close()``.
+        case closed
+
+        public var description: String {
+            switch self {
+            case .connecting: "connecting"
+            case .active: "active"
+            case .disconnected(let error?): "disconnected: \(error)"
+            case .disconnected(nil): "disconnected"
+            case .paused: "paused"
+            case .closed: "closed"
+            }
+        }
+    }
+
+    /// The replica this session syncs.
+    public let replica: Replica
+    /// The daemon it syncs with.
+    public let endpoint: SyncEndpoint
+    private let shared: Shared
+    private let loop: Mutex<Task<Void, Never>?> = Mutex(nil)
+
+    /// A session as `role`: an app's (which uploads its own changesets and downloads everything), or a daemon's
+    /// link to a peer (which sends and receives every changeset, with `integrator` committing what it receives).
+    package init(
+        replica: Replica, endpoint: SyncEndpoint, credentials: SyncCredentials, configuration: SyncConfiguration,
+        role: SyncRole = .app, integrator: (any BatchIntegrator)? = nil
+    ) {
+        self.replica = replica
+        self.endpoint = endpoint
+        shared = Shared(replica: replica)
+        let shared = shared
+        let integrator = integrator ?? DirectIntegrator(replica: replica)
+        loop.withLock {
+            $0 = Task {
+                await Self.run(
+                    replica: replica, endpoint: endpoint, credentials: credentials, configuration: configuration,
+                    role: role, integrator: integrator, shared: shared)
+            }
+        }
+    }
+
+    /// The session's state now.
+    public var state: State { shared.state }
+
+    /// The session's state, now and at each change.
+    public func states() -> AsyncStream<State> { shared.states.subscribe() }
+
+    /// This replica's own changesets the daemon holds durably, against those it wrote: now and at each change.
+    public func uploadProgress() -> AsyncStream<SyncProgress> { shared.uploads.subscribe() }
+
+    /// Changesets downloaded in the current connection, against those known to be missing: now and at each batch.
+    public func downloadProgress() -> AsyncStream<SyncProgress> { shared.downloads.subscribe() }
+
+    /// Changesets the daemon refused (a schema conflict), with the reason: as they are reported.
+    public var rejections: [Acknowledgement.Rejection] { shared.rejections }
+
+    /// Waits until the daemon holds, durably, every changeset this replica wrote before the call: across
+    /// reconnections, if the connection drops meanwhile.
+    ///
+    /// - Throws: ``SyncError`` when the session stops for good first (closed, or an error that is not retried).
+    public func waitForUpload() async throws {
+        let target = replica.versionVector[replica.replicaID]
+        try await shared.waitForUpload(through: target)
+    }
+
+    /// Waits until this replica has integrated every changeset the daemon held when the call was made (once it is
+    /// connected): a mark, echoed by the daemon after it has sent everything it holds.
+    ///
+    /// - Throws: ``SyncError`` when the session stops for good first.
+    public func waitForDownload() async throws {
+        while true {
+            let driver = try await shared.activeDriver()
+            do {
+                try await driver.mark()
+                return
+            } catch {
+                // The connection dropped before the reply: ask the next one.
+                try shared.checkNotStopped()
+            }
+        }
+    }
+
+    /// Stops syncing until ``resume()``: the connection is closed, and writes stay local.
+    public func pause() async {
+        shared.setPaused(true)
+        if let driver = shared.driver {
+            await driver.close(SyncError(.unavailable, .retry, "the app paused sync"))
+        }
+    }
+
+    /// Syncs again after ``pause()``, or after an error that stopped the session.
+    public func resume() { shared.setPaused(false) }
+
+    /// Closes the session for good.
+    public func close() async {
+        shared.setClosed()
+        if let driver = shared.driver {
+            await driver.close(SyncError(.unavailable, .retry, "the app closed the sync session"))
+        }
+        let task = loop.withLock { $0 }
+        await task?.value
+    }
+
+    // MARK: The connection loop
+
+    private static func run(
+        replica: Replica, endpoint: SyncEndpoint, credentials: SyncCredentials, configuration: SyncConfiguration,
+        role: SyncRole, integrator: any BatchIntegrator, shared: Shared
+    ) async {
+        var backoff = configuration.backoff
+        while !shared.isClosed {
+            if shared.isHeld {
+                await shared.waitUntilReleased()
+                continue
+            }
+            shared.set(.connecting)
+            var ended: SyncError?
+            do {
+                let channel = try await WebSocketDialer.connect(to: endpoint)
+                await runWebSocketSession(channel, masking: true) { writer in
+                    let pending = ((try? replica.pendingDots()) ?? []).sorted()
+                    let hello = Hello(
+                        replica: replica.replicaID, role: role, schemaVersion: configuration.schemaVersion,
+                        credentials: credentials.bytes, name: String(configuration.name.utf8.prefix(256)) ?? "",
+                        vector: replica.versionVector,
+                        pending: Array(pending.prefix(MessageLimits.standard.maximumDots)),
+                        window: configuration.window)
+                    var options = SessionDriver.Options()
+                    options.window = configuration.window
+                    let driver = SessionDriver(
+                        replica: replica, machine: SessionStateMachine(initiating: hello, now: .now), role: role,
+                        writer: writer, integrator: integrator, options: options,
+                        onEvent: { shared.handle($0) })
+                    shared.driver = driver
+                    return driver
+                }
+                ended = shared.takeEndError()
+                if shared.wasEstablished { backoff.reset() }
+            } catch let error as SyncError {
+                ended = error
+            } catch {
+                ended = SyncError(.unavailable, .retry, "cannot connect to \(endpoint): \(error)")
+            }
+            shared.driver = nil
+            if shared.isClosed { break }
+            if shared.isHeld { continue }
+            if let ended, ended.action != .retry {
+                shared.stop(ended)
+                continue
+            }
+            shared.set(.disconnected(ended))
+            var wait = backoff.next(random: Double.random(in: 0...1))
+            if let ended { wait = max(wait, .seconds(ended.retryAfterSeconds)) }
+            await shared.sleep(for: wait)
+        }
+        shared.set(.closed)
+    }
+}
+
+extension Replica {
+    /// Starts syncing this replica with the daemon at `endpoint`, in the background, until the session is closed.
+    ///
+    /// - Parameters:
+    ///   - endpoint: the daemon's address (`SyncEndpoint(parsing: "ws://HOST:PORT")`).
+    ///   - credentials: what the daemon checks.
+    ///   - configuration: the backoff, the window, the name the daemon logs.
+    public func connect(
+        to endpoint: SyncEndpoint, credentials: SyncCredentials = .none, configuration: SyncConfiguration = .init()
+    ) -> SyncSession {
+        SyncSession(replica: self, endpoint: endpoint, credentials: credentials, configuration: configuration)
+    }
+}
+
+/// A value many readers follow: each new reader gets the current value first, then every change.
+final class Broadcast<Value: Sendable>: Sendable {
+    private let state: Mutex<(value: Value, readers: [UInt64: AsyncStream<Value>.Continuation], next: UInt64)>
+
+    init(_ value: Value) { state = Mutex((value, [:], 0)) }
+
+    var value: Value { state.withLock { $0.value } }
+
+    func send(_ value: Value) {
+        let readers = state.withLock { state in
+            state.value = value
+            return Array(state.readers.values)
+        }
+        for reader in readers { reader.yield(value) }
+    }
+
+    func subscribe() -> AsyncStream<Value> {
+        let (stream, continuation) = AsyncStream<Value>.makeStream(bufferingPolicy: .bufferingNewest(16))
+        let (current, id) = state.withLock { state in
+            state.next += 1
+            state.readers[state.next] = continuation
+            return (state.value, state.next)
+        }
+        continuation.yield(current)
+        continuation.onTermination = { [weak self] _ in
+            _ = self?.state.withLock { $0.readers.removeValue(forKey: id) }
+        }
+        return stream
+    }
+
+    func finish() {
+        let readers = state.withLock { state in
+            defer { state.readers.removeAll() }
+            return Array(state.readers.values)
+        }
+        for reader in readers { reader.finish() }
+    }
+}

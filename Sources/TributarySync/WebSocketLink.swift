@@ -1,0 +1,174 @@
+package import NIOCore
+import NIOHTTP1
+import NIOPosix
+package import NIOWebSocket
+public import TributaryProtocol
+
+/// A daemon's address: `ws://HOST:PORT` (the path defaults to the protocol's, `/sync`).
+public struct SyncEndpoint: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public var path: String
+
+    public init(host: String, port: Int, path: String = SyncProtocol.path) {
+        self.host = host
+        self.port = port
+        self.path = path
+    }
+
+    /// Parses `ws://HOST:PORT[/PATH]`.
+    ///
+    /// - Throws: ``SyncError`` with ``SyncError/Code/protocolViolation`` naming what is wrong with the address.
+    public init(parsing url: String) throws(SyncError) {
+        guard url.hasPrefix("ws://") else {
+            throw SyncError(
+                .protocolViolation, .fatal,
+                "\(url) is not a daemon address: write ws://HOST:PORT, for example ws://127.0.0.1:7400")
+        }
+        var rest = Substring(url.dropFirst(5))
+        var path = SyncProtocol.path
+        if let slash = rest.firstIndex(of: "/") {
+            path = String(rest[slash...])
+            rest = rest[..<slash]
+        }
+        let host: Substring
+        let portText: Substring
+        if rest.hasPrefix("["), let close = rest.firstIndex(of: "]") {
+            host = rest[rest.index(after: rest.startIndex)..<close]
+            portText = rest[close...].dropFirst().drop { $0 == ":" }
+        } else if let colon = rest.lastIndex(of: ":") {
+            host = rest[..<colon]
+            portText = rest[rest.index(after: colon)...]
+        } else {
+            throw SyncError(.protocolViolation, .fatal, "\(url) names no port: write ws://HOST:PORT")
+        }
+        guard !host.isEmpty, let port = Int(portText), (1...65535).contains(port) else {
+            throw SyncError(.protocolViolation, .fatal, "\(url) does not name a host and a port from 1 to 65535")
+        }
+        self.init(host: String(host), port: port, path: path.isEmpty ? SyncProtocol.path : path)
+    }
+
+    public var description: String { "ws://\(host.contains(":") ? "[\(host)]" : host):\(port)\(path)" }
+}
+
+/// The largest WebSocket frame either side accepts: the largest message, and room for the frame's header.
+package let maximumFrameBytes = SyncProtocol.maximumMessageBytes + 64
+
+/// Writes protocol messages as binary WebSocket messages, each flushed to the socket before `send` returns (so that
+/// an `error` message reaches the other side before the connection closes).
+package struct WebSocketWriter: MessageWriter {
+    let channel: any Channel
+    /// Clients mask their frames (RFC 6455, 5.3); servers do not.
+    let masking: Bool
+
+    package init(channel: any Channel, masking: Bool) {
+        self.channel = channel
+        self.masking = masking
+    }
+
+    package func send(_ message: [UInt8]) async throws {
+        let frame = WebSocketFrame(
+            fin: true, opcode: .binary, maskKey: masking ? .random() : nil, data: ByteBuffer(bytes: message))
+        try await channel.writeAndFlush(frame).get()
+    }
+
+    package func close() async {
+        var data = ByteBuffer()
+        data.write(webSocketErrorCode: .normalClosure)
+        let frame = WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: masking ? .random() : nil, data: data)
+        try? await channel.writeAndFlush(frame).get()
+        try? await channel.close().get()
+    }
+}
+
+/// Runs a session over an upgraded WebSocket connection: reads its messages one at a time into `driver` until the
+/// session ends or the connection closes.
+package func runWebSocketSession(
+    _ channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, masking: Bool,
+    driver makeDriver: @Sendable (any MessageWriter) async -> SessionDriver
+) async {
+    let writer = WebSocketWriter(channel: channel.channel, masking: masking)
+    let driver = await makeDriver(writer)
+    await driver.start()
+    do {
+        try await channel.executeThenClose { inbound, _ in
+            for try await frame in inbound {
+                switch frame.opcode {
+                case .binary:
+                    var data = frame.unmaskedData
+                    guard await driver.receive(data.readBytes(length: data.readableBytes) ?? []) else { return }
+                case .text:
+                    await driver.close(.violation("a text message: the protocol sends binary messages only"))
+                    return
+                case .ping:
+                    let pong = WebSocketFrame(
+                        fin: true, opcode: .pong, maskKey: masking ? .random() : nil, data: frame.unmaskedData)
+                    try await channel.channel.writeAndFlush(pong).get()
+                case .connectionClose:
+                    break
+                default:
+                    continue
+                }
+                if frame.opcode == .connectionClose { break }
+            }
+        }
+    } catch {}
+    await driver.connectionClosed()
+}
+
+/// Opens WebSocket connections to daemons.
+package enum WebSocketDialer {
+    /// Connects to `endpoint` and upgrades to a WebSocket with the protocol's subprotocol.
+    ///
+    /// - Throws: the connection's error, or ``SyncError`` when the daemon declines the upgrade.
+    package static func connect(
+        to endpoint: SyncEndpoint, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        timeout: Duration = .seconds(10)
+    ) async throws -> NIOAsyncChannel<WebSocketFrame, WebSocketFrame> {
+        enum Upgrade: Sendable {
+            case upgraded(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
+            case declined
+        }
+        let upgrade: EventLoopFuture<Upgrade> = try await ClientBootstrap(group: group)
+            .connectTimeout(.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000))
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .connect(host: endpoint.host, port: endpoint.port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(
+                        maxFrameSize: maximumFrameBytes,
+                        upgradePipelineHandler: { channel, _ in
+                            channel.eventLoop.makeCompletedFuture {
+                                try channel.pipeline.syncOperations.addHandler(
+                                    NIOWebSocketFrameAggregator(
+                                        minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 4096,
+                                        maxAccumulatedFrameSize: maximumFrameBytes))
+                                return Upgrade.upgraded(
+                                    try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
+                                        wrappingChannelSynchronously: channel))
+                            }
+                        })
+                    var headers = HTTPHeaders()
+                    headers.add(name: "Host", value: "\(endpoint.host):\(endpoint.port)")
+                    headers.add(name: "Sec-WebSocket-Protocol", value: SyncProtocol.subprotocol)
+                    headers.add(name: "Content-Length", value: "0")
+                    let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.path, headers: headers)
+                    let configuration = NIOTypedHTTPClientUpgradeConfiguration<Upgrade>(
+                        upgradeRequestHead: head, upgraders: [upgrader],
+                        notUpgradingCompletionHandler: { channel in
+                            channel.eventLoop.makeCompletedFuture { Upgrade.declined }
+                        })
+                    return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
+                        configuration: .init(upgradeConfiguration: configuration))
+                }
+            }
+        switch try await upgrade.get() {
+        case .upgraded(let channel):
+            return channel
+        case .declined:
+            throw SyncError(
+                .protocolViolation, .retry,
+                "\(endpoint) did not accept a sync session (is a Tributary daemon listening there?)",
+                retryAfterSeconds: 30)
+        }
+    }
+}

@@ -1,0 +1,187 @@
+import Foundation
+import Testing
+import Tributary
+import TributaryDaemon
+import TributaryModel
+import TributaryProtocol
+import TributarySync
+import TributaryTestSupport
+
+/// Replicas that sync through daemons over real sockets on loopback.
+@Suite("Sync over loopback")
+struct LoopbackSyncTests {
+    static let schema = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(
+                name: "Task",
+                properties: [
+                    .scalar("_id", .string), .scalar("title", .string, default: ""), .scalar("count", .int, default: 0),
+                ])
+        ])
+
+    /// A daemon on a free loopback port, on a replica of its own.
+    static func daemon(
+        _ directory: TemporaryDirectory, _ name: String, peers: [SyncEndpoint] = [],
+        configure: (inout SyncServer.Configuration) -> Void = { _ in }
+    ) async throws -> (SyncServer, SyncEndpoint) {
+        let replica = try Replica.open(directory: directory.appending(name))
+        var configuration = SyncServer.Configuration()
+        configuration.port = 0
+        configuration.peers = peers
+        configuration.peerBackoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
+        configure(&configuration)
+        let server = SyncServer(replica: replica, configuration: configuration)
+        let port = try await server.start()
+        return (server, SyncEndpoint(host: "127.0.0.1", port: port))
+    }
+
+    static func app(_ directory: TemporaryDirectory, _ name: String) throws -> Replica {
+        try Replica.open(directory: directory.appending(name), schema: schema)
+    }
+
+    static var fastBackoff: SyncConfiguration {
+        var configuration = SyncConfiguration()
+        configuration.backoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
+        return configuration
+    }
+
+    /// Runs `body` with a deadline: a sync test that hangs fails instead.
+    static func within<T: Sendable>(
+        _ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(for: limit)
+                return nil
+            }
+            guard let first = try await group.next(), let value = first else {
+                group.cancelAll()
+                throw SyncError(.timeout, .fatal, "\(what) did not finish in \(limit)")
+            }
+            group.cancelAll()
+            return value
+        }
+    }
+
+    @Test("Two apps sync through a daemon: a write on one reaches the other")
+    func twoAppsThroughADaemon() async throws {
+        let directory = TemporaryDirectory("sync")
+        let (server, endpoint) = try await Self.daemon(directory, "daemon")
+        let a = try Self.app(directory, "a")
+        let b = try Self.app(directory, "b")
+        let sessionA = a.connect(to: endpoint, configuration: Self.fastBackoff)
+        let sessionB = b.connect(to: endpoint, configuration: Self.fastBackoff)
+
+        try await a.write { try $0.create("Task", ["_id": "t1", "title": "from a"]) }
+        try await Self.within(.seconds(20), "upload") { try await sessionA.waitForUpload() }
+        try await Self.within(.seconds(20), "download") { try await sessionB.waitForDownload() }
+        #expect(try b.object("Task", primaryKey: .string("t1"))?["title"] == "from a")
+
+        try await b.write { try $0.update("Task", primaryKey: .string("t1"), ["count": 5]) }
+        try await Self.within(.seconds(20), "upload") { try await sessionB.waitForUpload() }
+        try await Self.within(.seconds(20), "download") { try await sessionA.waitForDownload() }
+        #expect(try a.object("Task", primaryKey: .string("t1"))?["count"] == 5)
+        #expect(try a.viewDigest(includeVersionVector: false) == b.viewDigest(includeVersionVector: false))
+        #expect(try a.verify().passed && b.verify().passed && server.replica.verify().passed)
+
+        await sessionA.close()
+        await sessionB.close()
+        await server.stop()
+    }
+
+    @Test("Two daemons replicate: an app on each sees the other's writes, both ways")
+    func twoDaemonsAsPeers() async throws {
+        let directory = TemporaryDirectory("sync")
+        let (first, firstEndpoint) = try await Self.daemon(directory, "d1")
+        let (second, secondEndpoint) = try await Self.daemon(directory, "d2", peers: [firstEndpoint])
+        let a = try Self.app(directory, "a")
+        let b = try Self.app(directory, "b")
+        let sessionA = a.connect(to: firstEndpoint, configuration: Self.fastBackoff)
+        let sessionB = b.connect(to: secondEndpoint, configuration: Self.fastBackoff)
+
+        for index in 0..<20 {
+            try await a.write { try $0.create("Task", ["_id": .string("a\(index)"), "count": .int(Int64(index))]) }
+            try await b.write { try $0.create("Task", ["_id": .string("b\(index)"), "count": .int(Int64(index))]) }
+        }
+        try await Self.within(.seconds(30), "uploads") {
+            try await sessionA.waitForUpload()
+            try await sessionB.waitForUpload()
+        }
+        // The daemons hold both apps' writes once they converge; then each app downloads.
+        try await Self.within(.seconds(30), "peer replication") {
+            while try first.replica.viewDigest() != second.replica.viewDigest() {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        try await Self.within(.seconds(30), "downloads") {
+            try await sessionA.waitForDownload()
+            try await sessionB.waitForDownload()
+        }
+        #expect(try await a.read { try $0.count("Task") } == 40)
+        #expect(try a.viewDigest(includeVersionVector: false) == b.viewDigest(includeVersionVector: false))
+        for replica in [a, b, first.replica, second.replica] { #expect(try replica.verify().passed) }
+
+        await sessionA.close()
+        await sessionB.close()
+        await second.stop()
+        await first.stop()
+    }
+
+    @Test("Offline writes are uploaded when the daemon comes back; nothing is sent or applied twice")
+    func offlineWritesAndRestart() async throws {
+        let directory = TemporaryDirectory("sync")
+        var (server, endpoint) = try await Self.daemon(directory, "daemon")
+        let a = try Self.app(directory, "a")
+        let session = a.connect(to: endpoint, configuration: Self.fastBackoff)
+        try await a.write { try $0.create("Task", ["_id": "before"]) }
+        try await Self.within(.seconds(20), "upload") { try await session.waitForUpload() }
+
+        // The daemon goes away; the app writes offline.
+        await server.stop()
+        server.replica.close()
+        for index in 0..<10 { try await a.write { try $0.create("Task", ["_id": .string("offline\(index)")]) } }
+        try await Self.within(.seconds(20), "disconnection") {
+            for await state in session.states() {
+                if case .disconnected = state { return }
+            }
+        }
+
+        // It comes back on the same port and directory: the app reconnects and uploads the rest.
+        (server, _) = try await Self.daemon(directory, "daemon") { $0.port = endpoint.port }
+        try await Self.within(.seconds(30), "upload after reconnecting") { try await session.waitForUpload() }
+        #expect(try await server.replica.read { try $0.count("Task") } == 11)
+        // Each of the app's 12 changesets (schema, 11 writes) is logged once at the daemon.
+        #expect(try server.replica.inspection.summary().lastLocalSequence == 12)
+        #expect(try server.replica.verify().passed)
+        await session.close()
+        await server.stop()
+    }
+
+    @Test("A daemon with access tokens refuses other credentials, and the app's session stops with the reason")
+    func refusedCredentials() async throws {
+        let directory = TemporaryDirectory("sync")
+        let (server, endpoint) = try await Self.daemon(directory, "daemon") { $0.accessTokens = ["secret"] }
+        let a = try Self.app(directory, "a")
+        let refused = a.connect(to: endpoint, credentials: .token("wrong"), configuration: Self.fastBackoff)
+        try await a.write { try $0.create("Task", ["_id": "t"]) }
+        let error = try await Self.within(.seconds(20), "refusal") { () -> SyncError? in
+            do {
+                try await refused.waitForUpload()
+                return nil
+            } catch let error as SyncError {
+                return error
+            }
+        }
+        #expect(error?.code == .unauthorized)
+        #expect(refused.state == .disconnected(error))
+        await refused.close()
+
+        let accepted = a.connect(to: endpoint, credentials: .token("secret"), configuration: Self.fastBackoff)
+        try await Self.within(.seconds(20), "upload") { try await accepted.waitForUpload() }
+        #expect(try await server.replica.read { try $0.count("Task") } == 1)
+        await accepted.close()
+        await server.stop()
+    }
+}

@@ -1,0 +1,157 @@
+// tributaryd: the Tributary replica daemon.
+import ArgumentParser
+import Dispatch
+import Foundation
+import Tributary
+import TributaryDaemon
+import TributarySync
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+@main
+struct Tributaryd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tributaryd",
+        abstract: "Serve a replica to apps and replicate it with peer daemons.",
+        discussion: """
+            Holds a full replica in DIRECTORY (created if missing). Apps connect with SyncSession \
+            (replica.connect(to: ws://HOST:PORT)) and their uploads are adopted into this replica; peer daemons \
+            listed with --peer are dialled and every changeset is replicated both ways, resuming where each link \
+            stopped. Everything a session receives is committed durably, in group commits, before it is \
+            acknowledged.
+
+            Options may come from a JSON configuration file (--config); flags given on the command line win. A \
+            sample:
+
+              {
+                "directory": "/var/lib/tributary",
+                "listen": "127.0.0.1:7400",
+                "peers": ["ws://10.0.0.2:7400", "ws://10.0.0.3:7400"],
+                "accessTokens": ["a-long-random-token"],
+                "peerToken": "a-long-random-token",
+                "keepaliveSeconds": 30
+              }
+
+            SIGINT or SIGTERM stops the daemon: sessions are told to come back in a second, and every \
+            acknowledged change is on disk. tributary-log reads the directory while the daemon runs.
+            """)
+
+    @Argument(help: "The replica directory (created if missing). Overrides the configuration file's.")
+    var directory: String?
+
+    @Option(help: "A JSON configuration file (see above).")
+    var config: String?
+
+    @Option(help: "HOST:PORT to listen on (default 127.0.0.1:7400; port 0 picks a free one).")
+    var listen: String?
+
+    @Option(name: .customLong("peer"), help: "A peer daemon to replicate with, as ws://HOST:PORT (repeatable).")
+    var peers: [String] = []
+
+    @Option(name: .customLong("token"), help: "An access token apps and peers may present (repeatable; none: anyone).")
+    var tokens: [String] = []
+
+    @Option(help: "The token this daemon presents to its peers.")
+    var peerToken: String?
+
+    @Option(help: "Seconds between keepalive pings on idle sessions (default 30).")
+    var keepaliveSeconds: UInt64?
+
+    func run() async throws {
+        let file = try config.map(DaemonFile.load) ?? DaemonFile()
+        guard let directory = directory ?? file.directory else {
+            throw ValidationError("name the replica directory: tributaryd DIRECTORY (or \"directory\" in --config)")
+        }
+        var configuration = SyncServer.Configuration()
+        if let listen = listen ?? file.listen {
+            let parsed = try SyncEndpoint(parsing: "ws://\(listen)")
+            configuration.host = parsed.host
+            configuration.port = parsed.port
+        }
+        for peer in peers.isEmpty ? (file.peers ?? []) : peers {
+            configuration.peers.append(try SyncEndpoint(parsing: peer))
+        }
+        configuration.accessTokens = tokens.isEmpty ? (file.accessTokens ?? []) : tokens
+        configuration.peerToken = peerToken ?? file.peerToken
+        if let keepalive = keepaliveSeconds ?? file.keepaliveSeconds {
+            configuration.keepaliveSeconds = max(1, keepalive)
+        }
+        configuration.log = { line in Self.log(line) }
+
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let replica = try Replica.open(directory: directory)
+        let server = SyncServer(replica: replica, configuration: configuration)
+        let port = try await server.start()
+        Self.log(
+            "serving replica \(replica.replicaID) in \(directory) on ws://\(configuration.host):\(port)"
+                + (configuration.peers.isEmpty
+                    ? "" : "; peers: \(configuration.peers.map(\.description).joined(separator: ", "))")
+                + (configuration.accessTokens.isEmpty ? "; no access tokens: every session is accepted" : ""))
+        await Self.waitForTerminationSignal()
+        Self.log("stopping")
+        await server.stop()
+        replica.close()
+        Self.log("stopped")
+    }
+
+    static func log(_ line: String) {
+        let stamp = ISO8601DateFormatter().string(from: Date())
+        FileHandle.standardError.write(Data("\(stamp) \(line)\n".utf8))
+    }
+
+    /// Returns at the first SIGINT or SIGTERM.
+    static func waitForTerminationSignal() async {
+        signal(SIGINT, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        let sources = [SIGINT, SIGTERM].map { DispatchSource.makeSignalSource(signal: $0, queue: .global()) }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let once = OnceFlag()
+            for source in sources {
+                source.setEventHandler { if once.set() { continuation.resume() } }
+                source.resume()
+            }
+        }
+        for source in sources { source.cancel() }
+    }
+}
+
+/// The configuration file's keys (all optional).
+struct DaemonFile: Decodable {
+    var directory: String?
+    var listen: String?
+    var peers: [String]?
+    var accessTokens: [String]?
+    var peerToken: String?
+    var keepaliveSeconds: UInt64?
+
+    static func load(_ path: String) throws -> DaemonFile {
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw ValidationError("cannot read the configuration file \(path): \(error.localizedDescription)")
+        }
+        do {
+            return try JSONDecoder().decode(DaemonFile.self, from: data)
+        } catch {
+            throw ValidationError("the configuration file \(path) is not valid: \(error)")
+        }
+    }
+}
+
+/// True the first time only.
+final class OnceFlag: @unchecked Sendable {
+    private var done = false
+    private let lock = NSLock()
+    func set() -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        if done { return false }
+        done = true
+        return true
+    }
+}
