@@ -114,7 +114,9 @@ let package = Package(
             path: "Tools/tributary-bench", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributary-demo",
-            dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "Tributary", "TributarySync", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             path: "Tools/tributary-demo", swiftSettings: upcomingFeatures),
 
         // Tests.

@@ -1,14 +1,22 @@
-// tributary-demo: creates a local replica directory, writes a chat's worth of objects, and prints what it stored.
+// tributary-demo: creates a local replica directory, writes a chat's worth of objects, and prints what it stored;
+// `tributary-demo sync` does the same through a daemon, so that several replicas share one chat.
 import ArgumentParser
 import Foundation
 import Tributary
 import TributaryModel
 
 @main
-struct TributaryDemo: ParsableCommand {
+struct TributaryDemo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tributary-demo",
-        abstract: "Create a local replica, write a few hundred chat objects, and show what was stored.")
+        abstract: "Try Tributary: a local replica, or replicas that sync through tributaryd.",
+        subcommands: [LocalDemo.self, SyncDemo.self], defaultSubcommand: LocalDemo.self)
+}
+
+struct LocalDemo: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "local",
+        abstract: "Create a local replica, write a few hundred chat objects, and show what was stored (the default).")
 
     @Option(help: "Replica directory (created if missing).")
     var directory = "./tributary-demo-data"
