@@ -1,0 +1,284 @@
+import Testing
+import TributaryModel
+
+@testable import TributaryProtocol
+
+/// The encoding of docs/Protocol.md ("Encoding" and "Messages") written out again from the document, apart from
+/// `MessageCodec`, so that the tests hold the codec to the spec rather than to itself, and can write what the codec
+/// never writes (sequences of 0, unsorted vectors, unknown kinds, padded varints). It also records where the lengths
+/// and counts sit, for the fuzzer's mutations.
+struct Wire {
+    var bytes: [UInt8] = []
+    /// The byte ranges of the lengths and counts written so far.
+    var lengthFields: [Range<Int>] = []
+
+    init() {}
+
+    /// A message of this kind byte; the fields follow.
+    init(kind: UInt8) { bytes = [kind] }
+
+    mutating func u8(_ value: UInt8) { bytes.append(value) }
+
+    /// `uint`: unsigned LEB128, as short as it goes.
+    mutating func uint(_ value: UInt64) {
+        var value = value
+        while value >= 0x80 {
+            bytes.append(UInt8(value & 0x7F) | 0x80)
+            value >>= 7
+        }
+        bytes.append(UInt8(value))
+    }
+
+    /// `uint` padded with continuation bytes to `length` bytes (LEB128 allows it; the spec caps it at 10).
+    mutating func uint(_ value: UInt64, paddedTo length: Int) {
+        var value = value
+        for index in 0..<length {
+            let last = index == length - 1
+            bytes.append(UInt8(value & 0x7F) | (last ? 0 : 0x80))
+            value >>= 7
+        }
+    }
+
+    /// A length or count: a `uint`, remembered in ``lengthFields``.
+    mutating func length(_ value: Int) {
+        let start = bytes.count
+        uint(UInt64(value))
+        lengthFields.append(start..<bytes.count)
+    }
+
+    mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
+
+    /// `bytes`: a length, then the bytes.
+    mutating func data(_ value: [UInt8]) {
+        length(value.count)
+        bytes += value
+    }
+
+    /// `string`: `bytes` holding UTF-8.
+    mutating func string(_ value: String) { data(Array(value.utf8)) }
+
+    /// `id`: 8 bytes, little-endian.
+    mutating func id(_ value: UInt64) {
+        for shift in stride(from: 0, to: 64, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+    }
+
+    mutating func dot(origin: UInt64, sequence: UInt64) {
+        id(origin)
+        uint(sequence)
+    }
+
+    /// `vector`, entries written as given (valid or not).
+    mutating func vector(_ entries: [(replica: UInt64, sequence: UInt64)]) {
+        length(entries.count)
+        for entry in entries {
+            id(entry.replica)
+            uint(entry.sequence)
+        }
+    }
+
+    mutating func vector(_ vector: VersionVector) {
+        self.vector(vector.entries.map { ($0.replica.rawValue, $0.sequence) })
+    }
+
+    /// `dots`, written as given.
+    mutating func dots(_ dots: [(origin: UInt64, sequence: UInt64)]) {
+        length(dots.count)
+        for each in dots { dot(origin: each.origin, sequence: each.sequence) }
+    }
+
+    mutating func dots(_ dots: [Dot]) { self.dots(dots.map { ($0.origin.rawValue, $0.sequence) }) }
+
+    /// The spec's encoding of `message`.
+    static func encoding(_ message: Message) -> Wire {
+        var wire = Wire()
+        switch message {
+        case .hello(let hello):
+            wire.u8(1)
+            wire.uint(hello.versions.lowerBound)
+            wire.uint(hello.versions.upperBound)
+            wire.id(hello.replica.rawValue)
+            wire.u8(hello.role.rawValue)
+            wire.uint(hello.schemaVersion)
+            wire.data(hello.credentials)
+            wire.string(hello.name)
+            wire.vector(hello.vector)
+            wire.dots(hello.pending)
+            wire.uint(hello.window)
+        case .welcome(let welcome):
+            wire.u8(2)
+            wire.uint(welcome.version)
+            wire.id(welcome.replica.rawValue)
+            wire.vector(welcome.vector)
+            wire.dots(welcome.pending)
+            wire.uint(welcome.yours)
+            wire.uint(welcome.window)
+            wire.uint(welcome.maximumMessageBytes)
+            wire.uint(welcome.keepaliveSeconds)
+        case .changesets(let batch):
+            wire.u8(3)
+            wire.uint(batch.number)
+            wire.length(batch.changesets.count)
+            for changeset in batch.changesets { wire.data(changeset) }
+            wire.vector(batch.progress)
+            wire.bool(batch.more)
+        case .ack(let ack):
+            wire.u8(4)
+            wire.uint(ack.batch)
+            wire.vector(ack.checkpoint)
+            wire.length(ack.rejected.count)
+            for rejection in ack.rejected {
+                wire.dot(origin: rejection.dot.origin.rawValue, sequence: rejection.dot.sequence)
+                wire.string(rejection.reason)
+            }
+        case .mark(let request):
+            wire.u8(5)
+            wire.uint(request)
+        case .markReply(let request):
+            wire.u8(6)
+            wire.uint(request)
+        case .error(let error):
+            wire.u8(7)
+            wire.uint(error.code.rawValue)
+            wire.u8(error.action.rawValue)
+            wire.uint(error.retryAfterSeconds)
+            wire.string(error.message)
+        case .ping(let nonce):
+            wire.u8(8)
+            wire.uint(nonce)
+        case .pong(let nonce):
+            wire.u8(9)
+            wire.uint(nonce)
+        }
+        return wire
+    }
+}
+
+/// Messages the tests share.
+enum Samples {
+    static let vector = VersionVector([(ReplicaID(rawValue: 7), 3), (ReplicaID(rawValue: 1 << 60), 300)])
+
+    static let hello = Hello(
+        replica: ReplicaID(rawValue: 0xA11C_E000_0000_0042), role: .app, schemaVersion: 3, credentials: [1, 2, 3],
+        name: "Notes on iPad", vector: vector, pending: [Dot(origin: ReplicaID(rawValue: 9), sequence: 4)],
+        window: 64 << 10)
+
+    static let welcome = Welcome(
+        version: 1, replica: ReplicaID(rawValue: 0xDAE0_0000_0000_0005), vector: vector,
+        pending: [Dot(origin: ReplicaID(rawValue: 11), sequence: 2)], yours: 17, window: 32 << 10,
+        maximumMessageBytes: 1 << 20, keepaliveSeconds: 20)
+
+    /// One message of each kind, with every field set to something other than its default.
+    static let oneOfEachKind: [Message] = [
+        .hello(hello),
+        .welcome(welcome),
+        .changesets(ChangesetBatch(number: 3, changesets: [[0xAA], [], [1, 2, 3]], progress: vector, more: true)),
+        .ack(
+            Acknowledgement(
+                batch: 3, checkpoint: vector,
+                rejected: [.init(dot: Dot(origin: ReplicaID(rawValue: 7), sequence: 2), reason: "schema conflict")])),
+        .mark(request: 1),
+        .markReply(request: 130),
+        .error(SyncError(.unavailable, .retry, "shutting down", retryAfterSeconds: 5)),
+        .ping(nonce: 99),
+        .pong(nonce: 1 << 40),
+    ]
+
+    static let maximalVector = VersionVector([(ReplicaID(rawValue: 0), .max), (ReplicaID(rawValue: .max), .max)])
+    static let maximalDot = Dot(origin: ReplicaID(rawValue: .max), sequence: .max)
+
+    /// Every number at 2^64 - 1 (or 0 where that is the edge).
+    static let edgeValues: [Message] = [
+        .hello(
+            Hello(
+                versions: 0...UInt64.max, replica: ReplicaID(rawValue: .max), role: .peer, schemaVersion: .max,
+                credentials: [0, 0xFF], name: "", vector: maximalVector, pending: [maximalDot, maximalDot],
+                window: .max)),
+        .welcome(
+            Welcome(
+                version: .max, replica: ReplicaID(rawValue: .max), vector: maximalVector, pending: [maximalDot],
+                yours: .max, window: .max, maximumMessageBytes: .max, keepaliveSeconds: .max)),
+        .welcome(
+            Welcome(
+                version: 0, replica: ReplicaID(rawValue: 0), vector: VersionVector(), yours: 0, window: 0,
+                maximumMessageBytes: 0, keepaliveSeconds: 0)),
+        .changesets(ChangesetBatch(number: .max, changesets: [[]], progress: maximalVector, more: false)),
+        .ack(Acknowledgement(batch: .max, checkpoint: maximalVector, rejected: [.init(dot: maximalDot, reason: "")])),
+        .mark(request: .max),
+        .mark(request: 0),
+        .markReply(request: .max),
+        .error(SyncError(SyncError.Code(rawValue: .max), .reset, "", retryAfterSeconds: .max)),
+        .ping(nonce: 0),
+        .ping(nonce: .max),
+        .pong(nonce: .max),
+    ]
+
+    /// Every vector, list of dots, list of changesets, byte string and string empty.
+    static let empties: [Message] = [
+        .hello(Hello(versions: 1...1, replica: ReplicaID(rawValue: 1), role: .app, vector: VersionVector())),
+        .welcome(Welcome(version: 1, replica: ReplicaID(rawValue: 2), vector: VersionVector())),
+        .changesets(ChangesetBatch(number: 1, changesets: [], progress: VersionVector(), more: false)),
+        .changesets(ChangesetBatch(number: 1, changesets: [[], [], []], progress: VersionVector(), more: true)),
+        .ack(Acknowledgement(batch: 0, checkpoint: VersionVector())),
+        .error(SyncError(.timeout, .retry, "")),
+    ]
+}
+
+/// What decoding `bytes` throws, or `nil` when it decodes.
+func decodingError(_ bytes: [UInt8], limits: MessageLimits = .standard) -> SyncError? {
+    do {
+        _ = try MessageCodec.decode(bytes, limits: limits)
+        return nil
+    } catch {
+        return error
+    }
+}
+
+/// Expects decoding `bytes` to throw a protocol violation (action fatal) whose message holds each of `words`.
+@discardableResult
+func expectViolation(
+    _ bytes: [UInt8], limits: MessageLimits = .standard, naming words: String...,
+    sourceLocation: SourceLocation = #_sourceLocation
+) -> SyncError? {
+    guard let error = decodingError(bytes, limits: limits) else {
+        Issue.record("\(hex(bytes)) decoded; expected a protocol violation", sourceLocation: sourceLocation)
+        return nil
+    }
+    #expect(error.code == .protocolViolation, "\(error)", sourceLocation: sourceLocation)
+    #expect(error.action == .fatal, "\(error)", sourceLocation: sourceLocation)
+    for word in words {
+        #expect(error.message.contains(word), "\(error.message) does not name \(word)", sourceLocation: sourceLocation)
+    }
+    return error
+}
+
+/// Limits of a few items and bytes each, so that inputs over them stay small.
+func smallLimits(_ configure: (inout MessageLimits) -> Void) -> MessageLimits {
+    var limits = MessageLimits()
+    configure(&limits)
+    return limits
+}
+
+func hex(_ bytes: some Collection<UInt8>) -> String {
+    bytes.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }
+        .joined(separator: " ")
+}
+
+/// How much memory a decoded message holds, counted the same way for every message: its bytes and strings, 16 bytes
+/// per vector entry, dot, changeset and rejection.
+func payloadBytes(_ message: Message) -> Int {
+    switch message {
+    case .hello(let hello):
+        return hello.credentials.count + hello.name.utf8.count + 16 * hello.vector.entries.count
+            + 16 * hello.pending.count
+    case .welcome(let welcome):
+        return 16 * welcome.vector.entries.count + 16 * welcome.pending.count
+    case .changesets(let batch):
+        return batch.changesets.reduce(0) { $0 + 16 + $1.count } + 16 * batch.progress.entries.count
+    case .ack(let ack):
+        return 16 * ack.checkpoint.entries.count + ack.rejected.reduce(0) { $0 + 16 + $1.reason.utf8.count }
+    case .error(let error):
+        return error.message.utf8.count
+    case .mark, .markReply, .ping, .pong:
+        return 0
+    }
+}
