@@ -110,6 +110,9 @@ let package = Package(
             dependencies: [
                 "Tributary", "TributaryModel", "TributaryCompression", "CLMDB",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "TributarySync", "TributaryDaemon", "TributaryProtocol",
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
             ],
             path: "Tools/tributary-bench", swiftSettings: upcomingFeatures),
         .executableTarget(

@@ -154,6 +154,9 @@ public enum MessageCodec {
             rejected.reserveCapacity(count)
             for _ in 0..<count {
                 let dot = try reader.dot()
+                guard dot.sequence > 0 else {
+                    throw reader.error(.invalidValue, "rejected dot of \(dot.origin) has sequence 0")
+                }
                 rejected.append(
                     .init(dot: dot, reason: try reader.boundedString("reason", maximum: limits.maximumTextBytes)))
             }

@@ -68,6 +68,8 @@ public struct SessionStateMachine: Sendable {
         /// What we take: its unacknowledged bytes towards us.
         var ourWindow: UInt64
         var theirMaximumMessage: UInt64
+        /// The largest message this side takes: what an acceptor announced, or its limits.
+        var ourMaximumMessage: UInt64
         var keepalive: Duration
         var nextBatch: UInt64 = 1
         var sentUnacknowledged: [(batch: UInt64, bytes: Int)] = []
@@ -77,6 +79,8 @@ public struct SessionStateMachine: Sendable {
         var receivedUnacknowledgedBytes = 0
         var nextMark: UInt64 = 1
         var outstandingMarks: Set<UInt64> = []
+        /// Marks the other side asked for and not answered yet.
+        var requestedMarks: Set<UInt64> = []
     }
 
     /// An initiator that will say `hello` when ``start(now:)`` is called.
@@ -144,6 +148,7 @@ public struct SessionStateMachine: Sendable {
     public mutating func start(now: ContinuousClock.Instant) -> [UInt8]? {
         guard case .idle(let hello) = state else { return nil }
         state = .awaitingWelcome(hello)
+        lastReceived = now
         return sent(.hello(hello), now: now)
     }
 
@@ -158,13 +163,17 @@ public struct SessionStateMachine: Sendable {
         state = .active(
             Active(
                 version: version, theirWindow: hello.window, ourWindow: welcome.window,
+                // `hello` announces no maximum: the acceptor's is the session's, both ways.
                 theirMaximumMessage: welcome.maximumMessageBytes,
+                ourMaximumMessage: min(welcome.maximumMessageBytes, UInt64(limits.maximumMessageBytes)),
                 keepalive: .seconds(max(1, welcome.keepaliveSeconds))))
         return sent(.welcome(welcome), now: now)
     }
 
-    /// Acceptor: refuses the session `hello` asked for. Returns the `error` frame to send before closing.
-    public mutating func refuse(_ error: SyncError) -> [UInt8] {
+    /// Acceptor: refuses the session `hello` asked for. Returns the `error` frame to send before closing, or `nil`
+    /// when not authenticating.
+    public mutating func refuse(_ error: SyncError) -> [UInt8]? {
+        guard case .authenticating = state else { return nil }
         state = .closed
         return MessageCodec.encode(.error(error))
     }
@@ -224,8 +233,10 @@ public struct SessionStateMachine: Sendable {
     }
 
     /// Replies to the other side's mark: everything held when it arrived has been sent.
+    /// Returns `nil` when the session is not active or the other side did not ask for this mark (or was answered).
     public mutating func replyToMark(_ request: UInt64, now: ContinuousClock.Instant) -> [UInt8]? {
-        guard case .active = state else { return nil }
+        guard case .active(var active) = state, active.requestedMarks.remove(request) != nil else { return nil }
+        state = .active(active)
         return sent(.markReply(request: request), now: now)
     }
 
@@ -262,9 +273,18 @@ public struct SessionStateMachine: Sendable {
         } catch {
             return closeSending(error)
         }
+        if case .idle = state {
+            return closeSending(.violation("\(message.name) arrived before hello was sent"))
+        }
         if case .error(let error) = message {
             state = .closed
             return .closed(error)
+        }
+        if case .active(let active) = state, UInt64(frame.count) > active.ourMaximumMessage {
+            return closeSending(
+                .violation(
+                    "a \(message.name) message of \(frame.count) bytes is over the largest announced, "
+                        + "\(active.ourMaximumMessage)"))
         }
         switch (state, message) {
         case (.closed, _):
@@ -277,6 +297,7 @@ public struct SessionStateMachine: Sendable {
                 Active(
                     version: welcome.version, theirWindow: welcome.window, ourWindow: hello.window,
                     theirMaximumMessage: welcome.maximumMessageBytes,
+                    ourMaximumMessage: UInt64(limits.maximumMessageBytes),
                     keepalive: .seconds(max(1, welcome.keepaliveSeconds))))
             return .established(welcome)
         case (.awaitingHello, .hello(let hello)):
@@ -324,7 +345,9 @@ public struct SessionStateMachine: Sendable {
             }
             state = .active(active)
             return .acknowledged(ack)
-        case (.active, .mark(let request)):
+        case (.active(var active), .mark(let request)):
+            active.requestedMarks.insert(request)
+            state = .active(active)
             return .markRequested(request)
         case (.active(var active), .markReply(let request)):
             guard active.outstandingMarks.remove(request) != nil else {

@@ -208,7 +208,7 @@ package actor SessionDriver {
 
     private func authenticateAndWelcome(_ hello: Hello) async -> Bool {
         if let refusal = await authenticate?(hello) {
-            await write(machine.refuse(refusal))
+            if let frame = machine.refuse(refusal) { await write(frame) }
             await end(refusal, closeConnection: true)
             return false
         }

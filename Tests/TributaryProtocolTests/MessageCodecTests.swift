@@ -259,14 +259,8 @@ struct MessageCodecTests {
     @Test("A dot with sequence 0 is a violation, in a list of dots and in a rejection", arguments: DotSite.allCases)
     func dotSequenceZero(site: DotSite) {
         #expect(decodingError(site.bytes(dots: [(7, 1), (7, .max)])) == nil)
-        // Bug: `ack` rejections are read with `BinaryReader.dot()`, which does not check the sequence
-        // (MessageCodec.swift, the `.ack` case of `decode(_:from:limits:)`).
-        withKnownIssue("a rejection's dot with sequence 0 decodes") {
-            expectViolation(site.bytes(dots: [(7, 0)]), naming: "sequence 0")
-            expectViolation(site.bytes(dots: [(7, 1), (9, 0)]), naming: "sequence 0")
-        } when: {
-            site == .rejection
-        }
+        expectViolation(site.bytes(dots: [(7, 0)]), naming: "sequence 0")
+        expectViolation(site.bytes(dots: [(7, 1), (9, 0)]), naming: "sequence 0")
     }
 
     @Test("A bool other than 0 or 1 is a violation", arguments: [2, 0x80, 0xFF] as [UInt8])

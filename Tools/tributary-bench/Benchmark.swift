@@ -4,7 +4,7 @@ import ArgumentParser
 import Foundation
 
 @main
-struct TributaryBench: ParsableCommand {
+struct TributaryBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tributary-bench",
         abstract: "Measure Tributary against raw LMDB and raw zstd baselines, in the same run.",
@@ -35,7 +35,7 @@ struct TributaryBench: ParsableCommand {
     @Option(help: "Directory for the scratch replicas (default: a temporary directory).")
     var directory: String?
 
-    func run() throws {
+    func run() async throws {
         let root =
             directory ?? (NSTemporaryDirectory() as NSString).appendingPathComponent("tributary-bench-\(getpid())")
         try? FileManager.default.removeItem(atPath: root)
@@ -48,6 +48,7 @@ struct TributaryBench: ParsableCommand {
         try SyncBenchmarks(context: context).run()
         try QueryBenchmarks(context: context).run()
         try ListBenchmarks(context: context).run()
+        try await NetworkBenchmarks(context: context).run()
     }
 }
 

@@ -1,0 +1,445 @@
+import Foundation
+import NIOCore
+import NIOPosix
+import NIOWebSocket
+import Tributary
+import TributaryDaemon
+import TributaryModel
+import TributaryProtocol
+import TributarySync
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Sync over loopback: a daemon in this process, apps connecting to it over real sockets, against raw LMDB and a
+/// plain socket measured in the same run.
+struct NetworkBenchmarks {
+    let context: BenchContext
+
+    func run() async throws {
+        if context.wants("daemon_upload") { try await uploads() }
+        if context.wants("write_to_live_results") { try await liveLatency() }
+        if context.wants("first_sync") { try await firstSync() }
+        if context.wants("peer_catch_up") { try await peerCatchUp() }
+        if context.wants("idle_sessions") { try await idleSessions() }
+    }
+
+    static let schema = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(
+                name: "Note",
+                properties: [
+                    .scalar("_id", .string), .scalar("text", .string, default: ""), .scalar("n", .int, default: 0),
+                ])
+        ])
+
+    func daemon(_ name: String, peers: [SyncEndpoint] = []) async throws -> (SyncServer, SyncEndpoint) {
+        let replica = try Replica.open(directory: context.path(name))
+        var configuration = SyncServer.Configuration()
+        configuration.port = 0
+        configuration.peers = peers
+        configuration.peerBackoff = ReconnectBackoff(initial: .milliseconds(20), maximum: .milliseconds(200))
+        let server = SyncServer(replica: replica, configuration: configuration)
+        let port = try await server.start()
+        return (server, SyncEndpoint(host: "127.0.0.1", port: port))
+    }
+
+    func app(_ name: String, durability: Replica.Durability = .none) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.durability = durability
+        return try Replica.open(directory: context.path(name), schema: Self.schema, configuration: configuration)
+    }
+
+    /// Eight apps, each writing one small changeset and waiting until the daemon acknowledged it as durable, again
+    /// and again: acknowledged changesets per second, against raw LMDB committing each of those changesets in a
+    /// durable transaction of its own. The daemon's group commit is what lets it beat one fsync per changeset.
+    func uploads() async throws {
+        let clients = 8
+        let rounds = max(50, context.commits)
+        let (server, endpoint) = try await daemon("upload-daemon")
+        var apps: [Replica] = []
+        var sessions: [SyncSession] = []
+        for index in 0..<clients {
+            let replica = try app("upload-app-\(index)")
+            apps.append(replica)
+            sessions.append(replica.connect(to: endpoint))
+        }
+        for session in sessions { try await session.waitForUpload() }  // the schema changesets
+        let rssBefore = anonymousResidentBytes()
+        let peak = PeakSampler()
+        let sampler = Task {
+            while !Task.isCancelled {
+                peak.sample()
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        let start = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<clients {
+                let replica = apps[index]
+                let session = sessions[index]
+                group.addTask {
+                    for round in 0..<rounds {
+                        try await replica.write { txn in
+                            try txn.create(
+                                "Note",
+                                ["_id": .string("\(index)-\(round)"), "text": "a small note", "n": .int(Int64(round))])
+                        }
+                        try await session.waitForUpload()
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let seconds = (ContinuousClock.now - start).seconds
+        sampler.cancel()
+        let acknowledged = Double(clients * rounds)
+        let (commits, batches) = await server.commitStatistics()
+        // Baseline: the same changesets, each in a durable LMDB commit of its own.
+        let sample = try apps[0].encodedChangesets(missingFrom: VersionVector(), limit: 2, compressed: true).last ?? []
+        let raw = try RawLMDB(path: context.path("upload-raw"))
+        let baselineSeconds = try time {
+            for index in 0..<(clients * rounds) {
+                var txn: OpaquePointer?
+                try check(mdb_txn_begin_shim(raw, &txn), "mdb_txn_begin")
+                try raw.put(txn, Array("c\(index)".utf8), sample)
+                try check(mdb_txn_commit_shim(txn), "mdb_txn_commit")
+            }
+        }
+        Measurement(
+            name: "daemon_upload_8_clients_acknowledged_durable", value: acknowledged / seconds, unit: "changesets/s",
+            baseline: "raw LMDB, each changeset in a durable commit of its own (changesets/s)",
+            baselineValue: acknowledged / baselineSeconds
+        ).print()
+        Measurement(
+            name: "daemon_upload_8_clients_group_commit", value: Double(batches) / Double(max(commits, 1)),
+            unit: "batches per commit", baseline: "one batch per commit", baselineValue: 1
+        ).print()
+        Measurement(
+            name: "daemon_upload_8_clients_rss_anon_growth", value: Double(max(0, peak.peak - rssBefore)) / 1_048_576,
+            unit: "MiB", baseline: "the window of 8 sessions (MiB)",
+            baselineValue: Double(clients) * Double(SyncProtocol.defaultWindow) / 1_048_576, higherIsBetter: false
+        ).print()
+        for session in sessions { await session.close() }
+        await server.stop()
+    }
+
+    /// A write on one app to the change in another app's live results, through the daemon: median and 99th
+    /// percentile, against a plain loopback TCP round trip (two hops, as the write makes).
+    func liveLatency() async throws {
+        let samples = 200
+        let (server, endpoint) = try await daemon("latency-daemon")
+        let writer = try app("latency-a")
+        let reader = try app("latency-b")
+        let writerSession = writer.connect(to: endpoint)
+        let readerSession = reader.connect(to: endpoint)
+        try await writerSession.waitForUpload()
+        try await readerSession.waitForDownload()
+        let seen = SeenCounter()
+        let observer = Task {
+            for try await change in reader.observe("Note") { seen.set(change.results.count) }
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        var latencies: [Double] = []
+        for index in 0..<samples {
+            let start = ContinuousClock.now
+            try await writer.write { try $0.create("Note", ["_id": .string("l\(index)")]) }
+            while seen.value < index + 1 {
+                await Task.yield()
+                if ContinuousClock.now - start > .seconds(10) { throw LMDBFailure(description: "no change in 10 s") }
+            }
+            latencies.append((ContinuousClock.now - start).seconds * 1000)
+        }
+        observer.cancel()
+        latencies.sort()
+        let baseline = try await plainRoundTripMilliseconds(samples: samples)
+        Measurement(
+            name: "write_to_live_results_through_daemon_median", value: latencies[samples / 2], unit: "ms",
+            baseline: "a plain loopback TCP round trip, median (ms)", baselineValue: baseline.median,
+            higherIsBetter: false
+        ).print()
+        Measurement(
+            name: "write_to_live_results_through_daemon_p99", value: latencies[samples * 99 / 100], unit: "ms",
+            baseline: "a plain loopback TCP round trip, p99 (ms)", baselineValue: baseline.p99, higherIsBetter: false
+        ).print()
+        await writerSession.close()
+        await readerSession.close()
+        await server.stop()
+    }
+
+    /// A fresh app's first sync from a daemon holding 100,000 objects: objects per second, against the same bytes
+    /// sent over a plain loopback socket.
+    func firstSync() async throws {
+        let objects = context.objects
+        let (server, endpoint) = try await daemon("first-sync-daemon")
+        let seed = try app("first-sync-seed")
+        var written = 0
+        while written < objects {
+            let range = written..<min(objects, written + 1_000)
+            try await seed.write { txn in
+                for index in range {
+                    try txn.create(
+                        "Note",
+                        ["_id": .string("n\(index)"), "text": .string("note \(index)"), "n": .int(Int64(index))])
+                }
+            }
+            written += 1_000
+        }
+        let seeding = seed.connect(to: endpoint)
+        try await seeding.waitForUpload()
+        await seeding.close()
+        let bytes = try server.replica.encodedChangesets(missingFrom: VersionVector(), compressed: true)
+            .reduce(0) { $0 + $1.count }
+
+        let fresh = try app("first-sync-fresh")
+        let start = ContinuousClock.now
+        let session = fresh.connect(to: endpoint)
+        try await session.waitForDownload()
+        let seconds = (ContinuousClock.now - start).seconds
+        let count = try await fresh.read { try $0.count("Note") }
+        precondition(count == objects, "the first sync brought \(count) objects, not \(objects)")
+        await session.close()
+        await server.stop()
+        let socketSeconds = try await plainTransferSeconds(bytes: bytes)
+        Measurement(
+            name: "first_sync_\(objects)_objects", value: Double(objects) / seconds, unit: "objects/s",
+            baseline: "the same \(bytes) bytes over a plain loopback socket (objects/s)",
+            baselineValue: Double(objects) / socketSeconds
+        ).print()
+    }
+
+    /// A peer daemon catching up a log it lacks entirely: changesets per second, against `encodedChangesets` plus
+    /// `integrate(encoded:)` in this process, in batches of the same size.
+    func peerCatchUp() async throws {
+        let count = min(context.exportChangesets, 1_000_000)
+        let source = try Replica.open(directory: context.path("catch-up-source"))
+        let origin = ReplicaID(rawValue: 77)
+        var batch: [Changeset] = []
+        for sequence in 1...UInt64(count) {
+            batch.append(
+                Changeset(
+                    origin: origin, originSequence: sequence,
+                    time: HybridTime(milliseconds: 1_700_000_000_000, counter: 0).advanced(sequence),
+                    context: VersionVector(), schemaVersion: 0,
+                    instructions: sequence == 1
+                        ? [
+                            .addType(
+                                ObjectSchema(name: "Item", properties: [.scalar("_id", .int), .scalar("n", .int)]))
+                        ]
+                        : [
+                            .create(
+                                type: "Item", primaryKey: .int(Int64(sequence % 1000)),
+                                fields: [FieldValue("n", .int(Int64(sequence)))], defaults: [])
+                        ]))
+            if batch.count == 20_000 {
+                try source.integrate(batch)
+                batch.removeAll(keepingCapacity: true)
+            }
+        }
+        if !batch.isEmpty { try source.integrate(batch) }
+        source.close()
+
+        // Baseline: export and integrate in this process, 1,000 at a time.
+        let direct = try Replica.open(directory: context.path("catch-up-direct"))
+        let reopened = try Replica.open(directory: context.path("catch-up-source"))
+        let baselineSeconds = try time {
+            var vector = VersionVector()
+            while true {
+                let export = try reopened.export(missingFrom: vector, limit: 1_000, maximumBytes: 1 << 20)
+                if export.changesets.isEmpty { break }
+                try direct.integrate(encoded: export.changesets)
+                vector = export.progress
+            }
+        }
+        precondition(direct.versionVector == reopened.versionVector)
+        reopened.close()
+
+        let (server, endpoint) = try await daemon("catch-up-source")
+        let start = ContinuousClock.now
+        let (follower, _) = try await daemon("catch-up-follower", peers: [endpoint])
+        while follower.replica.versionVector != server.replica.versionVector {
+            try await Task.sleep(for: .milliseconds(10))
+            if ContinuousClock.now - start > .seconds(600) {
+                throw LMDBFailure(description: "catch-up took over 600 s")
+            }
+        }
+        let seconds = (ContinuousClock.now - start).seconds
+        await follower.stop()
+        await server.stop()
+        Measurement(
+            name: "peer_catch_up_\(count)_changesets", value: Double(count) / seconds, unit: "changesets/s",
+            baseline: "export plus integrate(encoded:) in one process, 1,000 at a time (changesets/s)",
+            baselineValue: Double(count) / baselineSeconds
+        ).print()
+    }
+
+    /// 1,000 idle sessions on one daemon: the process's anonymous memory per session. The clients run in this
+    /// process too (bare protocol clients, no replica), so the figure counts both ends of each connection.
+    func idleSessions() async throws {
+        let count = 1_000
+        raiseOpenFileLimit(to: 4 * count + 256)
+        let (server, endpoint) = try await daemon("idle-daemon")
+        var channels: [NIOAsyncChannel<WebSocketFrame, WebSocketFrame>] = []
+        let before = anonymousResidentBytes()
+        for index in 0..<count {
+            let channel = try await WebSocketDialer.connect(to: endpoint)
+            let hello = Hello(
+                replica: ReplicaID(rawValue: 1_000_000 + UInt64(index)), role: .app,
+                vector: VersionVector())
+            try await WebSocketWriter(channel: channel.channel, masking: true).send(MessageCodec.encode(.hello(hello)))
+            channels.append(channel)
+        }
+        while server.sessions.count < count {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        let after = anonymousResidentBytes()
+        let perSession = Double(max(0, after - before)) / Double(count)
+        for channel in channels { try? await channel.channel.close() }
+        await server.stop()
+        Measurement(
+            name: "idle_sessions_1000_memory_per_session", value: perSession / 1024, unit: "KiB",
+            baseline: "the 64 KiB budget per session (KiB)", baselineValue: 64, higherIsBetter: false
+        ).print()
+    }
+
+    // MARK: Baselines and helpers
+
+    func plainRoundTripMilliseconds(samples: Int) async throws -> (median: Double, p99: Double) {
+        let pair = try PlainSocketPair()
+        defer { pair.close() }
+        var times: [Double] = []
+        var byte: UInt8 = 1
+        for _ in 0..<samples {
+            let start = ContinuousClock.now
+            // Two hops, as a write through a daemon makes: there and back.
+            _ = write(pair.client, &byte, 1)
+            _ = read(pair.server, &byte, 1)
+            _ = write(pair.server, &byte, 1)
+            _ = read(pair.client, &byte, 1)
+            times.append((ContinuousClock.now - start).seconds * 1000)
+        }
+        times.sort()
+        return (times[samples / 2], times[samples * 99 / 100])
+    }
+
+    func plainTransferSeconds(bytes: Int) async throws -> Double {
+        let pair = try PlainSocketPair()
+        defer { pair.close() }
+        let chunk = [UInt8](repeating: 7, count: 64 << 10)
+        let reader = Thread {
+            var buffer = [UInt8](repeating: 0, count: 64 << 10)
+            var received = 0
+            while received < bytes {
+                let n = read(pair.server, &buffer, buffer.count)
+                if n <= 0 { break }
+                received += n
+            }
+        }
+        let start = ContinuousClock.now
+        reader.start()
+        var sent = 0
+        while sent < bytes {
+            let n = chunk.withUnsafeBytes { write(pair.client, $0.baseAddress, min($0.count, bytes - sent)) }
+            if n <= 0 { break }
+            sent += n
+        }
+        while reader.isExecuting || !reader.isFinished { try await Task.sleep(for: .microseconds(200)) }
+        return (ContinuousClock.now - start).seconds
+    }
+}
+
+/// Two ends of a TCP connection on loopback, as plain file descriptors.
+struct PlainSocketPair {
+    let client: Int32
+    let server: Int32
+    private let listener: Int32
+
+    init() throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        try withUnsafeMutablePointer(to: &address) { pointer in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+                guard bind(listener, raw, length) == 0, listen(listener, 1) == 0,
+                    getsockname(listener, raw, &length) == 0
+                else { throw LMDBFailure(description: "cannot listen on loopback") }
+            }
+        }
+        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(client, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }
+        }
+        guard connected == 0 else { throw LMDBFailure(description: "cannot connect on loopback") }
+        let server = accept(listener, nil, nil)
+        setsockopt(server, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        self.listener = listener
+        self.client = client
+        self.server = server
+    }
+
+    func close() {
+        _ = Glibc.close(client)
+        _ = Glibc.close(server)
+        _ = Glibc.close(listener)
+    }
+}
+
+final class SeenCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    var value: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return count
+    }
+    func set(_ value: Int) {
+        lock.lock()
+        count = value
+        lock.unlock()
+    }
+}
+
+final class PeakSampler: @unchecked Sendable {
+    private let lock = NSLock()
+    private var highest = 0
+    var peak: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return highest
+    }
+    func sample() {
+        let now = anonymousResidentBytes()
+        lock.lock()
+        highest = max(highest, now)
+        lock.unlock()
+    }
+}
+
+/// The process's anonymous resident memory (RssAnon), in bytes.
+func anonymousResidentBytes() -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+    for line in status.split(separator: "\n") where line.hasPrefix("RssAnon:") {
+        let parts = line.split(separator: " ", omittingEmptySubsequences: true)
+        if parts.count >= 2, let kib = Int(parts[1]) { return kib * 1024 }
+    }
+    return 0
+}
+
+func raiseOpenFileLimit(to wanted: Int) {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+    limit.rlim_cur = min(max(limit.rlim_cur, rlim_t(wanted)), limit.rlim_max)
+    setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
