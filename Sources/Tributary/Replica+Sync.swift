@@ -144,8 +144,10 @@ extension Replica {
         limit: Int = 1_000, maximumBytes: Int = 1 << 20
     ) throws -> ChangesetExport {
         var export = ChangesetExport(changesets: [], bytes: 0, progress: vector, more: false)
-        _ = try missingEntries(from: vector, limit: .max, origins: origins, excluding: excluding) {
-            entry, dots, _ -> Void? in
+        // One more than `limit`, to know whether more is missing.
+        _ = try missingEntries(
+            from: vector, limit: limit == .max ? .max : limit + 1, origins: origins, excluding: excluding
+        ) { entry, dots, _ -> Void? in
             if !export.changesets.isEmpty && (export.changesets.count >= limit || export.bytes >= maximumBytes) {
                 export.more = true
                 return nil
@@ -186,32 +188,50 @@ extension Replica {
                 let have = try views.versionVector(in: txn)
                 var sequences: [UInt64] = []
                 var dots: [UInt64: [Dot]] = [:]
-                for entry in have.entries where vector[entry.replica] < entry.sequence {
-                    if let origins, !origins.contains(entry.replica) { continue }
-                    let after = vector[entry.replica]
-                    // The relays' copies of the origin's changesets. Damaged adoptions only cost duplicates here (the
-                    // changesets they would leave out are sent), so the export goes on; verify names the damage.
-                    let adopted: [Dot: [Dot]]
-                    do {
-                        adopted = try log.adoptedCopies(of: entry.replica, after: after, in: txn)
-                    } catch is LogError {
-                        adopted = [:]
-                    }
-                    // A dot of the origin index names one changeset (a relay adopts under its own sequences), so an
-                    // excluded one is skipped before its entry is read.
-                    for (dot, sequence) in try log.originEntries(from: entry.replica, after: after, in: txn)
-                    where !excluding.contains(dot) {
-                        if let copies = adopted[dot] {
-                            // An app uploads only what no relay adopted yet.
-                            if origins != nil { continue }
-                            // The other replica holds it through a relay's copy (its vector counts it, or it waits
-                            // there), though its vector does not count the app's dot (an app that also syncs directly
-                            // with a peer): sent again, it would be dropped as a duplicate, on every sync.
-                            if copies.contains(where: { vector.includes($0) || excluding.contains($0) }) { continue }
+                // Each origin's first `perOrigin` changesets at most: the first `limit` in log order are among them.
+                // Where an origin's read stopped short, only entries up to its last one read are sure to be complete
+                // across origins; if skipped entries leave none, the read goes on further.
+                var perOrigin = limit
+                while true {
+                    sequences.removeAll(keepingCapacity: true)
+                    dots.removeAll(keepingCapacity: true)
+                    var bound = UInt64.max
+                    for entry in have.entries where vector[entry.replica] < entry.sequence {
+                        if let origins, !origins.contains(entry.replica) { continue }
+                        let after = vector[entry.replica]
+                        // The relays' copies of the origin's changesets. Damaged adoptions only cost duplicates here
+                        // (the changesets they would leave out are sent), so the export goes on; verify names the
+                        // damage.
+                        let adopted: [Dot: [Dot]]
+                        do {
+                            adopted = try log.adoptedCopies(of: entry.replica, after: after, in: txn)
+                        } catch is LogError {
+                            adopted = [:]
                         }
-                        sequences.append(sequence)
-                        dots[sequence, default: []].append(dot)
+                        let read = try log.originEntries(from: entry.replica, after: after, limit: perOrigin, in: txn)
+                        if perOrigin < .max, read.count >= perOrigin, let last = read.last {
+                            bound = min(bound, last.localSequence)
+                        }
+                        // A dot of the origin index names one changeset (a relay adopts under its own sequences), so
+                        // an excluded one is skipped before its entry is read.
+                        for (dot, sequence) in read where !excluding.contains(dot) {
+                            if let copies = adopted[dot] {
+                                // An app uploads only what no relay adopted yet.
+                                if origins != nil { continue }
+                                // The other replica holds it through a relay's copy (its vector counts it, or it waits
+                                // there), though its vector does not count the app's dot (an app that also syncs
+                                // directly with a peer): sent again, it would be dropped as a duplicate, on every sync.
+                                if copies.contains(where: { vector.includes($0) || excluding.contains($0) }) {
+                                    continue
+                                }
+                            }
+                            sequences.append(sequence)
+                            dots[sequence, default: []].append(dot)
+                        }
                     }
+                    if bound < .max { sequences.removeAll { $0 > bound } }
+                    if !sequences.isEmpty || bound == .max { break }
+                    perOrigin = perOrigin.multipliedReportingOverflow(by: 4).overflow ? .max : perOrigin * 4
                 }
                 // An adopted changeset is listed under its origin's dot and its relay's: once is enough.
                 sequences.sort()

@@ -335,8 +335,11 @@ public struct ChangesetLog: Sendable {
     /// and local sequence. Reads the origin index, and of a run of changesets without keys of their own (see
     /// ``origins``) the headers of a few entries, to find where the run ends; so a caller can skip changesets by dot
     /// without reading them.
+    ///
+    /// - Parameter limit: the changesets wanted: the read stops once it has at least that many (it may return a
+    ///   few more), so that a caller taking the first few of a long history does not read all of it.
     public func originEntries(
-        from origin: ReplicaID, after: UInt64, in transaction: ReadTransaction
+        from origin: ReplicaID, after: UInt64, limit: Int = .max, in transaction: ReadTransaction
     ) throws -> [(dot: Dot, localSequence: UInt64)] {
         guard after < UInt64.max else { return [] }
         // The keys from the one whose run may hold `after + 1` on.
@@ -357,12 +360,14 @@ public struct ChangesetLog: Sendable {
                         UInt64(bigEndian: value.loadUnaligned(as: UInt64.self))
                     ))
             }
-            return true
+            // Each key names at least its own changeset; one more key bounds the last run read.
+            return limit == .max || keys.count <= limit + 1
         }
         guard !keys.isEmpty else { return [] }
         let last = try lastLocalSequence(in: transaction)
         var result: [(dot: Dot, localSequence: UInt64)] = []
         for index in keys.indices {
+            if result.count >= limit { break }
             let key = keys[index]
             // A damaged page could list keys out of order; the arithmetic below needs them ascending.
             if index + 1 < keys.count, keys[index + 1].sequence <= key.sequence {
