@@ -68,9 +68,13 @@ struct Tributaryd: AsyncParsableCommand {
         }
         var configuration = SyncServer.Configuration()
         if let listen = listen ?? file.listen {
-            let parsed = try SyncEndpoint(parsing: "ws://\(listen)")
-            configuration.host = parsed.host
-            configuration.port = parsed.port
+            guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
+                (0...65535).contains(port), colon != listen.startIndex
+            else {
+                throw ValidationError("--listen takes HOST:PORT (port 0 to 65535, 0 picks a free one), not \(listen)")
+            }
+            configuration.host = String(listen[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+            configuration.port = port
         }
         for peer in peers.isEmpty ? (file.peers ?? []) : peers {
             configuration.peers.append(try SyncEndpoint(parsing: peer))
