@@ -454,23 +454,22 @@ struct DaemonKillDrillTests {
 
     // MARK: Processes and sessions
 
-    /// Starts `tributaryd DIRECTORY --listen 127.0.0.1:PORT` and waits for the line it logs once it listens. With no
-    /// `port`, a free one: tributaryd does not take port 0 (`--listen 127.0.0.1:0` fails: `SyncEndpoint(parsing:)`
-    /// takes ports 1-65535 only, though the option's help says 0 picks a free port), so each attempt asks the system
-    /// for a free port here. A start that fails (the port taken meanwhile, or not free yet just after a kill) is tried
+    /// Starts `tributaryd DIRECTORY --listen 127.0.0.1:PORT` (port 0: a free one, which the daemon logs) and waits
+    /// for the line it logs once it listens. A start that fails (the port not free yet just after a kill) is tried
     /// again, for up to 30 s. Returns the child and its port.
     static func startDaemon(
-        _ directory: String, port fixed: Int? = nil, log: String, children: Children
+        _ directory: String, port: Int = 0, log: String, children: Children
     ) async throws -> (ChildProcess, Int) {
         let executable = try #require(
             ChildExecutable.path("tributaryd"), "tributaryd is not next to the test binary (swift build)")
         let deadline = ContinuousClock.now + .seconds(30)
         var failures: [String] = []
         while ContinuousClock.now < deadline {
-            let port = try fixed ?? freePort()
             let child = try children.start(executable, [directory, "--listen", "127.0.0.1:\(port)"], stderr: log)
             while ContinuousClock.now < deadline {
-                if servingPort(child.standardError) == port { return (child, port) }
+                if let listening = servingPort(child.standardError), port == 0 || listening == port {
+                    return (child, listening)
+                }
                 if child.waitForExit(timeout: 0) != nil {
                     failures.append(child.standardError)
                     break
@@ -479,33 +478,7 @@ struct DaemonKillDrillTests {
             }
             try await Task.sleep(for: .milliseconds(100))
         }
-        throw DrillFailure("tributaryd did not start in 30 s: \(failures.suffix(2))")
-    }
-
-    /// A loopback port no socket listens on now: bound to port 0, read back and released.
-    static func freePort() throws -> Int {
-        #if canImport(Glibc)
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #else
-            let fd = socket(AF_INET, SOCK_STREAM, 0)
-        #endif
-        guard fd >= 0 else { throw DrillFailure("socket: errno \(errno)") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        #if canImport(Darwin)
-            address.sin_len = UInt8(MemoryLayout<sockaddr_in>.size)
-        #endif
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                bind(fd, address, length) == 0 && getsockname(fd, address, &length) == 0
-            }
-        }
-        guard bound else { throw DrillFailure("bind 127.0.0.1:0: errno \(errno)") }
-        return Int(UInt16(bigEndian: address.sin_port))
+        throw DrillFailure("tributaryd did not start on port \(port) in 30 s: \(failures.suffix(2))")
     }
 
     /// The port in tributaryd's "serving replica R in DIR on ws://HOST:PORT" line.
