@@ -166,7 +166,7 @@ public struct SessionStateMachine: Sendable {
                 // `hello` announces no maximum: the acceptor's is the session's, both ways.
                 theirMaximumMessage: welcome.maximumMessageBytes,
                 ourMaximumMessage: min(welcome.maximumMessageBytes, UInt64(limits.maximumMessageBytes)),
-                keepalive: .seconds(max(1, welcome.keepaliveSeconds))))
+                keepalive: SyncProtocol.keepalive(welcome.keepaliveSeconds)))
         return sent(.welcome(welcome), now: now)
     }
 
@@ -298,7 +298,7 @@ public struct SessionStateMachine: Sendable {
                     version: welcome.version, theirWindow: welcome.window, ourWindow: hello.window,
                     theirMaximumMessage: welcome.maximumMessageBytes,
                     ourMaximumMessage: UInt64(limits.maximumMessageBytes),
-                    keepalive: .seconds(max(1, welcome.keepaliveSeconds))))
+                    keepalive: SyncProtocol.keepalive(welcome.keepaliveSeconds)))
             return .established(welcome)
         case (.awaitingHello, .hello(let hello)):
             guard SyncProtocol.negotiate(hello.versions) != nil else {
@@ -393,6 +393,9 @@ public struct SessionStateMachine: Sendable {
 }
 
 extension SyncProtocol {
+    /// The keepalive interval a session uses for an announced number of seconds: between 1 second and a day.
+    public static func keepalive(_ seconds: UInt64) -> Duration { .seconds(min(max(seconds, 1), 86_400)) }
+
     /// The highest version in `offered` this build speaks, or `nil`.
     public static func negotiate(_ offered: ClosedRange<UInt64>) -> UInt64? {
         let common = offered.clamped(to: versions)

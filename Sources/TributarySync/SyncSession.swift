@@ -221,7 +221,7 @@ public final class SyncSession: Sendable {
             }
             shared.set(.disconnected(ended))
             var wait = backoff.next(random: Double.random(in: 0...1))
-            if let ended { wait = max(wait, .seconds(ended.retryAfterSeconds)) }
+            if let ended { wait = max(wait, .seconds(min(ended.retryAfterSeconds, 86_400))) }
             await shared.sleep(for: wait)
         }
         shared.set(.closed)

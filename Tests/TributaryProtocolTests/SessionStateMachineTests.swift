@@ -1110,3 +1110,35 @@ struct SessionBackToBackTests {
         }
     }
 }
+
+@Suite("Session state machine: hostile handshake values")
+struct SessionHostileHandshakeTests {
+    @Test("A welcome with every number at its largest opens the session without a trap; keepalive is held to a day")
+    func largestWelcome() {
+        let t0 = ContinuousClock.now
+        var machine = SessionState.initiatorHelloSent.machine(at: t0)
+        let welcome = Welcome(
+            version: 1, replica: ReplicaID(rawValue: .max), vector: Samples.vector, yours: .max, window: .max,
+            maximumMessageBytes: .max, keepaliveSeconds: .max)
+        #expect(machine.received(MessageCodec.encode(.welcome(welcome)), now: t0) == .established(welcome))
+        #expect(machine.sendBudget == SyncProtocol.maximumMessageBytes)
+        #expect(machine.tick(now: t0 + .seconds(86_399)) == .none)
+        guard case .send(let frame) = machine.tick(now: t0 + .seconds(86_400)), case .ping = decoded(frame) else {
+            Issue.record("no ping after a day without sending")
+            return
+        }
+    }
+
+    @Test("A welcome announcing keepalive 0 pings every second")
+    func zeroKeepalive() {
+        let t0 = ContinuousClock.now
+        var machine = SessionState.initiatorHelloSent.machine(at: t0)
+        let welcome = Welcome(version: 1, replica: ReplicaID(rawValue: 9), vector: Samples.vector, keepaliveSeconds: 0)
+        #expect(machine.received(MessageCodec.encode(.welcome(welcome)), now: t0) == .established(welcome))
+        #expect(machine.tick(now: t0 + .milliseconds(999)) == .none)
+        guard case .send = machine.tick(now: t0 + .seconds(1)) else {
+            Issue.record("no ping after a second")
+            return
+        }
+    }
+}
