@@ -144,7 +144,8 @@ let package = Package(
             name: "TributarySyncTests",
             dependencies: [
                 "Tributary", "TributaryModel", "TributaryProtocol", "TributarySync", "TributaryDaemon",
-                "TributaryTestSupport", "TributaryTestTags",
+                "TributaryTestSupport", "TributaryTestTags", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
             ],
             swiftSettings: upcomingFeatures),
         .testTarget(
