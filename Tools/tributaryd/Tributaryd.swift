@@ -25,7 +25,7 @@ struct Tributaryd: AsyncParsableCommand {
             acknowledged.
 
             Options may come from a JSON configuration file (--config); flags given on the command line win. A \
-            sample:
+            sample (docs/tributaryd.json in the source tree):
 
               {
                 "directory": "/var/lib/tributary",
