@@ -18,23 +18,25 @@ import TributaryTestTags
 #endif
 
 /// kill -9 over the network, on loopback: processes at either end of a sync session die with SIGKILL mid-transfer,
-/// come back on the same directory, and nothing acknowledged is lost, nothing is applied twice, every replica
+/// come back on the same directory, and nothing acknowledged is lost, nothing is integrated twice, every replica
 /// verifies.
 ///
 /// 1. `tributaryd` (a child process) is killed while an app in this process uploads thousands of one-object
-///    transactions, written while connected. Its directory, opened after the kill, holds at least every upload the
-///    app saw acknowledged; restarted on the same port, the app's session reconnects by itself and uploads the rest,
-///    and the daemon's log then holds each of the app's changesets exactly once.
-/// 2. `tributaryd` is killed while it sends a large download (its directory seeded beforehand) to an app that
-///    announces a small window, so the download takes many acknowledged batches. Restarted, the app converges: the
-///    same objects, each changeset once in its log.
+///    transactions, written while connected. Its directory, opened after each kill, holds at least every upload the
+///    app saw acknowledged, each once; restarted on the same port, the app's session reconnects by itself and uploads
+///    the rest, and the daemon's log then holds each of the app's changesets exactly once.
+/// 2. `tributaryd` is killed while it sends a large download (its directory seeded beforehand) to an app whose small
+///    window keeps one batch in flight at a time. Restarted, the app converges: the same objects, each changeset
+///    integrated once.
 /// 3. `tributary-demo sync` (a child process) is killed shortly after it connects, or right after its messages are
-///    committed in its replica, a few times on one directory; run once more with `--messages 0`, it uploads every
-///    message it committed, and the daemon holds exactly those.
+///    committed in its replica (a reader in this process sees the commit), a few times on one directory, against a
+///    daemon in this process; run once more with `--messages 0`, it uploads every message it committed, and the
+///    daemon holds exactly those.
 ///
-/// Every child is started by the test and killed when it ends, however it ends. `TRIBUTARY_SEED` replays the
-/// workloads and kill points (the timing is real time, so not exactly); `TRIBUTARY_DEEP=1` writes more and kills the
-/// app more often.
+/// The daemon is killed twice per scenario (the second kill at a later point, or right after the reconnection) and the
+/// app three times. Every child is started by the test and killed when it ends, however it ends. `TRIBUTARY_SEED`
+/// replays the workloads and kill points (the timing is real time, so not exactly); `TRIBUTARY_DEEP=1` writes ten
+/// times more, kills the daemon six times and the app twelve.
 @Suite("kill -9 over the network", .serialized, .tags(.drill))
 struct DaemonKillDrillTests {
     static let schema = Schema(
@@ -51,6 +53,8 @@ struct DaemonKillDrillTests {
     static let uploads = Deep.count(ci: 2_000, deep: 20_000)
     /// The transactions the daemon holds before the app of scenario 2 connects.
     static let seeded = Deep.count(ci: 3_000, deep: 30_000)
+    /// The kills of the daemon in scenarios 1 and 2.
+    static let daemonKills = Deep.count(ci: 2, deep: 6)
     /// The kills of the app process in scenario 3, and the messages each of its runs writes.
     static let appKills = Deep.count(ci: 3, deep: 12)
     static let messagesPerRun = 3_000
@@ -71,7 +75,7 @@ struct DaemonKillDrillTests {
         let directory = TemporaryDirectory("kill-upload")
         let daemonDirectory = directory.appending("daemon")
         var (daemon, port) = try await Self.startDaemon(
-            daemonDirectory, log: directory.appending("daemon-1.log"), children: children)
+            daemonDirectory, log: directory.appending("daemon-0.log"), children: children)
         let endpoint = SyncEndpoint(host: "127.0.0.1", port: port)
 
         // The app's own durability does not matter here (the app is not killed): no disk sync per transaction.
@@ -99,40 +103,52 @@ struct DaemonKillDrillTests {
         defer { writer.cancel() }
 
         // SIGKILL once the daemon has acknowledged some of the uploads, while the rest are under way (and the app may
-        // still be writing).
-        let killAt = UInt64(total / 10) + random.next() % UInt64(total / 3)
-        try await LoopbackSyncTests.within(Self.patience, "\(killAt) acknowledged uploads") {
-            while acknowledged.value < killAt { try await Task.sleep(for: .milliseconds(2)) }
-        }
-        daemon.send(SIGKILL)
-        let (acknowledgedAtKill, writtenAtKill) = (acknowledged.value, written.value)
-        #expect(try await Self.ended(daemon, timeout: 30) == .signaled(SIGKILL))
-        try await Self.waitForState(session, "the session to notice the kill") { $0 != .active }
-        #expect(acknowledgedAtKill <= UInt64(total), "the upload had ended before the kill")
-        // Every acknowledgement the dead daemon sent has reached the session by now.
-        let acknowledgedBeforeRestart = await Self.current(session.uploadProgress()).transferred
+        // still be writing); again after each restart, at a later point. The first kill always lands mid-upload
+        // (batches hold at most 1,000 changesets); a later one is skipped if the upload ended first.
+        let kills = (0..<Self.daemonKills).map { kill in
+            UInt64(total / 10) + random.next() % UInt64(kill == 0 ? total / 3 : total * 2 / 3)
+        }.sorted()
+        var killed = 0
+        for (round, killAt) in kills.enumerated() {
+            try await LoopbackSyncTests.within(Self.patience, "\(killAt) acknowledged uploads") {
+                while acknowledged.value < killAt { try await Task.sleep(for: .milliseconds(2)) }
+            }
+            let own = app.versionVector[app.replicaID]
+            guard round == 0 || acknowledged.value < own || written.value < UInt64(total) else {
+                print("daemon kill [upload] kill \(round) skipped: the upload had ended")
+                break
+            }
+            daemon.send(SIGKILL)
+            killed += 1
+            let (acknowledgedAtKill, writtenAtKill) = (acknowledged.value, written.value)
+            #expect(try await Self.ended(daemon, timeout: 30) == .signaled(SIGKILL))
+            try await Self.waitForState(session, "the session to notice the kill") { $0 != .active }
+            #expect(acknowledgedAtKill < own || writtenAtKill < UInt64(total), "the upload had ended before the kill")
+            // Every acknowledgement the dead daemon sent has reached the session by now.
+            let acknowledgedBeforeRestart = await Self.current(session.uploadProgress()).transferred
 
-        // What the killed daemon left on disk holds every acknowledged upload, each once.
-        do {
-            let left = try Self.openReadOnly(daemonDirectory)
-            defer { left.close() }
-            let held = try left.heldSequence(of: app.replicaID)
-            #expect(
-                held >= acknowledgedBeforeRestart,
-                "\(acknowledgedBeforeRestart) of the app's changesets acknowledged, \(held) held after kill -9")
-            try Self.expectDaemonLog(left, app: app.replicaID, held: held)
-            let report = try left.verify()
-            #expect(report.passed, "the killed daemon's replica: \(report)")
-            print(
-                "daemon kill [upload] seed \(Self.baseSeed): killed after \(acknowledgedAtKill) acknowledged, "
-                    + "\(writtenAtKill) of \(total) written; \(acknowledgedBeforeRestart) acknowledged in all, "
-                    + "\(held) held on disk")
-        }
+            // What the killed daemon left on disk holds every acknowledged upload, each once.
+            do {
+                let left = try Self.openReadOnly(daemonDirectory)
+                defer { left.close() }
+                let held = try left.heldSequence(of: app.replicaID)
+                #expect(
+                    held >= acknowledgedBeforeRestart,
+                    "\(acknowledgedBeforeRestart) of the app's changesets acknowledged, \(held) held after kill -9")
+                try Self.expectDaemonLog(left, app: app.replicaID, held: held)
+                let report = try left.verify()
+                #expect(report.passed, "the killed daemon's replica: \(report)")
+                print(
+                    "daemon kill [upload] seed \(Self.baseSeed) kill \(round): after \(acknowledgedAtKill) "
+                        + "acknowledged, \(writtenAtKill) of \(total) written; \(acknowledgedBeforeRestart) "
+                        + "acknowledged in all, \(held) held on disk")
+            }
 
-        // Back on the same directory and port: the session reconnects by itself and uploads the rest.
-        (daemon, _) = try await Self.startDaemon(
-            daemonDirectory, port: port, log: directory.appending("daemon-2.log"), children: children)
-        try await Self.waitForState(session, "the session to reconnect") { $0 == .active }
+            // Back on the same directory and port: the session reconnects by itself and uploads the rest.
+            (daemon, _) = try await Self.startDaemon(
+                daemonDirectory, port: port, log: directory.appending("daemon-\(round + 1).log"), children: children)
+            try await Self.waitForState(session, "the session to reconnect") { $0 == .active }
+        }
         try await LoopbackSyncTests.within(Self.patience, "the app's writes") { try await writer.value }
         try await LoopbackSyncTests.within(Self.patience, "the upload after the restart") {
             try await session.waitForUpload()
@@ -151,7 +167,7 @@ struct DaemonKillDrillTests {
         #expect(try server.heldSequence(of: app.replicaID) == own)
         try Self.expectSameLogs(app: app, daemon: server, appID: app.replicaID)
         print(
-            "daemon kill [upload]: \(own) changesets uploaded, each logged once at the daemon; "
+            "daemon kill [upload]: \(killed) kills; \(own) changesets uploaded, each logged once at the daemon; "
                 + "\(Self.seconds(since: started))")
     }
 
@@ -169,6 +185,7 @@ struct DaemonKillDrillTests {
         // The daemon's replica, written before it starts: one object per changeset, titles that barely compress.
         let total = Self.seeded
         var titles = random
+        let daemonID = Mutex(ReplicaID(rawValue: 0))
         try await offThePool {
             var configuration = Replica.Configuration()
             configuration.durability = .none
@@ -178,41 +195,52 @@ struct DaemonKillDrillTests {
                 let title = Self.text(&titles, length: 300)
                 try seed.write { txn in try txn.create("Task", ["_id": .string("s\(index)"), "title": .string(title)]) }
             }
+            daemonID.withLock { $0 = seed.replicaID }
         }
         random = titles
+        let daemonReplica = daemonID.withLock { $0 }
         let seededIn = Self.seconds(since: started)
 
         var (daemon, port) = try await Self.startDaemon(
-            daemonDirectory, log: directory.appending("daemon-1.log"), children: children)
+            daemonDirectory, log: directory.appending("daemon-0.log"), children: children)
         let app = try Replica.open(directory: directory.appending("app"), schema: Self.schema)
         defer { app.close() }
-        // A small window: the daemon sends a few dozen changesets at a time and waits for each acknowledgement.
+        // A small window: the daemon has one batch (at most 1,000 changesets or 1 MiB) in flight at a time, and
+        // sends the next once the app acknowledged it.
         var configuration = LoopbackSyncTests.fastBackoff
         configuration.window = 32 << 10
         let session = app.connect(to: SyncEndpoint(host: "127.0.0.1", port: port), configuration: configuration)
         defer { Task { await session.close() } }
-        let downloaded = Gauge()
-        let follower = downloaded.follow(session.downloadProgress())
-        defer { follower.cancel() }
 
-        let killAt = UInt64(total / 10) + random.next() % UInt64(total / 3)
-        try await LoopbackSyncTests.within(Self.patience, "\(killAt) changesets downloaded") {
-            while downloaded.value < killAt { try await Task.sleep(for: .milliseconds(2)) }
+        // SIGKILL once the app holds some of the daemon's changesets (its vector counts them); again after each
+        // restart, further on. The first kill always lands mid-download; a later one is skipped if it ended first.
+        let kills = (0..<Self.daemonKills).map { kill in
+            UInt64(total / 10) + random.next() % UInt64(kill == 0 ? total / 3 : total * 2 / 3)
+        }.sorted()
+        var killed: [String] = []
+        for (round, killAt) in kills.enumerated() {
+            try await LoopbackSyncTests.within(Self.patience, "\(killAt) changesets downloaded") {
+                while app.versionVector[daemonReplica] < killAt { try await Task.sleep(for: .milliseconds(2)) }
+            }
+            guard round == 0 || app.versionVector[daemonReplica] <= UInt64(total) else {
+                print("daemon kill [download] kill \(round) skipped: the download had ended")
+                break
+            }
+            daemon.send(SIGKILL)
+            #expect(try await Self.ended(daemon, timeout: 30) == .signaled(SIGKILL))
+            try await Self.waitForState(session, "the session to notice the kill") { $0 != .active }
+            let objectsAtKill = try Self.objects(app, "Task")
+            killed.append("\(objectsAtKill)")
+            #expect(objectsAtKill < total, "the download had ended before the kill")
+            let midway = try app.verify()
+            #expect(midway.passed, "the app after the kill: \(midway)")
+            let contents = try LogContents(app)
+            #expect(contents.integratedTwice.isEmpty && contents.loggedTwice(ownedBy: app.replicaID).isEmpty)
+
+            (daemon, _) = try await Self.startDaemon(
+                daemonDirectory, port: port, log: directory.appending("daemon-\(round + 1).log"), children: children)
+            try await Self.waitForState(session, "the session to reconnect") { $0 == .active }
         }
-        daemon.send(SIGKILL)
-        let downloadedAtKill = downloaded.value
-        #expect(try await Self.ended(daemon, timeout: 30) == .signaled(SIGKILL))
-        try await Self.waitForState(session, "the session to notice the kill") { $0 != .active }
-        let objectsAtKill = try Self.objects(app, "Task")
-        #expect(objectsAtKill < total, "the download had ended before the kill")
-        let midway = try app.verify()
-        #expect(midway.passed, "the app after the kill: \(midway)")
-        let contents = try LogContents(app)
-        #expect(contents.integratedTwice.isEmpty && contents.loggedTwice(ownedBy: app.replicaID).isEmpty)
-
-        (daemon, _) = try await Self.startDaemon(
-            daemonDirectory, port: port, log: directory.appending("daemon-2.log"), children: children)
-        try await Self.waitForState(session, "the session to reconnect") { $0 == .active }
         try await LoopbackSyncTests.within(Self.patience, "the download after the restart") {
             try await session.waitForDownload()
         }
@@ -227,8 +255,8 @@ struct DaemonKillDrillTests {
         #expect(try Self.objects(server, "Task") == total)
         try Self.expectSameLogs(app: app, daemon: server, appID: app.replicaID)
         print(
-            "daemon kill [download] seed \(Self.baseSeed): \(total) changesets seeded in \(seededIn); killed after "
-                + "\(downloadedAtKill) downloaded (\(objectsAtKill) objects); converged, each changeset once; "
+            "daemon kill [download] seed \(Self.baseSeed): \(total) changesets seeded in \(seededIn); killed with "
+                + "\(killed.joined(separator: ", ")) objects downloaded; converged, each changeset once; "
                 + "\(Self.seconds(since: started))")
     }
 
