@@ -131,6 +131,13 @@ public struct SessionStateMachine: Sendable {
         return 0
     }
 
+    /// What the other side's window still takes, in bytes: the size to aim a batch at. (``sendBudget`` also lets one
+    /// larger message go when nothing is unacknowledged.)
+    public var windowLeft: Int {
+        guard case .active(let active) = state else { return 0 }
+        return max(0, Int(clamping: active.theirWindow) - active.sentUnacknowledgedBytes)
+    }
+
     /// The size of the next `changesets` message the other side's window takes now: 0 when it is full, and up to the
     /// other side's largest message when nothing is unacknowledged (so that a large changeset cannot stall a
     /// session).

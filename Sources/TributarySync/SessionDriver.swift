@@ -303,7 +303,9 @@ package actor SessionDriver {
             do {
                 export = try replica.export(
                     missingFrom: theirs, excluding: theirPending, origins: exportOrigins,
-                    limit: options.batchChangesets, maximumBytes: min(options.batchBytes, budget - 64))
+                    // Aimed at the window; a single changeset larger than it still goes when nothing is in flight.
+                    limit: options.batchChangesets,
+                    maximumBytes: max(1, min(options.batchBytes, budget - 64, machine.windowLeft - 64)))
             } catch {
                 await fail(
                     SyncError(.storage, .retry, "could not read the log to send: \(error)", retryAfterSeconds: 5))

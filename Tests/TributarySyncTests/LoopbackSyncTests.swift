@@ -184,4 +184,44 @@ struct LoopbackSyncTests {
         await accepted.close()
         await server.stop()
     }
+
+    @Test("An app's small receive window keeps each batch it is sent near that size")
+    func smallWindowSmallBatches() async throws {
+        let directory = TemporaryDirectory("sync")
+        let (server, endpoint) = try await Self.daemon(directory, "daemon")
+        let seed = try Self.app(directory, "seed")
+        // Titles that do not compress: some 300 bytes each in the log.
+        var random = SplitMix64(seed: 7)
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+        for index in 0..<300 {
+            let title = String((0..<400).map { _ in alphabet[Int(random.next() % 64)] })
+            try await seed.write { try $0.create("Task", ["_id": .string("t\(index)"), "title": .string(title)]) }
+        }
+        let seeding = seed.connect(to: endpoint, configuration: Self.fastBackoff)
+        try await Self.within(.seconds(30), "seeding") { try await seeding.waitForUpload() }
+        await seeding.close()
+
+        var configuration = Self.fastBackoff
+        configuration.window = 16 << 10
+        let app = try Self.app(directory, "app")
+        let session = app.connect(to: endpoint, configuration: configuration)
+        let batches = Task {
+            var sizes: [UInt64] = []
+            var last: UInt64 = 0
+            for await progress in session.downloadProgress() {
+                if progress.transferred > last { sizes.append(progress.transferred - last) }
+                last = progress.transferred
+                if last >= 301 { break }
+            }
+            return sizes
+        }
+        try await Self.within(.seconds(30), "download") { try await session.waitForDownload() }
+        let sizes = await batches.value
+        // Some 300-400 bytes a changeset: a 16 KiB window takes about 50 of them, not the 301 one batch could hold.
+        #expect(sizes.count > 3)
+        #expect(sizes.allSatisfy { $0 <= 80 }, "batch sizes \(sizes)")
+        #expect(try await app.read { try $0.count("Task") } == 300)
+        await session.close()
+        await server.stop()
+    }
 }
