@@ -224,4 +224,26 @@ struct LoopbackSyncTests {
         await session.close()
         await server.stop()
     }
+
+    @Test("Live results on one app see another app's write through the daemon, without a wait call")
+    func liveResultsSeeRemoteWrites() async throws {
+        let directory = TemporaryDirectory("sync")
+        let (server, endpoint) = try await Self.daemon(directory, "daemon")
+        let a = try Self.app(directory, "a")
+        let b = try Self.app(directory, "b")
+        let sessionA = a.connect(to: endpoint, configuration: Self.fastBackoff)
+        let sessionB = b.connect(to: endpoint, configuration: Self.fastBackoff)
+        let seen = Task { () -> PrimaryKey? in
+            for try await change in b.observe("Task", where: "title == $0", arguments: ["live"]) {
+                if let task = change.results.first { return task.primaryKey }
+            }
+            return nil
+        }
+        try await a.write { try $0.create("Task", ["_id": "remote", "title": "live"]) }
+        let key = try await Self.within(.seconds(20), "the live update") { try await seen.value }
+        #expect(key == .string("remote"))
+        await sessionA.close()
+        await sessionB.close()
+        await server.stop()
+    }
 }
