@@ -455,10 +455,20 @@ extension Replica {
     /// one. The sequence ends when the replica is closed.
     public func commits() -> AsyncStream<UInt64> {
         let (stream, continuation) = AsyncStream<UInt64>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        let identifier = observers.add(
-            ObserverRegistry.Entry(
-                onCommit: { _, _, sequence in continuation.yield(sequence) }, onFinish: { continuation.finish() }))
-        continuation.onTermination = { [weak self] _ in self?.observers.remove(identifier) }
+        let identifier = onCommit({ continuation.yield($0) }, onClose: { continuation.finish() })
+        continuation.onTermination = { [weak self] _ in self?.removeCommitHandler(identifier) }
         return stream
     }
+
+    /// Calls `handler` with the local log sequence after each commit, on the committing thread, right after the
+    /// commit (it must return quickly), and `onClose` when the replica closes. Returns a handle for
+    /// ``removeCommitHandler(_:)``. For sync sessions, which wake on it without a task of their own.
+    package func onCommit(
+        _ handler: @escaping @Sendable (UInt64) -> Void, onClose: @escaping @Sendable () -> Void = {}
+    ) -> UInt64 {
+        observers.add(ObserverRegistry.Entry(onCommit: { _, _, sequence in handler(sequence) }, onFinish: onClose))
+    }
+
+    /// Stops calling a handler ``onCommit(_:onClose:)`` registered.
+    package func removeCommitHandler(_ identifier: UInt64) { observers.remove(identifier) }
 }

@@ -65,6 +65,8 @@ package actor SessionDriver {
     private var markWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
     private var wake: AsyncStream<Void>.Continuation?
     private var tasks: [Task<Void, Never>] = []
+    /// Wakes the pump after each commit on the replica, while the session is open.
+    private var commitHandler: UInt64?
     private var ended = false
     /// The role this side said in `hello`, for an initiator.
     private let helloRole: SyncRole?
@@ -252,6 +254,8 @@ package actor SessionDriver {
         _ = machine.close(SyncError(.unavailable, .retry, "closed"))
         for task in tasks { task.cancel() }
         tasks.removeAll()
+        if let commitHandler { replica.removeCommitHandler(commitHandler) }
+        commitHandler = nil
         wake?.finish()
         let waiters = markWaiters
         markWaiters.removeAll()
@@ -281,11 +285,7 @@ package actor SessionDriver {
         let (wakes, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         wake = continuation
         continuation.yield()
-        let commits = replica.commits()
-        tasks.append(
-            Task {
-                for await _ in commits { continuation.yield() }
-            })
+        commitHandler = replica.onCommit({ _ in continuation.yield() }, onClose: { continuation.finish() })
         tasks.append(
             Task { [weak self] in
                 for await _ in wakes {
