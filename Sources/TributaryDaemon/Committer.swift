@@ -13,6 +13,11 @@ actor Committer: BatchIntegrator {
     /// The most bytes of changesets one group commit takes; the rest wait for the next.
     private let maximumGroupBytes: Int
 
+    /// The batches the last commit held.
+    private var lastGroup = 0
+    /// How long a commit waits for the rest of the last group's sessions.
+    static let gatherDelay: Duration = .microseconds(250)
+
     /// Commits so far, and batches they held: their ratio is the grouping achieved.
     private(set) var commits = 0
     private(set) var batches = 0
@@ -38,6 +43,11 @@ actor Committer: BatchIntegrator {
 
     private func drain() async {
         while !queue.isEmpty {
+            // Fewer batches wait than the last group held: the rest of that group's sessions are likely sending
+            // their next ones now (they were acknowledged together). A short wait lets one commit serve them too.
+            if queue.count < lastGroup {
+                try? await Task.sleep(for: Self.gatherDelay)
+            }
             var size = 0
             var taken = 0
             while taken < queue.count && (taken == 0 || size + queue[taken].bytes <= maximumGroupBytes) {
@@ -58,6 +68,7 @@ actor Committer: BatchIntegrator {
             }
             commits += 1
             self.batches += group.count
+            lastGroup = group.count
         }
         running = false
     }
