@@ -399,7 +399,10 @@ public struct ChangesetLog: Sendable {
             }
             let first = key.sequence > after ? 0 : after + 1 - key.sequence
             guard first <= shortest else { continue }
-            for step in first...shortest {
+            // A run may hold a long history: only as much of it as the caller wants.
+            let wanted = UInt64(clamping: limit - result.count)
+            let through = shortest - first >= wanted ? first + wanted - 1 : shortest
+            for step in first...through {
                 result.append((Dot(origin: origin, sequence: key.sequence + step), key.localSequence + step))
             }
         }

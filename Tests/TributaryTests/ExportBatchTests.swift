@@ -1,5 +1,7 @@
 import Testing
+import TributaryLog
 import TributaryModel
+import TributaryStorage
 import TributaryTestSupport
 
 @testable import Tributary
@@ -72,5 +74,22 @@ struct ExportBatchTests {
         #expect(export.changesets.count == 2)
         #expect(export.progress[id] == 8)
         #expect(export.more)
+    }
+
+    @Test("A batch reads as much of a long run of one origin's changesets as it takes, not the whole run")
+    func longRunReadInPart() throws {
+        let cluster = try Cluster(1, schema: MergeSemanticsTests.schema)
+        for index in 0..<200 {
+            try cluster[0].write { try $0.create("Task", ["_id": .string("t\(index)")]) }
+        }
+        let replica = cluster[0]
+        let read = try replica.environment.read { txn in
+            try replica.log.originEntries(from: replica.replicaID, after: 10, limit: 5, in: txn)
+        }
+        #expect(read.map(\.dot.sequence) == [11, 12, 13, 14, 15])
+        let all = try replica.environment.read { txn in
+            try replica.log.originEntries(from: replica.replicaID, after: 10, in: txn)
+        }
+        #expect(all.count == 191)
     }
 }
