@@ -94,8 +94,8 @@ extension Replica {
 
     /// Checks the replica as ``verify(progress:)`` does, in memory bounded by `recordsInMemory` rather than by the
     /// number of objects: the log is replayed into views in `scratchDirectory` (an LMDB environment written without
-    /// flushing), as ``rebuildViews()`` rebuilds the views, and those are compared with the stored views in key order,
-    /// a chunk at a time.
+    /// flushing), as ``rebuildViews()`` rebuilds the views but committing each write, and those are compared with the
+    /// stored views in key order, a chunk at a time.
     ///
     /// Runs on one snapshot of this replica, alongside writers. The replica is not changed. `scratchDirectory` must
     /// not hold anything; the caller removes it afterwards.
@@ -109,9 +109,9 @@ extension Replica {
     ///   view, if any, in the words ``verify(progress:)`` uses.
     /// - Throws: ``TributaryError`` when storage cannot be read, or the scratch directory cannot be written
     ///   (`.invalidValue` when it is not empty).
-    /// - Complexity: O(n) in the log entries and stored records; memory O(`recordsInMemory`) records, the relays'
-    ///   adoptions, and the pages the scratch write transaction changed (a changeset that removes a type loads that
-    ///   type's keys).
+    /// - Complexity: O(n) in the log entries and stored records; memory O(`recordsInMemory`) records, and the
+    ///   relays' adoptions (a changeset that removes a type loads that type's keys; the indexes of a type are built
+    ///   from its records at the end, in memory).
     package func verify(
         rebuildingIn scratchDirectory: String, recordsInMemory: Int = rebuildRecordsInMemory,
         progress: ((Int, Int) -> Void)? = nil
@@ -128,22 +128,18 @@ extension Replica {
             let scratch = try Environment.open(path: scratchDirectory, configuration: storage)
             defer { scratch.close() }
             let scratchViews = try ViewStore(environment: scratch)
-            // The scratch views take about as much room as the replica: made up front, so that a full map seldom
-            // makes the replay run again.
+            // The scratch views take about as much room as the replica: made up front, so that the map seldom grows.
             try scratch.reserve(additionalBytes: environment.statistics.usedBytes)
             return try environment.read { txn in
-                // One scratch transaction holds the replay and the comparison that reads its views back. `write` runs
-                // it again from the start if the map fills anyway: it derives everything from the empty scratch views.
-                try scratch.write { scratchTxn in
-                    try verify(in: txn, progress: progress) { progress in
-                        let replayed = try replay(
-                            in: txn, into: scratchViews, writingIn: scratchTxn, recordsInMemory: recordsInMemory,
-                            progress: progress)
-                        return (
-                            replayed, ChunkedScan(database: scratchViews.objects, transaction: scratchTxn),
-                            ChunkedScan(database: scratchViews.indexes, transaction: scratchTxn)
-                        )
-                    }
+                try verify(in: txn, progress: progress) { progress in
+                    // Each write is committed: held in one transaction, the pages it changed would stay in memory.
+                    let rebuilt = RebuiltViews(views: scratchViews, target: .environment(scratch))
+                    let replayed = try replay(
+                        in: txn, into: rebuilt, recordsInMemory: recordsInMemory, progress: progress)
+                    return (
+                        replayed, ChunkedScan(database: scratchViews.objects, of: rebuilt),
+                        ChunkedScan(database: scratchViews.indexes, of: rebuilt)
+                    )
                 }
             }
         } catch {

@@ -43,7 +43,7 @@ extension Replica {
     /// ``LogError`` at a damaged entry, or one whose changeset the origin index does not find.
     ///
     /// - Parameter working: where to replay into: by default, an empty working set that keeps every record in
-    ///   memory; ``replay(in:into:writingIn:recordsInMemory:progress:)`` passes one that spills into views.
+    ///   memory; ``replay(in:into:recordsInMemory:progress:)`` passes one that spills into views.
     func replay(
         in transaction: TributaryStorageReadTransaction, through end: UInt64? = nil,
         into working: WorkingSet = WorkingSet(source: EmptyRecordSource(), schema: Schema(types: [])),
@@ -70,31 +70,32 @@ extension Replica {
         return replayed
     }
 
-    /// Replays the whole log, read in `transaction`, into `views`, which must be empty, keeping at most
-    /// `recordsInMemory` records in memory: the replay writes its records into the views a few thousand at a time,
-    /// and loads them from there when a later changeset changes them again, so memory stays bounded however many
+    /// Replays the whole log, read in `transaction`, into `rebuilt`'s views, which must be empty, keeping at most
+    /// `recordsInMemory` records in memory: the replay writes its records into the views that many at a time, and
+    /// loads them from there when a later changeset changes them again, so memory stays bounded however many
     /// objects the replica holds. At the end it writes the rest, and builds the indexes from the final schema. It
     /// does not store the schema or the version vector; the returned state holds them. Throws as
-    /// ``replay(in:through:into:progress:)`` does, or a storage error of `viewsTransaction`.
+    /// ``replay(in:through:into:progress:)`` does, or a storage error of the views.
     ///
     /// This is how ``rebuildViews()`` rebuilds the views, and how a verification of a large replica builds scratch
     /// views to compare with the stored ones.
     func replay(
-        in transaction: TributaryStorageReadTransaction, into views: ViewStore,
-        writingIn viewsTransaction: TributaryStorageWriteTransaction, recordsInMemory: Int,
+        in transaction: TributaryStorageReadTransaction, into rebuilt: RebuiltViews, recordsInMemory: Int,
         progress: ((Int) -> Void)? = nil
     ) throws -> ReplayedState {
-        let source = RebuiltViews(views: views, transaction: viewsTransaction)
-        var working = WorkingSet(source: source, schema: Schema(types: []))
+        let views = rebuilt.views
+        var working = WorkingSet(source: rebuilt, schema: Schema(types: []))
         working.spill = WorkingSet.Spill(threshold: recordsInMemory) { changes in
-            try views.write(changes, schema: Schema(types: []), updatingIndexes: false, in: viewsTransaction)
-            source.hasRecords = true
+            try rebuilt.write { try views.write(changes, schema: Schema(types: []), updatingIndexes: false, in: $0) }
         }
         var replayed = try replay(in: transaction, into: working, progress: progress)
         let schema = replayed.working.schema
-        try views.write(replayed.working.takeChanges(), schema: schema, updatingIndexes: false, in: viewsTransaction)
-        for type in schema.types where !ViewStore.indexedProperties(of: type).isEmpty {
-            try views.rebuildIndexes(ofType: type.name, schema: schema, in: viewsTransaction)
+        let rest = replayed.working.takeChanges()
+        try rebuilt.write { txn in
+            try views.write(rest, schema: schema, updatingIndexes: false, in: txn)
+            for type in schema.types where !ViewStore.indexedProperties(of: type).isEmpty {
+                try views.rebuildIndexes(ofType: type.name, schema: schema, in: txn)
+            }
         }
         return replayed
     }
@@ -392,7 +393,8 @@ extension Replica {
                 let replayedVector = try environment.write { txn -> (Schema, VersionVector) in
                     try views.removeAll(in: txn)
                     let replayed = try replay(
-                        in: txn, into: views, writingIn: txn, recordsInMemory: recordsInMemory)
+                        in: txn, into: RebuiltViews(views: views, target: .transaction(txn)),
+                        recordsInMemory: recordsInMemory)
                     let schema = replayed.working.schema
                     try views.setSchema(schema, in: txn)
                     try views.setVersionVector(replayed.versionVector, in: txn)
@@ -432,11 +434,11 @@ struct SortedEntries: ExpectedEntries {
     }
 }
 
-/// The entries of a database read in key order a chunk at a time: what scratch views a replay wrote hold, read while
-/// the stored views are scanned, in bounded memory.
+/// The entries of a database of rebuilt views, read in key order a chunk at a time: what the scratch views a replay
+/// wrote hold, read while the stored views are scanned, in bounded memory.
 struct ChunkedScan: ExpectedEntries {
     let database: Database
-    let transaction: TributaryStorageReadTransaction
+    let views: Replica.RebuiltViews
     var chunkSize = 512
     private var buffer: [(key: [UInt8], value: [UInt8])] = []
     private var index = 0
@@ -444,9 +446,9 @@ struct ChunkedScan: ExpectedEntries {
     private var resume: [UInt8]?
     private var exhausted = false
 
-    init(database: Database, transaction: TributaryStorageReadTransaction) {
+    init(database: Database, of views: Replica.RebuiltViews) {
         self.database = database
-        self.transaction = transaction
+        self.views = views
     }
 
     mutating func next() throws -> (key: [UInt8], value: [UInt8])? {
@@ -456,9 +458,11 @@ struct ChunkedScan: ExpectedEntries {
             index = 0
             let limit = chunkSize
             var chunk: [(key: [UInt8], value: [UInt8])] = []
-            try transaction.scan(database, from: resume) { key, value in
-                chunk.append((Array(key), Array(value)))
-                return chunk.count < limit
+            try views.read { txn in
+                try txn.scan(database, from: resume) { key, value in
+                    chunk.append((Array(key), Array(value)))
+                    return chunk.count < limit
+                }
             }
             if chunk.count < limit { exhausted = true }
             if let last = chunk.last { resume = last.key + [0] }
@@ -479,29 +483,61 @@ extension Replica {
     /// faster for it (1.95 s against 2.24 s holding every record), with less than half the peak memory.
     package static let rebuildRecordsInMemory = 131_072
 
-    /// What a replay into views (a rebuild of the views, or a verification's scratch views) replays into: the records
-    /// it wrote so far. Unlike the replica's own source, it
-    /// does not look adoptions up in the log, which holds those of changesets the replay has not reached yet; the
-    /// replay knows the adoptions it made, as a replay into memory does.
+    /// The views a replay writes its records into as it goes (``replay(in:into:recordsInMemory:progress:)``), and
+    /// loads them back from: the records written so far. Unlike the replica's own source, it does not look adoptions
+    /// up in the log, which holds those of changesets the replay has not reached yet; the replay knows the adoptions
+    /// it made, as a replay into memory does.
     final class RebuiltViews: RecordSource {
-        let views: ViewStore
-        let transaction: TributaryStorageReadTransaction
-        /// Whether any record was written yet: until then there is nothing to look up.
-        var hasRecords = false
+        /// Where the views are written.
+        enum Target {
+            /// In one write transaction, which the loads read too: a rebuild of the replica's own views, which
+            /// changes them all at once.
+            case transaction(TributaryStorageWriteTransaction)
+            /// In an environment of their own, each write committed, so that the pages it changed leave memory, and
+            /// read from a snapshot taken after it: scratch views, which nothing else reads.
+            case environment(Environment)
+        }
 
-        init(views: ViewStore, transaction: TributaryStorageReadTransaction) {
+        let views: ViewStore
+        let target: Target
+        /// What a target environment held after the last write.
+        private var snapshot: TributaryStorageSnapshot?
+        /// Whether any record was written yet: until then there is nothing to look up.
+        private var hasRecords = false
+
+        init(views: ViewStore, target: Target) {
             self.views = views
-            self.transaction = transaction
+            self.target = target
+        }
+
+        /// Runs `body`, which writes to the views, in the target's transaction; what it wrote is then read. With a
+        /// target environment, `body` may run again when the map grows.
+        func write(_ body: (TributaryStorageWriteTransaction) throws -> Void) throws {
+            switch target {
+            case .transaction(let transaction):
+                try body(transaction)
+            case .environment(let environment):
+                try environment.write(body)
+                snapshot = try environment.snapshot()
+            }
+            hasRecords = true
+        }
+
+        /// `body`'s result on what was written so far, or `nil` before anything was.
+        func read<T>(_ body: (TributaryStorageReadTransaction) throws -> T) throws -> T? {
+            guard hasRecords else { return nil }
+            switch target {
+            case .transaction(let transaction): return try body(transaction)
+            case .environment: return try snapshot?.read(body)
+            }
         }
 
         func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? {
-            guard hasRecords else { return nil }
-            return try views.record(type: type, primaryKey: primaryKey, in: transaction)
+            try read { try views.record(type: type, primaryKey: primaryKey, in: $0) } ?? nil
         }
 
         func loadPrimaryKeys(ofType type: String) throws -> [PrimaryKey] {
-            guard hasRecords else { return [] }
-            return try views.primaryKeys(ofType: type, in: transaction)
+            try read { try views.primaryKeys(ofType: type, in: $0) } ?? []
         }
     }
 
