@@ -75,15 +75,20 @@ public struct ReplicaInspection: Sendable {
         try replica.replay(through: localSequence, into: directory, configuration: configuration)
     }
 
-    /// ``Replica/verify(progress:)`` that replays into scratch views in `scratchDirectory`, `batchSize` changesets
-    /// per scratch commit, so that memory stays bounded whatever the replica's size.
+    /// ``Replica/verify(progress:)`` that replays into scratch views in `scratchDirectory`, whatever the replica's
+    /// size, keeping at most 131,072 records in memory as ``Replica/rebuildViews()`` does, so that memory stays
+    /// bounded. The scratch views are written without flushing; the caller removes `scratchDirectory` afterwards.
     ///
+    /// - Parameters:
+    ///   - scratchDirectory: a directory that does not exist yet, or is empty.
+    ///   - progress: called every 1,024 changesets replayed with the number replayed so far and the total, and now
+    ///     and then during the comparison that follows (with the same figures).
     /// - Throws: ``TributaryError`` when storage cannot be read, or the scratch directory cannot be written
     ///   (`.invalidValue` when it is not empty).
     public func verify(
-        rebuildingIn scratchDirectory: String, batchSize: Int = 1_000, progress: ((Int, Int) -> Void)? = nil
+        rebuildingIn scratchDirectory: String, progress: ((Int, Int) -> Void)? = nil
     ) throws -> VerificationReport {
-        try replica.verify(rebuildingIn: scratchDirectory, batchSize: batchSize, progress: progress)
+        try replica.verify(rebuildingIn: scratchDirectory, progress: progress)
     }
 
     /// A digest of the object records, in key order: replicas that hold byte-identical records have equal digests.

@@ -5,9 +5,9 @@ import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
 
-/// `verify()` replays a small replica in memory and a large one into scratch views on disk, in batches. Whichever way
-/// it goes, it must find the same problems and report them in the same words: checked on a healthy replica and on
-/// copies of it damaged in each way a report names.
+/// `verify()` replays a small replica in memory and a large one into scratch views on disk, writing records there past
+/// a bound. Whichever way it goes, it must find the same problems and report them in the same words: checked on a
+/// healthy replica and on copies of it damaged in each way a report names.
 @Suite("verify in memory and through scratch views")
 struct VerifyPathsTests {
     static func makeReplica(_ directory: TemporaryDirectory) throws {

@@ -71,7 +71,7 @@ struct Verify: ParsableCommand {
         defer { opened.close() }
         let progress = ProgressLine("verifying", streamsRows: false)
         defer { progress.finish() }
-        // Called after every 1,000 changesets replayed and 4,096 records compared.
+        // Called after every 1,024 changesets replayed and 4,096 records compared.
         let trimmer = MappedPageTrimmer(every: 16)
         if inMemory {
             return try opened.verify(recordsInMemory: .max) { progress.update($0, of: $1) }

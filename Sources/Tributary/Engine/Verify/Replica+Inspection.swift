@@ -92,26 +92,29 @@ extension Replica {
         }
     }
 
-    /// Checks the replica as ``verify(progress:)`` does, in memory bounded by `batchSize` rather than by the number
-    /// of objects: the log is replayed in batches into views in `scratchDirectory` (an LMDB environment written
-    /// without flushing), and those are compared with the stored views in key order, a chunk at a time.
+    /// Checks the replica as ``verify(progress:)`` does, in memory bounded by `recordsInMemory` rather than by the
+    /// number of objects: the log is replayed into views in `scratchDirectory` (an LMDB environment written without
+    /// flushing), as ``rebuildViews()`` rebuilds the views but committing each write, and those are compared with the
+    /// stored views in key order, a chunk at a time.
     ///
     /// Runs on one snapshot of this replica, alongside writers. The replica is not changed. `scratchDirectory` must
     /// not hold anything; the caller removes it afterwards.
     ///
     /// - Parameters:
     ///   - scratchDirectory: a directory that does not exist yet, or is empty.
-    ///   - batchSize: the most changesets replayed per scratch commit.
-    ///   - progress: called after each batch with the number of changesets replayed so far and the total, and now
+    ///   - recordsInMemory: the most records the replay keeps in memory before it writes them to the scratch views.
+    ///   - progress: called every 1,024 changesets replayed with the number replayed so far and the total, and now
     ///     and then during the comparison that follows (with the same figures).
     /// - Returns: a report whose ``VerificationReport/firstProblem`` names the first damaged entry or differing
     ///   view, if any, in the words ``verify(progress:)`` uses.
     /// - Throws: ``TributaryError`` when storage cannot be read, or the scratch directory cannot be written
     ///   (`.invalidValue` when it is not empty).
-    /// - Complexity: O(n) in the log entries and stored records; memory O(`batchSize`) changesets and the records
-    ///   they touch (a changeset that removes a type loads that type's keys).
+    /// - Complexity: O(n) in the log entries and stored records; memory O(`recordsInMemory`) records, and the
+    ///   relays' adoptions (a changeset that removes a type loads that type's keys; the indexes of a type are built
+    ///   from its records at the end, in memory).
     package func verify(
-        rebuildingIn scratchDirectory: String, batchSize: Int = 1_000, progress: ((Int, Int) -> Void)? = nil
+        rebuildingIn scratchDirectory: String, recordsInMemory: Int = rebuildRecordsInMemory,
+        progress: ((Int, Int) -> Void)? = nil
     ) throws -> VerificationReport {
         if let contents = try? FileManager.default.contentsOfDirectory(atPath: scratchDirectory), !contents.isEmpty {
             throw TributaryError(
@@ -124,226 +127,23 @@ extension Replica {
             storage.initialMapSize = 64 << 20
             let scratch = try Environment.open(path: scratchDirectory, configuration: storage)
             defer { scratch.close() }
-            let scratchStore = try ViewStore(environment: scratch)
+            let scratchViews = try ViewStore(environment: scratch)
+            // The scratch views take about as much room as the replica: made up front, so that the map seldom grows.
+            try scratch.reserve(additionalBytes: environment.statistics.usedBytes)
             return try environment.read { txn in
-                return try verify(
-                    in: txn, scratch: scratch, scratchViews: scratchStore, batchSize: max(1, batchSize),
-                    progress: progress)
+                try verify(in: txn, progress: progress) { progress in
+                    // Each write is committed: held in one transaction, the pages it changed would stay in memory.
+                    let rebuilt = RebuiltViews(views: scratchViews, target: .environment(scratch))
+                    let replayed = try replay(
+                        in: txn, into: rebuilt, recordsInMemory: recordsInMemory, progress: progress)
+                    return (
+                        replayed, ChunkedScan(database: scratchViews.objects, of: rebuilt),
+                        ChunkedScan(database: scratchViews.indexes, of: rebuilt)
+                    )
+                }
             }
         } catch {
             throw TributaryError.wrap(error)
         }
-    }
-
-    private func verify(
-        in txn: TributaryStorageReadTransaction, scratch: Environment, scratchViews: ViewStore, batchSize: Int,
-        progress: ((Int, Int) -> Void)?
-    ) throws -> VerificationReport {
-        var report = VerificationReport(changesetsChecked: 0, objectsCompared: 0, indexEntriesCompared: 0)
-        let total = try log.count(in: txn)
-
-        // 1. Replay the log into the scratch views, a batch per commit, as commits on the replica wrote them.
-        var schema = Schema(types: [])
-        var vector = VersionVector()
-        var batch: [(changeset: Changeset, apply: Bool)] = []
-        var adoptions = ChangesetLog.RebuiltAdoptions()
-        var batchInstructions = 0
-        var replayed = 0
-        func flush() throws {
-            guard !batch.isEmpty else { return }
-            let before = schema
-            // `write` may run its body again when the map grows: the body derives everything from `before` and
-            // `batch`, and hands the new schema back.
-            schema = try scratch.write { scratchTxn in
-                var working = WorkingSet(
-                    source: ReplicaRecordSource(
-                        views: scratchViews, log: log, transaction: scratchTxn, logTransaction: txn),
-                    schema: before)
-                for (changeset, apply) in batch {
-                    if apply {
-                        try MergeEngine.apply(changeset, to: &working)
-                    } else if let relay = changeset.relay {
-                        // A relay's copy of a changeset this replica wrote earlier: it records the adoption only.
-                        working.recordAdoption(of: changeset.dot, as: relay)
-                    }
-                }
-                let after = working.schema
-                try scratchViews.write(working.takeChanges(), schema: after, in: scratchTxn)
-                if working.schemaChanged {
-                    for type in Self.typesWithChangedIndexes(before, after) {
-                        try scratchViews.rebuildIndexes(ofType: type, schema: after, in: scratchTxn)
-                    }
-                }
-                return after
-            }
-            batch.removeAll(keepingCapacity: true)
-            batchInstructions = 0
-            progress?(replayed, total)
-        }
-        do {
-            let context = ZstdContext()
-            try log.scan(in: txn) { entry in
-                let changeset = try log.changeset(of: entry, context: context)
-                if let relay = changeset.relay {
-                    adoptions.record(changeset.dot, relay: relay, at: entry.localSequence)
-                }
-                vector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
-                batchInstructions += changeset.instructions.count
-                batch.append((changeset, try log.isFirstEntry(entry, in: txn)))
-                replayed += 1
-                // Bound the batch by instructions too: one changeset may hold thousands.
-                if batch.count >= batchSize || batchInstructions >= 20 * batchSize { try flush() }
-                return true
-            }
-            try flush()
-        } catch let error as LogError {
-            // An entry's damage names the entry; other damage (a changeset's adoptions) stops the replay where it is.
-            // (A failed batch was read, not applied: it is still in `batch`.)
-            report.changesetsChecked =
-                error.localSequence == 0 ? replayed - batch.count : max(0, Int(clamping: error.localSequence) - 1)
-            report.firstProblem = error.message
-            return report
-        } catch let error as MergeError {
-            report.changesetsChecked = try changesets(before: error, in: txn)
-            report.firstProblem = "the log cannot be replayed: \(error)"
-            return report
-        }
-        report.changesetsChecked = replayed
-        progress?(replayed, total)
-        if let problem = try firstLookupProblem(in: txn) ?? log.adoptionProblem(expected: adoptions, in: txn) {
-            report.firstProblem = problem
-            return report
-        }
-
-        // 2. Schema and version vector.
-        let storedSchema = try views.schema(in: txn) ?? Schema(types: [])
-        var expectedSchemaBytes = BinaryWriter()
-        expectedSchemaBytes.schema(schema)
-        var storedSchemaBytes = BinaryWriter()
-        storedSchemaBytes.schema(storedSchema)
-        if expectedSchemaBytes.bytes != storedSchemaBytes.bytes {
-            report.firstProblem = "the stored schema differs from the replayed one"
-            return report
-        }
-        let storedVector = try views.versionVector(in: txn)
-        if storedVector != vector {
-            report.firstProblem = "the stored version vector \(storedVector) differs from the replayed \(vector)"
-            return report
-        }
-
-        // 3. Object records, then index entries, in key order, a chunk at a time from each side.
-        return try scratch.read { scratchTxn in
-            var stored = ChunkedScan(database: views.objects, transaction: txn)
-            var expected = ChunkedScan(database: scratchViews.objects, transaction: scratchTxn)
-            var compared = 0
-            var problem: String?
-            scan: while problem == nil {
-                switch (try stored.next(), try expected.next()) {
-                case (nil, nil):
-                    break scan
-                case (let have?, nil):
-                    problem = "the views hold an object the log does not create: \(Self.describeRecordKey(have.key))"
-                case (nil, let want?):
-                    problem = "the views lack \(Self.describeRecordKey(want.key)), which the log creates"
-                case (let have?, let want?) where have.key.lexicographicallyPrecedes(want.key):
-                    problem = "the views hold an object the log does not create: \(Self.describeRecordKey(have.key))"
-                case (let have?, let want?) where want.key.lexicographicallyPrecedes(have.key):
-                    problem = "the views lack \(Self.describeRecordKey(want.key)), which the log creates"
-                case (let have?, let want?):
-                    if have.value != want.value {
-                        problem =
-                            "\(Self.describeRecordKey(want.key)) differs from its replayed state "
-                            + "(stored \(have.value.count) bytes, replayed \(want.value.count))"
-                    } else {
-                        compared += 1
-                        if compared % 4096 == 0 { progress?(replayed, total) }
-                    }
-                }
-            }
-            report.objectsCompared = compared
-            if let problem {
-                report.firstProblem = problem
-                return report
-            }
-
-            var storedIndex = ChunkedScan(database: views.indexes, transaction: txn)
-            var expectedIndex = ChunkedScan(database: scratchViews.indexes, transaction: scratchTxn)
-            var indexCompared = 0
-            index: while problem == nil {
-                switch (try storedIndex.next(), try expectedIndex.next()) {
-                case (nil, nil):
-                    break index
-                case (let have?, nil):
-                    problem = "the index holds an entry the log does not produce (\(Self.describeIndexKey(have.key)))"
-                case (nil, let want?):
-                    problem = "the index lacks an entry the log produces (\(Self.describeIndexKey(want.key)))"
-                case (let have?, let want?) where have.key.lexicographicallyPrecedes(want.key):
-                    problem = "the index holds an entry the log does not produce (\(Self.describeIndexKey(have.key)))"
-                case (let have?, let want?) where want.key.lexicographicallyPrecedes(have.key):
-                    problem = "the index lacks an entry the log produces (\(Self.describeIndexKey(want.key)))"
-                case (_?, _?):
-                    indexCompared += 1
-                    if indexCompared % 4096 == 0 { progress?(replayed, total) }
-                }
-            }
-            report.indexEntriesCompared = indexCompared
-            report.firstProblem = problem
-            return report
-        }
-    }
-
-    /// `Type["key"]` for an object record's storage key.
-    static func describeRecordKey(_ key: [UInt8]) -> String {
-        guard let zero = key.firstIndex(of: 0) else { return "\(key.count)-byte key" }
-        let type = String(decoding: key[..<zero], as: UTF8.self)
-        let primaryKey = KeyEncoding.primaryKey(from: key[(zero + 1)...]).map(\.description) ?? "?"
-        return "\(type)[\(primaryKey)]"
-    }
-
-    /// `Type.property, N bytes` for an index entry's storage key.
-    static func describeIndexKey(_ key: [UInt8]) -> String {
-        let parts = key.split(separator: 0, maxSplits: 2, omittingEmptySubsequences: false)
-        guard parts.count >= 2 else { return "\(key.count) bytes" }
-        let type = String(decoding: parts[0], as: UTF8.self)
-        let property = String(decoding: parts[1], as: UTF8.self)
-        return "\(type).\(property), \(key.count) bytes"
-    }
-}
-
-/// Reads a database in key order a chunk at a time, so that two databases can be walked side by side in bounded
-/// memory without holding two cursors open across callbacks.
-private struct ChunkedScan {
-    let database: Database
-    let transaction: TributaryStorageReadTransaction
-    var chunkSize = 512
-    private var buffer: [(key: [UInt8], value: [UInt8])] = []
-    private var index = 0
-    /// The smallest key not read yet (the last key read, followed by a zero byte), or `nil` before the first read.
-    private var resume: [UInt8]?
-    private var exhausted = false
-
-    init(database: Database, transaction: TributaryStorageReadTransaction) {
-        self.database = database
-        self.transaction = transaction
-    }
-
-    mutating func next() throws -> (key: [UInt8], value: [UInt8])? {
-        if index == buffer.count {
-            guard !exhausted else { return nil }
-            buffer.removeAll(keepingCapacity: true)
-            index = 0
-            let limit = chunkSize
-            var chunk: [(key: [UInt8], value: [UInt8])] = []
-            try transaction.scan(database, from: resume) { key, value in
-                chunk.append((Array(key), Array(value)))
-                return chunk.count < limit
-            }
-            if chunk.count < limit { exhausted = true }
-            if let last = chunk.last { resume = last.key + [0] }
-            buffer = chunk
-            guard !buffer.isEmpty else { return nil }
-        }
-        defer { index += 1 }
-        return buffer[index]
     }
 }

@@ -11,17 +11,11 @@ final class ReplicaRecordSource: RecordSource {
     let views: ViewStore
     let log: ChangesetLog
     let transaction: TributaryStorageReadTransaction
-    /// Where the log is read, when not in `transaction` (a rebuild into scratch views reads the replica's log).
-    let logTransaction: TributaryStorageReadTransaction?
 
-    init(
-        views: ViewStore, log: ChangesetLog, transaction: TributaryStorageReadTransaction,
-        logTransaction: TributaryStorageReadTransaction? = nil
-    ) {
+    init(views: ViewStore, log: ChangesetLog, transaction: TributaryStorageReadTransaction) {
         self.views = views
         self.log = log
         self.transaction = transaction
-        self.logTransaction = logTransaction
     }
 
     func loadRecord(type: String, primaryKey: PrimaryKey) throws -> ObjectRecord? {
@@ -33,6 +27,6 @@ final class ReplicaRecordSource: RecordSource {
     }
 
     func causalDots(ofOrigin dot: Dot) throws -> [Dot] {
-        try log.causalDots(ofOrigin: dot, in: logTransaction ?? transaction)
+        try log.causalDots(ofOrigin: dot, in: transaction)
     }
 }
