@@ -59,7 +59,7 @@ struct DaemonKillDrillTests {
     static let appKills = Deep.count(ci: 3, deep: 12)
     static let messagesPerRun = 3_000
     /// How long a transfer may take before the test fails instead of hanging.
-    static let patience: Duration = Deep.enabled ? .seconds(600) : .seconds(60)
+    static let patience: Duration = Deep.enabled ? .seconds(600) : .seconds(180)
 
     /// `TRIBUTARY_SEED`, or one drawn from the clock (and printed) per test process.
     static let baseSeed = SplitMix64.seedFromEnvironment(default: UInt64(UInt32(truncatingIfNeeded: time(nil))))
@@ -369,13 +369,13 @@ struct DaemonKillDrillTests {
         _ child: ChildProcess, _ plan: AppKill, sessionsOpened: Gauge, before: UInt64, appDirectory: String,
         committed: Int
     ) async throws -> Bool {
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + .seconds(180)
         func running() -> Bool { child.waitForExit(timeout: 0) == nil }
         switch plan {
         case .afterConnect(let milliseconds):
             while sessionsOpened.value <= before {
                 guard running() else { return false }
-                guard ContinuousClock.now < deadline else { throw DrillFailure("the app did not connect in 60 s") }
+                guard ContinuousClock.now < deadline else { throw DrillFailure("the app did not connect in 180 s") }
                 try await Task.sleep(for: .milliseconds(2))
             }
             try await Task.sleep(for: .milliseconds(milliseconds))
@@ -387,7 +387,7 @@ struct DaemonKillDrillTests {
                 if reader == nil { reader = try? openReadOnly(appDirectory) }
                 if let reader, try Self.objects(reader, "ChatMessage") > committed { break }
                 guard running() else { return false }
-                guard ContinuousClock.now < deadline else { throw DrillFailure("the app did not commit in 60 s") }
+                guard ContinuousClock.now < deadline else { throw DrillFailure("the app did not commit in 180 s") }
                 try await Task.sleep(for: .milliseconds(1))
             }
             if milliseconds > 0 { try await Task.sleep(for: .milliseconds(milliseconds)) }
@@ -492,7 +492,7 @@ struct DaemonKillDrillTests {
             ChildExecutable.path("tributaryd"), "tributaryd is not next to the test binary (swift build)")
         // Checked once more after the deadline: a test process busy with other suites may wake this task late, and
         // the daemon may have started meanwhile.
-        let deadline = ContinuousClock.now + .seconds(60)
+        let deadline = ContinuousClock.now + .seconds(180)
         var failures: [String] = []
         while true {
             let child = try children.start(executable, [directory, "--listen", "127.0.0.1:\(port)"], stderr: log)

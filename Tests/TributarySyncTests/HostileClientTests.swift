@@ -18,7 +18,7 @@ struct HostileClientTests {
     {
         let channel = try await WebSocketDialer.connect(to: endpoint)
         let writer = WebSocketWriter(channel: channel.channel, masking: true)
-        return try await LoopbackSyncTests.within(.seconds(20), "the daemon's answer") {
+        return try await LoopbackSyncTests.within(.seconds(120), "the daemon's answer") {
             try await channel.executeThenClose { inbound, _ in
                 try await writer.send(
                     MessageCodec.encode(
@@ -50,7 +50,7 @@ struct HostileClientTests {
         let app = try LoopbackSyncTests.app(directory, "app")
         let honest = app.connect(to: endpoint, configuration: LoopbackSyncTests.fastBackoff)
         try await app.write { try $0.create("Task", ["_id": "kept"]) }
-        try await LoopbackSyncTests.within(.seconds(20), "upload") { try await honest.waitForUpload() }
+        try await LoopbackSyncTests.within(.seconds(120), "upload") { try await honest.waitForUpload() }
         await honest.close()
         let before = try server.replica.viewDigest()
 

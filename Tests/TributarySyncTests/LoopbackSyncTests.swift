@@ -75,13 +75,13 @@ struct LoopbackSyncTests {
         let sessionB = b.connect(to: endpoint, configuration: Self.fastBackoff)
 
         try await a.write { try $0.create("Task", ["_id": "t1", "title": "from a"]) }
-        try await Self.within(.seconds(20), "upload") { try await sessionA.waitForUpload() }
-        try await Self.within(.seconds(20), "download") { try await sessionB.waitForDownload() }
+        try await Self.within(.seconds(120), "upload") { try await sessionA.waitForUpload() }
+        try await Self.within(.seconds(120), "download") { try await sessionB.waitForDownload() }
         #expect(try b.object("Task", primaryKey: .string("t1"))?["title"] == "from a")
 
         try await b.write { try $0.update("Task", primaryKey: .string("t1"), ["count": 5]) }
-        try await Self.within(.seconds(20), "upload") { try await sessionB.waitForUpload() }
-        try await Self.within(.seconds(20), "download") { try await sessionA.waitForDownload() }
+        try await Self.within(.seconds(120), "upload") { try await sessionB.waitForUpload() }
+        try await Self.within(.seconds(120), "download") { try await sessionA.waitForDownload() }
         #expect(try a.object("Task", primaryKey: .string("t1"))?["count"] == 5)
         #expect(try a.viewDigest(includeVersionVector: false) == b.viewDigest(includeVersionVector: false))
         #expect(try a.verify().passed && b.verify().passed && server.replica.verify().passed)
@@ -105,17 +105,17 @@ struct LoopbackSyncTests {
             try await a.write { try $0.create("Task", ["_id": .string("a\(index)"), "count": .int(Int64(index))]) }
             try await b.write { try $0.create("Task", ["_id": .string("b\(index)"), "count": .int(Int64(index))]) }
         }
-        try await Self.within(.seconds(30), "uploads") {
+        try await Self.within(.seconds(120), "uploads") {
             try await sessionA.waitForUpload()
             try await sessionB.waitForUpload()
         }
         // The daemons hold both apps' writes once they converge; then each app downloads.
-        try await Self.within(.seconds(30), "peer replication") {
+        try await Self.within(.seconds(120), "peer replication") {
             while try first.replica.viewDigest() != second.replica.viewDigest() {
                 try await Task.sleep(for: .milliseconds(20))
             }
         }
-        try await Self.within(.seconds(30), "downloads") {
+        try await Self.within(.seconds(120), "downloads") {
             try await sessionA.waitForDownload()
             try await sessionB.waitForDownload()
         }
@@ -136,13 +136,13 @@ struct LoopbackSyncTests {
         let a = try Self.app(directory, "a")
         let session = a.connect(to: endpoint, configuration: Self.fastBackoff)
         try await a.write { try $0.create("Task", ["_id": "before"]) }
-        try await Self.within(.seconds(20), "upload") { try await session.waitForUpload() }
+        try await Self.within(.seconds(120), "upload") { try await session.waitForUpload() }
 
         // The daemon goes away; the app writes offline.
         await server.stop()
         server.replica.close()
         for index in 0..<10 { try await a.write { try $0.create("Task", ["_id": .string("offline\(index)")]) } }
-        try await Self.within(.seconds(20), "disconnection") {
+        try await Self.within(.seconds(120), "disconnection") {
             for await state in session.states() {
                 if case .disconnected = state { return }
             }
@@ -150,7 +150,7 @@ struct LoopbackSyncTests {
 
         // It comes back on the same port and directory: the app reconnects and uploads the rest.
         (server, _) = try await Self.daemon(directory, "daemon") { $0.port = endpoint.port }
-        try await Self.within(.seconds(30), "upload after reconnecting") { try await session.waitForUpload() }
+        try await Self.within(.seconds(120), "upload after reconnecting") { try await session.waitForUpload() }
         #expect(try await server.replica.read { try $0.count("Task") } == 11)
         // Each of the app's 12 changesets (schema, 11 writes) is logged once at the daemon.
         #expect(try server.replica.inspection.summary().lastLocalSequence == 12)
@@ -166,7 +166,7 @@ struct LoopbackSyncTests {
         let a = try Self.app(directory, "a")
         let refused = a.connect(to: endpoint, credentials: .token("wrong"), configuration: Self.fastBackoff)
         try await a.write { try $0.create("Task", ["_id": "t"]) }
-        let error = try await Self.within(.seconds(20), "refusal") { () -> SyncError? in
+        let error = try await Self.within(.seconds(120), "refusal") { () -> SyncError? in
             do {
                 try await refused.waitForUpload()
                 return nil
@@ -179,7 +179,7 @@ struct LoopbackSyncTests {
         await refused.close()
 
         let accepted = a.connect(to: endpoint, credentials: .token("secret"), configuration: Self.fastBackoff)
-        try await Self.within(.seconds(20), "upload") { try await accepted.waitForUpload() }
+        try await Self.within(.seconds(120), "upload") { try await accepted.waitForUpload() }
         #expect(try await server.replica.read { try $0.count("Task") } == 1)
         await accepted.close()
         await server.stop()
@@ -198,7 +198,7 @@ struct LoopbackSyncTests {
             try await seed.write { try $0.create("Task", ["_id": .string("t\(index)"), "title": .string(title)]) }
         }
         let seeding = seed.connect(to: endpoint, configuration: Self.fastBackoff)
-        try await Self.within(.seconds(30), "seeding") { try await seeding.waitForUpload() }
+        try await Self.within(.seconds(120), "seeding") { try await seeding.waitForUpload() }
         await seeding.close()
 
         var configuration = Self.fastBackoff
@@ -215,7 +215,7 @@ struct LoopbackSyncTests {
             }
             return sizes
         }
-        try await Self.within(.seconds(30), "download") { try await session.waitForDownload() }
+        try await Self.within(.seconds(120), "download") { try await session.waitForDownload() }
         let sizes = await batches.value
         // Some 300-400 bytes a changeset: a 16 KiB window takes about 50 of them, not the 301 one batch could hold.
         #expect(sizes.count > 3)
@@ -240,7 +240,7 @@ struct LoopbackSyncTests {
             return nil
         }
         try await a.write { try $0.create("Task", ["_id": "remote", "title": "live"]) }
-        let key = try await Self.within(.seconds(20), "the live update") { try await seen.value }
+        let key = try await Self.within(.seconds(120), "the live update") { try await seen.value }
         #expect(key == .string("remote"))
         await sessionA.close()
         await sessionB.close()

@@ -118,10 +118,10 @@ struct MeshConvergenceTests {
         for target in paused { mesh.sessions[target].resume() }
 
         // Heal: every app uploads, the daemons converge, every app downloads.
-        try await LoopbackSyncTests.within(.seconds(60), "uploads") {
+        try await LoopbackSyncTests.within(.seconds(180), "uploads") {
             for session in mesh.sessions { try await session.waitForUpload() }
         }
-        try await LoopbackSyncTests.within(.seconds(60), "daemons converging") {
+        try await LoopbackSyncTests.within(.seconds(180), "daemons converging") {
             while true {
                 let digests = try mesh.daemons.map { try $0.replica.viewDigest(includeVersionVector: false) }
                 let vectors = mesh.daemons.map(\.replica.versionVector)
@@ -129,7 +129,7 @@ struct MeshConvergenceTests {
                 try await Task.sleep(for: .milliseconds(20))
             }
         }
-        try await LoopbackSyncTests.within(.seconds(60), "downloads") {
+        try await LoopbackSyncTests.within(.seconds(180), "downloads") {
             for session in mesh.sessions { try await session.waitForDownload() }
         }
         let expected = try mesh.daemons[0].replica.viewDigest(includeVersionVector: false)
