@@ -146,7 +146,8 @@ extension Replica {
         var export = ChangesetExport(changesets: [], bytes: 0, progress: vector, more: false)
         // One more than `limit`, to know whether more is missing.
         _ = try missingEntries(
-            from: vector, limit: limit == .max ? .max : limit + 1, origins: origins, excluding: excluding
+            from: vector, limit: limit == .max ? .max : limit + 1, origins: origins, excluding: excluding,
+            withDots: true
         ) { entry, dots, _ -> Void? in
             if !export.changesets.isEmpty && (export.changesets.count >= limit || export.bytes >= maximumBytes) {
                 export.more = true
@@ -178,9 +179,9 @@ extension Replica {
 
     /// Reads, in log order, the entries of the changesets a replica with version vector `vector` lacks, and makes
     /// each into an element of the result with `element`, which also gets the dots `vector` would count the entry
-    /// under (its origin's, and a relay's if one adopted it), and stops the read by returning `nil`.
+    /// under (its origin's, and a relay's if one adopted it) when `withDots`, and stops the read by returning `nil`.
     private func missingEntries<Element>(
-        from vector: VersionVector, limit: Int, origins: Set<ReplicaID>?, excluding: Set<Dot>,
+        from vector: VersionVector, limit: Int, origins: Set<ReplicaID>?, excluding: Set<Dot>, withDots: Bool = false,
         _ element: (LogEntry, [Dot], ZstdContext) throws -> Element?
     ) throws -> [Element] {
         do {
@@ -226,7 +227,7 @@ extension Replica {
                                 }
                             }
                             sequences.append(sequence)
-                            dots[sequence, default: []].append(dot)
+                            if withDots { dots[sequence, default: []].append(dot) }
                         }
                     }
                     if bound < .max { sequences.removeAll { $0 > bound } }

@@ -23,17 +23,20 @@ public enum Message: Sendable, Hashable {
     case pong(nonce: UInt64)
 
     /// The message's name, as docs/Protocol.md spells it.
-    public var name: String {
+    public var name: String { kind.description }
+
+    /// The kind byte that starts the message's encoding.
+    var kind: MessageCodec.Kind {
         switch self {
-        case .hello: "hello"
-        case .welcome: "welcome"
-        case .changesets: "changesets"
-        case .ack: "ack"
-        case .mark: "mark"
-        case .markReply: "markReply"
-        case .error: "error"
-        case .ping: "ping"
-        case .pong: "pong"
+        case .hello: .hello
+        case .welcome: .welcome
+        case .changesets: .changesets
+        case .ack: .ack
+        case .mark: .mark
+        case .markReply: .markReply
+        case .error: .error
+        case .ping: .ping
+        case .pong: .pong
         }
     }
 }

@@ -9,9 +9,9 @@ public enum MessageCodec {
     /// The message's encoding: one binary WebSocket message.
     public static func encode(_ message: Message) -> [UInt8] {
         var writer = BinaryWriter(capacity: 64)
+        writer.byte(message.kind.rawValue)
         switch message {
         case .hello(let hello):
-            writer.byte(Kind.hello.rawValue)
             writer.varint(hello.versions.lowerBound)
             writer.varint(hello.versions.upperBound)
             writer.fixed64(hello.replica.rawValue)
@@ -23,7 +23,6 @@ public enum MessageCodec {
             writer.dots(hello.pending)
             writer.varint(hello.window)
         case .welcome(let welcome):
-            writer.byte(Kind.welcome.rawValue)
             writer.varint(welcome.version)
             writer.fixed64(welcome.replica.rawValue)
             writer.vector(welcome.vector)
@@ -33,15 +32,13 @@ public enum MessageCodec {
             writer.varint(welcome.maximumMessageBytes)
             writer.varint(welcome.keepaliveSeconds)
         case .changesets(let batch):
-            writer = BinaryWriter(capacity: 32 + batch.changesets.reduce(0) { $0 + $1.count + 5 })
-            writer.byte(Kind.changesets.rawValue)
+            writer.bytes.reserveCapacity(32 + batch.changesets.reduce(0) { $0 + $1.count + 5 })
             writer.varint(batch.number)
             writer.varint(batch.changesets.count)
             for changeset in batch.changesets { writer.lengthPrefixed(changeset) }
             writer.vector(batch.progress)
             writer.byte(batch.more ? 1 : 0)
         case .ack(let ack):
-            writer.byte(Kind.ack.rawValue)
             writer.varint(ack.batch)
             writer.vector(ack.checkpoint)
             writer.varint(ack.rejected.count)
@@ -50,22 +47,17 @@ public enum MessageCodec {
                 writer.string(rejection.reason)
             }
         case .mark(let request):
-            writer.byte(Kind.mark.rawValue)
             writer.varint(request)
         case .markReply(let request):
-            writer.byte(Kind.markReply.rawValue)
             writer.varint(request)
         case .error(let error):
-            writer.byte(Kind.error.rawValue)
             writer.varint(error.code.rawValue)
             writer.byte(error.action.rawValue)
             writer.varint(error.retryAfterSeconds)
             writer.string(error.message)
         case .ping(let nonce):
-            writer.byte(Kind.ping.rawValue)
             writer.varint(nonce)
         case .pong(let nonce):
-            writer.byte(Kind.pong.rawValue)
             writer.varint(nonce)
         }
         return writer.bytes
