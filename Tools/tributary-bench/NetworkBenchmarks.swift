@@ -57,15 +57,18 @@ struct NetworkBenchmarks {
     /// changesets in a durable transaction of its own. The daemon's group commit is what lets it beat one fsync per
     /// changeset. The apps are bare protocol clients sending changesets written beforehand (on their own replicas),
     /// so that the figure is the daemon's, not that of eight apps integrating each other's writes on the same two
-    /// cores.
+    /// cores. The run alternates five times between a round of uploads and the baseline on that round's changesets,
+    /// so that both sides see the same disk (a virtual machine's fsync latency drifts by a factor of two or more
+    /// within a minute).
     func uploads() async throws {
         let clients = 8
-        let rounds = max(50, context.commits)
+        let roundsOfUploads = 5
+        let perClient = max(50, context.commits)
         let (server, endpoint) = try await daemon("upload-daemon")
         var uploads: [(ReplicaID, [[UInt8]])] = []
         for index in 0..<clients {
             let replica = try app("upload-app-\(index)")
-            for round in 0..<rounds {
+            for round in 0..<perClient {
                 try await replica.write { txn in
                     try txn.create(
                         "Note", ["_id": .string("\(index)-\(round)"), "text": "a small note", "n": .int(Int64(round))])
@@ -75,6 +78,13 @@ struct NetworkBenchmarks {
                 (replica.replicaID, try replica.encodedChangesets(missingFrom: VersionVector(), compressed: true)))
             replica.close()
         }
+        // Round r of a client: its changesets from bounds[r] up to bounds[r + 1] (an app's log also holds the
+        // changeset that created its schema).
+        func bounds(_ changesets: [[UInt8]]) -> [Int] {
+            (0...roundsOfUploads).map { $0 * changesets.count / roundsOfUploads }
+        }
+        let rounds = RoundGate(clients: clients)
+        let raw = try RawLMDB(path: context.path("upload-raw"))
         let rssBefore = anonymousResidentBytes()
         let peak = PeakSampler()
         let sampler = Task {
@@ -83,29 +93,44 @@ struct NetworkBenchmarks {
                 try? await Task.sleep(for: .milliseconds(20))
             }
         }
-        let start = ContinuousClock.now
+        var seconds = 0.0
+        var baselineSeconds = 0.0
+        var rawKey = 0
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for (replica, changesets) in uploads {
-                group.addTask { try await Self.upload(changesets, as: replica, to: endpoint) }
+            for (index, (replica, changesets)) in uploads.enumerated() {
+                group.addTask {
+                    try await Self.upload(
+                        changesets, in: bounds(changesets), as: replica, to: endpoint,
+                        waiting: rounds.startStreams[index], finished: rounds.finished)
+                }
+            }
+            var finished = rounds.finishedStream.makeAsyncIterator()
+            for round in 0..<roundsOfUploads {
+                let start = ContinuousClock.now
+                for start in rounds.starts { start.yield() }
+                for _ in 0..<clients { _ = await finished.next() }
+                seconds += (ContinuousClock.now - start).seconds
+                // Baseline: the same changesets, each in a durable LMDB commit of its own.
+                baselineSeconds += try time {
+                    for (_, changesets) in uploads {
+                        let bounds = bounds(changesets)
+                        for bytes in changesets[bounds[round]..<bounds[round + 1]] {
+                            var txn: OpaquePointer?
+                            try check(mdb_txn_begin_shim(raw, &txn), "mdb_txn_begin")
+                            try raw.put(txn, Array("c\(rawKey)".utf8), bytes)
+                            try check(mdb_txn_commit_shim(txn), "mdb_txn_commit")
+                            rawKey += 1
+                        }
+                    }
+                }
             }
             try await group.waitForAll()
         }
-        let seconds = (ContinuousClock.now - start).seconds
         sampler.cancel()
         let acknowledged = Double(uploads.reduce(0) { $0 + $1.1.count })
         let held = try await server.replica.read { try $0.count("Note") }
-        precondition(held == clients * rounds, "the daemon holds \(held) notes, not \(clients * rounds)")
+        precondition(held == clients * perClient, "the daemon holds \(held) notes, not \(clients * perClient)")
         let (commits, batches) = await server.commitStatistics()
-        // Baseline: the same changesets, each in a durable LMDB commit of its own.
-        let raw = try RawLMDB(path: context.path("upload-raw"))
-        let baselineSeconds = try time {
-            for (index, bytes) in uploads.flatMap(\.1).enumerated() {
-                var txn: OpaquePointer?
-                try check(mdb_txn_begin_shim(raw, &txn), "mdb_txn_begin")
-                try raw.put(txn, Array("c\(index)".utf8), bytes)
-                try check(mdb_txn_commit_shim(txn), "mdb_txn_commit")
-            }
-        }
         Measurement(
             name: "daemon_upload_8_clients_acknowledged_durable", value: acknowledged / seconds, unit: "changesets/s",
             baseline: "raw LMDB, each changeset in a durable commit of its own (changesets/s)",
@@ -123,30 +148,56 @@ struct NetworkBenchmarks {
         await server.stop()
     }
 
-    /// A bare app client: says hello, then sends `changesets` one per batch, each after the previous one was
-    /// acknowledged. It reads and drops what the daemon sends it (and never acknowledges it, so the daemon's window
+    /// Starts the upload benchmark's rounds, and hears each client finish one.
+    struct RoundGate {
+        let starts: [AsyncStream<Void>.Continuation]
+        let startStreams: [AsyncStream<Void>]
+        let finished: AsyncStream<Void>.Continuation
+        let finishedStream: AsyncStream<Void>
+
+        init(clients: Int) {
+            let pairs = (0..<clients).map { _ in AsyncStream<Void>.makeStream() }
+            starts = pairs.map(\.continuation)
+            startStreams = pairs.map(\.stream)
+            (finishedStream, finished) = AsyncStream<Void>.makeStream()
+        }
+    }
+
+    /// A bare app client: says hello, then, at each start of a round, sends that round's `changesets` (those from
+    /// `bounds[r]` up to `bounds[r + 1]`) one per batch, each after the previous one was acknowledged, and reports the
+    /// round finished. It reads and drops what the daemon sends it (and never acknowledges it, so the daemon's window
     /// holds that to one window).
-    static func upload(_ changesets: [[UInt8]], as replica: ReplicaID, to endpoint: SyncEndpoint) async throws {
+    static func upload(
+        _ changesets: [[UInt8]], in bounds: [Int], as replica: ReplicaID, to endpoint: SyncEndpoint,
+        waiting starts: AsyncStream<Void>, finished: AsyncStream<Void>.Continuation
+    ) async throws {
         let channel = try await WebSocketDialer.connect(to: endpoint)
         let writer = WebSocketWriter(channel: channel.channel, masking: true)
+        var starts = starts.makeAsyncIterator()
         try await channel.executeThenClose { inbound, _ in
             try await writer.send(
                 MessageCodec.encode(.hello(Hello(replica: replica, role: .app, vector: VersionVector()))))
             var next = 0
-            func sendNext() async throws {
+            /// Sends the next changeset, once its round started; false once every one was acknowledged.
+            func sendNext() async throws -> Bool {
+                if bounds.contains(next) {
+                    if next > 0 { finished.yield() }
+                    if next == changesets.count { return false }
+                    _ = await starts.next()
+                }
                 let batch = ChangesetBatch(
                     number: UInt64(next + 1), changesets: [changesets[next]], progress: VersionVector(), more: false)
                 try await writer.send(MessageCodec.encode(.changesets(batch)))
                 next += 1
+                return true
             }
             for try await frame in inbound where frame.opcode == .binary {
                 var data = frame.unmaskedData
                 switch try MessageCodec.decode(data.readBytes(length: data.readableBytes) ?? []) {
                 case .welcome:
-                    try await sendNext()
+                    _ = try await sendNext()
                 case .ack(let ack) where ack.batch == UInt64(next):
-                    if next == changesets.count { return }
-                    try await sendNext()
+                    if try await !sendNext() { return }
                 case .error(let error):
                     throw error
                 default:
