@@ -28,6 +28,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
     ],
     targets: [
         // System libraries from Debian: apt-get install -y liblmdb-dev libzstd-dev pkg-config
@@ -84,6 +85,7 @@ let package = Package(
                 "Tributary", "TributaryModel", "TributaryProtocol", "TributarySync",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "JWTKit", package: "jwt-kit"),
             ],
             swiftSettings: upcomingFeatures),
 
@@ -145,7 +147,7 @@ let package = Package(
             dependencies: [
                 "Tributary", "TributaryModel", "TributaryProtocol", "TributarySync", "TributaryDaemon",
                 "TributaryTestSupport", "TributaryTestTags", .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"), .product(name: "JWTKit", package: "jwt-kit"),
             ],
             swiftSettings: upcomingFeatures),
         .testTarget(

@@ -41,9 +41,15 @@ public struct IncomingChangesets: Sendable, Hashable {
     /// than a peer's changesets, integrated as they are.
     public var adopt: Bool
 
-    public init(_ changesets: [[UInt8]], adopt: Bool) {
+    /// When set, every changeset must name this author, or the batch fails with
+    /// ``TributaryError/Code-swift.struct/permissionDenied`` and none of it is integrated: a daemon sets it to the
+    /// user an app's session authenticated as.
+    public var requiredAuthor: String?
+
+    public init(_ changesets: [[UInt8]], adopt: Bool, requiredAuthor: String? = nil) {
         self.changesets = changesets
         self.adopt = adopt
+        self.requiredAuthor = requiredAuthor
     }
 }
 
@@ -357,7 +363,9 @@ extension Replica {
     /// Changesets as bytes, decoded as ``integrate(encoded:)`` decodes them. Called holding the write lock: the
     /// replica's zstd context is then free to use, and creating a decompression context per call costs more than
     /// decompressing a small frame.
-    private func decodeReceived(_ changesets: [[UInt8]], adopt: Bool) throws -> [PendingChangeset] {
+    private func decodeReceived(_ changesets: [[UInt8]], adopt: Bool, requiredAuthor: String? = nil) throws
+        -> [PendingChangeset]
+    {
         var decoded: [PendingChangeset] = []
         decoded.reserveCapacity(changesets.count)
         var decodedBytes = 0
@@ -369,17 +377,26 @@ extension Replica {
                         + "the limit of \(configuration.maximumBatchBytes) for one batch (maximumBatchBytes); nothing "
                         + "was integrated: pass changesets 0-\(index - 1) in one call and the rest in others")
             }
+            let received: (changeset: Changeset, encoded: [UInt8], frame: [UInt8]?)
             do {
-                let received = try log.received(bytes, context: compressionContext)
-                decodedBytes += received.encoded.count
-                decoded.append(
-                    PendingChangeset(
-                        changeset: received.changeset, adopt: adopt, encoded: received.encoded, frame: received.frame))
+                received = try log.received(bytes, context: compressionContext)
             } catch {
                 throw TributaryError(
                     .invalidChangeset,
                     "changeset \(index) of \(changesets.count) (\(bytes.count) bytes) cannot be decoded: \(error)")
             }
+            if let requiredAuthor, received.changeset.author != requiredAuthor {
+                throw TributaryError(
+                    .permissionDenied,
+                    "changeset \(received.changeset.dot) was written by author \"\(received.changeset.author)\", "
+                        + "but this upload's user is \"\(requiredAuthor)\": an app writes with its signed-in "
+                        + "user's id as the author (Replica.Configuration.author); nothing of "
+                        + "the batch was integrated")
+            }
+            decodedBytes += received.encoded.count
+            decoded.append(
+                PendingChangeset(
+                    changeset: received.changeset, adopt: adopt, encoded: received.encoded, frame: received.frame))
         }
         return decoded
     }
@@ -403,7 +420,8 @@ extension Replica {
             failures = [:]
             for (index, batch) in batches.enumerated() {
                 do {
-                    let decoded = try decodeReceived(batch.changesets, adopt: batch.adopt)
+                    let decoded = try decodeReceived(
+                        batch.changesets, adopt: batch.adopt, requiredAuthor: batch.requiredAuthor)
                     dots[index] = Set(decoded.map(\.changeset.dot))
                     causal[index] = decoded.map(\.changeset.causalDot)
                     all.append(contentsOf: decoded)

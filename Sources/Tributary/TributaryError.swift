@@ -21,6 +21,7 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
             case wrongType, missingProperty, duplicatePrimaryKey, objectNotFound, invalidPath, invalidValue
             case schemaConflict, invalidChangeset, corrupted, diskFull, mapFull, storage, clockSkew, closed
             case transactionTooLarge, readOnly, migrationFailed, missingPredecessor, invalidQuery, nestedWrite
+            case permissionDenied
         }
         private var wrapped: Wrapped
         /// The directory does not hold a Tributary replica, or its files are damaged beyond opening.
@@ -80,6 +81,8 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
         /// A write (or an integration, or a rebuild) was started inside a write on the same replica and thread, where
         /// it would wait for itself; do the work in the outer transaction instead.
         public static var nestedWrite: Self { Self(wrapped: .nestedWrite) }
+        /// Changesets came from a writer that may not make them: an upload whose author is not the uploading user.
+        public static var permissionDenied: Self { Self(wrapped: .permissionDenied) }
         public var description: String { "\(wrapped)" }
     }
 

@@ -27,8 +27,10 @@ actor Committer: BatchIntegrator {
         self.maximumGroupBytes = maximumGroupBytes
     }
 
-    nonisolated func integrate(_ changesets: [[UInt8]], adopt: Bool) async throws -> IntegrationReport {
-        try await submit(IncomingChangesets(changesets, adopt: adopt))
+    nonisolated func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?) async throws
+        -> IntegrationReport
+    {
+        try await submit(IncomingChangesets(changesets, adopt: adopt, requiredAuthor: author))
     }
 
     private func submit(_ batch: IncomingChangesets) async throws -> IntegrationReport {

@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -19,8 +20,12 @@ public final class SyncServer: Sendable {
         public var port = 7400
         /// Peer daemons to replicate with: the daemon dials each and keeps the link up.
         public var peers: [SyncEndpoint] = []
-        /// The tokens apps and peers may present. Empty: every session is accepted (fit only for loopback).
+        /// Shared tokens apps and peers may present (a session with one has no user). With neither these nor
+        /// ``tokenPolicy``, every session is accepted (fit only for loopback).
         public var accessTokens: [String] = []
+        /// How the JWTs apps present are checked: a session with one is its `sub`'s, and may upload only changesets
+        /// that user wrote.
+        public var tokenPolicy: TokenPolicy?
         /// The token this daemon presents to its peers.
         public var peerToken: String?
         /// The keepalive interval announced to sessions, in seconds.
@@ -81,10 +86,13 @@ public final class SyncServer: Sendable {
     /// Binds the listening socket, starts serving in the background and dials the peers.
     ///
     /// - Returns: the port listened on.
-    /// - Throws: the socket's error when the address cannot be bound (in use, not local, not permitted).
+    /// - Throws: ``SyncServerError`` when a token key does not load; the socket's error when the address cannot be
+    ///   bound (in use, not local, not permitted).
     @discardableResult
     public func start() async throws -> Int {
-        let listener = try await bind()
+        let authenticator = try await Authenticator(
+            accessTokens: configuration.accessTokens, policy: configuration.tokenPolicy)
+        let listener = try await bind(authenticator)
         let port = listener.channel.localAddress?.port ?? configuration.port
         let serving = Task { await serve(listener) }
         var links: [SyncSession] = []
@@ -126,16 +134,27 @@ public final class SyncServer: Sendable {
     private typealias Upgrade = EventLoopFuture<UpgradeResult>
 
     private enum UpgradeResult: Sendable {
-        case websocket(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
-        case notUpgraded(NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>)
+        case websocket(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, SessionIdentity)
+        /// A plain HTTP request, or an upgrade refused (with why).
+        case notUpgraded(NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, SyncError?)
     }
 
-    private func bind() async throws -> NIOAsyncChannel<Upgrade, Never> {
+    /// What the upgrade check learnt about one connection, for the handler that runs after it.
+    private final class ConnectionCheck: Sendable {
+        private let value = Mutex<Result<SessionIdentity, SyncError>?>(nil)
+        var result: Result<SessionIdentity, SyncError>? {
+            get { value.withLock { $0 } }
+            set { value.withLock { $0 = newValue } }
+        }
+    }
+
+    private func bind(_ authenticator: Authenticator) async throws -> NIOAsyncChannel<Upgrade, Never> {
         try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .bind(host: configuration.host, port: configuration.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    let check = ConnectionCheck()
                     let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
                         maxFrameSize: maximumFrameBytes,
                         shouldUpgrade: { channel, head in
@@ -143,8 +162,17 @@ public final class SyncServer: Sendable {
                             guard head.uri.split(separator: "?").first.map(String.init) == SyncProtocol.path,
                                 offered.contains(SyncProtocol.subprotocol)
                             else { return channel.eventLoop.makeSucceededFuture(nil) }
-                            return channel.eventLoop.makeSucceededFuture(
-                                HTTPHeaders([("Sec-WebSocket-Protocol", SyncProtocol.subprotocol)]))
+                            // The token is checked before the WebSocket exists: a refused connection gets an HTTP
+                            // answer that names the problem, and never a session.
+                            let authorization = head.headers["Authorization"].first
+                            let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
+                            promise.completeWithTask {
+                                let result = await authenticator.authenticate(authorization)
+                                check.result = result
+                                guard case .success = result else { return nil }
+                                return HTTPHeaders([("Sec-WebSocket-Protocol", SyncProtocol.subprotocol)])
+                            }
+                            return promise.futureResult
                         },
                         upgradePipelineHandler: { channel, _ in
                             channel.eventLoop.makeCompletedFuture {
@@ -152,15 +180,21 @@ public final class SyncServer: Sendable {
                                     NIOWebSocketFrameAggregator(
                                         minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 4096,
                                         maxAccumulatedFrameSize: maximumFrameBytes))
+                                guard case .success(let identity) = check.result else {
+                                    throw SyncServerError("a WebSocket upgrade without an authenticated identity")
+                                }
                                 return UpgradeResult.websocket(
-                                    try NIOAsyncChannel(wrappingChannelSynchronously: channel))
+                                    try NIOAsyncChannel(wrappingChannelSynchronously: channel), identity)
                             }
                         })
                     let configuration = NIOTypedHTTPServerUpgradeConfiguration<UpgradeResult>(
                         upgraders: [upgrader],
                         notUpgradingCompletionHandler: { channel in
                             channel.eventLoop.makeCompletedFuture {
-                                UpgradeResult.notUpgraded(try NIOAsyncChannel(wrappingChannelSynchronously: channel))
+                                var refusal: SyncError?
+                                if case .failure(let error) = check.result { refusal = error }
+                                return UpgradeResult.notUpgraded(
+                                    try NIOAsyncChannel(wrappingChannelSynchronously: channel), refusal)
                             }
                         })
                     return try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(
@@ -182,29 +216,32 @@ public final class SyncServer: Sendable {
     private func handle(_ upgrade: Upgrade) async {
         guard let result = try? await upgrade.get() else { return }
         switch result {
-        case .websocket(let channel):
-            await runWebSocketSession(channel, masking: false) { writer in await self.makeDriver(writer) }
-        case .notUpgraded(let channel):
-            await answerPlainHTTP(channel)
+        case .websocket(let channel, let identity):
+            await runWebSocketSession(channel, masking: false) { writer in await self.makeDriver(writer, identity) }
+        case .notUpgraded(let channel, let refusal):
+            if let refusal { configuration.log?("connection refused before its upgrade: \(refusal)") }
+            await answerPlainHTTP(channel, refusal: refusal)
         }
     }
 
-    private func makeDriver(_ writer: any MessageWriter) async -> SessionDriver {
+    private func makeDriver(_ writer: any MessageWriter, _ identity: SessionIdentity) async -> SessionDriver {
         var options = SessionDriver.Options()
         options.window = configuration.window
         options.keepaliveSeconds = configuration.keepaliveSeconds
         options.tickInterval = configuration.tickInterval
-        let tokens = configuration.accessTokens
+        options.requiredAuthor = identity.user
+        options.tokenExpiry = identity.expires.map { .now + .seconds(max(0, $0.timeIntervalSinceNow)) }
         let holder = DriverHolder()
         let driver = SessionDriver(
             replica: replica, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
             integrator: committer,
             authenticate: { hello in
-                guard tokens.isEmpty || tokens.contains(String(decoding: hello.credentials, as: UTF8.self)) else {
+                guard identity.roles.contains(hello.role) else {
                     return SyncError(
-                        .unauthorized, .fatal,
-                        "the daemon refused the credentials of replica \(hello.replica): use a token listed in its "
-                            + "configuration")
+                        .roleRefused, .fatal,
+                        "replica \(hello.replica) asked for a \(hello.role) session, but its token allows "
+                            + identity.roles.map(\.description).sorted().joined(separator: " and ")
+                            + " sessions only (peer daemons present a shared access token)")
                 }
                 return nil
             }, options: options,
@@ -254,20 +291,34 @@ public final class SyncServer: Sendable {
     }
 
     /// A plain HTTP request (not a WebSocket upgrade to the sync path): answered with 426 and a line that says where
-    /// sessions are served.
-    private func answerPlainHTTP(_ channel: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async {
+    /// sessions are served. A refused upgrade: answered with 401 (503 for `unavailable`), the protocol's error in
+    /// headers and its message as the body.
+    private func answerPlainHTTP(
+        _ channel: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, refusal: SyncError?
+    ) async {
         try? await channel.executeThenClose { inbound, outbound in
             for try await part in inbound {
                 guard case .end = part else { continue }
-                let body = ByteBuffer(
-                    string: "Tributary daemon: open a WebSocket to \(SyncProtocol.path) with the subprotocol "
-                        + "\(SyncProtocol.subprotocol)\n")
                 var headers = HTTPHeaders()
+                let status: HTTPResponseStatus
+                let text: String
+                if let refusal {
+                    status = refusal.code == .unavailable ? .serviceUnavailable : .unauthorized
+                    text = refusal.message + "\n"
+                    headers.add(name: SyncProtocol.errorCodeHeader, value: "\(refusal.code.rawValue)")
+                    headers.add(name: SyncProtocol.errorActionHeader, value: refusal.action.description)
+                    headers.add(name: "Retry-After", value: "\(refusal.retryAfterSeconds)")
+                } else {
+                    status = .upgradeRequired
+                    text =
+                        "Tributary daemon: open a WebSocket to \(SyncProtocol.path) with the subprotocol "
+                        + "\(SyncProtocol.subprotocol)\n"
+                }
+                let body = ByteBuffer(string: text)
                 headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
                 headers.add(name: "Content-Length", value: "\(body.readableBytes)")
                 headers.add(name: "Connection", value: "close")
-                try await outbound.write(
-                    .head(HTTPResponseHead(version: .http1_1, status: .upgradeRequired, headers: headers)))
+                try await outbound.write(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers)))
                 try await outbound.write(.body(.byteBuffer(body)))
                 try await outbound.write(.end(nil))
                 return

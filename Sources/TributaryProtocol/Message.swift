@@ -177,6 +177,10 @@ public enum SyncProtocol {
     public static let subprotocol = "tributary-sync"
     /// The path a daemon serves sessions on.
     public static let path = "/sync"
+    /// The header of a refused upgrade that holds the protocol's error code.
+    public static let errorCodeHeader = "Tributary-Error-Code"
+    /// The header of a refused upgrade that holds the error's action (`retry`, `reset` or `fatal`).
+    public static let errorActionHeader = "Tributary-Error-Action"
     /// The largest message this build reads or writes.
     public static let maximumMessageBytes = 16 << 20
     /// The receive window a side announces unless configured otherwise: 4 MiB.

@@ -51,6 +51,10 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let timeout = Code(rawValue: 9)
         /// The daemon no longer holds what this replica would need to catch up.
         public static let resetRequired = Code(rawValue: 10)
+        /// The session's token expired: the client asks the app for a fresh one and reconnects at once.
+        public static let tokenExpired = Code(rawValue: 11)
+        /// The session's user may not upload what it sent (a changeset written by another author).
+        public static let forbidden = Code(rawValue: 12)
 
         public var description: String {
             switch self {
@@ -64,6 +68,8 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
             case .storage: "storage"
             case .timeout: "timeout"
             case .resetRequired: "resetRequired"
+            case .tokenExpired: "tokenExpired"
+            case .forbidden: "forbidden"
             default: "error \(rawValue)"
             }
         }

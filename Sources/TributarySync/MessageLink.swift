@@ -11,8 +11,9 @@ package protocol MessageWriter: Sendable {
 
 /// How a session integrates the batches it receives.
 package protocol BatchIntegrator: Sendable {
-    /// Integrates `changesets` (adopted when `adopt`: an app's upload at its daemon) in one durable commit.
-    func integrate(_ changesets: [[UInt8]], adopt: Bool) async throws -> IntegrationReport
+    /// Integrates `changesets` (adopted when `adopt`: an app's upload at its daemon) in one durable commit. When
+    /// `author` is set, every changeset must name it as its author (see ``IncomingChangesets/requiredAuthor``).
+    func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?) async throws -> IntegrationReport
 }
 
 /// Integrates each batch in a commit of its own: what an app does with its downloads.
@@ -21,10 +22,11 @@ package struct DirectIntegrator: BatchIntegrator {
 
     package init(replica: Replica) { self.replica = replica }
 
-    package func integrate(_ changesets: [[UInt8]], adopt: Bool) async throws -> IntegrationReport {
+    package func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?) async throws -> IntegrationReport {
         let replica = replica
         return try await offload {
-            try replica.integrate(batches: [IncomingChangesets(changesets, adopt: adopt)])[0].get()
+            try replica.integrate(batches: [IncomingChangesets(changesets, adopt: adopt, requiredAuthor: author)])[0]
+                .get()
         }
     }
 }

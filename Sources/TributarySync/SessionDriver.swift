@@ -36,8 +36,13 @@ package actor SessionDriver {
         package var batchChangesets = 1_000
         /// About the most bytes per batch sent.
         package var batchBytes = 1 << 20
-        /// How often keepalive is checked.
+        /// How often keepalive (and the token's expiry) is checked.
         package var tickInterval: Duration = .seconds(1)
+        /// For an acceptor: the author every changeset received must name (the user an app's token names).
+        package var requiredAuthor: String?
+        /// For an acceptor: when the other side's token expires; the session then ends with
+        /// ``SyncError/Code/tokenExpired``.
+        package var tokenExpiry: ContinuousClock.Instant?
         package init() {}
     }
 
@@ -156,7 +161,11 @@ package actor SessionDriver {
         case .integrate(let batch):
             let report: IntegrationReport
             do {
-                report = try await integrator.integrate(batch.changesets, adopt: adoptIncoming)
+                report = try await integrator.integrate(
+                    batch.changesets, adopt: adoptIncoming, author: options.requiredAuthor)
+            } catch let error as TributaryError where error.code == .permissionDenied {
+                await fail(SyncError(.forbidden, .fatal, "batch \(batch.number): \(error.message)"))
+                return false
             } catch let error as TributaryError {
                 let failure =
                     error.code == .invalidChangeset || error.code == .transactionTooLarge
@@ -276,6 +285,14 @@ package actor SessionDriver {
 
     private func tick() async -> Bool {
         guard !ended else { return false }
+        if let expiry = options.tokenExpiry, ContinuousClock.now >= expiry {
+            await fail(
+                SyncError(
+                    .tokenExpired, .retry,
+                    "the session's token expired: the app presents a fresh one (SyncCredentials.refreshing) and the "
+                        + "session resumes"))
+            return false
+        }
         return await perform(machine.tick(now: .now))
     }
 

@@ -3,17 +3,41 @@ public import Tributary
 import TributaryModel
 public import TributaryProtocol
 
-/// What an app presents to its daemon: a token the daemon checks. Opaque to the protocol.
-public struct SyncCredentials: Sendable, Hashable {
+/// What an app presents to its daemon: a token (a JWT its backend signed, or a shared access token), sent in the
+/// WebSocket upgrade's `Authorization` header so that the daemon checks it before the session exists.
+///
+/// Tokens expire. With ``refreshing(initial:_:)`` the session asks the app for a fresh token whenever the daemon
+/// says the one it has expired (at connection or during a session) or refuses it, and reconnects at once; writes
+/// made meanwhile are uploaded then.
+///
+/// ```swift
+/// let session = replica.connect(
+///     to: endpoint, credentials: .refreshing { try await backend.freshSyncToken() })
+/// ```
+public struct SyncCredentials: Sendable {
+    /// The token presented first; empty for none.
     public var bytes: [UInt8]
+    /// Asks the app for a fresh token.
+    public var refresh: (@Sendable () async throws -> String)?
 
-    public init(bytes: [UInt8]) { self.bytes = bytes }
+    public init(bytes: [UInt8], refresh: (@Sendable () async throws -> String)? = nil) {
+        self.bytes = bytes
+        self.refresh = refresh
+    }
 
     /// No credentials: for a daemon that takes anyone on loopback.
     public static let none = SyncCredentials(bytes: [])
 
     /// A bearer token.
     public static func token(_ token: String) -> SyncCredentials { SyncCredentials(bytes: Array(token.utf8)) }
+
+    /// A token the app renews: `fetch` is called for the first one (unless `initial` is given) and whenever the
+    /// daemon refuses the current one or says it expired.
+    public static func refreshing(
+        initial: String? = nil, _ fetch: @escaping @Sendable () async throws -> String
+    ) -> SyncCredentials {
+        SyncCredentials(bytes: Array((initial ?? "").utf8), refresh: fetch)
+    }
 }
 
 /// How a ``SyncSession`` behaves.
@@ -179,6 +203,9 @@ public final class SyncSession: Sendable {
         role: SyncRole, integrator: any BatchIntegrator, shared: Shared
     ) async {
         var backoff = configuration.backoff
+        var token = String(decoding: credentials.bytes, as: UTF8.self)
+        /// Whether the token was fetched for this attempt (a refusal then is not answered with another fetch).
+        var fresh = false
         while !shared.isClosed {
             if shared.isHeld {
                 await shared.waitUntilReleased()
@@ -186,35 +213,64 @@ public final class SyncSession: Sendable {
             }
             shared.set(.connecting)
             var ended: SyncError?
-            do {
-                let channel = try await WebSocketDialer.connect(to: endpoint)
-                await runWebSocketSession(channel, masking: true) { writer in
-                    let pending = ((try? replica.pendingDots()) ?? []).sorted()
-                    let hello = Hello(
-                        replica: replica.replicaID, role: role, schemaVersion: configuration.schemaVersion,
-                        credentials: credentials.bytes, name: String(configuration.name.utf8.prefix(256)) ?? "",
-                        vector: replica.versionVector,
-                        pending: Array(pending.prefix(MessageLimits.standard.maximumDots)),
-                        window: configuration.window)
-                    var options = SessionDriver.Options()
-                    options.window = configuration.window
-                    let driver = SessionDriver(
-                        replica: replica, machine: SessionStateMachine(initiating: hello, now: .now), role: role,
-                        writer: writer, integrator: integrator, options: options,
-                        onEvent: { shared.handle($0) })
-                    shared.driver = driver
-                    return driver
+            var refreshFailed = false
+            if token.isEmpty, let refresh = credentials.refresh {
+                do {
+                    token = try await refresh()
+                    fresh = true
+                } catch {
+                    refreshFailed = true
+                    ended = SyncError(
+                        .unauthorized, .retry, "the app could not provide a sync token: \(error)", retryAfterSeconds: 1)
                 }
-                ended = shared.takeEndError()
-                if shared.wasEstablished { backoff.reset() }
-            } catch let error as SyncError {
-                ended = error
-            } catch {
-                ended = SyncError(.unavailable, .retry, "cannot connect to \(endpoint): \(error)")
+            }
+            if ended == nil {
+                do {
+                    let channel = try await WebSocketDialer.connect(
+                        to: endpoint, authorization: token.isEmpty ? nil : "Bearer \(token)")
+                    await runWebSocketSession(channel, masking: true) { writer in
+                        let pending = ((try? replica.pendingDots()) ?? []).sorted()
+                        let hello = Hello(
+                            replica: replica.replicaID, role: role, schemaVersion: configuration.schemaVersion,
+                            name: String(configuration.name.utf8.prefix(256)) ?? "", vector: replica.versionVector,
+                            pending: Array(pending.prefix(MessageLimits.standard.maximumDots)),
+                            window: configuration.window)
+                        var options = SessionDriver.Options()
+                        options.window = configuration.window
+                        let driver = SessionDriver(
+                            replica: replica, machine: SessionStateMachine(initiating: hello, now: .now), role: role,
+                            writer: writer, integrator: integrator, options: options,
+                            onEvent: { shared.handle($0) })
+                        shared.driver = driver
+                        return driver
+                    }
+                    ended = shared.takeEndError()
+                    if shared.wasEstablished {
+                        backoff.reset()
+                        fresh = false
+                    }
+                } catch let error as SyncError {
+                    ended = error
+                } catch {
+                    ended = SyncError(.unavailable, .retry, "cannot connect to \(endpoint): \(error)")
+                }
             }
             shared.driver = nil
             if shared.isClosed { break }
             if shared.isHeld { continue }
+            if let refused = ended, refused.code == .tokenExpired || refused.code == .unauthorized {
+                if credentials.refresh != nil && !fresh && !refreshFailed {
+                    // Ask the app for a fresh token and reconnect at once: the handshake resumes the upload.
+                    token = ""
+                    continue
+                }
+                if refused.code == .tokenExpired {
+                    ended = SyncError(
+                        .tokenExpired, .fatal,
+                        refused.message + " (this session cannot renew its token: connect with "
+                            + "SyncCredentials.refreshing)")
+                }
+            }
             if let ended, ended.action != .retry {
                 shared.stop(ended)
                 continue

@@ -118,16 +118,18 @@ package func runWebSocketSession(
 
 /// Opens WebSocket connections to daemons.
 package enum WebSocketDialer {
-    /// Connects to `endpoint` and upgrades to a WebSocket with the protocol's subprotocol.
+    /// Connects to `endpoint` and upgrades to a WebSocket with the protocol's subprotocol, presenting
+    /// `authorization` (an `Authorization` header's value) when given.
     ///
-    /// - Throws: the connection's error, or ``SyncError`` when the daemon declines the upgrade.
+    /// - Throws: the connection's error, or ``SyncError`` when the daemon declines the upgrade: the error the daemon
+    ///   answered with (a refused token, say), or one that says no daemon answered.
     package static func connect(
-        to endpoint: SyncEndpoint, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        timeout: Duration = .seconds(10)
+        to endpoint: SyncEndpoint, authorization: String? = nil,
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, timeout: Duration = .seconds(10)
     ) async throws -> NIOAsyncChannel<WebSocketFrame, WebSocketFrame> {
         enum Upgrade: Sendable {
             case upgraded(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
-            case declined
+            case declined(NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>)
         }
         let upgrade: EventLoopFuture<Upgrade> = try await ClientBootstrap(group: group)
             .connectTimeout(.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000))
@@ -151,11 +153,14 @@ package enum WebSocketDialer {
                     headers.add(name: "Host", value: "\(endpoint.host):\(endpoint.port)")
                     headers.add(name: "Sec-WebSocket-Protocol", value: SyncProtocol.subprotocol)
                     headers.add(name: "Content-Length", value: "0")
+                    if let authorization { headers.add(name: "Authorization", value: authorization) }
                     let head = HTTPRequestHead(version: .http1_1, method: .GET, uri: endpoint.path, headers: headers)
                     let configuration = NIOTypedHTTPClientUpgradeConfiguration<Upgrade>(
                         upgradeRequestHead: head, upgraders: [upgrader],
                         notUpgradingCompletionHandler: { channel in
-                            channel.eventLoop.makeCompletedFuture { Upgrade.declined }
+                            channel.eventLoop.makeCompletedFuture {
+                                Upgrade.declined(try NIOAsyncChannel(wrappingChannelSynchronously: channel))
+                            }
                         })
                     return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
                         configuration: .init(upgradeConfiguration: configuration))
@@ -164,11 +169,47 @@ package enum WebSocketDialer {
         switch try await upgrade.get() {
         case .upgraded(let channel):
             return channel
-        case .declined:
-            throw SyncError(
-                .protocolViolation, .retry,
-                "\(endpoint) did not accept a sync session (is a Tributary daemon listening there?)",
-                retryAfterSeconds: 30)
+        case .declined(let channel):
+            throw await refusal(from: channel, endpoint: endpoint)
         }
+    }
+
+    /// The error a daemon answered an upgrade with (its headers and plain-text body), or one that says no daemon
+    /// answered.
+    private static func refusal(
+        from channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>, endpoint: SyncEndpoint
+    ) async -> SyncError {
+        let notADaemon = SyncError(
+            .protocolViolation, .retry,
+            "\(endpoint) did not accept a sync session (is a Tributary daemon listening there?)", retryAfterSeconds: 30)
+        var head: HTTPResponseHead?
+        var body = ByteBuffer()
+        try? await channel.executeThenClose { inbound, _ in
+            for try await part in inbound {
+                switch part {
+                case .head(let response): head = response
+                case .body(var bytes):
+                    // A message is at most 4 KiB; the rest of an oversized body is not kept.
+                    if body.readableBytes < 8192 { body.writeBuffer(&bytes) }
+                case .end: return
+                }
+            }
+        }
+        guard let head, let codeText = head.headers[SyncProtocol.errorCodeHeader].first,
+            let code = UInt64(codeText)
+        else { return notADaemon }
+        let action: SyncError.Action =
+            switch head.headers[SyncProtocol.errorActionHeader].first {
+            case "retry": .retry
+            case "reset": .reset
+            default: .fatal
+            }
+        let retryAfter = head.headers["Retry-After"].first.flatMap { UInt64($0) } ?? 0
+        let text = String(decoding: body.readableBytesView.prefix(4096), as: UTF8.self)
+        let message = text.drop { $0.isWhitespace }.reversed().drop { $0.isWhitespace }.reversed()
+        return SyncError(
+            SyncError.Code(rawValue: code), action,
+            "\(endpoint) refused the session (HTTP \(head.status.code)): \(String(message))",
+            retryAfterSeconds: retryAfter)
     }
 }
