@@ -2,6 +2,9 @@
 import ArgumentParser
 import Dispatch
 import Foundation
+import Logging
+import Metrics
+import Prometheus
 import Tributary
 import TributaryDaemon
 import TributarySync
@@ -33,8 +36,15 @@ struct Tributaryd: AsyncParsableCommand {
                 "peers": ["ws://10.0.0.2:7400", "ws://10.0.0.3:7400"],
                 "accessTokens": ["a-long-random-token"],
                 "peerToken": "a-long-random-token",
-                "keepaliveSeconds": 30
+                "keepaliveSeconds": 30,
+                "logLevel": "info",
+                "readinessBoundSeconds": 10
               }
+
+            The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
+            serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
+            peer and why) and GET /metrics (Prometheus text format; docs/Operating.md lists the metrics). \
+            Logs go to standard error, one line each, with the session's id, replica and role.
 
             SIGINT or SIGTERM stops the daemon: sessions are told to come back in a second, and every \
             acknowledged change is on disk. tributary-log reads the directory while the daemon runs.
@@ -61,8 +71,34 @@ struct Tributaryd: AsyncParsableCommand {
     @Option(help: "Seconds between keepalive pings on idle sessions (default 30).")
     var keepaliveSeconds: UInt64?
 
+    @Option(
+        help:
+            "The least severe log lines written: trace, debug, info, notice, warning, error or critical (default info)."
+    )
+    var logLevel: String?
+
+    @Option(
+        help: "Seconds a peer link may go without being caught up before GET /ready answers 503 (default 10).")
+    var readinessBoundSeconds: UInt64?
+
     func run() async throws {
         let file = try config.map(DaemonFile.load) ?? DaemonFile()
+        let levelName = logLevel ?? file.logLevel ?? "info"
+        guard let level = Logger.Level(rawValue: levelName.lowercased()) else {
+            throw ValidationError(
+                "--log-level takes one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), "
+                    + "not \(levelName)")
+        }
+        // The process's global systems are set up here, once, and nowhere in the libraries.
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        let logger = Logger(label: "tributaryd")
+
         guard let directory = directory ?? file.directory else {
             throw ValidationError("name the replica directory: tributaryd DIRECTORY (or \"directory\" in --config)")
         }
@@ -84,27 +120,27 @@ struct Tributaryd: AsyncParsableCommand {
         if let keepalive = keepaliveSeconds ?? file.keepaliveSeconds {
             configuration.keepaliveSeconds = max(1, keepalive)
         }
-        configuration.log = { line in Self.log(line) }
+        if let bound = readinessBoundSeconds ?? file.readinessBoundSeconds {
+            configuration.readinessBound = .seconds(min(bound, 86_400))
+        }
+        configuration.logger = logger
+        configuration.metricsRegistry = registry
 
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let replica = try Replica.open(directory: directory)
         let server = SyncServer(replica: replica, configuration: configuration)
         let port = try await server.start()
-        Self.log(
+        let serving =
             "serving replica \(replica.replicaID) in \(directory) on ws://\(configuration.host):\(port)"
-                + (configuration.peers.isEmpty
-                    ? "" : "; peers: \(configuration.peers.map(\.description).joined(separator: ", "))")
-                + (configuration.accessTokens.isEmpty ? "; no access tokens: every session is accepted" : ""))
+            + (configuration.peers.isEmpty
+                ? "" : "; peers: \(configuration.peers.map(\.description).joined(separator: ", "))")
+            + (configuration.accessTokens.isEmpty ? "; no access tokens: every session is accepted" : "")
+        logger.notice("\(serving)")
         await Self.waitForTerminationSignal()
-        Self.log("stopping")
+        logger.notice("stopping")
         await server.stop()
         replica.close()
-        Self.log("stopped")
-    }
-
-    static func log(_ line: String) {
-        let stamp = ISO8601DateFormatter().string(from: Date())
-        FileHandle.standardError.write(Data("\(stamp) \(line)\n".utf8))
+        logger.notice("stopped")
     }
 
     /// Returns at the first SIGINT or SIGTERM.
@@ -131,6 +167,8 @@ struct DaemonFile: Decodable {
     var accessTokens: [String]?
     var peerToken: String?
     var keepaliveSeconds: UInt64?
+    var logLevel: String?
+    var readinessBoundSeconds: UInt64?
 
     static func load(_ path: String) throws -> DaemonFile {
         let data: Data
