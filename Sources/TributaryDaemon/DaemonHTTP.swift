@@ -11,11 +11,13 @@ extension SyncServer {
         /// What is not ready, one line each (`peer ws://10.0.0.2:7400/sync: disconnected: …`). Empty when ready.
         public var problems: [String]
 
+        /// A readiness with these problems (none: ready).
         public init(problems: [String]) { self.problems = problems }
 
         /// Whether the replica is open and every configured peer link is connected and caught up.
         public var isReady: Bool { problems.isEmpty }
 
+        /// `ready`, or the problems, one per line.
         public var description: String { isReady ? "ready" : problems.joined(separator: "\n") }
     }
 
