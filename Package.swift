@@ -29,6 +29,9 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/vapor/jwt-kit", from: "5.7.1"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // System libraries from Debian: apt-get install -y liblmdb-dev libzstd-dev pkg-config
@@ -86,6 +89,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ],
             swiftSettings: upcomingFeatures),
 
@@ -101,7 +106,11 @@ let package = Package(
             path: "Tools/tributary-sim", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributaryd",
-            dependencies: ["TributaryDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "TributaryDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ],
             path: "Tools/tributaryd", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributary-log",
@@ -147,7 +156,8 @@ let package = Package(
             dependencies: [
                 "Tributary", "TributaryModel", "TributaryProtocol", "TributarySync", "TributaryDaemon",
                 "TributaryTestSupport", "TributaryTestTags", .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOWebSocket", package: "swift-nio"), .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"), .product(name: "JWTKit", package: "jwt-kit"),
             ],
             swiftSettings: upcomingFeatures),
         .testTarget(

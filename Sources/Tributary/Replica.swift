@@ -365,6 +365,10 @@ public final class Replica: Sendable {
 
     // MARK: State
 
+    /// Whether ``close()`` was called (by any holder of the replica's storage): a closed replica reads and writes
+    /// nothing.
+    public var isClosed: Bool { environment.isClosed }
+
     /// The current schema.
     public var schema: Schema { state.withLock { $0.schema } }
 
@@ -380,6 +384,14 @@ public final class Replica: Sendable {
         return StorageStatistics(
             mapSize: statistics.mapSize, usedBytes: statistics.usedBytes, pageSize: statistics.pageSize,
             readersUsed: statistics.readersUsed, maximumReaders: statistics.maximumReaders)
+    }
+
+    /// The read transactions running on the replica's storage now, in every process that has it open.
+    public var storageReaders: StorageReaders {
+        let readers = environment.readers
+        return StorageReaders(
+            slotsHeld: readers.slotsHeld, active: readers.active,
+            oldestLagTransactions: readers.oldestLagTransactions)
     }
 
     // MARK: Writing
@@ -579,4 +591,16 @@ public struct StorageStatistics: Sendable, Hashable {
     public var readersUsed: Int
     /// The reader slots available.
     public var maximumReaders: Int
+}
+
+/// The read transactions on a replica's storage, across processes.
+public struct StorageReaders: Sendable, Hashable {
+    /// Reader slots held: by a read transaction running now, or kept by a thread for its next one.
+    public var slotsHeld: Int
+    /// Read transactions running now.
+    public var active: Int
+    /// How many commits the oldest running read transaction is behind the last one (`nil` when none runs). The pages
+    /// those commits freed are reused only once it ends: a number that keeps growing is a reader that never
+    /// finishes, and the replica's file grows meanwhile.
+    public var oldestLagTransactions: Int?
 }

@@ -22,8 +22,12 @@ actor Committer: BatchIntegrator {
     private(set) var commits = 0
     private(set) var batches = 0
 
-    init(replica: Replica, maximumGroupBytes: Int = 64 << 20) {
+    /// Where each commit's duration and batch count are recorded.
+    private let metrics: DaemonMetrics?
+
+    init(replica: Replica, maximumGroupBytes: Int = 64 << 20, metrics: DaemonMetrics? = nil) {
         self.replica = replica
+        self.metrics = metrics
         self.maximumGroupBytes = maximumGroupBytes
     }
 
@@ -60,8 +64,10 @@ actor Committer: BatchIntegrator {
             queue.removeFirst(taken)
             let replica = replica
             let batches = group.map(\.batch)
+            let started = ContinuousClock.now
             do {
                 let results = try await offload { try replica.integrate(batches: batches) }
+                metrics?.committed(duration: .now - started, batches: group.count)
                 for (index, result) in results.enumerated() {
                     group[index].waiter.resume(with: result.mapError { $0 as any Error })
                 }

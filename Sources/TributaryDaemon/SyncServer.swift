@@ -1,8 +1,10 @@
 import Foundation
+public import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOWebSocket
+public import Prometheus
 import Synchronization
 public import Tributary
 public import TributaryModel
@@ -37,8 +39,16 @@ public final class SyncServer: Sendable {
         public var peerBackoff = ReconnectBackoff()
         /// Checks keepalive this often (tests shorten it).
         public var tickInterval: Duration = .seconds(1)
-        /// Where the daemon reports sessions opening and ending; `nil`: nowhere.
-        public var log: (@Sendable (String) -> Void)?
+        /// Where the daemon logs sessions opening, ending and being refused, and its peer links connecting and
+        /// dropping. Each line about a session carries the metadata `session` (an id unique to the connection in
+        /// this process), and `replica` and `role` once the other side said them. Default: nowhere.
+        public var logger = Logger(label: "tributaryd", factory: { _ in SwiftLogNoOpLogHandler() })
+        /// The registry the daemon records its metrics in and serves at `GET /metrics` (docs/Operating.md lists
+        /// them). Default: one of the server's own; `tributaryd` passes the one it bootstrapped swift-metrics with.
+        public var metricsRegistry = PrometheusCollectorRegistry()
+        /// How long a peer link may go without being caught up (nothing to send, nothing known to receive) before
+        /// `GET /ready` reports the daemon not ready. Default: 10 seconds.
+        public var readinessBound: Duration = .seconds(10)
 
         public init() {}
     }
@@ -52,6 +62,8 @@ public final class SyncServer: Sendable {
     public let replica: Replica
     public let configuration: Configuration
     private let committer: Committer
+    let metrics: DaemonMetrics
+    let peerWatch = PeerWatch()
     private let state = Mutex(State())
 
     private struct State {
@@ -61,13 +73,15 @@ public final class SyncServer: Sendable {
         var drivers: [ObjectIdentifier: SessionDriver] = [:]
         var byReplica: [ReplicaID: (driver: SessionDriver, role: SyncRole)] = [:]
         var links: [SyncSession] = []
+        var linkWatchers: [Task<Void, Never>] = []
         var stopping = false
     }
 
     public init(replica: Replica, configuration: Configuration = Configuration()) {
         self.replica = replica
         self.configuration = configuration
-        committer = Committer(replica: replica)
+        metrics = DaemonMetrics(registry: configuration.metricsRegistry, peers: configuration.peers)
+        committer = Committer(replica: replica, metrics: metrics)
     }
 
     /// The sessions open now (apps and peers that dialled this daemon).
@@ -104,12 +118,16 @@ public final class SyncServer: Sendable {
                 SyncSession(
                     replica: replica, endpoint: peer,
                     credentials: configuration.peerToken.map { .token($0) } ?? .none,
-                    configuration: sessionConfiguration, role: .peer, integrator: committer))
+                    configuration: sessionConfiguration, role: .peer, integrator: committer, meter: metrics))
+        }
+        let watchers = zip(configuration.peers, links).map { peer, link in
+            Task { [logger = configuration.logger] in await Self.logStates(of: link, to: peer, logger) }
         }
         state.withLock {
             $0.listener = listener.channel
             $0.serving = serving
             $0.links = links
+            $0.linkWatchers = watchers
         }
         return port
     }
@@ -117,15 +135,16 @@ public final class SyncServer: Sendable {
     /// Stops: closes the listener, ends every session with an `unavailable` error (clients retry after a second)
     /// and closes the links to peers. Returns when all of them have ended.
     public func stop() async {
-        let (listener, serving, drivers, links) = state.withLock { state in
+        let (listener, serving, drivers, links, watchers) = state.withLock { state in
             state.stopping = true
-            return (state.listener, state.serving, Array(state.drivers.values), state.links)
+            return (state.listener, state.serving, Array(state.drivers.values), state.links, state.linkWatchers)
         }
         try? await listener?.close().get()
         for driver in drivers {
             await driver.close(SyncError(.unavailable, .retry, "the daemon is shutting down", retryAfterSeconds: 1))
         }
         for link in links { await link.close() }
+        for watcher in watchers { watcher.cancel() }
         await serving?.value
     }
 
@@ -219,8 +238,12 @@ public final class SyncServer: Sendable {
         case .websocket(let channel, let identity):
             await runWebSocketSession(channel, masking: false) { writer in await self.makeDriver(writer, identity) }
         case .notUpgraded(let channel, let refusal):
-            if let refusal { configuration.log?("connection refused before its upgrade: \(refusal)") }
-            await answerPlainHTTP(channel, refusal: refusal)
+            if let refusal {
+                configuration.logger.warning(
+                    "session refused before its upgrade: \(refusal)",
+                    metadata: ["session": "\(SessionIdentifiers.next())", "error": "\(refusal.code)"])
+            }
+            await answerHTTP(channel, refusal: refusal)
         }
     }
 
@@ -231,7 +254,8 @@ public final class SyncServer: Sendable {
         options.tickInterval = configuration.tickInterval
         options.requiredAuthor = identity.user
         options.tokenExpiry = identity.expires.map { .now + .seconds(max(0, $0.timeIntervalSinceNow)) }
-        let holder = DriverHolder()
+        options.meter = metrics
+        let holder = DriverHolder(logger: configuration.logger)
         let driver = SessionDriver(
             replica: replica, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
             integrator: committer,
@@ -261,11 +285,14 @@ public final class SyncServer: Sendable {
         guard let driver = holder.driver else { return }
         switch event {
         case .established(let other, let role):
-            configuration.log?("session opened: \(role) \(other)")
-            let superseded = state.withLock { state in
-                defer { state.byReplica[other] = (driver, role) }
-                return state.byReplica[other]?.driver
+            holder.identify(replica: other, role: role)
+            holder.logger.info("session opened: \(role) \(other)")
+            let (superseded, open) = state.withLock { state in
+                let superseded = state.byReplica[other]?.driver
+                state.byReplica[other] = (driver, role)
+                return (superseded, Self.count(roles: state.byReplica.values.map(\.role)))
             }
+            metrics.sessionsOpen(apps: open.apps, peers: open.peers)
             if let superseded, superseded !== driver {
                 Task {
                     await superseded.close(
@@ -275,63 +302,52 @@ public final class SyncServer: Sendable {
         case .ended(let error):
             let other = state.withLock { state in state.byReplica.first { $0.value.driver === driver }?.key }
             if let other {
-                configuration.log?("session ended: \(other)" + (error.map { ": \($0)" } ?? ""))
+                holder.logger.info(
+                    "session ended: \(other)\(error.map { ": \($0)" } ?? "")",
+                    metadata: error.map { ["error": "\($0.code)"] })
             } else if let error {
-                configuration.log?("session refused or failed before it opened: \(error)")
+                holder.logger.warning(
+                    "session refused or failed before it opened: \(error)", metadata: ["error": "\(error.code)"])
             }
-            state.withLock { state in
+            let open = state.withLock { state in
                 state.drivers.removeValue(forKey: ObjectIdentifier(driver))
                 for (key, value) in state.byReplica where value.driver === driver {
                     state.byReplica.removeValue(forKey: key)
                 }
+                return Self.count(roles: state.byReplica.values.map(\.role))
             }
+            metrics.sessionsOpen(apps: open.apps, peers: open.peers)
         default:
             break
         }
     }
-
-    /// A plain HTTP request (not a WebSocket upgrade to the sync path): answered with 426 and a line that says where
-    /// sessions are served. A refused upgrade: answered with 401 (503 for `unavailable`), the protocol's error in
-    /// headers and its message as the body.
-    private func answerPlainHTTP(
-        _ channel: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, refusal: SyncError?
-    ) async {
-        try? await channel.executeThenClose { inbound, outbound in
-            for try await part in inbound {
-                guard case .end = part else { continue }
-                var headers = HTTPHeaders()
-                let status: HTTPResponseStatus
-                let text: String
-                if let refusal {
-                    status = refusal.code == .unavailable ? .serviceUnavailable : .unauthorized
-                    text = refusal.message + "\n"
-                    headers.add(name: SyncProtocol.errorCodeHeader, value: "\(refusal.code.rawValue)")
-                    headers.add(name: SyncProtocol.errorActionHeader, value: refusal.action.description)
-                    headers.add(name: "Retry-After", value: "\(refusal.retryAfterSeconds)")
-                } else {
-                    status = .upgradeRequired
-                    text =
-                        "Tributary daemon: open a WebSocket to \(SyncProtocol.path) with the subprotocol "
-                        + "\(SyncProtocol.subprotocol)\n"
-                }
-                let body = ByteBuffer(string: text)
-                headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
-                headers.add(name: "Content-Length", value: "\(body.readableBytes)")
-                headers.add(name: "Connection", value: "close")
-                try await outbound.write(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers)))
-                try await outbound.write(.body(.byteBuffer(body)))
-                try await outbound.write(.end(nil))
-                return
-            }
-        }
-    }
 }
 
-/// Lets a session's event handler name its driver, which is made after the handler.
+/// Lets a session's event handler name its driver, which is made after the handler, and log with the session's
+/// metadata.
 private final class DriverHolder: Sendable {
     private let value = Mutex<SessionDriver?>(nil)
+    private let sessionLogger: Mutex<Logger>
+
+    init(logger: Logger) {
+        var logger = logger
+        logger[metadataKey: "session"] = "\(SessionIdentifiers.next())"
+        sessionLogger = Mutex(logger)
+    }
+
     var driver: SessionDriver? {
         get { value.withLock { $0 } }
         set { value.withLock { $0 = newValue } }
+    }
+
+    /// The daemon's logger with this session's metadata.
+    var logger: Logger { sessionLogger.withLock { $0 } }
+
+    /// Adds the other side's replica and role to the session's metadata.
+    func identify(replica: ReplicaID, role: SyncRole) {
+        sessionLogger.withLock { logger in
+            logger[metadataKey: "replica"] = "\(replica)"
+            logger[metadataKey: "role"] = "\(role)"
+        }
     }
 }

@@ -522,6 +522,62 @@ public final class Environment: @unchecked Sendable {
             readersUsed: Int(info.me_numreaders), maximumReaders: Int(info.me_maxreaders))
     }
 
+    /// The reader table, which every process that has the environment open shares.
+    public struct Readers: Sendable, Hashable {
+        /// Reader slots held: by a read transaction running now, or kept by a thread for its next one.
+        public var slotsHeld: Int
+        /// Read transactions running now.
+        public var active: Int
+        /// How many commits the oldest running read transaction is behind the last one: the pages those commits
+        /// freed cannot be reused until it ends, so a large and growing number is a reader that never finishes.
+        /// `nil` when no read transaction runs.
+        public var oldestLagTransactions: Int?
+
+        public init(slotsHeld: Int, active: Int, oldestLagTransactions: Int?) {
+            self.slotsHeld = slotsHeld
+            self.active = active
+            self.oldestLagTransactions = oldestLagTransactions
+        }
+
+        /// Reads the listing `mdb_reader_list` writes (a header, then `PID THREAD TXNID` per slot held, with `-` for
+        /// no transaction), against the last committed transaction. Lines it does not recognise are skipped.
+        public init(listing: String, lastTransactionID: Int) {
+            var held = 0
+            var active = 0
+            var oldest: Int?
+            for line in listing.split(separator: "\n") {
+                let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+                guard fields.count == 3, Int(fields[0]) != nil else { continue }
+                held += 1
+                guard let transaction = Int(fields[2]) else { continue }
+                active += 1
+                oldest = min(oldest ?? transaction, transaction)
+            }
+            self.init(
+                slotsHeld: held, active: active, oldestLagTransactions: oldest.map { max(0, lastTransactionID - $0) })
+        }
+    }
+
+    /// The reader table now. A closed environment has none.
+    public var readers: Readers {
+        remapLock.withSharedLock {
+            guard !isClosed else { return Readers(slotsHeld: 0, active: 0, oldestLagTransactions: nil) }
+            var info = MDB_envinfo()
+            mdb_env_info(handle, &info)
+            var listing = ""
+            withUnsafeMutablePointer(to: &listing) { pointer in
+                _ = mdb_reader_list(
+                    handle,
+                    { message, context in
+                        guard let message, let context else { return 0 }
+                        context.assumingMemoryBound(to: String.self).pointee += String(cString: message)
+                        return 0
+                    }, pointer)
+            }
+            return Readers(listing: listing, lastTransactionID: Int(clamping: info.me_last_txnid))
+        }
+    }
+
     private func growMap(after failure: StorageError) throws {
         let mapped = mapSize
         let maximum = configuration.maximumMapSize

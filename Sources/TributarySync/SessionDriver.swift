@@ -16,6 +16,34 @@ package enum SessionEvent: Sendable {
     case ended(SyncError?)
 }
 
+/// Counts what sessions move, for a daemon's metrics. Called from the sessions' actors: cheap and non-blocking.
+package protocol SessionMeter: Sendable {
+    /// A message of `bytes` arrived.
+    func received(bytes: Int)
+    /// A message of `bytes` was written to the connection.
+    func sent(bytes: Int)
+    /// A batch of `changesets` arrived (before integration: some may be held already).
+    func received(changesets: Int)
+    /// A batch of `changesets` was sent.
+    func sent(changesets: Int)
+}
+
+/// How far a session is from having nothing left to exchange, as far as this side can tell.
+package struct SessionStanding: Sendable, Hashable {
+    /// Changesets the other side is known to hold (from its handshake and acknowledgements) that this replica has
+    /// not integrated. A lower bound: what the other side received since it last said is not counted.
+    package var behind: UInt64
+    /// Whether the last batch received said the other side had more to send.
+    package var receivingMore: Bool
+    /// Whether this side's last look at its log found nothing the other side lacks.
+    package var nothingToSend: Bool
+    /// When this side last saw the session with nothing to send and nothing known to receive.
+    package var lastCaughtUp: ContinuousClock.Instant?
+
+    /// Nothing to send, nothing known to receive.
+    package var isCaughtUp: Bool { behind == 0 && !receivingMore && nothingToSend }
+}
+
 /// Runs one session of the sync protocol on a replica, over a connection: the handshake, the changesets each side
 /// lacks (in batches that respect the other side's window), acknowledgements after durable commits, marks and
 /// keepalive. The protocol's rules are the ``SessionStateMachine``'s; this actor does what it says.
@@ -43,6 +71,8 @@ package actor SessionDriver {
         /// For an acceptor: when the other side's token expires; the session then ends with
         /// ``SyncError/Code/tokenExpired``.
         package var tokenExpiry: ContinuousClock.Instant?
+        /// Counts the traffic, when set.
+        package var meter: (any SessionMeter)?
         package init() {}
     }
 
@@ -73,6 +103,12 @@ package actor SessionDriver {
     /// Wakes the pump after each commit on the replica, while the session is open.
     private var commitHandler: UInt64?
     private var ended = false
+    /// Whether the last batch received said the other side had more.
+    private var receivingMore = false
+    /// Whether the pump's last look at the log found nothing to send.
+    private var nothingToSend = false
+    /// When the session was last seen with nothing to send and nothing known to receive.
+    private var lastCaughtUp: ContinuousClock.Instant?
     /// The role this side said in `hello`, for an initiator.
     private let helloRole: SyncRole?
 
@@ -108,6 +144,7 @@ package actor SessionDriver {
     /// closes.
     package func receive(_ frame: [UInt8]) async -> Bool {
         guard !ended else { return false }
+        options.meter?.received(bytes: frame.count)
         return await perform(machine.received(frame, now: .now))
     }
 
@@ -135,6 +172,22 @@ package actor SessionDriver {
         }
     }
 
+    /// How far the session is from having nothing left to exchange.
+    package func standing() -> SessionStanding {
+        let held = replica.versionVector
+        var behind: UInt64 = 0
+        for entry in theirs.entries where entry.sequence > held[entry.replica] {
+            behind &+= entry.sequence - held[entry.replica]
+        }
+        var standing = SessionStanding(
+            behind: behind, receivingMore: receivingMore, nothingToSend: nothingToSend, lastCaughtUp: lastCaughtUp)
+        if !ended && standing.isCaughtUp {
+            lastCaughtUp = .now
+            standing.lastCaughtUp = lastCaughtUp
+        }
+        return standing
+    }
+
     // MARK: Reactions
 
     private func perform(_ action: SessionStateMachine.Action) async -> Bool {
@@ -159,6 +212,8 @@ package actor SessionDriver {
             startPump()
             return true
         case .integrate(let batch):
+            options.meter?.received(changesets: batch.changesets.count)
+            receivingMore = batch.more
             let report: IntegrationReport
             do {
                 report = try await integrator.integrate(
@@ -278,6 +333,7 @@ package actor SessionDriver {
     private func write(_ frame: [UInt8]) async {
         do {
             try await writer.send(frame)
+            options.meter?.sent(bytes: frame.count)
         } catch {
             await end(nil, closeConnection: true)
         }
@@ -328,7 +384,9 @@ package actor SessionDriver {
                     SyncError(.storage, .retry, "could not read the log to send: \(error)", retryAfterSeconds: 5))
                 return false
             }
+            nothingToSend = export.changesets.isEmpty
             if export.changesets.isEmpty {
+                _ = standing()
                 await replyToMarks(all: true)
                 return true
             }
@@ -340,6 +398,7 @@ package actor SessionDriver {
                 sentOwnSequence.append((machine.lastBatchSent, export.progress[replica.replicaID]))
             }
             theirs = export.progress
+            options.meter?.sent(changesets: export.changesets.count)
             await write(frame)
             await replyToMarks(all: false)
         }

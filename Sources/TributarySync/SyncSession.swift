@@ -118,7 +118,7 @@ public final class SyncSession: Sendable {
     /// link to a peer (which sends and receives every changeset, with `integrator` committing what it receives).
     package init(
         replica: Replica, endpoint: SyncEndpoint, credentials: SyncCredentials, configuration: SyncConfiguration,
-        role: SyncRole = .app, integrator: (any BatchIntegrator)? = nil
+        role: SyncRole = .app, integrator: (any BatchIntegrator)? = nil, meter: (any SessionMeter)? = nil
     ) {
         self.replica = replica
         self.endpoint = endpoint
@@ -129,7 +129,7 @@ public final class SyncSession: Sendable {
             $0 = Task {
                 await Self.run(
                     replica: replica, endpoint: endpoint, credentials: credentials, configuration: configuration,
-                    role: role, integrator: integrator, shared: shared)
+                    role: role, integrator: integrator, meter: meter, shared: shared)
             }
         }
     }
@@ -175,6 +175,12 @@ public final class SyncSession: Sendable {
         }
     }
 
+    /// How far the open connection is from having nothing left to exchange; `nil` while there is none.
+    package func standing() async -> SessionStanding? {
+        guard case .active = state, let driver = shared.driver else { return nil }
+        return await driver.standing()
+    }
+
     /// Stops syncing until ``resume()``: the connection is closed, and writes stay local.
     public func pause() async {
         shared.setPaused(true)
@@ -200,7 +206,7 @@ public final class SyncSession: Sendable {
 
     private static func run(
         replica: Replica, endpoint: SyncEndpoint, credentials: SyncCredentials, configuration: SyncConfiguration,
-        role: SyncRole, integrator: any BatchIntegrator, shared: Shared
+        role: SyncRole, integrator: any BatchIntegrator, meter: (any SessionMeter)?, shared: Shared
     ) async {
         var backoff = configuration.backoff
         var token = String(decoding: credentials.bytes, as: UTF8.self)
@@ -237,6 +243,7 @@ public final class SyncSession: Sendable {
                             window: configuration.window)
                         var options = SessionDriver.Options()
                         options.window = configuration.window
+                        options.meter = meter
                         let driver = SessionDriver(
                             replica: replica, machine: SessionStateMachine(initiating: hello, now: .now), role: role,
                             writer: writer, integrator: integrator, options: options,

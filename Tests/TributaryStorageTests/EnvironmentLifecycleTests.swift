@@ -25,3 +25,42 @@ struct EnvironmentLifecycleTests {
         #expect(try reopened.read { txn in try txn.get(again, key: [1]) } == [2])
     }
 }
+
+/// The reader table, as metrics read it.
+@Suite("Storage: reader table")
+struct ReaderTableTests {
+    @Test("a running snapshot counts as an active reader, behind by the commits made since it began")
+    func snapshotIsAnActiveReader() throws {
+        let directory = TemporaryDirectory("readers")
+        let environment = try Environment.open(path: directory.path)
+        defer { environment.close() }
+        let database = try environment.openDatabases(["data"])[0]
+        try environment.write { txn in try txn.put(database, key: [0], value: [0]) }
+        let idle = environment.readers
+        #expect(idle.active == 0 && idle.oldestLagTransactions == nil)
+
+        let snapshot = try environment.snapshot()
+        for key in UInt8(1)...3 {
+            try environment.write { txn in try txn.put(database, key: [key], value: [key]) }
+        }
+        let reading = environment.readers
+        #expect(reading.active == 1)
+        #expect(reading.slotsHeld >= 1)
+        #expect(reading.oldestLagTransactions == 3)
+        snapshot.release()
+        #expect(environment.readers.active == 0)
+        environment.close()
+        #expect(environment.readers == Environment.Readers(slotsHeld: 0, active: 0, oldestLagTransactions: nil))
+    }
+
+    @Test("the listing is read line by line; an idle slot is held but not active, and odd lines are skipped")
+    func listingParse() {
+        let listing =
+            "    pid     thread     txnid\n      4242 7f00aa 17\n      4242 7f00bb -\n      4343 7f00cc 12\nnoise\n"
+        let readers = Environment.Readers(listing: listing, lastTransactionID: 20)
+        #expect(readers == Environment.Readers(slotsHeld: 3, active: 2, oldestLagTransactions: 8))
+        #expect(
+            Environment.Readers(listing: "(no active readers)\n", lastTransactionID: 5)
+                == Environment.Readers(slotsHeld: 0, active: 0, oldestLagTransactions: nil))
+    }
+}

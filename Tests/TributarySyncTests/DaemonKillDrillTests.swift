@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Synchronization
 import Testing
 import Tributary
@@ -292,9 +293,10 @@ struct DaemonKillDrillTests {
         let appSessions = Gauge()
         var configuration = SyncServer.Configuration()
         configuration.port = 0
-        configuration.log = { line in
-            if line.hasPrefix("session opened: app ") { appSessions.increment() }
-        }
+        configuration.logger =
+            LogCapture { line in
+                if line.message.hasPrefix("session opened: app ") { appSessions.increment() }
+            }.logger
         let server = SyncServer(
             replica: try Replica.open(directory: directory.appending("daemon")), configuration: configuration)
         let port = try await server.start()

@@ -2,6 +2,9 @@
 import ArgumentParser
 import Dispatch
 import Foundation
+import Logging
+import Metrics
+import Prometheus
 import Tributary
 import TributaryDaemon
 import TributarySync
@@ -33,8 +36,25 @@ struct Tributaryd: AsyncParsableCommand {
                 "peers": ["ws://10.0.0.2:7400", "ws://10.0.0.3:7400"],
                 "accessTokens": ["a-long-random-token"],
                 "peerToken": "a-long-random-token",
-                "keepaliveSeconds": 30
+                "tokenKeys": [{"id": "2026-11", "algorithm": "RS256", "publicKeyFile": "/etc/tributary/auth.pem"}],
+                "tokenIssuer": "https://auth.example.com",
+                "tokenAudiences": ["notes"],
+                "keepaliveSeconds": 30,
+                "logLevel": "info",
+                "readinessBoundSeconds": 10
               }
+
+            Apps authenticate with JWTs their backend signs (--token-key): the token's sub is the session's \
+            user, and every changeset it uploads must name that user as its author. exp and nbf are checked with \
+            30 seconds of leeway, iss and aud when --token-issuer and --token-audience are given. A session whose \
+            token expires ends; the app's SyncSession asks it for a fresh token and resumes. Peer daemons present \
+            a shared access token (--token here, --peer-token there). A daemon with neither keys nor access \
+            tokens takes every session: fit for loopback only.
+
+            The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
+            serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
+            peer and why) and GET /metrics (Prometheus text format; docs/Operating.md lists the metrics). \
+            Logs go to standard error, one line each, with the session's id, replica and role.
 
             SIGINT or SIGTERM stops the daemon: sessions are told to come back in a second, and every \
             acknowledged change is on disk. tributary-log reads the directory while the daemon runs.
@@ -58,11 +78,53 @@ struct Tributaryd: AsyncParsableCommand {
     @Option(help: "The token this daemon presents to its peers.")
     var peerToken: String?
 
+    @Option(
+        name: .customLong("token-key"),
+        help: ArgumentHelp(
+            "A key app tokens (JWTs) are signed with, as [ID=]ALGORITHM:FILE (repeatable).",
+            discussion: """
+                ALGORITHM is HS256 (FILE holds the shared secret, at least 32 bytes), RS256 or ES256 (FILE holds \
+                the public key in PEM). With several keys, give each an ID: the kid tokens name.
+                """))
+    var tokenKeys: [String] = []
+
+    @Option(help: "The issuer (iss) app tokens must name.")
+    var tokenIssuer: String?
+
+    @Option(name: .customLong("token-audience"), help: "An audience (aud) app tokens may name (repeatable).")
+    var tokenAudiences: [String] = []
+
     @Option(help: "Seconds between keepalive pings on idle sessions (default 30).")
     var keepaliveSeconds: UInt64?
 
+    @Option(
+        help:
+            "The least severe log lines written: trace, debug, info, notice, warning, error or critical (default info)."
+    )
+    var logLevel: String?
+
+    @Option(
+        help: "Seconds a peer link may go without being caught up before GET /ready answers 503 (default 10).")
+    var readinessBoundSeconds: UInt64?
+
     func run() async throws {
         let file = try config.map(DaemonFile.load) ?? DaemonFile()
+        let levelName = logLevel ?? file.logLevel ?? "info"
+        guard let level = Logger.Level(rawValue: levelName.lowercased()) else {
+            throw ValidationError(
+                "--log-level takes one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), "
+                    + "not \(levelName)")
+        }
+        // The process's global systems are set up here, once, and nowhere in the libraries.
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        let logger = Logger(label: "tributaryd")
+
         guard let directory = directory ?? file.directory else {
             throw ValidationError("name the replica directory: tributaryd DIRECTORY (or \"directory\" in --config)")
         }
@@ -81,30 +143,58 @@ struct Tributaryd: AsyncParsableCommand {
         }
         configuration.accessTokens = tokens.isEmpty ? (file.accessTokens ?? []) : tokens
         configuration.peerToken = peerToken ?? file.peerToken
+        let keys =
+            tokenKeys.isEmpty ? try (file.tokenKeys ?? []).map { try $0.load() } : try tokenKeys.map(Self.tokenKey)
+        if !keys.isEmpty {
+            configuration.tokenPolicy = TokenPolicy(
+                keys: keys, issuer: tokenIssuer ?? file.tokenIssuer,
+                audiences: tokenAudiences.isEmpty ? (file.tokenAudiences ?? []) : tokenAudiences,
+                leewaySeconds: file.tokenLeewaySeconds ?? 30)
+        }
         if let keepalive = keepaliveSeconds ?? file.keepaliveSeconds {
             configuration.keepaliveSeconds = max(1, keepalive)
         }
-        configuration.log = { line in Self.log(line) }
+        if let bound = readinessBoundSeconds ?? file.readinessBoundSeconds {
+            configuration.readinessBound = .seconds(min(bound, 86_400))
+        }
+        configuration.logger = logger
+        configuration.metricsRegistry = registry
 
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let replica = try Replica.open(directory: directory)
         let server = SyncServer(replica: replica, configuration: configuration)
         let port = try await server.start()
-        Self.log(
+        let serving =
             "serving replica \(replica.replicaID) in \(directory) on ws://\(configuration.host):\(port)"
-                + (configuration.peers.isEmpty
-                    ? "" : "; peers: \(configuration.peers.map(\.description).joined(separator: ", "))")
-                + (configuration.accessTokens.isEmpty ? "; no access tokens: every session is accepted" : ""))
+            + (configuration.peers.isEmpty
+                ? "" : "; peers: \(configuration.peers.map(\.description).joined(separator: ", "))")
+            + (configuration.accessTokens.isEmpty && keys.isEmpty
+                ? "; no token keys or access tokens: every session is accepted" : "")
+        logger.notice("\(serving)")
         await Self.waitForTerminationSignal()
-        Self.log("stopping")
+        logger.notice("stopping")
         await server.stop()
         replica.close()
-        Self.log("stopped")
+        logger.notice("stopped")
     }
 
-    static func log(_ line: String) {
-        let stamp = ISO8601DateFormatter().string(from: Date())
-        FileHandle.standardError.write(Data("\(stamp) \(line)\n".utf8))
+    /// A `--token-key` value: `[ID=]ALGORITHM:FILE`.
+    static func tokenKey(_ text: String) throws -> TokenKey {
+        var rest = Substring(text)
+        var id: String?
+        if let equals = rest.firstIndex(of: "="), !rest[..<equals].contains(":") {
+            id = String(rest[..<equals])
+            rest = rest[rest.index(after: equals)...]
+        }
+        guard let colon = rest.firstIndex(of: ":"),
+            let algorithm = TokenKey.Algorithm(rawValue: rest[..<colon].uppercased())
+        else {
+            throw ValidationError(
+                "--token-key takes [ID=]ALGORITHM:FILE with ALGORITHM one of "
+                    + TokenKey.Algorithm.allCases.map(\.rawValue).joined(separator: ", ") + ", not \(text)")
+        }
+        return try TokenKeyFile(id: id, algorithm: algorithm.rawValue, file: String(rest[rest.index(after: colon)...]))
+            .load()
     }
 
     /// Returns at the first SIGINT or SIGTERM.
@@ -131,6 +221,12 @@ struct DaemonFile: Decodable {
     var accessTokens: [String]?
     var peerToken: String?
     var keepaliveSeconds: UInt64?
+    var logLevel: String?
+    var readinessBoundSeconds: UInt64?
+    var tokenKeys: [TokenKeyFile]?
+    var tokenIssuer: String?
+    var tokenAudiences: [String]?
+    var tokenLeewaySeconds: Int?
 
     static func load(_ path: String) throws -> DaemonFile {
         let data: Data
@@ -157,5 +253,45 @@ final class OnceFlag: @unchecked Sendable {
         if done { return false }
         done = true
         return true
+    }
+}
+
+/// A token key as the configuration file gives it: its material inline (`secret`, `publicKey`) or in a file.
+struct TokenKeyFile: Decodable {
+    var id: String?
+    var algorithm: String
+    var secret: String?
+    var publicKey: String?
+    var file: String?
+    var secretFile: String?
+    var publicKeyFile: String?
+
+    init(id: String?, algorithm: String, file: String) {
+        self.id = id
+        self.algorithm = algorithm
+        self.file = file
+    }
+
+    func load() throws -> TokenKey {
+        let name = id.map { "token key '\($0)'" } ?? "the \(algorithm) token key"
+        guard let algorithm = TokenKey.Algorithm(rawValue: algorithm.uppercased()) else {
+            throw ValidationError(
+                "\(name): the algorithm is one of "
+                    + TokenKey.Algorithm.allCases.map(\.rawValue).joined(separator: ", ") + ", not \(self.algorithm)")
+        }
+        var material = secret ?? publicKey
+        if let path = file ?? secretFile ?? publicKeyFile {
+            do {
+                material = try String(contentsOfFile: path, encoding: .utf8)
+            } catch {
+                throw ValidationError("\(name): cannot read \(path): \(error.localizedDescription)")
+            }
+            // A secret file usually ends with a newline that is not part of the secret.
+            if algorithm == .hs256 { material = material?.trimmingCharacters(in: .newlines) }
+        }
+        guard let material, !material.isEmpty else {
+            throw ValidationError("\(name): give its secret or public key (inline, or a file)")
+        }
+        return TokenKey(id: id, algorithm: algorithm, material: material)
     }
 }
