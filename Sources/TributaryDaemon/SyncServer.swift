@@ -37,6 +37,12 @@ public final class SyncServer: Sendable {
         public var window = SyncProtocol.defaultWindow
         /// The backoff of the links to peers.
         public var peerBackoff = ReconnectBackoff()
+        /// How long a new connection has to send its whole HTTP request (the WebSocket upgrade, or a plain request)
+        /// before it is closed. Default: 10 seconds.
+        public var handshakeDeadline: Duration = .seconds(10)
+        /// When the daemon stops, each session is told to come back after a random 1 to this many seconds.
+        /// Default: 5.
+        public var reconnectSpreadSeconds: UInt64 = 5
         /// Checks keepalive this often (tests shorten it).
         public var tickInterval: Duration = .seconds(1)
         /// Where the daemon logs sessions opening, ending and being refused, and its peer links connecting and
@@ -75,6 +81,8 @@ public final class SyncServer: Sendable {
         var links: [SyncSession] = []
         var linkWatchers: [Task<Void, Never>] = []
         var stopping = false
+        /// How connections are authenticated now (``reloadAuthentication(accessTokens:tokenPolicy:)`` replaces it).
+        var authenticator: Authenticator?
     }
 
     public init(replica: Replica, configuration: Configuration = Configuration()) {
@@ -106,7 +114,8 @@ public final class SyncServer: Sendable {
     public func start() async throws -> Int {
         let authenticator = try await Authenticator(
             accessTokens: configuration.accessTokens, policy: configuration.tokenPolicy)
-        let listener = try await bind(authenticator)
+        state.withLock { $0.authenticator = authenticator }
+        let listener = try await bind()
         let port = listener.channel.localAddress?.port ?? configuration.port
         let serving = Task { await serve(listener) }
         var links: [SyncSession] = []
@@ -132,16 +141,32 @@ public final class SyncServer: Sendable {
         return port
     }
 
-    /// Stops: closes the listener, ends every session with an `unavailable` error (clients retry after a second)
-    /// and closes the links to peers. Returns when all of them have ended.
+    /// Replaces the access tokens and token keys new connections are checked with (what SIGHUP reloads). Sessions
+    /// already open keep going until their own token expires.
+    ///
+    /// - Throws: ``SyncServerError`` naming a key that does not load; the daemon then keeps the ones it had.
+    public func reloadAuthentication(accessTokens: [String], tokenPolicy: TokenPolicy?) async throws(SyncServerError) {
+        let authenticator = try await Authenticator(accessTokens: accessTokens, policy: tokenPolicy)
+        state.withLock { $0.authenticator = authenticator }
+    }
+
+    /// Stops: closes the listener, ends every session with an `unavailable` error whose retry delay is spread over
+    /// 1 to ``Configuration/reconnectSpreadSeconds`` seconds (so that the apps of a stopped daemon do not all come
+    /// back in the same second, to it or to another), and closes the links to peers. Every batch acknowledged was
+    /// committed before its acknowledgement; one in flight is finished or, unacknowledged, sent again by its app.
+    /// Returns when all of them have ended.
     public func stop() async {
         let (listener, serving, drivers, links, watchers) = state.withLock { state in
             state.stopping = true
             return (state.listener, state.serving, Array(state.drivers.values), state.links, state.linkWatchers)
         }
         try? await listener?.close().get()
+        let spread = max(1, configuration.reconnectSpreadSeconds)
         for driver in drivers {
-            await driver.close(SyncError(.unavailable, .retry, "the daemon is shutting down", retryAfterSeconds: 1))
+            await driver.close(
+                SyncError(
+                    .unavailable, .retry, "the daemon is shutting down",
+                    retryAfterSeconds: UInt64.random(in: 1...spread)))
         }
         for link in links { await link.close() }
         for watcher in watchers { watcher.cancel() }
@@ -167,13 +192,20 @@ public final class SyncServer: Sendable {
         }
     }
 
-    private func bind(_ authenticator: Authenticator) async throws -> NIOAsyncChannel<Upgrade, Never> {
-        try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+    private func bind() async throws -> NIOAsyncChannel<Upgrade, Never> {
+        let deadline = configuration.handshakeDeadline
+        return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-            .bind(host: configuration.host, port: configuration.port) { channel in
+            .bind(host: configuration.host, port: configuration.port) { [weak self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     let check = ConnectionCheck()
+                    // A connection that has not finished its HTTP request by the deadline (one that sends nothing,
+                    // or trickles its headers) is closed: it holds a socket and sends nothing a session could use.
+                    let expiry = channel.eventLoop.scheduleTask(in: TimeAmount(deadline)) {
+                        channel.close(promise: nil)
+                    }
+                    channel.closeFuture.whenComplete { _ in expiry.cancel() }
                     let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
                         maxFrameSize: maximumFrameBytes,
                         shouldUpgrade: { channel, head in
@@ -186,6 +218,11 @@ public final class SyncServer: Sendable {
                             let authorization = head.headers["Authorization"].first
                             let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
                             promise.completeWithTask {
+                                guard let authenticator = self?.state.withLock({ $0.authenticator }) else {
+                                    check.result = .failure(
+                                        SyncError(.unavailable, .retry, "the daemon is stopping", retryAfterSeconds: 1))
+                                    return nil
+                                }
                                 let result = await authenticator.authenticate(authorization)
                                 check.result = result
                                 guard case .success = result else { return nil }
@@ -194,7 +231,8 @@ public final class SyncServer: Sendable {
                             return promise.futureResult
                         },
                         upgradePipelineHandler: { channel, _ in
-                            channel.eventLoop.makeCompletedFuture {
+                            expiry.cancel()
+                            return channel.eventLoop.makeCompletedFuture {
                                 try channel.pipeline.syncOperations.addHandler(
                                     NIOWebSocketFrameAggregator(
                                         minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 4096,
@@ -209,7 +247,8 @@ public final class SyncServer: Sendable {
                     let configuration = NIOTypedHTTPServerUpgradeConfiguration<UpgradeResult>(
                         upgraders: [upgrader],
                         notUpgradingCompletionHandler: { channel in
-                            channel.eventLoop.makeCompletedFuture {
+                            expiry.cancel()
+                            return channel.eventLoop.makeCompletedFuture {
                                 var refusal: SyncError?
                                 if case .failure(let error) = check.result { refusal = error }
                                 return UpgradeResult.notUpgraded(

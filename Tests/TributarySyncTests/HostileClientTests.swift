@@ -1,3 +1,4 @@
+import Foundation
 import NIOCore
 import NIOWebSocket
 import Testing
@@ -81,6 +82,59 @@ struct HostileClientTests {
 
         #expect(try server.replica.viewDigest() == before)
         #expect(try server.replica.verify().passed)
+        await server.stop()
+    }
+
+    /// Connects to the daemon over plain TCP, sends `bytes`, and waits (at most `limit`) for the daemon to close the
+    /// connection: returns how long that took, or `nil` if it stayed open.
+    static func closedAfter(sending bytes: [UInt8], to endpoint: SyncEndpoint, limit: Duration) throws -> Duration? {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(socket >= 0)
+        defer { Glibc.close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(endpoint.port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        #expect(connected == 0)
+        let start = ContinuousClock.now
+        if !bytes.isEmpty { _ = bytes.withUnsafeBytes { Glibc.write(socket, $0.baseAddress, $0.count) } }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now - start < limit {
+            var poll = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+            guard Glibc.poll(&poll, 1, 100) > 0 else { continue }
+            // The daemon may answer (a 400) before it closes; the close is what ends the wait.
+            let count = Glibc.read(socket, &buffer, buffer.count)
+            if count <= 0 { return ContinuousClock.now - start }
+        }
+        return nil
+    }
+
+    @Test("A connection that sends nothing, half a request, or garbage instead of HTTP is closed; the daemon serves on")
+    func stalledAndGarbageConnectionsClosed() async throws {
+        let directory = TemporaryDirectory("hostile")
+        let (server, endpoint) = try await LoopbackSyncTests.daemon(directory, "daemon") {
+            $0.handshakeDeadline = .milliseconds(500)
+        }
+        let silent = try Self.closedAfter(sending: [], to: endpoint, limit: .seconds(30))
+        #expect(silent != nil, "a silent connection stayed open")
+        #expect((silent ?? .zero) >= .milliseconds(400), "closed before the deadline: \(String(describing: silent))")
+        let half = Array("GET /sync HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n".utf8)
+        #expect(try Self.closedAfter(sending: half, to: endpoint, limit: .seconds(30)) != nil)
+        var random = SplitMix64(seed: 3)
+        let garbage = (0..<2048).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+        #expect(try Self.closedAfter(sending: garbage, to: endpoint, limit: .seconds(30)) != nil)
+        // An honest app still syncs.
+        let app = try LoopbackSyncTests.app(directory, "app")
+        let session = app.connect(to: endpoint, configuration: LoopbackSyncTests.fastBackoff)
+        try await app.write { try $0.create("Task", ["_id": "after"]) }
+        try await LoopbackSyncTests.within(.seconds(120), "upload") { try await session.waitForUpload() }
+        #expect(try await server.replica.read { try $0.count("Task") } == 1)
+        await session.close()
         await server.stop()
     }
 }

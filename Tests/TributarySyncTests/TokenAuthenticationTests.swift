@@ -216,6 +216,30 @@ struct TokenAuthenticationTests {
         }
     }
 
+    @Test("Reloaded keys apply to new connections at once; a reload with a key that does not load keeps the old")
+    func reloadKeys() async throws {
+        let directory = TemporaryDirectory("auth")
+        let (server, endpoint) = try await Self.daemon(directory)
+        let old = try await Self.hs256(Self.claims())
+        let newSecret = String(repeating: "n", count: 40)
+        let new = try await Self.hs256(Self.claims(), secret: newSecret)
+        #expect(try await Self.refusal(endpoint, "Bearer \(old)") == nil)
+        #expect(try await Self.refusal(endpoint, "Bearer \(new)")?.code == .unauthorized)
+
+        var policy = Self.policy
+        policy.keys = [TokenKey(algorithm: .hs256, material: newSecret)]
+        try await server.reloadAuthentication(accessTokens: [], tokenPolicy: policy)
+        #expect(try await Self.refusal(endpoint, "Bearer \(new)") == nil)
+        #expect(try await Self.refusal(endpoint, "Bearer \(old)")?.code == .unauthorized)
+
+        policy.keys = [TokenKey(algorithm: .es256, material: "not a key")]
+        await #expect(throws: SyncServerError.self) {
+            try await server.reloadAuthentication(accessTokens: [], tokenPolicy: policy)
+        }
+        #expect(try await Self.refusal(endpoint, "Bearer \(new)") == nil)
+        await server.stop()
+    }
+
     @Test("An upload written by another author is refused as forbidden, and none of it is integrated")
     func uploadByAnotherAuthorRefused() async throws {
         let directory = TemporaryDirectory("auth")

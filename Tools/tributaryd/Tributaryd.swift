@@ -56,8 +56,10 @@ struct Tributaryd: AsyncParsableCommand {
             peer and why) and GET /metrics (Prometheus text format; docs/Operating.md lists the metrics). \
             Logs go to standard error, one line each, with the session's id, replica and role.
 
-            SIGINT or SIGTERM stops the daemon: sessions are told to come back in a second, and every \
-            acknowledged change is on disk. tributary-log reads the directory while the daemon runs.
+            SIGINT or SIGTERM stops the daemon: sessions are told to come back after 1 to 5 seconds (spread, so \
+            that they do not all return at once), and every acknowledged change is on disk. SIGHUP reads the \
+            configuration file and key files again and applies their access tokens and token keys to new \
+            connections (rotation without a restart). tributary-log reads the directory while the daemon runs.
             """)
 
     @Argument(help: "The replica directory (created if missing). Overrides the configuration file's.")
@@ -141,16 +143,9 @@ struct Tributaryd: AsyncParsableCommand {
         for peer in peers.isEmpty ? (file.peers ?? []) : peers {
             configuration.peers.append(try SyncEndpoint(parsing: peer))
         }
-        configuration.accessTokens = tokens.isEmpty ? (file.accessTokens ?? []) : tokens
+        (configuration.accessTokens, configuration.tokenPolicy) = try authentication(file)
         configuration.peerToken = peerToken ?? file.peerToken
-        let keys =
-            tokenKeys.isEmpty ? try (file.tokenKeys ?? []).map { try $0.load() } : try tokenKeys.map(Self.tokenKey)
-        if !keys.isEmpty {
-            configuration.tokenPolicy = TokenPolicy(
-                keys: keys, issuer: tokenIssuer ?? file.tokenIssuer,
-                audiences: tokenAudiences.isEmpty ? (file.tokenAudiences ?? []) : tokenAudiences,
-                leewaySeconds: file.tokenLeewaySeconds ?? 30)
-        }
+        let keys = configuration.tokenPolicy?.keys ?? []
         if let keepalive = keepaliveSeconds ?? file.keepaliveSeconds {
             configuration.keepaliveSeconds = max(1, keepalive)
         }
@@ -171,11 +166,50 @@ struct Tributaryd: AsyncParsableCommand {
             + (configuration.accessTokens.isEmpty && keys.isEmpty
                 ? "; no token keys or access tokens: every session is accepted" : "")
         logger.notice("\(serving)")
+        let reloads = reloadOnHangup(server, logger)
         await Self.waitForTerminationSignal()
+        reloads.cancel()
         logger.notice("stopping")
         await server.stop()
         replica.close()
         logger.notice("stopped")
+    }
+
+    /// The access tokens and token policy, from the flags or else the configuration file (key files read now).
+    func authentication(_ file: DaemonFile) throws -> ([String], TokenPolicy?) {
+        let keys =
+            tokenKeys.isEmpty ? try (file.tokenKeys ?? []).map { try $0.load() } : try tokenKeys.map(Self.tokenKey)
+        let policy =
+            keys.isEmpty
+            ? nil
+            : TokenPolicy(
+                keys: keys, issuer: tokenIssuer ?? file.tokenIssuer,
+                audiences: tokenAudiences.isEmpty ? (file.tokenAudiences ?? []) : tokenAudiences,
+                leewaySeconds: file.tokenLeewaySeconds ?? 30)
+        return (tokens.isEmpty ? (file.accessTokens ?? []) : tokens, policy)
+    }
+
+    /// On each SIGHUP, reads the configuration file and the key files again and gives the daemon the access tokens
+    /// and token keys they hold now (for rotating keys without a restart). A reload that fails keeps the previous
+    /// ones and says why.
+    func reloadOnHangup(_ server: SyncServer, _ logger: Logger) -> any DispatchSourceSignal {
+        signal(SIGHUP, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        source.setEventHandler {
+            Task {
+                do {
+                    let file = try config.map(DaemonFile.load) ?? DaemonFile()
+                    let (tokens, policy) = try authentication(file)
+                    try await server.reloadAuthentication(accessTokens: tokens, tokenPolicy: policy)
+                    logger.notice(
+                        "reloaded on SIGHUP: \(policy?.keys.count ?? 0) token keys, \(tokens.count) access tokens")
+                } catch {
+                    logger.error("reload on SIGHUP failed, the previous tokens and keys stay: \(error)")
+                }
+            }
+        }
+        source.resume()
+        return source
     }
 
     /// A `--token-key` value: `[ID=]ALGORITHM:FILE`.
