@@ -40,6 +40,9 @@ public final class SyncServer: Sendable {
         /// How long a new connection has to send its whole HTTP request (the WebSocket upgrade, or a plain request)
         /// before it is closed. Default: 10 seconds.
         public var handshakeDeadline: Duration = .seconds(10)
+        /// The most connections open at once from one IP address; more are refused with `unavailable` (HTTP 503)
+        /// until some close. Default: 256 (apps behind one NAT share an address).
+        public var connectionsPerAddress = 256
         /// When the daemon stops, each session is told to come back after a random 1 to this many seconds.
         /// Default: 5.
         public var reconnectSpreadSeconds: UInt64 = 5
@@ -83,6 +86,8 @@ public final class SyncServer: Sendable {
         var stopping = false
         /// How connections are authenticated now (``reloadAuthentication(accessTokens:tokenPolicy:)`` replaces it).
         var authenticator: Authenticator?
+        /// Connections open, by remote IP address.
+        var connectionsByAddress: [String: Int] = [:]
     }
 
     public init(replica: Replica, configuration: Configuration = Configuration()) {
@@ -175,6 +180,21 @@ public final class SyncServer: Sendable {
 
     // MARK: Serving
 
+    /// Counts a connection from `address`; true when that takes it over ``Configuration/connectionsPerAddress``.
+    private func admit(_ address: String) -> Bool {
+        state.withLock { state in
+            state.connectionsByAddress[address, default: 0] += 1
+            return state.connectionsByAddress[address, default: 0] > configuration.connectionsPerAddress
+        }
+    }
+
+    private func release(_ address: String) {
+        state.withLock { state in
+            let left = state.connectionsByAddress[address, default: 1] - 1
+            state.connectionsByAddress[address] = left > 0 ? left : nil
+        }
+    }
+
     private typealias Upgrade = EventLoopFuture<UpgradeResult>
 
     private enum UpgradeResult: Sendable {
@@ -206,6 +226,9 @@ public final class SyncServer: Sendable {
                         channel.close(promise: nil)
                     }
                     channel.closeFuture.whenComplete { _ in expiry.cancel() }
+                    let address = channel.remoteAddress?.ipAddress ?? "unknown"
+                    let crowded = self?.admit(address) ?? false
+                    channel.closeFuture.whenComplete { _ in self?.release(address) }
                     let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
                         maxFrameSize: maximumFrameBytes,
                         shouldUpgrade: { channel, head in
@@ -218,6 +241,14 @@ public final class SyncServer: Sendable {
                             let authorization = head.headers["Authorization"].first
                             let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
                             promise.completeWithTask {
+                                if crowded, let limit = self?.configuration.connectionsPerAddress {
+                                    check.result = .failure(
+                                        SyncError(
+                                            .unavailable, .retry,
+                                            "too many connections from \(address): this daemon takes \(limit) at "
+                                                + "once from one address", retryAfterSeconds: 10))
+                                    return nil
+                                }
                                 guard let authenticator = self?.state.withLock({ $0.authenticator }) else {
                                     check.result = .failure(
                                         SyncError(.unavailable, .retry, "the daemon is stopping", retryAfterSeconds: 1))

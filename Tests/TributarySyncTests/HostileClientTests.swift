@@ -137,4 +137,34 @@ struct HostileClientTests {
         await session.close()
         await server.stop()
     }
+
+    @Test("Connections over the per-address cap are refused as unavailable, and taken again once others close")
+    func perAddressCap() async throws {
+        let directory = TemporaryDirectory("hostile")
+        let (server, endpoint) = try await LoopbackSyncTests.daemon(directory, "daemon") {
+            $0.connectionsPerAddress = 2
+        }
+        let first = try await WebSocketDialer.connect(to: endpoint)
+        let second = try await WebSocketDialer.connect(to: endpoint)
+        do {
+            let third = try await WebSocketDialer.connect(to: endpoint)
+            try? await third.channel.close()
+            Issue.record("a third connection from one address was upgraded")
+        } catch let error as SyncError {
+            #expect(error.code == .unavailable)
+            #expect(error.message.contains("too many connections from 127.0.0.1"))
+            #expect(error.retryAfterSeconds == 10)
+        }
+        try await first.channel.close()
+        // The close reaches the daemon's count shortly after.
+        let accepted = try await LoopbackSyncTests.within(.seconds(60), "a connection after one closed") {
+            while true {
+                if let channel = try? await WebSocketDialer.connect(to: endpoint) { return channel }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        try await accepted.channel.close()
+        try await second.channel.close()
+        await server.stop()
+    }
 }

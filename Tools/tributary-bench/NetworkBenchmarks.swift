@@ -41,6 +41,8 @@ struct NetworkBenchmarks {
         configuration.port = 0
         configuration.peers = peers
         configuration.peerBackoff = ReconnectBackoff(initial: .milliseconds(20), maximum: .milliseconds(200))
+        // Every client of these benchmarks connects from 127.0.0.1: the idle-sessions one opens 1,000.
+        configuration.connectionsPerAddress = 4096
         let server = SyncServer(replica: replica, configuration: configuration)
         let port = try await server.start()
         return (server, SyncEndpoint(host: "127.0.0.1", port: port))
