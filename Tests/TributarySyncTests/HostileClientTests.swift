@@ -167,4 +167,34 @@ struct HostileClientTests {
         try await second.channel.close()
         await server.stop()
     }
+
+    @Test("A message over the 16 MiB limit ends its connection before the daemon reads it; the daemon serves on")
+    func oversizedMessageClosesTheConnection() async throws {
+        let directory = TemporaryDirectory("hostile")
+        let (server, endpoint) = try await LoopbackSyncTests.daemon(directory, "daemon")
+        let channel = try await WebSocketDialer.connect(to: endpoint)
+        let closed = try await LoopbackSyncTests.within(.seconds(120), "the daemon closing the connection") {
+            try await channel.executeThenClose { inbound, _ in
+                let oversized = WebSocketFrame(
+                    fin: true, opcode: .binary, maskKey: .random(),
+                    data: ByteBuffer(repeating: 7, count: SyncProtocol.maximumMessageBytes + 65))
+                try? await channel.channel.writeAndFlush(oversized).get()
+                var binaryMessages = 0
+                do {
+                    for try await frame in inbound where frame.opcode == .binary { binaryMessages += 1 }
+                } catch {
+                    // A reset connection ends the stream with an error: closed, too.
+                }
+                return binaryMessages == 0
+            }
+        }
+        #expect(closed, "the daemon answered an oversized message instead of closing")
+        #expect(server.sessions.isEmpty)
+        let app = try LoopbackSyncTests.app(directory, "app")
+        let session = app.connect(to: endpoint, configuration: LoopbackSyncTests.fastBackoff)
+        try await app.write { try $0.create("Task", ["_id": "after"]) }
+        try await LoopbackSyncTests.within(.seconds(120), "upload") { try await session.waitForUpload() }
+        await session.close()
+        await server.stop()
+    }
 }
