@@ -37,7 +37,7 @@ public final class SyncServer: Sendable {
         public var window = SyncProtocol.defaultWindow
         /// The backoff of the links to peers.
         public var peerBackoff = ReconnectBackoff()
-        /// How long a new connection has to send its whole HTTP request (the WebSocket upgrade, or a plain request)
+        /// How long a new connection has to send its HTTP request's head (the WebSocket upgrade, or a plain request)
         /// before it is closed. Default: 10 seconds.
         public var handshakeDeadline: Duration = .seconds(10)
         /// The most connections open at once from one IP address; more are refused with `unavailable` (HTTP 503)
@@ -232,6 +232,9 @@ public final class SyncServer: Sendable {
                     let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
                         maxFrameSize: maximumFrameBytes,
                         shouldUpgrade: { channel, head in
+                            // The request has arrived: the deadline was the client's to meet, and the daemon's own
+                            // checks below do not count against it.
+                            expiry.cancel()
                             let offered = head.headers[canonicalForm: "Sec-WebSocket-Protocol"].map(String.init)
                             guard head.uri.split(separator: "?").first.map(String.init) == SyncProtocol.path,
                                 offered.contains(SyncProtocol.subprotocol)

@@ -166,7 +166,16 @@ package enum WebSocketDialer {
                         configuration: .init(upgradeConfiguration: configuration))
                 }
             }
-        switch try await upgrade.get() {
+        let result: Upgrade
+        do {
+            result = try await upgrade.get()
+        } catch {
+            throw SyncError(
+                .unavailable, .retry,
+                "\(endpoint) closed the connection before the session opened (\(error)); the daemon may be stopping "
+                    + "or overloaded", retryAfterSeconds: 1)
+        }
+        switch result {
         case .upgraded(let channel):
             return channel
         case .declined(let channel):
