@@ -30,6 +30,9 @@ struct LoopbackSyncTests {
         configuration.port = 0
         configuration.peers = peers
         configuration.peerBackoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
+        // A test's own client may wait many seconds for a thread while the whole suite runs on 2 cores: the deadline
+        // for a request's head is a bound here, not something under test (but where a test sets it).
+        configuration.handshakeDeadline = .seconds(120)
         configure(&configuration)
         let server = SyncServer(replica: replica, configuration: configuration)
         let port = try await server.start()
