@@ -68,6 +68,18 @@ struct LoopbackSyncTests {
         }
     }
 
+    /// The error `session`'s upload ends with (a refusal that stops it), or `nil` if the upload completed.
+    static func uploadError(_ session: SyncSession) async throws -> SyncError? {
+        try await within(.seconds(120), "the upload's end") { () -> SyncError? in
+            do {
+                try await session.waitForUpload()
+                return nil
+            } catch let error as SyncError {
+                return error
+            }
+        }
+    }
+
     @Test("Two apps sync through a daemon: a write on one reaches the other")
     func twoAppsThroughADaemon() async throws {
         let directory = TemporaryDirectory("sync")
@@ -169,14 +181,7 @@ struct LoopbackSyncTests {
         let a = try Self.app(directory, "a")
         let refused = a.connect(to: endpoint, credentials: .token("wrong"), configuration: Self.fastBackoff)
         try await a.write { try $0.create("Task", ["_id": "t"]) }
-        let error = try await Self.within(.seconds(120), "refusal") { () -> SyncError? in
-            do {
-                try await refused.waitForUpload()
-                return nil
-            } catch let error as SyncError {
-                return error
-            }
-        }
+        let error = try await Self.uploadError(refused)
         #expect(error?.code == .unauthorized)
         #expect(refused.state == .disconnected(error))
         await refused.close()

@@ -249,14 +249,7 @@ struct TokenAuthenticationTests {
         let token = try await Self.hs256(Self.claims("alice"))
         let session = app.connect(
             to: endpoint, credentials: .token(token), configuration: LoopbackSyncTests.fastBackoff)
-        let error = try await LoopbackSyncTests.within(.seconds(120), "refusal") { () -> SyncError? in
-            do {
-                try await session.waitForUpload()
-                return nil
-            } catch let error as SyncError {
-                return error
-            }
-        }
+        let error = try await LoopbackSyncTests.uploadError(session)
         #expect(error?.code == .forbidden)
         #expect(error?.message.contains("\"mallory\"") == true)
         #expect(error?.message.contains("\"alice\"") == true)
@@ -308,14 +301,7 @@ struct TokenAuthenticationTests {
         let session = app.connect(
             to: endpoint, credentials: .token(expired), configuration: LoopbackSyncTests.fastBackoff)
         try await app.write { try $0.create("Task", ["_id": "t"]) }
-        let error = try await LoopbackSyncTests.within(.seconds(120), "refusal") { () -> SyncError? in
-            do {
-                try await session.waitForUpload()
-                return nil
-            } catch let error as SyncError {
-                return error
-            }
-        }
+        let error = try await LoopbackSyncTests.uploadError(session)
         #expect(error?.code == .tokenExpired)
         #expect(error?.action == .fatal)
         #expect(error?.message.contains("SyncCredentials.refreshing") == true)
