@@ -93,18 +93,24 @@ public struct SessionIdentity: Sendable, Hashable {
 
     /// Anyone, in any role: a daemon with neither keys nor access tokens.
     public static let anyone = SessionIdentity(user: nil, claims: [:], expires: nil, roles: [.app, .peer])
+    /// A peer daemon, proven by its client certificate.
+    public static let peer = SessionIdentity(user: nil, claims: [:], expires: nil, roles: [.peer])
 }
 
 /// Checks the bearer token of a connection before its WebSocket upgrade.
 struct Authenticator: Sendable {
     let accessTokens: Set<String>
     let policy: TokenPolicy?
+    /// Whether peer daemons prove themselves with certificates (TLS with a peer certificate authority): no token then
+    /// allows a peer session.
+    let peersByCertificate: Bool
     private let verifiers: [(key: TokenKey, keys: JWTKeyCollection)]
 
     /// - Throws: ``SyncServerError`` naming a key that does not load.
-    init(accessTokens: [String], policy: TokenPolicy?) async throws(SyncServerError) {
+    init(accessTokens: [String], policy: TokenPolicy?, peersByCertificate: Bool = false) async throws(SyncServerError) {
         self.accessTokens = Set(accessTokens)
         self.policy = policy
+        self.peersByCertificate = peersByCertificate
         var verifiers: [(TokenKey, JWTKeyCollection)] = []
         for key in policy?.keys ?? [] {
             let collection = JWTKeyCollection()
@@ -140,7 +146,9 @@ struct Authenticator: Sendable {
 
     /// The identity `authorization` (an HTTP `Authorization` header's value) proves, or why it proves none.
     func authenticate(_ authorization: String?, now: Date = Date()) async -> Result<SessionIdentity, SyncError> {
-        if isOpen { return .success(.anyone) }
+        let shared = SessionIdentity(
+            user: nil, claims: [:], expires: nil, roles: peersByCertificate ? [.app] : [.app, .peer])
+        if isOpen { return .success(shared) }
         guard let authorization, authorization.lowercased().hasPrefix("bearer ") else {
             return .failure(
                 refusal(
@@ -148,9 +156,7 @@ struct Authenticator: Sendable {
                         + "(SyncCredentials.token or .refreshing)"))
         }
         let token = authorization.dropFirst("bearer ".count).trimmingCharacters(in: .whitespaces)
-        if accessTokens.contains(token) {
-            return .success(SessionIdentity(user: nil, claims: [:], expires: nil, roles: [.app, .peer]))
-        }
+        if accessTokens.contains(token) { return .success(shared) }
         guard let policy, !verifiers.isEmpty else {
             return .failure(refusal("the token is not one of the daemon's access tokens"))
         }

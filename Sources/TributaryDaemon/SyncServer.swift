@@ -3,6 +3,7 @@ public import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
 import NIOWebSocket
 public import Prometheus
 import Synchronization
@@ -28,8 +29,14 @@ public final class SyncServer: Sendable {
         /// How the JWTs apps present are checked: a session with one is its `sub`'s, and may upload only changesets
         /// that user wrote.
         public var tokenPolicy: TokenPolicy?
-        /// The token this daemon presents to its peers.
+        /// The token this daemon presents to its peers (those that have no peer certificate authority).
         public var peerToken: String?
+        /// Serves `wss://` instead of `ws://`: the daemon's certificate, and the authority whose client certificates
+        /// identify peer daemons. Default: none (plain WebSocket, fit for loopback or a private network).
+        public var tls: TLS?
+        /// How this daemon reaches `wss://` peers: the certificate authorities it trusts for their certificates, and
+        /// the certificate it presents to them (from their peer certificate authority).
+        public var peerTLS = SyncTLS()
         /// The keepalive interval announced to sessions, in seconds.
         public var keepaliveSeconds = SyncProtocol.defaultKeepaliveSeconds
         /// The receive window announced to each session, in bytes: what one session may have in flight towards
@@ -43,6 +50,22 @@ public final class SyncServer: Sendable {
         /// The most connections open at once from one IP address; more are refused with `unavailable` (HTTP 503)
         /// until some close. Default: 256 (apps behind one NAT share an address).
         public var connectionsPerAddress = 256
+        /// How many bytes a second each user may upload, over all its sessions (a JWT's `sub`; an app without one
+        /// counts as its replica): a batch over the allowance is refused with `rateLimited` and sent again after the
+        /// delay the daemon gives, rather than buffered. `nil`: no limit. Default: 8 MiB a second.
+        public var uploadBytesPerSecond: Int? = 8 << 20
+        /// How many bytes a user may upload at once before ``uploadBytesPerSecond`` applies. A batch larger than
+        /// this is taken when the user's allowance is full. Default: 64 MiB.
+        public var uploadBurstBytes = 64 << 20
+        /// The largest message (and so the largest changeset) a session may send the daemon, announced to each; at
+        /// most the protocol's 16 MiB. A larger message ends its connection before it is read. Default: 16 MiB.
+        public var maximumMessageBytes = SyncProtocol.maximumMessageBytes
+        /// The most bytes of changesets in flight to one session, unacknowledged, whatever receive window it
+        /// announces. Default: 16 MiB.
+        public var outboundBytesPerSession: UInt64 = 16 << 20
+        /// How long a session's socket may take to accept one message before the session is closed (a client that
+        /// does not read). Default: 60 seconds.
+        public var sendDeadline: Duration = .seconds(60)
         /// When the daemon stops, each session is told to come back after a random 1 to this many seconds.
         /// Default: 5.
         public var reconnectSpreadSeconds: UInt64 = 5
@@ -71,6 +94,7 @@ public final class SyncServer: Sendable {
     public let replica: Replica
     public let configuration: Configuration
     private let committer: Committer
+    private let uploads: UploadAllowances?
     let metrics: DaemonMetrics
     let peerWatch = PeerWatch()
     private let state = Mutex(State())
@@ -88,6 +112,8 @@ public final class SyncServer: Sendable {
         var authenticator: Authenticator?
         /// Connections open, by remote IP address.
         var connectionsByAddress: [String: Int] = [:]
+        /// The TLS context new connections are served with (``reloadCertificates()`` replaces it).
+        var tlsContext: NIOSSLContext?
     }
 
     public init(replica: Replica, configuration: Configuration = Configuration()) {
@@ -95,6 +121,9 @@ public final class SyncServer: Sendable {
         self.configuration = configuration
         metrics = DaemonMetrics(registry: configuration.metricsRegistry, peers: configuration.peers)
         committer = Committer(replica: replica, metrics: metrics)
+        uploads = configuration.uploadBytesPerSecond.map {
+            UploadAllowances(bytesPerSecond: max(1, $0), burst: max(1, configuration.uploadBurstBytes))
+        }
     }
 
     /// The sessions open now (apps and peers that dialled this daemon).
@@ -118,8 +147,13 @@ public final class SyncServer: Sendable {
     @discardableResult
     public func start() async throws -> Int {
         let authenticator = try await Authenticator(
-            accessTokens: configuration.accessTokens, policy: configuration.tokenPolicy)
-        state.withLock { $0.authenticator = authenticator }
+            accessTokens: configuration.accessTokens, policy: configuration.tokenPolicy,
+            peersByCertificate: configuration.tls?.peerCertificateAuthority != nil)
+        let context = try configuration.tls?.serverContext()
+        state.withLock {
+            $0.authenticator = authenticator
+            $0.tlsContext = context
+        }
         let listener = try await bind()
         let port = listener.channel.localAddress?.port ?? configuration.port
         let serving = Task { await serve(listener) }
@@ -128,6 +162,7 @@ public final class SyncServer: Sendable {
             var sessionConfiguration = SyncConfiguration()
             sessionConfiguration.backoff = configuration.peerBackoff
             sessionConfiguration.name = "tributaryd \(replica.replicaID)"
+            sessionConfiguration.tls = configuration.peerTLS
             links.append(
                 SyncSession(
                     replica: replica, endpoint: peer,
@@ -151,8 +186,20 @@ public final class SyncServer: Sendable {
     ///
     /// - Throws: ``SyncServerError`` naming a key that does not load; the daemon then keeps the ones it had.
     public func reloadAuthentication(accessTokens: [String], tokenPolicy: TokenPolicy?) async throws(SyncServerError) {
-        let authenticator = try await Authenticator(accessTokens: accessTokens, policy: tokenPolicy)
+        let authenticator = try await Authenticator(
+            accessTokens: accessTokens, policy: tokenPolicy,
+            peersByCertificate: configuration.tls?.peerCertificateAuthority != nil)
         state.withLock { $0.authenticator = authenticator }
+    }
+
+    /// Reads the TLS certificate, key and peer certificate authority files again (what SIGHUP does, so that a renewed
+    /// certificate is served without a restart). New connections use them; open ones keep theirs.
+    ///
+    /// - Throws: ``SyncServerError`` naming a file that does not load; the daemon then keeps serving the old ones.
+    public func reloadCertificates() throws(SyncServerError) {
+        guard let tls = configuration.tls else { return }
+        let context = try tls.serverContext()
+        state.withLock { $0.tlsContext = context }
     }
 
     /// Stops: closes the listener, ends every session with an `unavailable` error whose retry delay is spread over
@@ -212,14 +259,26 @@ public final class SyncServer: Sendable {
         }
     }
 
+    /// The largest message sessions may send: the configuration's, within the protocol's.
+    private var messageBytes: Int {
+        max(1 << 10, min(configuration.maximumMessageBytes, SyncProtocol.maximumMessageBytes))
+    }
+
     private func bind() async throws -> NIOAsyncChannel<Upgrade, Never> {
         let deadline = configuration.handshakeDeadline
+        let frameBytes = messageBytes + 64
         return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
             .bind(host: configuration.host, port: configuration.port) { [weak self] channel in
-                channel.eventLoop.makeCompletedFuture {
+                // The connection's closures hold the server while the connection lives (the listener only weakly).
+                let server = self
+                return channel.eventLoop.makeCompletedFuture {
                     let check = ConnectionCheck()
+                    if let context = server?.state.withLock({ $0.tlsContext }) {
+                        try channel.pipeline.syncOperations.addHandler(PlaintextRefusal())
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context))
+                    }
                     // A connection that has not finished its HTTP request by the deadline (one that sends nothing,
                     // or trickles its headers) is closed: it holds a socket and sends nothing a session could use.
                     let expiry = channel.eventLoop.scheduleTask(in: TimeAmount(deadline)) {
@@ -227,10 +286,10 @@ public final class SyncServer: Sendable {
                     }
                     channel.closeFuture.whenComplete { _ in expiry.cancel() }
                     let address = channel.remoteAddress?.ipAddress ?? "unknown"
-                    let crowded = self?.admit(address) ?? false
-                    channel.closeFuture.whenComplete { _ in self?.release(address) }
+                    let crowded = server?.admit(address) ?? false
+                    channel.closeFuture.whenComplete { _ in server?.release(address) }
                     let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
-                        maxFrameSize: maximumFrameBytes,
+                        maxFrameSize: frameBytes,
                         shouldUpgrade: { channel, head in
                             // The request has arrived: the deadline was the client's to meet, and the daemon's own
                             // checks below do not count against it.
@@ -242,9 +301,14 @@ public final class SyncServer: Sendable {
                             // The token is checked before the WebSocket exists: a refused connection gets an HTTP
                             // answer that names the problem, and never a session.
                             let authorization = head.headers["Authorization"].first
+                            // With a peer certificate authority, TLS let a client certificate through only if that
+                            // authority signed it: the connection is a peer daemon's.
+                            let certified =
+                                (try? channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self))?
+                                .peerCertificate != nil
                             let promise = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
                             promise.completeWithTask {
-                                if crowded, let limit = self?.configuration.connectionsPerAddress {
+                                if crowded, let limit = server?.configuration.connectionsPerAddress {
                                     check.result = .failure(
                                         SyncError(
                                             .unavailable, .retry,
@@ -252,12 +316,13 @@ public final class SyncServer: Sendable {
                                                 + "once from one address", retryAfterSeconds: 10))
                                     return nil
                                 }
-                                guard let authenticator = self?.state.withLock({ $0.authenticator }) else {
+                                guard let authenticator = server?.state.withLock({ $0.authenticator }) else {
                                     check.result = .failure(
                                         SyncError(.unavailable, .retry, "the daemon is stopping", retryAfterSeconds: 1))
                                     return nil
                                 }
-                                let result = await authenticator.authenticate(authorization)
+                                let result =
+                                    certified ? .success(.peer) : await authenticator.authenticate(authorization)
                                 check.result = result
                                 guard case .success = result else { return nil }
                                 return HTTPHeaders([("Sec-WebSocket-Protocol", SyncProtocol.subprotocol)])
@@ -270,7 +335,7 @@ public final class SyncServer: Sendable {
                                 try channel.pipeline.syncOperations.addHandler(
                                     NIOWebSocketFrameAggregator(
                                         minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 4096,
-                                        maxAccumulatedFrameSize: maximumFrameBytes))
+                                        maxAccumulatedFrameSize: frameBytes))
                                 guard case .success(let identity) = check.result else {
                                     throw SyncServerError("a WebSocket upgrade without an authenticated identity")
                                 }
@@ -309,7 +374,9 @@ public final class SyncServer: Sendable {
         guard let result = try? await upgrade.get() else { return }
         switch result {
         case .websocket(let channel, let identity):
-            await runWebSocketSession(channel, masking: false) { writer in await self.makeDriver(writer, identity) }
+            await runWebSocketSession(channel, masking: false, sendDeadline: configuration.sendDeadline) { writer in
+                await self.makeDriver(writer, identity)
+            }
         case .notUpgraded(let channel, let refusal):
             if let refusal {
                 configuration.logger.warning(
@@ -328,9 +395,16 @@ public final class SyncServer: Sendable {
         options.requiredAuthor = identity.user
         options.tokenExpiry = identity.expires.map { .now + .seconds(max(0, $0.timeIntervalSinceNow)) }
         options.meter = metrics
+        if let uploads {
+            let user = identity.user
+            options.uploadAllowance = { bytes, replica in uploads.take(bytes, user: user ?? "replica \(replica)") }
+        }
+        var limits = MessageLimits.standard
+        limits.maximumWindow = max(1, configuration.outboundBytesPerSession)
+        limits.maximumMessageBytes = messageBytes
         let holder = DriverHolder(logger: configuration.logger)
         let driver = SessionDriver(
-            replica: replica, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
+            replica: replica, machine: SessionStateMachine(accepting: limits, now: .now), writer: writer,
             integrator: committer,
             authenticate: { hello in
                 guard identity.roles.contains(hello.role) else {
@@ -338,7 +412,9 @@ public final class SyncServer: Sendable {
                         .roleRefused, .fatal,
                         "replica \(hello.replica) asked for a \(hello.role) session, but its token allows "
                             + identity.roles.map(\.description).sorted().joined(separator: " and ")
-                            + " sessions only (peer daemons present a shared access token)")
+                            + " sessions only (peer daemons present "
+                            + (self.configuration.tls?.peerCertificateAuthority != nil
+                                ? "a certificate from the peer certificate authority)" : "a shared access token)"))
                 }
                 return nil
             }, options: options,

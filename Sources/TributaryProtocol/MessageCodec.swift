@@ -219,6 +219,9 @@ public struct MessageLimits: Sendable, Hashable {
     public var maximumNameBytes = 256
     /// The longest error message or rejection reason. Default: 4 KiB.
     public var maximumTextBytes = 4 << 10
+    /// The most bytes of `changesets` messages this side has in flight to the other, unacknowledged, whatever window
+    /// the other side announces: what one session may hold of a daemon's sending. Default: 64 MiB.
+    public var maximumWindow: UInt64 = 64 << 20
 
     public init() {}
 

@@ -167,9 +167,10 @@ public struct SessionStateMachine: Sendable {
         else { return nil }
         var welcome = welcome
         welcome.version = version
+        welcome.maximumMessageBytes = min(welcome.maximumMessageBytes, UInt64(limits.maximumMessageBytes))
         state = .active(
             Active(
-                version: version, theirWindow: hello.window, ourWindow: welcome.window,
+                version: version, theirWindow: min(hello.window, limits.maximumWindow), ourWindow: welcome.window,
                 // `hello` announces no maximum: the acceptor's is the session's, both ways.
                 theirMaximumMessage: welcome.maximumMessageBytes,
                 ourMaximumMessage: min(welcome.maximumMessageBytes, UInt64(limits.maximumMessageBytes)),
@@ -302,7 +303,8 @@ public struct SessionStateMachine: Sendable {
             }
             state = .active(
                 Active(
-                    version: welcome.version, theirWindow: welcome.window, ourWindow: hello.window,
+                    version: welcome.version, theirWindow: min(welcome.window, limits.maximumWindow),
+                    ourWindow: hello.window,
                     theirMaximumMessage: welcome.maximumMessageBytes,
                     ourMaximumMessage: UInt64(limits.maximumMessageBytes),
                     keepalive: SyncProtocol.keepalive(welcome.keepaliveSeconds)))

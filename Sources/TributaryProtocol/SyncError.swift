@@ -55,6 +55,12 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let tokenExpired = Code(rawValue: 11)
         /// The session's user may not upload what it sent (a changeset written by another author).
         public static let forbidden = Code(rawValue: 12)
+        /// The TLS connection could not be made: the daemon's certificate is untrusted, expired or for another host,
+        /// the client's certificate was refused, or one side does not speak TLS on that port.
+        public static let tls = Code(rawValue: 13)
+        /// The session's user uploaded faster than the daemon allows: the client reconnects after the delay given, and
+        /// sends again what was not acknowledged.
+        public static let rateLimited = Code(rawValue: 14)
 
         public var description: String {
             switch self {
@@ -70,6 +76,8 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
             case .resetRequired: "resetRequired"
             case .tokenExpired: "tokenExpired"
             case .forbidden: "forbidden"
+            case .tls: "tls"
+            case .rateLimited: "rateLimited"
             default: "error \(rawValue)"
             }
         }

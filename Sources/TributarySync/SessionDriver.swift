@@ -71,6 +71,10 @@ package actor SessionDriver {
         /// For an acceptor: when the other side's token expires; the session then ends with
         /// ``SyncError/Code/tokenExpired``.
         package var tokenExpiry: ContinuousClock.Instant?
+        /// For an acceptor: takes a batch of `bytes` uploaded by the app `replica` from its user's allowance, or says
+        /// how long until the allowance covers it (the batch is then refused with ``SyncError/Code/rateLimited``).
+        /// Applies to apps' uploads only.
+        package var uploadAllowance: (@Sendable (_ bytes: Int, _ replica: ReplicaID) -> Duration?)?
         /// Counts the traffic, when set.
         package var meter: (any SessionMeter)?
         package init() {}
@@ -111,6 +115,10 @@ package actor SessionDriver {
     private var lastCaughtUp: ContinuousClock.Instant?
     /// The role this side said in `hello`, for an initiator.
     private let helloRole: SyncRole?
+    /// The size of the message being handled.
+    private var receivedBytes = 0
+    /// For an acceptor: the replica on the other side, once its `hello` is accepted.
+    private var otherReplica: ReplicaID?
 
     package init(
         replica: Replica, machine: SessionStateMachine, role: SyncRole? = nil, writer: any MessageWriter,
@@ -145,6 +153,7 @@ package actor SessionDriver {
     package func receive(_ frame: [UInt8]) async -> Bool {
         guard !ended else { return false }
         options.meter?.received(bytes: frame.count)
+        receivedBytes = frame.count
         return await perform(machine.received(frame, now: .now))
     }
 
@@ -213,6 +222,15 @@ package actor SessionDriver {
             return true
         case .integrate(let batch):
             options.meter?.received(changesets: batch.changesets.count)
+            if adoptIncoming, let otherReplica, let wait = options.uploadAllowance?(receivedBytes, otherReplica) {
+                let seconds = UInt64(max(1, wait.components.seconds + (wait.components.attoseconds > 0 ? 1 : 0)))
+                await fail(
+                    SyncError(
+                        .rateLimited, .retry,
+                        "batch \(batch.number) (\(receivedBytes) bytes) is over this user's upload allowance: it was "
+                            + "not taken; send it again in \(seconds) s", retryAfterSeconds: seconds))
+                return false
+            }
             receivingMore = batch.more
             let report: IntegrationReport
             do {
@@ -302,6 +320,7 @@ package actor SessionDriver {
         theirs = hello.vector
         theirPending = Set(hello.pending)
         adoptIncoming = hello.role == .app
+        otherReplica = hello.replica
         onEvent(.established(replica: hello.replica, role: hello.role))
         startPump()
         return true

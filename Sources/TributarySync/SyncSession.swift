@@ -1,3 +1,4 @@
+import NIOSSL
 import Synchronization
 public import Tributary
 import TributaryModel
@@ -50,6 +51,9 @@ public struct SyncConfiguration: Sendable {
     public var backoff = ReconnectBackoff()
     /// How many bytes of changesets the daemon may send ahead of this app's acknowledgements.
     public var window = SyncProtocol.defaultWindow
+    /// Whom a `wss://` daemon's certificate is checked against (the system's roots by default), and the certificate
+    /// presented, if any.
+    public var tls = SyncTLS()
 
     public init() {}
 }
@@ -209,6 +213,8 @@ public final class SyncSession: Sendable {
         role: SyncRole, integrator: any BatchIntegrator, meter: (any SessionMeter)?, shared: Shared
     ) async {
         var backoff = configuration.backoff
+        // One TLS context for the session's connections: settings that do not load stop the session, naming the file.
+        var tls: NIOSSLContext?
         var token = String(decoding: credentials.bytes, as: UTF8.self)
         /// Whether the token was fetched for this attempt (a refusal then is not answered with another fetch).
         var fresh = false
@@ -216,6 +222,14 @@ public final class SyncSession: Sendable {
             if shared.isHeld {
                 await shared.waitUntilReleased()
                 continue
+            }
+            if endpoint.secure && tls == nil {
+                do {
+                    tls = try configuration.tls.clientContext()
+                } catch {
+                    shared.stop(error)
+                    continue
+                }
             }
             shared.set(.connecting)
             var ended: SyncError?
@@ -233,7 +247,7 @@ public final class SyncSession: Sendable {
             if ended == nil {
                 do {
                     let channel = try await WebSocketDialer.connect(
-                        to: endpoint, authorization: token.isEmpty ? nil : "Bearer \(token)")
+                        to: endpoint, authorization: token.isEmpty ? nil : "Bearer \(token)", tls: tls)
                     await runWebSocketSession(channel, masking: true) { writer in
                         let pending = ((try? replica.pendingDots()) ?? []).sorted()
                         let hello = Hello(

@@ -1,31 +1,38 @@
 package import NIOCore
 import NIOHTTP1
 import NIOPosix
+package import NIOSSL
 package import NIOWebSocket
 public import TributaryProtocol
 
-/// A daemon's address: `ws://HOST:PORT` (the path defaults to the protocol's, `/sync`).
+/// A daemon's address: `ws://HOST:PORT`, or `wss://HOST:PORT` over TLS (the path defaults to the protocol's,
+/// `/sync`).
 public struct SyncEndpoint: Sendable, Hashable, CustomStringConvertible {
     public var host: String
     public var port: Int
     public var path: String
+    /// Whether the daemon is reached over TLS (`wss://`); ``SyncConfiguration/tls`` says whom to trust.
+    public var secure: Bool
 
-    public init(host: String, port: Int, path: String = SyncProtocol.path) {
+    public init(host: String, port: Int, path: String = SyncProtocol.path, secure: Bool = false) {
         self.host = host
         self.port = port
         self.path = path
+        self.secure = secure
     }
 
-    /// Parses `ws://HOST:PORT[/PATH]`.
+    /// Parses `ws://HOST:PORT[/PATH]` or `wss://HOST:PORT[/PATH]`.
     ///
     /// - Throws: ``SyncError`` with ``SyncError/Code/protocolViolation`` naming what is wrong with the address.
     public init(parsing url: String) throws(SyncError) {
-        guard url.hasPrefix("ws://") else {
+        let secure = url.hasPrefix("wss://")
+        guard url.hasPrefix("ws://") || secure else {
             throw SyncError(
                 .protocolViolation, .fatal,
-                "\(url) is not a daemon address: write ws://HOST:PORT, for example ws://127.0.0.1:7400")
+                "\(url) is not a daemon address: write ws://HOST:PORT, or wss://HOST:PORT for TLS, for example "
+                    + "ws://127.0.0.1:7400")
         }
-        var rest = Substring(url.dropFirst(5))
+        var rest = Substring(url.dropFirst(secure ? 6 : 5))
         var path = SyncProtocol.path
         if let slash = rest.firstIndex(of: "/") {
             path = String(rest[slash...])
@@ -40,15 +47,18 @@ public struct SyncEndpoint: Sendable, Hashable, CustomStringConvertible {
             host = rest[..<colon]
             portText = rest[rest.index(after: colon)...]
         } else {
-            throw SyncError(.protocolViolation, .fatal, "\(url) names no port: write ws://HOST:PORT")
+            throw SyncError(
+                .protocolViolation, .fatal, "\(url) names no port: write \(secure ? "wss" : "ws")://HOST:PORT")
         }
         guard !host.isEmpty, let port = Int(portText), (1...65535).contains(port) else {
             throw SyncError(.protocolViolation, .fatal, "\(url) does not name a host and a port from 1 to 65535")
         }
-        self.init(host: String(host), port: port, path: path.isEmpty ? SyncProtocol.path : path)
+        self.init(host: String(host), port: port, path: path.isEmpty ? SyncProtocol.path : path, secure: secure)
     }
 
-    public var description: String { "ws://\(host.contains(":") ? "[\(host)]" : host):\(port)\(path)" }
+    public var description: String {
+        "\(secure ? "wss" : "ws")://\(host.contains(":") ? "[\(host)]" : host):\(port)\(path)"
+    }
 }
 
 /// The largest WebSocket frame either side accepts: the largest message, and room for the frame's header.
@@ -60,16 +70,27 @@ package struct WebSocketWriter: MessageWriter {
     let channel: any Channel
     /// Clients mask their frames (RFC 6455, 5.3); servers do not.
     let masking: Bool
+    /// How long the socket may take to accept one message before the connection is closed (the other side does
+    /// not read); `nil`: no limit.
+    let sendDeadline: Duration?
 
-    package init(channel: any Channel, masking: Bool) {
+    package init(channel: any Channel, masking: Bool, sendDeadline: Duration? = nil) {
         self.channel = channel
         self.masking = masking
+        self.sendDeadline = sendDeadline
     }
 
     package func send(_ message: [UInt8]) async throws {
         let frame = WebSocketFrame(
             fin: true, opcode: .binary, maskKey: masking ? .random() : nil, data: ByteBuffer(bytes: message))
-        try await channel.writeAndFlush(frame).get()
+        let written = channel.eventLoop.makePromise(of: Void.self)
+        channel.writeAndFlush(frame, promise: written)
+        if let sendDeadline {
+            let channel = channel
+            let stalled = channel.eventLoop.scheduleTask(in: TimeAmount(sendDeadline)) { channel.close(promise: nil) }
+            written.futureResult.whenComplete { _ in stalled.cancel() }
+        }
+        try await written.futureResult.get()
     }
 
     package func close() async {
@@ -84,10 +105,10 @@ package struct WebSocketWriter: MessageWriter {
 /// Runs a session over an upgraded WebSocket connection: reads its messages one at a time into `driver` until the
 /// session ends or the connection closes.
 package func runWebSocketSession(
-    _ channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, masking: Bool,
+    _ channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, masking: Bool, sendDeadline: Duration? = nil,
     driver makeDriver: @Sendable (any MessageWriter) async -> SessionDriver
 ) async {
-    let writer = WebSocketWriter(channel: channel.channel, masking: masking)
+    let writer = WebSocketWriter(channel: channel.channel, masking: masking, sendDeadline: sendDeadline)
     let driver = await makeDriver(writer)
     await driver.start()
     do {
@@ -119,14 +140,19 @@ package func runWebSocketSession(
 /// Opens WebSocket connections to daemons.
 package enum WebSocketDialer {
     /// Connects to `endpoint` and upgrades to a WebSocket with the protocol's subprotocol, presenting
-    /// `authorization` (an `Authorization` header's value) when given.
+    /// `authorization` (an `Authorization` header's value) when given. A `wss://` endpoint is reached over TLS with
+    /// `tls` (a context from ``SyncTLS/clientContext()``; one with the system's roots when `nil`).
     ///
     /// - Throws: the connection's error, or ``SyncError`` when the daemon declines the upgrade: the error the daemon
-    ///   answered with (a refused token, say), or one that says no daemon answered.
+    ///   answered with (a refused token, say), one that says no daemon answered, or a TLS failure.
     package static func connect(
-        to endpoint: SyncEndpoint, authorization: String? = nil,
+        to endpoint: SyncEndpoint, authorization: String? = nil, tls: NIOSSLContext? = nil,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, timeout: Duration = .seconds(10)
     ) async throws -> NIOAsyncChannel<WebSocketFrame, WebSocketFrame> {
+        let context = endpoint.secure ? try tls ?? SyncTLS().clientContext() : nil
+        // SNI and the certificate check take a host name; an IP address is checked against the connected address.
+        let serverName = (try? SocketAddress(ipAddress: endpoint.host, port: 0)) == nil ? endpoint.host : nil
+        let recorder = TLSFailureRecorder()
         enum Upgrade: Sendable {
             case upgraded(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
             case declined(NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>)
@@ -136,6 +162,11 @@ package enum WebSocketDialer {
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .connect(host: endpoint.host, port: endpoint.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let context {
+                        try channel.pipeline.syncOperations.addHandler(
+                            try NIOSSLClientHandler(context: context, serverHostname: serverName))
+                        try channel.pipeline.syncOperations.addHandler(recorder)
+                    }
                     let upgrader = NIOTypedWebSocketClientUpgrader<Upgrade>(
                         maxFrameSize: maximumFrameBytes,
                         upgradePipelineHandler: { channel, _ in
@@ -170,6 +201,21 @@ package enum WebSocketDialer {
         do {
             result = try await upgrade.get()
         } catch {
+            if let failure = recorder.error {
+                let text = "\(failure)"
+                let reason =
+                    if let extra = failure as? NIOSSLExtraError, extra == .failedToValidateHostname {
+                        "the daemon's certificate is not for \(endpoint.host)"
+                    } else if text.contains("CERTIFICATE_VERIFY_FAILED") {
+                        "the daemon's certificate is not trusted or has expired (is its authority in "
+                            + "SyncConfiguration.tls?)"
+                    } else {
+                        "the daemon refused this side's certificate, or the port does not speak TLS"
+                    }
+                throw SyncError(
+                    .tls, .retry, "the TLS handshake with \(endpoint) failed: \(reason) (\(text))",
+                    retryAfterSeconds: 60)
+            }
             throw SyncError(
                 .unavailable, .retry,
                 "\(endpoint) closed the connection before the session opened (\(error)); the daemon may be stopping "

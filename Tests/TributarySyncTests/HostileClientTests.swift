@@ -85,12 +85,14 @@ struct HostileClientTests {
         await server.stop()
     }
 
-    /// Connects to the daemon over plain TCP, sends `bytes`, and waits (at most `limit`) for the daemon to close the
-    /// connection: returns how long that took, or `nil` if it stayed open.
-    static func closedAfter(sending bytes: [UInt8], to endpoint: SyncEndpoint, limit: Duration) throws -> Duration? {
+    /// A plain TCP socket connected to the daemon at `endpoint` (on 127.0.0.1), with a receive buffer of
+    /// `receiveBuffer` bytes when given (set before connecting, so that the window it announces is that small).
+    static func connectedSocket(to endpoint: SyncEndpoint, receiveBuffer: Int32? = nil) throws -> Int32 {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #expect(socket >= 0)
-        defer { Glibc.close(socket) }
+        guard socket >= 0 else { throw SyncError(.unavailable, .fatal, "no socket: errno \(errno)") }
+        if var size = receiveBuffer {
+            _ = setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(endpoint.port).bigEndian)
@@ -100,7 +102,18 @@ struct HostileClientTests {
                 Glibc.connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        #expect(connected == 0)
+        guard connected == 0 else {
+            Glibc.close(socket)
+            throw SyncError(.unavailable, .fatal, "cannot connect to \(endpoint): errno \(errno)")
+        }
+        return socket
+    }
+
+    /// Connects to the daemon over plain TCP, sends `bytes`, and waits (at most `limit`) for the daemon to close the
+    /// connection: returns how long that took, or `nil` if it stayed open.
+    static func closedAfter(sending bytes: [UInt8], to endpoint: SyncEndpoint, limit: Duration) throws -> Duration? {
+        let socket = try connectedSocket(to: endpoint)
+        defer { Glibc.close(socket) }
         let start = ContinuousClock.now
         if !bytes.isEmpty { _ = bytes.withUnsafeBytes { Glibc.write(socket, $0.baseAddress, $0.count) } }
         var buffer = [UInt8](repeating: 0, count: 4096)

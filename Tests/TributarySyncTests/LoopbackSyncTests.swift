@@ -68,6 +68,17 @@ struct LoopbackSyncTests {
         }
     }
 
+    /// The first error with `code` that `session` is disconnected with, or `nil` if it closes first.
+    static func disconnection(_ session: SyncSession, code: SyncError.Code) async throws -> SyncError? {
+        try await within(.seconds(120), "a disconnection with \(code)") { () -> SyncError? in
+            for await state in session.states() {
+                if case .disconnected(let error?) = state, error.code == code { return error }
+                if case .closed = state { return nil }
+            }
+            return nil
+        }
+    }
+
     /// The error `session`'s upload ends with (a refusal that stops it), or `nil` if the upload completed.
     static func uploadError(_ session: SyncSession) async throws -> SyncError? {
         try await within(.seconds(120), "the upload's end") { () -> SyncError? in

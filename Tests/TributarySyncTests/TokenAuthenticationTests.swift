@@ -318,13 +318,7 @@ struct TokenAuthenticationTests {
         let asPeer = SyncSession(
             replica: replica, endpoint: endpoint, credentials: .token(token),
             configuration: LoopbackSyncTests.fastBackoff, role: .peer, integrator: DirectIntegrator(replica: replica))
-        let error = try await LoopbackSyncTests.within(.seconds(120), "refusal") { () -> SyncError? in
-            for await state in asPeer.states() {
-                if case .disconnected(let error?) = state, error.code == .roleRefused { return error }
-                if case .closed = state { return nil }
-            }
-            return nil
-        }
+        let error = try await LoopbackSyncTests.disconnection(asPeer, code: .roleRefused)
         #expect(error?.message.contains("app sessions only") == true)
         await asPeer.close()
         await server.stop()

@@ -39,7 +39,17 @@ struct Tributaryd: AsyncParsableCommand {
                 "tokenKeys": [{"id": "2026-11", "algorithm": "RS256", "publicKeyFile": "/etc/tributary/auth.pem"}],
                 "tokenIssuer": "https://auth.example.com",
                 "tokenAudiences": ["notes"],
+                "tlsCertificateFile": "/etc/tributary/daemon.pem",
+                "tlsKeyFile": "/etc/tributary/daemon-key.pem",
+                "peerCertificateAuthorityFile": "/etc/tributary/peer-ca.pem",
                 "keepaliveSeconds": 30,
+                "uploadBytesPerSecond": 8388608,
+                "uploadBurstBytes": 67108864,
+                "outboundBytesPerSession": 16777216,
+                "maximumMessageBytes": 16777216,
+                "sendDeadlineSeconds": 60,
+                "handshakeDeadlineSeconds": 10,
+                "connectionsPerAddress": 256,
                 "logLevel": "info",
                 "readinessBoundSeconds": 10
               }
@@ -48,8 +58,23 @@ struct Tributaryd: AsyncParsableCommand {
             user, and every changeset it uploads must name that user as its author. exp and nbf are checked with \
             30 seconds of leeway, iss and aud when --token-issuer and --token-audience are given. A session whose \
             token expires ends; the app's SyncSession asks it for a fresh token and resumes. Peer daemons present \
-            a shared access token (--token here, --peer-token there). A daemon with neither keys nor access \
-            tokens takes every session: fit for loopback only.
+            a shared access token (--token here, --peer-token there), or, over TLS with --peer-ca, a client \
+            certificate that authority signed (mutual TLS; tokens then allow app sessions only). A daemon with \
+            neither keys nor access tokens takes every session: fit for loopback only.
+
+            With --tls-certificate and --tls-key the daemon serves wss:// only (TLS 1.2 or later); apps dial \
+            wss://HOST:PORT and check the certificate against the system's roots or the authorities their \
+            SyncConfiguration.tls names. A plain ws:// request to that port is answered with an HTTP 400 that says \
+            to use wss://.
+
+            Limits (configuration file; defaults above): each user (a token's sub, else the app's replica) \
+            uploads at most uploadBytesPerSecond over its sessions (0: no limit), after a burst of \
+            uploadBurstBytes; a batch over it is refused with rateLimited and a delay, and the app sends it \
+            again then. At most outboundBytesPerSession bytes are in flight to one session; a session whose \
+            socket does not take a message within sendDeadlineSeconds is closed (a client that never reads). \
+            maximumMessageBytes bounds every message and so every changeset (16 MiB at most). A connection \
+            has handshakeDeadlineSeconds to send its request; one address has at most connectionsPerAddress \
+            connections.
 
             The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
             serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
@@ -58,8 +83,9 @@ struct Tributaryd: AsyncParsableCommand {
 
             SIGINT or SIGTERM stops the daemon: sessions are told to come back after 1 to 5 seconds (spread, so \
             that they do not all return at once), and every acknowledged change is on disk. SIGHUP reads the \
-            configuration file and key files again and applies their access tokens and token keys to new \
-            connections (rotation without a restart). tributary-log reads the directory while the daemon runs.
+            configuration file, key files and certificate files again and applies their access tokens, token \
+            keys and certificates to new connections (rotation without a restart). tributary-log reads the \
+            directory while the daemon runs.
             """)
 
     @Argument(help: "The replica directory (created if missing). Overrides the configuration file's.")
@@ -95,6 +121,29 @@ struct Tributaryd: AsyncParsableCommand {
 
     @Option(name: .customLong("token-audience"), help: "An audience (aud) app tokens may name (repeatable).")
     var tokenAudiences: [String] = []
+
+    @Option(help: "The daemon's TLS certificate chain, in PEM: serve wss:// (with --tls-key).")
+    var tlsCertificate: String?
+
+    @Option(help: "The TLS certificate's private key, in PEM (unencrypted).")
+    var tlsKey: String?
+
+    @Option(
+        name: .customLong("peer-ca"),
+        help: ArgumentHelp(
+            "The certificate authority of the peer daemons, in PEM.",
+            discussion: """
+                Over TLS, a connection presenting a client certificate it signed may open peer sessions (and \
+                access tokens allow app sessions only); this daemon trusts it for wss:// peers' certificates too, \
+                besides the system's roots.
+                """))
+    var peerCA: String?
+
+    @Option(help: "The certificate this daemon presents to wss:// peers, in PEM (default: --tls-certificate).")
+    var peerCertificate: String?
+
+    @Option(help: "The private key of --peer-certificate, in PEM (default: --tls-key).")
+    var peerKey: String?
 
     @Option(help: "Seconds between keepalive pings on idle sessions (default 30).")
     var keepaliveSeconds: UInt64?
@@ -145,6 +194,7 @@ struct Tributaryd: AsyncParsableCommand {
         }
         (configuration.accessTokens, configuration.tokenPolicy) = try authentication(file)
         configuration.peerToken = peerToken ?? file.peerToken
+        (configuration.tls, configuration.peerTLS) = try tls(file)
         let keys = configuration.tokenPolicy?.keys ?? []
         if let keepalive = keepaliveSeconds ?? file.keepaliveSeconds {
             configuration.keepaliveSeconds = max(1, keepalive)
@@ -152,6 +202,7 @@ struct Tributaryd: AsyncParsableCommand {
         if let bound = readinessBoundSeconds ?? file.readinessBoundSeconds {
             configuration.readinessBound = .seconds(min(bound, 86_400))
         }
+        try file.applyLimits(to: &configuration)
         configuration.logger = logger
         configuration.metricsRegistry = registry
 
@@ -160,7 +211,8 @@ struct Tributaryd: AsyncParsableCommand {
         let server = SyncServer(replica: replica, configuration: configuration)
         let port = try await server.start()
         let serving =
-            "serving replica \(replica.replicaID) in \(directory) on ws://\(configuration.host):\(port)"
+            "serving replica \(replica.replicaID) in \(directory) on \(configuration.tls == nil ? "ws" : "wss")://"
+            + "\(configuration.host):\(port)"
             + (configuration.peers.isEmpty
                 ? "" : "; peers: \(configuration.peers.map(\.description).joined(separator: ", "))")
             + (configuration.accessTokens.isEmpty && keys.isEmpty
@@ -189,9 +241,35 @@ struct Tributaryd: AsyncParsableCommand {
         return (tokens.isEmpty ? (file.accessTokens ?? []) : tokens, policy)
     }
 
-    /// On each SIGHUP, reads the configuration file and the key files again and gives the daemon the access tokens
-    /// and token keys they hold now (for rotating keys without a restart). A reload that fails keeps the previous
-    /// ones and says why.
+    /// How the daemon serves TLS and reaches its peers over it, from the flags or else the configuration file.
+    func tls(_ file: DaemonFile) throws -> (SyncServer.TLS?, SyncTLS) {
+        let certificate = tlsCertificate ?? file.tlsCertificateFile
+        let key = tlsKey ?? file.tlsKeyFile
+        let authority = peerCA ?? file.peerCertificateAuthorityFile
+        var peerTLS = SyncTLS()
+        peerTLS.certificateAuthorityFiles = authority.map { [$0] } ?? []
+        if let presented = peerCertificate ?? file.peerCertificateFile ?? certificate,
+            let presentedKey = peerKey ?? file.peerKeyFile ?? key
+        {
+            peerTLS.clientCertificate = CertificateFiles(certificateChain: presented, privateKey: presentedKey)
+        }
+        switch (certificate, key) {
+        case (nil, nil):
+            return (nil, peerTLS)
+        case (let certificate?, let key?):
+            return (
+                SyncServer.TLS(
+                    certificate: CertificateFiles(certificateChain: certificate, privateKey: key),
+                    peerCertificateAuthority: authority), peerTLS
+            )
+        default:
+            throw ValidationError("give --tls-certificate and --tls-key together (or neither, to serve ws://)")
+        }
+    }
+
+    /// On each SIGHUP, reads the configuration file, the key files and the certificate files again and gives the
+    /// daemon the access tokens, token keys and certificates they hold now (for rotating keys and renewing
+    /// certificates without a restart). A reload that fails keeps the previous ones and says why.
     func reloadOnHangup(_ server: SyncServer, _ logger: Logger) -> any DispatchSourceSignal {
         signal(SIGHUP, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
@@ -201,6 +279,7 @@ struct Tributaryd: AsyncParsableCommand {
                     let file = try config.map(DaemonFile.load) ?? DaemonFile()
                     let (tokens, policy) = try authentication(file)
                     try await server.reloadAuthentication(accessTokens: tokens, tokenPolicy: policy)
+                    try server.reloadCertificates()
                     logger.notice(
                         "reloaded on SIGHUP: \(policy?.keys.count ?? 0) token keys, \(tokens.count) access tokens")
                 } catch {
@@ -261,6 +340,52 @@ struct DaemonFile: Decodable {
     var tokenIssuer: String?
     var tokenAudiences: [String]?
     var tokenLeewaySeconds: Int?
+    var tlsCertificateFile: String?
+    var tlsKeyFile: String?
+    var peerCertificateAuthorityFile: String?
+    var peerCertificateFile: String?
+    var peerKeyFile: String?
+    var uploadBytesPerSecond: Int?
+    var uploadBurstBytes: Int?
+    var outboundBytesPerSession: UInt64?
+    var maximumMessageBytes: Int?
+    var sendDeadlineSeconds: UInt64?
+    var handshakeDeadlineSeconds: UInt64?
+    var connectionsPerAddress: Int?
+
+    /// The limits the file sets; the defaults stay for those it does not.
+    func applyLimits(to configuration: inout SyncServer.Configuration) throws {
+        if let rate = uploadBytesPerSecond {
+            guard rate >= 0 else { throw ValidationError("uploadBytesPerSecond is 0 (no limit) or more, not \(rate)") }
+            configuration.uploadBytesPerSecond = rate == 0 ? nil : rate
+        }
+        if let burst = uploadBurstBytes {
+            guard burst > 0 else { throw ValidationError("uploadBurstBytes is 1 or more, not \(burst)") }
+            configuration.uploadBurstBytes = burst
+        }
+        if let outbound = outboundBytesPerSession {
+            guard outbound >= 64 << 10 else {
+                throw ValidationError("outboundBytesPerSession is at least 65536, not \(outbound)")
+            }
+            configuration.outboundBytesPerSession = outbound
+        }
+        if let bytes = maximumMessageBytes {
+            // The default is the protocol's largest.
+            let largest = SyncServer.Configuration().maximumMessageBytes
+            guard (64 << 10...largest).contains(bytes) else {
+                throw ValidationError("maximumMessageBytes is from 65536 to \(largest), not \(bytes)")
+            }
+            configuration.maximumMessageBytes = bytes
+        }
+        if let seconds = sendDeadlineSeconds { configuration.sendDeadline = .seconds(max(1, min(seconds, 86_400))) }
+        if let seconds = handshakeDeadlineSeconds {
+            configuration.handshakeDeadline = .seconds(max(1, min(seconds, 86_400)))
+        }
+        if let cap = connectionsPerAddress {
+            guard cap > 0 else { throw ValidationError("connectionsPerAddress is 1 or more, not \(cap)") }
+            configuration.connectionsPerAddress = cap
+        }
+    }
 
     static func load(_ path: String) throws -> DaemonFile {
         let data: Data
