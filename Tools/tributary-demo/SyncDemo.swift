@@ -23,8 +23,13 @@ struct SyncDemo: AsyncParsableCommand {
     @Argument(help: "The app's replica directory (created if missing).")
     var directory: String
 
-    @Option(help: "The daemon's address.")
+    @Option(help: "The daemon's address: ws://HOST:PORT, or wss://HOST:PORT over TLS.")
     var daemon = "ws://127.0.0.1:7400"
+
+    @Option(
+        name: .customLong("ca"),
+        help: "A certificate authority (PEM) to trust for a wss:// daemon's certificate, besides the system's roots.")
+    var certificateAuthority: String?
 
     @Option(help: "The author of the messages written.")
     var author = ProcessInfo.processInfo.hostName
@@ -51,7 +56,10 @@ struct SyncDemo: AsyncParsableCommand {
         let endpoint = try SyncEndpoint(parsing: daemon)
         let replica = try Replica.open(directory: directory, schema: LocalDemo.schema)
         print("Replica \(replica.replicaID) at \(directory), syncing with \(endpoint)")
-        let session = replica.connect(to: endpoint, credentials: token.map { .token($0) } ?? .none)
+        var configuration = SyncConfiguration()
+        configuration.tls.certificateAuthorityFiles = certificateAuthority.map { [$0] } ?? []
+        let session = replica.connect(
+            to: endpoint, credentials: token.map { .token($0) } ?? .none, configuration: configuration)
         let stateReporter = Task {
             for await state in session.states() { print("  sync: \(state)") }
         }
