@@ -137,7 +137,8 @@ let package = Package(
 
         // Tests.
         .target(
-            name: "TributaryTestSupport", dependencies: ["Tributary", "TributaryModel", "TributaryStorage"],
+            name: "TributaryTestSupport",
+            dependencies: ["Tributary", "TributaryModel", "TributaryStorage", "TributaryProtocol"],
             path: "Tests/TributaryTestSupport", exclude: ["Tags"], swiftSettings: upcomingFeatures),
         // The tags of the drills, fuzzers and slow suites (docs/Testing.md). A target of their own, so that
         // tributary-crash-child, which uses the support code above, does not link the testing library.
@@ -164,7 +165,8 @@ let package = Package(
             ],
             exclude: ["Certificates"], swiftSettings: upcomingFeatures),
         .testTarget(
-            name: "TributaryProtocolTests", dependencies: ["TributaryProtocol", "TributaryModel", "TributaryTestTags"],
+            name: "TributaryProtocolTests",
+            dependencies: ["TributaryProtocol", "TributaryModel", "TributaryTestSupport", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestTags"],

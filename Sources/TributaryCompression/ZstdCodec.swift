@@ -169,14 +169,17 @@ public final class ZstdContext {
         guard let context = decompressionContext else {
             throw CompressionError(.corrupted, "zstd could not allocate a decompression context")
         }
-        var output = [UInt8](repeating: 0, count: contentSize)
-        let produced = output.withUnsafeMutableBytes { target -> Int in
+        // Left uninitialized: zeroing it first would touch every page of the declared size, so a frame that declares
+        // hundreds of MiB and holds a few bytes would cost that much memory before zstd finds it short.
+        var produced = 0
+        let output = [UInt8](unsafeUninitializedCapacity: contentSize) { target, initialized in
             let dictionaryBytes = dictionary ?? []
-            return dictionaryBytes.withUnsafeBytes { dictionaryBuffer in
+            produced = dictionaryBytes.withUnsafeBytes { dictionaryBuffer in
                 ZSTD_decompress_usingDict(
                     context, target.baseAddress, target.count, source.baseAddress, source.count,
                     dictionaryBuffer.baseAddress, dictionaryBuffer.count)
             }
+            initialized = ZSTD_isError(produced) == 0 && produced == contentSize ? contentSize : 0
         }
         if ZSTD_isError(produced) != 0 {
             // Name the declared size: a frame whose header lies about it fails here (zstd checks the size itself).

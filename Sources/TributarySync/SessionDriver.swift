@@ -113,6 +113,8 @@ package actor SessionDriver {
     private var nothingToSend = false
     /// When the session was last seen with nothing to send and nothing known to receive.
     private var lastCaughtUp: ContinuousClock.Instant?
+    /// The last frame written, which the next write waits for (see ``write(_:)``).
+    private var lastWrite: Task<Bool, Never>?
     /// The role this side said in `hello`, for an initiator.
     private let helloRole: SyncRole?
     /// The size of the message being handled.
@@ -349,11 +351,24 @@ package actor SessionDriver {
         onEvent(.ended(error))
     }
 
+    /// Writes `frame` after every frame this session wrote before it. The writer's `send` runs off this actor, so
+    /// two writes awaited at once (the pump's batch, and the error the receiving side ends the session with) could
+    /// otherwise reach the connection in either order: a batch could follow the session's `error`.
     private func write(_ frame: [UInt8]) async {
-        do {
-            try await writer.send(frame)
+        let (previous, writer) = (lastWrite, writer)
+        let sending = Task<Bool, Never> {
+            _ = await previous?.value
+            do {
+                try await writer.send(frame)
+                return true
+            } catch {
+                return false
+            }
+        }
+        lastWrite = sending
+        if await sending.value {
             options.meter?.sent(bytes: frame.count)
-        } catch {
+        } else {
             await end(nil, closeConnection: true)
         }
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TributaryModel
+import TributaryTestSupport
 import TributaryTestTags
 
 @testable import TributaryProtocol
@@ -58,7 +59,7 @@ struct MessageCodecFuzzTests {
             corpus.append(wire)
         }
 
-        let mutator = Mutator(corpus: corpus)
+        let mutator = MessageMutator(corpus: corpus)
         var problems = 0
         var decoded = 0
         var refused = 0
@@ -252,77 +253,6 @@ private struct MessageGenerator {
             return .ping(nonce: number(&random))
         default:
             return .pong(nonce: number(&random))
-        }
-    }
-}
-
-/// Makes inputs: a fifth random bytes, the rest valid encodings changed one to three times.
-private struct Mutator {
-    let corpus: [Wire]
-
-    func next(_ random: inout SplitMix64) -> [UInt8] {
-        if random.chance(20) {
-            let length = random.chance(90) ? random.below(48) : random.below(700)
-            var bytes = (0..<length).map { _ in UInt8(truncatingIfNeeded: random.next()) }
-            if !bytes.isEmpty, random.chance(80) { bytes[0] = UInt8(1 + random.below(9)) }
-            return bytes
-        }
-        let wire = corpus[random.below(corpus.count)]
-        var bytes = wire.bytes
-        // A length or count replaced by a large one comes first, while the recorded places are still right.
-        if !wire.lengthFields.isEmpty, random.chance(30) {
-            let field = wire.lengthFields[random.below(wire.lengthFields.count)]
-            bytes.replaceSubrange(field, with: largeUint(&random, left: bytes.count - field.upperBound))
-            if random.chance(50) { return bytes }
-        }
-        for _ in 0...random.below(3) { mutate(&bytes, &random) }
-        return bytes
-    }
-
-    /// A uint that claims more than is there or over a limit: huge, just over, or malformed.
-    func largeUint(_ random: inout SplitMix64, left: Int) -> [UInt8] {
-        let values: [UInt64] = [
-            .max, 1 << 63, 1 << 32, UInt64(Int.max), UInt64(left + 1), UInt64(left), 5, 17, 25, 601, 1_001,
-            10_001, 16_385, 65_537, (16 << 20) + 1,
-        ]
-        var wire = Wire()
-        switch random.below(10) {
-        case 0: wire.uint(UInt64(random.below(200)), paddedTo: 11)  // longer than 10 bytes
-        case 1: wire.bytes = Array(repeating: 0xFF, count: 9) + [2 + UInt8(random.below(126))]  // over 2^64 - 1
-        case 2: wire.uint(values[random.below(values.count)], paddedTo: 10)
-        default: wire.uint(values[random.below(values.count)])
-        }
-        return wire.bytes
-    }
-
-    func mutate(_ bytes: inout [UInt8], _ random: inout SplitMix64) {
-        switch random.below(9) {
-        case 0:  // flip a bit
-            guard !bytes.isEmpty else { return }
-            bytes[random.below(bytes.count)] ^= 1 << UInt8(random.below(8))
-        case 1:  // set a byte to something interesting
-            guard !bytes.isEmpty else { return }
-            let values: [UInt8] = [0, 1, 2, 0x7F, 0x80, 0xC0, 0xED, 0xFF, UInt8(truncatingIfNeeded: random.next())]
-            bytes[random.below(bytes.count)] = values[random.below(values.count)]
-        case 2:  // insert a byte
-            bytes.insert(UInt8(truncatingIfNeeded: random.next()), at: random.below(bytes.count + 1))
-        case 3:  // delete a byte
-            guard !bytes.isEmpty else { return }
-            bytes.remove(at: random.below(bytes.count))
-        case 4:  // truncate
-            bytes.removeLast(random.below(bytes.count + 1))
-        case 5:  // splice: the start of this message, the rest of another
-            let donor = corpus[random.below(corpus.count)].bytes
-            bytes = Array(bytes.prefix(random.below(bytes.count + 1)) + donor.suffix(random.below(donor.count + 1)))
-        case 6:  // two messages in one
-            bytes += corpus[random.below(corpus.count)].bytes
-        case 7:  // a uint written over the bytes at a random place
-            let at = random.below(bytes.count + 1)
-            let end = min(bytes.count, at + random.below(3))
-            bytes.replaceSubrange(at..<end, with: largeUint(&random, left: bytes.count - end))
-        default:  // the kind byte changed
-            guard !bytes.isEmpty else { return }
-            bytes[0] = UInt8(truncatingIfNeeded: 1 + random.below(9))
         }
     }
 }

@@ -1,5 +1,6 @@
 import Testing
 import TributaryModel
+import TributaryTestSupport
 
 @testable import TributaryProtocol
 

@@ -13,33 +13,22 @@ import TributaryTestSupport
 /// replica keeps what it held.
 @Suite("A daemon facing hostile clients")
 struct HostileClientTests {
-    /// Sends `hello`, then `frames`, and returns the first `error` the daemon sends back.
-    static func errorAfter(_ frames: [[UInt8]], to endpoint: SyncEndpoint, text: Bool = false) async throws
-        -> SyncError?
-    {
-        let channel = try await WebSocketDialer.connect(to: endpoint)
-        let writer = WebSocketWriter(channel: channel.channel, masking: true)
-        return try await LoopbackSyncTests.within(.seconds(120), "the daemon's answer") {
-            try await channel.executeThenClose { inbound, _ in
-                try await writer.send(
-                    MessageCodec.encode(
-                        .hello(Hello(replica: ReplicaID(rawValue: 0xBAD), role: .app, vector: VersionVector()))))
-                var sentRest = false
-                for try await frame in inbound where frame.opcode == .binary {
-                    var data = frame.unmaskedData
-                    let message = try MessageCodec.decode(data.readBytes(length: data.readableBytes) ?? [])
-                    if case .error(let error) = message { return error }
-                    if case .welcome = message, !sentRest {
-                        sentRest = true
-                        for bytes in frames { try await writer.send(bytes) }
-                        if text {
-                            let frame = WebSocketFrame(
-                                fin: true, opcode: .text, maskKey: .random(), data: ByteBuffer(string: "hello?"))
-                            try await channel.channel.writeAndFlush(frame).get()
-                        }
-                    }
+    /// Sends `hello` (from `replica`, presenting `authorization`), then `frames` (and a text message when `text`),
+    /// and returns the first `error` the daemon sends back.
+    static func errorAfter(
+        _ frames: [[UInt8]], to endpoint: SyncEndpoint, text: Bool = false,
+        replica: ReplicaID = ReplicaID(rawValue: 0xBAD), authorization: String? = nil
+    ) async throws -> SyncError? {
+        try await LoopbackSyncTests.within(.seconds(120), "the daemon's answer") {
+            try await RawSyncClient.with(endpoint, authorization: authorization) { client in
+                switch try await client.handshake(RawSyncClient.hello(replica)) {
+                case .failure(let error): return error
+                case nil: return nil
+                case .success: break
                 }
-                return nil
+                for bytes in frames { try await client.send(bytes) }
+                if text { try await client.sendText("hello?") }
+                return try await client.nextError()
             }
         }
     }
@@ -82,6 +71,55 @@ struct HostileClientTests {
 
         #expect(try server.replica.viewDigest() == before)
         #expect(try server.replica.verify().passed)
+        await server.stop()
+    }
+
+    @Test("Valid messages out of order: each refused as a protocol violation that names the message")
+    func outOfOrderMessages() async throws {
+        let directory = TemporaryDirectory("hostile")
+        let (server, endpoint) = try await LoopbackSyncTests.daemon(directory, "daemon")
+        let replica = ReplicaID(rawValue: 0x0BAD_0BAD)
+        let batch = MessageCodec.encode(
+            .changesets(ChangesetBatch(number: 1, changesets: [], progress: VersionVector(), more: false)))
+        let welcome = MessageCodec.encode(.welcome(Welcome(version: 1, replica: replica, vector: VersionVector())))
+
+        // Before hello: the first message of a session must be hello.
+        for (first, name) in [
+            (batch, "changesets"), (welcome, "welcome"), (MessageCodec.encode(.ping(nonce: 1)), "ping"),
+        ] {
+            let error = try await LoopbackSyncTests.within(.seconds(120), "the answer to \(name) before hello") {
+                try await RawSyncClient.with(endpoint) { client in
+                    try await client.send(first)
+                    return try await client.nextError()
+                }
+            }
+            #expect(error?.code == .protocolViolation, "\(name) before hello: \(String(describing: error))")
+            #expect(error?.action == .fatal)
+            #expect(
+                error?.message.contains("\(name) is not allowed before hello") == true, "\(String(describing: error))")
+        }
+
+        // In an open session: a second hello, a welcome from the client, an ack of a batch never sent, a reply to a
+        // mark never made.
+        let cases: [(Message, String)] = [
+            (.hello(RawSyncClient.hello(replica)), "hello is not allowed in an open session"),
+            (.welcome(Welcome(version: 1, replica: replica, vector: VersionVector())), "welcome is not allowed"),
+            (.ack(Acknowledgement(batch: 99, checkpoint: VersionVector())), "ack for batch 99"),
+            (.markReply(request: 3), "markReply for request 3, which was not made"),
+        ]
+        for (message, words) in cases {
+            let error = try await Self.errorAfter([MessageCodec.encode(message)], to: endpoint, replica: replica)
+            #expect(error?.code == .protocolViolation, "\(message.name): \(String(describing: error))")
+            #expect(error?.message.contains(words) == true, "\(String(describing: error)) does not say \(words)")
+        }
+
+        // The daemon serves on.
+        let app = try LoopbackSyncTests.app(directory, "app")
+        let session = app.connect(to: endpoint, configuration: LoopbackSyncTests.fastBackoff)
+        try await app.write { try $0.create("Task", ["_id": "after", "title": "kept"]) }
+        try await LoopbackSyncTests.within(.seconds(120), "upload") { try await session.waitForUpload() }
+        #expect(try server.replica.object("Task", primaryKey: .string("after"))?["title"] == "kept")
+        await session.close()
         await server.stop()
     }
 
