@@ -214,11 +214,15 @@ public final class SyncServer: Sendable {
         }
         try? await listener?.close().get()
         let spread = max(1, configuration.reconnectSpreadSeconds)
-        for driver in drivers {
-            await driver.close(
-                SyncError(
-                    .unavailable, .retry, "the daemon is shutting down",
-                    retryAfterSeconds: UInt64.random(in: 1...spread)))
+        await withDiscardingTaskGroup { group in
+            for driver in drivers {
+                group.addTask {
+                    await driver.close(
+                        SyncError(
+                            .unavailable, .retry, "the daemon is shutting down",
+                            retryAfterSeconds: UInt64.random(in: 1...spread)))
+                }
+            }
         }
         for link in links { await link.close() }
         for watcher in watchers { watcher.cancel() }

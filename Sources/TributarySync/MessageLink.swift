@@ -7,6 +7,8 @@ package protocol MessageWriter: Sendable {
     func send(_ message: [UInt8]) async throws
     /// Closes the connection (after the messages sent so far).
     func close() async
+    /// Closes the connection now, without a word: a write failed. What was already received is still read.
+    func abort()
 }
 
 /// How a session integrates the batches it receives.

@@ -115,6 +115,9 @@ package actor SessionDriver {
     private var lastCaughtUp: ContinuousClock.Instant?
     /// The last frame written, which the next write waits for (see ``write(_:)``).
     private var lastWrite: Task<Bool, Never>?
+    /// Whether a write failed: the connection is closing, and the session ends once the transport has handed over
+    /// what it read before the close (see ``write(_:)``).
+    private var writeFailed = false
     /// The role this side said in `hello`, for an initiator.
     private let helloRole: SyncRole?
     /// The size of the message being handled.
@@ -369,7 +372,13 @@ package actor SessionDriver {
         if await sending.value {
             options.meter?.sent(bytes: frame.count)
         } else {
-            await end(nil, closeConnection: true)
+            // The connection is closed or closing. Not ended here: the other side's last messages may still be
+            // waiting to be read (its `error` saying why it closed, and when to come back); the transport hands
+            // them over and then reports the close (``connectionClosed(_:)``), which ends the session.
+            if !writeFailed {
+                writeFailed = true
+                writer.abort()
+            }
         }
     }
 
@@ -403,7 +412,7 @@ package actor SessionDriver {
 
     /// Sends batches while the other side's window takes them; replies to marks once what they asked for is sent.
     private func pump() async -> Bool {
-        while !ended {
+        while !ended && !writeFailed {
             let budget = machine.sendBudget
             guard budget > 64 else { return true }
             let export: ChangesetExport

@@ -93,12 +93,22 @@ package struct WebSocketWriter: MessageWriter {
         try await written.futureResult.get()
     }
 
+    package func abort() { channel.close(promise: nil) }
+
     package func close() async {
         var data = ByteBuffer()
         data.write(webSocketErrorCode: .normalClosure)
         let frame = WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: masking ? .random() : nil, data: data)
         try? await channel.writeAndFlush(frame).get()
-        try? await channel.close().get()
+        // Half-close first: the other side reads everything sent, then the end of the stream, and closes. Closing
+        // outright while its last messages sit unread here would make the kernel answer with a reset, which can
+        // discard the `error` just sent before the other side reads it. One that does not close is closed after a
+        // short linger.
+        let channel = channel
+        let linger = channel.eventLoop.scheduleTask(in: .seconds(2)) { channel.close(promise: nil) }
+        channel.closeFuture.whenComplete { _ in linger.cancel() }
+        channel.close(mode: .output, promise: nil)
+        try? await channel.closeFuture.get()
     }
 }
 
@@ -113,14 +123,19 @@ package func runWebSocketSession(
     await driver.start()
     do {
         try await channel.executeThenClose { inbound, _ in
+            // Once the session has ended, what still arrives is read and dropped until the writer's close completes:
+            // leaving here would close the connection at once, and a reset could discard the session's last
+            // message (its `error`) before the other side reads it.
+            var open = true
             for try await frame in inbound {
+                guard open else { continue }
                 switch frame.opcode {
                 case .binary:
                     var data = frame.unmaskedData
-                    guard await driver.receive(data.readBytes(length: data.readableBytes) ?? []) else { return }
+                    open = await driver.receive(data.readBytes(length: data.readableBytes) ?? [])
                 case .text:
                     await driver.close(.violation("a text message: the protocol sends binary messages only"))
-                    return
+                    open = false
                 case .ping:
                     let pong = WebSocketFrame(
                         fin: true, opcode: .pong, maskKey: masking ? .random() : nil, data: frame.unmaskedData)
