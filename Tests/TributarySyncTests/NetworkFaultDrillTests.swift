@@ -89,7 +89,10 @@ struct NetworkFaultDrillTests {
 
     static func drill(seed: UInt64, clockOffsetMinutes: Int) async throws {
         let children = DaemonKillDrillTests.Children()
-        defer { children.killAll() }
+        defer {
+            children.killAll()
+            FakeTime.removeLeftovers()
+        }
         var proxies: [FaultProxy] = []
         defer { for proxy in proxies { proxy.stop() } }
         let started = ContinuousClock.now
@@ -464,6 +467,7 @@ struct NetworkFaultDrillTests {
                 directory, port: port, arguments: arguments, environment: environment, log: log, children: children)
             let after = Date()
             (self.child, port, state) = (child, listening, .running)
+            if !environment.isEmpty { FakeTime.started(child.pid) }
             if let logged = Self.loggedTime(child.standardError) {
                 let offset =
                     logged < before.addingTimeInterval(-1)
@@ -654,16 +658,33 @@ struct NetworkFaultDrillTests {
 /// libfaketime (Debian's `faketime` package): preloaded into a child, it shifts the wall clock the child reads
 /// (`Date`, `clock_gettime(CLOCK_REALTIME)`); monotonic clocks are left alone, so the child's timers run true.
 ///
-/// Preloaded straight into a Swift executable, libfaketime 0.9.10 creates its shared memory and publishes it with
-/// `setenv("FAKETIME_SHARED")` while the process starts, and the Swift runtime then sees no command-line arguments
-/// (`CommandLine.arguments` is empty; a C program started the same way, or `faketime`, does not show it). With
-/// `FAKETIME_SHARED` already set (a placeholder) and the shared memory off (`FAKETIME_DISABLE_SHM`), it calls no
-/// `setenv`: the arguments arrive, and nothing is left in /dev/shm.
+/// Preloaded straight into a Swift executable, libfaketime 0.9.10 leaves the Swift runtime with no command-line
+/// arguments (`CommandLine.arguments` is empty; a C program, or a Swift one started through `faketime` or a shell,
+/// gets them). It sets `FAKETIME_SHARED` in the environment as the process starts, which is the likely cause: with
+/// that variable already set (a placeholder), the arguments arrive. Its shared memory (two small files in /dev/shm,
+/// named after the process, which `FAKETIME_DISABLE_SHM` does not prevent) stays behind when a child is killed with
+/// SIGKILL: ``removeLeftovers()`` removes it.
 enum FakeTime {
     static let library: String? = [
         "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
         "/usr/lib/faketime/libfaketime.so.1", "/usr/local/lib/faketime/libfaketime.so.1",
     ].first { FileManager.default.fileExists(atPath: $0) }
+
+    /// The children started with libfaketime.
+    private static let children = Mutex<[Int32]>([])
+
+    static func started(_ pid: Int32) { children.withLock { $0.append(pid) } }
+
+    /// Removes what libfaketime leaves in /dev/shm for each child started with it that has ended (a child killed
+    /// with SIGKILL does not remove its own).
+    static func removeLeftovers() {
+        for pid in children.withLock({ $0 }) where kill(pid, 0) != 0 {
+            for name in ["faketime_shm_\(pid)", "sem.faketime_sem_\(pid)"] {
+                try? FileManager.default.removeItem(atPath: "/dev/shm/\(name)")
+            }
+        }
+        children.withLock { $0.removeAll() }
+    }
 
     /// The variables that run a child with its wall clock `offsetMinutes` off.
     static func environment(library: String, offsetMinutes: Int) -> [String: String] {
