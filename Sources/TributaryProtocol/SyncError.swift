@@ -90,8 +90,16 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
         self.retryAfterSeconds = retryAfterSeconds
     }
 
-    /// A protocol violation: the other side sent what the protocol does not allow.
-    public static func violation(_ message: String) -> SyncError { SyncError(.protocolViolation, .fatal, message) }
+    /// A protocol violation: the other side sent what the protocol does not allow. The session ends, and an initiator
+    /// reconnects after ``violationRetrySeconds`` (or its backoff, if longer). A byte stream damaged on its way (a
+    /// faulty middlebox or proxy, a corrupted segment that TCP's checksum missed) arrives as exactly such a message;
+    /// nothing of it was integrated, and a new session resumes where the acknowledgements left off.
+    public static func violation(_ message: String) -> SyncError {
+        SyncError(.protocolViolation, .retry, message, retryAfterSeconds: violationRetrySeconds)
+    }
+
+    /// How long an initiator waits before it reconnects after a protocol violation.
+    public static let violationRetrySeconds: UInt64 = 5
 
     public var description: String {
         var text = "\(code) (\(action)): \(message)"

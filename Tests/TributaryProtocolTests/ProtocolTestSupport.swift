@@ -84,7 +84,8 @@ func decodingError(_ bytes: [UInt8], limits: MessageLimits = .standard) -> SyncE
     }
 }
 
-/// Expects decoding `bytes` to throw a protocol violation (action fatal) whose message holds each of `words`.
+/// Expects decoding `bytes` to throw a protocol violation (action retry, after 5 s) whose message holds each of
+/// `words`.
 @discardableResult
 func expectViolation(
     _ bytes: [UInt8], limits: MessageLimits = .standard, naming words: String...,
@@ -95,7 +96,7 @@ func expectViolation(
         return nil
     }
     #expect(error.code == .protocolViolation, "\(error)", sourceLocation: sourceLocation)
-    #expect(error.action == .fatal, "\(error)", sourceLocation: sourceLocation)
+    #expect(error.action == .retry && error.retryAfterSeconds == 5, "\(error)", sourceLocation: sourceLocation)
     for word in words {
         #expect(error.message.contains(word), "\(error.message) does not name \(word)", sourceLocation: sourceLocation)
     }

@@ -189,7 +189,7 @@ func expectViolation(
         return nil
     }
     #expect(error.code == .protocolViolation, "\(error)", sourceLocation: sourceLocation)
-    #expect(error.action == .fatal, "\(error)", sourceLocation: sourceLocation)
+    #expect(error.action == .retry && error.retryAfterSeconds == 5, "\(error)", sourceLocation: sourceLocation)
     for word in words {
         #expect(error.message.contains(word), "\(error.message) does not name \(word)", sourceLocation: sourceLocation)
     }

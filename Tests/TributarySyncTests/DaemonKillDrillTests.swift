@@ -484,11 +484,13 @@ struct DaemonKillDrillTests {
 
     // MARK: Processes and sessions
 
-    /// Starts `tributaryd DIRECTORY --listen 127.0.0.1:PORT` (port 0: a free one, which the daemon logs) and waits
-    /// for the line it logs once it listens. A start that fails (the port not free yet just after a kill) is tried
-    /// again, for up to 60 s. Returns the child and its port.
+    /// Starts `tributaryd DIRECTORY --listen 127.0.0.1:PORT ARGUMENTS` (port 0: a free one, which the daemon logs),
+    /// with `environment` added to this process's, and waits for the line it logs once it listens. A start that
+    /// fails (the port not free yet just after a kill) is tried again, for up to 180 s. Returns the child and its
+    /// port.
     static func startDaemon(
-        _ directory: String, port: Int = 0, log: String, children: Children
+        _ directory: String, port: Int = 0, arguments: [String] = [], environment: [String: String] = [:],
+        log: String, children: Children
     ) async throws -> (ChildProcess, Int) {
         let executable = try #require(
             ChildExecutable.path("tributaryd"), "tributaryd is not next to the test binary (swift build)")
@@ -497,7 +499,9 @@ struct DaemonKillDrillTests {
         let deadline = ContinuousClock.now + .seconds(180)
         var failures: [String] = []
         while true {
-            let child = try children.start(executable, [directory, "--listen", "127.0.0.1:\(port)"], stderr: log)
+            let child = try children.start(
+                executable, [directory, "--listen", "127.0.0.1:\(port)"] + arguments, stderr: log,
+                environment: environment)
             while true {
                 if let listening = servingPort(child.standardError), port == 0 || listening == port {
                     return (child, listening)
@@ -515,7 +519,7 @@ struct DaemonKillDrillTests {
             if ContinuousClock.now >= deadline { break }
             try await Task.sleep(for: .milliseconds(100))
         }
-        throw DrillFailure("tributaryd did not start on port \(port) in 60 s: \(failures.suffix(2))")
+        throw DrillFailure("tributaryd did not start on port \(port) in 180 s: \(failures.suffix(2))")
     }
 
     /// The port in tributaryd's "serving replica R in DIR on ws://HOST:PORT" line.
@@ -584,8 +588,11 @@ struct DaemonKillDrillTests {
     final class Children: Sendable {
         private let all = Mutex<[ChildProcess]>([])
 
-        func start(_ executable: String, _ arguments: [String], stderr: String) throws -> ChildProcess {
-            let child = try ChildProcess(executable: executable, arguments: arguments, stderrPath: stderr)
+        func start(
+            _ executable: String, _ arguments: [String], stderr: String, environment: [String: String] = [:]
+        ) throws -> ChildProcess {
+            let child = try ChildProcess(
+                executable: executable, arguments: arguments, stderrPath: stderr, environment: environment)
             all.withLock { $0.append(child) }
             return child
         }

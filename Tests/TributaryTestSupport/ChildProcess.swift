@@ -260,14 +260,20 @@ public final class ChildProcess: Sendable {
     public let pid: Int32
     public let stderrPath: String
 
-    /// Starts `executable` with `arguments`.
-    public init(executable: String, arguments: [String], stderrPath: String) throws {
+    /// Starts `executable` with `arguments`, in this process's environment with `environment` added (a variable
+    /// named in both takes `environment`'s value).
+    public init(
+        executable: String, arguments: [String], stderrPath: String, environment: [String: String] = [:]
+    ) throws {
         var attempt = 0
         var started: (Process, Pipe)?
         while started == nil {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: executable)
             process.arguments = arguments
+            if !environment.isEmpty {
+                process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+            }
             let pipe = Pipe()
             process.standardOutput = pipe
             _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
