@@ -112,6 +112,8 @@ public final class SyncServer: Sendable {
         var authenticator: Authenticator?
         /// Connections open, by remote IP address.
         var connectionsByAddress: [String: Int] = [:]
+        /// Every connection open, sessions or not (one still in its TLS handshake or HTTP request, say).
+        var connections: [ObjectIdentifier: any Channel] = [:]
         /// The TLS context new connections are served with (``reloadCertificates()`` replaces it).
         var tlsContext: NIOSSLContext?
     }
@@ -226,6 +228,8 @@ public final class SyncServer: Sendable {
         }
         for link in links { await link.close() }
         for watcher in watchers { watcher.cancel() }
+        // What is left: connections that never became sessions (a handshake under way, a plain request).
+        for channel in state.withLock({ Array($0.connections.values) }) { channel.close(promise: nil) }
         await serving?.value
     }
 
@@ -239,8 +243,13 @@ public final class SyncServer: Sendable {
         }
     }
 
-    private func release(_ address: String) {
+    private func track(_ channel: any Channel) {
+        state.withLock { $0.connections[ObjectIdentifier(channel)] = channel }
+    }
+
+    private func release(_ address: String, _ channel: any Channel) {
         state.withLock { state in
+            state.connections.removeValue(forKey: ObjectIdentifier(channel))
             let left = state.connectionsByAddress[address, default: 1] - 1
             state.connectionsByAddress[address] = left > 0 ? left : nil
         }
@@ -291,7 +300,8 @@ public final class SyncServer: Sendable {
                     channel.closeFuture.whenComplete { _ in expiry.cancel() }
                     let address = channel.remoteAddress?.ipAddress ?? "unknown"
                     let crowded = server?.admit(address) ?? false
-                    channel.closeFuture.whenComplete { _ in server?.release(address) }
+                    server?.track(channel)
+                    channel.closeFuture.whenComplete { _ in server?.release(address, channel) }
                     let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
                         maxFrameSize: frameBytes,
                         shouldUpgrade: { channel, head in

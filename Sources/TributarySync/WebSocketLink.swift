@@ -3,6 +3,7 @@ import NIOHTTP1
 import NIOPosix
 package import NIOSSL
 package import NIOWebSocket
+import Synchronization
 public import TributaryProtocol
 
 /// A daemon's address: `ws://HOST:PORT`, or `wss://HOST:PORT` over TLS (the path defaults to the protocol's,
@@ -152,6 +153,15 @@ package func runWebSocketSession(
     await driver.connectionClosed()
 }
 
+/// Holds the channel a dial opened, for closing it when the upgrade fails.
+private final class ChannelBox: Sendable {
+    private let value = Mutex<(any Channel)?>(nil)
+    var channel: (any Channel)? {
+        get { value.withLock { $0 } }
+        set { value.withLock { $0 = newValue } }
+    }
+}
+
 /// Opens WebSocket connections to daemons.
 package enum WebSocketDialer {
     /// Connects to `endpoint` and upgrades to a WebSocket with the protocol's subprotocol, presenting
@@ -168,6 +178,7 @@ package enum WebSocketDialer {
         // SNI and the certificate check take a host name; an IP address is checked against the connected address.
         let serverName = (try? SocketAddress(ipAddress: endpoint.host, port: 0)) == nil ? endpoint.host : nil
         let recorder = TLSFailureRecorder()
+        let opened = ChannelBox()
         enum Upgrade: Sendable {
             case upgraded(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
             case declined(NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>)
@@ -177,6 +188,7 @@ package enum WebSocketDialer {
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .connect(host: endpoint.host, port: endpoint.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    opened.channel = channel
                     if let context {
                         try channel.pipeline.syncOperations.addHandler(
                             try NIOSSLClientHandler(context: context, serverHostname: serverName))
@@ -208,14 +220,21 @@ package enum WebSocketDialer {
                                 Upgrade.declined(try NIOAsyncChannel(wrappingChannelSynchronously: channel))
                             }
                         })
-                    return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
+                    let upgraded = try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
                         configuration: .init(upgradeConfiguration: configuration))
+                    // A daemon that accepts the connection but never answers (stopped with SIGSTOP, say) does not
+                    // hold the dial forever: the TLS handshake and the upgrade have the same time as the connect.
+                    let expiry = channel.eventLoop.scheduleTask(in: TimeAmount(timeout)) { channel.close(promise: nil) }
+                    upgraded.whenComplete { _ in expiry.cancel() }
+                    return upgraded
                 }
             }
         let result: Upgrade
         do {
             result = try await upgrade.get()
         } catch {
+            // The connection may still be open (a failed upgrade leaves it so): it is of no use now.
+            opened.channel?.close(promise: nil)
             if let failure = recorder.error {
                 let text = "\(failure)"
                 let reason =

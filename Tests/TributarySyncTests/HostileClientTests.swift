@@ -94,7 +94,7 @@ struct HostileClientTests {
                 }
             }
             #expect(error?.code == .protocolViolation, "\(name) before hello: \(String(describing: error))")
-            #expect(error?.action == .fatal)
+            #expect(error?.action == .retry)
             #expect(
                 error?.message.contains("\(name) is not allowed before hello") == true, "\(String(describing: error))")
         }

@@ -237,7 +237,9 @@ struct HostileFrameFuzzTests {
                     }
                     guard case .error(let error) = message else { continue }
                     tally.refused[error.code.rawValue, default: 0] += 1
-                    if !refusals.contains(error.code) || error.action != .fatal || error.message.isEmpty
+                    // A violation may be damage in transit (retry, after a delay); anything else needs a person.
+                    let action: SyncError.Action = error.code == .protocolViolation ? .retry : .fatal
+                    if !refusals.contains(error.code) || error.action != action || error.message.isEmpty
                         || error.message.utf8.count > 4096
                     {
                         tally.problems.append("\(name): refused with \(error) for \(hex(frame))")
