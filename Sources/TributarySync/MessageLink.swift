@@ -3,8 +3,9 @@ package import Tributary
 
 /// Where a session writes its messages: one binary WebSocket message each, or an in-memory queue in tests.
 package protocol MessageWriter: Sendable {
-    /// Sends one message.
-    func send(_ message: [UInt8]) async throws
+    /// Sends one message: handed to the connection on the caller's actor, in call order, before waiting for it to
+    /// be written.
+    nonisolated(nonsending) func send(_ message: [UInt8]) async throws
     /// Closes the connection (after the messages sent so far).
     func close() async
     /// Closes the connection now, without a word: a write failed. What was already received is still read.

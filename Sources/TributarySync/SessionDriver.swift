@@ -113,8 +113,6 @@ package actor SessionDriver {
     private var nothingToSend = false
     /// When the session was last seen with nothing to send and nothing known to receive.
     private var lastCaughtUp: ContinuousClock.Instant?
-    /// The last frame written, which the next write waits for (see ``write(_:)``).
-    private var lastWrite: Task<Bool, Never>?
     /// Whether a write failed: the connection is closing, and the session ends once the transport has handed over
     /// what it read before the close (see ``write(_:)``).
     private var writeFailed = false
@@ -357,19 +355,18 @@ package actor SessionDriver {
     /// Writes `frame` after every frame this session wrote before it. The writer's `send` runs off this actor, so
     /// two writes awaited at once (the pump's batch, and the error the receiving side ends the session with) could
     /// otherwise reach the connection in either order: a batch could follow the session's `error`.
+    /// Writes `frame`. The writer hands it to the connection on this actor, before it waits for the socket, so
+    /// frames reach the connection in the order this session wrote them (a batch never follows the session's
+    /// `error`), however their writes are interleaved.
     private func write(_ frame: [UInt8]) async {
-        let (previous, writer) = (lastWrite, writer)
-        let sending = Task<Bool, Never> {
-            _ = await previous?.value
-            do {
-                try await writer.send(frame)
-                return true
-            } catch {
-                return false
-            }
+        let sent: Bool
+        do {
+            try await writer.send(frame)
+            sent = true
+        } catch {
+            sent = false
         }
-        lastWrite = sending
-        if await sending.value {
+        if sent {
             options.meter?.sent(bytes: frame.count)
         } else {
             // The connection is closed or closing. Not ended here: the other side's last messages may still be

@@ -81,7 +81,7 @@ package struct WebSocketWriter: MessageWriter {
         self.sendDeadline = sendDeadline
     }
 
-    package func send(_ message: [UInt8]) async throws {
+    package nonisolated(nonsending) func send(_ message: [UInt8]) async throws {
         let frame = WebSocketFrame(
             fin: true, opcode: .binary, maskKey: masking ? .random() : nil, data: ByteBuffer(bytes: message))
         let written = channel.eventLoop.makePromise(of: Void.self)
