@@ -263,6 +263,12 @@ public final class SyncSession: Sendable {
                             writer: writer, integrator: integrator, options: options,
                             onEvent: { shared.handle($0) })
                         shared.driver = driver
+                        if shared.isClosed || shared.isHeld {
+                            // Closed or paused while this connection opened: close() and pause() found no driver to
+                            // end, so the session ends it itself (else it would live on, pinging, unwanted).
+                            let reason = shared.isClosed ? "the app closed the sync session" : "the app paused sync"
+                            Task { await driver.close(SyncError(.unavailable, .retry, reason)) }
+                        }
                         return driver
                     }
                     ended = shared.takeEndError()

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import Tributary
 import TributaryDaemon
@@ -49,22 +50,40 @@ struct LoopbackSyncTests {
         return configuration
     }
 
-    /// Runs `body` with a deadline: a sync test that hangs fails instead.
+    /// Runs `body` with a deadline: a sync test that hangs fails instead. The body runs in a task of its own, which
+    /// is cancelled at the deadline but not waited for: a wait that does not answer cancellation (an upload's, say)
+    /// still fails the test at the deadline, naming what did not finish.
     static func within<T: Sendable>(
         _ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
-        try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask { try await body() }
-            group.addTask {
-                try await Task.sleep(for: limit)
-                return nil
+        let outcome = Outcome<T>()
+        return try await withCheckedThrowingContinuation { continuation in
+            outcome.start(continuation)
+            let work = Task {
+                do { outcome.finish(.success(try await body())) } catch { outcome.finish(.failure(error)) }
             }
-            guard let first = try await group.next(), let value = first else {
-                group.cancelAll()
-                throw SyncError(.timeout, .fatal, "\(what) did not finish in \(limit)")
+            Task {
+                try? await Task.sleep(for: limit)
+                work.cancel()
+                outcome.finish(.failure(SyncError(.timeout, .fatal, "\(what) did not finish in \(limit)")))
             }
-            group.cancelAll()
-            return value
+        }
+    }
+
+    /// The first result a ``within(_:_:_:)`` gets, handed to its caller once.
+    private final class Outcome<T: Sendable>: Sendable {
+        private let continuation = Mutex<CheckedContinuation<T, any Error>?>(nil)
+
+        func start(_ continuation: CheckedContinuation<T, any Error>) {
+            self.continuation.withLock { $0 = continuation }
+        }
+
+        func finish(_ result: Result<T, any Error>) {
+            let waiting = continuation.withLock { waiting in
+                defer { waiting = nil }
+                return waiting
+            }
+            waiting?.resume(with: result)
         }
     }
 
