@@ -172,7 +172,8 @@ package enum WebSocketDialer {
     ///   answered with (a refused token, say), one that says no daemon answered, or a TLS failure.
     package static func connect(
         to endpoint: SyncEndpoint, authorization: String? = nil, tls: NIOSSLContext? = nil,
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, timeout: Duration = .seconds(10)
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, timeout: Duration = .seconds(10),
+        upgradeTimeout: Duration = .seconds(120)
     ) async throws -> NIOAsyncChannel<WebSocketFrame, WebSocketFrame> {
         let context = endpoint.secure ? try tls ?? SyncTLS().clientContext() : nil
         // SNI and the certificate check take a host name; an IP address is checked against the connected address.
@@ -223,8 +224,11 @@ package enum WebSocketDialer {
                     let upgraded = try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
                         configuration: .init(upgradeConfiguration: configuration))
                     // A daemon that accepts the connection but never answers (stopped with SIGSTOP, say) does not
-                    // hold the dial forever: the TLS handshake and the upgrade have the same time as the connect.
-                    let expiry = channel.eventLoop.scheduleTask(in: TimeAmount(timeout)) { channel.close(promise: nil) }
+                    // hold the dial forever. The bound is generous: a daemon busy with a burst of connections, or a
+                    // starved machine, can take many seconds to answer an upgrade it will still accept.
+                    let expiry = channel.eventLoop.scheduleTask(in: TimeAmount(upgradeTimeout)) {
+                        channel.close(promise: nil)
+                    }
                     upgraded.whenComplete { _ in expiry.cancel() }
                     return upgraded
                 }
