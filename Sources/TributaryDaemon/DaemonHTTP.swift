@@ -83,6 +83,20 @@ extension SyncServer {
 
     // MARK: Plain HTTP
 
+    /// The HTTP answer that refuses a session: the protocol's error in headers (code, action, retry delay) and its
+    /// message as the plain-text body.
+    static func refusalResponse(_ refusal: SyncError, status: HTTPResponseStatus) -> (HTTPResponseHead, String) {
+        let body = refusal.message + "\n"
+        var headers = HTTPHeaders()
+        headers.add(name: SyncProtocol.errorCodeHeader, value: "\(refusal.code.rawValue)")
+        headers.add(name: SyncProtocol.errorActionHeader, value: refusal.action.description)
+        headers.add(name: "Retry-After", value: "\(refusal.retryAfterSeconds)")
+        headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
+        headers.add(name: "Content-Length", value: "\(body.utf8.count)")
+        headers.add(name: "Connection", value: "close")
+        return (HTTPResponseHead(version: .http1_1, status: status, headers: headers), body)
+    }
+
     /// Answers a plain HTTP request (not a WebSocket upgrade to the sync path): `GET /health`, `GET /ready` and
     /// `GET /metrics` for operators; anything else gets 426 and a line that says where sessions are served.
     func answerHTTP(
@@ -92,17 +106,10 @@ extension SyncServer {
             if let refusal {
                 // A refused upgrade: the upgrade handler consumed the request, so the answer goes out at once, with
                 // the protocol's error in headers and its message as the body.
-                let body = ByteBuffer(string: refusal.message + "\n")
-                var headers = HTTPHeaders()
-                headers.add(name: SyncProtocol.errorCodeHeader, value: "\(refusal.code.rawValue)")
-                headers.add(name: SyncProtocol.errorActionHeader, value: refusal.action.description)
-                headers.add(name: "Retry-After", value: "\(refusal.retryAfterSeconds)")
-                headers.add(name: "Content-Type", value: "text/plain; charset=utf-8")
-                headers.add(name: "Content-Length", value: "\(body.readableBytes)")
-                headers.add(name: "Connection", value: "close")
-                let status: HTTPResponseStatus = refusal.code == .unavailable ? .serviceUnavailable : .unauthorized
-                try await outbound.write(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers)))
-                try await outbound.write(.body(.byteBuffer(body)))
+                let (head, body) = Self.refusalResponse(
+                    refusal, status: refusal.code == .unavailable ? .serviceUnavailable : .unauthorized)
+                try await outbound.write(.head(head))
+                try await outbound.write(.body(.byteBuffer(ByteBuffer(string: body))))
                 try await outbound.write(.end(nil))
                 return
             }

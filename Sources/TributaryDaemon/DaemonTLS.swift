@@ -68,13 +68,16 @@ final class PlaintextRefusal: ChannelInboundHandler, RemovableChannelHandler {
             context.pipeline.syncOperations.removeHandler(self, promise: nil)
             return
         }
-        let message =
-            "this port serves sessions over TLS only: connect to wss://\(context.channel.localAddress?.ipAddress ?? "HOST")"
-            + ":\(context.channel.localAddress?.port ?? 0)\(SyncProtocol.path)\n"
+        let address = context.channel.localAddress
+        let refusal = SyncError(
+            .tls, .fatal,
+            "this port serves sessions over TLS only: connect to wss://\(address?.ipAddress ?? "HOST"):"
+                + "\(address?.port ?? 0)\(SyncProtocol.path)")
+        // Written as bytes: this handler sits before TLS and HTTP, on the raw connection.
+        let (head, body) = SyncServer.refusalResponse(refusal, status: .badRequest)
         let response =
-            "HTTP/1.1 400 Bad Request\r\n\(SyncProtocol.errorCodeHeader): \(SyncError.Code.tls.rawValue)\r\n"
-            + "\(SyncProtocol.errorActionHeader): fatal\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            + "Content-Length: \(message.utf8.count)\r\nConnection: close\r\n\r\n\(message)"
+            "HTTP/1.1 \(head.status.code) \(head.status.reasonPhrase)\r\n"
+            + head.headers.map { "\($0.name): \($0.value)\r\n" }.joined() + "\r\n" + body
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: response))).whenComplete { _ in
             channel.close(promise: nil)
