@@ -52,6 +52,8 @@ public final class Replica: Sendable {
     /// that is what makes sharing it safe.
     nonisolated(unsafe) let compressionContext = ZstdContext()
     let observers = ObserverRegistry()
+    /// Wakes those who wait on the flexible-sync subscription sets.
+    let subscriptionWatchers = SubscriptionWatchers()
     /// The schema the app gave when it opened this replica, `nil` when it gave none. A model's values are those of
     /// the properties it declares (``Transaction/modelValues(_:)``): another release of the app, syncing with this
     /// one, may have added properties that this release's writes must leave alone.
@@ -361,6 +363,7 @@ public final class Replica: Sendable {
     public func close() {
         environment.close()
         observers.finishAll()
+        subscriptionWatchers.finish()
     }
 
     // MARK: State
@@ -451,7 +454,9 @@ public final class Replica: Sendable {
                     let transaction = Transaction(replica: self, storage: storage, state: start, author: author)
                     defer { transaction.invalidate() }
                     let result = try body(transaction)
-                    outcome = (result, try transaction.prepareCommit())
+                    let commit = try transaction.prepareCommit()
+                    if let commit { try checkWritesCovered(commit.changesets.map(\.changeset), in: storage) }
+                    outcome = (result, commit)
                 }
                 if let commit = outcome?.commit { head = try self.persist(commit, head: start.head, in: storage) }
             }

@@ -21,7 +21,7 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
             case wrongType, missingProperty, duplicatePrimaryKey, objectNotFound, invalidPath, invalidValue
             case schemaConflict, invalidChangeset, corrupted, diskFull, mapFull, storage, clockSkew, closed
             case transactionTooLarge, readOnly, migrationFailed, missingPredecessor, invalidQuery, nestedWrite
-            case permissionDenied
+            case permissionDenied, noSubscription
         }
         private var wrapped: Wrapped
         /// The directory does not hold a Tributary replica, or its files are damaged beyond opening.
@@ -56,6 +56,9 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
         public static var schemaConflict: Self { Self(wrapped: .schemaConflict) }
         /// A changeset from another replica is malformed or does not fit the schema.
         public static var invalidChangeset: Self { Self(wrapped: .invalidChangeset) }
+        /// A write to an object type that no flexible-sync subscription covers, on a replica that subscribes
+        /// (``Replica/subscriptions``): subscribe to the type first.
+        public static var noSubscription: Self { Self(wrapped: .noSubscription) }
         /// Stored data is damaged: a checksum mismatch, a broken log chain, or views that differ from the log.
         public static var corrupted: Self { Self(wrapped: .corrupted) }
         /// The disk is full; nothing committed was lost. Free space and retry.

@@ -66,6 +66,10 @@ public final class SyncServer: Sendable {
         /// How long a session's socket may take to accept one message before the session is closed (a client that
         /// does not read). Default: 60 seconds.
         public var sendDeadline: Duration = .seconds(60)
+        /// The properties flexible-sync subscriptions may query, by type name (the primary key always may). A
+        /// subscription that reads any other is refused, with a message naming the field; its set goes to the error
+        /// state on the device. `nil` (the default) lets subscriptions query every property.
+        public var queryableFields: [String: Set<String>]?
         /// When the daemon stops, each session is told to come back after a random 1 to this many seconds.
         /// Default: 5.
         public var reconnectSpreadSeconds: UInt64 = 5
@@ -409,6 +413,7 @@ public final class SyncServer: Sendable {
         options.requiredAuthor = identity.user
         options.tokenExpiry = identity.expires.map { .now + .seconds(max(0, $0.timeIntervalSinceNow)) }
         options.meter = metrics
+        options.queryableFields = configuration.queryableFields
         if let uploads {
             let user = identity.user
             options.uploadAllowance = { bytes, replica in uploads.take(bytes, user: user ?? "replica \(replica)") }

@@ -21,6 +21,12 @@ public enum Message: Sendable, Hashable {
     case ping(nonce: UInt64)
     /// The answer to ``ping(nonce:)``.
     case pong(nonce: UInt64)
+    /// Flexible sync, app to daemon: the subscription set the app wants held, and the one it holds now.
+    case query(QueryRequest)
+    /// Flexible sync, daemon to app: objects that enter the app's view (their full merge state) or leave it.
+    case objects(ObjectStates)
+    /// Flexible sync, daemon to app: a subscription set is complete (everything it covers was sent), or refused.
+    case queryState(QueryState)
 
     /// The message's name, as docs/Protocol.md spells it.
     public var name: String { kind.description }
@@ -37,6 +43,9 @@ public enum Message: Sendable, Hashable {
         case .error: .error
         case .ping: .ping
         case .pong: .pong
+        case .query: .query
+        case .objects: .objects
+        case .queryState: .queryState
         }
     }
 }
@@ -70,12 +79,16 @@ public struct Hello: Sendable, Hashable {
     public var pending: [Dot]
     /// How many bytes of `changesets` messages the acceptor may have unacknowledged towards the initiator.
     public var window: UInt64
+    /// Whether the initiator is a flexible-sync app: it holds what its subscriptions cover, sends its set in a
+    /// `query` message right after `welcome`, and the acceptor sends nothing before that message.
+    public var flexible: Bool
 
     public init(
         versions: ClosedRange<UInt64> = SyncProtocol.versions, replica: ReplicaID, role: SyncRole,
         schemaVersion: UInt64 = 0, credentials: [UInt8] = [], name: String = "", vector: VersionVector,
-        pending: [Dot] = [], window: UInt64 = SyncProtocol.defaultWindow
+        pending: [Dot] = [], window: UInt64 = SyncProtocol.defaultWindow, flexible: Bool = false
     ) {
+        self.flexible = flexible
         self.versions = versions
         self.replica = replica
         self.role = role
@@ -166,6 +179,73 @@ public struct Acknowledgement: Sendable, Hashable {
         self.batch = batch
         self.checkpoint = checkpoint
         self.rejected = rejected
+    }
+}
+
+/// Flexible sync: the subscription set an app wants the daemon to hold for it (docs/Protocol.md, "Flexible sync").
+public struct QueryRequest: Sendable, Hashable {
+    /// The wanted set's version: 1, 2, 3, ... as the app commits sets.
+    public var version: UInt64
+    /// The wanted set.
+    public var subscriptions: [Subscription]
+    /// The version of the set whose objects the app holds now (the last one completed), 0 for none.
+    public var heldVersion: UInt64
+    /// That set: the app holds the objects it covers, as of the app's vector.
+    public var held: [Subscription]
+
+    public init(version: UInt64, subscriptions: [Subscription], heldVersion: UInt64 = 0, held: [Subscription] = []) {
+        self.version = version
+        self.subscriptions = subscriptions
+        self.heldVersion = heldVersion
+        self.held = held
+    }
+}
+
+/// Flexible sync: objects whose full state a daemon sends an app (they entered its view) or that the app removes
+/// (they left it).
+public struct ObjectStates: Sendable, Hashable {
+    /// The subscription set version this is part of the bootstrap of (applied with the others when
+    /// ``Message/queryState(_:)`` completes that version), or 0 for a change to apply at once.
+    public var query: UInt64
+    /// The highest sequence of the app's own changesets the daemon held when it read these states: the app applies
+    /// its own later changesets on top of them.
+    public var yours: UInt64
+    /// The objects, in the order to apply them.
+    public var objects: [ObjectState]
+
+    public init(query: UInt64, yours: UInt64, objects: [ObjectState]) {
+        self.query = query
+        self.yours = yours
+        self.objects = objects
+    }
+}
+
+/// One object of ``ObjectStates``.
+public struct ObjectState: Sendable, Hashable {
+    public var type: String
+    public var primaryKey: PrimaryKey
+    /// The object's stored record (values and merge metadata) as the daemon holds it, or `nil`: the object left the
+    /// app's view, and the app removes it (from itself only).
+    public var record: [UInt8]?
+
+    public init(type: String, primaryKey: PrimaryKey, record: [UInt8]?) {
+        self.type = type
+        self.primaryKey = primaryKey
+        self.record = record
+    }
+}
+
+/// Flexible sync: how a daemon took a subscription set.
+public struct QueryState: Sendable, Hashable {
+    /// The set's version.
+    public var version: UInt64
+    /// `nil`: complete, everything the set covers was sent. Otherwise the reason the daemon refused it (a field that
+    /// is not queryable, a query it cannot parse); the app keeps what it held.
+    public var error: String?
+
+    public init(version: UInt64, error: String? = nil) {
+        self.version = version
+        self.error = error
     }
 }
 

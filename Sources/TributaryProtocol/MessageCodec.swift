@@ -22,6 +22,7 @@ public enum MessageCodec {
             writer.vector(hello.vector)
             writer.dots(hello.pending)
             writer.varint(hello.window)
+            writer.byte(hello.flexible ? 1 : 0)
         case .welcome(let welcome):
             writer.varint(welcome.version)
             writer.fixed64(welcome.replica.rawValue)
@@ -59,6 +60,30 @@ public enum MessageCodec {
             writer.varint(nonce)
         case .pong(let nonce):
             writer.varint(nonce)
+        case .query(let query):
+            writer.varint(query.version)
+            writer.subscriptions(query.subscriptions)
+            writer.varint(query.heldVersion)
+            writer.subscriptions(query.held)
+        case .objects(let states):
+            writer.bytes.reserveCapacity(32 + states.objects.reduce(0) { $0 + $1.type.utf8.count + ($1.record?.count ?? 0) + 24 })
+            writer.varint(states.query)
+            writer.varint(states.yours)
+            writer.varint(states.objects.count)
+            for object in states.objects {
+                writer.string(object.type)
+                writer.primaryKey(object.primaryKey)
+                if let record = object.record {
+                    writer.byte(1)
+                    writer.lengthPrefixed(record)
+                } else {
+                    writer.byte(0)
+                }
+            }
+        case .queryState(let state):
+            writer.varint(state.version)
+            writer.byte(state.error == nil ? 1 : 2)
+            writer.string(state.error ?? "")
         }
         return writer.bytes
     }
@@ -113,10 +138,12 @@ public enum MessageCodec {
             let vector = try reader.vector(limits: limits)
             let pending = try reader.dots(limits: limits)
             let window = try reader.varint()
+            let flexible = try reader.bool("flexible")
             return .hello(
                 Hello(
                     versions: lowest...highest, replica: replica, role: role, schemaVersion: schemaVersion,
-                    credentials: Array(credentials), name: name, vector: vector, pending: pending, window: window))
+                    credentials: Array(credentials), name: name, vector: vector, pending: pending, window: window,
+                    flexible: flexible))
         case .welcome:
             let version = try reader.varint()
             let replica = ReplicaID(rawValue: try reader.fixed64())
@@ -170,6 +197,38 @@ public enum MessageCodec {
             return .ping(nonce: try reader.varint())
         case .pong:
             return .pong(nonce: try reader.varint())
+        case .query:
+            let version = try reader.varint()
+            let subscriptions = try reader.subscriptions(
+                maximum: limits.maximumSubscriptions, maximumText: limits.maximumTextBytes)
+            let heldVersion = try reader.varint()
+            let held = try reader.subscriptions(
+                maximum: limits.maximumSubscriptions, maximumText: limits.maximumTextBytes)
+            return .query(
+                QueryRequest(version: version, subscriptions: subscriptions, heldVersion: heldVersion, held: held))
+        case .objects:
+            let query = try reader.varint()
+            let yours = try reader.varint()
+            // Each takes at least a one-byte type length, a two-byte key and its presence byte.
+            let count = try reader.count("objects", maximum: limits.maximumChangesetsPerBatch * 10, minimumBytesEach: 4)
+            var objects: [ObjectState] = []
+            objects.reserveCapacity(count)
+            for _ in 0..<count {
+                let type = try reader.boundedString("type", maximum: limits.maximumNameBytes)
+                let key = try reader.primaryKey()
+                let record = try reader.bool("record presence") ? Array(try reader.lengthPrefixed("record")) : nil
+                objects.append(ObjectState(type: type, primaryKey: key, record: record))
+            }
+            return .objects(ObjectStates(query: query, yours: yours, objects: objects))
+        case .queryState:
+            let version = try reader.varint()
+            let state = try reader.byte()
+            let message = try reader.boundedString("message", maximum: limits.maximumTextBytes)
+            switch state {
+            case 1: return .queryState(QueryState(version: version))
+            case 2: return .queryState(QueryState(version: version, error: message))
+            default: throw SyncError.violation("queryState: unknown state \(state)")
+            }
         }
     }
 
@@ -184,6 +243,9 @@ public enum MessageCodec {
         case error = 7
         case ping = 8
         case pong = 9
+        case query = 10
+        case objects = 11
+        case queryState = 12
 
         var description: String {
             switch self {
@@ -196,6 +258,9 @@ public enum MessageCodec {
             case .error: "error"
             case .ping: "ping"
             case .pong: "pong"
+            case .query: "query"
+            case .objects: "objects"
+            case .queryState: "queryState"
             }
         }
     }
@@ -219,6 +284,8 @@ public struct MessageLimits: Sendable, Hashable {
     public var maximumNameBytes = 256
     /// The longest error message or rejection reason. Default: 4 KiB.
     public var maximumTextBytes = 4 << 10
+    /// The most subscriptions in one set of a `query` message. Default: 1,000.
+    public var maximumSubscriptions = 1_000
     /// The most bytes of `changesets` messages this side has in flight to the other, unacknowledged, whatever window
     /// the other side announces: what one session may hold of a daemon's sending. Default: 64 MiB.
     public var maximumWindow: UInt64 = 64 << 20

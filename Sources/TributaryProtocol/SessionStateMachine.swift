@@ -38,6 +38,12 @@ public struct SessionStateMachine: Sendable {
         case closeSending(SyncError)
         /// Close the connection: the other side ended the session with this error.
         case closed(SyncError)
+        /// Acceptor: the app wants this subscription set held (flexible sync).
+        case query(QueryRequest)
+        /// Initiator: objects entering or leaving the app's view.
+        case objects(ObjectStates)
+        /// Initiator: the daemon completed or refused a subscription set.
+        case queryState(QueryState)
     }
 
     public let side: Side
@@ -248,6 +254,19 @@ public struct SessionStateMachine: Sendable {
         return sent(.markReply(request: request), now: now)
     }
 
+    /// Encodes a flexible-sync message for this side to send: ``Message/query(_:)`` from an initiator,
+    /// ``Message/objects(_:)`` or ``Message/queryState(_:)`` from an acceptor. Returns `nil` when the session is not
+    /// active or the message is not this side's to send.
+    public mutating func send(flexible message: Message, now: ContinuousClock.Instant) -> [UInt8]? {
+        guard case .active = state else { return nil }
+        switch (side, message) {
+        case (.initiator, .query), (.acceptor, .objects), (.acceptor, .queryState):
+            return sent(message, now: now)
+        default:
+            return nil
+        }
+    }
+
     /// Keepalive, called now and then (every second or so): sends `ping` after a keepalive interval without sending,
     /// and ends the session after three without receiving (or a handshake that does not finish in that time).
     public mutating func tick(now: ContinuousClock.Instant) -> Action {
@@ -366,6 +385,12 @@ public struct SessionStateMachine: Sendable {
             return .markReplied(request)
         case (.active, .ping(let nonce)):
             return .send(sent(.pong(nonce: nonce), now: now))
+        case (.active, .query(let query)) where side == .acceptor:
+            return .query(query)
+        case (.active, .objects(let states)) where side == .initiator:
+            return .objects(states)
+        case (.active, .queryState(let state)) where side == .initiator:
+            return .queryState(state)
         case (.active, .pong(let nonce)):
             if let pingSent, pingSent.nonce == nonce {
                 roundTrip = now - pingSent.at

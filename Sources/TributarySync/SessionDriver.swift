@@ -77,6 +77,11 @@ package actor SessionDriver {
         package var uploadAllowance: (@Sendable (_ bytes: Int, _ replica: ReplicaID) -> Duration?)?
         /// Counts the traffic, when set.
         package var meter: (any SessionMeter)?
+        /// For an acceptor: the properties flexible-sync subscriptions may query, by type (the primary key always);
+        /// `nil` lets them query every property.
+        package var queryableFields: [String: Set<String>]?
+        /// About the most bytes of object states per `objects` message sent.
+        package var objectStatesBytes = 1 << 20
         package init() {}
     }
 
@@ -122,6 +127,20 @@ package actor SessionDriver {
     private var receivedBytes = 0
     /// For an acceptor: the replica on the other side, once its `hello` is accepted.
     private var otherReplica: ReplicaID?
+    /// For an acceptor serving a flexible-sync app: what the app holds. Nothing is sent until its first `query`.
+    private var flexibleView: FlexibleSessionView?
+    /// For an acceptor: whether the flexible-sync app's first `query` arrived.
+    private var flexibleReady = false
+    /// For an acceptor: the subscription set the app asked for, to bootstrap before anything else is sent.
+    private var wantedQuery: QueryRequest?
+    /// For a flexible-sync initiator: the newest set version sent to the daemon.
+    private var sentQueryVersion: UInt64 = 0
+    /// For an initiator: how far the other side holds this replica's own changesets, durably.
+    private var uploadedThrough: UInt64 = 0
+    /// For a flexible-sync initiator: a new set waits until what was written before it is uploaded.
+    private var queryWaitsForUpload = false
+    /// For a flexible-sync initiator: object states of a bootstrap, by set version, applied when it completes.
+    private var stagedObjects: [UInt64: (yours: UInt64, objects: [ReceivedObjectState])] = [:]
 
     package init(
         replica: Replica, machine: SessionStateMachine, role: SyncRole? = nil, writer: any MessageWriter,
@@ -217,10 +236,15 @@ package actor SessionDriver {
             if case .app = helloRole {
                 // The daemon's vector does not count an app: `yours` says how far it holds this app's own.
                 theirs.advance(replica.replicaID, to: welcome.yours)
+                uploadedThrough = welcome.yours
                 exportOrigins = [replica.replicaID]
                 onEvent(.uploaded(through: welcome.yours))
             }
             onEvent(.established(replica: welcome.replica, role: helloRole ?? .peer))
+            if case .app = helloRole, (try? replica.flexibleSyncQuery()) ?? nil != nil {
+                await sendQuery()
+                watchSubscriptions()
+            }
             startPump()
             return true
         case .integrate(let batch):
@@ -272,8 +296,12 @@ package actor SessionDriver {
                 through = first.ownSequence
                 sentOwnSequence.removeFirst()
             }
-            if let through { onEvent(.uploaded(through: through)) }
+            if let through {
+                uploadedThrough = max(uploadedThrough, through)
+                onEvent(.uploaded(through: through))
+            }
             if !ack.rejected.isEmpty { onEvent(.rejected(ack.rejected)) }
+            if queryWaitsForUpload { await sendQuery() }
             wake?.yield()
             return true
         case .markRequested(let request):
@@ -283,6 +311,12 @@ package actor SessionDriver {
         case .markReplied(let request):
             markWaiters.removeValue(forKey: request)?.resume()
             return true
+        case .query(let query):
+            return await takeQuery(query)
+        case .objects(let states):
+            return await receiveObjects(states)
+        case .queryState(let state):
+            return await receiveQueryState(state)
         case .closeSending(let error):
             await write(MessageCodec.encode(.error(error)))
             await end(error, closeConnection: true)
@@ -324,6 +358,7 @@ package actor SessionDriver {
         theirPending = Set(hello.pending)
         adoptIncoming = hello.role == .app
         otherReplica = hello.replica
+        if hello.flexible && hello.role == .app { flexibleView = FlexibleSessionView() }
         onEvent(.established(replica: hello.replica, role: hello.role))
         startPump()
         return true
@@ -410,15 +445,35 @@ package actor SessionDriver {
     /// Sends batches while the other side's window takes them; replies to marks once what they asked for is sent.
     private func pump() async -> Bool {
         while !ended && !writeFailed {
+            if flexibleView != nil {
+                // A flexible-sync app: nothing until its subscriptions arrive; a new set is bootstrapped first.
+                guard flexibleReady else { return true }
+                if let wanted = wantedQuery {
+                    wantedQuery = nil
+                    guard await bootstrap(wanted) else { return false }
+                    continue
+                }
+            }
             let budget = machine.sendBudget
             guard budget > 64 else { return true }
             let export: ChangesetExport
             do {
-                export = try replica.export(
-                    missingFrom: theirs, excluding: theirPending, origins: exportOrigins,
-                    // Aimed at the window; a single changeset larger than it still goes when nothing is in flight.
-                    limit: options.batchChangesets,
-                    maximumBytes: max(1, min(options.batchBytes, budget - 64, machine.windowLeft - 64)))
+                // Aimed at the window; a single changeset larger than it still goes when nothing is in flight.
+                let maximumBytes = max(1, min(options.batchBytes, budget - 64, machine.windowLeft - 64))
+                if var view = flexibleView, let device = otherReplica {
+                    let flexible = try replica.flexibleExport(
+                        missingFrom: theirs, excluding: theirPending, view: &view, device: device,
+                        limit: options.batchChangesets, maximumBytes: maximumBytes)
+                    flexibleView = view
+                    if !flexible.objects.isEmpty {
+                        await sendObjects(flexible.objects, query: 0, yours: flexible.yours)
+                    }
+                    export = flexible.changesets
+                } else {
+                    export = try replica.export(
+                        missingFrom: theirs, excluding: theirPending, origins: exportOrigins,
+                        limit: options.batchChangesets, maximumBytes: maximumBytes)
+                }
             } catch {
                 await fail(
                     SyncError(.storage, .retry, "could not read the log to send: \(error)", retryAfterSeconds: 5))
@@ -443,6 +498,162 @@ package actor SessionDriver {
             await replyToMarks(all: false)
         }
         return false
+    }
+
+    // MARK: Flexible sync
+
+    /// Initiator: sends the newest subscription set, with the one the device holds, once every changeset written
+    /// before it is uploaded: the daemon then judges those writes by the set they were made under, and knows every
+    /// type the new set names.
+    private func sendQuery() async {
+        queryWaitsForUpload = false
+        guard let query = try? replica.flexibleSyncQuery(), query.version > sentQueryVersion else { return }
+        if uploadedThrough < replica.versionVector[replica.replicaID] {
+            queryWaitsForUpload = true
+            return
+        }
+        let request = QueryRequest(
+            version: query.version, subscriptions: query.subscriptions, heldVersion: query.heldVersion,
+            held: query.held)
+        guard let frame = machine.send(flexible: .query(request), now: .now) else { return }
+        sentQueryVersion = query.version
+        await write(frame)
+    }
+
+    /// Initiator: sends each new subscription set while the session is open.
+    private func watchSubscriptions() {
+        let changes = replica.subscriptions.changes()
+        tasks.append(
+            Task { [weak self] in
+                for await _ in changes {
+                    guard let self, await self.sendQueryIfOpen() else { return }
+                }
+            })
+    }
+
+    private func sendQueryIfOpen() async -> Bool {
+        guard !ended else { return false }
+        await sendQuery()
+        return true
+    }
+
+    /// Acceptor: an app's new subscription set. A set the daemon cannot serve is refused (the session goes on);
+    /// otherwise it is bootstrapped before anything else is sent.
+    private func takeQuery(_ query: QueryRequest) async -> Bool {
+        guard flexibleView != nil else {
+            let error =
+                adoptIncoming
+                ? "this session did not open as a flexible-sync session; reconnect to sync by subscriptions"
+                : "a peer replicates everything: it cannot subscribe"
+            if let frame = machine.send(flexible: .queryState(QueryState(version: query.version, error: error)), now: .now) {
+                await write(frame)
+            }
+            return true
+        }
+        do {
+            try replica.checkSubscriptions(query.subscriptions, queryable: options.queryableFields)
+        } catch {
+            let message = (error as? TributaryError)?.message ?? "\(error)"
+            let state = QueryState(version: query.version, error: String(message.utf8.prefix(4000)) ?? "refused")
+            if let frame = machine.send(flexible: .queryState(state), now: .now) { await write(frame) }
+            // The first set decides what the app holds: with it refused, the session serves the held one.
+            if !flexibleReady {
+                flexibleReady = true
+                wantedQuery = QueryRequest(
+                    version: query.heldVersion, subscriptions: query.held, heldVersion: query.heldVersion,
+                    held: query.held)
+                wake?.yield()
+            }
+            return true
+        }
+        flexibleReady = true
+        wantedQuery = query
+        wake?.yield()
+        return true
+    }
+
+    /// Acceptor: sends what entering `query.subscriptions` from `query.held` adds and removes, then completes it.
+    private func bootstrap(_ query: QueryRequest) async -> Bool {
+        guard var view = flexibleView, let device = otherReplica else { return true }
+        let bootstrap: (objects: [ReceivedObjectState], yours: UInt64)
+        do {
+            bootstrap = try replica.flexibleBootstrap(
+                holding: view.subscriptions.isEmpty ? query.held : view.subscriptions,
+                wanting: query.subscriptions, view: &view, device: device)
+        } catch {
+            await fail(
+                SyncError(.storage, .retry, "could not read the objects to send: \(error)", retryAfterSeconds: 5))
+            return false
+        }
+        flexibleView = view
+        if query.version == 0 { return true }
+        await sendObjects(bootstrap.objects, query: query.version, yours: bootstrap.yours)
+        if let frame = machine.send(flexible: .queryState(QueryState(version: query.version)), now: .now) {
+            await write(frame)
+        }
+        return !ended
+    }
+
+    /// Acceptor: object states in messages of about ``Options/objectStatesBytes`` each (for a bootstrap, at least
+    /// one, so that the app learns the set's `yours`).
+    private func sendObjects(_ objects: [ReceivedObjectState], query: UInt64, yours: UInt64) async {
+        var chunks: [[ObjectState]] = [[]]
+        var bytes = 0
+        for object in objects {
+            if bytes >= options.objectStatesBytes {
+                chunks.append([])
+                bytes = 0
+            }
+            chunks[chunks.count - 1].append(
+                ObjectState(type: object.type, primaryKey: object.primaryKey, record: object.record))
+            bytes += object.type.utf8.count + (object.record?.count ?? 0) + 24
+        }
+        for chunk in chunks where !chunk.isEmpty || query != 0 {
+            let message = Message.objects(ObjectStates(query: query, yours: yours, objects: chunk))
+            guard let frame = machine.send(flexible: message, now: .now) else { return }
+            await write(frame)
+        }
+    }
+
+    /// Initiator: object states to apply now, or to keep until their bootstrap completes.
+    private func receiveObjects(_ states: ObjectStates) async -> Bool {
+        let objects = states.objects.map {
+            ReceivedObjectState(type: $0.type, primaryKey: $0.primaryKey, record: $0.record)
+        }
+        if states.query != 0 {
+            stagedObjects[states.query, default: (states.yours, [])].objects.append(contentsOf: objects)
+            return true
+        }
+        return await applyObjects(objects, yours: states.yours, completing: nil)
+    }
+
+    /// Initiator: a subscription set completed (its bootstrap is applied in one commit) or was refused.
+    private func receiveQueryState(_ state: QueryState) async -> Bool {
+        let staged = stagedObjects.removeValue(forKey: state.version)
+        if let error = state.error {
+            do {
+                try replica.refuseSubscriptionSet(version: state.version, message: error)
+            } catch {
+                await fail(SyncError(.storage, .retry, "could not store a refused subscription set: \(error)", retryAfterSeconds: 5))
+                return false
+            }
+            return true
+        }
+        return await applyObjects(staged?.objects ?? [], yours: staged?.yours ?? 0, completing: state.version)
+    }
+
+    private func applyObjects(_ objects: [ReceivedObjectState], yours: UInt64, completing: UInt64?) async -> Bool {
+        do {
+            let replica = replica
+            try await offload { try replica.applyObjectStates(objects, yours: yours, completing: completing) }
+            return true
+        } catch let error as TributaryError where error.code == .invalidChangeset {
+            await fail(SyncError(.badChangeset, .fatal, error.message))
+            return false
+        } catch {
+            await fail(SyncError(.storage, .retry, "could not store the objects received: \(error)", retryAfterSeconds: 5))
+            return false
+        }
     }
 
     private func replyToMarks(all: Bool) async {

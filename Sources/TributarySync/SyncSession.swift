@@ -254,7 +254,8 @@ public final class SyncSession: Sendable {
                             replica: replica.replicaID, role: role, schemaVersion: configuration.schemaVersion,
                             name: String(configuration.name.utf8.prefix(256)) ?? "", vector: replica.versionVector,
                             pending: Array(pending.prefix(MessageLimits.standard.maximumDots)),
-                            window: configuration.window)
+                            window: configuration.window,
+                            flexible: role == .app && ((try? replica.flexibleSyncQuery()) ?? nil) != nil)
                         var options = SessionDriver.Options()
                         options.window = configuration.window
                         options.meter = meter

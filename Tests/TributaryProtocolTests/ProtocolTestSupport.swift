@@ -132,5 +132,13 @@ func payloadBytes(_ message: Message) -> Int {
         return error.message.utf8.count
     case .mark, .markReply, .ping, .pong:
         return 0
+    case .query(let query):
+        return (query.subscriptions + query.held).reduce(0) {
+            $0 + 16 + $1.type.utf8.count + $1.query.utf8.count + ($1.name?.utf8.count ?? 0)
+        }
+    case .objects(let states):
+        return states.objects.reduce(0) { $0 + 16 + $1.type.utf8.count + ($1.record?.count ?? 0) + 16 }
+    case .queryState(let state):
+        return state.error?.utf8.count ?? 0
     }
 }

@@ -89,6 +89,16 @@ package struct Wire: Sendable {
 
     package mutating func dots(_ dots: [Dot]) { self.dots(dots.map { ($0.origin.rawValue, $0.sequence) }) }
 
+    /// A list of subscriptions: a count, then each one's name (empty for anonymous), type and query.
+    package mutating func subscriptions(_ subscriptions: [Subscription]) {
+        length(subscriptions.count)
+        for subscription in subscriptions {
+            string(subscription.name ?? "")
+            string(subscription.type)
+            string(subscription.query)
+        }
+    }
+
     /// The spec's encoding of `message`.
     package static func encoding(_ message: Message) -> Wire {
         var wire = Wire()
@@ -105,6 +115,7 @@ package struct Wire: Sendable {
             wire.vector(hello.vector)
             wire.dots(hello.pending)
             wire.uint(hello.window)
+            wire.bool(hello.flexible)
         case .welcome(let welcome):
             wire.u8(2)
             wire.uint(welcome.version)
@@ -149,6 +160,30 @@ package struct Wire: Sendable {
         case .pong(let nonce):
             wire.u8(9)
             wire.uint(nonce)
+        case .query(let query):
+            wire.u8(10)
+            wire.uint(query.version)
+            wire.subscriptions(query.subscriptions)
+            wire.uint(query.heldVersion)
+            wire.subscriptions(query.held)
+        case .objects(let states):
+            wire.u8(11)
+            wire.uint(states.query)
+            wire.uint(states.yours)
+            wire.length(states.objects.count)
+            for object in states.objects {
+                wire.string(object.type)
+                var key = BinaryWriter()
+                key.primaryKey(object.primaryKey)
+                wire.bytes += key.bytes
+                wire.bool(object.record != nil)
+                if let record = object.record { wire.data(record) }
+            }
+        case .queryState(let state):
+            wire.u8(12)
+            wire.uint(state.version)
+            wire.u8(state.error == nil ? 1 : 2)
+            wire.string(state.error ?? "")
         }
         return wire
     }

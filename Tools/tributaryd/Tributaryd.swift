@@ -352,6 +352,7 @@ struct DaemonFile: Decodable {
     var sendDeadlineSeconds: UInt64?
     var handshakeDeadlineSeconds: UInt64?
     var connectionsPerAddress: Int?
+    var queryableFields: [String: [String]]?
 
     /// The limits the file sets; the defaults stay for those it does not.
     func applyLimits(to configuration: inout SyncServer.Configuration) throws {
@@ -385,6 +386,7 @@ struct DaemonFile: Decodable {
             guard cap > 0 else { throw ValidationError("connectionsPerAddress is 1 or more, not \(cap)") }
             configuration.connectionsPerAddress = cap
         }
+        if let queryableFields { configuration.queryableFields = queryableFields.mapValues(Set.init) }
     }
 
     static func load(_ path: String) throws -> DaemonFile {

@@ -51,7 +51,16 @@ extension Replica {
     ) throws -> ReplayedState {
         var replayed = ReplayedState(working: working)
         let context = ZstdContext()
+        // Object states a daemon sent (flexible sync), each applied after the log entry it followed.
+        var objectStates = try storedObjectStates(in: transaction)[...]
+        func applyObjectStates(through position: UInt64) throws {
+            while let first = objectStates.first, first.after <= position {
+                for (key, record) in first.records { try replayed.working.setRecord(record, for: key) }
+                objectStates.removeFirst()
+            }
+        }
         try log.scan(in: transaction, through: end) { entry in
+            try applyObjectStates(through: entry.localSequence - 1)
             let changeset = try log.changeset(of: entry, context: context)
             if let relay = changeset.relay {
                 replayed.adoptions.record(changeset.dot, relay: relay, at: entry.localSequence)
@@ -67,6 +76,7 @@ extension Replica {
             if replayed.changesets % 1024 == 0 { progress?(replayed.changesets) }
             return true
         }
+        try applyObjectStates(through: end ?? .max)
         return replayed
     }
 

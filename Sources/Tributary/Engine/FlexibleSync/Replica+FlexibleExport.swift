@@ -1,0 +1,228 @@
+import TributaryCompression
+import TributaryLog
+import TributaryMerge
+import TributaryModel
+import TributaryQuery
+import TributaryStorage
+import TributaryViews
+
+/// What a daemon knows of the objects one flexible-sync device holds, for the length of a session: the device's
+/// subscriptions, and the objects whose holding this session decided.
+///
+/// An object this session did not decide is held by the device exactly when it matched the device's subscriptions
+/// at the device's vector. Until a changeset the device lacks touches it, its state is the same now, so the daemon
+/// judges it on its current state; once one touches it, the export decides it again (``Replica/flexibleExport``).
+/// Nothing here needs storing: a new session starts with nothing decided and reaches the same holdings.
+package struct FlexibleSessionView: Sendable {
+    /// The subscriptions the device's current set holds.
+    package internal(set) var subscriptions: [Subscription] = []
+    /// The types the device may hold objects of: those of every set it held during the session.
+    package internal(set) var possibleTypes: Set<String> = []
+    /// Objects the device holds, by this session's decision.
+    private(set) var held: Set<RecordKey> = []
+    /// Objects removed from the device by this session's decision.
+    private(set) var evicted: Set<RecordKey> = []
+    /// Objects sent as their full state, with the daemon's vector when they were read: changesets it counts are in
+    /// the state already, so their instructions on the object are not sent.
+    private(set) var installedAt: [RecordKey: VersionVector] = [:]
+
+    package init() {}
+
+    /// The objects held or installed, for a daemon's memory figures.
+    package var decidedCount: Int { held.count + evicted.count }
+
+    mutating func install(_ key: RecordKey, at vector: VersionVector) {
+        held.insert(key)
+        evicted.remove(key)
+        installedAt[key] = vector
+    }
+
+    mutating func evict(_ key: RecordKey) {
+        held.remove(key)
+        evicted.insert(key)
+        installedAt[key] = nil
+    }
+
+    /// Forgets install vectors the device's progress has passed.
+    mutating func prune(progress: VersionVector) {
+        installedAt = installedAt.filter { !progress.includes($0.value) }
+    }
+}
+
+/// The next thing a daemon sends a flexible-sync device: object states, then changesets projected on its view.
+package struct FlexibleExport: Sendable {
+    /// Objects entering (with their stored record) or leaving the device's view, to apply before the changesets.
+    package var objects: [ReceivedObjectState] = []
+    /// The highest sequence of the device's own changesets the daemon held when it read the records.
+    package var yours: UInt64 = 0
+    /// The changesets, each with the instructions on objects outside the view replaced by `omitted`.
+    package var changesets: ChangesetExport
+}
+
+/// A flexible-sync device's subscriptions, parsed against a schema.
+struct CompiledSubscriptions {
+    var byType: [String: [Query]] = [:]
+
+    init(_ subscriptions: [Subscription], schema: Schema) {
+        for subscription in subscriptions {
+            // A set whose query does not parse any more (the schema changed) selects nothing of that type.
+            guard let type = schema[type: subscription.type],
+                let query = try? Query(subscription.query, type: type, schema: schema)
+            else { continue }
+            byType[type.name, default: []].append(query)
+        }
+    }
+
+    func matches(_ key: RecordKey, in snapshot: Snapshot) throws -> Bool {
+        guard let queries = byType[key.type], !queries.isEmpty,
+            let object = try snapshot.object(key.type, primaryKey: key.primaryKey)
+        else { return false }
+        let source = ReaderObjectSource { type, key in (try? snapshot.object(type, primaryKey: key))?.values }
+        return queries.contains { $0.matches(object.values, source: source) }
+    }
+
+    /// Every object that matches, by type.
+    func matching(in snapshot: Snapshot) throws -> Set<RecordKey> {
+        var keys: Set<RecordKey> = []
+        for (type, queries) in byType {
+            for query in queries {
+                for object in try snapshot.objects(type, where: query.text) {
+                    keys.insert(RecordKey(type: type, primaryKey: object.primaryKey))
+                }
+            }
+        }
+        return keys
+    }
+}
+
+extension Replica {
+    /// Checks a device's subscriptions as a daemon takes them (``checkSubscription(_:schema:queryable:)``).
+    package func checkSubscriptions(_ subscriptions: [Subscription], queryable: [String: Set<String>]?) throws {
+        let schema = self.schema
+        for subscription in subscriptions {
+            try Self.checkSubscription(subscription, schema: schema, queryable: queryable)
+        }
+    }
+
+    /// A device asks for the subscriptions `wanted`, holding what `held` covers (at its vector): the objects to send
+    /// (those entering its view, with their full state) and to remove (those leaving it), read in one snapshot.
+    /// `view` then holds `wanted`.
+    package func flexibleBootstrap(
+        holding held: [Subscription], wanting wanted: [Subscription], view: inout FlexibleSessionView,
+        device: ReplicaID
+    ) throws -> (objects: [ReceivedObjectState], yours: UInt64) {
+        do {
+            return try environment.read { txn in
+                let snapshot = Snapshot(replica: self, storage: txn)
+                defer { snapshot.invalidate() }
+                let schema = snapshot.schema
+                let vector = try views.versionVector(in: txn)
+                let newMatches = try CompiledSubscriptions(wanted, schema: schema).matching(in: snapshot)
+                let oldMatches = try CompiledSubscriptions(held, schema: schema).matching(in: snapshot)
+                var objects: [ReceivedObjectState] = []
+                for key in newMatches.sorted() {
+                    let decided = view.held.contains(key) || view.evicted.contains(key)
+                    if view.held.contains(key) || (!decided && oldMatches.contains(key)) { continue }
+                    guard let record = try storedRecord(key, in: txn) else { continue }
+                    objects.append(ReceivedObjectState(type: key.type, primaryKey: key.primaryKey, record: record))
+                    view.install(key, at: vector)
+                }
+                let undecidedOld = oldMatches.filter { !view.held.contains($0) && !view.evicted.contains($0) }
+                for key in view.held.union(undecidedOld).subtracting(newMatches).sorted() {
+                    objects.append(ReceivedObjectState(type: key.type, primaryKey: key.primaryKey, record: nil))
+                    view.evict(key)
+                }
+                view.subscriptions = wanted
+                view.possibleTypes.formUnion(held.map(\.type))
+                view.possibleTypes.formUnion(wanted.map(\.type))
+                return (objects, try heldSequence(of: device, vector: vector, in: txn))
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// The next batch a flexible-sync device lacks (as ``export(missingFrom:excluding:origins:limit:maximumBytes:)``
+    /// reads it), projected on its view: every object a changeset touches is judged on its current state; one that
+    /// enters the view is sent whole (its instructions then left out), one that leaves it is removed from the device,
+    /// and the instructions on objects outside the view are replaced by `omitted`. The changesets keep their identity,
+    /// so the device's version vector stays complete.
+    package func flexibleExport(
+        missingFrom vector: VersionVector, excluding: Set<Dot>, view: inout FlexibleSessionView, device: ReplicaID,
+        limit: Int, maximumBytes: Int
+    ) throws -> FlexibleExport {
+        let plain = try export(missingFrom: vector, excluding: excluding, limit: limit, maximumBytes: maximumBytes)
+        var result = FlexibleExport(changesets: plain)
+        guard !plain.changesets.isEmpty else { return result }
+        do {
+            let context = ZstdContext()
+            var decoded: [Changeset] = []
+            decoded.reserveCapacity(plain.changesets.count)
+            for bytes in plain.changesets { decoded.append(try log.received(bytes, context: context).changeset) }
+            var touched: [RecordKey] = []
+            var seen: Set<RecordKey> = []
+            for changeset in decoded {
+                for instruction in changeset.instructions {
+                    guard let object = instruction.object else { continue }
+                    let key = RecordKey(type: object.type, primaryKey: object.primaryKey)
+                    if seen.insert(key).inserted { touched.append(key) }
+                }
+            }
+            try environment.read { txn in
+                let snapshot = Snapshot(replica: self, storage: txn)
+                defer { snapshot.invalidate() }
+                let now = try views.versionVector(in: txn)
+                let compiled = CompiledSubscriptions(view.subscriptions, schema: snapshot.schema)
+                for key in touched {
+                    if try compiled.matches(key, in: snapshot) {
+                        guard !view.held.contains(key), let record = try storedRecord(key, in: txn) else { continue }
+                        result.objects.append(
+                            ReceivedObjectState(type: key.type, primaryKey: key.primaryKey, record: record))
+                        view.install(key, at: now)
+                    } else if view.held.contains(key)
+                        || (!view.evicted.contains(key) && view.possibleTypes.contains(key.type))
+                    {
+                        result.objects.append(ReceivedObjectState(type: key.type, primaryKey: key.primaryKey, record: nil))
+                        view.evict(key)
+                    }
+                }
+                if !result.objects.isEmpty { result.yours = try heldSequence(of: device, vector: now, in: txn) }
+            }
+            var projected: [[UInt8]] = []
+            projected.reserveCapacity(decoded.count)
+            for (index, changeset) in decoded.enumerated() {
+                var changeset = changeset
+                var omitted = false
+                changeset.instructions = changeset.instructions.map { instruction in
+                    guard let object = instruction.object else { return instruction }
+                    let key = RecordKey(type: object.type, primaryKey: object.primaryKey)
+                    if view.held.contains(key), !(view.installedAt[key]?.includes(changeset.causalDot) ?? false) {
+                        return instruction
+                    }
+                    omitted = true
+                    return .omitted
+                }
+                projected.append(omitted ? ChangesetCodec.encode(changeset) : plain.changesets[index])
+            }
+            result.changesets.changesets = projected
+            result.changesets.bytes = projected.reduce(0) { $0 + $1.count }
+            view.prune(progress: plain.progress)
+            return result
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// The stored bytes of an object's record, or `nil`.
+    private func storedRecord(_ key: RecordKey, in txn: TributaryStorageReadTransaction) throws -> [UInt8]? {
+        try txn.get(views.objects, key: ViewStore.objectKey(type: key.type, primaryKey: key.primaryKey))
+    }
+
+    /// ``heldSequence(of:)`` in a transaction whose version vector is `vector`.
+    private func heldSequence(
+        of origin: ReplicaID, vector: VersionVector, in txn: TributaryStorageReadTransaction
+    ) throws -> UInt64 {
+        let held = try log.originEntries(from: origin, after: vector[origin], in: txn).last?.dot.sequence
+        return max(held ?? 0, vector[origin])
+    }
+}
