@@ -66,7 +66,8 @@ public enum MessageCodec {
             writer.varint(query.heldVersion)
             writer.subscriptions(query.held)
         case .objects(let states):
-            writer.bytes.reserveCapacity(32 + states.objects.reduce(0) { $0 + $1.type.utf8.count + ($1.record?.count ?? 0) + 24 })
+            writer.bytes.reserveCapacity(
+                32 + states.objects.reduce(0) { $0 + $1.type.utf8.count + ($1.record?.count ?? 0) + 24 })
             writer.varint(states.query)
             writer.varint(states.yours)
             writer.varint(states.objects.count)

@@ -282,6 +282,10 @@ package actor SessionDriver {
                 return false
             }
             for dot in report.received { theirs.advance(dot.origin, to: dot.sequence) }
+            if var view = flexibleView {
+                replica.noteUploaded(batch.changesets, in: &view)
+                flexibleView = view
+            }
             let rejected = report.rejected.prefix(MessageLimits.standard.maximumRejections).map {
                 Acknowledgement.Rejection(dot: $0.dot, reason: String($0.reason.utf8.prefix(4000)) ?? "refused")
             }
@@ -545,7 +549,9 @@ package actor SessionDriver {
                 adoptIncoming
                 ? "this session did not open as a flexible-sync session; reconnect to sync by subscriptions"
                 : "a peer replicates everything: it cannot subscribe"
-            if let frame = machine.send(flexible: .queryState(QueryState(version: query.version, error: error)), now: .now) {
+            if let frame = machine.send(
+                flexible: .queryState(QueryState(version: query.version, error: error)), now: .now)
+            {
                 await write(frame)
             }
             return true
@@ -634,7 +640,9 @@ package actor SessionDriver {
             do {
                 try replica.refuseSubscriptionSet(version: state.version, message: error)
             } catch {
-                await fail(SyncError(.storage, .retry, "could not store a refused subscription set: \(error)", retryAfterSeconds: 5))
+                await fail(
+                    SyncError(
+                        .storage, .retry, "could not store a refused subscription set: \(error)", retryAfterSeconds: 5))
                 return false
             }
             return true
@@ -651,7 +659,8 @@ package actor SessionDriver {
             await fail(SyncError(.badChangeset, .fatal, error.message))
             return false
         } catch {
-            await fail(SyncError(.storage, .retry, "could not store the objects received: \(error)", retryAfterSeconds: 5))
+            await fail(
+                SyncError(.storage, .retry, "could not store the objects received: \(error)", retryAfterSeconds: 5))
             return false
         }
     }

@@ -169,7 +169,7 @@ struct MessageCodecTests {
         expectViolation([], naming: "empty")
     }
 
-    @Test("An unknown kind byte is a violation that names it", arguments: [0, 10, 11, 0x7F, 0x80, 0xFF] as [UInt8])
+    @Test("An unknown kind byte is a violation that names it", arguments: [0, 13, 14, 0x7F, 0x80, 0xFF] as [UInt8])
     func unknownKind(kind: UInt8) {
         expectViolation([kind], naming: "unknown message kind \(kind)")
         expectViolation([kind, 1, 2, 3], naming: "unknown message kind \(kind)")
@@ -426,6 +426,7 @@ private enum Build {
         wire.vector(vector)
         wire.dots(pending)
         wire.uint(1024)
+        wire.bool(false)
         return wire.bytes
     }
 

@@ -32,6 +32,22 @@ enum Samples {
         .error(SyncError(.unavailable, .retry, "shutting down", retryAfterSeconds: 5)),
         .ping(nonce: 99),
         .pong(nonce: 1 << 40),
+        .query(
+            QueryRequest(
+                version: 3,
+                subscriptions: [
+                    Subscription(name: "mine", type: "Task", query: "owner == 'ada'"),
+                    Subscription(type: "User", query: "TRUEPREDICATE"),
+                ], heldVersion: 2, held: [Subscription(type: "Task", query: "count > 1")])),
+        .objects(
+            ObjectStates(
+                query: 3, yours: 17,
+                objects: [
+                    ObjectState(type: "Task", primaryKey: .string("t1"), record: [1, 2, 3]),
+                    ObjectState(type: "Task", primaryKey: .int(-4), record: nil),
+                ])),
+        .queryState(QueryState(version: 3)),
+        .queryState(QueryState(version: 4, error: "key \"title\" is not a queryable field")),
     ]
 
     static let maximalVector = VersionVector([(ReplicaID(rawValue: 0), .max), (ReplicaID(rawValue: .max), .max)])

@@ -14,12 +14,15 @@ struct FlexibleSyncTests {
 
     /// The primary keys of the tasks `replica` holds, sorted.
     static func held(_ replica: Replica) throws -> [String] {
-        try replica.objects("Task").compactMap { if case .string(let key) = $0.primaryKey { key } else { nil } }.sorted()
+        try replica.objects("Task").compactMap { if case .string(let key) = $0.primaryKey { key } else { nil } }
+            .sorted()
     }
 
     /// The primary keys of the daemon's tasks that match `predicate`, sorted.
     static func expected(_ daemon: Replica, _ predicate: (DynamicObject) -> Bool) throws -> [String] {
-        try daemon.objects("Task").filter(predicate).compactMap { if case .string(let key) = $0.primaryKey { key } else { nil } }.sorted()
+        try daemon.objects("Task").filter(predicate).compactMap {
+            if case .string(let key) = $0.primaryKey { key } else { nil }
+        }.sorted()
     }
 
     /// Every object `app` holds equals the daemon's copy, and the app's views equal a replay of its log.
@@ -45,7 +48,9 @@ struct FlexibleSyncTests {
         let writerSession = writer.connect(to: endpoint, configuration: Loopback.fastBackoff)
         try await writer.write { txn in
             for index in 1...6 {
-                try txn.create("Task", ["_id": .string("t\(index)"), "title": .string("task \(index)"), "count": .int(Int64(index))])
+                try txn.create(
+                    "Task",
+                    ["_id": .string("t\(index)"), "title": .string("task \(index)"), "count": .int(Int64(index))])
             }
         }
         try await Loopback.within(.seconds(120), "the writer's upload") { try await writerSession.waitForUpload() }
@@ -87,6 +92,14 @@ struct FlexibleSyncTests {
         #expect(try phone.object("Task", primaryKey: .string("t6"))?["count"] == 60)
         #expect(try phone.object("Task", primaryKey: .string("t6"))?["title"] == "from the phone")
 
+        // The phone edits a held object out of its view: it leaves the phone, and keeps the edit on the daemon.
+        try await phone.write { try $0.update("Task", primaryKey: .string("t3"), ["count": 0]) }
+        try await Loopback.within(.seconds(120), "the phone's upload") { try await phoneSession.waitForUpload() }
+        try await Loopback.within(.seconds(120), "the phone's download") { try await phoneSession.waitForDownload() }
+        #expect(try Self.held(phone) == ["t1", "t5", "t6", "t7"])
+        #expect(try server.replica.object("Task", primaryKey: .string("t3"))?["count"] == 0)
+        try Self.checkHeldEqualDaemon(phone, server.replica)
+
         // A changed set: what it no longer covers leaves the phone (only the phone), what it adds arrives.
         let changed = try await Loopback.within(.seconds(120), "the changed set") {
             try await phone.subscriptions.update { subs in
@@ -97,7 +110,7 @@ struct FlexibleSyncTests {
         #expect(changed.state == .complete)
         #expect(changed.version == 2)
         let small = try Self.expected(server.replica) { Self.count($0) < 2 }
-        #expect(small == ["t4", "t8"])
+        #expect(small == ["t3", "t4", "t8"])
         #expect(try Self.held(phone) == small)
         try Self.checkHeldEqualDaemon(phone, server.replica)
         #expect(try server.replica.objects("Task").count == 8, "an eviction deleted nothing on the daemon")
@@ -154,7 +167,9 @@ struct FlexibleSyncTests {
                 return error
             }
         }
-        #expect(refusal?.message.contains("key \"title\" is not a queryable field") == true, "\(String(describing: refusal))")
+        #expect(
+            refusal?.message.contains("key \"title\" is not a queryable field") == true,
+            "\(String(describing: refusal))")
         guard case .error(let message) = try phone.subscriptions.latest.state else {
             Issue.record("the refused set is \(try phone.subscriptions.latest.state)")
             return
@@ -165,7 +180,8 @@ struct FlexibleSyncTests {
         await server.stop()
     }
 
-    @Test("Subscription changes made offline, with writes before and after them, sync on reconnect and survive a restart")
+    @Test(
+        "Subscription changes made offline, with writes before and after them, sync on reconnect and survive a restart")
     func offlineChanges() async throws {
         let directory = TemporaryDirectory("flexible-offline")
         let (server, endpoint) = try await Loopback.daemon(directory, "daemon")

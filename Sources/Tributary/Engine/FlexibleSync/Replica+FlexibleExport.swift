@@ -25,6 +25,9 @@ package struct FlexibleSessionView: Sendable {
     /// Objects sent as their full state, with the daemon's vector when they were read: changesets it counts are in
     /// the state already, so their instructions on the object are not sent.
     private(set) var installedAt: [RecordKey: VersionVector] = [:]
+    /// Objects the device's own uploads touched since the last export: judged again, since the device is never sent
+    /// its own changesets (an object it edited out of its view leaves it).
+    var recheck: Set<RecordKey> = []
 
     package init() {}
 
@@ -153,14 +156,15 @@ extension Replica {
     ) throws -> FlexibleExport {
         let plain = try export(missingFrom: vector, excluding: excluding, limit: limit, maximumBytes: maximumBytes)
         var result = FlexibleExport(changesets: plain)
-        guard !plain.changesets.isEmpty else { return result }
+        guard !plain.changesets.isEmpty || !view.recheck.isEmpty else { return result }
         do {
             let context = ZstdContext()
             var decoded: [Changeset] = []
             decoded.reserveCapacity(plain.changesets.count)
             for bytes in plain.changesets { decoded.append(try log.received(bytes, context: context).changeset) }
-            var touched: [RecordKey] = []
-            var seen: Set<RecordKey> = []
+            var touched = view.recheck.sorted()
+            var seen = view.recheck
+            view.recheck = []
             for changeset in decoded {
                 for instruction in changeset.instructions {
                     guard let object = instruction.object else { continue }
@@ -182,7 +186,8 @@ extension Replica {
                     } else if view.held.contains(key)
                         || (!view.evicted.contains(key) && view.possibleTypes.contains(key.type))
                     {
-                        result.objects.append(ReceivedObjectState(type: key.type, primaryKey: key.primaryKey, record: nil))
+                        result.objects.append(
+                            ReceivedObjectState(type: key.type, primaryKey: key.primaryKey, record: nil))
                         view.evict(key)
                     }
                 }
@@ -210,6 +215,19 @@ extension Replica {
             return result
         } catch {
             throw TributaryError.wrap(error)
+        }
+    }
+
+    /// Notes the objects an upload of a flexible-sync device touched, to judge them again at the next export.
+    package func noteUploaded(_ changesets: [[UInt8]], in view: inout FlexibleSessionView) {
+        let context = ZstdContext()
+        for bytes in changesets {
+            guard let changeset = try? log.received(bytes, context: context).changeset else { continue }
+            for instruction in changeset.instructions {
+                if let object = instruction.object {
+                    view.recheck.insert(RecordKey(type: object.type, primaryKey: object.primaryKey))
+                }
+            }
         }
     }
 
