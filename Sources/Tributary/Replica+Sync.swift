@@ -25,6 +25,11 @@ public struct IntegrationReport: Sendable, Hashable, CustomStringConvertible {
     public struct Rejection: Sendable, Hashable {
         public var dot: Dot
         public var reason: String
+
+        public init(dot: Dot, reason: String) {
+            self.dot = dot
+            self.reason = reason
+        }
     }
 
     public var description: String {
@@ -65,6 +70,13 @@ public struct ChangesetExport: Sendable, Hashable {
     public var progress: VersionVector
     /// Whether the other replica lacks more than this export holds.
     public var more: Bool
+
+    public init(changesets: [[UInt8]], bytes: Int, progress: VersionVector, more: Bool) {
+        self.changesets = changesets
+        self.bytes = bytes
+        self.progress = progress
+        self.more = more
+    }
 }
 
 extension Replica {

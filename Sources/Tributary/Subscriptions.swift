@@ -34,11 +34,18 @@ public struct SubscriptionSet: Sendable, Hashable, CustomStringConvertible {
     public internal(set) var subscriptions: [Subscription]
     /// Where this version stands with the daemon.
     public internal(set) var state: SubscriptionState
+    /// How many changesets this replica had written when the set was committed: those are judged by the daemon under
+    /// the set before, and uploaded before this set is sent.
+    var snapshot: UInt64
 
-    init(version: UInt64 = 0, subscriptions: [Subscription] = [], state: SubscriptionState = .complete) {
+    init(
+        version: UInt64 = 0, subscriptions: [Subscription] = [], state: SubscriptionState = .complete,
+        snapshot: UInt64 = 0
+    ) {
         self.version = version
         self.subscriptions = subscriptions
         self.state = state
+        self.snapshot = snapshot
     }
 
     /// The subscription named `name`, if any.

@@ -227,11 +227,15 @@ public struct ObjectState: Sendable, Hashable {
     /// The object's stored record (values and merge metadata) as the daemon holds it, or `nil`: the object left the
     /// app's view, and the app removes it (from itself only).
     public var record: [UInt8]?
+    /// The app's own changesets whose writes to this object the daemon refused (a compensating write): the app never
+    /// applies them to this object again.
+    public var refused: [Dot]
 
-    public init(type: String, primaryKey: PrimaryKey, record: [UInt8]?) {
+    public init(type: String, primaryKey: PrimaryKey, record: [UInt8]?, refused: [Dot] = []) {
         self.type = type
         self.primaryKey = primaryKey
         self.record = record
+        self.refused = refused
     }
 }
 

@@ -80,6 +80,7 @@ public enum MessageCodec {
                 } else {
                     writer.byte(0)
                 }
+                writer.dots(object.refused)
             }
         case .queryState(let state):
             writer.varint(state.version)
@@ -210,15 +211,16 @@ public enum MessageCodec {
         case .objects:
             let query = try reader.varint()
             let yours = try reader.varint()
-            // Each takes at least a one-byte type length, a two-byte key and its presence byte.
-            let count = try reader.count("objects", maximum: limits.maximumChangesetsPerBatch * 10, minimumBytesEach: 4)
+            // Each takes at least a one-byte type length, a two-byte key, its presence byte and a dot count.
+            let count = try reader.count("objects", maximum: limits.maximumChangesetsPerBatch * 10, minimumBytesEach: 5)
             var objects: [ObjectState] = []
             objects.reserveCapacity(count)
             for _ in 0..<count {
                 let type = try reader.boundedString("type", maximum: limits.maximumNameBytes)
                 let key = try reader.primaryKey()
                 let record = try reader.bool("record presence") ? Array(try reader.lengthPrefixed("record")) : nil
-                objects.append(ObjectState(type: type, primaryKey: key, record: record))
+                let refused = try reader.dots(limits: limits)
+                objects.append(ObjectState(type: type, primaryKey: key, record: record, refused: refused))
             }
             return .objects(ObjectStates(query: query, yours: yours, objects: objects))
         case .queryState:

@@ -2,6 +2,12 @@ package import Tributary
 package import TributaryModel
 package import TributaryProtocol
 
+/// One message's object states, as a value that crosses to the thread that applies them.
+private struct ObjectGroup: Sendable {
+    var objects: [ReceivedObjectState]
+    var yours: UInt64
+}
+
 /// What a session reports as it goes, to whoever runs it (a ``SyncSession``, or the daemon's session table).
 package enum SessionEvent: Sendable {
     /// The handshake is done: the other side is `replica`.
@@ -139,8 +145,11 @@ package actor SessionDriver {
     private var uploadedThrough: UInt64 = 0
     /// For a flexible-sync initiator: a new set waits until what was written before it is uploaded.
     private var queryWaitsForUpload = false
-    /// For a flexible-sync initiator: object states of a bootstrap, by set version, applied when it completes.
-    private var stagedObjects: [UInt64: (yours: UInt64, objects: [ReceivedObjectState])] = [:]
+    /// For a flexible-sync initiator: while a new set waits, the upload stops at the last changeset written before it.
+    private var uploadCap: UInt64?
+    /// For a flexible-sync initiator: the object states of a bootstrap being received (its set version, and each
+    /// message's states), and those that arrived meanwhile, applied in order when it completes.
+    private var staged: (version: UInt64, groups: [(objects: [ReceivedObjectState], yours: UInt64)])?
 
     package init(
         replica: Replica, machine: SessionStateMachine, role: SyncRole? = nil, writer: any MessageWriter,
@@ -242,7 +251,7 @@ package actor SessionDriver {
             }
             onEvent(.established(replica: welcome.replica, role: helloRole ?? .peer))
             if case .app = helloRole, (try? replica.flexibleSyncQuery()) ?? nil != nil {
-                await sendQuery()
+                await openQuery()
                 watchSubscriptions()
             }
             startPump()
@@ -259,10 +268,17 @@ package actor SessionDriver {
                 return false
             }
             receivingMore = batch.more
-            let report: IntegrationReport
+            var report: IntegrationReport
+            var incoming = batch.changesets
+            var compensated: [(dot: Dot, reason: String)] = []
+            var compensate: [(type: String, primaryKey: PrimaryKey, refused: [Dot])] = []
             do {
+                if let view = flexibleView {
+                    (incoming, compensated, compensate) = try replica.judgeUpload(
+                        incoming, view: view, judging: flexibleReady)
+                }
                 report = try await integrator.integrate(
-                    batch.changesets, adopt: adoptIncoming, author: options.requiredAuthor)
+                    incoming, adopt: adoptIncoming, author: options.requiredAuthor)
             } catch let error as TributaryError where error.code == .permissionDenied {
                 await fail(SyncError(.forbidden, .fatal, "batch \(batch.number): \(error.message)"))
                 return false
@@ -282,10 +298,21 @@ package actor SessionDriver {
                 return false
             }
             for dot in report.received { theirs.advance(dot.origin, to: dot.sequence) }
-            if var view = flexibleView {
-                replica.noteUploaded(batch.changesets, in: &view)
-                flexibleView = view
+            // Compensating writes go before the acknowledgement: a device that has the acknowledgement has the
+            // daemon's state of every object whose write was refused (and one that lost both uploads again).
+            if !compensate.isEmpty, var view = flexibleView, let device = otherReplica {
+                do {
+                    let states = try replica.compensation(for: compensate, view: &view, device: device)
+                    flexibleView = view
+                    await sendObjects(states.objects, query: 0, yours: states.yours)
+                } catch {
+                    await fail(
+                        SyncError(
+                            .storage, .retry, "could not read the objects to send: \(error)", retryAfterSeconds: 5))
+                    return false
+                }
             }
+            report.rejected += compensated.map { IntegrationReport.Rejection(dot: $0.dot, reason: $0.reason) }
             let rejected = report.rejected.prefix(MessageLimits.standard.maximumRejections).map {
                 Acknowledgement.Rejection(dot: $0.dot, reason: String($0.reason.utf8.prefix(4000)) ?? "refused")
             }
@@ -474,9 +501,18 @@ package actor SessionDriver {
                     }
                     export = flexible.changesets
                 } else {
-                    export = try replica.export(
-                        missingFrom: theirs, excluding: theirPending, origins: exportOrigins,
-                        limit: options.batchChangesets, maximumBytes: maximumBytes)
+                    var limit = options.batchChangesets
+                    if let uploadCap {
+                        // Own changesets are numbered without gaps: at most this many are left before the cap.
+                        let left = uploadCap > theirs[replica.replicaID] ? uploadCap - theirs[replica.replicaID] : 0
+                        limit = Int(min(UInt64(limit), left))
+                    }
+                    export =
+                        limit == 0
+                        ? ChangesetExport(changesets: [], bytes: 0, progress: theirs, more: false)
+                        : try replica.export(
+                            missingFrom: theirs, excluding: theirPending, origins: exportOrigins, limit: limit,
+                            maximumBytes: maximumBytes)
                 }
             } catch {
                 await fail(
@@ -506,14 +542,29 @@ package actor SessionDriver {
 
     // MARK: Flexible sync
 
+    /// Initiator, as the session opens: the set the device holds, so that the daemon judges the first uploads by it
+    /// (the changesets written before the newest set was committed), then the newest set when those are uploaded.
+    private func openQuery() async {
+        guard let query = try? replica.flexibleSyncQuery() else { return }
+        let held = QueryRequest(
+            version: query.heldVersion, subscriptions: query.held, heldVersion: query.heldVersion, held: query.held)
+        guard let frame = machine.send(flexible: .query(held), now: .now) else { return }
+        sentQueryVersion = query.heldVersion
+        await write(frame)
+        await sendQuery()
+    }
+
     /// Initiator: sends the newest subscription set, with the one the device holds, once every changeset written
-    /// before it is uploaded: the daemon then judges those writes by the set they were made under, and knows every
-    /// type the new set names.
+    /// before it was committed is uploaded: the daemon judges those by the set they were written under. Until then
+    /// the upload stops at that point (``uploadCap``).
     private func sendQuery() async {
         queryWaitsForUpload = false
-        guard let query = try? replica.flexibleSyncQuery(), query.version > sentQueryVersion else { return }
-        if uploadedThrough < replica.versionVector[replica.replicaID] {
+        uploadCap = nil
+        guard let query = try? replica.flexibleSyncQuery(after: sentQueryVersion), query.version > sentQueryVersion
+        else { return }
+        if uploadedThrough < query.snapshot {
             queryWaitsForUpload = true
+            uploadCap = query.snapshot
             return
         }
         let request = QueryRequest(
@@ -522,6 +573,9 @@ package actor SessionDriver {
         guard let frame = machine.send(flexible: .query(request), now: .now) else { return }
         sentQueryVersion = query.version
         await write(frame)
+        wake?.yield()
+        // The next pending set, if one was committed after this one.
+        await sendQuery()
     }
 
     /// Initiator: sends each new subscription set while the session is open.
@@ -606,12 +660,14 @@ package actor SessionDriver {
         var chunks: [[ObjectState]] = [[]]
         var bytes = 0
         for object in objects {
-            if bytes >= options.objectStatesBytes {
+            // Only a bootstrap is split: a steady-state message is applied whole, so it cannot interleave with another.
+            if query != 0 && bytes >= options.objectStatesBytes {
                 chunks.append([])
                 bytes = 0
             }
             chunks[chunks.count - 1].append(
-                ObjectState(type: object.type, primaryKey: object.primaryKey, record: object.record))
+                ObjectState(
+                    type: object.type, primaryKey: object.primaryKey, record: object.record, refused: object.refused))
             bytes += object.type.utf8.count + (object.record?.count ?? 0) + 24
         }
         for chunk in chunks where !chunk.isEmpty || query != 0 {
@@ -621,21 +677,28 @@ package actor SessionDriver {
         }
     }
 
-    /// Initiator: object states to apply now, or to keep until their bootstrap completes.
+    /// Initiator: object states to apply now, or to keep until their bootstrap completes. States that arrive while a
+    /// bootstrap is received (a compensating write) are applied at once and again after the bootstrap, in the order
+    /// they came: an older state never replaces a newer one.
     private func receiveObjects(_ states: ObjectStates) async -> Bool {
         let objects = states.objects.map {
-            ReceivedObjectState(type: $0.type, primaryKey: $0.primaryKey, record: $0.record)
+            ReceivedObjectState(type: $0.type, primaryKey: $0.primaryKey, record: $0.record, refused: $0.refused)
         }
         if states.query != 0 {
-            stagedObjects[states.query, default: (states.yours, [])].objects.append(contentsOf: objects)
+            if staged?.version != states.query { staged = (states.query, []) }
+            staged?.groups.append((objects, states.yours))
             return true
         }
-        return await applyObjects(objects, yours: states.yours, completing: nil)
+        // Applied now (a bootstrap that never completes must not lose it), and again after the bootstrap.
+        if staged != nil { staged?.groups.append((objects, states.yours)) }
+        return await applyObjects([(objects, states.yours)], completing: nil)
     }
 
     /// Initiator: a subscription set completed (its bootstrap is applied in one commit) or was refused.
     private func receiveQueryState(_ state: QueryState) async -> Bool {
-        let staged = stagedObjects.removeValue(forKey: state.version)
+        var groups = staged?.groups ?? []
+        let bootstrapped = staged?.version == state.version
+        if bootstrapped { staged = nil }
         if let error = state.error {
             do {
                 try replica.refuseSubscriptionSet(version: state.version, message: error)
@@ -645,15 +708,23 @@ package actor SessionDriver {
                         .storage, .retry, "could not store a refused subscription set: \(error)", retryAfterSeconds: 5))
                 return false
             }
+            // States that arrived meanwhile still apply.
+            if bootstrapped, !groups.isEmpty { return await applyObjects(groups, completing: nil) }
             return true
         }
-        return await applyObjects(staged?.objects ?? [], yours: staged?.yours ?? 0, completing: state.version)
+        if !bootstrapped { groups = [] }
+        return await applyObjects(groups, completing: state.version)
     }
 
-    private func applyObjects(_ objects: [ReceivedObjectState], yours: UInt64, completing: UInt64?) async -> Bool {
+    private func applyObjects(
+        _ groups: [(objects: [ReceivedObjectState], yours: UInt64)], completing: UInt64?
+    ) async -> Bool {
         do {
             let replica = replica
-            try await offload { try replica.applyObjectStates(objects, yours: yours, completing: completing) }
+            let sendable = groups.map { ObjectGroup(objects: $0.objects, yours: $0.yours) }
+            try await offload {
+                try replica.applyObjectStates(sendable.map { ($0.objects, $0.yours) }, completing: completing)
+            }
             return true
         } catch let error as TributaryError where error.code == .invalidChangeset {
             await fail(SyncError(.badChangeset, .fatal, error.message))

@@ -44,7 +44,9 @@ enum Samples {
                 query: 3, yours: 17,
                 objects: [
                     ObjectState(type: "Task", primaryKey: .string("t1"), record: [1, 2, 3]),
-                    ObjectState(type: "Task", primaryKey: .int(-4), record: nil),
+                    ObjectState(
+                        type: "Task", primaryKey: .int(-4), record: nil,
+                        refused: [Dot(origin: ReplicaID(rawValue: 9), sequence: 4)]),
                 ])),
         .queryState(QueryState(version: 3)),
         .queryState(QueryState(version: 4, error: "key \"title\" is not a queryable field")),

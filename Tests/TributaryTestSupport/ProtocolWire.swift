@@ -178,6 +178,7 @@ package struct Wire: Sendable {
                 wire.bytes += key.bytes
                 wire.bool(object.record != nil)
                 if let record = object.record { wire.data(record) }
+                wire.dots(object.refused)
             }
         case .queryState(let state):
             wire.u8(12)

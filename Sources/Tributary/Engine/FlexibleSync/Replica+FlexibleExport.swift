@@ -25,9 +25,6 @@ package struct FlexibleSessionView: Sendable {
     /// Objects sent as their full state, with the daemon's vector when they were read: changesets it counts are in
     /// the state already, so their instructions on the object are not sent.
     private(set) var installedAt: [RecordKey: VersionVector] = [:]
-    /// Objects the device's own uploads touched since the last export: judged again, since the device is never sent
-    /// its own changesets (an object it edited out of its view leaves it).
-    var recheck: Set<RecordKey> = []
 
     package init() {}
 
@@ -80,6 +77,16 @@ struct CompiledSubscriptions {
         guard let queries = byType[key.type], !queries.isEmpty,
             let object = try snapshot.object(key.type, primaryKey: key.primaryKey)
         else { return false }
+        let source = ReaderObjectSource { type, key in (try? snapshot.object(type, primaryKey: key))?.values }
+        return queries.contains { $0.matches(object.values, source: source) }
+    }
+
+    /// Whether an object in the state `record` (not stored: the state an upload would leave) matches.
+    func matches(_ key: RecordKey, record: ObjectRecord, in snapshot: Snapshot) throws -> Bool {
+        guard record.exists, let queries = byType[key.type], !queries.isEmpty,
+            let type = snapshot.schema[type: key.type]
+        else { return false }
+        let object = try snapshot.materializer.object(type: type, primaryKey: key.primaryKey, record: record)
         let source = ReaderObjectSource { type, key in (try? snapshot.object(type, primaryKey: key))?.values }
         return queries.contains { $0.matches(object.values, source: source) }
     }
@@ -156,15 +163,14 @@ extension Replica {
     ) throws -> FlexibleExport {
         let plain = try export(missingFrom: vector, excluding: excluding, limit: limit, maximumBytes: maximumBytes)
         var result = FlexibleExport(changesets: plain)
-        guard !plain.changesets.isEmpty || !view.recheck.isEmpty else { return result }
+        guard !plain.changesets.isEmpty else { return result }
         do {
             let context = ZstdContext()
             var decoded: [Changeset] = []
             decoded.reserveCapacity(plain.changesets.count)
             for bytes in plain.changesets { decoded.append(try log.received(bytes, context: context).changeset) }
-            var touched = view.recheck.sorted()
-            var seen = view.recheck
-            view.recheck = []
+            var touched: [RecordKey] = []
+            var seen: Set<RecordKey> = []
             for changeset in decoded {
                 for instruction in changeset.instructions {
                     guard let object = instruction.object else { continue }
@@ -218,16 +224,118 @@ extension Replica {
         }
     }
 
-    /// Notes the objects an upload of a flexible-sync device touched, to judge them again at the next export.
-    package func noteUploaded(_ changesets: [[UInt8]], in view: inout FlexibleSessionView) {
-        let context = ZstdContext()
-        for bytes in changesets {
-            guard let changeset = try? log.received(bytes, context: context).changeset else { continue }
-            for instruction in changeset.instructions {
-                if let object = instruction.object {
-                    view.recheck.insert(RecordKey(type: object.type, primaryKey: object.primaryKey))
+    /// Judges an upload of a flexible-sync device against its view, before it is adopted: a write that leaves an
+    /// object outside the view (created or changed so that no subscription matches it), or erases one outside it, is
+    /// refused. Such instructions are left out of the changeset (replaced by `omitted`; the rest of it is adopted),
+    /// and the device is sent the daemon's state of the object at the next export (a compensating write).
+    ///
+    /// Before the device's first subscription set arrives (`judging` is `false`), nothing is refused.
+    ///
+    /// - Returns: the changesets to adopt, per refused changeset its dot and the reason (naming each object), and
+    ///   the objects to send back (``compensation(for:view:device:)``) once the adopted ones are committed.
+    package func judgeUpload(_ changesets: [[UInt8]], view: FlexibleSessionView, judging: Bool) throws -> (
+        changesets: [[UInt8]], rejections: [(dot: Dot, reason: String)],
+        compensate: [(type: String, primaryKey: PrimaryKey, refused: [Dot])]
+    ) {
+        guard judging else { return (changesets, [], []) }
+        do {
+            return try environment.read { txn in
+                let snapshot = Snapshot(replica: self, storage: txn)
+                defer { snapshot.invalidate() }
+                let compiled = CompiledSubscriptions(view.subscriptions, schema: snapshot.schema)
+                let context = ZstdContext()
+                var working = WorkingSet(
+                    source: ReplicaRecordSource(views: views, log: log, transaction: txn), schema: snapshot.schema)
+                var adopted: [[UInt8]] = []
+                var rejections: [(dot: Dot, reason: String)] = []
+                var compensate: [RecordKey: [Dot]] = [:]
+                for bytes in changesets {
+                    // What does not decode or apply is left for the integration to refuse, with its own message.
+                    guard var changeset = try? log.received(bytes, context: context).changeset else {
+                        adopted.append(bytes)
+                        continue
+                    }
+                    var touched: [RecordKey] = []
+                    for instruction in changeset.instructions {
+                        guard let object = instruction.object else { continue }
+                        let key = RecordKey(type: object.type, primaryKey: object.primaryKey)
+                        if !touched.contains(key) { touched.append(key) }
+                    }
+                    var trial = working
+                    guard !touched.isEmpty, (try? MergeEngine.apply(changeset, to: &trial)) != nil else {
+                        adopted.append(bytes)
+                        if !touched.isEmpty { try? MergeEngine.apply(changeset, to: &working) }
+                        continue
+                    }
+                    var denied: [RecordKey: String] = [:]
+                    for key in touched {
+                        let before = try working.record(key)
+                        let after = try trial.record(key)
+                        if let after, after.exists {
+                            if try !compiled.matches(key, record: after, in: snapshot) {
+                                denied[key] = "the object is outside of the session's subscriptions after the write"
+                            }
+                        } else if let before, before.exists, try !compiled.matches(key, record: before, in: snapshot) {
+                            denied[key] = "the object erased is outside of the session's subscriptions"
+                        }
+                    }
+                    if denied.isEmpty {
+                        working = trial
+                        adopted.append(bytes)
+                        continue
+                    }
+                    changeset.instructions = changeset.instructions.map { instruction in
+                        guard let object = instruction.object,
+                            denied[RecordKey(type: object.type, primaryKey: object.primaryKey)] != nil
+                        else { return instruction }
+                        return .omitted
+                    }
+                    try? MergeEngine.apply(changeset, to: &working)
+                    adopted.append(ChangesetCodec.encode(changeset))
+                    for key in denied.keys { compensate[key, default: []].append(changeset.dot) }
+                    let named = denied.sorted { $0.key < $1.key }.map { "write to \($0.key) reverted: \($0.value)" }
+                    rejections.append((changeset.dot, named.joined(separator: "; ")))
                 }
+                return (
+                    adopted, rejections,
+                    compensate.sorted { $0.key < $1.key }.map { ($0.key.type, $0.key.primaryKey, $0.value) }
+                )
             }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// The daemon's state of objects whose write by the device it refused (a compensating write): each object's
+    /// record when it is in the view, or `nil` to remove it from the device. Read after the refused upload was
+    /// committed, so that `yours` counts it: the device does not apply the refused write again.
+    package func compensation(
+        for keys: [(type: String, primaryKey: PrimaryKey, refused: [Dot])], view: inout FlexibleSessionView,
+        device: ReplicaID
+    ) throws -> (objects: [ReceivedObjectState], yours: UInt64) {
+        do {
+            return try environment.read { txn in
+                let snapshot = Snapshot(replica: self, storage: txn)
+                defer { snapshot.invalidate() }
+                let now = try views.versionVector(in: txn)
+                let compiled = CompiledSubscriptions(view.subscriptions, schema: snapshot.schema)
+                var objects: [ReceivedObjectState] = []
+                for (type, primaryKey, refused) in keys {
+                    let key = RecordKey(type: type, primaryKey: primaryKey)
+                    if try compiled.matches(key, in: snapshot), let record = try storedRecord(key, in: txn) {
+                        objects.append(
+                            ReceivedObjectState(type: type, primaryKey: primaryKey, record: record, refused: refused))
+                        view.install(key, at: now)
+                    } else {
+                        objects.append(
+                            ReceivedObjectState(type: type, primaryKey: primaryKey, record: nil, refused: refused))
+                        view.evict(key)
+                    }
+                }
+                return (objects, try heldSequence(of: device, vector: now, in: txn))
+            }
+        } catch {
+            throw TributaryError.wrap(error)
         }
     }
 

@@ -16,6 +16,12 @@ extension Replica {
 
     static let latestSubscriptionsKey = Array("subscriptions.latest".utf8)
     static let heldSubscriptionsKey = Array("subscriptions.held".utf8)
+    /// Sets committed and not yet complete, by version (big-endian after this prefix), sent to the daemon in order.
+    static let pendingSubscriptionsPrefix = Array("subscriptions.pending/".utf8)
+
+    static func pendingSubscriptionsKey(_ version: UInt64) -> [UInt8] {
+        pendingSubscriptionsPrefix + withUnsafeBytes(of: version.bigEndian) { Array($0) }
+    }
 
     /// The newest set committed, and the last one completed (what the device holds).
     func subscriptionSets() throws -> (latest: SubscriptionSet, held: SubscriptionSet) {
@@ -49,6 +55,7 @@ extension Replica {
             let stateByte = try reader.byte()
             let message = try reader.string("error message")
             let subscriptions = try reader.subscriptions(maximum: .max, maximumText: .max)
+            let snapshot = try reader.varint()
             let state: SubscriptionState =
                 switch stateByte {
                 case 1: .pending
@@ -56,7 +63,7 @@ extension Replica {
                 case 3: .error(message)
                 default: throw reader.error(.invalidValue, "unknown subscription state \(stateByte)")
                 }
-            return SubscriptionSet(version: version, subscriptions: subscriptions, state: state)
+            return SubscriptionSet(version: version, subscriptions: subscriptions, state: state, snapshot: snapshot)
         } catch {
             throw TributaryError(
                 .corrupted, "replica \(directory): its stored subscription set is damaged (\(error))")
@@ -73,6 +80,7 @@ extension Replica {
         }
         if case .error(let message) = set.state { writer.string(message) } else { writer.string("") }
         writer.subscriptions(set.subscriptions)
+        writer.varint(set.snapshot)
         try txn.put(identity, key: key, value: writer.bytes)
     }
 
@@ -93,8 +101,10 @@ extension Replica {
                 return try environment.write { txn -> SubscriptionSet in
                     let latest = try subscriptionSets(in: txn).latest
                     let set = SubscriptionSet(
-                        version: latest.version + 1, subscriptions: editing.subscriptions, state: .pending)
+                        version: latest.version + 1, subscriptions: editing.subscriptions, state: .pending,
+                        snapshot: try views.versionVector(in: txn)[replicaID])
                     try storeSubscriptionSet(set, Self.latestSubscriptionsKey, in: txn)
+                    try storeSubscriptionSet(set, Self.pendingSubscriptionsKey(set.version), in: txn)
                     return set
                 }
             } catch {
@@ -142,16 +152,32 @@ extension Replica {
         }
     }
 
-    /// The flexible-sync query a sync session sends: the newest set and the one the device holds, or `nil` for a
-    /// replica that never subscribed (it syncs everything).
-    package func flexibleSyncQuery() throws -> (
-        version: UInt64, subscriptions: [Subscription], heldVersion: UInt64, held: [Subscription]
+    /// The flexible-sync query a sync session sends next: the oldest set committed after version `sent` that is not
+    /// complete (sets are sent in order, so that each write is judged under the set it was made under), with the set
+    /// the device holds; `nil` for a replica that never subscribed (it syncs everything).
+    ///
+    /// `snapshot` is how many changesets this replica had written when that set was committed: a session uploads
+    /// those first (the daemon judges them under the set before), then sends the set. `version` is 0 when no set is
+    /// left to send.
+    package func flexibleSyncQuery(after sent: UInt64 = 0) throws -> (
+        version: UInt64, subscriptions: [Subscription], heldVersion: UInt64, held: [Subscription], snapshot: UInt64
     )? {
         do {
             return try environment.read { txn in
                 guard try isFlexible(in: txn) else { return nil }
                 let sets = try subscriptionSets(in: txn)
-                return (sets.latest.version, sets.latest.subscriptions, sets.held.version, sets.held.subscriptions)
+                var next: SubscriptionSet?
+                let start = Self.pendingSubscriptionsKey(max(sent, sets.held.version) + 1)
+                try txn.scan(
+                    identity, from: start, to: ViewStore.prefixEnd(Self.pendingSubscriptionsPrefix)
+                ) { key, _ in
+                    next = try storedSubscriptionSet(Array(key), in: txn)
+                    return false
+                }
+                let wanted = next ?? SubscriptionSet(version: 0)
+                return (
+                    wanted.version, wanted.subscriptions, sets.held.version, sets.held.subscriptions, wanted.snapshot
+                )
             }
         } catch {
             throw TributaryError.wrap(error)
@@ -202,17 +228,23 @@ package struct ReceivedObjectState: Sendable, Hashable {
     package var type: String
     package var primaryKey: PrimaryKey
     package var record: [UInt8]?
+    /// This replica's own changesets whose writes to the object the daemon refused.
+    package var refused: [Dot]
 
-    package init(type: String, primaryKey: PrimaryKey, record: [UInt8]?) {
+    package init(type: String, primaryKey: PrimaryKey, record: [UInt8]?, refused: [Dot] = []) {
         self.type = type
         self.primaryKey = primaryKey
         self.record = record
+        self.refused = refused
     }
 }
 
 extension Replica {
     static let objectStatesPrefix = Array("objectStates/".utf8)
     static let objectStatesCountKey = Array("objectStatesCount".utf8)
+    /// Own changesets whose writes to some objects a daemon refused: the dot's origin key after this prefix, the
+    /// objects as the value.
+    static let refusedWritesPrefix = Array("refusedWrites/".utf8)
 
     /// Applies the object states a daemon sent, in one atomic commit: each record replaces the device's copy of its
     /// object (then this replica's own changesets after `yours`, which the daemon's record does not hold yet, are
@@ -225,6 +257,14 @@ extension Replica {
     /// - Throws: ``TributaryError`` with `.invalidChangeset` when a record does not decode (nothing is applied), or
     ///   for storage failures.
     package func applyObjectStates(_ objects: [ReceivedObjectState], yours: UInt64, completing: UInt64?) throws {
+        try applyObjectStates([(objects, yours)], completing: completing)
+    }
+
+    /// Applies several messages of object states in one atomic commit, in order, each as
+    /// ``applyObjectStates(_:yours:completing:)`` applies one: a bootstrap, and what arrived while it was received.
+    package func applyObjectStates(
+        _ groups: [(objects: [ReceivedObjectState], yours: UInt64)], completing: UInt64?
+    ) throws {
         guard !configuration.readOnly else {
             throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
         }
@@ -237,51 +277,48 @@ extension Replica {
                     head = fresh.head.localSequence
                     let source = ReplicaRecordSource(views: views, log: log, transaction: txn)
                     var working = WorkingSet(source: source, schema: fresh.schema)
-                    var installed: Set<RecordKey> = []
-                    for object in objects {
-                        let key = RecordKey(type: object.type, primaryKey: object.primaryKey)
-                        if let bytes = object.record {
-                            let record: ObjectRecord
-                            do {
-                                record = try ObjectRecord(decoding: bytes)
-                            } catch {
-                                throw TributaryError(
-                                    .invalidChangeset,
-                                    "the daemon sent a record for \(key) that does not decode (\(error)); nothing "
-                                        + "was applied")
+                    for (objects, yours) in groups {
+                        var installed: Set<RecordKey> = []
+                        try storeRefusedWrites(objects, in: txn)
+                        for object in objects {
+                            let key = RecordKey(type: object.type, primaryKey: object.primaryKey)
+                            if let bytes = object.record {
+                                let record: ObjectRecord
+                                do {
+                                    record = try ObjectRecord(decoding: bytes)
+                                } catch {
+                                    throw TributaryError(
+                                        .invalidChangeset,
+                                        "the daemon sent a record for \(key) that does not decode (\(error)); nothing "
+                                            + "was applied")
+                                }
+                                try working.setRecord(record, for: key)
+                                installed.insert(key)
+                            } else {
+                                try working.setRecord(nil, for: key)
+                                installed.remove(key)
                             }
-                            try working.setRecord(record, for: key)
-                            installed.insert(key)
-                        } else {
-                            try working.setRecord(nil, for: key)
-                            installed.remove(key)
                         }
-                    }
-                    if !installed.isEmpty {
-                        for (_, sequence) in try log.originEntries(from: replicaID, after: yours, in: txn) {
-                            var changeset = try log.changeset(
-                                of: try log.entry(sequence, in: txn), context: compressionContext)
-                            changeset.instructions = changeset.instructions.map { instruction in
-                                guard let object = instruction.object,
-                                    installed.contains(RecordKey(type: object.type, primaryKey: object.primaryKey))
-                                else { return .omitted }
-                                return instruction
+                        if !installed.isEmpty {
+                            for (dot, sequence) in try log.originEntries(from: replicaID, after: yours, in: txn) {
+                                var changeset = try log.changeset(
+                                    of: try log.entry(sequence, in: txn), context: compressionContext)
+                                let refused = try refusedWrites(of: dot, in: txn)
+                                changeset.instructions = changeset.instructions.map { instruction in
+                                    guard let object = instruction.object else { return .omitted }
+                                    let key = RecordKey(type: object.type, primaryKey: object.primaryKey)
+                                    guard installed.contains(key), !refused.contains(key) else { return .omitted }
+                                    return instruction
+                                }
+                                try MergeEngine.apply(changeset, to: &working)
                             }
-                            try MergeEngine.apply(changeset, to: &working)
                         }
                     }
                     let changes = working.takeChanges()
                     changed = changes.map(\.key)
                     try views.write(changes, schema: fresh.schema, in: txn)
                     try storeObjectStates(changes, at: head, in: txn)
-                    if let completing {
-                        var sets = try subscriptionSets(in: txn)
-                        if sets.latest.version == completing {
-                            sets.latest.state = .complete
-                            try storeSubscriptionSet(sets.latest, Self.latestSubscriptionsKey, in: txn)
-                            try storeSubscriptionSet(sets.latest, Self.heldSubscriptionsKey, in: txn)
-                        }
-                    }
+                    if let completing { try completeSubscriptionSet(completing, in: txn) }
                 }
             } catch {
                 throw TributaryError.wrap(error)
@@ -290,6 +327,68 @@ extension Replica {
             observers.notify(changedKeys: changed, schemaChanged: true, sequence: head)
         }
         if completing != nil { subscriptionWatchers.notify() }
+    }
+
+    /// Set `version` is complete: the device holds it. Older pending sets are superseded; the latest, if it is this
+    /// one, is complete.
+    private func completeSubscriptionSet(_ version: UInt64, in txn: WriteTransaction) throws {
+        var sets = try subscriptionSets(in: txn)
+        guard var completed = try storedSubscriptionSet(Self.pendingSubscriptionsKey(version), in: txn),
+            version > sets.held.version
+        else { return }
+        completed.state = .complete
+        try storeSubscriptionSet(completed, Self.heldSubscriptionsKey, in: txn)
+        if sets.latest.version == version {
+            sets.latest.state = .complete
+            try storeSubscriptionSet(sets.latest, Self.latestSubscriptionsKey, in: txn)
+        }
+        var done: [[UInt8]] = []
+        try txn.scan(identity, from: Self.pendingSubscriptionsPrefix, to: Self.pendingSubscriptionsKey(version + 1)) {
+            key, _ in
+            done.append(Array(key))
+            return true
+        }
+        for key in done { _ = try txn.delete(identity, key: key) }
+    }
+
+    /// Remembers the own writes a daemon refused, per changeset: applying own changesets again on top of a daemon's
+    /// record (``applyObjectStates(_:yours:completing:)``) leaves them out, whenever that record was read.
+    private func storeRefusedWrites(_ objects: [ReceivedObjectState], in txn: WriteTransaction) throws {
+        var byDot: [Dot: [RecordKey]] = [:]
+        for object in objects {
+            for dot in object.refused where dot.origin == replicaID {
+                byDot[dot, default: []].append(RecordKey(type: object.type, primaryKey: object.primaryKey))
+            }
+        }
+        for (dot, keys) in byDot {
+            let key = Self.refusedWritesPrefix + ChangesetLog.originKey(dot)
+            let all = try refusedWrites(of: dot, in: txn).union(keys)
+            var writer = BinaryWriter()
+            writer.varint(all.count)
+            for each in all.sorted() {
+                writer.string(each.type)
+                writer.primaryKey(each.primaryKey)
+            }
+            try txn.put(identity, key: key, value: writer.bytes)
+        }
+    }
+
+    private func refusedWrites(of dot: Dot, in txn: TributaryStorageReadTransaction) throws -> Set<RecordKey> {
+        guard let bytes = try txn.get(identity, key: Self.refusedWritesPrefix + ChangesetLog.originKey(dot)) else {
+            return []
+        }
+        var reader = BinaryReader(bytes, subject: "refused writes of \(dot)")
+        do {
+            var keys: Set<RecordKey> = []
+            let count = try reader.count("refused writes", maximum: .max, minimumBytesEach: 3)
+            for _ in 0..<count {
+                keys.insert(RecordKey(type: try reader.string("type"), primaryKey: try reader.primaryKey()))
+            }
+            return keys
+        } catch {
+            throw TributaryError(
+                .corrupted, "replica \(directory): its record of refused writes of \(dot) is damaged (\(error))")
+        }
     }
 
     /// Keeps an applied set of object states for replay: under the log position it followed, numbered in order.
