@@ -50,6 +50,7 @@ struct Tributaryd: AsyncParsableCommand {
                 "sendDeadlineSeconds": 60,
                 "handshakeDeadlineSeconds": 10,
                 "connectionsPerAddress": 256,
+                "queryableFields": {"ChatMessage": ["conversationID"]},
                 "logLevel": "info",
                 "readinessBoundSeconds": 10
               }
@@ -75,6 +76,9 @@ struct Tributaryd: AsyncParsableCommand {
             maximumMessageBytes bounds every message and so every changeset (16 MiB at most). A connection \
             has handshakeDeadlineSeconds to send its request; one address has at most connectionsPerAddress \
             connections.
+
+            Apps that subscribe (flexible sync) hold only what their subscriptions cover; queryableFields \
+            names, per type, the fields their queries may read (every field when absent).
 
             The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
             serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
