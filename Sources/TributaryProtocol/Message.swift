@@ -192,12 +192,20 @@ public struct QueryRequest: Sendable, Hashable {
     public var heldVersion: UInt64
     /// That set: the app holds the objects it covers, as of the app's vector.
     public var held: [Subscription]
+    /// In a session's first `query`: the app's own sequence through which it received every acknowledgement (and so
+    /// every compensating write sent before them), or 0 when it does not know. The daemon sends again the
+    /// compensating writes of later changesets, and forgets the earlier ones.
+    public var acknowledgedThrough: UInt64
 
-    public init(version: UInt64, subscriptions: [Subscription], heldVersion: UInt64 = 0, held: [Subscription] = []) {
+    public init(
+        version: UInt64, subscriptions: [Subscription], heldVersion: UInt64 = 0, held: [Subscription] = [],
+        acknowledgedThrough: UInt64 = 0
+    ) {
         self.version = version
         self.subscriptions = subscriptions
         self.heldVersion = heldVersion
         self.held = held
+        self.acknowledgedThrough = acknowledgedThrough
     }
 }
 

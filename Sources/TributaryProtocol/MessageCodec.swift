@@ -65,6 +65,7 @@ public enum MessageCodec {
             writer.subscriptions(query.subscriptions)
             writer.varint(query.heldVersion)
             writer.subscriptions(query.held)
+            writer.varint(query.acknowledgedThrough)
         case .objects(let states):
             writer.bytes.reserveCapacity(
                 32 + states.objects.reduce(0) { $0 + $1.type.utf8.count + ($1.record?.count ?? 0) + 24 })
@@ -206,8 +207,11 @@ public enum MessageCodec {
             let heldVersion = try reader.varint()
             let held = try reader.subscriptions(
                 maximum: limits.maximumSubscriptions, maximumText: limits.maximumTextBytes)
+            let acknowledgedThrough = try reader.varint()
             return .query(
-                QueryRequest(version: version, subscriptions: subscriptions, heldVersion: heldVersion, held: held))
+                QueryRequest(
+                    version: version, subscriptions: subscriptions, heldVersion: heldVersion, held: held,
+                    acknowledgedThrough: acknowledgedThrough))
         case .objects:
             let query = try reader.varint()
             let yours = try reader.varint()

@@ -14,6 +14,9 @@ package enum SessionEvent: Sendable {
     case established(replica: ReplicaID, role: SyncRole)
     /// The other side holds this replica's own changesets up to this sequence, durably.
     case uploaded(through: UInt64)
+    /// The other side acknowledged this replica's own changesets up to this sequence (and sent every compensating
+    /// write for them before).
+    case acknowledged(through: UInt64)
     /// A batch was integrated: how many changesets it held, and whether the other side has more now.
     case downloaded(changesets: Int, more: Bool)
     /// Changesets the other side refused (a schema conflict).
@@ -88,6 +91,9 @@ package actor SessionDriver {
         package var queryableFields: [String: Set<String>]?
         /// About the most bytes of object states per `objects` message sent.
         package var objectStatesBytes = 1 << 20
+        /// For a flexible-sync initiator: its own sequence through which an earlier session of this process received
+        /// every acknowledgement (0: unknown).
+        package var acknowledgedThrough: UInt64 = 0
         package init() {}
     }
 
@@ -139,6 +145,9 @@ package actor SessionDriver {
     private var flexibleReady = false
     /// For an acceptor: the subscription set the app asked for, to bootstrap before anything else is sent.
     private var wantedQuery: QueryRequest?
+    /// For an acceptor: the app's own sequence after which its refused writes' compensations are sent again, once
+    /// its first set is in place.
+    private var resendRefusalsAfter: UInt64?
     /// For a flexible-sync initiator: the newest set version sent to the daemon.
     private var sentQueryVersion: UInt64 = 0
     /// For an initiator: how far the other side holds this replica's own changesets, durably.
@@ -302,6 +311,7 @@ package actor SessionDriver {
             // daemon's state of every object whose write was refused (and one that lost both uploads again).
             if !compensate.isEmpty, var view = flexibleView, let device = otherReplica {
                 do {
+                    try replica.recordRefusals(of: device, compensate)
                     let states = try replica.compensation(for: compensate, view: &view, device: device)
                     flexibleView = view
                     await sendObjects(states.objects, query: 0, yours: states.yours)
@@ -330,6 +340,7 @@ package actor SessionDriver {
             if let through {
                 uploadedThrough = max(uploadedThrough, through)
                 onEvent(.uploaded(through: through))
+                onEvent(.acknowledged(through: through))
             }
             if !ack.rejected.isEmpty { onEvent(.rejected(ack.rejected)) }
             if queryWaitsForUpload { await sendQuery() }
@@ -482,6 +493,10 @@ package actor SessionDriver {
                 if let wanted = wantedQuery {
                     wantedQuery = nil
                     guard await bootstrap(wanted) else { return false }
+                    if let after = resendRefusalsAfter {
+                        resendRefusalsAfter = nil
+                        guard await resendRefusals(after: after) else { return false }
+                    }
                     continue
                 }
             }
@@ -547,7 +562,8 @@ package actor SessionDriver {
     private func openQuery() async {
         guard let query = try? replica.flexibleSyncQuery() else { return }
         let held = QueryRequest(
-            version: query.heldVersion, subscriptions: query.held, heldVersion: query.heldVersion, held: query.held)
+            version: query.heldVersion, subscriptions: query.held, heldVersion: query.heldVersion, held: query.held,
+            acknowledgedThrough: options.acknowledgedThrough)
         guard let frame = machine.send(flexible: .query(held), now: .now) else { return }
         sentQueryVersion = query.heldVersion
         await write(frame)
@@ -610,6 +626,7 @@ package actor SessionDriver {
             }
             return true
         }
+        if !flexibleReady { resendRefusalsAfter = query.acknowledgedThrough }
         do {
             try replica.checkSubscriptions(query.subscriptions, queryable: options.queryableFields)
         } catch {
@@ -652,6 +669,24 @@ package actor SessionDriver {
             await write(frame)
         }
         return !ended
+    }
+
+    /// Acceptor: compensating writes the app may not have received (its connection dropped after the refused upload
+    /// was committed), sent again.
+    private func resendRefusals(after acknowledged: UInt64) async -> Bool {
+        guard var view = flexibleView, let device = otherReplica else { return true }
+        do {
+            let refused = try replica.refusals(of: device, after: acknowledged)
+            guard !refused.isEmpty else { return true }
+            let states = try replica.compensation(for: refused, view: &view, device: device)
+            flexibleView = view
+            await sendObjects(states.objects, query: 0, yours: states.yours)
+            return !ended
+        } catch {
+            await fail(
+                SyncError(.storage, .retry, "could not read the objects to send: \(error)", retryAfterSeconds: 5))
+            return false
+        }
     }
 
     /// Acceptor: object states in messages of about ``Options/objectStatesBytes`` each (for a bootstrap, at least

@@ -19,6 +19,7 @@ extension SyncSession {
             /// An error that stopped the session until ``resume()``.
             var stopped: SyncError?
             var uploadedThrough: UInt64 = 0
+            var acknowledgedThrough: UInt64 = 0
             var uploadWaiters: [(target: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
             var activeWaiters: [CheckedContinuation<SessionDriver, any Error>] = []
             var releaseWaiters: [CheckedContinuation<Void, Never>] = []
@@ -38,6 +39,8 @@ extension SyncSession {
         var isHeld: Bool { inner.withLock { $0.paused || $0.stopped != nil } }
         var rejections: [Acknowledgement.Rejection] { inner.withLock { $0.rejections } }
         var wasEstablished: Bool { inner.withLock { $0.established } }
+        /// This replica's own sequence through which a session of this process received every acknowledgement.
+        var acknowledgedThrough: UInt64 { inner.withLock { $0.acknowledgedThrough } }
 
         var driver: SessionDriver? {
             get { inner.withLock { $0.driver } }
@@ -83,6 +86,8 @@ extension SyncSession {
                     return inner.downloaded
                 }
                 downloads.send(SyncProgress(transferred: total, transferable: more ? total + 1 : total))
+            case .acknowledged(let through):
+                inner.withLock { $0.acknowledgedThrough = max($0.acknowledgedThrough, through) }
             case .rejected(let rejections):
                 inner.withLock { $0.rejections.append(contentsOf: rejections) }
             case .ended(let error):

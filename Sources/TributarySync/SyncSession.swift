@@ -259,6 +259,7 @@ public final class SyncSession: Sendable {
                         var options = SessionDriver.Options()
                         options.window = configuration.window
                         options.meter = meter
+                        options.acknowledgedThrough = shared.acknowledgedThrough
                         let driver = SessionDriver(
                             replica: replica, machine: SessionStateMachine(initiating: hello, now: .now), role: role,
                             writer: writer, integrator: integrator, options: options,

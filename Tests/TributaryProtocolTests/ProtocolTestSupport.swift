@@ -38,7 +38,7 @@ enum Samples {
                 subscriptions: [
                     Subscription(name: "mine", type: "Task", query: "owner == 'ada'"),
                     Subscription(type: "User", query: "TRUEPREDICATE"),
-                ], heldVersion: 2, held: [Subscription(type: "Task", query: "count > 1")])),
+                ], heldVersion: 2, held: [Subscription(type: "Task", query: "count > 1")], acknowledgedThrough: 41)),
         .objects(
             ObjectStates(
                 query: 3, yours: 17,

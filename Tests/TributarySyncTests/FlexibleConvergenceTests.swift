@@ -32,9 +32,8 @@ struct FlexibleConvergenceTests {
         try await run(goingOffline: false)
     }
 
-    /// With sessions going offline at random. A compensating write is lost when the connection drops after the daemon
-    /// committed the refused upload and before the app received the correction: the app keeps its refused write until
-    /// the object next changes on the daemon. That is a known defect, not yet fixed; the check reports it.
+    /// With sessions going offline at random: a compensating write whose connection dropped after the daemon committed
+    /// the refused upload is sent again when the app reconnects.
     @Test("The same, with apps going offline and back at random")
     func partialReplicasConvergeThroughDisconnections() async throws {
         try await run(goingOffline: true)
@@ -148,13 +147,7 @@ struct FlexibleConvergenceTests {
                 "\(object.primaryKey) is \(object.values) here, "
                     + "\(String(describing: try daemon.object("Task", primaryKey: object.primaryKey)?.values)) there"
             }
-            if goingOffline {
-                withKnownIssue("a compensating write lost with its connection", isIntermittent: true) {
-                    #expect(differing.isEmpty, "app \(index): \(described)")
-                }
-            } else {
-                #expect(differing.isEmpty, "app \(index): \(described)")
-            }
+            #expect(differing.isEmpty, "app \(index): \(described)")
             heldInAll += held.count
         }
         for replica in apps + daemons.map(\.replica) {

@@ -166,6 +166,7 @@ package struct Wire: Sendable {
             wire.subscriptions(query.subscriptions)
             wire.uint(query.heldVersion)
             wire.subscriptions(query.held)
+            wire.uint(query.acknowledgedThrough)
         case .objects(let states):
             wire.u8(11)
             wire.uint(states.query)

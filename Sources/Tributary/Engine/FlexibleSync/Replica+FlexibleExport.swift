@@ -339,6 +339,79 @@ extension Replica {
         }
     }
 
+    static let refusalsPrefix = Array("refusals/".utf8)
+
+    static func refusalKey(device: ReplicaID, dot: Dot) -> [UInt8] {
+        refusalsPrefix + withUnsafeBytes(of: device.rawValue.bigEndian) { Array($0) } + ChangesetLog.originKey(dot)
+    }
+
+    /// Records, durably, the writes of a device's changesets this daemon refused, until the device says it received
+    /// their compensating writes (``refusals(of:after:)``): a connection that drops between the commit of a refused
+    /// upload and the correction's arrival loses nothing.
+    package func recordRefusals(
+        of device: ReplicaID, _ refused: [(type: String, primaryKey: PrimaryKey, refused: [Dot])]
+    ) throws {
+        var byDot: [Dot: [(String, PrimaryKey)]] = [:]
+        for entry in refused {
+            for dot in entry.refused { byDot[dot, default: []].append((entry.type, entry.primaryKey)) }
+        }
+        guard !byDot.isEmpty else { return }
+        do {
+            try writeLock.withLock {
+                try environment.write { txn in
+                    for (dot, keys) in byDot {
+                        var writer = BinaryWriter()
+                        writer.varint(keys.count)
+                        for (type, primaryKey) in keys {
+                            writer.string(type)
+                            writer.primaryKey(primaryKey)
+                        }
+                        try txn.put(identity, key: Self.refusalKey(device: device, dot: dot), value: writer.bytes)
+                    }
+                }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// The refused writes of `device`'s changesets after its own sequence `acknowledged`, for compensating writes
+    /// sent again; those through `acknowledged` are forgotten (the device received them).
+    package func refusals(of device: ReplicaID, after acknowledged: UInt64) throws -> [(
+        type: String, primaryKey: PrimaryKey, refused: [Dot]
+    )] {
+        let prefix = Self.refusalsPrefix + withUnsafeBytes(of: device.rawValue.bigEndian) { Array($0) }
+        var stale: [[UInt8]] = []
+        var byKey: [RecordKey: [Dot]] = [:]
+        do {
+            try environment.read { txn in
+                try txn.scan(identity, from: prefix, to: ViewStore.prefixEnd(prefix)) { key, value in
+                    guard key.count == prefix.count + 16 else { return true }
+                    let dot = ChangesetLog.dot(fromOriginKey: key, at: prefix.count)
+                    if dot.sequence <= acknowledged {
+                        stale.append(Array(key))
+                        return true
+                    }
+                    var reader = BinaryReader(Array(value), subject: "refused writes of \(dot)")
+                    let count = try reader.count("refused writes", maximum: .max, minimumBytesEach: 3)
+                    for _ in 0..<count {
+                        let key = RecordKey(type: try reader.string("type"), primaryKey: try reader.primaryKey())
+                        byKey[key, default: []].append(dot)
+                    }
+                    return true
+                }
+            }
+            if !stale.isEmpty {
+                try writeLock.withLock {
+                    try environment.write { txn in for key in stale { _ = try txn.delete(identity, key: key) } }
+                }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+        return byKey.sorted { $0.key < $1.key }.map { ($0.key.type, $0.key.primaryKey, $0.value) }
+    }
+
     /// The stored bytes of an object's record, or `nil`.
     private func storedRecord(_ key: RecordKey, in txn: TributaryStorageReadTransaction) throws -> [UInt8]? {
         try txn.get(views.objects, key: ViewStore.objectKey(type: key.type, primaryKey: key.primaryKey))
