@@ -169,7 +169,7 @@ let package = Package(
             dependencies: ["TributaryProtocol", "TributaryModel", "TributaryTestSupport", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
-            name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestTags"],
+            name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestSupport", "TributaryTestTags"],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryQueryTests", dependencies: ["TributaryQuery", "TributaryModel", "TributaryTestTags"],

@@ -148,6 +148,8 @@ package actor SessionDriver {
     /// For an acceptor: the app's own sequence after which its refused writes' compensations are sent again, once
     /// its first set is in place.
     private var resendRefusalsAfter: UInt64?
+    /// For an app's initiator: whether the session opened as a flexible-sync session.
+    private var flexibleSession = false
     /// For a flexible-sync initiator: the newest set version sent to the daemon.
     private var sentQueryVersion: UInt64 = 0
     /// For an initiator: how far the other side holds this replica's own changesets, durably.
@@ -259,8 +261,9 @@ package actor SessionDriver {
                 onEvent(.uploaded(through: welcome.yours))
             }
             onEvent(.established(replica: welcome.replica, role: helloRole ?? .peer))
-            if case .app = helloRole, (try? replica.flexibleSyncQuery()) ?? nil != nil {
-                await openQuery()
+            if case .app = helloRole {
+                flexibleSession = (try? replica.flexibleSyncQuery()) ?? nil != nil
+                if flexibleSession { await openQuery() }
                 watchSubscriptions()
             }
             startPump()
@@ -607,6 +610,14 @@ package actor SessionDriver {
 
     private func sendQueryIfOpen() async -> Bool {
         guard !ended else { return false }
+        if !flexibleSession {
+            // The replica committed its first set during a session that syncs everything: the next session says
+            // it syncs by subscriptions, at once.
+            await close(
+                SyncError(
+                    .unavailable, .retry, "the replica now syncs by subscriptions; reconnecting", retryAfterSeconds: 0))
+            return false
+        }
         await sendQuery()
         return true
     }

@@ -1,225 +1,11 @@
 import Foundation
 import Testing
 import TributaryModel
+import TributaryTestSupport
 import TributaryTestTags
 
-// Schemas as MongoDB Atlas App Services prints them (JSON Schema), copied verbatim from published articles.
-
-/// The RChat sample app (flexible sync): the User schema.
-private let userJSON = #"""
-    {
-      "bsonType": "object",
-      "properties": {
-        "_id": {
-          "bsonType": "string"
-        },
-        "conversations": {
-          "bsonType": "array",
-          "items": {
-            "bsonType": "object",
-            "properties": {
-              "displayName": {
-                "bsonType": "string"
-              },
-              "id": {
-                "bsonType": "string"
-              },
-              "members": {
-                "bsonType": "array",
-                "items": {
-                  "bsonType": "object",
-                  "properties": {
-                    "membershipStatus": {
-                      "bsonType": "string"
-                    },
-                    "userName": {
-                      "bsonType": "string"
-                    }
-                  },
-                  "required": [
-                    "membershipStatus",
-                    "userName"
-                  ],
-                  "title": "Member"
-                }
-              },
-              "unreadCount": {
-                "bsonType": "long"
-              }
-            },
-            "required": [
-              "unreadCount",
-              "id",
-              "displayName"
-            ],
-            "title": "Conversation"
-          }
-        },
-        "lastSeenAt": {
-          "bsonType": "date"
-        },
-        "presence": {
-          "bsonType": "string"
-        },
-        "userName": {
-          "bsonType": "string"
-        },
-        "userPreferences": {
-          "bsonType": "object",
-          "properties": {
-            "avatarImage": {
-              "bsonType": "object",
-              "properties": {
-                "_id": {
-                  "bsonType": "string"
-                },
-                "date": {
-                  "bsonType": "date"
-                },
-                "picture": {
-                  "bsonType": "binData"
-                },
-                "thumbNail": {
-                  "bsonType": "binData"
-                }
-              },
-              "required": [
-                "_id",
-                "date"
-              ],
-              "title": "Photo"
-            },
-            "displayName": {
-              "bsonType": "string"
-            }
-          },
-          "required": [],
-          "title": "UserPreferences"
-        }
-      },
-      "required": [
-        "_id",
-        "userName",
-        "presence"
-      ],
-      "title": "User"
-    }
-    """#
-
-/// RChat: the Chatster schema.
-private let chatsterJSON = #"""
-    {
-      "bsonType": "object",
-      "properties": {
-        "_id": {
-          "bsonType": "string"
-        },
-        "avatarImage": {
-          "bsonType": "object",
-          "properties": {
-            "_id": {
-              "bsonType": "string"
-            },
-            "date": {
-              "bsonType": "date"
-            },
-            "picture": {
-              "bsonType": "binData"
-            },
-            "thumbNail": {
-              "bsonType": "binData"
-            }
-          },
-          "required": [
-            "_id",
-            "date"
-          ],
-          "title": "Photo"
-        },
-        "displayName": {
-          "bsonType": "string"
-        },
-        "lastSeenAt": {
-          "bsonType": "date"
-        },
-        "presence": {
-          "bsonType": "string"
-        },
-        "userName": {
-          "bsonType": "string"
-        }
-      },
-      "required": [
-        "_id",
-        "presence",
-        "userName"
-      ],
-      "title": "Chatster"
-    }
-    """#
-
-/// RChat: the ChatMessage schema.
-private let chatMessageJSON = #"""
-    {
-      "bsonType": "object",
-      "properties": {
-        "_id": {
-          "bsonType": "string"
-        },
-        "author": {
-          "bsonType": "string"
-        },
-        "authorID": {
-          "bsonType": "string"
-        },
-        "conversationID": {
-          "bsonType": "string"
-        },
-        "image": {
-          "bsonType": "object",
-          "properties": {
-            "_id": {
-              "bsonType": "string"
-            },
-            "date": {
-              "bsonType": "date"
-            },
-            "picture": {
-              "bsonType": "binData"
-            },
-            "thumbNail": {
-              "bsonType": "binData"
-            }
-          },
-          "required": [
-            "_id",
-            "date"
-          ],
-          "title": "Photo"
-        },
-        "location": {
-          "bsonType": "array",
-          "items": {
-            "bsonType": "double"
-          }
-        },
-        "text": {
-          "bsonType": "string"
-        },
-        "timestamp": {
-          "bsonType": "date"
-        }
-      },
-      "required": [
-        "_id",
-        "authorID",
-        "conversationID",
-        "text",
-        "timestamp"
-      ],
-      "title": "ChatMessage"
-    }
-    """#
+// Schemas as MongoDB Atlas App Services prints them (JSON Schema), copied verbatim from published articles. RChat's
+// are in the test support module (`RChat`), which the sync tests share.
 
 /// An article on changing a synced schema: ChatMessage with `isHighPriority`.
 private let chatMessageV1JSON = #"""
@@ -381,7 +167,7 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
 @Suite("App Services JSON schemas") struct SchemaJSONTests {
     @Test("RChat's User schema: nested objects become embedded types, arrays lists")
     func rchatUserSchema() throws {
-        let schema = try Schema(json: userJSON)
+        let schema = try Schema(json: RChat.user)
         #expect(schema.types.map(\.name) == ["Conversation", "Member", "Photo", "User", "UserPreferences"])
 
         let user = try #require(schema[type: "User"])
@@ -431,7 +217,7 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
 
     @Test("RChat's User, Chatster and ChatMessage together share one Photo")
     func rchatSchemas() throws {
-        let schema = try Schema(json: array(userJSON, chatsterJSON, chatMessageJSON), version: 3)
+        let schema = try Schema(json: array(RChat.user, RChat.chatster, RChat.chatMessage), version: 3)
         #expect(
             schema.types.map(\.name) == [
                 "ChatMessage", "Chatster", "Conversation", "Member", "Photo", "User", "UserPreferences",
@@ -504,7 +290,7 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
 
     @Test("The mapping form: type names as keys, title optional")
     func mappingForm() throws {
-        let schema = try Schema(json: "{ \"User\": \(userJSON), \"Chatster\": \(chatsterJSON) }")
+        let schema = try Schema(json: "{ \"User\": \(RChat.user), \"Chatster\": \(RChat.chatster) }")
         #expect(schema.types.count == 6)
         let untitled = try Schema(json: #"{ "Tag": { "properties": { "_id": { "bsonType": "objectId" } } } }"#)
         #expect(untitled.types == [ObjectSchema(name: "Tag", properties: [.scalar("_id", .objectId)])])
@@ -516,12 +302,12 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
 
     @Test("Bytes, Data and String inputs agree")
     func inputForms() throws {
-        let fromString = try Schema(json: chatsterJSON)
-        #expect(try Schema(json: Array(chatsterJSON.utf8)) == fromString)
-        #expect(try Schema(json: Data(chatsterJSON.utf8)) == fromString)
+        let fromString = try Schema(json: RChat.chatster)
+        #expect(try Schema(json: Array(RChat.chatster.utf8)) == fromString)
+        #expect(try Schema(json: Data(RChat.chatster.utf8)) == fromString)
         #expect(try Schema(json: fromString.jsonData()) == fromString)
         // A UTF-8 byte order mark is tolerated.
-        #expect(try Schema(json: [0xEF, 0xBB, 0xBF] + Array(chatsterJSON.utf8)) == fromString)
+        #expect(try Schema(json: [0xEF, 0xBB, 0xBF] + Array(RChat.chatster.utf8)) == fromString)
     }
 
     // MARK: - Round trips
@@ -529,7 +315,7 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
     @Test("Round trip of every published schema", arguments: 0..<6)
     func publishedSchemaRoundTrip(index: Int) throws {
         let inputs = [
-            userJSON, chatsterJSON, chatMessageJSON, array(userJSON, chatsterJSON, chatMessageJSON),
+            RChat.user, RChat.chatster, RChat.chatMessage, array(RChat.user, RChat.chatster, RChat.chatMessage),
             array(chatMessageV1JSON, chatMessageV2JSON), projectSchemaLine.replacingOccurrences(of: "_13", with: "\n"),
         ]
         let schema = try Schema(json: inputs[index], version: 7)
@@ -564,7 +350,7 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
 
     @Test("Each top-level schema written is self-contained: it defines the embedded types it holds")
     func writtenSchemasAreSelfContained() throws {
-        let schema = try Schema(json: array(userJSON, chatsterJSON, chatMessageJSON))
+        let schema = try Schema(json: array(RChat.user, RChat.chatster, RChat.chatMessage))
         let elements = try #require(
             try JSONSerialization.jsonObject(with: schema.jsonData()) as? [Any]
         )
@@ -722,12 +508,12 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
 
     @Test("A misspelled bsonType names its path")
     func unknownBSONType() throws {
-        let broken = chatMessageJSON.replacingOccurrences(
+        let broken = RChat.chatMessage.replacingOccurrences(
             of: "\"author\": {\n      \"bsonType\": \"string\"",
             with: "\"author\": {\n      \"bsonType\": \"strng\""
         )
-        #expect(broken != chatMessageJSON)
-        let error = parseError(array(userJSON, chatsterJSON, broken))
+        #expect(broken != RChat.chatMessage)
+        let error = parseError(array(RChat.user, RChat.chatster, broken))
         #expect(error?.code == .invalidJSON)
         #expect(error?.message == "schema[2].properties.author.bsonType: unknown bsonType 'strng'")
         #expect(error?.description == error?.message)
@@ -840,12 +626,12 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
 
     @Test("Two different definitions of one embedded type are a conflict naming both places")
     func conflictingEmbeddedDefinitions() {
-        let otherPhoto = chatsterJSON.replacingOccurrences(
+        let otherPhoto = RChat.chatster.replacingOccurrences(
             of: "\"thumbNail\": {\n          \"bsonType\": \"binData\"",
             with: "\"thumbNail\": {\n          \"bsonType\": \"string\""
         )
-        #expect(otherPhoto != chatsterJSON)
-        let error = parseError(array(userJSON, otherPhoto))
+        #expect(otherPhoto != RChat.chatster)
+        let error = parseError(array(RChat.user, otherPhoto))
         #expect(error?.code == .conflict)
         #expect(
             error?.message.hasPrefix(
@@ -861,7 +647,7 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
     func embeddedAndTopLevelClash() {
         let json = array(
             #"{ "title": "Photo", "properties": { "_id": { "bsonType": "string" } } }"#,
-            chatsterJSON
+            RChat.chatster
         )
         let error = parseError(json)
         #expect(error?.code == .conflict)
@@ -965,7 +751,7 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
     func validateRuns() {
         let error = parseError(
             array(
-                chatsterJSON,
+                RChat.chatster,
                 ##"{ "title": "T", "properties": { "_id": { "bsonType": "int" }, "p": { "bsonType": "string" } }, "relationships": { "p": { "ref": "#/relationship/mongodb-atlas/db/Photo" } } }"##
             )
         )
@@ -983,8 +769,8 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
     func schemaJSONFuzz() throws {
         var random = FuzzRandom.seeded(label: "SchemaJSONTests.fuzzSchemaJSON")
         let corpus =
-            [userJSON, chatsterJSON, chatMessageJSON, chatMessageV1JSON].map { Array($0.utf8) }
-            + [Array(try Schema(json: array(userJSON, chatsterJSON, chatMessageJSON)).jsonString().utf8)]
+            [RChat.user, RChat.chatster, RChat.chatMessage, chatMessageV1JSON].map { Array($0.utf8) }
+            + [Array(try Schema(json: array(RChat.user, RChat.chatster, RChat.chatMessage)).jsonString().utf8)]
         let tokens: [[UInt8]] = [
             "{", "}", "[", "]", ",", ":", "\"", "null", "true", "-1e999", "\"bsonType\"",
             "\"object\"", "\"array\"", "\"items\"", "\"title\"", "\"properties\"", "\"required\"", "\\u", "\"_id\"",

@@ -1,0 +1,221 @@
+package import Foundation
+
+// RChat (the MongoDB flexible-sync sample chat app): its schemas as App Services prints them (JSON Schema), copied
+// verbatim from the published article.
+package enum RChat {
+    package static let user = #"""
+        {
+          "bsonType": "object",
+          "properties": {
+            "_id": {
+              "bsonType": "string"
+            },
+            "conversations": {
+              "bsonType": "array",
+              "items": {
+                "bsonType": "object",
+                "properties": {
+                  "displayName": {
+                    "bsonType": "string"
+                  },
+                  "id": {
+                    "bsonType": "string"
+                  },
+                  "members": {
+                    "bsonType": "array",
+                    "items": {
+                      "bsonType": "object",
+                      "properties": {
+                        "membershipStatus": {
+                          "bsonType": "string"
+                        },
+                        "userName": {
+                          "bsonType": "string"
+                        }
+                      },
+                      "required": [
+                        "membershipStatus",
+                        "userName"
+                      ],
+                      "title": "Member"
+                    }
+                  },
+                  "unreadCount": {
+                    "bsonType": "long"
+                  }
+                },
+                "required": [
+                  "unreadCount",
+                  "id",
+                  "displayName"
+                ],
+                "title": "Conversation"
+              }
+            },
+            "lastSeenAt": {
+              "bsonType": "date"
+            },
+            "presence": {
+              "bsonType": "string"
+            },
+            "userName": {
+              "bsonType": "string"
+            },
+            "userPreferences": {
+              "bsonType": "object",
+              "properties": {
+                "avatarImage": {
+                  "bsonType": "object",
+                  "properties": {
+                    "_id": {
+                      "bsonType": "string"
+                    },
+                    "date": {
+                      "bsonType": "date"
+                    },
+                    "picture": {
+                      "bsonType": "binData"
+                    },
+                    "thumbNail": {
+                      "bsonType": "binData"
+                    }
+                  },
+                  "required": [
+                    "_id",
+                    "date"
+                  ],
+                  "title": "Photo"
+                },
+                "displayName": {
+                  "bsonType": "string"
+                }
+              },
+              "required": [],
+              "title": "UserPreferences"
+            }
+          },
+          "required": [
+            "_id",
+            "userName",
+            "presence"
+          ],
+          "title": "User"
+        }
+        """#
+
+    package static let chatster = #"""
+        {
+          "bsonType": "object",
+          "properties": {
+            "_id": {
+              "bsonType": "string"
+            },
+            "avatarImage": {
+              "bsonType": "object",
+              "properties": {
+                "_id": {
+                  "bsonType": "string"
+                },
+                "date": {
+                  "bsonType": "date"
+                },
+                "picture": {
+                  "bsonType": "binData"
+                },
+                "thumbNail": {
+                  "bsonType": "binData"
+                }
+              },
+              "required": [
+                "_id",
+                "date"
+              ],
+              "title": "Photo"
+            },
+            "displayName": {
+              "bsonType": "string"
+            },
+            "lastSeenAt": {
+              "bsonType": "date"
+            },
+            "presence": {
+              "bsonType": "string"
+            },
+            "userName": {
+              "bsonType": "string"
+            }
+          },
+          "required": [
+            "_id",
+            "presence",
+            "userName"
+          ],
+          "title": "Chatster"
+        }
+        """#
+
+    package static let chatMessage = #"""
+        {
+          "bsonType": "object",
+          "properties": {
+            "_id": {
+              "bsonType": "string"
+            },
+            "author": {
+              "bsonType": "string"
+            },
+            "authorID": {
+              "bsonType": "string"
+            },
+            "conversationID": {
+              "bsonType": "string"
+            },
+            "image": {
+              "bsonType": "object",
+              "properties": {
+                "_id": {
+                  "bsonType": "string"
+                },
+                "date": {
+                  "bsonType": "date"
+                },
+                "picture": {
+                  "bsonType": "binData"
+                },
+                "thumbNail": {
+                  "bsonType": "binData"
+                }
+              },
+              "required": [
+                "_id",
+                "date"
+              ],
+              "title": "Photo"
+            },
+            "location": {
+              "bsonType": "array",
+              "items": {
+                "bsonType": "double"
+              }
+            },
+            "text": {
+              "bsonType": "string"
+            },
+            "timestamp": {
+              "bsonType": "date"
+            }
+          },
+          "required": [
+            "_id",
+            "authorID",
+            "conversationID",
+            "text",
+            "timestamp"
+          ],
+          "title": "ChatMessage"
+        }
+        """#
+
+    /// The three together, as one JSON array.
+    package static var schemas: String { "[" + [user, chatster, chatMessage].joined(separator: ",") + "]" }
+}
