@@ -220,11 +220,14 @@ public struct ObjectStates: Sendable, Hashable {
     public var yours: UInt64
     /// The objects, in the order to apply them.
     public var objects: [ObjectState]
+    /// For a bootstrap: how many objects it sends in all, over all its messages (for the app's progress); 0 otherwise.
+    public var total: UInt64
 
-    public init(query: UInt64, yours: UInt64, objects: [ObjectState]) {
+    public init(query: UInt64, yours: UInt64, objects: [ObjectState], total: UInt64 = 0) {
         self.query = query
         self.yours = yours
         self.objects = objects
+        self.total = total
     }
 }
 

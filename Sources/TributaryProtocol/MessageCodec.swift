@@ -71,6 +71,7 @@ public enum MessageCodec {
                 32 + states.objects.reduce(0) { $0 + $1.type.utf8.count + ($1.record?.count ?? 0) + 24 })
             writer.varint(states.query)
             writer.varint(states.yours)
+            writer.varint(states.total)
             writer.varint(states.objects.count)
             for object in states.objects {
                 writer.string(object.type)
@@ -215,6 +216,7 @@ public enum MessageCodec {
         case .objects:
             let query = try reader.varint()
             let yours = try reader.varint()
+            let total = try reader.varint()
             // Each takes at least a one-byte type length, a two-byte key, its presence byte and a dot count.
             let count = try reader.count("objects", maximum: limits.maximumChangesetsPerBatch * 10, minimumBytesEach: 5)
             var objects: [ObjectState] = []
@@ -226,7 +228,7 @@ public enum MessageCodec {
                 let refused = try reader.dots(limits: limits)
                 objects.append(ObjectState(type: type, primaryKey: key, record: record, refused: refused))
             }
-            return .objects(ObjectStates(query: query, yours: yours, objects: objects))
+            return .objects(ObjectStates(query: query, yours: yours, objects: objects, total: total))
         case .queryState:
             let version = try reader.varint()
             let state = try reader.byte()

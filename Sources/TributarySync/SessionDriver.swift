@@ -19,6 +19,8 @@ package enum SessionEvent: Sendable {
     case acknowledged(through: UInt64)
     /// A batch was integrated: how many changesets it held, and whether the other side has more now.
     case downloaded(changesets: Int, more: Bool)
+    /// A bootstrap of a subscription set is being received: objects so far, of how many.
+    case bootstrapping(received: UInt64, total: UInt64)
     /// Changesets the other side refused (a schema conflict).
     case rejected([Acknowledgement.Rejection])
     /// The session ended; `nil` when it was closed on this side's request or the connection simply dropped.
@@ -143,6 +145,8 @@ package actor SessionDriver {
     private var flexibleView: FlexibleSessionView?
     /// For an acceptor: whether the flexible-sync app's first `query` arrived.
     private var flexibleReady = false
+    /// For an acceptor: the newest set the app sent and the daemon took, which judges the uploads that follow it.
+    private var judgingSubscriptions: [Subscription] = []
     /// For an acceptor: the subscription set the app asked for, to bootstrap before anything else is sent.
     private var wantedQuery: QueryRequest?
     /// For an acceptor: the app's own sequence after which its refused writes' compensations are sent again, once
@@ -285,9 +289,9 @@ package actor SessionDriver {
             var compensated: [(dot: Dot, reason: String)] = []
             var compensate: [(type: String, primaryKey: PrimaryKey, refused: [Dot])] = []
             do {
-                if let view = flexibleView {
+                if flexibleView != nil {
                     (incoming, compensated, compensate) = try replica.judgeUpload(
-                        incoming, view: view, judging: flexibleReady)
+                        incoming, under: judgingSubscriptions, judging: flexibleReady)
                 }
                 report = try await integrator.integrate(
                     incoming, adopt: adoptIncoming, author: options.requiredAuthor)
@@ -315,7 +319,8 @@ package actor SessionDriver {
             if !compensate.isEmpty, var view = flexibleView, let device = otherReplica {
                 do {
                     try replica.recordRefusals(of: device, compensate)
-                    let states = try replica.compensation(for: compensate, view: &view, device: device)
+                    let states = try replica.compensation(
+                        for: compensate, under: judgingSubscriptions, view: &view, device: device)
                     flexibleView = view
                     await sendObjects(states.objects, query: 0, yours: states.yours)
                 } catch {
@@ -578,12 +583,15 @@ package actor SessionDriver {
     /// the upload stops at that point (``uploadCap``).
     private func sendQuery() async {
         queryWaitsForUpload = false
-        uploadCap = nil
         guard let query = try? replica.flexibleSyncQuery(after: sentQueryVersion), query.version > sentQueryVersion
-        else { return }
+        else {
+            uploadCap = nil
+            return
+        }
+        // The cap holds while the set is written: nothing written after it may reach the daemon before it.
+        uploadCap = query.snapshot
         if uploadedThrough < query.snapshot {
             queryWaitsForUpload = true
-            uploadCap = query.snapshot
             return
         }
         let request = QueryRequest(
@@ -647,6 +655,7 @@ package actor SessionDriver {
             // The first set decides what the app holds: with it refused, the session serves the held one.
             if !flexibleReady {
                 flexibleReady = true
+                judgingSubscriptions = query.held
                 wantedQuery = QueryRequest(
                     version: query.heldVersion, subscriptions: query.held, heldVersion: query.heldVersion,
                     held: query.held)
@@ -655,6 +664,7 @@ package actor SessionDriver {
             return true
         }
         flexibleReady = true
+        judgingSubscriptions = query.subscriptions
         wantedQuery = query
         wake?.yield()
         return true
@@ -689,7 +699,8 @@ package actor SessionDriver {
         do {
             let refused = try replica.refusals(of: device, after: acknowledged)
             guard !refused.isEmpty else { return true }
-            let states = try replica.compensation(for: refused, view: &view, device: device)
+            let states = try replica.compensation(
+                for: refused, under: judgingSubscriptions, view: &view, device: device)
             flexibleView = view
             await sendObjects(states.objects, query: 0, yours: states.yours)
             return !ended
@@ -717,7 +728,8 @@ package actor SessionDriver {
             bytes += object.type.utf8.count + (object.record?.count ?? 0) + 24
         }
         for chunk in chunks where !chunk.isEmpty || query != 0 {
-            let message = Message.objects(ObjectStates(query: query, yours: yours, objects: chunk))
+            let message = Message.objects(
+                ObjectStates(query: query, yours: yours, objects: chunk, total: query != 0 ? UInt64(objects.count) : 0))
             guard let frame = machine.send(flexible: message, now: .now) else { return }
             await write(frame)
         }
@@ -733,6 +745,8 @@ package actor SessionDriver {
         if states.query != 0 {
             if staged?.version != states.query { staged = (states.query, []) }
             staged?.groups.append((objects, states.yours))
+            let received = staged?.groups.reduce(0) { $0 + UInt64($1.objects.count) } ?? 0
+            onEvent(.bootstrapping(received: received, total: max(states.total, received)))
             return true
         }
         // Applied now (a bootstrap that never completes must not lose it), and again after the bootstrap.

@@ -10,6 +10,7 @@ extension SyncSession {
         let states = Broadcast<State>(.connecting)
         let uploads: Broadcast<SyncProgress>
         let downloads = Broadcast(SyncProgress(transferred: 0, transferable: 0))
+        let bootstraps = Broadcast(SyncProgress(transferred: 0, transferable: 0))
         private let inner = Mutex(Inner())
 
         private struct Inner {
@@ -86,6 +87,8 @@ extension SyncSession {
                     return inner.downloaded
                 }
                 downloads.send(SyncProgress(transferred: total, transferable: more ? total + 1 : total))
+            case .bootstrapping(let received, let total):
+                bootstraps.send(SyncProgress(transferred: received, transferable: total))
             case .acknowledged(let through):
                 inner.withLock { $0.acknowledgedThrough = max($0.acknowledgedThrough, through) }
             case .rejected(let rejections):

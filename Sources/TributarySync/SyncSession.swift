@@ -150,6 +150,10 @@ public final class SyncSession: Sendable {
     /// Changesets downloaded in the current connection, against those known to be missing: now and at each batch.
     public func downloadProgress() -> AsyncStream<SyncProgress> { shared.downloads.subscribe() }
 
+    /// Flexible sync: the objects of a subscription set's bootstrap received so far, against how many it sends: now
+    /// and at each message. The objects are applied, in one transaction, when the last one is in.
+    public func bootstrapProgress() -> AsyncStream<SyncProgress> { shared.bootstraps.subscribe() }
+
     /// Changesets the daemon refused (a schema conflict), with the reason: as they are reported.
     public var rejections: [Acknowledgement.Rejection] { shared.rejections }
 

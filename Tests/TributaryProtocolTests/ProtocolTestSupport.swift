@@ -47,7 +47,7 @@ enum Samples {
                     ObjectState(
                         type: "Task", primaryKey: .int(-4), record: nil,
                         refused: [Dot(origin: ReplicaID(rawValue: 9), sequence: 4)]),
-                ])),
+                ], total: 2)),
         .queryState(QueryState(version: 3)),
         .queryState(QueryState(version: 4, error: "key \"title\" is not a queryable field")),
     ]

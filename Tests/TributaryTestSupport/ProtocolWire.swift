@@ -171,6 +171,7 @@ package struct Wire: Sendable {
             wire.u8(11)
             wire.uint(states.query)
             wire.uint(states.yours)
+            wire.uint(states.total)
             wire.length(states.objects.count)
             for object in states.objects {
                 wire.string(object.type)

@@ -229,11 +229,13 @@ extension Replica {
     /// refused. Such instructions are left out of the changeset (replaced by `omitted`; the rest of it is adopted),
     /// and the device is sent the daemon's state of the object at the next export (a compensating write).
     ///
-    /// Before the device's first subscription set arrives (`judging` is `false`), nothing is refused.
+    /// `subscriptions` is the newest set the device sent and the daemon took (its bootstrap may still be on its way:
+    /// the writes that follow a set were made under it). Before the device's first set arrives (`judging` is
+    /// `false`), nothing is refused.
     ///
     /// - Returns: the changesets to adopt, per refused changeset its dot and the reason (naming each object), and
     ///   the objects to send back (``compensation(for:view:device:)``) once the adopted ones are committed.
-    package func judgeUpload(_ changesets: [[UInt8]], view: FlexibleSessionView, judging: Bool) throws -> (
+    package func judgeUpload(_ changesets: [[UInt8]], under subscriptions: [Subscription], judging: Bool) throws -> (
         changesets: [[UInt8]], rejections: [(dot: Dot, reason: String)],
         compensate: [(type: String, primaryKey: PrimaryKey, refused: [Dot])]
     ) {
@@ -242,7 +244,7 @@ extension Replica {
             return try environment.read { txn in
                 let snapshot = Snapshot(replica: self, storage: txn)
                 defer { snapshot.invalidate() }
-                let compiled = CompiledSubscriptions(view.subscriptions, schema: snapshot.schema)
+                let compiled = CompiledSubscriptions(subscriptions, schema: snapshot.schema)
                 let context = ZstdContext()
                 var working = WorkingSet(
                     source: ReplicaRecordSource(views: views, log: log, transaction: txn), schema: snapshot.schema)
@@ -310,15 +312,15 @@ extension Replica {
     /// record when it is in the view, or `nil` to remove it from the device. Read after the refused upload was
     /// committed, so that `yours` counts it: the device does not apply the refused write again.
     package func compensation(
-        for keys: [(type: String, primaryKey: PrimaryKey, refused: [Dot])], view: inout FlexibleSessionView,
-        device: ReplicaID
+        for keys: [(type: String, primaryKey: PrimaryKey, refused: [Dot])], under subscriptions: [Subscription],
+        view: inout FlexibleSessionView, device: ReplicaID
     ) throws -> (objects: [ReceivedObjectState], yours: UInt64) {
         do {
             return try environment.read { txn in
                 let snapshot = Snapshot(replica: self, storage: txn)
                 defer { snapshot.invalidate() }
                 let now = try views.versionVector(in: txn)
-                let compiled = CompiledSubscriptions(view.subscriptions, schema: snapshot.schema)
+                let compiled = CompiledSubscriptions(subscriptions, schema: snapshot.schema)
                 var objects: [ReceivedObjectState] = []
                 for (type, primaryKey, refused) in keys {
                     let key = RecordKey(type: type, primaryKey: primaryKey)
