@@ -70,6 +70,8 @@ public final class SyncServer: Sendable {
         /// subscription that reads any other is refused, with a message naming the field; its set goes to the error
         /// state on the device. `nil` (the default) lets subscriptions query every property.
         public var queryableFields: [String: Set<String>]?
+        /// About the most bytes of objects in one message of a flexible-sync bootstrap. Default: 1 MiB.
+        public var bootstrapMessageBytes = 1 << 20
         /// When the daemon stops, each session is told to come back after a random 1 to this many seconds.
         /// Default: 5.
         public var reconnectSpreadSeconds: UInt64 = 5
@@ -414,6 +416,7 @@ public final class SyncServer: Sendable {
         options.tokenExpiry = identity.expires.map { .now + .seconds(max(0, $0.timeIntervalSinceNow)) }
         options.meter = metrics
         options.queryableFields = configuration.queryableFields
+        options.objectStatesBytes = max(1, configuration.bootstrapMessageBytes)
         if let uploads {
             let user = identity.user
             options.uploadAllowance = { bytes, replica in uploads.take(bytes, user: user ?? "replica \(replica)") }

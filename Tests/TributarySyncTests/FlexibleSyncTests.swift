@@ -239,4 +239,51 @@ struct FlexibleSyncTests {
         await writerSession.close()
         await server.stop()
     }
+
+    @Test("A bootstrap cut off midway leaves nothing of it applied; the next session completes it")
+    func interruptedBootstrap() async throws {
+        let directory = TemporaryDirectory("flexible-interrupted")
+        let (server, endpoint) = try await Loopback.daemon(directory, "daemon") {
+            // Many small messages, so that the cut falls between two of them.
+            $0.bootstrapMessageBytes = 2_000
+        }
+        let writer = try Loopback.app(directory, "writer")
+        let writerSession = writer.connect(to: endpoint, configuration: Loopback.fastBackoff)
+        try await writer.write { txn in
+            for index in 0..<3_000 {
+                try txn.create("Task", ["_id": .string("t\(index)"), "count": .int(Int64(index % 2)), "title": "bulk"])
+            }
+        }
+        try await Loopback.within(.seconds(120), "the writer's upload") { try await writerSession.waitForUpload() }
+
+        let phone = try Loopback.app(directory, "phone")
+        try phone.subscriptions.commit { $0.append("Task", where: "count == 0", name: "even") }
+        let session = phone.connect(to: endpoint, configuration: Loopback.fastBackoff)
+        try await Loopback.within(.seconds(120), "the first set") { try await phone.subscriptions.waitForSync() }
+        #expect(try phone.objects("Task").count == 1_500)
+
+        // The next set's bootstrap is cut once part of it has arrived.
+        let cut = Task { () -> SyncProgress? in
+            for await step in session.bootstrapProgress() where step.transferred > 0 && !step.isComplete {
+                await session.pause()
+                return step
+            }
+            return nil
+        }
+        try phone.subscriptions.commit { $0.append("Task", where: "count == 1", name: "odd") }
+        let partial = try await Loopback.within(.seconds(120), "a partial bootstrap") { await cut.value }
+        #expect(partial.map { $0.transferred < $0.transferable } == true, "\(String(describing: partial))")
+        // Nothing of the cut bootstrap is applied, and the set is still pending.
+        #expect(try phone.objects("Task").count == 1_500)
+        #expect(try phone.subscriptions.latest.state == .pending)
+        #expect(try phone.verify().passed)
+
+        session.resume()
+        try await Loopback.within(.seconds(120), "the resumed set") { try await phone.subscriptions.waitForSync() }
+        #expect(try phone.objects("Task").count == 3_000)
+        #expect(try phone.verify().passed)
+        await session.close()
+        await writerSession.close()
+        await server.stop()
+    }
 }
