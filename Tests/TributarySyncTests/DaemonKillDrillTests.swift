@@ -261,6 +261,65 @@ struct DaemonKillDrillTests {
                 + "\(Self.seconds(since: started))")
     }
 
+    @Test("tributaryd killed during a flexible-sync bootstrap: nothing of it applied, the set completes after restart")
+    func daemonKilledDuringBootstrap() async throws {
+        let children = Children()
+        defer { children.killAll() }
+        let directory = TemporaryDirectory("kill-bootstrap")
+        let daemonDirectory = directory.appending("daemon")
+        let total = Self.seeded
+        try await offThePool {
+            var configuration = Replica.Configuration()
+            configuration.durability = .none
+            let seed = try Replica.open(directory: daemonDirectory, schema: Self.schema, configuration: configuration)
+            defer { seed.close() }
+            try seed.write { txn in
+                for index in 0..<total {
+                    try txn.create("Task", ["_id": .string("s\(index)"), "count": .int(Int64(index % 3))])
+                }
+            }
+        }
+        // Small bootstrap messages, so that the kill lands between two of them.
+        let file = directory.appending("tributaryd.json")
+        try Data(#"{"bootstrapMessageBytes": 1024}"#.utf8).write(to: URL(fileURLWithPath: file))
+        var (daemon, port) = try await Self.startDaemon(
+            daemonDirectory, arguments: ["--config", file], log: directory.appending("daemon-0.log"),
+            children: children)
+        let app = try Replica.open(directory: directory.appending("app"), schema: Self.schema)
+        defer { app.close() }
+        try app.subscriptions.commit { $0.append("Task", where: "count != 1", name: "most") }
+        let session = app.connect(
+            to: SyncEndpoint(host: "127.0.0.1", port: port), configuration: LoopbackSyncTests.fastBackoff)
+        defer { Task { await session.close() } }
+
+        let partial = try await LoopbackSyncTests.within(Self.patience, "a partial bootstrap") { () -> SyncProgress? in
+            for await step in session.bootstrapProgress() where step.transferred > 0 && !step.isComplete {
+                return step
+            }
+            return nil
+        }
+        daemon.send(SIGKILL)
+        #expect(try await Self.ended(daemon, timeout: 30) == .signaled(SIGKILL))
+        try await Self.waitForState(session, "the session to notice the kill") { $0 != .active }
+        // Nothing of the cut bootstrap is applied: no object of the set, and the set still pending.
+        #expect(try Self.objects(app, "Task") == 0, "killed at \(String(describing: partial))")
+        #expect(try app.subscriptions.latest.state == .pending)
+        #expect(try app.verify().passed)
+
+        (daemon, _) = try await Self.startDaemon(
+            daemonDirectory, port: port, arguments: ["--config", file], log: directory.appending("daemon-1.log"),
+            children: children)
+        try await LoopbackSyncTests.within(Self.patience, "the set after the restart") {
+            try await app.subscriptions.waitForSync()
+        }
+        let expected = (0..<total).filter { $0 % 3 != 1 }.count
+        #expect(try Self.objects(app, "Task") == expected)
+        #expect(try app.verify().passed)
+        await session.close()
+        daemon.send(SIGTERM)
+        #expect(try await Self.ended(daemon, timeout: 30) == .exited(0), "\(daemon.standardError)")
+    }
+
     // MARK: 3. The app killed during an upload
 
     /// When scenario 3 kills the app.

@@ -357,6 +357,7 @@ struct DaemonFile: Decodable {
     var handshakeDeadlineSeconds: UInt64?
     var connectionsPerAddress: Int?
     var queryableFields: [String: [String]]?
+    var bootstrapMessageBytes: Int?
 
     /// The limits the file sets; the defaults stay for those it does not.
     func applyLimits(to configuration: inout SyncServer.Configuration) throws {
@@ -391,6 +392,12 @@ struct DaemonFile: Decodable {
             configuration.connectionsPerAddress = cap
         }
         if let queryableFields { configuration.queryableFields = queryableFields.mapValues(Set.init) }
+        if let bytes = bootstrapMessageBytes {
+            guard (1_024...(8 << 20)).contains(bytes) else {
+                throw ValidationError("bootstrapMessageBytes is from 1024 to 8388608, not \(bytes)")
+            }
+            configuration.bootstrapMessageBytes = bytes
+        }
     }
 
     static func load(_ path: String) throws -> DaemonFile {
