@@ -21,6 +21,7 @@ struct NetworkBenchmarks {
         if context.wants("daemon_upload") { try await uploads() }
         if context.wants("write_to_live_results") { try await liveLatency() }
         if context.wants("first_sync") { try await firstSync() }
+        if context.wants("flexible_bootstrap") { try await flexibleBootstrap() }
         if context.wants("peer_catch_up") { try await peerCatchUp() }
         if context.wants("idle_sessions") { try await idleSessions() }
     }
@@ -289,6 +290,59 @@ struct NetworkBenchmarks {
             name: "first_sync_\(objects)_objects", value: Double(objects) / seconds, unit: "objects/s",
             baseline: "the same \(bytes) bytes over a plain loopback socket (objects/s)",
             baselineValue: Double(objects) / socketSeconds
+        ).print()
+    }
+
+    /// A flexible-sync app subscribing to every object a daemon holds: objects per second from the commit of the set
+    /// to its completion (the daemon reads each record, sends it whole, the app applies the bootstrap in one
+    /// transaction), against a full replica exporting the changesets that made the same objects and another
+    /// integrating them, in this process.
+    func flexibleBootstrap() async throws {
+        let objects = context.objects
+        let (server, endpoint) = try await daemon("bootstrap-daemon")
+        let seed = try app("bootstrap-seed")
+        var written = 0
+        while written < objects {
+            let range = written..<min(objects, written + 1_000)
+            try await seed.write { txn in
+                for index in range {
+                    try txn.create(
+                        "Note",
+                        ["_id": .string("n\(index)"), "text": .string("note \(index)"), "n": .int(Int64(index))])
+                }
+            }
+            written += 1_000
+        }
+        let seeding = seed.connect(to: endpoint)
+        try await seeding.waitForUpload()
+        await seeding.close()
+
+        let phone = try app("bootstrap-phone")
+        let session = phone.connect(to: endpoint)
+        try await phone.subscriptions.update { $0.append("Note", where: "n >= 0", name: "all") }
+        let start = ContinuousClock.now
+        try await phone.subscriptions.update { $0.append("Note", where: "TRUEPREDICATE", name: "every") }
+        let seconds = (ContinuousClock.now - start).seconds
+        let held = try await phone.read { try $0.count("Note") }
+        precondition(held == objects, "the bootstrap brought \(held) objects, not \(objects)")
+        await session.close()
+        await server.stop()
+
+        // The baseline: the same objects' changesets exported from one full replica and integrated into another.
+        let target = try app("bootstrap-baseline")
+        let baselineStart = ContinuousClock.now
+        var progress = VersionVector()
+        while true {
+            let export = try seed.export(missingFrom: progress, limit: 1_000, maximumBytes: 1 << 20)
+            if export.changesets.isEmpty { break }
+            try target.integrate(encoded: export.changesets)
+            progress = export.progress
+        }
+        let baselineSeconds = (ContinuousClock.now - baselineStart).seconds
+        Measurement(
+            name: "flexible_bootstrap_\(objects)_objects", value: Double(objects) / seconds, unit: "objects/s",
+            baseline: "export and integrate of the same objects' changesets between full replicas (objects/s)",
+            baselineValue: Double(objects) / baselineSeconds
         ).print()
     }
 
