@@ -70,7 +70,7 @@ private enum RecordSamples {
                 )
             ),
             valueStamp: stamp(2, b),
-            position: first,
+            position: third,
             positionStamp: stamp(4, a)
         )
         return list
