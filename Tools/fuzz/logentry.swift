@@ -58,6 +58,7 @@ public func testOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         guard decompressed.count <= limit else { wrong("decompressed \(decompressed.count) bytes, over \(limit)") }
         changeset = decompressed
     }
-    checkChangeset(changeset)
+    // The changeset's own checksum made right too, as the changeset target does.
+    checkChangeset(withChecksum(changeset))
     return 0
 }
