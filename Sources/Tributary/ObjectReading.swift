@@ -241,7 +241,11 @@ public final class Snapshot: ObjectReading {
         return try storage.withValue(replica.views.objects, key: reader.key(primaryKey)) { bytes -> [Value]? in
             guard let bytes else { return nil }
             var values: [Value] = []
-            return try reader.projector.project(bytes, into: &values, using: &reader.fields) ? values : nil
+            do throws(ChangesetDecodingError) {
+                return try reader.projector.project(bytes, into: &values, using: &reader.fields) ? values : nil
+            } catch {
+                throw error.inRecord(of: RecordKey(type: reader.name, primaryKey: primaryKey))
+            }
         }
     }
 
@@ -259,7 +263,13 @@ public final class Snapshot: ObjectReading {
         let materializer = self.materializer
         var result: [DynamicObject] = []
         try scanAll(objectType) { primaryKey, bytes in
-            if let values = try projector.values(bytes) {
+            let read: [Value]?
+            do throws(ChangesetDecodingError) {
+                read = try projector.values(bytes)
+            } catch {
+                throw error.inRecord(of: RecordKey(type: objectType.name, primaryKey: primaryKey))
+            }
+            if let values = read {
                 result.append(try materializer.object(type: objectType, primaryKey: primaryKey, positional: values))
             }
         }
@@ -290,10 +300,22 @@ public final class Snapshot: ObjectReading {
         checkValid()
         let objectType = try schema.requireType(type)
         var count = 0
-        try scanStored(objectType) { _, bytes in
-            if try ObjectRecord.exists(inStored: bytes) { count += 1 }
+        try scanStored(objectType) { key, bytes in
+            do throws(ChangesetDecodingError) {
+                if try ObjectRecord.exists(inStored: bytes) { count += 1 }
+            } catch {
+                throw error.inRecord(of: Self.describe(type: objectType.name, storedKey: key))
+            }
         }
         return count
+    }
+}
+
+extension Snapshot {
+    /// `Type[primaryKey]` for a record of `type` stored under `storedKey` (the key after the type's prefix), as errors
+    /// name an object.
+    static func describe(type: String, storedKey: Slice<UnsafeRawBufferPointer>) -> String {
+        RecordKey.describe(type: type, primaryKey: KeyEncoding.primaryKey(from: storedKey))
     }
 }
 

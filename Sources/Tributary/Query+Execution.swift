@@ -209,6 +209,27 @@ private struct CandidateFilter {
 
     /// Considers a scanned record, whose primary key is decoded only if the predicate reads it or the record matches.
     mutating func consider(storedKey: Slice<UnsafeRawBufferPointer>, _ bytes: UnsafeRawBufferPointer) throws {
+        do {
+            try considerScanned(storedKey: storedKey, bytes)
+        } catch let error as ChangesetDecodingError {
+            throw error.inRecord(of: Snapshot.describe(type: type.name, storedKey: storedKey))
+        }
+    }
+
+    /// Considers a record whose primary key is known (an index or the query named it).
+    mutating func consider(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer) throws {
+        do {
+            let located = try considerLocated(bytes, primaryKey: primaryKey, storedKey: nil)
+            guard located != .handled else { return }
+            try considerDecoded(primaryKey, bytes, fullDecoder: located == .needsFullDecoder)
+        } catch let error as ChangesetDecodingError {
+            throw error.inRecord(of: RecordKey(type: type.name, primaryKey: primaryKey))
+        }
+    }
+
+    private mutating func considerScanned(storedKey: Slice<UnsafeRawBufferPointer>, _ bytes: UnsafeRawBufferPointer)
+        throws
+    {
         var primaryKey: PrimaryKey?
         if predicateReadsKey {
             guard let key = KeyEncoding.primaryKey(from: storedKey) else { return }
@@ -218,13 +239,6 @@ private struct CandidateFilter {
         guard located != .handled, let primaryKey = primaryKey ?? KeyEncoding.primaryKey(from: storedKey) else {
             return
         }
-        try considerDecoded(primaryKey, bytes, fullDecoder: located == .needsFullDecoder)
-    }
-
-    /// Considers a record whose primary key is known (an index or the query named it).
-    mutating func consider(_ primaryKey: PrimaryKey, _ bytes: UnsafeRawBufferPointer) throws {
-        let located = try considerLocated(bytes, primaryKey: primaryKey, storedKey: nil)
-        guard located != .handled else { return }
         try considerDecoded(primaryKey, bytes, fullDecoder: located == .needsFullDecoder)
     }
 

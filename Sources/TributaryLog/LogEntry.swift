@@ -5,7 +5,7 @@ public import TributaryModel
 /// ```
 /// offset size
 ///  0     1   entry format (1)
-///  1     1   flags (bit 0: payload is zstd-compressed)
+///  1     1   flags (bit 0: payload is zstd-compressed; no other bit may be set)
 ///  2     8   local sequence
 /// 10     8   origin replica id
 /// 18     8   origin sequence
@@ -135,6 +135,13 @@ public struct LogEntry: Hashable, Sendable {
                 "log entry \(localSequence) has format \(format); this build reads format \(Self.format)")
         }
         let flags = bytes[1]
+        // Only bit 0 has a meaning: an entry with others set was not written by this format, and reading it would
+        // drop them.
+        guard flags <= 1 else {
+            throw LogError(
+                .unsupportedFormat, localSequence: localSequence,
+                "log entry \(localSequence) has flags \(flags), which format \(Self.format) does not define")
+        }
         let recordedSequence = u64(2)
         guard recordedSequence == localSequence else {
             throw LogError(

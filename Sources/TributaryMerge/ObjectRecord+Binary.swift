@@ -103,26 +103,6 @@ extension ObjectRecord {
         }
     }
 
-    /// Whether the object a stored record belongs to exists, read from the record's header alone: what a check of
-    /// a link's target needs.
-    ///
-    /// - Throws: ``ChangesetDecodingError`` when the header is damaged or of an unknown version.
-    public static func exists(inStored bytes: UnsafeRawBufferPointer) throws(ChangesetDecodingError) -> Bool {
-        guard bytes.count >= 2 else {
-            throw ChangesetDecodingError(
-                .truncated, "object record: truncated header: \(bytes.count) of 2 bytes", offset: 0)
-        }
-        guard bytes[0] == formatVersion else {
-            throw ChangesetDecodingError(
-                .unsupportedFormatVersion, "object record: record format version \(bytes[0]) is not supported",
-                offset: 0)
-        }
-        guard bytes[1] <= 1 else {
-            throw ChangesetDecodingError(.invalidValue, "object record: unknown record flags \(bytes[1])", offset: 1)
-        }
-        return bytes[1] == 1
-    }
-
     /// Decodes a record.
     ///
     /// - Throws: ``ChangesetDecodingError`` for damaged or unknown bytes.
@@ -139,7 +119,13 @@ extension ObjectRecord {
         table.reserveCapacity(stampCount)
         for _ in 0..<stampCount {
             let time = HybridTime(rawValue: try reader.fixed64())
-            table.append(Stamp(time: time, replica: ReplicaID(rawValue: try reader.fixed64())))
+            let stamp = Stamp(time: time, replica: ReplicaID(rawValue: try reader.fixed64()))
+            // The encoder writes each stamp once, in order; the readers that skip the table rely on it (the zero
+            // stamp, if there, is index 0).
+            if let last = table.last, !(last < stamp) {
+                throw reader.error(.invalidValue, "stamp \(table.count) is not after the one before it")
+            }
+            table.append(stamp)
         }
         let erasureCount = try reader.count("erasure", maximum: reader.limits.maximumElements, minimumBytesEach: 9)
         var erasures: [Dot] = []
@@ -268,8 +254,13 @@ extension BinaryReader {
             case .list:
                 var list = ListState()
                 let slotCount = try self.count("list slot", maximum: limits.maximumElements, minimumBytesEach: 11)
+                // Slots and elements are written sorted by id, each once: an id out of order is damage, and one
+                // given twice would otherwise be read as whichever came last.
+                var lastID: ElementID?
                 for _ in 0..<slotCount {
                     let id = try elementID()
+                    if let lastID, !(lastID < id) { throw error(.invalidValue, "list slot \(id) is out of order") }
+                    lastID = id
                     let flags = try byte()
                     guard flags <= 3 else { throw error(.invalidValue, "bad slot flags \(flags)") }
                     let parent = flags & 2 == 0 ? nil : try elementID()
@@ -278,14 +269,24 @@ extension BinaryReader {
                         id: id, parent: parent, side: flags & 1 == 0 ? .left : .right, stamp: slotStamp)
                 }
                 let elementCount = try self.count("list element", maximum: limits.maximumElements, minimumBytesEach: 23)
+                lastID = nil
+                // The slots that live elements occupy. The merge rules give each slot at most one element (a slot is
+                // made by the insert or move of one element, and only that element can take it), so two there are
+                // damage: reading either would depend on the order a dictionary visits them.
+                var occupied = Set<ElementID>(minimumCapacity: elementCount)
                 for _ in 0..<elementCount {
                     let id = try elementID()
+                    if let lastID, !(lastID < id) { throw error(.invalidValue, "list element \(id) is out of order") }
+                    lastID = id
                     let present = try byte()
                     guard present <= 1 else { throw error(.invalidValue, "bad element flag \(present)") }
                     let value = present == 1 ? try stored(stamps: stamps, depth: depth) : nil
                     let valueStamp = try stamp()
                     let position = try elementID()
                     let positionStamp = try stamp()
+                    if value != nil, !occupied.insert(position).inserted {
+                        throw error(.invalidValue, "list elements \(id) and another both occupy slot \(position)")
+                    }
                     list.elements[id] = ListElement(
                         id: id, value: value, valueStamp: valueStamp, position: position, positionStamp: positionStamp)
                 }
@@ -351,4 +352,71 @@ struct StampIndex {
         }
         return low
     }
+}
+
+/// Checks on a stored record's bytes that the readers which skip parts of a record (``RecordProjector``,
+/// ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)``) make without decoding them, so that they accept
+/// what the full decoder accepts.
+enum RecordBytes {
+    /// Whether a stamp table (16 bytes a stamp: time, then replica, each a little-endian word) holds each stamp once,
+    /// in order, as the full decoder requires.
+    @inline(__always)
+    static func stampsAscending(_ table: UnsafeRawBufferPointer) -> Bool {
+        func word(_ offset: Int) -> UInt64 {
+            UInt64(littleEndian: table.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+        }
+        guard table.count >= 32 else { return true }
+        var previous = (word(0), word(8))
+        var offset = 16
+        while offset + 16 <= table.count {
+            let stamp = (word(offset), word(offset + 8))
+            guard previous < stamp else { return false }
+            previous = stamp
+            offset += 16
+        }
+        return true
+    }
+
+    /// Whether every byte is below 0x80, eight at a time.
+    @inline(__always)
+    static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var index = 0
+        var bits: UInt64 = 0
+        while index + 8 <= bytes.count {
+            bits |= bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+            index += 8
+        }
+        while index < bytes.count {
+            bits |= UInt64(bytes[index])
+            index += 1
+        }
+        return bits & 0x8080_8080_8080_8080 == 0
+    }
+
+    /// Whether `a` sorts strictly before `b`, byte by byte (a prefix first): for ASCII names, the order in which
+    /// `String` sorts them and the encoder writes them.
+    @inline(__always)
+    static func precedes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        let common = min(a.count, b.count)
+        var index = 0
+        while index < common {
+            if a[index] != b[index] { return a[index] < b[index] }
+            index += 1
+        }
+        return a.count < b.count
+    }
+}
+
+extension ChangesetDecodingError {
+    /// This error, met reading the stored record of `object` (`Type[primaryKey]`), naming it: `object record of
+    /// Task[42]: …`. Every reader of records by key names the object so, whichever reader met the damage.
+    public func inRecord(of object: String) -> ChangesetDecodingError {
+        let generic = "object record: "
+        guard message.hasPrefix(generic) else { return self }
+        return ChangesetDecodingError(
+            code, "object record of \(object): " + message.dropFirst(generic.count), offset: offset)
+    }
+
+    /// ``inRecord(of:)`` for the object `key` names.
+    public func inRecord(of key: RecordKey) -> ChangesetDecodingError { inRecord(of: key.description) }
 }

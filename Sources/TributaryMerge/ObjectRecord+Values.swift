@@ -136,12 +136,61 @@ extension ObjectRecord {
     /// dictionary. Returns `nil` for a tombstone. Positions `wanted` leaves out, and the primary key's, hold
     /// ``Value/null``; the others hold what ``values(of:in:)`` would give for them.
     ///
+    /// It accepts exactly the records ``init(decoding:limits:)`` accepts, and throws the error that gives for the
+    /// others.
+    ///
     /// - Parameter wanted: the positions to decode, or `nil` for all of them: a query reads only the properties
     ///   it tests.
     public static func positionalValues(
         decoding bytes: [UInt8], of type: ObjectSchema, in schema: Schema, wanted: [Bool]? = nil,
         limits: DecodingLimits = .storedRecord
     ) throws(ChangesetDecodingError) -> [Value]? {
+        do {
+            switch try positionalValuesInOrder(decoding: bytes, of: type, in: schema, wanted: wanted, limits: limits) {
+            case .values(let values): return values
+            case .tombstone: return nil
+            case .outOfOrder: break
+            }
+        } catch {
+            // Damaged: the full decoder names the fault, in the words every reader of records uses.
+        }
+        // Field names out of order or not ASCII (or damage): the full decoder reads the record, or names the fault.
+        let record = try ObjectRecord(decoding: bytes, limits: limits)
+        guard record.exists else { return nil }
+        return positionalValues(record.fields, of: type, in: schema, wanted: wanted)
+    }
+
+    /// ``positionalValues(decoding:of:in:wanted:limits:)`` of a decoded record's fields.
+    static func positionalValues(_ fields: FieldTable, of type: ObjectSchema, in schema: Schema, wanted: [Bool]?)
+        -> [Value]
+    {
+        let properties = type.properties
+        var values = [Value]()
+        values.reserveCapacity(properties.count)
+        for position in properties.indices {
+            let property = properties[position]
+            let decoded = property.name != type.primaryKey && isWanted(position, in: wanted)
+            values.append(decoded ? value(fields[property.name], of: property, in: schema) : .null)
+        }
+        return values
+    }
+
+    /// What ``positionalValuesInOrder(decoding:of:in:wanted:limits:)`` read.
+    private enum PositionalRead {
+        case values([Value])
+        case tombstone
+        /// The record's field names are not ASCII in ascending order, as the encoder writes them: the full decoder
+        /// reads it.
+        case outOfOrder
+    }
+
+    /// ``positionalValues(decoding:of:in:wanted:limits:)`` in one pass over a record whose field names are ASCII in
+    /// ascending order (every record the encoder writes), checking what the full decoder checks: a record it reads
+    /// is one the full decoder reads, to the same values. Names out of order, or not ASCII, take the full decoder,
+    /// which finds a name given twice as `String` compares names.
+    private static func positionalValuesInOrder(
+        decoding bytes: [UInt8], of type: ObjectSchema, in schema: Schema, wanted: [Bool]?, limits: DecodingLimits
+    ) throws(ChangesetDecodingError) -> PositionalRead {
         var reader = BinaryReader(bytes, subject: "object record", limits: limits)
         let version = try reader.byte()
         guard version == formatVersion else {
@@ -149,12 +198,15 @@ extension ObjectRecord {
         }
         let flags = try reader.byte()
         guard flags <= 1 else { throw reader.error(.invalidValue, "unknown record flags \(flags)") }
-        guard flags == 1 else { return nil }
-        // Stamps and erasures are merge metadata: skip them.
+        let exists = flags == 1
+        // Stamps and erasures are merge metadata: skip them, checking what the full decoder checks.
         let stampCount = try reader.count("stamp", maximum: reader.limits.maximumElements, minimumBytesEach: 16)
+        let stampBytes = try reader.rawBytes(stampCount * 16, "stamps")
+        guard stampBytes.withUnsafeBytes({ RecordBytes.stampsAscending($0) }) else {
+            throw reader.error(.invalidValue, "stamps out of order")
+        }
         // The table is sorted: the zero stamp, if the record holds one, is its first (index 0). The whole table is
         // read only for a list or an embedded object, whose order and values depend on their stamps.
-        let stampBytes = try reader.rawBytes(stampCount * 16, "stamps")
         let zeroStampFirst = stampCount > 0 && stampBytes.prefix(16).allSatisfy { $0 == 0 }
         var table: [Stamp]?
         let erasureCount = try reader.count("erasure", maximum: reader.limits.maximumElements, minimumBytesEach: 9)
@@ -166,23 +218,37 @@ extension ObjectRecord {
         let keyPosition = type.primaryKey.flatMap { key in properties.firstIndex { $0.name == key } }
         // Defaults first: the fields stored replace them.
         var values = [Value]()
-        values.reserveCapacity(properties.count)
-        // By index, reading single fields: iterating the properties would copy each one.
-        for position in properties.indices {
-            let decoded = position != keyPosition && ObjectRecord.isWanted(position, in: wanted)
-            values.append(decoded ? value(nil, of: properties[position], in: schema) : .null)
+        if exists {
+            values.reserveCapacity(properties.count)
+            // By index, reading single fields: iterating the properties would copy each one.
+            for position in properties.indices {
+                let decoded = position != keyPosition && ObjectRecord.isWanted(position, in: wanted)
+                values.append(decoded ? value(nil, of: properties[position], in: schema) : .null)
+            }
         }
         let fieldCount = try reader.count("field", maximum: reader.limits.maximumElements, minimumBytesEach: 3)
+        var previousName: ArraySlice<UInt8>?
         for _ in 0..<fieldCount {
             let name = try reader.lengthPrefixed("field name")
-            let position = name.withUnsafeBufferPointer { type.propertyPosition(utf8: $0) }
+            let inOrder = name.withUnsafeBytes { name in
+                RecordBytes.isASCII(name)
+                    && previousName.map { $0.withUnsafeBytes { RecordBytes.precedes($0, name) } } ?? true
+            }
+            guard inOrder else { return .outOfOrder }
+            previousName = name
+            // Only an existing object's values are read; a tombstone's fields are checked all the same.
+            let position = exists ? name.withUnsafeBufferPointer { type.propertyPosition(utf8: $0) } : nil
             let start = reader.offset
             let tag = try reader.byte()
             if tag == 0, try reader.peekByte() == 0 {
                 // A register holding a scalar: value, stamp index, addend.
                 _ = try reader.byte()
                 let value = try reader.value(.inline)
-                let zeroStamp = try reader.varint() == 0 && zeroStampFirst
+                let stampIndex = try reader.varint()
+                guard stampIndex < UInt64(stampCount) else {
+                    throw reader.error(.invalidValue, "stamp index \(stampIndex) is out of range")
+                }
+                let zeroStamp = stampIndex == 0 && zeroStampFirst
                 let addend = try reader.zigzag()
                 if let position, position != keyPosition, !properties[position].isList,
                     ObjectRecord.isWanted(position, in: wanted)
@@ -199,6 +265,7 @@ extension ObjectRecord {
                 values[position] = value(field, of: properties[position], in: schema)
             }
         }
-        return values
+        guard reader.isAtEnd else { throw reader.error(.trailingData, "\(reader.remaining) bytes follow the record") }
+        return exists ? .values(values) : .tombstone
     }
 }

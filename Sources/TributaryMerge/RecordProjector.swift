@@ -164,43 +164,28 @@ public final class RecordProjector: Sendable {
     }
 
     /// Finds the fields of a record whose fields are all scalar registers, checking every byte the full decoder
-    /// checks, so that a record located here decodes without error. Anything else, or anything out of the ordinary
-    /// (a limit reached, bytes that do not parse), is left to the full decoder, which names the fault.
+    /// checks, so that a record located here decodes without error, to the same values. Anything else, or anything
+    /// out of the ordinary (a limit reached, field names out of order or not ASCII, bytes that do not parse), is left
+    /// to the full decoder, which reads it or names the fault.
     public func locate(_ bytes: UnsafeRawBufferPointer, into fields: inout Fields) -> Located {
-        var reader = RawRecordReader(bytes)
-        guard reader.byte() == ObjectRecord.formatVersion, let flags = reader.byte(), flags <= 1 else {
-            return .needsFullDecoder
-        }
-        guard flags == 1 else { return .tombstone }
-        // Stamps and erasures are merge metadata: skip them.
-        guard let stampCount = reader.count(maximum: limits.maximumElements),
-            case let tableStart = reader.offset, reader.skip(stampCount * 16),
-            let erasureCount = reader.count(maximum: limits.maximumElements)
-        else { return .needsFullDecoder }
-        for _ in 0..<erasureCount {
-            guard reader.skip(8), reader.varint() != nil else { return .needsFullDecoder }
-        }
-        guard let fieldCount = reader.count(maximum: limits.maximumElements) else { return .needsFullDecoder }
-        fields.zeroStampFirst = stampCount > 0 && (tableStart..<tableStart + 16).allSatisfy { bytes[$0] == 0 }
-
         if fields.offsets.count == initial.count {
             for position in initial.indices { fields.offsets[position] = -1 }
         } else {
             fields.offsets = Array(repeating: -1, count: initial.count)
         }
         var next = 0
-        for _ in 0..<fieldCount {
-            guard let name = reader.lengthPrefixed(maximum: limits.maximumValueBytes) else { return .needsFullDecoder }
-            let position = position(of: name, next: &next)
-            // A register (0) holding a scalar (0); lists and embedded objects take the full decoder.
-            guard reader.byte() == 0, reader.byte() == 0 else { return .needsFullDecoder }
-            let start = reader.offset
-            guard reader.skipScalar(limits: limits), reader.varint() != nil, reader.zigzag() != nil else {
-                return .needsFullDecoder
-            }
-            if let position, readable[position] { fields.offsets[position] = start }
+        let scanned = ObjectRecord.scanScalarFields(bytes, limits: limits) { name, start in
+            if let position = position(of: name, next: &next), readable[position] { fields.offsets[position] = start }
         }
-        return .exists
+        switch scanned {
+        case .exists(let zeroStampFirst):
+            fields.zeroStampFirst = zeroStampFirst
+            return .exists
+        case .tombstone:
+            return .tombstone
+        case .needsFullDecoder:
+            return .needsFullDecoder
+        }
     }
 
     /// Every position's value in a record ``locate(_:into:)`` located in `fields`.
@@ -225,6 +210,71 @@ public final class RecordProjector: Sendable {
         else { return initial[position] }
         return ObjectRecord.adding(
             addend, to: value, zeroStamp: stampIndex == 0 && fields.zeroStampFirst, unwritten: initial[position])
+    }
+}
+
+/// What ``ObjectRecord/scanScalarFields(_:limits:_:)`` found.
+enum ScalarScan {
+    /// The object exists; stamp index 0 is the zero stamp when `zeroStampFirst`.
+    case exists(zeroStampFirst: Bool)
+    case tombstone
+    /// The record holds a list, an embedded object or a value other than a plain scalar, its field names are out of
+    /// order or not ASCII, or it is damaged.
+    case needsFullDecoder
+}
+
+extension ObjectRecord {
+    /// Walks a stored record whose fields are all registers holding plain scalars, names in ascending order, checking
+    /// every byte the full decoder checks: what it accepts, the full decoder reads, to the same values. Calls `field`
+    /// with each field's name and the offset of its value. Anything else is for the full decoder.
+    @inline(__always)
+    static func scanScalarFields(
+        _ bytes: UnsafeRawBufferPointer, limits: DecodingLimits, _ field: (UnsafeRawBufferPointer, Int) -> Void
+    ) -> ScalarScan {
+        var reader = RawRecordReader(bytes)
+        guard reader.byte() == formatVersion, let flags = reader.byte(), flags <= 1 else { return .needsFullDecoder }
+        // Stamps and erasures are merge metadata: skip them, checking what the full decoder checks.
+        guard let stampCount = reader.count(maximum: limits.maximumElements),
+            case let tableStart = reader.offset, reader.skip(stampCount * 16),
+            RecordBytes.stampsAscending(UnsafeRawBufferPointer(rebasing: bytes[tableStart..<reader.offset])),
+            let erasureCount = reader.count(maximum: limits.maximumElements)
+        else { return .needsFullDecoder }
+        for _ in 0..<erasureCount {
+            guard reader.skip(8), reader.varint() != nil else { return .needsFullDecoder }
+        }
+        guard let fieldCount = reader.count(maximum: limits.maximumElements) else { return .needsFullDecoder }
+        var previous: UnsafeRawBufferPointer?
+        for _ in 0..<fieldCount {
+            // Names ASCII and ascending, as the encoder writes them: each is then given once, as `String` compares
+            // names too. Others are for the full decoder.
+            guard let name = reader.lengthPrefixed(maximum: limits.maximumValueBytes), RecordBytes.isASCII(name),
+                previous.map({ RecordBytes.precedes($0, name) }) ?? true
+            else { return .needsFullDecoder }
+            previous = name
+            // A register (0) holding a scalar (0); lists and embedded objects take the full decoder.
+            guard reader.byte() == 0, reader.byte() == 0 else { return .needsFullDecoder }
+            let start = reader.offset
+            guard reader.skipScalar(limits: limits), let stampIndex = reader.varint(), stampIndex < UInt64(stampCount),
+                reader.zigzag() != nil
+            else { return .needsFullDecoder }
+            if flags == 1 { field(name, start) }
+        }
+        guard reader.remaining == 0 else { return .needsFullDecoder }
+        guard flags == 1 else { return .tombstone }
+        return .exists(zeroStampFirst: stampCount > 0 && (tableStart..<tableStart + 16).allSatisfy { bytes[$0] == 0 })
+    }
+
+    /// Whether the object a stored record belongs to exists (the record is not a tombstone): what a check of a link's
+    /// target needs. The whole record is checked, as the full decoder checks it: a damaged record is an error here
+    /// too, never read as an answer.
+    ///
+    /// - Throws: ``ChangesetDecodingError`` for damaged or unknown bytes, as ``init(decoding:limits:)`` does.
+    public static func exists(inStored bytes: UnsafeRawBufferPointer) throws(ChangesetDecodingError) -> Bool {
+        switch scanScalarFields(bytes, limits: .storedRecord, { _, _ in }) {
+        case .exists: return true
+        case .tombstone: return false
+        case .needsFullDecoder: return try ObjectRecord(decoding: Array(bytes)).exists
+        }
     }
 }
 
@@ -313,28 +363,13 @@ private struct RawRecordReader {
         case 4, 7: return skip(8)
         case 5:
             guard let utf8 = lengthPrefixed(maximum: limits.maximumValueBytes) else { return false }
-            return Self.isASCII(utf8)
+            return RecordBytes.isASCII(utf8)
                 || String(validating: utf8.assumingMemoryBound(to: UInt8.self), as: UTF8.self) != nil
         case 6: return lengthPrefixed(maximum: limits.maximumValueBytes) != nil
         case 8: return skip(16)
         case 9: return skip(12)
         default: return false
         }
-    }
-
-    /// Whether every byte is below 0x80, eight at a time.
-    static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        var index = 0
-        var bits: UInt64 = 0
-        while index + 8 <= bytes.count {
-            bits |= bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)
-            index += 8
-        }
-        while index < bytes.count {
-            bits |= UInt64(bytes[index])
-            index += 1
-        }
-        return bits & 0x8080_8080_8080_8080 == 0
     }
 
     /// A scalar value (the tags of ``Value``'s encoding). Links, lists and embedded values give `nil`.
@@ -350,7 +385,7 @@ private struct RawRecordReader {
             guard let utf8 = lengthPrefixed(maximum: limits.maximumValueBytes) else { return nil }
             let buffer = utf8.assumingMemoryBound(to: UInt8.self)
             // ASCII is valid UTF-8 as it is; anything else is validated.
-            if Self.isASCII(utf8) { return .string(String(decoding: buffer, as: UTF8.self)) }
+            if RecordBytes.isASCII(utf8) { return .string(String(decoding: buffer, as: UTF8.self)) }
             return String(validating: buffer, as: UTF8.self).map { .string($0) }
         case 6:
             return lengthPrefixed(maximum: limits.maximumValueBytes).map { .data(Data($0)) }

@@ -45,7 +45,12 @@ public struct RecordKey: Hashable, Sendable, Comparable, CustomStringConvertible
         lhs.type != rhs.type ? lhs.type < rhs.type : lhs.primaryKey < rhs.primaryKey
     }
 
-    public var description: String { "\(type)[\(primaryKey)]" }
+    public var description: String { Self.describe(type: type, primaryKey: primaryKey) }
+
+    /// `Type[primaryKey]`, as errors name an object; `Type[?]` for a key that could not be read.
+    public static func describe(type: String, primaryKey: PrimaryKey?) -> String {
+        "\(type)[\(primaryKey.map(\.description) ?? "?")]"
+    }
 }
 
 /// The record a create makes of an object that has none, with plain values only, before it is built: the create's

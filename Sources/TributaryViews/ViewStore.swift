@@ -63,18 +63,27 @@ public struct ViewStore: Sendable {
 
     /// The record of an object, or `nil`.
     public func record(type: String, primaryKey: PrimaryKey, in transaction: ReadTransaction) throws -> ObjectRecord? {
-        try transaction.withValue(objects, key: Self.objectKey(type: type, primaryKey: primaryKey)) { value in
+        try transaction.withValue(objects, key: Self.objectKey(type: type, primaryKey: primaryKey)) {
+            value -> ObjectRecord? in
             guard let value else { return nil }
-            return try ObjectRecord(decoding: Array(value))
+            do throws(ChangesetDecodingError) {
+                return try ObjectRecord(decoding: Array(value))
+            } catch {
+                throw error.inRecord(of: RecordKey(type: type, primaryKey: primaryKey))
+            }
         }
     }
 
-    /// Whether the object of `type` with `primaryKey` exists (a record that is not a tombstone), read from the
-    /// record's header alone.
+    /// Whether the object of `type` with `primaryKey` exists (a record that is not a tombstone), its record checked
+    /// as the full decoder checks it.
     public func exists(type: String, primaryKey: PrimaryKey, in transaction: ReadTransaction) throws -> Bool {
         try transaction.withValue(objects, key: Self.objectKey(type: type, primaryKey: primaryKey)) { value in
             guard let value else { return false }
-            return try ObjectRecord.exists(inStored: value)
+            do throws(ChangesetDecodingError) {
+                return try ObjectRecord.exists(inStored: value)
+            } catch {
+                throw error.inRecord(of: RecordKey(type: type, primaryKey: primaryKey))
+            }
         }
     }
 
@@ -88,7 +97,13 @@ public struct ViewStore: Sendable {
         try transaction.scan(objects, from: prefix, to: Self.prefixEnd(prefix)) { key, value in
             guard let primaryKey = KeyEncoding.primaryKey(from: key[prefix.count...]) else { return true }
             do {
-                return try body(primaryKey, try ObjectRecord(decoding: Array(value)))
+                let record: ObjectRecord
+                do throws(ChangesetDecodingError) {
+                    record = try ObjectRecord(decoding: Array(value))
+                } catch {
+                    throw error.inRecord(of: RecordKey(type: type, primaryKey: primaryKey))
+                }
+                return try body(primaryKey, record)
             } catch {
                 failure = error
                 return false
