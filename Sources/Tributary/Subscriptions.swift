@@ -85,7 +85,8 @@ public struct MutableSubscriptionSet: Sendable {
         append(M.typeName, where: query, name: name)
     }
 
-    /// Adds `subscription`, as ``append(_:where:name:)`` does.
+    /// Adds `subscription`: a named one replaces the one of the same name; an anonymous one already in the set is not
+    /// added twice.
     public mutating func append(_ subscription: Subscription) {
         if let name = subscription.name, let index = subscriptions.firstIndex(where: { $0.name == name }) {
             subscriptions[index] = subscription
