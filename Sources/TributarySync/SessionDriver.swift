@@ -93,6 +93,8 @@ package actor SessionDriver {
         package var queryableFields: [String: Set<String>]?
         /// About the most bytes of object states per `objects` message sent.
         package var objectStatesBytes = 1 << 20
+        /// For an app's initiator: whether its `hello` said it syncs by subscriptions.
+        package var flexible = false
         /// For a flexible-sync initiator: its own sequence through which an earlier session of this process received
         /// every acknowledgement (0: unknown).
         package var acknowledgedThrough: UInt64 = 0
@@ -266,9 +268,15 @@ package actor SessionDriver {
             }
             onEvent(.established(replica: welcome.replica, role: helloRole ?? .peer))
             if case .app = helloRole {
-                flexibleSession = (try? replica.flexibleSyncQuery()) ?? nil != nil
+                // What the hello said, not what the replica is now: a first set committed meanwhile needs a session
+                // that opens as a flexible one.
+                flexibleSession = options.flexible
                 if flexibleSession { await openQuery() }
                 watchSubscriptions()
+                if !flexibleSession, (try? replica.flexibleSyncQuery()) ?? nil != nil {
+                    _ = await sendQueryIfOpen()
+                    return false
+                }
             }
             startPump()
             return true

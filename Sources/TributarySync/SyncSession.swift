@@ -264,6 +264,7 @@ public final class SyncSession: Sendable {
                         options.window = configuration.window
                         options.meter = meter
                         options.acknowledgedThrough = shared.acknowledgedThrough
+                        options.flexible = hello.flexible
                         let driver = SessionDriver(
                             replica: replica, machine: SessionStateMachine(initiating: hello, now: .now), role: role,
                             writer: writer, integrator: integrator, options: options,

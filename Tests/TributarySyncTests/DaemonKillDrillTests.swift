@@ -301,9 +301,14 @@ struct DaemonKillDrillTests {
         daemon.send(SIGKILL)
         #expect(try await Self.ended(daemon, timeout: 30) == .signaled(SIGKILL))
         try await Self.waitForState(session, "the session to notice the kill") { $0 != .active }
-        // Nothing of the cut bootstrap is applied: no object of the set, and the set still pending.
-        #expect(try Self.objects(app, "Task") == 0, "killed at \(String(describing: partial))")
-        #expect(try app.subscriptions.latest.state == .pending)
+        // Never half applied: nothing of the set and the set pending, or (when the whole bootstrap was on its way before
+        // the kill landed, on a busy machine) all of it and the set complete.
+        let expected = (0..<total).filter { $0 % 3 != 1 }.count
+        let held = try Self.objects(app, "Task")
+        let state = try app.subscriptions.latest.state
+        #expect(
+            (held == 0 && state == .pending) || (held == expected && state == .complete),
+            "killed at \(String(describing: partial)): \(held) objects held, the set \(state)")
         #expect(try app.verify().passed)
 
         (daemon, _) = try await Self.startDaemon(
@@ -312,7 +317,6 @@ struct DaemonKillDrillTests {
         try await LoopbackSyncTests.within(Self.patience, "the set after the restart") {
             try await app.subscriptions.waitForSync()
         }
-        let expected = (0..<total).filter { $0 % 3 != 1 }.count
         #expect(try Self.objects(app, "Task") == expected)
         #expect(try app.verify().passed)
         await session.close()
