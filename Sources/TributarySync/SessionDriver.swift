@@ -2,12 +2,6 @@ package import Tributary
 package import TributaryModel
 package import TributaryProtocol
 
-/// One message's object states, as a value that crosses to the thread that applies them.
-private struct ObjectGroup: Sendable {
-    var objects: [ReceivedObjectState]
-    var yours: UInt64
-}
-
 /// What a session reports as it goes, to whoever runs it (a ``SyncSession``, or the daemon's session table).
 package enum SessionEvent: Sendable {
     /// The handshake is done: the other side is `replica`.
@@ -789,10 +783,7 @@ package actor SessionDriver {
     ) async -> Bool {
         do {
             let replica = replica
-            let sendable = groups.map { ObjectGroup(objects: $0.objects, yours: $0.yours) }
-            try await offload {
-                try replica.applyObjectStates(sendable.map { ($0.objects, $0.yours) }, completing: completing)
-            }
+            try await offload { try replica.applyObjectStates(groups, completing: completing) }
             return true
         } catch let error as TributaryError where error.code == .invalidChangeset {
             await fail(SyncError(.badChangeset, .fatal, error.message))

@@ -257,19 +257,7 @@ struct NetworkBenchmarks {
     func firstSync() async throws {
         let objects = context.objects
         let (server, endpoint) = try await daemon("first-sync-daemon")
-        let seed = try app("first-sync-seed")
-        var written = 0
-        while written < objects {
-            let range = written..<min(objects, written + 1_000)
-            try await seed.write { txn in
-                for index in range {
-                    try txn.create(
-                        "Note",
-                        ["_id": .string("n\(index)"), "text": .string("note \(index)"), "n": .int(Int64(index))])
-                }
-            }
-            written += 1_000
-        }
+        let seed = try await seeded("first-sync-seed", objects: objects)
         let seeding = seed.connect(to: endpoint)
         try await seeding.waitForUpload()
         await seeding.close()
@@ -293,14 +281,9 @@ struct NetworkBenchmarks {
         ).print()
     }
 
-    /// A flexible-sync app subscribing to every object a daemon holds: objects per second from the commit of the set
-    /// to its completion (the daemon reads each record, sends it whole, the app applies the bootstrap in one
-    /// transaction), against a full replica exporting the changesets that made the same objects and another
-    /// integrating them, in this process.
-    func flexibleBootstrap() async throws {
-        let objects = context.objects
-        let (server, endpoint) = try await daemon("bootstrap-daemon")
-        let seed = try app("bootstrap-seed")
+    /// An app replica holding `objects` notes, written 1,000 per transaction.
+    func seeded(_ name: String, objects: Int) async throws -> Replica {
+        let seed = try app(name)
         var written = 0
         while written < objects {
             let range = written..<min(objects, written + 1_000)
@@ -313,6 +296,17 @@ struct NetworkBenchmarks {
             }
             written += 1_000
         }
+        return seed
+    }
+
+    /// A flexible-sync app subscribing to every object a daemon holds: objects per second from the commit of the set
+    /// to its completion (the daemon reads each record, sends it whole, the app applies the bootstrap in one
+    /// transaction), against a full replica exporting the changesets that made the same objects and another
+    /// integrating them, in this process.
+    func flexibleBootstrap() async throws {
+        let objects = context.objects
+        let (server, endpoint) = try await daemon("bootstrap-daemon")
+        let seed = try await seeded("bootstrap-seed", objects: objects)
         let seeding = seed.connect(to: endpoint)
         try await seeding.waitForUpload()
         await seeding.close()

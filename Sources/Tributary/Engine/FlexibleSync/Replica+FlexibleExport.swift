@@ -28,9 +28,6 @@ package struct FlexibleSessionView: Sendable {
 
     package init() {}
 
-    /// The objects held or installed, for a daemon's memory figures.
-    package var decidedCount: Int { held.count + evicted.count }
-
     mutating func install(_ key: RecordKey, at vector: VersionVector) {
         held.insert(key)
         evicted.remove(key)

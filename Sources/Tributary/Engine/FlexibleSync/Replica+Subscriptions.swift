@@ -246,9 +246,10 @@ extension Replica {
     /// objects as the value.
     static let refusedWritesPrefix = Array("refusedWrites/".utf8)
 
-    /// Applies the object states a daemon sent, in one atomic commit: each record replaces the device's copy of its
-    /// object (then this replica's own changesets after `yours`, which the daemon's record does not hold yet, are
-    /// applied on top of it again), each `nil` removes the object from this device only. When `completing` is set,
+    /// Applies messages of object states a daemon sent (a bootstrap, and what arrived while it was received), in order,
+    /// in one atomic commit: each record replaces the device's copy of its object (then this replica's own changesets
+    /// after the message's `yours`, which the daemon's record does not hold yet, are applied on top of it again), each
+    /// `nil` removes the object from this device only. When `completing` is set,
     /// the subscription set of that version becomes complete in the same commit (a bootstrap).
     ///
     /// The change is stored beside the log, at the log's current position, so that replay and ``verify(progress:)``
@@ -256,12 +257,6 @@ extension Replica {
     ///
     /// - Throws: ``TributaryError`` with `.invalidChangeset` when a record does not decode (nothing is applied), or
     ///   for storage failures.
-    package func applyObjectStates(_ objects: [ReceivedObjectState], yours: UInt64, completing: UInt64?) throws {
-        try applyObjectStates([(objects, yours)], completing: completing)
-    }
-
-    /// Applies several messages of object states in one atomic commit, in order, each as
-    /// ``applyObjectStates(_:yours:completing:)`` applies one: a bootstrap, and what arrived while it was received.
     package func applyObjectStates(
         _ groups: [(objects: [ReceivedObjectState], yours: UInt64)], completing: UInt64?
     ) throws {
