@@ -70,6 +70,8 @@ public struct ChangesetExport: Sendable, Hashable {
     public var progress: VersionVector
     /// Whether the other replica lacks more than this export holds.
     public var more: Bool
+    /// The local sequence of each changeset in this replica's log.
+    package var localSequences: [UInt64] = []
 
     public init(changesets: [[UInt8]], bytes: Int, progress: VersionVector, more: Bool) {
         self.changesets = changesets
@@ -173,6 +175,7 @@ extension Replica {
             }
             let stored = log.storedChangeset(of: entry)
             export.changesets.append(stored)
+            export.localSequences.append(entry.localSequence)
             export.bytes += stored.count
             for dot in dots { export.progress.advance(dot.origin, to: dot.sequence) }
             return ()

@@ -54,6 +54,8 @@ public final class Replica: Sendable {
     let observers = ObserverRegistry()
     /// Wakes those who wait on the flexible-sync subscription sets.
     let subscriptionWatchers = SubscriptionWatchers()
+    /// The flexible-sync sessions a daemon serves from this replica, by what their subscriptions select.
+    let subscriptionIndex = SubscriptionIndex()
     /// The schema the app gave when it opened this replica, `nil` when it gave none. A model's values are those of
     /// the properties it declares (``Transaction/modelValues(_:)``): another release of the app, syncing with this
     /// one, may have added properties that this release's writes must leave alone.
@@ -528,11 +530,19 @@ public final class Replica: Sendable {
     }
 
     func didCommit(_ commit: PreparedCommit, head: LogHead) {
-        state.withLock { state in
+        let previous = state.withLock { state in
+            let previous = state.head.localSequence
             state.head = head
             state.versionVector = commit.versionVector
             if commit.schemaChanged { state.schema = commit.schema }
             state.clock = HybridLogicalClock(latest: max(state.clock.latest, commit.clock))
+            return previous
+        }
+        // A commit that appended nothing (it only moved changesets into the pending area) concerns no session.
+        if head.localSequence > previous {
+            subscriptionIndex.committed(
+                commit.changes, schemaChanged: commit.schemaChanged, schema: commit.schema,
+                sequences: (previous + 1)...head.localSequence)
         }
         observers.notify(
             changedKeys: commit.changes.map(\.key), schemaChanged: commit.schemaChanged, sequence: head.localSequence)

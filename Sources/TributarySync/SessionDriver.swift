@@ -71,6 +71,10 @@ package actor SessionDriver {
         package var batchBytes = 1 << 20
         /// How often keepalive (and the token's expiry) is checked.
         package var tickInterval: Duration = .seconds(1)
+        /// For an acceptor serving a flexible-sync app: how long commits that concern none of its subscriptions (which
+        /// do not wake the session) may wait before the session sends them, as skeletons that advance the device's
+        /// progress.
+        package var idleCatchUp: Duration = .seconds(5)
         /// For an acceptor: the author every changeset received must name (the user an app's token names).
         package var requiredAuthor: String?
         /// For an acceptor: when the other side's token expires; the session then ends with
@@ -141,6 +145,8 @@ package actor SessionDriver {
     private var flexibleView: FlexibleSessionView?
     /// For an acceptor: whether the flexible-sync app's first `query` arrived.
     private var flexibleReady = false
+    /// For an acceptor serving a flexible-sync app: when the session last caught up on commits that did not wake it.
+    private var lastCatchUp = ContinuousClock.now
     /// For an acceptor: the newest set the app sent and the daemon took, which judges the uploads that follow it.
     private var judgingSubscriptions: [Subscription] = []
     /// For an acceptor: the subscription set the app asked for, to bootstrap before anything else is sent.
@@ -429,6 +435,7 @@ package actor SessionDriver {
         tasks.removeAll()
         if let commitHandler { replica.removeCommitHandler(commitHandler) }
         commitHandler = nil
+        if let flexibleView { replica.endFlexibleSession(flexibleView) }
         wake?.finish()
         let waiters = markWaiters
         markWaiters.removeAll()
@@ -476,6 +483,10 @@ package actor SessionDriver {
                         + "session resumes"))
             return false
         }
+        if let flexibleView, flexibleReady, ContinuousClock.now - lastCatchUp >= options.idleCatchUp {
+            lastCatchUp = .now
+            if replica.isBehind(flexibleView) { wake?.yield() }
+        }
         return await perform(machine.tick(now: .now))
     }
 
@@ -485,7 +496,12 @@ package actor SessionDriver {
         let (wakes, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         wake = continuation
         continuation.yield()
-        commitHandler = replica.onCommit({ _ in continuation.yield() }, onClose: { continuation.finish() })
+        if flexibleView != nil {
+            // Woken by the commits that concern its subscriptions, not by every commit.
+            flexibleView = replica.registerFlexibleSession(wake: { continuation.yield() })
+        } else {
+            commitHandler = replica.onCommit({ _ in continuation.yield() }, onClose: { continuation.finish() })
+        }
         tasks.append(
             Task { [weak self] in
                 for await _ in wakes {

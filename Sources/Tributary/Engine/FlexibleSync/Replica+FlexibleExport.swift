@@ -25,6 +25,10 @@ package struct FlexibleSessionView: Sendable {
     /// Objects sent as their full state, with the daemon's vector when they were read: changesets it counts are in
     /// the state already, so their instructions on the object are not sent.
     private(set) var installedAt: [RecordKey: VersionVector] = [:]
+    /// The session's place in the replica's subscription index, when it has one
+    /// (``Replica/registerFlexibleSession(wake:)``): the changesets no subscription of its concerned are sent as
+    /// skeletons, unjudged. Without one, every changeset is judged.
+    var member: SubscriptionIndex.Member?
 
     package init() {}
 
@@ -118,6 +122,18 @@ extension Replica {
         holding held: [Subscription], wanting wanted: [Subscription], view: inout FlexibleSessionView,
         device: ReplicaID
     ) throws -> (objects: [ReceivedObjectState], yours: UInt64) {
+        let holding = view.subscriptions.isEmpty ? held : view.subscriptions
+        // While the objects are read, commits concern the device under both sets: under the one it holds until the
+        // bootstrap replaces it, under the new one from then on.
+        if let member = view.member {
+            subscriptionIndex.setSubscriptions(
+                member, holding + wanted.filter { !holding.contains($0) }, schema: schema, head: lastLocalSequence)
+        }
+        defer {
+            if let member = view.member {
+                subscriptionIndex.setSubscriptions(member, wanted, schema: schema, head: lastLocalSequence)
+            }
+        }
         do {
             return try environment.read { txn in
                 let snapshot = Snapshot(replica: self, storage: txn)
@@ -158,17 +174,30 @@ extension Replica {
         missingFrom vector: VersionVector, excluding: Set<Dot>, view: inout FlexibleSessionView, device: ReplicaID,
         limit: Int, maximumBytes: Int
     ) throws -> FlexibleExport {
+        let head = lastLocalSequence
+        let judging = view.member.flatMap { subscriptionIndex.judging($0) }
         let plain = try export(missingFrom: vector, excluding: excluding, limit: limit, maximumBytes: maximumBytes)
         var result = FlexibleExport(changesets: plain)
-        guard !plain.changesets.isEmpty else { return result }
+        guard !plain.changesets.isEmpty else {
+            // Nothing committed up to `head` is missing.
+            if let member = view.member { subscriptionIndex.sent(member, through: head) }
+            return result
+        }
         do {
             let context = ZstdContext()
-            var decoded: [Changeset] = []
+            // The changesets to judge, decoded; the others (nil) concern no subscription of the device.
+            var decoded: [Changeset?] = []
             decoded.reserveCapacity(plain.changesets.count)
-            for bytes in plain.changesets { decoded.append(try log.received(bytes, context: context).changeset) }
+            for (bytes, sequence) in zip(plain.changesets, plain.localSequences) {
+                if let judging, !judging.judges(sequence) {
+                    decoded.append(nil)
+                } else {
+                    decoded.append(try log.received(bytes, context: context).changeset)
+                }
+            }
             var touched: [RecordKey] = []
             var seen: Set<RecordKey> = []
-            for changeset in decoded {
+            for case let changeset? in decoded {
                 for instruction in changeset.instructions {
                     guard let object = instruction.object else { continue }
                     let key = RecordKey(type: object.type, primaryKey: object.primaryKey)
@@ -199,7 +228,15 @@ extension Replica {
             var projected: [[UInt8]] = []
             projected.reserveCapacity(decoded.count)
             for (index, changeset) in decoded.enumerated() {
-                var changeset = changeset
+                guard var changeset else {
+                    projected.append(
+                        try subscriptionIndex.skeleton(at: plain.localSequences[index]) {
+                            ChangesetCodec.encode(
+                                try Self.skeleton(of: log.received(plain.changesets[index], context: context).changeset)
+                            )
+                        })
+                    continue
+                }
                 var omitted = false
                 changeset.instructions = changeset.instructions.map { instruction in
                     guard let object = instruction.object else { return instruction }
@@ -215,10 +252,44 @@ extension Replica {
             result.changesets.changesets = projected
             result.changesets.bytes = projected.reduce(0) { $0 + $1.count }
             view.prune(progress: plain.progress)
+            if let member = view.member, let last = plain.localSequences.last, !plain.more {
+                subscriptionIndex.sent(member, through: max(last, head))
+            } else if let member = view.member, let last = plain.localSequences.last {
+                subscriptionIndex.sent(member, through: last)
+            }
             return result
         } catch {
             throw TributaryError.wrap(error)
         }
+    }
+
+    /// `changeset` with its instructions on objects replaced by `omitted`: what a device receives of a changeset
+    /// that touched none of the objects it holds or may hold.
+    static func skeleton(of changeset: Changeset) -> Changeset {
+        var changeset = changeset
+        changeset.instructions = changeset.instructions.map { $0.object == nil ? $0 : .omitted }
+        return changeset
+    }
+
+    /// A flexible-sync session's view of what its device holds, registered in this replica's subscription index:
+    /// `wake` is called after each commit that concerns the device's subscriptions (and only those; see
+    /// ``isBehind(_:)`` for the others). End it with ``endFlexibleSession(_:)``.
+    package func registerFlexibleSession(wake: @escaping @Sendable () -> Void) -> FlexibleSessionView {
+        var view = FlexibleSessionView()
+        view.member = subscriptionIndex.register(head: lastLocalSequence, wake: wake)
+        return view
+    }
+
+    /// Removes a session's view from the subscription index.
+    package func endFlexibleSession(_ view: FlexibleSessionView) {
+        if let member = view.member { subscriptionIndex.unregister(member) }
+    }
+
+    /// Whether commits were made since the session last sent everything it lacked: commits that concerned none of
+    /// its subscriptions do not wake it, and it sends them (as skeletons) now and then, so that its device's progress
+    /// does not fall far behind.
+    package func isBehind(_ view: FlexibleSessionView) -> Bool {
+        view.member.map { subscriptionIndex.isBehind($0) } ?? false
     }
 
     /// Judges an upload of a flexible-sync device against its view, before it is adopted: a write that leaves an
