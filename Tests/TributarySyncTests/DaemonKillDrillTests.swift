@@ -33,22 +33,18 @@ import TributaryTestTags
 ///    committed in its replica (a reader in this process sees the commit), a few times on one directory, against a
 ///    daemon in this process; run once more with `--messages 0`, it uploads every message it committed, and the
 ///    daemon holds exactly those.
+/// 4. A flexible-sync bootstrap is cut short by a kill at either end: `tributaryd` killed while it sends one, or the
+///    app (`tributary-crash-child subscribe`) killed while it receives one. The app holds nothing of the set or all
+///    of it, never part; once the killed process runs again on its directory, the set completes with exactly the
+///    objects it covers.
 ///
 /// The daemon is killed twice per scenario (the second kill at a later point, or right after the reconnection) and the
-/// app three times. Every child is started by the test and killed when it ends, however it ends. `TRIBUTARY_SEED`
-/// replays the workloads and kill points (the timing is real time, so not exactly); `TRIBUTARY_DEEP=1` writes ten
-/// times more, kills the daemon six times and the app twelve.
+/// app three times; scenario 4 kills each once. Every child is started by the test and killed when it ends, however it
+/// ends. `TRIBUTARY_SEED` replays the workloads and kill points (the timing is real time, so not exactly);
+/// `TRIBUTARY_DEEP=1` writes ten times more, kills the daemon six times and the app twelve.
 @Suite("kill -9 over the network", .serialized, .tags(.drill))
 struct DaemonKillDrillTests {
-    static let schema = Schema(
-        version: 1,
-        types: [
-            ObjectSchema(
-                name: "Task",
-                properties: [
-                    .scalar("_id", .string), .scalar("title", .string, default: ""), .scalar("count", .int, default: 0),
-                ])
-        ])
+    static let schema = Fixtures.taskSchema
 
     /// The app's transactions in scenario 1.
     static let uploads = Deep.count(ci: 2_000, deep: 20_000)
@@ -268,20 +264,8 @@ struct DaemonKillDrillTests {
         let directory = TemporaryDirectory("kill-bootstrap")
         let daemonDirectory = directory.appending("daemon")
         let total = Self.seeded
-        try await offThePool {
-            var configuration = Replica.Configuration()
-            configuration.durability = .none
-            let seed = try Replica.open(directory: daemonDirectory, schema: Self.schema, configuration: configuration)
-            defer { seed.close() }
-            try seed.write { txn in
-                for index in 0..<total {
-                    try txn.create("Task", ["_id": .string("s\(index)"), "count": .int(Int64(index % 3))])
-                }
-            }
-        }
-        // Small bootstrap messages, so that the kill lands between two of them.
-        let file = directory.appending("tributaryd.json")
-        try Data(#"{"bootstrapMessageBytes": 1024}"#.utf8).write(to: URL(fileURLWithPath: file))
+        let file = try await Self.seedBootstrap(
+            daemonDirectory, total, configuration: directory.appending("tributaryd.json"))
         var (daemon, port) = try await Self.startDaemon(
             daemonDirectory, arguments: ["--config", file], log: directory.appending("daemon-0.log"),
             children: children)
@@ -303,7 +287,7 @@ struct DaemonKillDrillTests {
         try await Self.waitForState(session, "the session to notice the kill") { $0 != .active }
         // Never half applied: nothing of the set and the set pending, or (when the whole bootstrap was on its way before
         // the kill landed, on a busy machine) all of it and the set complete.
-        let expected = (0..<total).filter { $0 % 3 != 1 }.count
+        let expected = Self.bootstrapped(total).count
         let held = try Self.objects(app, "Task")
         let state = try app.subscriptions.latest.state
         #expect(
@@ -322,6 +306,30 @@ struct DaemonKillDrillTests {
         await session.close()
         daemon.send(SIGTERM)
         #expect(try await Self.ended(daemon, timeout: 30) == .exited(0), "\(daemon.standardError)")
+    }
+
+    /// Writes `total` tasks `s0`, `s1`... into a daemon's replica in `directory`, in one transaction, their counts
+    /// 0, 1, 2, 0...: the set `count != 1` covers two thirds of them. Writes the daemon's configuration file to
+    /// `configuration`, with small bootstrap messages so that a kill lands between two of them, and returns its path.
+    static func seedBootstrap(_ directory: String, _ total: Int, configuration file: String) async throws -> String {
+        try await offThePool {
+            var configuration = Replica.Configuration()
+            configuration.durability = .none
+            let seed = try Replica.open(directory: directory, schema: Self.schema, configuration: configuration)
+            defer { seed.close() }
+            try seed.write { txn in
+                for index in 0..<total {
+                    try txn.create("Task", ["_id": .string("s\(index)"), "count": .int(Int64(index % 3))])
+                }
+            }
+        }
+        try Data(#"{"bootstrapMessageBytes": 1024}"#.utf8).write(to: URL(fileURLWithPath: file))
+        return file
+    }
+
+    /// The tasks of ``seedBootstrap(_:_:configuration:)`` that the set `count != 1` covers.
+    static func bootstrapped(_ total: Int) -> Set<String> {
+        Set((0..<total).filter { $0 % 3 != 1 }.map { "s\($0)" })
     }
 
     // MARK: 3. The app killed during an upload
@@ -460,6 +468,94 @@ struct DaemonKillDrillTests {
         guard running() else { return false }
         child.send(SIGKILL)
         return true
+    }
+
+    @Test("An app killed during a flexible-sync bootstrap: nothing of it applied, run again, the set completes")
+    func appKilledDuringBootstrap() async throws {
+        let child = try #require(
+            ChildExecutable.path(), "tributary-crash-child is not next to the test binary (swift build)")
+        let children = Children()
+        defer { children.killAll() }
+        let started = ContinuousClock.now
+        let directory = TemporaryDirectory("kill-app-bootstrap")
+        let daemonDirectory = directory.appending("daemon")
+        let appDirectory = directory.appending("app")
+        let total = Self.seeded
+        let expected = Self.bootstrapped(total)
+        let file = try await Self.seedBootstrap(
+            daemonDirectory, total, configuration: directory.appending("tributaryd.json"))
+        let (daemon, port) = try await Self.startDaemon(
+            daemonDirectory, arguments: ["--config", file], log: directory.appending("daemon.log"), children: children)
+        let arguments = ["subscribe", appDirectory, "--port", "\(port)", "--where", "count != 1"]
+        let patience = Double(Self.patience.components.seconds)
+
+        // SIGKILL as soon as the app prints a step of its bootstrap with some objects received, and not all.
+        let first = try children.start(child, arguments, stderr: directory.appending("app-0.log"))
+        let partial = Mutex<String?>(nil)
+        try await offThePool {
+            first.wait(timeout: patience) { lines in
+                let step = lines.last { line in
+                    let fields = line.split(separator: " ")
+                    guard fields.count == 3, fields[0] == "PROGRESS", let received = Int(fields[1]),
+                        let sent = Int(fields[2])
+                    else { return false }
+                    return received > 0 && received < sent
+                }
+                partial.withLock { $0 = step }
+                return step != nil
+            }
+            if partial.withLock({ $0 }) != nil, first.waitForExit(timeout: 0) == nil { first.send(SIGKILL) }
+        }
+        let killedAt = try #require(
+            partial.withLock { $0 }, "no partial bootstrap step: \(first.lines) \(first.standardError)")
+        let exit = try await Self.ended(first, timeout: 30)
+        // A kill that lands late on a busy machine finds the app done: it printed COMPLETE and exited.
+        let late = exit == .exited(0) && first.lines.contains("COMPLETE \(expected.count)")
+        #expect(
+            exit == .signaled(SIGKILL) || late, "\(String(describing: exit)): \(first.lines) \(first.standardError)")
+
+        // Never half applied: nothing of the set and the set pending, or all of it and the set complete.
+        do {
+            let app = try Self.openReadOnly(appDirectory)
+            defer { app.close() }
+            let held = try Self.objects(app, "Task")
+            let set = try app.subscriptions.latest
+            #expect(set.version == 1)
+            #expect(
+                (held == 0 && set.state == .pending) || (held == expected.count && set.state == .complete),
+                "killed at \(killedAt): \(held) objects held, the set \(set.state)")
+            let report = try app.verify()
+            #expect(report.passed, "the killed app's replica: \(report)")
+            print(
+                "app kill [bootstrap] seed \(Self.baseSeed): \(late ? "the kill landed late" : "killed") at "
+                    + "\(killedAt); \(held) of \(expected.count) objects held, the set \(set.state)")
+        }
+
+        // Run again on the same directory: it sends the same set, and the bootstrap starts over and completes.
+        let second = try children.start(child, arguments, stderr: directory.appending("app-1.log"))
+        let secondExit = try await Self.ended(second, timeout: patience)
+        #expect(secondExit == .exited(0), "\(second.lines) \(second.standardError)")
+        #expect(second.lines.contains("COMPLETE \(expected.count)"), "\(second.lines) \(second.standardError)")
+
+        let app = try Self.openReadOnly(appDirectory)
+        defer { app.close() }
+        let held = try await app.read { reader in
+            try reader.objects("Task").map { task -> String in
+                guard case .string(let id) = task["_id"] else { return "\(task["_id"])" }
+                return id
+            }
+        }
+        #expect(held.count == expected.count && Set(held) == expected, "\(held.count) objects held")
+        let set = try app.subscriptions.latest
+        #expect(set.version == 1 && set.state == .complete, "the set \(set.version): \(set.state)")
+        #expect(try app.subscriptions.active.version == 1)
+        let report = try app.verify()
+        #expect(report.passed, "the app's replica: \(report)")
+        daemon.send(SIGTERM)
+        #expect(try await Self.ended(daemon, timeout: 30) == .exited(0), "\(daemon.standardError)")
+        print(
+            "app kill [bootstrap]: run again, the set completed with \(expected.count) of \(total) objects; "
+                + "\(Self.seconds(since: started))")
     }
 
     // MARK: Checks

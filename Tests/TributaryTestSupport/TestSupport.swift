@@ -43,8 +43,20 @@ public final class ManualClock: WallClock {
     public func set(milliseconds: UInt64) { now.withLock { $0 = milliseconds } }
 }
 
-/// Schemas used across tests: a chat app in the shape of the RChat sample app.
+/// Schemas used across tests.
 public enum Fixtures {
+    /// One type, `Task`: the schema of the kill drills over the network, and of the crash child's `subscribe` mode.
+    public static let taskSchema = Schema(
+        version: 1,
+        types: [
+            ObjectSchema(
+                name: "Task",
+                properties: [
+                    .scalar("_id", .string), .scalar("title", .string, default: ""), .scalar("count", .int, default: 0),
+                ])
+        ])
+
+    /// A chat app in the shape of the RChat sample app.
     public static let chatSchema = Schema(
         version: 1,
         types: [

@@ -1,5 +1,6 @@
-// The child process of the storage-fault suites (crash, disk full, map growth, corruption). The parent starts it with
-// `Foundation.Process`, reads its standard output line by line, and may kill it at any moment.
+// The child process of the storage-fault suites (crash, disk full, map growth, corruption), and the app the network
+// kill drill kills mid-bootstrap. The parent starts it with `Foundation.Process`, reads its standard output line by
+// line, and may kill it at any moment.
 //
 //   tributary-crash-child write DIR [--durability full|relaxed|none] [--seed N] [--prefix P] [--big-every N]
 //       [--big N] [--max-ops N] [--text N] [--max-txns N] [--file-size-limit BYTES] [--after-error N]
@@ -22,10 +23,18 @@
 //     Opens the replica read-only and prints `OPENED <lastLocalSequence>`, `VERIFY passed` or
 //     `VERIFY failed <problem>`, then `STATE <objectsDigest> <logDigest> <replicaID> <lastLocalSequence>`; or
 //     `ERROR <code> <message>` for the first error thrown.
+//   tributary-crash-child subscribe DIR --port N [--where QUERY]
+//     Opens (or creates) the replica in DIR with the task schema (Fixtures.taskSchema), commits the subscription set
+//     `Task` where QUERY (default TRUEPREDICATE) unless a set is committed already, and syncs with the daemon on
+//     127.0.0.1:N. Prints `READY <setVersion> <setState> <tasks>` once open, `PROGRESS <received> <total>` at each
+//     step of the flexible-sync bootstrap (objects received so far, against how many it sends), and
+//     `COMPLETE <tasks>` once the set is complete; then closes the session and the replica and exits 0. On an error
+//     (the daemon refused the set), prints `ERROR <code> <message>` and exits 2.
 import Foundation
 import Tributary
 import TributaryModel
 import TributaryStorage
+import TributarySync
 import TributaryTestSupport
 
 #if canImport(Glibc)
@@ -53,7 +62,9 @@ func describe(_ error: any Error) -> String {
 }
 
 var arguments = Array(CommandLine.arguments.dropFirst())
-guard arguments.count >= 2 else { fail("usage: tributary-crash-child write|hold-snapshot|grow-map|inspect DIR ...") }
+guard arguments.count >= 2 else {
+    fail("usage: tributary-crash-child write|hold-snapshot|grow-map|inspect|subscribe DIR ...")
+}
 let mode = arguments.removeFirst()
 let directory = arguments.removeFirst()
 
@@ -215,6 +226,34 @@ case "inspect":
         emit(
             "STATE \(ReplicaDigest.hex(objects)) \(ReplicaDigest.hex(log)) \(replica.replicaID) \(replica.lastLocalSequence)"
         )
+        exit(0)
+    } catch {
+        emit(describe(error))
+        exit(2)
+    }
+
+case "subscribe":
+    guard let port = options["port"].flatMap(Int.init) else { fail("subscribe needs --port N") }
+    let query = options["where"] ?? "TRUEPREDICATE"
+    do {
+        let replica = try Replica.open(directory: directory, schema: Fixtures.taskSchema)
+        if try replica.subscriptions.latest.version == 0 {
+            try replica.subscriptions.commit { $0.append("Task", where: query, name: "tasks") }
+        }
+        let set = try replica.subscriptions.latest
+        emit("READY \(set.version) \(set.state) \(try replica.read { try $0.count("Task") })")
+        var configuration = SyncConfiguration()
+        configuration.backoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
+        let session = replica.connect(to: SyncEndpoint(host: "127.0.0.1", port: port), configuration: configuration)
+        let progress = session.bootstrapProgress()
+        let follower = Task {
+            for await step in progress { emit("PROGRESS \(step.transferred) \(step.transferable)") }
+        }
+        try await replica.subscriptions.waitForSync()
+        emit("COMPLETE \(try replica.read { try $0.count("Task") })")
+        follower.cancel()
+        await session.close()
+        replica.close()
         exit(0)
     } catch {
         emit(describe(error))
