@@ -72,6 +72,11 @@ public final class SyncServer: Sendable {
         public var queryableFields: [String: Set<String>]?
         /// About the most bytes of objects in one message of a flexible-sync bootstrap. Default: 1 MiB.
         public var bootstrapMessageBytes = 1 << 20
+        /// A commit wakes only the flexible-sync sessions whose subscriptions it concerns; the others receive it (as a
+        /// changeset whose instructions are all omitted, which keeps the device's version vector whole) with the next
+        /// batch sent to them, or after at most this long idle. Longer costs less work per commit with many devices
+        /// connected; shorter keeps idle devices' progress closer to the daemon's. Default: 5 seconds.
+        public var idleCatchUp: Duration = .seconds(5)
         /// When the daemon stops, each session is told to come back after a random 1 to this many seconds.
         /// Default: 5.
         public var reconnectSpreadSeconds: UInt64 = 5
@@ -417,6 +422,7 @@ public final class SyncServer: Sendable {
         options.meter = metrics
         options.queryableFields = configuration.queryableFields
         options.objectStatesBytes = max(1, configuration.bootstrapMessageBytes)
+        options.idleCatchUp = configuration.idleCatchUp
         if let uploads {
             let user = identity.user
             options.uploadAllowance = { bytes, replica in uploads.take(bytes, user: user ?? "replica \(replica)") }

@@ -286,4 +286,54 @@ struct FlexibleSyncTests {
         await writerSession.close()
         await server.stop()
     }
+
+    @Test(
+        "Writes no subscription of an app selects do not wake its session: they reach it as skeletons, at its next download or once idle"
+    )
+    func unconcernedWritesWaitForTheNextDownload() async throws {
+        let directory = TemporaryDirectory("flexible-idle")
+        for idleCatchUp in [Duration.seconds(3600), .milliseconds(200)] {
+            let (server, endpoint) = try await Loopback.daemon(directory, "daemon-\(idleCatchUp)") {
+                $0.idleCatchUp = idleCatchUp
+                $0.tickInterval = .milliseconds(50)
+            }
+            let writer = try Loopback.app(directory, "writer-\(idleCatchUp)")
+            let writerSession = writer.connect(to: endpoint, configuration: Loopback.fastBackoff)
+            try await writer.write { try $0.create("Task", ["_id": "first", "count": 1]) }
+            try await Loopback.within(.seconds(120), "the writer's upload") { try await writerSession.waitForUpload() }
+            let phone = try Loopback.app(directory, "phone-\(idleCatchUp)")
+            try phone.subscriptions.commit { $0.append("Task", where: "count >= 100", name: "big") }
+            let session = phone.connect(to: endpoint, configuration: Loopback.fastBackoff)
+            try await Loopback.within(.seconds(120), "the set") { try await phone.subscriptions.waitForSync() }
+            try await Loopback.within(.seconds(120), "the first download") { try await session.waitForDownload() }
+
+            // Five writes outside the phone's view.
+            for index in 0..<5 {
+                try await writer.write { try $0.create("Task", ["_id": .string("small\(index)"), "count": 1]) }
+            }
+            try await Loopback.within(.seconds(120), "the writer's upload") { try await writerSession.waitForUpload() }
+            let daemonVector = server.replica.versionVector
+            if idleCatchUp > .seconds(60) {
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(!phone.versionVector.includes(daemonVector), "nothing woke the phone's session")
+                try await Loopback.within(.seconds(120), "a download") { try await session.waitForDownload() }
+            } else {
+                try await Loopback.within(.seconds(120), "the idle catch-up") {
+                    while !phone.versionVector.includes(daemonVector) { try await Task.sleep(for: .milliseconds(20)) }
+                }
+            }
+            #expect(phone.versionVector.includes(daemonVector))
+            #expect(try Self.held(phone).isEmpty)
+
+            // A write in the view arrives without asking.
+            try await writer.write { try $0.update("Task", primaryKey: .string("small3"), ["count": 150]) }
+            try await Loopback.within(.seconds(120), "the object entering the view") {
+                while try Self.held(phone) != ["small3"] { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            try Self.checkHeldEqualDaemon(phone, server.replica)
+            await session.close()
+            await writerSession.close()
+            await server.stop()
+        }
+    }
 }

@@ -49,6 +49,7 @@ struct TributaryBench: AsyncParsableCommand {
         try QueryBenchmarks(context: context).run()
         try ListBenchmarks(context: context).run()
         try await NetworkBenchmarks(context: context).run()
+        try await FlexibleSessionBenchmarks(context: context).run()
     }
 }
 

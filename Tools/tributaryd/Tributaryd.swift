@@ -51,6 +51,7 @@ struct Tributaryd: AsyncParsableCommand {
                 "handshakeDeadlineSeconds": 10,
                 "connectionsPerAddress": 256,
                 "queryableFields": {"ChatMessage": ["conversationID"]},
+                "idleCatchUpSeconds": 5,
                 "logLevel": "info",
                 "readinessBoundSeconds": 10
               }
@@ -78,7 +79,8 @@ struct Tributaryd: AsyncParsableCommand {
             connections.
 
             Apps that subscribe (flexible sync) hold only what their subscriptions cover; queryableFields \
-            names, per type, the fields their queries may read (every field when absent).
+            names, per type, the fields their queries may read (every field when absent). A commit wakes only \
+            the apps whose subscriptions it concerns; the others receive it within idleCatchUpSeconds (5).
 
             The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
             serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
@@ -358,6 +360,7 @@ struct DaemonFile: Decodable {
     var connectionsPerAddress: Int?
     var queryableFields: [String: [String]]?
     var bootstrapMessageBytes: Int?
+    var idleCatchUpSeconds: UInt64?
 
     /// The limits the file sets; the defaults stay for those it does not.
     func applyLimits(to configuration: inout SyncServer.Configuration) throws {
@@ -397,6 +400,12 @@ struct DaemonFile: Decodable {
                 throw ValidationError("bootstrapMessageBytes is from 1024 to 8388608, not \(bytes)")
             }
             configuration.bootstrapMessageBytes = bytes
+        }
+        if let seconds = idleCatchUpSeconds {
+            guard (1...3_600).contains(seconds) else {
+                throw ValidationError("idleCatchUpSeconds is from 1 to 3600, not \(seconds)")
+            }
+            configuration.idleCatchUp = .seconds(seconds)
         }
     }
 
