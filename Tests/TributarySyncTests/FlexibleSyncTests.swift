@@ -140,6 +140,13 @@ struct FlexibleSyncTests {
         try await Loopback.within(.seconds(120), "the writer's download") { try await writerSession.waitForDownload() }
         #expect(try writer.objects("Task").count == 8, "an eviction deleted nothing on other apps")
 
+        // A copy rebuilt from the phone's log (tributary-log replay) holds what the phone holds: the objects the
+        // daemon sent whole are carried with the log.
+        let copy = try phone.replay(through: phone.lastLocalSequence, into: directory.appending("phone-copy"))
+        defer { copy.close() }
+        #expect(try copy.objects("Task").map(\.values) == (try phone.objects("Task").map(\.values)))
+        #expect(try copy.verify().passed)
+
         await phoneSession.close()
         await writerSession.close()
         await server.stop()

@@ -52,7 +52,8 @@ extension Replica {
 
     /// Writes a new replica directory holding this replica's log through `localSequence` (entries copied byte for
     /// byte, so checksums and the chain carry over) and views rebuilt from it. The new replica gets its own
-    /// replica id, so that writing to it never collides with this one.
+    /// replica id, so that writing to it never collides with this one. A flexible-sync replica's object states (the
+    /// objects its daemon sent whole) up to that point are carried over too, so that the views equal this replica's.
     ///
     /// - Parameter directory: a directory that does not exist yet, or is empty.
     /// - Returns: the new replica, open.
@@ -64,8 +65,21 @@ extension Replica {
     )
         throws -> Replica
     {
-        try Self.copyLog(
-            from: environment, log: log, through: localSequence, into: directory, configuration: configuration)
+        let objectStates = try environment.read { txn in
+            var states: [(key: [UInt8], value: [UInt8])] = []
+            try txn.scan(identity, from: Self.objectStatesPrefix, to: ViewStore.prefixEnd(Self.objectStatesPrefix)) {
+                key, value in
+                guard key.count == Self.objectStatesPrefix.count + 16 else { return true }
+                let after = key.loadUnaligned(fromByteOffset: Self.objectStatesPrefix.count, as: UInt64.self).bigEndian
+                guard after <= localSequence else { return false }
+                states.append((Array(key), Array(value)))
+                return true
+            }
+            return states
+        }
+        return try Self.copyLog(
+            from: environment, log: log, through: localSequence, into: directory, objectStates: objectStates,
+            configuration: configuration)
     }
 
     /// Writes a new replica directory from the log of the replica in `sourceDirectory`, as
@@ -113,7 +127,7 @@ extension Replica {
     /// log indexes what it appends, and rebuilds the new replica's views from it.
     private static func copyLog(
         from source: Environment, log: ChangesetLog, through localSequence: UInt64, into directory: String,
-        configuration: Configuration
+        objectStates: [(key: [UInt8], value: [UInt8])] = [], configuration: Configuration
     ) throws -> Replica {
         if let contents = try? FileManager.default.contentsOfDirectory(atPath: directory), !contents.isEmpty {
             throw TributaryError(
@@ -142,6 +156,22 @@ extension Replica {
                         }
                     }
                     next = batchEnd + 1
+                }
+            }
+            if !objectStates.isEmpty {
+                try copy.environment.write { txn in
+                    // Each keeps its key (the log position it followed, then its number), and the count the
+                    // highest number, so that states stored later sort after them.
+                    var highest: UInt64 = 0
+                    for (key, value) in objectStates {
+                        try txn.put(copy.identity, key: key, value: value)
+                        highest = max(
+                            highest,
+                            key.withUnsafeBytes {
+                                $0.loadUnaligned(fromByteOffset: key.count - 8, as: UInt64.self).bigEndian
+                            })
+                    }
+                    try txn.put(copy.identity, key: Self.objectStatesCountKey, value: Self.identityBytes(highest))
                 }
             }
             try copy.rebuildViews()
