@@ -1,5 +1,6 @@
 public import Foundation
 import JWTKit
+import TributaryModel
 public import TributaryProtocol
 
 /// How a daemon checks the tokens apps present: JWTs signed with one of its keys.
@@ -95,6 +96,32 @@ public struct SessionIdentity: Sendable, Hashable {
     public static let anyone = SessionIdentity(user: nil, claims: [:], expires: nil, roles: [.app, .peer])
     /// A peer daemon, proven by its client certificate.
     public static let peer = SessionIdentity(user: nil, claims: [:], expires: nil, roles: [.peer])
+}
+
+extension SessionIdentity {
+    /// The user as permission rules see it: `%%user.id` is the token's `sub` (empty without one), and
+    /// `%%user.custom_data.<path>` reads the token's `custom_data` claim when it has one, its claims otherwise.
+    var ruleUser: RuleUser {
+        var data: [String: Value] = [:]
+        func flatten(_ claim: TokenClaim, _ path: String) {
+            switch claim {
+            case .string(let text): data[path] = .string(text)
+            case .bool(let bool): data[path] = .bool(bool)
+            case .null: data[path] = .null
+            case .number(let number):
+                data[path] = number.rounded() == number && abs(number) < 9e15 ? .int(Int64(number)) : .double(number)
+            case .object(let members):
+                for (key, member) in members { flatten(member, path.isEmpty ? key : "\(path).\(key)") }
+            case .array: break
+            }
+        }
+        if case .object = claims["custom_data"] {
+            flatten(claims["custom_data"]!, "")
+        } else {
+            flatten(.object(claims), "")
+        }
+        return RuleUser(id: user ?? "", customData: data)
+    }
 }
 
 /// Checks the bearer token of a connection before its WebSocket upgrade.

@@ -70,6 +70,11 @@ public final class SyncServer: Sendable {
         /// subscription that reads any other is refused, with a message naming the field; its set goes to the error
         /// state on the device. `nil` (the default) lets subscriptions query every property.
         public var queryableFields: [String: Set<String>]?
+        /// Who may read and write what: App Services permission rules (``PermissionRules``), applied to every app
+        /// session with the user its token names (`%%user.id` is the token's `sub`, `%%user.custom_data` its
+        /// claims). Apps must then sync by subscriptions; peer daemons are trusted with everything. `nil` (the
+        /// default): every app may read and write everything.
+        public var permissionRules: PermissionRules?
         /// About the most bytes of objects in one message of a flexible-sync bootstrap. Default: 1 MiB.
         public var bootstrapMessageBytes = 1 << 20
         /// A commit wakes only the flexible-sync sessions whose subscriptions it concerns; the others receive it (as a
@@ -423,6 +428,7 @@ public final class SyncServer: Sendable {
         options.queryableFields = configuration.queryableFields
         options.objectStatesBytes = max(1, configuration.bootstrapMessageBytes)
         options.idleCatchUp = configuration.idleCatchUp
+        options.permissions = configuration.permissionRules?.permissions(for: identity.ruleUser)
         if let uploads {
             let user = identity.user
             options.uploadAllowance = { bytes, replica in uploads.take(bytes, user: user ?? "replica \(replica)") }

@@ -6,7 +6,7 @@ import Foundation
 // MARK: - JSON values
 
 /// A parsed JSON value. Objects keep their keys in document order, so declaration order survives; numbers keep
-/// their text, so integers are read exactly. (File-private for now; the rules JSON could share it.)
+/// their text, so integers are read exactly. The schema's and the permission rules' JSON forms share it.
 enum JSONValue: Equatable {
     case null
     case bool(Bool)
@@ -120,9 +120,12 @@ struct JSONParser {
 
     private let bytes: [UInt8]
     private var offset = 0
+    /// What the document is, for error messages: `schema`, `rules`.
+    private let subject: String
 
-    init(_ bytes: [UInt8]) {
+    init(_ bytes: [UInt8], subject: String = "schema") {
         self.bytes = bytes
+        self.subject = subject
         // A UTF-8 byte order mark is tolerated, as editors write one.
         if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { offset = 3 }
     }
@@ -146,7 +149,7 @@ struct JSONParser {
                 column += 1
             }
         }
-        return SchemaError(.invalidJSON, "schema: invalid JSON at line \(line), column \(column): \(message)")
+        return SchemaError(.invalidJSON, "\(subject): invalid JSON at line \(line), column \(column): \(message)")
     }
 
     private var current: UInt8? { offset < bytes.count ? bytes[offset] : nil }

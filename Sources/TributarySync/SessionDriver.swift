@@ -75,6 +75,10 @@ package actor SessionDriver {
         /// do not wake the session) may wait before the session sends them, as skeletons that advance the device's
         /// progress.
         package var idleCatchUp: Duration = .seconds(5)
+        /// For an acceptor: the app's roles under the daemon's permission rules, or `nil` when there are none. With
+        /// them, what the app holds is limited to what it may read, every write it uploads is checked against its
+        /// role, and an app that does not sync by subscriptions is refused. Peers are not subject to them.
+        package var permissions: SessionPermissions?
         /// For an acceptor: the author every changeset received must name (the user an app's token names).
         package var requiredAuthor: String?
         /// For an acceptor: when the other side's token expires; the session then ends with
@@ -149,6 +153,8 @@ package actor SessionDriver {
     private var lastCatchUp = ContinuousClock.now
     /// For an acceptor: the newest set the app sent and the daemon took, which judges the uploads that follow it.
     private var judgingSubscriptions: [Subscription] = []
+    /// For an acceptor serving an app under permission rules: its roles.
+    private var permissions: SessionPermissions?
     /// For an acceptor: the subscription set the app asked for, to bootstrap before anything else is sent.
     private var wantedQuery: QueryRequest?
     /// For an acceptor: the app's own sequence after which its refused writes' compensations are sent again, once
@@ -299,7 +305,7 @@ package actor SessionDriver {
             do {
                 if flexibleView != nil {
                     (incoming, compensated, compensate) = try replica.judgeUpload(
-                        incoming, under: judgingSubscriptions, judging: flexibleReady)
+                        incoming, under: judgingSubscriptions, judging: flexibleReady, permissions: permissions)
                 }
                 report = try await integrator.integrate(
                     incoming, adopt: adoptIncoming, author: options.requiredAuthor)
@@ -386,7 +392,14 @@ package actor SessionDriver {
     }
 
     private func authenticateAndWelcome(_ hello: Hello) async -> Bool {
-        if let refusal = await authenticate?(hello) {
+        var refusal = await authenticate?(hello)
+        if refusal == nil, options.permissions != nil, hello.role == .app, !hello.flexible {
+            refusal = SyncError(
+                .forbidden, .fatal,
+                "this daemon enforces permission rules: apps sync by subscriptions (flexible sync); commit a "
+                    + "subscription set before connecting")
+        }
+        if let refusal {
             if let frame = machine.refuse(refusal) { await write(frame) }
             await end(refusal, closeConnection: true)
             return false
@@ -417,6 +430,7 @@ package actor SessionDriver {
         adoptIncoming = hello.role == .app
         otherReplica = hello.replica
         if hello.flexible && hello.role == .app { flexibleView = FlexibleSessionView() }
+        if hello.role == .app { permissions = options.permissions }
         onEvent(.established(replica: hello.replica, role: hello.role))
         startPump()
         return true
@@ -673,7 +687,7 @@ package actor SessionDriver {
             // The first set decides what the app holds: with it refused, the session serves the held one.
             if !flexibleReady {
                 flexibleReady = true
-                judgingSubscriptions = query.held
+                judgingSubscriptions = readable(query.held)
                 wantedQuery = QueryRequest(
                     version: query.heldVersion, subscriptions: query.held, heldVersion: query.heldVersion,
                     held: query.held)
@@ -682,10 +696,15 @@ package actor SessionDriver {
             return true
         }
         flexibleReady = true
-        judgingSubscriptions = query.subscriptions
+        judgingSubscriptions = readable(query.subscriptions)
         wantedQuery = query
         wake?.yield()
         return true
+    }
+
+    /// Acceptor: `subscriptions` limited to what the app may read under the permission rules (when there are any).
+    private func readable(_ subscriptions: [Subscription]) -> [Subscription] {
+        permissions?.readable(subscriptions) ?? subscriptions
     }
 
     /// Acceptor: sends what entering `query.subscriptions` from `query.held` adds and removes, then completes it.
@@ -694,8 +713,8 @@ package actor SessionDriver {
         let bootstrap: (objects: [ReceivedObjectState], yours: UInt64)
         do {
             bootstrap = try replica.flexibleBootstrap(
-                holding: view.subscriptions.isEmpty ? query.held : view.subscriptions,
-                wanting: query.subscriptions, view: &view, device: device)
+                holding: view.subscriptions.isEmpty ? readable(query.held) : view.subscriptions,
+                wanting: readable(query.subscriptions), view: &view, device: device)
         } catch {
             await fail(
                 SyncError(.storage, .retry, "could not read the objects to send: \(error)", retryAfterSeconds: 5))

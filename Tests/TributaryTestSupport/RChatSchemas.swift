@@ -218,4 +218,52 @@ package enum RChat {
 
     /// The three together, as one JSON array.
     package static var schemas: String { "[" + [user, chatster, chatMessage].joined(separator: ",") + "]" }
+
+    /// The article's sync permissions (the flexible-sync form): a user reads and writes its own User object only;
+    /// anyone reads every Chatster and writes none (a trigger maintains them); anyone reads every ChatMessage, and
+    /// writes those it authored.
+    package static let rules = #"""
+        {
+           "rules": {
+               "User": [
+                   {
+                       "name": "anyone",
+                       "applyWhen": {},
+                       "read": {
+                           "_id": "%%user.id"
+                       },
+                       "write": {
+                           "_id": "%%user.id"
+                       }
+                   }
+               ],
+               "Chatster": [
+                   {
+                       "name": "anyone",
+                       "applyWhen": {},
+                       "read": true,
+                       "write": false
+                   }
+               ],
+               "ChatMessage": [
+                   {
+                       "name": "anyone",
+                       "applyWhen": {},
+                       "read": true,
+                       "write": {
+                           "authorID": "%%user.id"
+                       }
+                   }
+               ]
+           },
+           "defaultRoles": [
+               {
+                   "name": "all",
+                   "applyWhen": {},
+                   "read": {},
+                   "write": {}
+               }
+           ]
+        }
+        """#
 }

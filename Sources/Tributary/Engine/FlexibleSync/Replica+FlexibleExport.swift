@@ -298,21 +298,30 @@ extension Replica {
     /// and the device is sent the daemon's state of the object at the next export (a compensating write).
     ///
     /// `subscriptions` is the newest set the device sent and the daemon took (its bootstrap may still be on its way:
-    /// the writes that follow a set were made under it). Before the device's first set arrives (`judging` is
-    /// `false`), nothing is refused.
+    /// the writes that follow a set were made under it), limited to what the session may read. Before the device's
+    /// first set arrives (`judging` is `false`), no write is refused for being outside the view.
+    ///
+    /// With `permissions` (the session's roles under the daemon's permission rules), every write is also checked
+    /// against its role: a create needs `insert` and an object the role may write; a change, an object the role may
+    /// write before and after it; an erase, `delete` and an object the role may write. A denied write is refused the
+    /// same way.
     ///
     /// - Returns: the changesets to adopt, per refused changeset its dot and the reason (naming each object), and
     ///   the objects to send back (``compensation(for:view:device:)``) once the adopted ones are committed.
-    package func judgeUpload(_ changesets: [[UInt8]], under subscriptions: [Subscription], judging: Bool) throws -> (
+    package func judgeUpload(
+        _ changesets: [[UInt8]], under subscriptions: [Subscription], judging: Bool,
+        permissions: SessionPermissions? = nil
+    ) throws -> (
         changesets: [[UInt8]], rejections: [(dot: Dot, reason: String)],
         compensate: [(type: String, primaryKey: PrimaryKey, refused: [Dot])]
     ) {
-        guard judging else { return (changesets, [], []) }
+        guard judging || permissions != nil else { return (changesets, [], []) }
         do {
             return try environment.read { txn in
                 let snapshot = Snapshot(replica: self, storage: txn)
                 defer { snapshot.invalidate() }
                 let compiled = CompiledSubscriptions(subscriptions, schema: snapshot.schema)
+                var roles = permissions.map { CompiledPermissions($0, schema: snapshot.schema) }
                 let context = ZstdContext()
                 var working = WorkingSet(
                     source: ReplicaRecordSource(views: views, log: log, transaction: txn), schema: snapshot.schema)
@@ -341,6 +350,11 @@ extension Replica {
                     for key in touched {
                         let before = try working.record(key)
                         let after = try trial.record(key)
+                        if let reason = try roles?.denial(key, before: before, after: after, in: snapshot) {
+                            denied[key] = reason
+                            continue
+                        }
+                        guard judging else { continue }
                         if let after, after.exists {
                             if try !compiled.matches(key, record: after, in: snapshot) {
                                 denied[key] = "the object is outside of the session's subscriptions after the write"
@@ -493,5 +507,67 @@ extension Replica {
     ) throws -> UInt64 {
         let held = try log.originEntries(from: origin, after: vector[origin], in: txn).last?.dot.sequence
         return max(held ?? 0, vector[origin])
+    }
+}
+
+/// A session's permissions, with each role's write filter compiled against a schema (once per type).
+struct CompiledPermissions {
+    let permissions: SessionPermissions
+    let schema: Schema
+    /// Per type, the role's write filter compiled, or `nil` when it does not compile.
+    private var writeFilters: [String: Query?] = [:]
+
+    init(_ permissions: SessionPermissions, schema: Schema) {
+        self.permissions = permissions
+        self.schema = schema
+    }
+
+    /// Why the session may not make the change of `key` from `before` to `after`, or `nil` when its role allows it.
+    mutating func denial(_ key: RecordKey, before: ObjectRecord?, after: ObjectRecord?, in snapshot: Snapshot) throws
+        -> String?
+    {
+        let existed = before?.exists == true
+        let exists = after?.exists == true
+        guard existed || exists else { return nil }
+        guard let role = permissions[key.type] else { return "no role of the permission rules applies to \(key.type)" }
+        let name = "role \"\(role.role)\""
+        if !existed {
+            guard role.insert else { return "\(name) may not create \(key.type) objects" }
+            guard try mayWrite(key, after!, role, in: snapshot) else {
+                return "the object created is outside what \(name) may write"
+            }
+        } else if !exists {
+            guard role.delete else { return "\(name) may not delete \(key.type) objects" }
+            guard try mayWrite(key, before!, role, in: snapshot) else {
+                return "the object erased is outside what \(name) may write"
+            }
+        } else {
+            guard try mayWrite(key, before!, role, in: snapshot) else {
+                return "\(name) may not write this object"
+            }
+            guard try mayWrite(key, after!, role, in: snapshot) else {
+                return "after the write the object is outside what \(name) may write"
+            }
+        }
+        return nil
+    }
+
+    private mutating func mayWrite(
+        _ key: RecordKey, _ record: ObjectRecord, _ role: TypePermissions, in snapshot: Snapshot
+    ) throws -> Bool {
+        switch role.write {
+        case .all: return true
+        case .none: return false
+        case .matching(let predicate):
+            guard let type = schema[type: key.type] else { return false }
+            if writeFilters[key.type] == nil {
+                writeFilters[key.type] = .some(try? schema.query(predicate, arguments: [], type: type))
+            }
+            // A filter that does not apply to the type (a field it lacks) lets nothing through.
+            guard let query = writeFilters[key.type] ?? nil else { return false }
+            let object = try snapshot.materializer.object(type: type, primaryKey: key.primaryKey, record: record)
+            let source = ReaderObjectSource { type, key in (try? snapshot.object(type, primaryKey: key))?.values }
+            return query.matches(object.values, source: source)
+        }
     }
 }

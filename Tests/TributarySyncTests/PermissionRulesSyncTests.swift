@@ -1,0 +1,132 @@
+import Foundation
+import Testing
+import Tributary
+import TributaryDaemon
+import TributaryModel
+import TributaryProtocol
+import TributarySync
+import TributaryTestSupport
+
+/// A daemon enforcing the RChat permission rules over loopback: what each user's app receives is what the user may
+/// read, and a write the user may not make is undone on its app and reaches no other replica.
+@Suite("Permission rules over sync")
+struct PermissionRulesSyncTests {
+    typealias Tokens = TokenAuthenticationTests
+
+    static func app(_ directory: TemporaryDirectory, _ user: String) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.author = user
+        return try Replica.open(
+            directory: directory.appending(user), schema: RChatFlexibleSyncTests.schema, configuration: configuration)
+    }
+
+    static func keys(_ replica: Replica, _ type: String) throws -> [String] {
+        try replica.objects(type).compactMap { if case .string(let id) = $0.primaryKey { id } else { nil } }.sorted()
+    }
+
+    static func connect(_ replica: Replica, _ user: String, to endpoint: SyncEndpoint) async throws -> SyncSession {
+        let token = try await Tokens.hs256(Tokens.claims(user))
+        return replica.connect(to: endpoint, credentials: .token(token), configuration: LoopbackSyncTests.fastBackoff)
+    }
+
+    /// Uploads what the user's app wrote, and downloads what the daemon holds for it.
+    static func sync(_ session: SyncSession, _ user: String) async throws {
+        try await LoopbackSyncTests.within(.seconds(120), "\(user)'s sync") {
+            try await session.waitForUpload()
+            try await session.waitForDownload()
+        }
+    }
+
+    @Test("The RChat rules: each app holds what its user may read; writes the user may not make are undone")
+    func rchatRules() async throws {
+        let directory = TemporaryDirectory("permissions")
+        let rules = try PermissionRules(json: Array(RChat.rules.utf8))
+        let (server, endpoint) = try await Tokens.daemon(directory) { $0.permissionRules = rules }
+        let alice = try Self.app(directory, "alice")
+        let bob = try Self.app(directory, "bob")
+        var opened: [String: SyncSession] = [:]
+        for (replica, user) in [(alice, "alice"), (bob, "bob")] {
+            // Every user, every chatster and the conversation: the rules decide which users arrive.
+            try replica.subscriptions.commit { subs in
+                subs.append("User", where: "TRUEPREDICATE", name: "users")
+                subs.append("Chatster", where: "TRUEPREDICATE", name: "chatsters")
+                subs.append("ChatMessage", where: "conversationID == 'c1'", name: "conversation")
+            }
+            opened[user] = try await Self.connect(replica, user, to: endpoint)
+            try await LoopbackSyncTests.within(.seconds(120), "\(user)'s set") {
+                try await replica.subscriptions.waitForSync()
+            }
+            try await replica.write { txn in
+                try txn.create("User", ["_id": .string(user), "userName": .string(user), "presence": "on-line"])
+            }
+        }
+        let sessions = opened
+        for user in ["alice", "bob"] { try await Self.sync(sessions[user]!, user) }
+        // A trigger's work: the daemon keeps the Chatster objects (no app may write them).
+        try await server.replica.write { txn in
+            for user in ["alice", "bob"] {
+                try txn.create(
+                    "Chatster", ["_id": .string(user), "userName": .string(user), "presence": "on-line"])
+            }
+        }
+        for (replica, user) in [(alice, "alice"), (bob, "bob")] {
+            try await Self.sync(sessions[user]!, user)
+            #expect(try Self.keys(replica, "User") == [user], "\(user) reads its own User object only")
+            #expect(try Self.keys(replica, "Chatster") == ["alice", "bob"])
+        }
+        #expect(try Self.keys(server.replica, "User") == ["alice", "bob"])
+
+        // Alice writes a message of her own (allowed), one in Bob's name, a User object for someone else, and
+        // changes a Chatster: only the first stands.
+        try await alice.write { txn in
+            try txn.create(
+                "ChatMessage", RChatFlexibleSyncTests.message("m1", conversation: "c1", author: "alice", text: "hi"))
+            try txn.create(
+                "ChatMessage", RChatFlexibleSyncTests.message("m2", conversation: "c1", author: "bob", text: "as bob"))
+        }
+        try await alice.write { txn in
+            try txn.create("User", ["_id": "mallory", "userName": "mallory", "presence": "on-line"])
+        }
+        try await alice.write { txn in
+            try txn.update("Chatster", primaryKey: .string("bob"), ["presence": "off-line"])
+        }
+        try await Self.sync(sessions["alice"]!, "alice")
+        #expect(try Self.keys(alice, "ChatMessage") == ["m1"], "the message in Bob's name is undone")
+        #expect(try Self.keys(alice, "User") == ["alice"], "the User object for someone else is undone")
+        #expect(try alice.object("Chatster", primaryKey: .string("bob"))?["presence"] == "on-line")
+        let reasons = sessions["alice"]!.rejections.map(\.reason)
+        #expect(reasons.contains { $0.contains("ChatMessage[\"m2\"]") && $0.contains("role \"anyone\"") }, "\(reasons)")
+        #expect(reasons.contains { $0.contains("User[\"mallory\"]") }, "\(reasons)")
+        #expect(reasons.contains { $0.contains("Chatster[\"bob\"]") }, "\(reasons)")
+        // Nothing denied reached the daemon's views.
+        #expect(try Self.keys(server.replica, "ChatMessage") == ["m1"])
+        #expect(try Self.keys(server.replica, "User") == ["alice", "bob"])
+        #expect(try server.replica.object("Chatster", primaryKey: .string("bob"))?["presence"] == "on-line")
+
+        // Bob receives Alice's message, and may not change it.
+        try await LoopbackSyncTests.within(.seconds(120), "alice's message at bob") {
+            while try Self.keys(bob, "ChatMessage") != ["m1"] { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        try await bob.write { try $0.update("ChatMessage", primaryKey: .string("m1"), ["text": "edited by bob"]) }
+        try await Self.sync(sessions["bob"]!, "bob")
+        #expect(try bob.object("ChatMessage", primaryKey: .string("m1"))?["text"] == "hi")
+        #expect(try server.replica.object("ChatMessage", primaryKey: .string("m1"))?["text"] == "hi")
+        #expect(sessions["bob"]!.rejections.contains { $0.reason.contains("may not write this object") })
+        for replica in [alice, bob, server.replica] { #expect(try replica.verify().passed) }
+
+        // An app that does not sync by subscriptions is refused: the rules could not limit what it receives.
+        let full = try Self.app(directory, "carol")
+        let fullSession = try await Self.connect(full, "carol", to: endpoint)
+        let ended = try await LoopbackSyncTests.within(.seconds(120), "carol's refusal") { () -> SyncError? in
+            for await state in fullSession.states() {
+                if case .disconnected(let error?) = state { return error }
+            }
+            return nil
+        }
+        #expect(ended?.code == .forbidden, "\(String(describing: ended))")
+        #expect(ended?.message.contains("flexible sync") == true)
+        for session in sessions.values { await session.close() }
+        await fullSession.close()
+        await server.stop()
+    }
+}
