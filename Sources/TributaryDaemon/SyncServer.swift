@@ -132,11 +132,16 @@ public final class SyncServer: Sendable {
         var connections: [ObjectIdentifier: any Channel] = [:]
         /// The TLS context new connections are served with (``reloadCertificates()`` replaces it).
         var tlsContext: NIOSSLContext?
+        /// The permission rules in force (``reloadPermissionRules(_:)`` replaces them).
+        var rules: PermissionRules?
+        /// The user of each app session, for choosing its roles again when the rules change.
+        var ruleUsers: [ObjectIdentifier: RuleUser] = [:]
     }
 
     public init(replica: Replica, configuration: Configuration = Configuration()) {
         self.replica = replica
         self.configuration = configuration
+        state.withLock { $0.rules = configuration.permissionRules }
         metrics = DaemonMetrics(registry: configuration.metricsRegistry, peers: configuration.peers)
         committer = Committer(replica: replica, metrics: metrics)
         uploads = configuration.uploadBytesPerSecond.map {
@@ -208,6 +213,20 @@ public final class SyncServer: Sendable {
             accessTokens: accessTokens, policy: tokenPolicy,
             peersByCertificate: configuration.tls?.peerCertificateAuthority != nil)
         state.withLock { $0.authenticator = authenticator }
+    }
+
+    /// Replaces the permission rules (what SIGHUP reloads). Every open app session takes its roles under the new
+    /// rules at once: objects its user may no longer read are removed from its device, newly readable ones are sent,
+    /// and its next writes are judged under the new roles. `nil` lifts the rules for new sessions; open ones keep
+    /// syncing by subscriptions, with every write allowed.
+    public func reloadPermissionRules(_ rules: PermissionRules?) async {
+        let sessions = state.withLock { state in
+            state.rules = rules
+            return state.ruleUsers.compactMap { key, user in state.drivers[key].map { ($0, user) } }
+        }
+        for (driver, user) in sessions {
+            await driver.changePermissions(rules?.permissions(for: user))
+        }
     }
 
     /// Reads the TLS certificate, key and peer certificate authority files again (what SIGHUP does, so that a renewed
@@ -428,7 +447,8 @@ public final class SyncServer: Sendable {
         options.queryableFields = configuration.queryableFields
         options.objectStatesBytes = max(1, configuration.bootstrapMessageBytes)
         options.idleCatchUp = configuration.idleCatchUp
-        options.permissions = configuration.permissionRules?.permissions(for: identity.ruleUser)
+        let ruleUser = identity.ruleUser
+        options.permissions = state.withLock { $0.rules }?.permissions(for: ruleUser)
         if let uploads {
             let user = identity.user
             options.uploadAllowance = { bytes, replica in uploads.take(bytes, user: user ?? "replica \(replica)") }
@@ -456,6 +476,7 @@ public final class SyncServer: Sendable {
         holder.driver = driver
         let stopping = state.withLock { state in
             state.drivers[ObjectIdentifier(driver)] = driver
+            state.ruleUsers[ObjectIdentifier(driver)] = ruleUser
             return state.stopping
         }
         if stopping {
@@ -494,6 +515,7 @@ public final class SyncServer: Sendable {
             }
             let open = state.withLock { state in
                 state.drivers.removeValue(forKey: ObjectIdentifier(driver))
+                state.ruleUsers.removeValue(forKey: ObjectIdentifier(driver))
                 for (key, value) in state.byReplica where value.driver === driver {
                     state.byReplica.removeValue(forKey: key)
                 }

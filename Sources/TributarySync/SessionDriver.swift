@@ -155,6 +155,8 @@ package actor SessionDriver {
     private var judgingSubscriptions: [Subscription] = []
     /// For an acceptor serving an app under permission rules: its roles.
     private var permissions: SessionPermissions?
+    /// For an acceptor: the rules changed; what the app holds is decided again under its new roles.
+    private var permissionsChanged = false
     /// For an acceptor: the subscription set the app asked for, to bootstrap before anything else is sent.
     private var wantedQuery: QueryRequest?
     /// For an acceptor: the app's own sequence after which its refused writes' compensations are sent again, once
@@ -305,7 +307,8 @@ package actor SessionDriver {
             do {
                 if flexibleView != nil {
                     (incoming, compensated, compensate) = try replica.judgeUpload(
-                        incoming, under: judgingSubscriptions, judging: flexibleReady, permissions: permissions)
+                        incoming, under: readable(judgingSubscriptions), judging: flexibleReady,
+                        permissions: permissions)
                 }
                 report = try await integrator.integrate(
                     incoming, adopt: adoptIncoming, author: options.requiredAuthor)
@@ -334,7 +337,7 @@ package actor SessionDriver {
                 do {
                     try replica.recordRefusals(of: device, compensate)
                     let states = try replica.compensation(
-                        for: compensate, under: judgingSubscriptions, view: &view, device: device)
+                        for: compensate, under: readable(judgingSubscriptions), view: &view, device: device)
                     flexibleView = view
                     await sendObjects(states.objects, query: 0, yours: states.yours)
                 } catch {
@@ -532,11 +535,17 @@ package actor SessionDriver {
                 guard flexibleReady else { return true }
                 if let wanted = wantedQuery {
                     wantedQuery = nil
+                    permissionsChanged = false
                     guard await bootstrap(wanted) else { return false }
                     if let after = resendRefusalsAfter {
                         resendRefusalsAfter = nil
                         guard await resendRefusals(after: after) else { return false }
                     }
+                    continue
+                }
+                if permissionsChanged {
+                    permissionsChanged = false
+                    guard await decideAgain() else { return false }
                     continue
                 }
             }
@@ -687,7 +696,7 @@ package actor SessionDriver {
             // The first set decides what the app holds: with it refused, the session serves the held one.
             if !flexibleReady {
                 flexibleReady = true
-                judgingSubscriptions = readable(query.held)
+                judgingSubscriptions = query.held
                 wantedQuery = QueryRequest(
                     version: query.heldVersion, subscriptions: query.held, heldVersion: query.heldVersion,
                     held: query.held)
@@ -696,10 +705,47 @@ package actor SessionDriver {
             return true
         }
         flexibleReady = true
-        judgingSubscriptions = readable(query.subscriptions)
+        judgingSubscriptions = query.subscriptions
         wantedQuery = query
         wake?.yield()
         return true
+    }
+
+    /// Acceptor serving an app: the daemon's permission rules changed, and `permissions` are the app's roles under
+    /// them. The objects it may no longer read are removed from it, those it now may are sent, and its writes are
+    /// judged under the new roles from now on.
+    package func changePermissions(_ permissions: SessionPermissions?) async {
+        guard !ended, adoptIncoming, permissions != self.permissions else { return }
+        if flexibleView == nil, permissions != nil {
+            // The app receives everything: the rules could not limit it.
+            await close(
+                SyncError(
+                    .forbidden, .fatal,
+                    "this daemon now enforces permission rules: apps sync by subscriptions (flexible sync); commit "
+                        + "a subscription set before connecting again"))
+            return
+        }
+        self.permissions = permissions
+        permissionsChanged = true
+        wake?.yield()
+    }
+
+    /// Acceptor: what the app holds, decided again under its roles (the rules changed): the objects entering or
+    /// leaving its view are sent as object states to apply at once.
+    private func decideAgain() async -> Bool {
+        guard var view = flexibleView, let device = otherReplica else { return true }
+        let objects: (objects: [ReceivedObjectState], yours: UInt64)
+        do {
+            objects = try replica.flexibleBootstrap(
+                holding: view.subscriptions, wanting: readable(judgingSubscriptions), view: &view, device: device)
+        } catch {
+            await fail(
+                SyncError(.storage, .retry, "could not read the objects to send: \(error)", retryAfterSeconds: 5))
+            return false
+        }
+        flexibleView = view
+        if !objects.objects.isEmpty { await sendObjects(objects.objects, query: 0, yours: objects.yours) }
+        return !ended
     }
 
     /// Acceptor: `subscriptions` limited to what the app may read under the permission rules (when there are any).
@@ -737,7 +783,7 @@ package actor SessionDriver {
             let refused = try replica.refusals(of: device, after: acknowledged)
             guard !refused.isEmpty else { return true }
             let states = try replica.compensation(
-                for: refused, under: judgingSubscriptions, view: &view, device: device)
+                for: refused, under: readable(judgingSubscriptions), view: &view, device: device)
             flexibleView = view
             await sendObjects(states.objects, query: 0, yours: states.yours)
             return !ended

@@ -280,9 +280,13 @@ struct FlexibleSyncTests {
         try phone.subscriptions.commit { $0.append("Task", where: "count == 1", name: "odd") }
         let partial = try await Loopback.within(.seconds(120), "a partial bootstrap") { await cut.value }
         #expect(partial.map { $0.transferred < $0.transferable } == true, "\(String(describing: partial))")
-        // Nothing of the cut bootstrap is applied, and the set is still pending.
-        #expect(try phone.objects("Task").count == 1_500)
-        #expect(try phone.subscriptions.latest.state == .pending)
+        // Nothing of the cut bootstrap is applied, and the set is still pending; or, when the rest of the bootstrap
+        // was read before the pause took effect (a loaded machine), all of it and the set complete. Never part.
+        let held = try phone.objects("Task").count
+        let state = try phone.subscriptions.latest.state
+        #expect(
+            (held == 1_500 && state == .pending) || (held == 3_000 && state == .complete),
+            "cut at \(String(describing: partial)): \(held) objects held, the set \(state)")
         #expect(try phone.verify().passed)
 
         session.resume()

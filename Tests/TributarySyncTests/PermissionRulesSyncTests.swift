@@ -129,4 +129,51 @@ struct PermissionRulesSyncTests {
         await fullSession.close()
         await server.stop()
     }
+
+    @Test("A rule change revokes and grants read access while sessions are connected")
+    func ruleChangeWhileConnected() async throws {
+        let directory = TemporaryDirectory("permissions-change")
+        func rules(_ read: String) throws -> PermissionRules {
+            try PermissionRules(
+                json: Array(
+                    #"{"rules": {"Task": [{"name": "r", "applyWhen": {}, "read": \#(read), "write": false}]}}"#.utf8))
+        }
+        let (server, endpoint) = try await Tokens.daemon(directory) {
+            $0.permissionRules = try? rules(#"{"title": "%%user.id"}"#)
+        }
+        // The tasks, written on the daemon (the apps may write none).
+        let writer = try Replica.open(directory: directory.appending("seed"), schema: LoopbackSyncTests.schema)
+        try await writer.write { txn in
+            for (index, title) in ["alice", "alice", "bob", "bob", "carol"].enumerated() {
+                try txn.create(
+                    "Task", ["_id": .string("t\(index)"), "title": .string(title), "count": .int(Int64(index))])
+            }
+        }
+        try server.replica.integrate(encoded: try writer.encodedChangesets(missingFrom: server.replica.versionVector))
+        writer.close()
+
+        var configuration = Replica.Configuration()
+        configuration.author = "alice"
+        let alice = try Replica.open(
+            directory: directory.appending("alice"), schema: LoopbackSyncTests.schema, configuration: configuration)
+        try alice.subscriptions.commit { $0.append("Task", where: "TRUEPREDICATE", name: "all") }
+        let session = try await Self.connect(alice, "alice", to: endpoint)
+        try await LoopbackSyncTests.within(.seconds(120), "alice's set") { try await alice.subscriptions.waitForSync() }
+        #expect(try Self.keys(alice, "Task") == ["t0", "t1"])
+
+        // Now every task with a count of 3 or more is readable, and alice's own no longer are.
+        await server.reloadPermissionRules(try rules(#"{"count": {"$gte": 3}}"#))
+        try await LoopbackSyncTests.within(.seconds(120), "the new rules at alice") {
+            while try Self.keys(alice, "Task") != ["t3", "t4"] { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        try FlexibleSyncTests.checkHeldEqualDaemon(alice, server.replica)
+        // Without rules, the subscription alone decides.
+        await server.reloadPermissionRules(nil)
+        try await LoopbackSyncTests.within(.seconds(120), "no rules at alice") {
+            while try Self.keys(alice, "Task").count != 5 { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        #expect(try server.replica.objects("Task").count == 5, "nothing was deleted anywhere but on the app")
+        await session.close()
+        await server.stop()
+    }
 }

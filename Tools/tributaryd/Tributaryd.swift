@@ -7,6 +7,7 @@ import Metrics
 import Prometheus
 import Tributary
 import TributaryDaemon
+import TributaryModel
 import TributarySync
 
 #if canImport(Glibc)
@@ -82,6 +83,14 @@ struct Tributaryd: AsyncParsableCommand {
             names, per type, the fields their queries may read (every field when absent). A commit wakes only \
             the apps whose subscriptions it concerns; the others receive it within idleCatchUpSeconds (5).
 
+            With --rules (or permissionRulesFile), the daemon enforces App Services permission rules, in the \
+            flexible-sync form ({"rules": {"Type": [roles]}, "defaultRoles": [roles]}) or as the per-collection \
+            rules.json documents, in an array. Each app session's role per type is the first whose applyWhen holds \
+            for its token's user (%%user.id is the token's sub, %%user.custom_data its claims); it receives only \
+            what it may read, and a write its role denies is undone on the app. Apps must sync by subscriptions; \
+            peers are trusted. Anything the rules use that the daemon does not support is refused at start, with \
+            its path. SIGHUP loads the rules again and applies them to open sessions.
+
             The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
             serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
             peer and why) and GET /metrics (Prometheus text format; docs/Operating.md lists the metrics). \
@@ -89,7 +98,7 @@ struct Tributaryd: AsyncParsableCommand {
 
             SIGINT or SIGTERM stops the daemon: sessions are told to come back after 1 to 5 seconds (spread, so \
             that they do not all return at once), and every acknowledged change is on disk. SIGHUP reads the \
-            configuration file, key files and certificate files again and applies their access tokens, token \
+            configuration file, key files, certificate files and rules again and applies their access tokens, token \
             keys and certificates to new connections (rotation without a restart). tributary-log reads the \
             directory while the daemon runs.
             """)
@@ -151,6 +160,11 @@ struct Tributaryd: AsyncParsableCommand {
     @Option(help: "The private key of --peer-certificate, in PEM (default: --tls-key).")
     var peerKey: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "Permission rules: a JSON file in the form App Services wrote them (see above).", valueName: "file"))
+    var rules: String?
+
     @Option(help: "Seconds between keepalive pings on idle sessions (default 30).")
     var keepaliveSeconds: UInt64?
 
@@ -209,6 +223,11 @@ struct Tributaryd: AsyncParsableCommand {
             configuration.readinessBound = .seconds(min(bound, 86_400))
         }
         try file.applyLimits(to: &configuration)
+        configuration.permissionRules = try permissionRules(file)
+        if configuration.permissionRules != nil, keys.isEmpty {
+            throw ValidationError(
+                "permission rules need token keys (--token-key): %%user.id is the subject of the app's token")
+        }
         configuration.logger = logger
         configuration.metricsRegistry = registry
 
@@ -273,6 +292,22 @@ struct Tributaryd: AsyncParsableCommand {
         }
     }
 
+    /// The permission rules of `--rules`, or else of the configuration file's `permissionRulesFile`, or `nil`.
+    func permissionRules(_ file: DaemonFile) throws -> PermissionRules? {
+        guard let path = rules ?? file.permissionRulesFile else { return nil }
+        let bytes: [UInt8]
+        do {
+            bytes = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+        } catch {
+            throw ValidationError("cannot read the permission rules \(path): \(error.localizedDescription)")
+        }
+        do {
+            return try PermissionRules(json: bytes)
+        } catch {
+            throw ValidationError("the permission rules in \(path) do not load: \(error.message)")
+        }
+    }
+
     /// On each SIGHUP, reads the configuration file, the key files and the certificate files again and gives the
     /// daemon the access tokens, token keys and certificates they hold now (for rotating keys and renewing
     /// certificates without a restart). A reload that fails keeps the previous ones and says why.
@@ -286,8 +321,12 @@ struct Tributaryd: AsyncParsableCommand {
                     let (tokens, policy) = try authentication(file)
                     try await server.reloadAuthentication(accessTokens: tokens, tokenPolicy: policy)
                     try server.reloadCertificates()
+                    let rules = try permissionRules(file)
+                    await server.reloadPermissionRules(rules)
+                    let ruleCount = rules.map { ", permission rules for \($0.types.count) types" } ?? ""
                     logger.notice(
-                        "reloaded on SIGHUP: \(policy?.keys.count ?? 0) token keys, \(tokens.count) access tokens")
+                        "reloaded on SIGHUP: \(policy?.keys.count ?? 0) token keys, \(tokens.count) access tokens\(ruleCount)"
+                    )
                 } catch {
                     logger.error("reload on SIGHUP failed, the previous tokens and keys stay: \(error)")
                 }
@@ -361,6 +400,7 @@ struct DaemonFile: Decodable {
     var queryableFields: [String: [String]]?
     var bootstrapMessageBytes: Int?
     var idleCatchUpSeconds: UInt64?
+    var permissionRulesFile: String?
 
     /// The limits the file sets; the defaults stay for those it does not.
     func applyLimits(to configuration: inout SyncServer.Configuration) throws {
