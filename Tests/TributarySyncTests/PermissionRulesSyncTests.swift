@@ -1,4 +1,6 @@
 import Foundation
+import NIOCore
+import NIOWebSocket
 import Testing
 import Tributary
 import TributaryDaemon
@@ -175,5 +177,114 @@ struct PermissionRulesSyncTests {
         #expect(try server.replica.objects("Task").count == 5, "nothing was deleted anywhere but on the app")
         await session.close()
         await server.stop()
+    }
+
+    @Test("Replayed uploads change nothing (S5): every changeset sent again twice, shuffled; another author's refused")
+    func replayedUploads() async throws {
+        let directory = TemporaryDirectory("permissions-replay")
+        let rules = try PermissionRules(json: Array(RChat.rules.utf8))
+        let (server, endpoint) = try await Tokens.daemon(directory) { $0.permissionRules = rules }
+        let alice = try Self.app(directory, "alice")
+        try alice.subscriptions.commit { subs in
+            subs.append("User", where: "TRUEPREDICATE", name: "users")
+            subs.append("ChatMessage", where: "TRUEPREDICATE", name: "messages")
+        }
+        let session = try await Self.connect(alice, "alice", to: endpoint)
+        for index in 0..<12 {
+            try await alice.write { txn in
+                // Every third message in Bob's name: denied.
+                let author = index % 3 == 2 ? "bob" : "alice"
+                try txn.create(
+                    "ChatMessage",
+                    RChatFlexibleSyncTests.message("m\(index)", conversation: "c1", author: author, text: "\(index)"))
+            }
+        }
+        try await Self.sync(session, "alice")
+        await session.close()
+        #expect(try Self.keys(server.replica, "ChatMessage").count == 8)
+        let length = server.replica.lastLocalSequence
+        let digest = try server.replica.viewDigest(includeVersionVector: false)
+
+        // Alice's own changesets, each twice, shuffled, from a client holding her token.
+        var changesets = try alice.changesets(missingFrom: VersionVector()).filter { $0.origin == alice.replicaID }
+            .map { ChangesetCodec.encode($0) }
+        #expect(changesets.count >= 12)
+        changesets += changesets
+        var random = SplitMix64(seed: 5)
+        changesets.shuffle(using: &random)
+        let token = try await Tokens.hs256(Tokens.claims("alice"))
+        let answers = try await Self.upload(
+            changesets, as: alice.replicaID, token: token, to: endpoint)
+        #expect(answers.error == nil, "\(String(describing: answers.error))")
+        #expect(answers.acknowledged == changesets.count)
+        #expect(server.replica.lastLocalSequence == length, "nothing new in the log")
+        #expect(try server.replica.viewDigest(includeVersionVector: false) == digest, "the views unchanged")
+
+        // A changeset naming another author, under Alice's token: refused, and nothing of it kept.
+        var configuration = Replica.Configuration()
+        configuration.author = "bob"
+        let forger = try Replica.open(
+            directory: directory.appending("forger"), schema: RChatFlexibleSyncTests.schema,
+            configuration: configuration)
+        try await forger.write { txn in
+            try txn.create(
+                "ChatMessage", RChatFlexibleSyncTests.message("forged", conversation: "c1", author: "bob", text: "x"))
+        }
+        let forged = try forger.encodedChangesets(missingFrom: VersionVector())
+        let refused = try await Self.upload(forged, as: forger.replicaID, token: token, to: endpoint)
+        #expect(refused.error?.code == .forbidden, "\(String(describing: refused.error))")
+        #expect(try server.replica.object("ChatMessage", primaryKey: .string("forged")) == nil)
+        #expect(server.replica.lastLocalSequence == length)
+        forger.close()
+        await server.stop()
+    }
+
+    /// Uploads `changesets` as the flexible-sync app `replica`, one per batch, each after the acknowledgement of the
+    /// one before: how many were acknowledged, and the error the daemon ended the session with, if any.
+    static func upload(_ changesets: [[UInt8]], as replica: ReplicaID, token: String, to endpoint: SyncEndpoint)
+        async throws -> (acknowledged: Int, error: SyncError?)
+    {
+        let channel = try await WebSocketDialer.connect(to: endpoint, authorization: "Bearer \(token)")
+        let writer = WebSocketWriter(channel: channel.channel, masking: true)
+        return try await LoopbackSyncTests.within(.seconds(120), "the upload") {
+            try await channel.executeThenClose { inbound, _ in
+                try await writer.send(
+                    MessageCodec.encode(
+                        .hello(Hello(replica: replica, role: .app, vector: VersionVector(), flexible: true))))
+                var acknowledged = 0
+                var started = false
+                func send() async throws {
+                    let batch = ChangesetBatch(
+                        number: UInt64(acknowledged + 1), changesets: [changesets[acknowledged]],
+                        progress: VersionVector(), more: false)
+                    try await writer.send(MessageCodec.encode(.changesets(batch)))
+                }
+                for try await frame in inbound where frame.opcode == .binary {
+                    var data = frame.unmaskedData
+                    switch try MessageCodec.decode(data.readBytes(length: data.readableBytes) ?? []) {
+                    case .welcome:
+                        let query = QueryRequest(
+                            version: 1, subscriptions: [Subscription(type: "ChatMessage", query: "TRUEPREDICATE")])
+                        try await writer.send(MessageCodec.encode(.query(query)))
+                    case .queryState(let state) where state.version == 1 && !started:
+                        started = true
+                        if changesets.isEmpty { return (0, nil) }
+                        try await send()
+                    case .ack(let ack) where ack.batch == UInt64(acknowledged + 1):
+                        acknowledged += 1
+                        if acknowledged == changesets.count { return (acknowledged, nil) }
+                        try await send()
+                    case .changesets(let batch):
+                        try await writer.send(
+                            MessageCodec.encode(.ack(Acknowledgement(batch: batch.number, checkpoint: batch.progress))))
+                    case .error(let error):
+                        return (acknowledged, error)
+                    default:
+                        continue
+                    }
+                }
+                return (acknowledged, nil)
+            }
+        }
     }
 }
