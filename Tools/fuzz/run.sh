@@ -7,7 +7,7 @@
 #   Tools/fuzz/run.sh build [target...]                       build targets without running them
 #   Tools/fuzz/run.sh list                                    the targets
 #
-# Targets: record, changeset, logentry, schema, query, message. Each is Tools/fuzz/<target>.swift, compiled with
+# Targets: record, changeset, logentry, schema, query, message, rules. Each is Tools/fuzz/<target>.swift, compiled with
 # the package's modules it needs (compiled here, not by SwiftPM: `swiftc -sanitize=fuzzer` must instrument them and
 # link libFuzzer's main). The corpus grows in $TRIBUTARY_FUZZ_DIR/corpus/<target> (default .build/fuzz), seeded
 # by the target; inputs that crash or make readers disagree are written to $TRIBUTARY_FUZZ_DIR/findings/<target>.
@@ -16,13 +16,13 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${TRIBUTARY_FUZZ_DIR:-$root/.build/fuzz}
-targets=(record changeset logentry schema query message)
+targets=(record changeset logentry schema query message rules)
 
 # The modules each target needs, in build order.
 modules_for() {
     case "$1" in
     record) echo TributaryModel TributaryMerge ;;
-    changeset | schema) echo TributaryModel ;;
+    changeset | schema | rules) echo TributaryModel ;;
     logentry) echo TributaryModel TributaryStorage TributaryCompression TributaryLog ;;
     query) echo TributaryModel TributaryQuery ;;
     message) echo TributaryModel TributaryProtocol ;;

@@ -1,0 +1,51 @@
+// Permission rules as JSON (what `tributaryd --rules` reads): each document loads or is refused with a message,
+// never traps; rules that load resolve for any user, twice alike.
+import Foundation
+import TributaryModel
+
+@_cdecl("LLVMFuzzerInitialize")
+public func initialize(_ argc: OpaquePointer?, _ argv: OpaquePointer?) -> CInt {
+    let flexible = #"""
+        {"rules": {"User": [{"name": "self", "applyWhen": {}, "read": {"_id": "%%user.id"}, "write": {"_id": "%%user.id"}}],
+                   "Note": [{"name": "team", "applyWhen": {"%%user.custom_data.team": {"$in": ["a", "b"]}},
+                             "read": {"$or": [{"shared": true}, {"level": {"$gte": 2, "$lt": 5.5}}, {"tag": {"$nin": ["x"]}}]},
+                             "write": {"$and": [{"owner": "%%user.id"}, {"archived": {"$exists": false}}]}}]},
+         "defaultRoles": [{"name": "all", "applyWhen": {}, "read": {}, "write": {}}]}
+        """#
+    let collections = #"""
+        [{"collection": "Task", "database": "db", "roles": [{"name": "owner", "apply_when": {"%%true": true},
+           "document_filters": {"read": {"$nor": [{"hidden": true}]}, "write": {"owner": "%%user.id"}},
+           "read": true, "write": true, "insert": true, "delete": false, "search": true,
+           "fields": {}, "additional_fields": {}}]},
+         {"roles": [{"name": "none", "apply_when": {}, "document_filters": {"read": {}, "write": {}},
+           "read": false, "write": false, "insert": false, "delete": false}]}]
+        """#
+    writeSeeds([Array(flexible.utf8), Array(collections.utf8)])
+    return 0
+}
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func testOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let bytes = input(data, size)
+    let rules: PermissionRules
+    do {
+        rules = try PermissionRules(json: bytes)
+    } catch {
+        if error.message.isEmpty { wrong("rules refused without a message") }
+        return 0
+    }
+    let users = [
+        RuleUser(id: #"a "quoted" \ user"#, customData: ["team": .string("a"), "level": .int(3)]),
+        RuleUser(id: "", customData: [:]),
+    ]
+    for user in users {
+        let permissions = rules.permissions(for: user)
+        guard permissions == rules.permissions(for: user) else { wrong("the same user resolved two ways") }
+        for (_, type) in permissions.types {
+            for filter in [type.read, type.write] {
+                if case .matching(let predicate) = filter, predicate.isEmpty { wrong("an empty predicate") }
+            }
+        }
+    }
+    return 0
+}
