@@ -239,6 +239,38 @@ struct PermissionRulesSyncTests {
         await server.stop()
     }
 
+    @Test("tributaryd refuses rules it cannot enforce when it starts, naming the element at fault")
+    func tributarydRefusesBadRules() throws {
+        let directory = TemporaryDirectory("permissions-tributaryd")
+        let executable = try #require(
+            ChildExecutable.path("tributaryd"), "tributaryd is not next to the test binary (swift build)")
+        let secret = directory.appending("secret.txt")
+        try Data(String(repeating: "k", count: 48).utf8).write(to: URL(fileURLWithPath: secret))
+        let bad = directory.appending("bad.json")
+        try Data(#"{"rules": {"Note": [{"name": "r", "applyWhen": {}, "read": {"t": {"$where": "1"}}}]}}"#.utf8)
+            .write(to: URL(fileURLWithPath: bad))
+        let good = directory.appending("rchat.json")
+        try Data(RChat.rules.utf8).write(to: URL(fileURLWithPath: good))
+        let cases: [([String], String)] = [
+            (["--rules", bad, "--token-key", "HS256:\(secret)"], #"rules.Note[0].read.t["$where"]: operator $where"#),
+            (["--rules", good], "permission rules need token keys"),
+            (
+                ["--rules", directory.appending("missing.json"), "--token-key", "HS256:\(secret)"],
+                "cannot read the permission rules"
+            ),
+        ]
+        for (index, (arguments, expected)) in cases.enumerated() {
+            let child = try ChildProcess(
+                executable: executable,
+                arguments: [directory.appending("daemon-\(index)"), "--listen", "127.0.0.1:0"] + arguments,
+                stderrPath: directory.appending("daemon-\(index).log"))
+            let exit = child.waitForExit(timeout: 60)
+            #expect(exit != nil && exit != .exited(0), "\(arguments): \(String(describing: exit))")
+            if exit == nil { child.killAndWait() }
+            #expect(child.standardError.contains(expected), "\(arguments): \(child.standardError)")
+        }
+    }
+
     /// Uploads `changesets` as the flexible-sync app `replica`, one per batch, each after the acknowledgement of the
     /// one before: how many were acknowledged, and the error the daemon ended the session with, if any.
     static func upload(_ changesets: [[UInt8]], as replica: ReplicaID, token: String, to endpoint: SyncEndpoint)
