@@ -308,18 +308,10 @@ public struct PermissionRules: Sendable {
         case .double(let double):
             return double.isFinite ? "\(double)" : (double.isNaN ? "nan" : (double > 0 ? "inf" : "-inf"))
         case .string(let string):
-            var quoted = "\""
-            for scalar in string.unicodeScalars {
-                switch scalar {
-                case "\"": quoted += "\\\""
-                case "\\": quoted += "\\\\"
-                case "\n": quoted += "\\n"
-                case "\r": quoted += "\\r"
-                case "\t": quoted += "\\t"
-                default: quoted.unicodeScalars.append(scalar)
-                }
-            }
-            return quoted + "\""
+            // The query language reads JSON's escapes (\", \\, \n, \r, \t, \uXXXX).
+            var quoted = ""
+            JSONText.quote(string, into: &quoted)
+            return quoted
         default: return "nil"
         }
     }

@@ -877,14 +877,18 @@ package actor SessionDriver {
     }
 
     private func replyToMarks(all: Bool) async {
+        // Taken out before the first write: a mark requested while a reply is written (this actor takes messages
+        // while it awaits) is appended meanwhile, and must not be lost when the rest is put back.
+        let marks = marksToReply
+        marksToReply = []
         var remaining: [(request: UInt64, held: VersionVector)] = []
-        for mark in marksToReply {
+        for mark in marks {
             if all || theirs.includes(mark.held) {
                 if let frame = machine.replyToMark(mark.request, now: .now) { await write(frame) }
             } else {
                 remaining.append(mark)
             }
         }
-        marksToReply = remaining
+        marksToReply = remaining + marksToReply
     }
 }

@@ -11,15 +11,7 @@ import TributaryTestSupport
 /// Replicas that sync through daemons over real sockets on loopback.
 @Suite("Sync over loopback")
 struct LoopbackSyncTests {
-    static let schema = Schema(
-        version: 1,
-        types: [
-            ObjectSchema(
-                name: "Task",
-                properties: [
-                    .scalar("_id", .string), .scalar("title", .string, default: ""), .scalar("count", .int, default: 0),
-                ])
-        ])
+    static let schema = Fixtures.taskSchema
 
     /// A daemon on a free loopback port, on a replica of its own.
     static func daemon(
@@ -282,6 +274,37 @@ struct LoopbackSyncTests {
         #expect(key == .string("remote"))
         await sessionA.close()
         await sessionB.close()
+        await server.stop()
+    }
+
+    @Test("Download marks asked for at once, while writes arrive, are all answered")
+    func marksAskedAtOnceAreAllAnswered() async throws {
+        let directory = TemporaryDirectory("sync-marks")
+        let (server, endpoint) = try await Self.daemon(directory, "daemon")
+        let writer = try Self.app(directory, "writer")
+        let reader = try Self.app(directory, "reader")
+        let writerSession = writer.connect(to: endpoint, configuration: Self.fastBackoff)
+        let readerSession = reader.connect(to: endpoint, configuration: Self.fastBackoff)
+        try await Self.within(.seconds(120), "the first download") { try await readerSession.waitForDownload() }
+        // A mark that arrives while the daemon writes the reply to another must not be lost.
+        try await Self.within(.seconds(120), "every mark's reply") {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for index in 0..<100 {
+                        try await writer.write { try $0.create("Task", ["_id": .string("t\(index)")]) }
+                    }
+                }
+                for _ in 0..<8 {
+                    group.addTask { for _ in 0..<25 { try await readerSession.waitForDownload() } }
+                }
+                try await group.waitForAll()
+            }
+        }
+        try await Self.within(.seconds(120), "the writes") { try await writerSession.waitForUpload() }
+        try await Self.within(.seconds(120), "the last download") { try await readerSession.waitForDownload() }
+        #expect(try reader.objects("Task").count == 100)
+        await writerSession.close()
+        await readerSession.close()
         await server.stop()
     }
 }

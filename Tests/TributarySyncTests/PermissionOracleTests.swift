@@ -159,6 +159,8 @@ struct PermissionOracleTests {
                 }
             }
             if legal { allowed += 1 } else { denied += 1 }
+            // The writer's upload first: the others' downloads then include it.
+            try await PermissionRulesSyncTests.sync(session, user)
             try await syncAll()
 
             // The daemon decided as the oracle did.

@@ -45,7 +45,8 @@ public final class ManualClock: WallClock {
 
 /// Schemas used across tests.
 public enum Fixtures {
-    /// One type, `Task`: the schema of the kill drills over the network, and of the crash child's `subscribe` mode.
+    /// One type, `Task`: the schema of the sync tests over loopback, the kill drills, and the crash child's
+    /// `subscribe` mode.
     public static let taskSchema = Schema(
         version: 1,
         types: [
