@@ -276,7 +276,8 @@ struct PermissionRulesSyncTests {
     static func upload(_ changesets: [[UInt8]], as replica: ReplicaID, token: String, to endpoint: SyncEndpoint)
         async throws -> (acknowledged: Int, error: SyncError?)
     {
-        let channel = try await WebSocketDialer.connect(to: endpoint, authorization: "Bearer \(token)")
+        let channel = try await WebSocketDialer.connect(
+            to: endpoint, authorization: "Bearer \(token)", timeout: .seconds(120))
         let writer = WebSocketWriter(channel: channel.channel, masking: true)
         return try await LoopbackSyncTests.within(.seconds(120), "the upload") {
             try await channel.executeThenClose { inbound, _ in

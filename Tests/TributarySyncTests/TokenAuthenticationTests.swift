@@ -72,7 +72,9 @@ struct TokenAuthenticationTests {
     /// upgraded.
     static func refusal(_ endpoint: SyncEndpoint, _ authorization: String?) async throws -> SyncError? {
         do {
-            let channel = try await WebSocketDialer.connect(to: endpoint, authorization: authorization)
+            // A connection that takes long on a loaded machine is not what these tests are about.
+            let channel = try await WebSocketDialer.connect(
+                to: endpoint, authorization: authorization, timeout: .seconds(120))
             try await channel.executeThenClose { _, _ in }
             return nil
         } catch let error as SyncError {
