@@ -40,6 +40,55 @@ public enum DocumentFilter: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
+/// Whether a role may read and write one field of the objects it holds.
+public struct FieldAccess: Sendable, Hashable {
+    public var read: Bool
+    public var write: Bool
+
+    /// Writing a field implies reading it: `write` makes `read` true.
+    public init(read: Bool, write: Bool) {
+        self.read = read || write
+        self.write = write
+    }
+
+    public static let none = FieldAccess(read: false, write: false)
+    public static let readOnly = FieldAccess(read: true, write: false)
+    public static let readWrite = FieldAccess(read: true, write: true)
+}
+
+/// Field-level permissions: which fields of the objects a role holds it may read and write. A field the role may not
+/// read is left out of everything the session is sent (the device reads its default); a field it may not write keeps
+/// its value through the session's writes. The primary key is always readable.
+public struct FieldPermissions: Sendable, Hashable {
+    /// The fields named in the rules (`fields`).
+    public var named: [String: FieldAccess]
+    /// Every other field (`additional_fields`).
+    public var others: FieldAccess
+
+    public init(named: [String: FieldAccess] = [:], others: FieldAccess) {
+        self.named = named
+        self.others = others
+    }
+
+    /// Every field readable and writable: what a role without field-level rules gives.
+    public static let unrestricted = FieldPermissions(others: .readWrite)
+
+    /// The access to the field `name`.
+    public subscript(name: String) -> FieldAccess { named[name] ?? others }
+
+    /// Whether some field cannot be read.
+    public var hidesFields: Bool { !others.read || named.values.contains { !$0.read } }
+
+    /// Whether some field cannot be written.
+    public var protectsFields: Bool { !others.write || named.values.contains { !$0.write } }
+
+    /// Whether any field can be read (or written).
+    var grantsReading: Bool { others.read || named.values.contains { $0.read } }
+
+    /// Whether any field can be written.
+    var grantsWriting: Bool { others.write || named.values.contains { $0.write } }
+}
+
 /// What a session's role lets it do with the objects of one type.
 public struct TypePermissions: Sendable, Hashable {
     /// The role's name, for messages.
@@ -52,13 +101,19 @@ public struct TypePermissions: Sendable, Hashable {
     public var insert: Bool
     /// Whether the session may erase objects (which must be among `write`).
     public var delete: Bool
+    /// Which fields of the objects it holds the session may read and write.
+    public var fields: FieldPermissions
 
-    public init(role: String, read: DocumentFilter, write: DocumentFilter, insert: Bool, delete: Bool) {
+    public init(
+        role: String, read: DocumentFilter, write: DocumentFilter, insert: Bool, delete: Bool,
+        fields: FieldPermissions = .unrestricted
+    ) {
         self.role = role
         self.read = read
         self.write = write
         self.insert = insert
         self.delete = delete
+        self.fields = fields
     }
 }
 
@@ -128,8 +183,15 @@ public struct RulesError: Error, Sendable, Hashable, CustomStringConvertible {
 ///
 /// Filters are MongoDB query documents over the object's fields: equality, `$eq`, `$ne`, `$gt`, `$gte`, `$lt`,
 /// `$lte`, `$in`, `$nin`, `$exists`, `$and`, `$or`, `$nor`. Values may be expansions: `%%user.id`,
-/// `%%user.custom_data.<path>`, `%%true`, `%%false`. `applyWhen` tests the user only (`{}` always holds). Field-level
-/// rules (`fields`, `additional_fields`) are not supported yet: a non-empty one is refused.
+/// `%%user.custom_data.<path>`, `%%true`, `%%false`. `applyWhen` tests the user only (`{}` always holds).
+///
+/// Field-level rules, in both forms: `"fields": {"name": {"read": bool, "write": bool}}` for named fields and
+/// `"additional_fields": {"read": bool, "write": bool}` for the others (absent: neither). They apply when the role's
+/// document-level `read` or `write` does not already grant every field: `read: true` makes every field readable,
+/// `write: true` every field writable; writing a field implies reading it. The role holds the objects its document
+/// filters select as soon as it may read some field of them. In the flexible-sync form, a role with field-level rules
+/// gives `read` and `write` as booleans (document filters with field-level rules are the per-collection form's
+/// `document_filters`). Rules on the fields of embedded objects and on `_id` are refused.
 public struct PermissionRules: Sendable {
     /// A role as loaded.
     struct Role: Sendable {
@@ -139,6 +201,7 @@ public struct PermissionRules: Sendable {
         var write: Filter
         var insert: Bool
         var delete: Bool
+        var fields: FieldPermissions = .unrestricted
     }
 
     /// A filter: over an object's fields (documents), or over the user alone (`applyWhen`).
@@ -200,7 +263,7 @@ public struct PermissionRules: Sendable {
             let write = Self.resolve(role.write, for: user)
             return TypePermissions(
                 role: role.name, read: Self.resolve(role.read, for: user).or(write), write: write,
-                insert: role.insert && write != .none, delete: role.delete && write != .none)
+                insert: role.insert && write != .none, delete: role.delete && write != .none, fields: role.fields)
         }
         var types: [String: TypePermissions] = [:]
         for (type, roles) in roles {
@@ -411,6 +474,8 @@ private struct RulesLoader {
         var writeGrant = false
         var documentRead: PermissionRules.Filter = .constant(true)
         var documentWrite: PermissionRules.Filter = .constant(true)
+        var namedFields: [String: FieldAccess] = [:]
+        var otherFields: FieldAccess?
         for (key, value) in members {
             let here = jsonPath(path, key)
             switch (key, unified) {
@@ -435,10 +500,18 @@ private struct RulesLoader {
                     default: throw invalid(jsonPath(here, name), "unknown key (document_filters has read and write)")
                     }
                 }
-            case ("fields", _), ("additional_fields", _):
-                guard case .object(let fields) = value, fields.isEmpty else {
-                    throw invalid(here, "field-level permissions are not supported yet; remove them or leave {}")
+            case ("fields", _):
+                guard case .object(let fields) = value else { throw invalid(here, "must be an object of fields") }
+                for (name, access) in fields {
+                    let at = jsonPath(here, name)
+                    guard name != "_id" else {
+                        throw invalid(at, "_id takes no field-level rule: a primary key is always readable")
+                    }
+                    guard isFieldName(name) else { throw invalid(at, "must be the name of a property") }
+                    namedFields[name] = try fieldAccess(access, at: at, nested: true)
                 }
+            case ("additional_fields", _):
+                otherFields = try fieldAccess(value, at: here, nested: false)
             default:
                 throw invalid(
                     here,
@@ -447,11 +520,72 @@ private struct RulesLoader {
                         : "unknown key (a role has name, applyWhen, read and write)")
             }
         }
-        if unified {
-            role.read = readGrant ? documentRead : .constant(false)
-            role.write = writeGrant ? documentWrite : .constant(false)
+        // `"fields": {}, "additional_fields": {}` (what App Services writes for a role without them) grant nothing.
+        let fieldLevel = !namedFields.isEmpty || otherFields.map { $0.read || $0.write } == true
+        if !unified {
+            guard fieldLevel else { return role }
+            // Field-level rules refine boolean grants only: which objects a role holds is the per-collection form's
+            // document_filters.
+            guard case .constant(let read) = role.read, case .constant(let write) = role.write else {
+                throw invalid(
+                    path,
+                    "field-level rules need read and write to be true or false in this form; give document filters "
+                        + "with field-level rules in the per-collection form (document_filters)")
+            }
+            readGrant = read
+            writeGrant = write
+            documentRead = .constant(true)
+            documentWrite = .constant(true)
+            // As this form's write grant implied them: creating and erasing whole objects.
+            role.insert = write
+            role.delete = write
         }
+        // A field rule the document-level grant overrides would be ignored: refused, so that no one relies on it.
+        for (name, access) in namedFields.sorted(by: { $0.key < $1.key }) {
+            let grant = !access.read && readGrant ? "read" : (!access.write && writeGrant ? "write" : nil)
+            if let grant {
+                throw invalid(
+                    jsonPath(jsonPath(path, "fields"), name),
+                    "has no effect: the role's \(grant): true grants every field; set \(grant) to false to let "
+                        + "field-level rules decide")
+            }
+        }
+        var fields = FieldPermissions.unrestricted
+        if !(readGrant && writeGrant) {
+            fields = FieldPermissions(named: namedFields, others: otherFields ?? .none)
+            if readGrant || writeGrant {
+                fields.others = FieldAccess(read: true, write: fields.others.write || writeGrant)
+                for name in fields.named.keys {
+                    fields.named[name] = FieldAccess(read: true, write: fields.named[name]!.write || writeGrant)
+                }
+            }
+        }
+        role.fields = fields
+        role.read = readGrant || fields.grantsReading ? documentRead : .constant(false)
+        role.write = writeGrant || fields.grantsWriting ? documentWrite : .constant(false)
         return role
+    }
+
+    /// A field's `{"read": bool, "write": bool}` (absent: false).
+    private func fieldAccess(_ value: JSONValue, at path: String, nested: Bool) throws(RulesError) -> FieldAccess {
+        guard case .object(let members) = value else { throw invalid(path, "must be an object with read and write") }
+        var read = false
+        var write = false
+        for (key, value) in members {
+            let here = jsonPath(path, key)
+            switch key {
+            case "read": read = try boolean(value, at: here)
+            case "write": write = try boolean(value, at: here)
+            case "fields" where nested:
+                guard case .object(let inner) = value, inner.isEmpty else {
+                    throw invalid(
+                        here,
+                        "rules on the fields of an embedded object are not supported; give the property's as a whole")
+                }
+            default: throw invalid(here, "unknown key (a field's rule has read and write)")
+            }
+        }
+        return FieldAccess(read: read, write: write)
     }
 
     private func boolean(_ value: JSONValue, at path: String) throws(RulesError) -> Bool {
@@ -583,6 +717,8 @@ private struct RulesLoader {
                 "expansion \(text) is not supported (supported: %%user.id, %%user.custom_data.<path>, %%true, %%false)")
         }
     }
+
+    private func isFieldName(_ text: String) -> Bool { !text.contains(".") && isFieldPath(text) }
 
     private func isFieldPath(_ text: String) -> Bool {
         !text.isEmpty

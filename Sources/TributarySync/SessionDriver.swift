@@ -516,6 +516,7 @@ package actor SessionDriver {
         if flexibleView != nil {
             // Woken by the commits that concern its subscriptions, not by every commit.
             flexibleView = replica.registerFlexibleSession(wake: { continuation.yield() })
+            flexibleView?.setPermissions(permissions)
         } else {
             commitHandler = replica.onCommit({ _ in continuation.yield() }, onClose: { continuation.finish() })
         }
@@ -726,6 +727,7 @@ package actor SessionDriver {
             return
         }
         self.permissions = permissions
+        flexibleView?.setPermissions(permissions)
         permissionsChanged = true
         wake?.yield()
     }

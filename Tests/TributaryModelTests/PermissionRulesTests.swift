@@ -76,6 +76,60 @@ struct PermissionRulesTests {
         #expect(stranger["Other"]?.read == DocumentFilter.none, "the default role grants nothing")
     }
 
+    @Test("Field-level rules: named fields and the others, write implying read, document-level grants covering all")
+    func fieldLevelRules() throws {
+        let rules = try Self.rules(
+            #"""
+            [
+              {"collection": "Profile", "roles": [
+                {"name": "owner", "apply_when": {"%%user.custom_data.role": "owner"},
+                 "document_filters": {"read": {}, "write": {"ownerID": "%%user.id"}},
+                 "read": true, "write": false, "insert": true, "delete": false,
+                 "fields": {"bio": {"write": true}}, "additional_fields": {}},
+                {"name": "visitor", "apply_when": {},
+                 "document_filters": {"read": {"public": true}, "write": {"public": true}},
+                 "read": false, "write": false, "insert": false, "delete": false,
+                 "fields": {"name": {"read": true}, "likes": {"write": true}},
+                 "additional_fields": {"read": false, "write": false}}
+              ]},
+              {"collection": "Secret", "roles": [{"name": "blind", "apply_when": {},
+                 "document_filters": {"read": {}, "write": {}}, "read": false, "write": false,
+                 "fields": {}, "additional_fields": {}}]}
+            ]
+            """#)
+        let owner = rules.permissions(for: RuleUser(id: "ann", customData: ["role": .string("owner")]))["Profile"]!
+        #expect(owner.read == .all, "a write filter adds to what it reads; read: true reads every object")
+        #expect(owner.write == .matching(#"ownerID == "ann""#))
+        #expect(owner.fields["email"] == .readOnly && owner.fields["bio"] == .readWrite)
+        #expect(!owner.fields.hidesFields && owner.fields.protectsFields)
+
+        let visitor = rules.permissions(for: RuleUser(id: "bo"))["Profile"]!
+        #expect(
+            visitor.read == .matching("public == true"), "field-level reads hold the objects document_filters select")
+        #expect(visitor.write == .matching("public == true"))
+        #expect(visitor.fields["name"] == .readOnly)
+        #expect(visitor.fields["likes"] == .readWrite, "writing a field implies reading it")
+        #expect(visitor.fields["email"] == FieldAccess.none)
+        #expect(visitor.fields.hidesFields && visitor.fields.protectsFields)
+
+        let blind = rules.permissions(for: RuleUser(id: "bo"))["Secret"]!
+        #expect(
+            blind.read == DocumentFilter.none && blind.write == DocumentFilter.none, "empty field rules grant nothing")
+
+        // The flexible-sync form, with boolean grants: every object, the named fields.
+        let legacy = try Self.rules(
+            #"""
+            {"rules": {"Profile": [{"name": "reader", "applyWhen": {}, "read": false, "write": false,
+              "fields": {"name": {"read": true}}, "additional_fields": {"read": false, "write": false}}]}}
+            """#
+        ).permissions(for: RuleUser(id: "cy"))["Profile"]!
+        #expect(legacy.read == .all && legacy.write == DocumentFilter.none)
+        #expect(legacy.insert == false && legacy.delete == false)
+        #expect(legacy.fields["name"] == .readOnly && legacy.fields["email"] == FieldAccess.none)
+        // Without field-level rules nothing is hidden.
+        #expect(try Self.rules(RChat.rules).permissions(for: RuleUser(id: "a"))["ChatMessage"]?.fields == .unrestricted)
+    }
+
     @Test("Operators and expansions become predicates of the query language, with the user's values quoted")
     func filtersBecomePredicates() throws {
         let rules = try Self.rules(
@@ -118,7 +172,25 @@ struct PermissionRulesTests {
             ),
             (
                 #"{"rules": {"Note": [{"name": "r", "applyWhen": {}, "read": true, "fields": {"secret": {"read": false}}}]}}"#,
-                "rules.Note[0].fields: field-level permissions are not supported yet"
+                "rules.Note[0].fields.secret: has no effect: the role's read: true grants every field"
+            ),
+            (
+                #"{"rules": {"Note": [{"name": "r", "applyWhen": {}, "read": {"owner": "%%user.id"}, "write": false, "#
+                    + #""fields": {"title": {"read": true}}}]}}"#,
+                "rules.Note[0]: field-level rules need read and write to be true or false in this form"
+            ),
+            (
+                #"{"rules": {"Note": [{"name": "r", "applyWhen": {}, "read": false, "fields": {"_id": {"read": true}}}]}}"#,
+                "rules.Note[0].fields._id: _id takes no field-level rule"
+            ),
+            (
+                #"[{"collection": "Note", "roles": [{"name": "r", "apply_when": {}, "read": false, "#
+                    + #""fields": {"place": {"read": true, "fields": {"city": {"read": false}}}}}]}]"#,
+                "[0].roles[0].fields.place.fields: rules on the fields of an embedded object are not supported"
+            ),
+            (
+                #"[{"collection": "Note", "roles": [{"name": "r", "apply_when": {}, "additional_fields": {"read": 1}}]}]"#,
+                "[0].roles[0].additional_fields.read: must be true or false, not a number"
             ),
             (
                 #"{"rules": {"Note": [{"name": "r", "applyWhen": {}, "reed": true}]}}"#,

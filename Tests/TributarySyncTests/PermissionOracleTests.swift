@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import Tributary
 import TributaryDaemon
+import TributaryMerge
 import TributaryModel
 import TributaryProtocol
 import TributarySync
@@ -10,7 +11,7 @@ import TributaryTestSupport
 /// Authorization against an oracle (S4): three users under chat rules make random writes, about a third of them
 /// outside their rights. An evaluator written here, independent of the daemon's, predicts each outcome; the test
 /// checks the daemon decided the same, that every denied write was undone on its app, reached no other replica (no
-/// view, no log), and that no app ever holds an object its user may not read.
+/// view, no log), that no app ever holds an object its user may not read, and that none was ever sent one.
 @Suite("Permission rules against an oracle")
 struct PermissionOracleTests {
     /// Steps per user (`TRIBUTARY_S4_STEPS`; a deep run uses 2,000) and the seed (`TRIBUTARY_SEED`).
@@ -81,6 +82,8 @@ struct PermissionOracleTests {
 
         var random = SplitMix64(seed: SplitMix64.seedFromEnvironment(default: 34))
         var messages: [String: Message] = [:]
+        // Every message that ever stood, deleted ones included: no write may change who may read a message.
+        var stood: [String: Message] = [:]
         var denied = 0
         var allowed = 0
         for step in 0..<(Self.steps * Self.users.count) {
@@ -108,7 +111,10 @@ struct PermissionOracleTests {
                         "ChatMessage",
                         RChatFlexibleSyncTests.message(id, conversation: conversation, author: author, text: text))
                 }
-                if legal { messages[touched] = Message(author: author, conversation: conversation, text: text) }
+                if legal {
+                    messages[touched] = Message(author: author, conversation: conversation, text: text)
+                    stood[touched] = messages[touched]
+                }
             } else if choice < 6 {
                 // A changed text: allowed on the user's own messages only.
                 let id = held[Int(random.next() % UInt64(held.count))]
@@ -200,6 +206,33 @@ struct PermissionOracleTests {
                 }
             }
             #expect(try replica.verify().passed)
+        }
+        // Every download (each object state and each changeset the daemon sent, as the apps keep them) carried only
+        // objects its user may read.
+        for user in Self.users {
+            let app = appsList[user]!
+            var sent: [(type: String, id: PrimaryKey, what: String)] = []
+            for (key, record) in try app.receivedObjectStates() where record != nil {
+                sent.append((key.type, key.primaryKey, "an object state"))
+            }
+            for changeset in try app.changesets(missingFrom: VersionVector()) where changeset.origin != app.replicaID {
+                for instruction in changeset.instructions {
+                    if let object = instruction.object {
+                        sent.append((object.type, object.primaryKey, "\(instruction)"))
+                    }
+                }
+            }
+            #expect(!sent.isEmpty)
+            for (type, id, what) in sent {
+                let readable: Bool
+                switch (type, id) {
+                case ("ChatMessage", .string(let id)): readable = stood[id].map { Self.mayRead($0, user) } ?? false
+                case ("User", _): readable = id == .string(user)
+                case ("Chatster", _): readable = true
+                default: readable = false
+                }
+                #expect(readable, "\(user) was sent \(type)[\(id)], which it may not read: \(what)")
+            }
         }
         for session in sessionsList.values { await session.close() }
         await server.stop()

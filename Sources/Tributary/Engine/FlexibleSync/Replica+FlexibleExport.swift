@@ -29,8 +29,57 @@ package struct FlexibleSessionView: Sendable {
     /// (``Replica/registerFlexibleSession(wake:)``): the changesets no subscription of its concerned are sent as
     /// skeletons, unjudged. Without one, every changeset is judged.
     var member: SubscriptionIndex.Member?
+    /// The session's roles under the daemon's permission rules, for their field-level rules: the fields a role may
+    /// not read are left out of every record and instruction sent.
+    private(set) var permissions: SessionPermissions?
+    /// Types whose held objects are sent whole again at the next bootstrap: their readable fields changed.
+    private(set) var resend: Set<String> = []
 
     package init() {}
+
+    /// The session's roles changed (or were first given): objects of the types whose field-level rules changed are
+    /// sent again, whole, when the device's holdings are next decided (``Replica/flexibleBootstrap``).
+    package mutating func setPermissions(_ permissions: SessionPermissions?) {
+        for type in possibleTypes {
+            let before = self.permissions?[type]?.fields ?? .unrestricted
+            let after = permissions?[type]?.fields ?? .unrestricted
+            if before != after, before.hidesFields || after.hidesFields { resend.insert(type) }
+        }
+        self.permissions = permissions
+    }
+
+    mutating func resent() { resend = [] }
+
+    /// The field-level rules of `type`, when they hide some field.
+    private func hiding(_ type: String) -> FieldPermissions? {
+        guard let fields = permissions?[type]?.fields, fields.hidesFields else { return nil }
+        return fields
+    }
+
+    /// `record` (an object of `type`, as stored) without the fields the session may not read.
+    func redacted(_ record: [UInt8], of type: String) throws -> [UInt8] {
+        guard let fields = hiding(type) else { return record }
+        var decoded = try ObjectRecord(decoding: record)
+        var hidden: [String] = []
+        for (name, _) in decoded.fields where !fields[name].read { hidden.append(name) }
+        guard !hidden.isEmpty else { return record }
+        for name in hidden { _ = decoded.fields.removeValue(forKey: name) }
+        return decoded.encoded()
+    }
+
+    /// Whether `instruction` writes a field the session may not read.
+    func hides(_ instruction: Instruction) -> Bool {
+        guard let object = instruction.object, let fields = hiding(object.type) else { return false }
+        switch instruction {
+        case .create(_, _, let explicit, let defaults):
+            return explicit.contains { !fields[$0.name].read } || defaults.contains { !fields[$0.name].read }
+        case .set(let path, _), .addInteger(let path, _, _), .listInsert(let path, _, _), .listSet(let path, _, _),
+            .listErase(let path, _), .listMove(let path, _, _), .listClear(let path):
+            return !fields[path.steps.first?.property ?? path.property].read
+        default:
+            return false
+        }
+    }
 
     mutating func install(_ key: RecordKey, at vector: VersionVector) {
         held.insert(key)
@@ -145,11 +194,19 @@ extension Replica {
                 var objects: [ReceivedObjectState] = []
                 for key in newMatches.sorted() {
                     let decided = view.held.contains(key) || view.evicted.contains(key)
-                    if view.held.contains(key) || (!decided && oldMatches.contains(key)) { continue }
+                    if !view.resend.contains(key.type),
+                        view.held.contains(key) || (!decided && oldMatches.contains(key))
+                    {
+                        continue
+                    }
                     guard let record = try storedRecord(key, in: txn) else { continue }
-                    objects.append(ReceivedObjectState(type: key.type, primaryKey: key.primaryKey, record: record))
+                    objects.append(
+                        ReceivedObjectState(
+                            type: key.type, primaryKey: key.primaryKey, record: try view.redacted(record, of: key.type))
+                    )
                     view.install(key, at: vector)
                 }
+                view.resent()
                 let undecidedOld = oldMatches.filter { !view.held.contains($0) && !view.evicted.contains($0) }
                 for key in view.held.union(undecidedOld).subtracting(newMatches).sorted() {
                     objects.append(ReceivedObjectState(type: key.type, primaryKey: key.primaryKey, record: nil))
@@ -197,11 +254,17 @@ extension Replica {
             }
             var touched: [RecordKey] = []
             var seen: Set<RecordKey> = []
+            // Held objects a create gives fields the device may not read: sent whole again instead (leaving the fields
+            // out of the create would change the ids of the elements the create's later fields hold).
+            var reinstall: Set<RecordKey> = []
             for case let changeset? in decoded {
                 for instruction in changeset.instructions {
                     guard let object = instruction.object else { continue }
                     let key = RecordKey(type: object.type, primaryKey: object.primaryKey)
                     if seen.insert(key).inserted { touched.append(key) }
+                    if case .create = instruction, view.held.contains(key), view.hides(instruction) {
+                        reinstall.insert(key)
+                    }
                 }
             }
             try environment.read { txn in
@@ -211,9 +274,13 @@ extension Replica {
                 let compiled = CompiledSubscriptions(view.subscriptions, schema: snapshot.schema)
                 for key in touched {
                     if try compiled.matches(key, in: snapshot) {
-                        guard !view.held.contains(key), let record = try storedRecord(key, in: txn) else { continue }
+                        guard !view.held.contains(key) || reinstall.contains(key),
+                            let record = try storedRecord(key, in: txn)
+                        else { continue }
                         result.objects.append(
-                            ReceivedObjectState(type: key.type, primaryKey: key.primaryKey, record: record))
+                            ReceivedObjectState(
+                                type: key.type, primaryKey: key.primaryKey,
+                                record: try view.redacted(record, of: key.type)))
                         view.install(key, at: now)
                     } else if view.held.contains(key)
                         || (!view.evicted.contains(key) && view.possibleTypes.contains(key.type))
@@ -241,7 +308,9 @@ extension Replica {
                 changeset.instructions = changeset.instructions.map { instruction in
                     guard let object = instruction.object else { return instruction }
                     let key = RecordKey(type: object.type, primaryKey: object.primaryKey)
-                    if view.held.contains(key), !(view.installedAt[key]?.includes(changeset.causalDot) ?? false) {
+                    if view.held.contains(key), !(view.installedAt[key]?.includes(changeset.causalDot) ?? false),
+                        !view.hides(instruction)
+                    {
                         return instruction
                     }
                     omitted = true
@@ -408,7 +477,9 @@ extension Replica {
                     let key = RecordKey(type: type, primaryKey: primaryKey)
                     if try compiled.matches(key, in: snapshot), let record = try storedRecord(key, in: txn) {
                         objects.append(
-                            ReceivedObjectState(type: type, primaryKey: primaryKey, record: record, refused: refused))
+                            ReceivedObjectState(
+                                type: type, primaryKey: primaryKey, record: try view.redacted(record, of: type),
+                                refused: refused))
                         view.install(key, at: now)
                     } else {
                         objects.append(
@@ -547,6 +618,15 @@ struct CompiledPermissions {
             }
             guard try mayWrite(key, after!, role, in: snapshot) else {
                 return "after the write the object is outside what \(name) may write"
+            }
+        }
+        if exists, role.fields.protectsFields, let type = schema[type: key.type] {
+            // A field the role may not write keeps its value: a create leaves it as it reads without one.
+            for property in type.properties where property.name != type.primaryKey {
+                guard !role.fields[property.name].write else { continue }
+                let old = ObjectRecord.value(existed ? before!.fields[property.name] : nil, of: property, in: schema)
+                let new = ObjectRecord.value(after!.fields[property.name], of: property, in: schema)
+                if old != new { return "\(name) may not write \(key.type).\(property.name)" }
             }
         }
         return nil

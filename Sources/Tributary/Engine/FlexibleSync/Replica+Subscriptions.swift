@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 import TributaryLog
-import TributaryMerge
+package import TributaryMerge
 import TributaryModel
 import TributaryQuery
 import TributaryStorage
@@ -407,6 +407,16 @@ extension Replica {
         }
         try txn.put(identity, key: key, value: writer.bytes)
         try txn.put(identity, key: Self.objectStatesCountKey, value: Self.identityBytes(count + 1))
+    }
+
+    /// Every object state this replica applied, in order: what its daemon sent whole (bootstraps, objects entering
+    /// its view, corrections), each record as it landed, or `nil` for an object removed from the device.
+    package func receivedObjectStates() throws -> [(key: RecordKey, record: ObjectRecord?)] {
+        do {
+            return try environment.read { txn in try storedObjectStates(in: txn).flatMap(\.records) }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
     }
 
     /// The object states applied so far, in order, each with the log position it followed, for replay.
