@@ -42,7 +42,9 @@ public enum DocumentFilter: Sendable, Hashable, CustomStringConvertible {
 
 /// Whether a role may read and write one field of the objects it holds.
 public struct FieldAccess: Sendable, Hashable {
+    /// Whether the field's value is sent to the session.
     public var read: Bool
+    /// Whether the session's writes may change the field's value.
     public var write: Bool
 
     /// Writing a field implies reading it: `write` makes `read` true.
@@ -51,8 +53,11 @@ public struct FieldAccess: Sendable, Hashable {
         self.write = write
     }
 
+    /// Neither read nor written: the field is hidden.
     public static let none = FieldAccess(read: false, write: false)
+    /// Read, not written.
     public static let readOnly = FieldAccess(read: true, write: false)
+    /// Read and written.
     public static let readWrite = FieldAccess(read: true, write: true)
 }
 
