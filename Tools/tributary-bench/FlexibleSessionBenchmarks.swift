@@ -28,16 +28,26 @@ struct FlexibleSessionBenchmarks {
     }
 
     /// A flexible-sync app's bootstrap of every note from a daemon whose rules give it a read filter (evaluated on
-    /// every object), against the same bootstrap from a daemon without rules holding the same notes, in alternating
-    /// rounds. Objects per second.
+    /// every object), and from one whose rules also hide a field (left out of every record sent), against the same
+    /// bootstrap from a daemon without rules holding the same notes, in alternating rounds. Objects per second.
     func bootstrapUnderRules() async throws {
         let objects = min(context.objects, 100_000)
-        let rules = try PermissionRules(
-            json: Array(#"{"rules": {"Note": [{"name": "reader", "applyWhen": {}, "read": {"n": {"$gte": 0}}}]}}"#.utf8)
-        )
-        var daemons: [Bool: (SyncServer, SyncEndpoint)] = [:]
-        for withRules in [false, true] {
-            let daemon = try await daemon("bootstrap-rules-\(withRules)", rules: withRules ? rules : nil)
+        let filter = #"{"n": {"$gte": 0}}"#
+        let rules: [PermissionRules?] = [
+            nil,
+            try PermissionRules(
+                json: Array(#"{"rules": {"Note": [{"name": "reader", "applyWhen": {}, "read": \#(filter)}]}}"#.utf8)),
+            try PermissionRules(
+                json: Array(
+                    #"""
+                    [{"collection": "Note", "roles": [{"name": "reader", "apply_when": {},
+                      "document_filters": {"read": \#(filter), "write": false}, "read": false, "write": false,
+                      "fields": {"n": {"read": true}}}]}]
+                    """#.utf8)),
+        ]
+        var daemons: [(SyncServer, SyncEndpoint)] = []
+        for (index, rules) in rules.enumerated() {
+            let daemon = try await daemon("bootstrap-rules-\(index)", rules: rules)
             var written = 0
             while written < objects {
                 let range = written..<min(objects, written + 10_000)
@@ -49,24 +59,26 @@ struct FlexibleSessionBenchmarks {
                 }
                 written = range.upperBound
             }
-            daemons[withRules] = daemon
+            daemons.append(daemon)
         }
-        var seconds: [Bool: Double] = [false: 0, true: 0]
-        for round in 0..<6 {
-            let withRules = round % 2 == 1
+        var seconds = [Double](repeating: 0, count: rules.count)
+        for round in 0..<(3 * rules.count) {
+            let variant = round % rules.count
             let start = ContinuousClock.now
             let clients = try await connect(
-                count: 1, to: daemons[withRules]!.1, firstReplica: 5_000_000 + UInt64(round)
+                count: 1, to: daemons[variant].1, firstReplica: 5_000_000 + UInt64(round)
             ) { _ in [Subscription(type: "Note", query: "TRUEPREDICATE")] }
-            seconds[withRules]! += (ContinuousClock.now - start).seconds
+            seconds[variant] += (ContinuousClock.now - start).seconds
             for client in clients { client.close() }
         }
-        for (server, _) in daemons.values { await server.stop() }
-        Measurement(
-            name: "flexible_bootstrap_rules_\(objects)_objects", value: Double(objects * 3) / seconds[true]!,
-            unit: "objects/s", baseline: "the same bootstrap without rules (objects/s)",
-            baselineValue: Double(objects * 3) / seconds[false]!
-        ).print()
+        for (server, _) in daemons { await server.stop() }
+        for (variant, name) in [(1, "flexible_bootstrap_rules"), (2, "flexible_bootstrap_hidden_fields")] {
+            Measurement(
+                name: "\(name)_\(objects)_objects", value: Double(objects * 3) / seconds[variant],
+                unit: "objects/s", baseline: "the same bootstrap without rules (objects/s)",
+                baselineValue: Double(objects * 3) / seconds[0]
+            ).print()
+        }
     }
 
     /// Four flexible-sync apps uploading one small changeset at a time, each waiting for its acknowledgement, to a
