@@ -20,7 +20,20 @@ public func initialize(_ argc: OpaquePointer?, _ argv: OpaquePointer?) -> CInt {
          {"roles": [{"name": "none", "apply_when": {}, "document_filters": {"read": {}, "write": {}},
            "read": false, "write": false, "insert": false, "delete": false}]}]
         """#
-    writeSeeds([Array(flexible.utf8), Array(collections.utf8)])
+    let fields = #"""
+        [{"collection": "Profile", "roles": [{"name": "visitor", "apply_when": {},
+           "document_filters": {"read": {"public": true}, "write": {"owner": "%%user.id"}},
+           "read": false, "write": false, "insert": true, "delete": false,
+           "fields": {"name": {"read": true}, "bio": {"write": true}, "place": {"read": true, "fields": {}}},
+           "additional_fields": {"read": false, "write": false}}]},
+         {"roles": [{"name": "reader", "apply_when": {}, "document_filters": {"read": {}, "write": {}},
+           "read": true, "write": false, "fields": {"notes": {"write": true}}}]}]
+        """#
+    let legacyFields = #"""
+        {"rules": {"Profile": [{"name": "r", "applyWhen": {}, "read": false, "write": false,
+                                "fields": {"name": {"read": true}}, "additional_fields": {"write": true}}]}}
+        """#
+    writeSeeds([Array(flexible.utf8), Array(collections.utf8), Array(fields.utf8), Array(legacyFields.utf8)])
     return 0
 }
 
@@ -44,6 +57,12 @@ public func testOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         for (_, type) in permissions.types {
             for filter in [type.read, type.write] {
                 if case .matching(let predicate) = filter, predicate.isEmpty { wrong("an empty predicate") }
+            }
+            for access in type.fields.named.values + [type.fields.others] where access.write && !access.read {
+                wrong("a field written but not read")
+            }
+            if type.fields.hidesFields == false, type.fields.named.values.contains(where: { !$0.read }) {
+                wrong("a hidden field not counted")
             }
         }
     }
