@@ -127,12 +127,71 @@ public final class MigrationContext {
     /// schema) and as it will be (new schema; `nil` when the type is not in the new schema, or the object was
     /// deleted). Changes to `new` are written when the migration ends. For a type that becomes embedded, `new` is the
     /// object that will move into its parent; delete it if it has no parent.
+    ///
+    /// For an embedded type, `body` is called for every embedded object of that type wherever it is held (in a
+    /// property, a list, or another embedded object) in an object that stays: `old` and `new` carry the parent's
+    /// primary key, and a change to `new` (or ``delete(_:)``, which removes it from its parent) is written into the
+    /// parent when the migration ends. Embedded objects in a list are paired by position.
     public func enumerateObjects(_ type: String, _ body: (_ old: DynamicObject, _ new: MigrationObject?) throws -> Void)
         rethrows
     {
+        if oldSchema[type: type]?.isEmbedded == true {
+            try enumerateEmbedded(type, body)
+            return
+        }
         for old in oldObjects[type] ?? [] {
             let new = newObject(type, old.primaryKey)
             try body(old, new.flatMap { $0.isDeleted ? nil : $0 })
+        }
+    }
+
+    private func enumerateEmbedded(
+        _ type: String, _ body: (_ old: DynamicObject, _ new: MigrationObject?) throws -> Void
+    ) rethrows {
+        /// Visits the embedded objects of `type` in `old` (a value of the old schema) and its counterpart `new`:
+        /// `new` as the migration leaves it, or `nil` when `body` deleted it.
+        func visit(_ old: Value, _ new: Value, key: PrimaryKey) throws -> Value? {
+            switch (old, new) {
+            case (.list(let oldElements), .list(let newElements)):
+                var elements: [Value] = []
+                for (index, element) in newElements.enumerated() {
+                    guard index < oldElements.count else {
+                        elements.append(element)
+                        continue
+                    }
+                    if let kept = try visit(oldElements[index], element, key: key) { elements.append(kept) }
+                }
+                return .list(elements)
+            case (.embedded(let oldObject), .embedded(var newObject)):
+                if oldObject.type == type {
+                    let proxy = MigrationObject(type: type, primaryKey: key, values: newObject.fields)
+                    try body(DynamicObject(type: type, primaryKey: key, values: oldObject.fields), proxy)
+                    if proxy.isDeleted { return nil }
+                    newObject.fields = proxy.values
+                }
+                for (name, value) in oldObject.fields {
+                    guard let counterpart = newObject.fields[name] else { continue }
+                    newObject.fields[name] = try visit(value, counterpart, key: key) ?? .null
+                }
+                return .embedded(newObject)
+            default:
+                return new
+            }
+        }
+        for parent in oldSchema.types where !parent.isEmbedded && embeds(parent.name, type, in: oldSchema) {
+            for old in oldObjects[parent.name] ?? [] {
+                guard let new = newObject(parent.name, old.primaryKey), !new.isDeleted else { continue }
+                for property in parent.properties {
+                    guard case .embedded = property.kind else { continue }
+                    let name = renamedName(parent.name, property.name)
+                    guard let current = new.values[name] else { continue }
+                    let updated = try visit(old[property.name], current, key: old.primaryKey) ?? .null
+                    if updated != current {
+                        new.values[name] = updated
+                        new.assigned.insert(name)
+                    }
+                }
+            }
         }
     }
 

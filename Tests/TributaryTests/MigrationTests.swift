@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TributaryModel
 import TributaryTestSupport
@@ -63,6 +64,76 @@ struct MigrationTests {
         // The migration is in the log: a replay rebuilds the migrated state exactly.
         try v2.rebuildViews()
         #expect(try v2.object("DailyScrum", primaryKey: .string("s1"))?["numberOfAttendees"] == 3)
+    }
+
+    @Test("Scrumdinger's history: a migration enumerates an embedded type wherever it is held, and may delete one")
+    func embeddedHistory() throws {
+        func schema(version: UInt64, _ extra: [Property]) -> Schema {
+            Schema(
+                version: version,
+                types: [
+                    ObjectSchema(
+                        name: "DailyScrum",
+                        properties: [
+                            .scalar("_id", .string), .scalar("title", .string),
+                            Property("history", .embedded("History"), list: true),
+                            Property("latest", .embedded("Summary")),
+                        ]),
+                    .embedded("Summary", properties: [Property("last", .embedded("History"))]),
+                    .embedded(
+                        "History",
+                        properties: [.scalar("date", .string), Property("attendees", .scalar(.string), list: true)]
+                            + extra),
+                ])
+        }
+        func history(_ date: String, _ attendees: [String]) -> Value {
+            .embedded(
+                EmbeddedObject(
+                    type: "History", fields: ["date": .string(date), "attendees": .list(attendees.map(Value.string))]))
+        }
+        let directory = TemporaryDirectory()
+        do {
+            let v1 = try open(directory, schema(version: 1, []))
+            try v1.write { txn in
+                try txn.create(
+                    "DailyScrum",
+                    [
+                        "_id": "s1", "title": "Design",
+                        "history": .list([
+                            history("mon", ["Ada", "Alan"]), history("tue", []), history("wed", ["Ada"]),
+                        ]),
+                        "latest": .embedded(
+                            EmbeddedObject(type: "Summary", fields: ["last": history("wed", ["Ada", "Grace", "Alan"])])),
+                    ])
+                try txn.create("DailyScrum", ["_id": "s2", "title": "Ops", "history": .list([])])
+            }
+            v1.close()
+        }
+        let visits = Mutex<[String]>([])
+        let migration = Migration { migration in
+            try migration.enumerateObjects("History") { old, new in
+                visits.withLock { $0.append("\(old.primaryKey) \(old["date"])") }
+                let count = old["attendees"].listValue?.count ?? 0
+                // A meeting nobody attended is dropped.
+                if count == 0, let new { migration.delete(new) }
+                new?["numberOfAttendees"] = .int(Int64(count))
+            }
+        }
+        let v2 = try open(directory, schema(version: 2, [.scalar("numberOfAttendees", .int)]), migration: migration)
+        let visited = visits.withLock { $0 }.sorted()
+        #expect(visited == [#""s1" "mon""#, #""s1" "tue""#, #""s1" "wed""#, #""s1" "wed""#], "\(visited)")
+        let scrum = try #require(try v2.object("DailyScrum", primaryKey: .string("s1")))
+        let counts = scrum["history"].listValue?.map { element -> Value? in
+            guard case .embedded(let object) = element else { return nil }
+            return object.fields["numberOfAttendees"]
+        }
+        #expect(counts == [.int(2), .int(1)], "the empty meeting is gone: \(scrum["history"])")
+        guard case .embedded(let latest) = scrum["latest"], case .embedded(let last)? = latest.fields["last"] else {
+            Issue.record("no latest summary: \(scrum["latest"])")
+            return
+        }
+        #expect(last.fields["numberOfAttendees"] == .int(3), "nested embedded objects are visited too")
+        #expect(try v2.verify().passed)
     }
 
     @Test(

@@ -177,7 +177,10 @@ extension MigrationContext {
                         throw TributaryError(
                             .missingProperty,
                             "required property '\(type.name).\(property.name)' was added without a default, and the "
-                                + "migration did not set it on \(type.name) \(key)")
+                                + "migration did not set it on \(type.name) \(key): declare a default (a model's "
+                                + "`defaultValues`, or `default:` in the schema), make it optional, or set it in the "
+                                + "migration (`enumerateObjects(\"\(type.name)\") { old, new in "
+                                + "new?[\"\(property.name)\"] = … }`)")
                     }
                 }
                 if let keyName = type.primaryKey { values[keyName] = key.value }
@@ -246,12 +249,13 @@ extension MigrationContext {
         }
     }
 
-    /// Whether objects of `type` hold `embedded` in the new schema, at any depth.
-    func embeds(_ type: String, _ embedded: String) -> Bool {
+    /// Whether objects of `type` hold `embedded` in `schema` (by default the new one), at any depth.
+    func embeds(_ type: String, _ embedded: String, in schema: Schema? = nil) -> Bool {
+        let schema = schema ?? newSchema
         var seen: Set<String> = []
         var pending = [type]
         while let next = pending.popLast() {
-            guard seen.insert(next).inserted, let definition = newSchema[type: next] else { continue }
+            guard seen.insert(next).inserted, let definition = schema[type: next] else { continue }
             for property in definition.properties {
                 guard case .embedded(let child) = property.kind else { continue }
                 if child == embedded { return true }
