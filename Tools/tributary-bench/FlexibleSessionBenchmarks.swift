@@ -41,7 +41,7 @@ struct FlexibleSessionBenchmarks {
                 json: Array(
                     #"""
                     [{"collection": "Note", "roles": [{"name": "reader", "apply_when": {},
-                      "document_filters": {"read": \#(filter), "write": false}, "read": false, "write": false,
+                      "document_filters": {"read": \#(filter), "write": {}}, "read": false, "write": false,
                       "fields": {"n": {"read": true}}}]}]
                     """#.utf8)),
         ]
