@@ -4,6 +4,7 @@
 // The target dependency lists below are the architecture (docs/Architecture.md): each layer may
 // only use the layers under it, and the pure layers (model, merge) cannot reach LMDB because this file does
 // not let them.
+import CompilerPluginSupport
 import PackageDescription
 
 let upcomingFeatures: [SwiftSetting] = [
@@ -18,6 +19,7 @@ let package = Package(
     products: [
         .library(name: "Tributary", targets: ["Tributary"]),
         .library(name: "TributarySync", targets: ["TributarySync"]),
+        .library(name: "TributaryMacros", targets: ["TributaryMacros"]),
         .executable(name: "tributaryd", targets: ["tributaryd"]),
         .executable(name: "tributary-log", targets: ["tributary-log"]),
         .executable(name: "tributary-bench", targets: ["tributary-bench"]),
@@ -33,6 +35,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/swiftlang/swift-syntax", "600.0.0"..<"604.0.0"),
     ],
     targets: [
         // System libraries from Debian: apt-get install -y liblmdb-dev libzstd-dev pkg-config
@@ -69,6 +72,23 @@ let package = Package(
                 "TributaryModel", "TributaryMerge", "TributaryStorage", "TributaryCompression", "TributaryLog",
                 "TributaryViews", "TributaryQuery",
             ],
+            swiftSettings: upcomingFeatures),
+
+        // @Model and @EmbeddedModel: a declaration's initial values as schema defaults, read at compile time. A
+        // product of its own, so that apps that do not use the macros do not build swift-syntax.
+        .macro(
+            name: "TributaryMacrosPlugin",
+            dependencies: [
+                .product(name: "SwiftSyntax", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxBuilder", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
+                .product(name: "SwiftDiagnostics", package: "swift-syntax"),
+                .product(name: "SwiftParser", package: "swift-syntax"),
+                .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
+            ],
+            swiftSettings: upcomingFeatures),
+        .target(
+            name: "TributaryMacros", dependencies: ["Tributary", "TributaryMacrosPlugin"],
             swiftSettings: upcomingFeatures),
 
         // The sync protocol: message codec and session state machines. Pure: no I/O.
@@ -197,10 +217,20 @@ let package = Package(
             ],
             swiftSettings: upcomingFeatures),
         .testTarget(
+            name: "TributaryMacrosTests",
+            dependencies: [
+                "TributaryMacrosPlugin", .product(name: "SwiftDiagnostics", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxBuilder", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacroExpansion", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),
+            ],
+            swiftSettings: upcomingFeatures),
+        .testTarget(
             name: "TributaryTests",
             dependencies: [
                 "Tributary", "TributaryModel", "TributaryMerge", "TributaryCompression", "TributaryStorage",
                 "TributaryLog", "TributaryViews", "TributaryTestSupport", "TributaryTestTags", "tributary-crash-child",
+                "TributaryMacros",
             ],
             swiftSettings: upcomingFeatures),
     ]

@@ -40,16 +40,16 @@ struct SchemaProbe {
     mutating func add(_ model: any Model.Type) throws {
         guard !types.contains(where: { $0.name == model.typeName }) else { return }
         var properties = try probe(model, typeName: model.typeName)
-        for index in properties.indices {
-            let name = properties[index].name
-            if model.indexedProperties.contains(name) { properties[index].isIndexed = true }
-            if let value = model.defaultValues[name] { properties[index].defaultValue = value }
+        for index in properties.indices where model.indexedProperties.contains(properties[index].name) {
+            properties[index].isIndexed = true
         }
-        for name in model.indexedProperties.union(model.defaultValues.keys)
-        where !properties.contains(where: { $0.name == name }) {
+        try applyDefaults(
+            &properties, declared: model.defaultValues, initial: model.initialValues, of: model.typeName,
+            primaryKey: model.primaryKeyProperty)
+        for name in model.indexedProperties where !properties.contains(where: { $0.name == name }) {
             throw TributaryError(
-                .schemaMismatch,
-                "\(model.typeName) declares an index or default for '\(name)', which is not one of its properties")
+                .schemaMismatch, "\(model.typeName) declares an index for '\(name)', which is not one of its properties"
+            )
         }
         types.append(ObjectSchema(name: model.typeName, primaryKey: model.primaryKeyProperty, properties: properties))
     }
@@ -58,9 +58,50 @@ struct SchemaProbe {
         guard !types.contains(where: { $0.name == type.typeName }) else { return }
         // Registered before probing, so that a type that embeds itself (through a list or an optional) terminates.
         types.append(.embedded(type.typeName, properties: []))
-        let properties = try probe(type, typeName: type.typeName)
+        var properties = try probe(type, typeName: type.typeName)
+        try applyDefaults(
+            &properties, declared: type.defaultValues, initial: type.initialValues, of: type.typeName,
+            primaryKey: nil)
         types.removeAll { $0.name == type.typeName }
         types.append(.embedded(type.typeName, properties: properties))
+    }
+
+    /// Gives `properties` their defaults: those `declared` (``Model/defaultValues``), and where it gives none, the
+    /// declaration's constant initial values (``Model/initialValues``) as the property stores them. Initial values
+    /// that are not single values (a list with elements, an embedded object) are no defaults (rule 3), nor are those of
+    /// names that are no property (a model with its own coding keys).
+    private func applyDefaults(
+        _ properties: inout [Property], declared: [String: Value], initial: [String: any Encodable], of type: String,
+        primaryKey: String?
+    ) throws {
+        for name in declared.keys.sorted() where !properties.contains(where: { $0.name == name }) {
+            throw TributaryError(
+                .schemaMismatch, "\(type) declares a default for '\(name)', which is not one of its properties")
+        }
+        for index in properties.indices where properties[index].name != primaryKey {
+            let property = properties[index]
+            if let value = declared[property.name] {
+                properties[index].defaultValue = value
+                continue
+            }
+            guard let initial = initial[property.name] else { continue }
+            let node: TreeNode.Resolved
+            do {
+                node = try TreeEncoder.encode(initial, codingPath: []).resolved
+            } catch {
+                throw TributaryError(
+                    .schemaMismatch, "the initial value of \(type).\(property.name) does not encode: \(error)")
+            }
+            // A value that does not fit the property is the probe's to report; an empty list or a null is what the
+            // property reads without a default.
+            guard
+                let value = try? ModelCoding.conform(
+                    node, to: property, schema: Schema(version: 0, types: types), declared: nil,
+                    path: "\(type).\(property.name)"),
+                value.isSingleValue, !value.isNull
+            else { continue }
+            properties[index].defaultValue = value
+        }
     }
 
     mutating func probe(_ type: any Decodable.Type, typeName: String) throws -> [Property] {

@@ -25,8 +25,12 @@ public protocol Model: Codable, Sendable {
     /// The properties with an index. Default: none.
     static var indexedProperties: Set<String> { get }
     /// Values a create fills in for properties the writer leaves out, for example when another replica creates
-    /// the object with an older schema. Default: none.
+    /// the object with an older schema, and that objects gaining the property in a migration take. Default: none.
     static var defaultValues: [String: Value] { get }
+    /// The constant initial values of the declaration's stored properties (`var isPublic = false`), which the schema
+    /// takes as defaults where ``defaultValues`` gives none. The `@Model` macro (`import TributaryMacros`) fills it
+    /// in from the declaration. Default: none.
+    static var initialValues: [String: any Encodable] { get }
 }
 
 extension Model {
@@ -34,6 +38,7 @@ extension Model {
     public static var primaryKeyProperty: String { "_id" }
     public static var indexedProperties: Set<String> { [] }
     public static var defaultValues: [String: Value] { [:] }
+    public static var initialValues: [String: any Encodable] { [:] }
 }
 
 /// An embedded object type defined by a Swift `Codable` struct: owned by one parent object, deleted with it,
@@ -41,10 +46,18 @@ extension Model {
 public protocol EmbeddedModel: Codable, Sendable, Hashable {
     /// The embedded type's name. Default: the Swift type's name.
     static var typeName: String { get }
+    /// Values of fields an embedded object is made without (by another release of the app), and that embedded
+    /// objects gaining the field in a migration take. Default: none.
+    static var defaultValues: [String: Value] { get }
+    /// The constant initial values of the declaration's stored properties, as defaults where ``defaultValues`` gives
+    /// none; the `@EmbeddedModel` macro (`import TributaryMacros`) fills it in. Default: none.
+    static var initialValues: [String: any Encodable] { get }
 }
 
 extension EmbeddedModel {
     public static var typeName: String { String(describing: Self.self) }
+    public static var defaultValues: [String: Value] { [:] }
+    public static var initialValues: [String: any Encodable] { [:] }
 }
 
 /// Marks the types that stand for a link in a model.
