@@ -52,6 +52,25 @@ import TributaryTestSupport
     var isPublic = false
 }
 
+/// History's release 3 without the macro: `numberOfAttendees` has no default.
+struct PlainHistory: EmbeddedModel {
+    static let typeName = "History"
+    var date: Date
+    var attendees: [String]
+    var lengthInMinutes: Int
+    var numberOfAttendees: Int
+}
+
+@Model struct DailyScrumPlainHistory {
+    static let typeName = "DailyScrum"
+    var _id = ObjectID.generate()
+    var title = ""
+    var attendees: [String] = []
+    var lengthInMinutes = 5
+    var history: [PlainHistory] = []
+    var isPublic = false
+}
+
 enum Status: String, PersistableEnum {
     case open, done
 }
@@ -133,6 +152,28 @@ struct ModelMacroTests {
         #expect(scrum.history.map(\.numberOfAttendees) == [3, 1])
         #expect(scrum.history.map(\.lengthInMinutes) == [10, 5])
         #expect(try v3.verify().passed)
+    }
+
+    @Test("A required embedded field left without a value fails the migration, saying how to fix it")
+    func embeddedFieldWithoutDefaultSaysHowToFix() throws {
+        let directory = TemporaryDirectory()
+        do {
+            let v2 = try Replica.open(directory: directory.path, models: [DailyScrumV2.self], schemaVersion: 2)
+            try v2.write { txn in
+                var scrum = DailyScrumV2(_id: .generate(), title: "Ops")
+                scrum.history = [HistoryV1(date: .now, attendees: [], lengthInMinutes: 1)]
+                try txn.create(scrum)
+            }
+            v2.close()
+        }
+        #expect {
+            try Replica.open(directory: directory.path, models: [DailyScrumPlainHistory.self], schemaVersion: 3)
+        } throws: { error in
+            let message = (error as? TributaryError)?.message ?? ""
+            return (error as? TributaryError)?.code == .migrationFailed
+                && message.contains("History.numberOfAttendees") && message.contains("declare a default for it")
+                && message.contains("set it in the migration")
+        }
     }
 
     @Test("Without migration code, an embedded type's new property takes its initial value")

@@ -94,10 +94,17 @@ extension Replica {
             }
         } catch let error as TributaryError {
             let storageCodes: [TributaryError.Code] = [.diskFull, .mapFull, .storage, .closed, .corrupted]
+            // A required field of an embedded object left without a value: what the app can do about it.
+            let hint =
+                error.message.hasSuffix("got null (the property is required)")
+                ? "; declare a default for it (a constant initial value under @Model or @EmbeddedModel, or "
+                    + "defaultValues), make it optional, or set it in the migration (enumerateObjects works on "
+                    + "embedded types)"
+                : ""
             throw TributaryError(
                 storageCodes.contains(error.code) ? error.code : .migrationFailed,
                 "migrating \(directory) from schema version \(stored.version) to \(target.version) failed; "
-                    + "the replica is unchanged: \(error.message)", underlying: error)
+                    + "the replica is unchanged: \(error.message)\(hint)", underlying: error)
         }
     }
 }
