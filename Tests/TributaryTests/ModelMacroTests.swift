@@ -156,11 +156,12 @@ struct ModelMacroTests {
 
     @Test("A required embedded field left without a value fails the migration, saying how to fix it")
     func embeddedFieldWithoutDefaultSaysHowToFix() throws {
+        let id = ObjectID.generate()
         let directory = TemporaryDirectory()
         do {
             let v2 = try Replica.open(directory: directory.path, models: [DailyScrumV2.self], schemaVersion: 2)
             try v2.write { txn in
-                var scrum = DailyScrumV2(_id: .generate(), title: "Ops")
+                var scrum = DailyScrumV2(_id: id, title: "Ops")
                 scrum.history = [HistoryV1(date: .now, attendees: [], lengthInMinutes: 1)]
                 try txn.create(scrum)
             }
@@ -172,6 +173,7 @@ struct ModelMacroTests {
             let message = (error as? TributaryError)?.message ?? ""
             return (error as? TributaryError)?.code == .migrationFailed
                 && message.contains("History.numberOfAttendees") && message.contains("declare a default for it")
+                && message.contains("on DailyScrum \(id)")
                 && message.contains("set it in the migration")
         }
     }

@@ -186,7 +186,14 @@ extension MigrationContext {
                 if let keyName = type.primaryKey { values[keyName] = key.value }
                 // Fields of embedded objects that the new schema does not declare are left alone: another replica's
                 // release may have added them.
-                _ = try transaction.upsert(type.name, values, leavingAbsentFields: true)
+                do {
+                    _ = try transaction.upsert(type.name, values, leavingAbsentFields: true)
+                } catch let error as TributaryError
+                    where ![.diskFull, .mapFull, .storage, .closed].contains(error.code)
+                {
+                    // Named by the object, so that the app can look at one it fails on.
+                    throw TributaryError(error.code, "on \(type.name) \(key): \(error.message)", underlying: error)
+                }
             }
         }
     }
