@@ -46,8 +46,12 @@ public struct Migration: Sendable {
 public final class MigrationObject {
     /// The object's type name (in the new schema).
     public let type: String
-    /// The object's primary key.
+    /// The object's primary key; for an embedded object (``MigrationContext/enumerateObjects(_:_:)`` of an embedded
+    /// type), its top-level parent's.
     public let primaryKey: PrimaryKey
+    /// For an embedded object, where its top-level parent holds it (`["history", 2]`, `["latest", "last"]`); empty
+    /// for a top-level object.
+    public internal(set) var path: PropertyPath = []
     /// The property values in the new schema. Properties new in this version start at their default (or null).
     ///
     /// In an object the migration creates, a property that still holds the value it started with, and was neither
@@ -130,7 +134,7 @@ public final class MigrationContext {
     ///
     /// For an embedded type, `body` is called for every embedded object of that type wherever it is held (in a
     /// property, a list, or another embedded object) in an object that stays: `old` and `new` carry the parent's
-    /// primary key, and a change to `new` (or ``delete(_:)``, which removes it from its parent) is written into the
+    /// primary key, `new.path` says where the parent holds it, and a change to `new` (or ``delete(_:)``, which removes it from its parent) is written into the
     /// parent when the migration ends. Embedded objects in a list are paired by position.
     public func enumerateObjects(_ type: String, _ body: (_ old: DynamicObject, _ new: MigrationObject?) throws -> Void)
         rethrows
@@ -150,7 +154,7 @@ public final class MigrationContext {
     ) rethrows {
         /// Visits the embedded objects of `type` in `old` (a value of the old schema) and its counterpart `new`:
         /// `new` as the migration leaves it, or `nil` when `body` deleted it.
-        func visit(_ old: Value, _ new: Value, key: PrimaryKey) throws -> Value? {
+        func visit(_ old: Value, _ new: Value, key: PrimaryKey, path: PropertyPath) throws -> Value? {
             switch (old, new) {
             case (.list(let oldElements), .list(let newElements)):
                 var elements: [Value] = []
@@ -159,19 +163,23 @@ public final class MigrationContext {
                         elements.append(element)
                         continue
                     }
-                    if let kept = try visit(oldElements[index], element, key: key) { elements.append(kept) }
+                    if let kept = try visit(oldElements[index], element, key: key, path: path + [.index(index)]) {
+                        elements.append(kept)
+                    }
                 }
                 return .list(elements)
             case (.embedded(let oldObject), .embedded(var newObject)):
                 if oldObject.type == type {
                     let proxy = MigrationObject(type: type, primaryKey: key, values: newObject.fields)
+                    proxy.path = path
                     try body(DynamicObject(type: type, primaryKey: key, values: oldObject.fields), proxy)
                     if proxy.isDeleted { return nil }
                     newObject.fields = proxy.values
                 }
-                for (name, value) in oldObject.fields {
+                for (name, value) in oldObject.fields.sorted(by: { $0.key < $1.key }) {
                     guard let counterpart = newObject.fields[name] else { continue }
-                    newObject.fields[name] = try visit(value, counterpart, key: key) ?? .null
+                    newObject.fields[name] =
+                        try visit(value, counterpart, key: key, path: path + [.property(name)]) ?? .null
                 }
                 return .embedded(newObject)
             default:
@@ -185,7 +193,8 @@ public final class MigrationContext {
                     guard case .embedded = property.kind else { continue }
                     let name = renamedName(parent.name, property.name)
                     guard let current = new.values[name] else { continue }
-                    let updated = try visit(old[property.name], current, key: old.primaryKey) ?? .null
+                    let updated =
+                        try visit(old[property.name], current, key: old.primaryKey, path: [.property(name)]) ?? .null
                     if updated != current {
                         new.values[name] = updated
                         new.assigned.insert(name)

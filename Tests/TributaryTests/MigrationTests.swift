@@ -112,7 +112,7 @@ struct MigrationTests {
         let visits = Mutex<[String]>([])
         let migration = Migration { migration in
             try migration.enumerateObjects("History") { old, new in
-                visits.withLock { $0.append("\(old.primaryKey) \(old["date"])") }
+                visits.withLock { $0.append("\(old.primaryKey) \(old["date"]) \(new?.path ?? [])") }
                 let count = old["attendees"].listValue?.count ?? 0
                 // A meeting nobody attended is dropped.
                 if count == 0, let new { migration.delete(new) }
@@ -121,7 +121,11 @@ struct MigrationTests {
         }
         let v2 = try open(directory, schema(version: 2, [.scalar("numberOfAttendees", .int)]), migration: migration)
         let visited = visits.withLock { $0 }.sorted()
-        #expect(visited == [#""s1" "mon""#, #""s1" "tue""#, #""s1" "wed""#, #""s1" "wed""#], "\(visited)")
+        #expect(
+            visited == [
+                #""s1" "mon" [history, [0]]"#, #""s1" "tue" [history, [1]]"#, #""s1" "wed" [history, [2]]"#,
+                #""s1" "wed" [latest, last]"#,
+            ], "\(visited)")
         let scrum = try #require(try v2.object("DailyScrum", primaryKey: .string("s1")))
         let counts = scrum["history"].listValue?.map { element -> Value? in
             guard case .embedded(let object) = element else { return nil }
