@@ -140,6 +140,33 @@ struct MigrationTests {
         #expect(try v2.verify().passed)
     }
 
+    @Test("A default dropped from a required property: every object keeps the value it read")
+    func droppedDefault() throws {
+        func schema(version: UInt64, default value: Value?) -> Schema {
+            Schema(
+                version: version,
+                types: [
+                    ObjectSchema(
+                        name: "Task", properties: [.scalar("_id", .string), .scalar("count", .int, default: value)])
+                ])
+        }
+        let directory = TemporaryDirectory()
+        do {
+            let v1 = try open(directory, schema(version: 1, default: .int(5)))
+            try v1.write { txn in
+                try txn.create("Task", ["_id": "defaulted"])
+                try txn.create("Task", ["_id": "given", "count": 7])
+                try txn.create("Task", ["_id": "given-default", "count": 5])
+            }
+            v1.close()
+        }
+        let v2 = try open(directory, schema(version: 2, default: nil))
+        for (key, count) in [("defaulted", 5), ("given", 7), ("given-default", 5)] {
+            #expect(try v2.object("Task", primaryKey: .string(key))?["count"] == .int(Int64(count)), "\(key)")
+        }
+        #expect(try v2.verify().passed)
+    }
+
     @Test(
         "A new default reaches the objects that hold no value, and the ones whose create stored the old default keep it"
     )

@@ -216,10 +216,13 @@ extension MigrationContext {
     /// The properties of `object` whose default the new schema changes and which hold, as carried and left by the
     /// migration, the old default: they are not written, so that an object that holds no value for one (created
     /// before it was added) reads the new default (rule 8), and one whose create stored the old default keeps it.
+    /// A required property whose default the new schema drops is written: without a default, the object must hold
+    /// the value it read.
     func unchangedOldDefaults(_ type: ObjectSchema, _ object: MigrationObject) -> [String] {
         guard object.isFromOldObject, let oldType = oldSchema[type: type.name] else { return [] }
         return type.properties.compactMap { property in
             guard !property.isList, property.name != type.primaryKey, !object.assigned.contains(property.name),
+                property.defaultValue != nil || property.isOptional,
                 let old = oldType.properties.first(where: {
                     $0.name != oldType.primaryKey && renamedName(type.name, $0.name) == property.name
                 }),
