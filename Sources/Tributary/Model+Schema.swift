@@ -78,6 +78,7 @@ struct SchemaProbe {
             throw TributaryError(
                 .schemaMismatch, "\(type) declares a default for '\(name)', which is not one of its properties")
         }
+        let known = Schema(version: 0, types: types)
         for index in properties.indices where properties[index].name != primaryKey {
             let property = properties[index]
             if let value = declared[property.name] {
@@ -96,7 +97,7 @@ struct SchemaProbe {
             // property reads without a default.
             guard
                 let value = try? ModelCoding.conform(
-                    node, to: property, schema: Schema(version: 0, types: types), declared: nil,
+                    node, to: property, schema: known, declared: nil,
                     path: "\(type).\(property.name)"),
                 value.isSingleValue, !value.isNull
             else { continue }
