@@ -76,14 +76,21 @@ let package = Package(
 
         // @Model and @EmbeddedModel: a declaration's initial values as schema defaults, read at compile time. A
         // product of its own, so that apps that do not use the macros do not build swift-syntax.
-        .macro(
-            name: "TributaryMacrosPlugin",
+        .target(
+            name: "TributaryMacrosExpansion",
             dependencies: [
                 .product(name: "SwiftSyntax", package: "swift-syntax"),
                 .product(name: "SwiftSyntaxBuilder", package: "swift-syntax"),
                 .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
                 .product(name: "SwiftDiagnostics", package: "swift-syntax"),
                 .product(name: "SwiftParser", package: "swift-syntax"),
+            ],
+            swiftSettings: upcomingFeatures),
+        .macro(
+            name: "TributaryMacrosPlugin",
+            dependencies: [
+                "TributaryMacrosExpansion", .product(name: "SwiftSyntax", package: "swift-syntax"),
+                .product(name: "SwiftSyntaxMacros", package: "swift-syntax"),
                 .product(name: "SwiftCompilerPlugin", package: "swift-syntax"),
             ],
             swiftSettings: upcomingFeatures),
@@ -219,7 +226,7 @@ let package = Package(
         .testTarget(
             name: "TributaryMacrosTests",
             dependencies: [
-                "TributaryMacrosPlugin", .product(name: "SwiftDiagnostics", package: "swift-syntax"),
+                "TributaryMacrosExpansion", .product(name: "SwiftDiagnostics", package: "swift-syntax"),
                 .product(name: "SwiftSyntaxBuilder", package: "swift-syntax"),
                 .product(name: "SwiftSyntaxMacroExpansion", package: "swift-syntax"),
                 .product(name: "SwiftSyntaxMacrosGenericTestSupport", package: "swift-syntax"),

@@ -3,7 +3,7 @@ import SwiftSyntaxBuilder
 import SwiftSyntaxMacroExpansion
 import SwiftSyntaxMacrosGenericTestSupport
 import Testing
-import TributaryMacrosPlugin
+import TributaryMacrosExpansion
 
 /// What `@Model` and `@EmbeddedModel` write, and what they warn about, checked on the expansion itself.
 @Suite("The @Model and @EmbeddedModel expansions")

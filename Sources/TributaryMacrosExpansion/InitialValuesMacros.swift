@@ -1,16 +1,11 @@
-// The compiler plugin behind `@Model` and `@EmbeddedModel`: it reads a model declaration's stored properties and
-// writes their constant initial values into the model's `initialValues`, which the schema takes as defaults.
-import SwiftCompilerPlugin
+// The expansions of `@Model` and `@EmbeddedModel`: they read a model declaration's stored properties and write
+// their constant initial values into the model's `initialValues`, which the schema takes as defaults. A library of
+// its own, apart from the compiler plugin, so that tests link it without building the test bundle for the host.
 import SwiftDiagnostics
 import SwiftParser
 public import SwiftSyntax
 import SwiftSyntaxBuilder
 public import SwiftSyntaxMacros
-
-@main
-struct TributaryMacrosPlugin: CompilerPlugin {
-    let providingMacros: [any Macro.Type] = [ModelMacro.self, EmbeddedModelMacro.self]
-}
 
 /// `@Model`: conforms a struct to `Model` and gives it `initialValues`.
 public struct ModelMacro: ExtensionMacro {
