@@ -172,7 +172,10 @@ let package = Package(
         .target(name: "TributaryTestTags", path: "Tests/TributaryTestSupport/Tags", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributary-crash-child",
-            dependencies: ["Tributary", "TributaryModel", "TributaryStorage", "TributarySync", "TributaryTestSupport"],
+            dependencies: [
+                "Tributary", "TributaryModel", "TributaryProtocol", "TributaryStorage", "TributarySync",
+                "TributaryTestSupport",
+            ],
             path: "Tests/tributary-crash-child", swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryStorageTests",

@@ -183,6 +183,64 @@ extension Replica {
         return export
     }
 
+    /// For each origin this replica's vector counts, its own included, the newest changeset of that origin it holds,
+    /// and that changeset's fingerprint (of its origin, origin sequence, stamp and author). A sync session sends
+    /// them, so that the other side can tell whether it holds the same changesets under those dots: a replica
+    /// restored from a backup gives the dots it lost to other changesets. An origin whose newest changeset is not in
+    /// the log (a flexible-sync replica skips those outside its view) gets no anchor.
+    package func historyAnchors() throws -> [(dot: Dot, fingerprint: UInt64)] {
+        do {
+            return try environment.read { txn in
+                var anchors: [(dot: Dot, fingerprint: UInt64)] = []
+                for entry in try views.versionVector(in: txn).entries {
+                    let dot = Dot(origin: entry.replica, sequence: entry.sequence)
+                    if let fingerprint = try changesetFingerprint(at: dot, in: txn) {
+                        anchors.append((dot, fingerprint))
+                    }
+                }
+                return anchors
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// This replica's own changesets with an origin sequence above `sequence`, in their order, whether or not a relay
+    /// adopted them: what a client reset recovers when the daemon lost them.
+    package func ownChangesets(after sequence: UInt64) throws -> [Changeset] {
+        do {
+            return try environment.read { txn in
+                let context = ZstdContext()
+                return try log.originEntries(from: replicaID, after: sequence, in: txn).map { dot, localSequence in
+                    try log.changeset(of: try log.entry(localSequence, in: txn), context: context)
+                }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// The fingerprint of the changeset this replica holds under `dot` (its origin dot, or the dot a relay adopted it
+    /// as): `nil` when it holds none. Two different changesets have different fingerprints.
+    package func changesetFingerprint(at dot: Dot) throws -> UInt64? {
+        do {
+            return try environment.read { txn in try changesetFingerprint(at: dot, in: txn) }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    private func changesetFingerprint(at dot: Dot, in txn: TributaryStorageReadTransaction) throws -> UInt64? {
+        guard let localSequence = try log.localSequence(of: dot, in: txn) else { return nil }
+        let header = try log.header(of: try log.entry(localSequence, in: txn))
+        var bytes: [UInt8] = []
+        for number in [header.origin.rawValue, header.originSequence, header.time.rawValue] {
+            withUnsafeBytes(of: number.littleEndian) { bytes.append(contentsOf: $0) }
+        }
+        bytes.append(contentsOf: header.author.utf8)
+        return XXHash64.hash(bytes, seed: 0x616e_6368_6f72)  // "anchor"
+    }
+
     /// The highest origin sequence of `origin`'s changesets this replica holds, as written or as a relay adopted
     /// them, or 0. A daemon tells an app where to resume its upload: its vector does not count the apps whose
     /// changesets it adopted.

@@ -377,6 +377,10 @@ public final class Replica: Sendable {
     /// The current schema.
     public var schema: Schema { state.withLock { $0.schema } }
 
+    /// The schema the app opened this replica with, `nil` when it gave none: what a replica made in its place (a
+    /// client reset) is opened with.
+    package var schemaOpenedWith: Schema? { appSchema.withLock { $0 } }
+
     /// What this replica has integrated: the highest origin sequence from each replica.
     public var versionVector: VersionVector { state.withLock { $0.versionVector } }
 

@@ -37,7 +37,7 @@ extension SyncServer {
             case .connecting:
                 // Every attempt passes through here: logged only when it is news, not on each retry.
                 if previous == nil || previous == .active { logger.debug("peer link connecting") }
-            case .paused, .closed:
+            case .paused, .closed, .resetting:
                 logger.info("peer link \(state)")
             }
         }

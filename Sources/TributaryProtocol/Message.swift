@@ -82,13 +82,20 @@ public struct Hello: Sendable, Hashable {
     /// Whether the initiator is a flexible-sync app: it holds what its subscriptions cover, sends its set in a
     /// `query` message right after `welcome`, and the acceptor sends nothing before that message.
     public var flexible: Bool
+    /// For each origin in `vector`, the initiator's own included, the newest changeset of that origin the initiator
+    /// holds and its fingerprint (``HistoryAnchor``): the acceptor checks that it holds the same changeset under that
+    /// dot, if it holds one. A replica restored from a backup reuses the dots it lost for other changesets; this is how
+    /// the two sides find out, and reset, instead of silently missing each other's new ones.
+    public var anchors: [HistoryAnchor]
 
     public init(
         versions: ClosedRange<UInt64> = SyncProtocol.versions, replica: ReplicaID, role: SyncRole,
         schemaVersion: UInt64 = 0, credentials: [UInt8] = [], name: String = "", vector: VersionVector,
-        pending: [Dot] = [], window: UInt64 = SyncProtocol.defaultWindow, flexible: Bool = false
+        pending: [Dot] = [], window: UInt64 = SyncProtocol.defaultWindow, flexible: Bool = false,
+        anchors: [HistoryAnchor] = []
     ) {
         self.flexible = flexible
+        self.anchors = anchors
         self.versions = versions
         self.replica = replica
         self.role = role
@@ -98,6 +105,18 @@ public struct Hello: Sendable, Hashable {
         self.vector = vector
         self.pending = pending
         self.window = window
+    }
+}
+
+/// A changeset a replica holds, named by its dot, with a fingerprint of what it is (its origin, origin sequence,
+/// stamp and author): two replicas that hold different changesets under one dot have different fingerprints.
+public struct HistoryAnchor: Sendable, Hashable {
+    public var dot: Dot
+    public var fingerprint: UInt64
+
+    public init(dot: Dot, fingerprint: UInt64) {
+        self.dot = dot
+        self.fingerprint = fingerprint
     }
 }
 

@@ -23,6 +23,11 @@ public enum MessageCodec {
             writer.dots(hello.pending)
             writer.varint(hello.window)
             writer.byte(hello.flexible ? 1 : 0)
+            writer.varint(hello.anchors.count)
+            for anchor in hello.anchors {
+                writer.dot(anchor.dot)
+                writer.fixed64(anchor.fingerprint)
+            }
         case .welcome(let welcome):
             writer.varint(welcome.version)
             writer.fixed64(welcome.replica.rawValue)
@@ -143,11 +148,21 @@ public enum MessageCodec {
             let pending = try reader.dots(limits: limits)
             let window = try reader.varint()
             let flexible = try reader.bool("flexible")
+            let anchorCount = try reader.count("anchors", maximum: limits.maximumDots, minimumBytesEach: 17)
+            var anchors: [HistoryAnchor] = []
+            anchors.reserveCapacity(anchorCount)
+            for _ in 0..<anchorCount {
+                let dot = try reader.dot()
+                guard dot.sequence > 0 else {
+                    throw SyncError.violation("hello: anchor of \(dot.origin) has sequence 0")
+                }
+                anchors.append(HistoryAnchor(dot: dot, fingerprint: try reader.fixed64()))
+            }
             return .hello(
                 Hello(
                     versions: lowest...highest, replica: replica, role: role, schemaVersion: schemaVersion,
                     credentials: Array(credentials), name: name, vector: vector, pending: pending, window: window,
-                    flexible: flexible))
+                    flexible: flexible, anchors: anchors))
         case .welcome:
             let version = try reader.varint()
             let replica = ReplicaID(rawValue: try reader.fixed64())

@@ -410,6 +410,10 @@ package actor SessionDriver {
         let welcome: Welcome
         do {
             let replica = replica
+            if let divergence = try await offload({ try Self.divergence(of: hello, from: replica) }) {
+                await fail(divergence)
+                return false
+            }
             welcome = try await offload {
                 Welcome(
                     version: 0, replica: replica.replicaID, vector: replica.versionVector,
@@ -437,6 +441,52 @@ package actor SessionDriver {
         onEvent(.established(replica: hello.replica, role: hello.role))
         startPump()
         return true
+    }
+
+    /// Whether the initiator's history and this replica's can no longer be merged, and why: it has seen changesets
+    /// of this replica that this replica no longer holds, or holds others under their dots (this replica was restored
+    /// from a backup, or replaced), or this replica holds changesets of the initiator's that the initiator lost (it was
+    /// restored from a backup, and would give their dots to new changesets). Lag is no divergence: an app that synced
+    /// with another daemon of a mesh may be ahead of this one on that daemon's changesets.
+    static func divergence(of hello: Hello, from replica: Replica) throws -> SyncError? {
+        let ours = replica.versionVector
+        let own = hello.vector[replica.replicaID]
+        let held = ours[replica.replicaID]
+        let remedy =
+            hello.role == .app
+            ? "the app must reset its replica (a client reset: its unsynced changes can be recovered onto the "
+                + "daemon's state)"
+            : "restore one of the two daemons from the other (docs/Operating.md, \"Backups and restores\")"
+        if own > held {
+            return SyncError(
+                .resetRequired, .reset,
+                "replica \(hello.replica) has seen this daemon's changesets through \(own), but the daemon holds them "
+                    + "only through \(held): the daemon's history went back (restored from a backup, or its directory "
+                    + "replaced); \(remedy)")
+        }
+        for anchor in hello.anchors {
+            guard let fingerprint = try replica.changesetFingerprint(at: anchor.dot) else { continue }
+            if fingerprint != anchor.fingerprint {
+                let whose =
+                    anchor.dot.origin == hello.replica
+                    ? "the replica's own history went back and went on differently (restored from a backup)"
+                    : "the daemon's history went back and went on differently (restored from a backup)"
+                return SyncError(
+                    .resetRequired, .reset,
+                    "replica \(hello.replica) holds another changeset under \(anchor.dot) than this daemon does: "
+                        + "\(whose); \(remedy)")
+            }
+        }
+        let theirs = try replica.heldSequence(of: hello.replica)
+        if theirs > hello.vector[hello.replica] {
+            return SyncError(
+                .resetRequired, .reset,
+                "this daemon holds changesets of replica \(hello.replica) through \(theirs), but the replica has only "
+                    + "\(hello.vector[hello.replica]) of its own: its history went back (restored from a backup), and "
+                    + "its next changesets would reuse the ids of ones the daemon holds; "
+                    + (hello.role == .app ? "the app must reset its replica" : "restore it from a peer"))
+        }
+        return nil
     }
 
     private func fail(_ error: SyncError) async {

@@ -6,12 +6,11 @@ import TributaryProtocol
 extension SyncSession {
     /// What the connection loop, the sessions it runs and the app's calls share, under one lock.
     final class Shared: Sendable {
-        let replica: Replica
         let states = Broadcast<State>(.connecting)
         let uploads: Broadcast<SyncProgress>
         let downloads = Broadcast(SyncProgress(transferred: 0, transferable: 0))
         let bootstraps = Broadcast(SyncProgress(transferred: 0, transferable: 0))
-        private let inner = Mutex(Inner())
+        private let inner: Mutex<Inner>
 
         private struct Inner {
             var driver: SessionDriver?
@@ -28,10 +27,13 @@ extension SyncSession {
             var established = false
             var rejections: [Acknowledgement.Rejection] = []
             var downloaded: UInt64 = 0
+            /// The replica the session syncs: the one it was made with, or the one a client reset put in its place.
+            var replica: Replica
+            var resets: [ClientResetReport] = []
         }
 
         init(replica: Replica) {
-            self.replica = replica
+            inner = Mutex(Inner(replica: replica))
             uploads = Broadcast(SyncProgress(transferred: 0, transferable: replica.versionVector[replica.replicaID]))
         }
 
@@ -40,6 +42,29 @@ extension SyncSession {
         var isHeld: Bool { inner.withLock { $0.paused || $0.stopped != nil } }
         var rejections: [Acknowledgement.Rejection] { inner.withLock { $0.rejections } }
         var wasEstablished: Bool { inner.withLock { $0.established } }
+        var replica: Replica { inner.withLock { $0.replica } }
+        var resets: [ClientResetReport] { inner.withLock { $0.resets } }
+        /// The error that stopped the session, while it is stopped.
+        var stoppedError: SyncError? { inner.withLock { $0.stopped } }
+
+        /// Puts the replica a client reset made in place of the one the session synced. Uploads waited on are of the
+        /// old replica's changesets: those waits fail, naming the reset.
+        func replace(with replica: Replica, report: ClientResetReport) {
+            let waiters = inner.withLock { inner in
+                inner.replica = replica
+                inner.resets.append(report)
+                inner.uploadedThrough = 0
+                inner.acknowledgedThrough = 0
+                inner.rejections = []
+                defer { inner.uploadWaiters.removeAll() }
+                return inner.uploadWaiters.map(\.continuation)
+            }
+            let error = SyncError(
+                .resetRequired, .retry,
+                "the replica was reset (\(report)): wait for the upload of the new replica (session.replica)")
+            for waiter in waiters { waiter.resume(throwing: error) }
+            uploads.send(SyncProgress(transferred: 0, transferable: replica.versionVector[replica.replicaID]))
+        }
         /// This replica's own sequence through which a session of this process received every acknowledgement.
         var acknowledgedThrough: UInt64 { inner.withLock { $0.acknowledgedThrough } }
 
@@ -70,6 +95,7 @@ extension SyncSession {
                     return (inner.driver, inner.activeWaiters)
                 }
                 states.send(.active)
+                ClientResetter.clearAttempts(in: replica.directory)
                 if let driver { for waiter in waiters { waiter.resume(returning: driver) } }
             case .uploaded(let through):
                 let (done, uploaded) = inner.withLock { inner in

@@ -54,6 +54,9 @@ public struct SyncConfiguration: Sendable {
     /// Whom a `wss://` daemon's certificate is checked against (the system's roots by default), and the certificate
     /// presented, if any.
     public var tls = SyncTLS()
+    /// What the session does when the daemon says the replica must be reset. By default it recovers the unsynced
+    /// changes onto the daemon's state, and syncs the new replica (``SyncSession/replica``).
+    public var clientReset = ClientReset()
 
     public init() {}
 }
@@ -98,6 +101,8 @@ public final class SyncSession: Sendable {
         case paused
         /// Closed for good by ``SyncSession/close()``.
         case closed
+        /// Resetting the replica (``ClientReset``): downloading the daemon's state, recovering unsynced changes.
+        case resetting
 
         public var description: String {
             switch self {
@@ -107,15 +112,19 @@ public final class SyncSession: Sendable {
             case .disconnected(nil): "disconnected"
             case .paused: "paused"
             case .closed: "closed"
+            case .resetting: "resetting"
             }
         }
     }
 
-    /// The replica this session syncs.
-    public let replica: Replica
+    /// The replica this session syncs: the one it was made with, until a client reset puts a new one in its place
+    /// (the old one is then closed, and ``ClientReset/afterReset`` is called with the new one).
+    public var replica: Replica { shared.replica }
     /// The daemon it syncs with.
     public let endpoint: SyncEndpoint
     private let shared: Shared
+    private let credentials: SyncCredentials
+    private let configuration: SyncConfiguration
     private let loop: Mutex<Task<Void, Never>?> = Mutex(nil)
 
     /// A session as `role`: an app's (which uploads its own changesets and downloads everything), or a daemon's
@@ -124,15 +133,15 @@ public final class SyncSession: Sendable {
         replica: Replica, endpoint: SyncEndpoint, credentials: SyncCredentials, configuration: SyncConfiguration,
         role: SyncRole = .app, integrator: (any BatchIntegrator)? = nil, meter: (any SessionMeter)? = nil
     ) {
-        self.replica = replica
         self.endpoint = endpoint
+        self.credentials = credentials
+        self.configuration = configuration
         shared = Shared(replica: replica)
         let shared = shared
-        let integrator = integrator ?? DirectIntegrator(replica: replica)
         loop.withLock {
             $0 = Task {
                 await Self.run(
-                    replica: replica, endpoint: endpoint, credentials: credentials, configuration: configuration,
+                    endpoint: endpoint, credentials: credentials, configuration: configuration,
                     role: role, integrator: integrator, meter: meter, shared: shared)
             }
         }
@@ -156,6 +165,32 @@ public final class SyncSession: Sendable {
 
     /// Changesets the daemon refused (a schema conflict), with the reason: as they are reported.
     public var rejections: [Acknowledgement.Rejection] { shared.rejections }
+
+    /// The client resets this session made, oldest first.
+    public var clientResets: [ClientResetReport] { shared.resets }
+
+    /// Resets the replica now, as ``ClientReset/Mode`` `mode` says: what an app does after the session stopped with
+    /// ``SyncError/Code/resetRequired`` under ``ClientReset/Mode/manual``. The old replica is kept at the report's
+    /// ``ClientResetReport/backupDirectory`` (delete it when done with it); the session then syncs the new replica.
+    ///
+    /// - Throws: ``SyncError`` when the session was not stopped for a reset, or the reset failed (the old replica is
+    ///   then left in place).
+    @discardableResult
+    public func reset(_ mode: ClientReset.Mode = .recoverUnsyncedChanges) async throws -> ClientResetReport {
+        guard let error = shared.stoppedError, error.action == .reset else {
+            throw SyncError(
+                .resetRequired, .fatal,
+                "the session was not stopped for a client reset: reset only after the daemon asked for one")
+        }
+        var policy = configuration.clientReset
+        policy.mode = mode == .manual ? .discardUnsyncedChanges : mode
+        let (fresh, report) = try await ClientResetter.reset(
+            shared.replica, reason: error.message, mode: policy.mode, policy: policy, endpoint: endpoint,
+            credentials: credentials, configuration: configuration, keepBackup: true)
+        shared.replace(with: fresh, report: report)
+        shared.setPaused(false)
+        return report
+    }
 
     /// Waits until the daemon holds, durably, every changeset this replica wrote before the call: across
     /// reconnections, if the connection drops meanwhile.
@@ -213,8 +248,8 @@ public final class SyncSession: Sendable {
     // MARK: The connection loop
 
     private static func run(
-        replica: Replica, endpoint: SyncEndpoint, credentials: SyncCredentials, configuration: SyncConfiguration,
-        role: SyncRole, integrator: any BatchIntegrator, meter: (any SessionMeter)?, shared: Shared
+        endpoint: SyncEndpoint, credentials: SyncCredentials, configuration: SyncConfiguration,
+        role: SyncRole, integrator: (any BatchIntegrator)?, meter: (any SessionMeter)?, shared: Shared
     ) async {
         var backoff = configuration.backoff
         // One TLS context for the session's connections: settings that do not load stop the session, naming the file.
@@ -236,6 +271,9 @@ public final class SyncSession: Sendable {
                 }
             }
             shared.set(.connecting)
+            // The replica is the one a client reset put in place, if one did.
+            let replica = shared.replica
+            let integrator = integrator ?? DirectIntegrator(replica: replica)
             var ended: SyncError?
             var refreshFailed = false
             if token.isEmpty, let refresh = credentials.refresh {
@@ -259,7 +297,9 @@ public final class SyncSession: Sendable {
                             name: String(configuration.name.utf8.prefix(256)) ?? "", vector: replica.versionVector,
                             pending: Array(pending.prefix(MessageLimits.standard.maximumDots)),
                             window: configuration.window,
-                            flexible: role == .app && ((try? replica.flexibleSyncQuery()) ?? nil) != nil)
+                            flexible: role == .app && ((try? replica.flexibleSyncQuery()) ?? nil) != nil,
+                            anchors: ((try? replica.historyAnchors()) ?? []).prefix(MessageLimits.standard.maximumDots)
+                                .map { HistoryAnchor(dot: $0.dot, fingerprint: $0.fingerprint) })
                         var options = SessionDriver.Options()
                         options.window = configuration.window
                         options.meter = meter
@@ -305,6 +345,21 @@ public final class SyncSession: Sendable {
                             + "SyncCredentials.refreshing)")
                 }
             }
+            if let ended, ended.action == .reset, role == .app, configuration.clientReset.mode != .manual {
+                // The daemon cannot sync this replica any more: reset it, and sync the new one.
+                shared.set(.resetting)
+                do {
+                    let (fresh, report) = try await resetAutomatically(
+                        replica, reason: ended.message, endpoint: endpoint, credentials: credentials,
+                        configuration: configuration)
+                    shared.replace(with: fresh, report: report)
+                    backoff.reset()
+                } catch {
+                    shared.stop(
+                        error as? SyncError ?? SyncError(.resetRequired, .reset, "the client reset failed: \(error)"))
+                }
+                continue
+            }
             if let ended, ended.action != .retry {
                 shared.stop(ended)
                 continue
@@ -315,6 +370,28 @@ public final class SyncSession: Sendable {
             await shared.sleep(for: wait)
         }
         shared.set(.closed)
+    }
+}
+
+extension SyncSession {
+    /// A reset by the session's ``ClientReset`` policy; a third one in a row (no session opened after the last two)
+    /// is refused: resetting again would not help, and would loop.
+    private static func resetAutomatically(
+        _ replica: Replica, reason: String, endpoint: SyncEndpoint, credentials: SyncCredentials,
+        configuration: SyncConfiguration
+    ) async throws -> (Replica, ClientResetReport) {
+        let attempts = ClientResetter.attempts(in: replica.directory)
+        guard attempts < 2 else {
+            throw SyncError(
+                .resetRequired, .reset,
+                "the daemon asked for a client reset again after \(attempts) resets in a row that did not let this "
+                    + "replica sync; the session stops instead of resetting for ever (the daemon's reason: \(reason)). "
+                    + "Call session.reset(_:) to try once more, or restore the daemon")
+        }
+        try? ClientResetter.recordAttempt(in: replica.directory)
+        return try await ClientResetter.reset(
+            replica, reason: reason, mode: configuration.clientReset.mode, policy: configuration.clientReset,
+            endpoint: endpoint, credentials: credentials, configuration: configuration, keepBackup: false)
     }
 }
 

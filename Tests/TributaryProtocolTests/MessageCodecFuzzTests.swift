@@ -220,7 +220,8 @@ private struct MessageGenerator {
                     versions: low...high, replica: id(&random), role: random.chance(50) ? .app : .peer,
                     schemaVersion: number(&random), credentials: bytes(&random, typical: 16),
                     name: string(&random, typical: 16), vector: vector(&random), pending: dots(&random),
-                    window: number(&random)))
+                    window: number(&random), flexible: random.chance(50),
+                    anchors: dots(&random).map { HistoryAnchor(dot: $0, fingerprint: $0.origin.rawValue &* 31) }))
         case 1:
             return .welcome(
                 Welcome(

@@ -13,7 +13,10 @@ struct MessageCodecTests {
             .hello(
                 Hello(
                     replica: ReplicaID(rawValue: 42), role: .app, schemaVersion: 3, credentials: [1, 2, 3],
-                    name: "Notes on iPad", vector: vector, pending: [Dot(origin: ReplicaID(rawValue: 9), sequence: 4)])),
+                    name: "Notes on iPad", vector: vector, pending: [Dot(origin: ReplicaID(rawValue: 9), sequence: 4)],
+                    anchors: [
+                        HistoryAnchor(dot: Dot(origin: ReplicaID(rawValue: 7), sequence: 3), fingerprint: 1 << 63)
+                    ])),
             .welcome(Welcome(version: 1, replica: ReplicaID(rawValue: 5), vector: vector, yours: 17)),
             .changesets(ChangesetBatch(number: 3, changesets: [[0xAA], [], [1, 2, 3]], progress: vector, more: true)),
             .ack(
@@ -427,6 +430,7 @@ private enum Build {
         wire.dots(pending)
         wire.uint(1024)
         wire.bool(false)
+        wire.uint(0)
         return wire.bytes
     }
 

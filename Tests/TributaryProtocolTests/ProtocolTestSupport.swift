@@ -139,7 +139,7 @@ func payloadBytes(_ message: Message) -> Int {
     switch message {
     case .hello(let hello):
         return hello.credentials.count + hello.name.utf8.count + 16 * hello.vector.entries.count
-            + 16 * hello.pending.count
+            + 16 * hello.pending.count + 24 * hello.anchors.count
     case .welcome(let welcome):
         return 16 * welcome.vector.entries.count + 16 * welcome.pending.count
     case .changesets(let batch):

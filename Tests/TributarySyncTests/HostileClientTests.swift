@@ -17,11 +17,12 @@ struct HostileClientTests {
     /// and returns the first `error` the daemon sends back.
     static func errorAfter(
         _ frames: [[UInt8]], to endpoint: SyncEndpoint, text: Bool = false,
-        replica: ReplicaID = ReplicaID(rawValue: 0xBAD), authorization: String? = nil
+        replica: ReplicaID = ReplicaID(rawValue: 0xBAD), vector: VersionVector = VersionVector(),
+        authorization: String? = nil
     ) async throws -> SyncError? {
         try await LoopbackSyncTests.within(.seconds(120), "the daemon's answer") {
             try await RawSyncClient.with(endpoint, authorization: authorization) { client in
-                switch try await client.handshake(RawSyncClient.hello(replica)) {
+                switch try await client.handshake(RawSyncClient.hello(replica, vector: vector)) {
                 case .failure(let error): return error
                 case nil: return nil
                 case .success: break

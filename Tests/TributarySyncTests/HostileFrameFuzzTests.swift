@@ -31,8 +31,10 @@ struct HostileFrameFuzzTests {
     static let seed = SplitMix64.seedFromEnvironment(default: 0x4633_686F_7374)
     static var replay: String { "TRIBUTARY_SEED=\(seed) swift test --filter HostileFrameFuzzTests" }
 
-    /// The error codes a hostile frame may be refused with.
-    static let refusals: Set<SyncError.Code> = [.protocolViolation, .badChangeset, .unsupportedVersion]
+    /// The error codes a hostile frame may be refused with. A hello (mutated or not) that declares fewer of its
+    /// replica's changesets than the daemon took from earlier frames is one of a replica restored from a backup:
+    /// `resetRequired`.
+    static let refusals: Set<SyncError.Code> = [.protocolViolation, .badChangeset, .unsupportedVersion, .resetRequired]
 
     /// What the daemon did with the frames of one worker.
     struct Tally: Sendable {
@@ -101,7 +103,8 @@ struct HostileFrameFuzzTests {
                     let count = perWorker + (worker < Self.frames % Self.workers ? 1 : 0)
                     group.addTask {
                         try await Self.storm(
-                            worker: worker, frames: count, endpoint: endpoint, replica: replica, corpus: corpus)
+                            worker: worker, frames: count, endpoint: endpoint, replica: replica, corpus: corpus,
+                            daemon: server.replica)
                     }
                 }
                 var total = Tally()
@@ -176,7 +179,7 @@ struct HostileFrameFuzzTests {
 
     /// Sends `frames` frames over as many connections as they take, and tallies what the daemon did with each.
     static func storm(
-        worker: Int, frames: Int, endpoint: SyncEndpoint, replica: ReplicaID, corpus: [Wire]
+        worker: Int, frames: Int, endpoint: SyncEndpoint, replica: ReplicaID, corpus: [Wire], daemon: Replica
     ) async throws -> Tally {
         var random = SplitMix64(seed: seed ^ (UInt64(worker + 1) &* 0x9E37_79B9_7F4A_7C15))
         var tally = Tally()
@@ -189,7 +192,7 @@ struct HostileFrameFuzzTests {
                 var random = state
                 let connection = try await Self.connection(
                     worker: worker, budget: budget, offset: offset, endpoint: endpoint, replica: replica,
-                    mutator: MessageMutator(corpus: corpus), random: &random)
+                    mutator: MessageMutator(corpus: corpus), daemon: daemon, random: &random)
                 return (random, connection)
             }
             random = next
@@ -202,7 +205,7 @@ struct HostileFrameFuzzTests {
     /// session or `budget` frames were sent.
     static func connection(
         worker: Int, budget: Int, offset: Int, endpoint: SyncEndpoint, replica: ReplicaID, mutator: MessageMutator,
-        random: inout SplitMix64
+        daemon: Replica, random: inout SplitMix64
     ) async throws -> Tally {
         let beforeHello = random.chance(15)
         let generated = (0..<budget).map { _ in
@@ -210,10 +213,15 @@ struct HostileFrameFuzzTests {
         }
         let texts = (0..<budget).map { _ in random.chance(1) }
         let probe = random.next() | 1 << 63
+        // An honest hello declares the worker's changesets the daemon took from earlier frames: one that claims
+        // fewer is a replica whose history went back, refused with resetRequired.
+        let held = try daemon.heldSequence(of: replica)
+        var hello = RawSyncClient.hello(replica)
+        if held > 0 { hello.vector = VersionVector([(replica, held)]) }
         return try await RawSyncClient.with(endpoint) { client in
             var tally = Tally()
             if !beforeHello {
-                guard case .success = try await client.handshake(RawSyncClient.hello(replica)) else {
+                guard case .success = try await client.handshake(hello) else {
                     tally.problems.append("worker \(worker): the daemon refused an honest hello at frame \(offset)")
                     return tally
                 }
@@ -237,8 +245,14 @@ struct HostileFrameFuzzTests {
                     }
                     guard case .error(let error) = message else { continue }
                     tally.refused[error.code.rawValue, default: 0] += 1
-                    // A violation may be damage in transit (retry, after a delay); anything else needs a person.
-                    let action: SyncError.Action = error.code == .protocolViolation ? .retry : .fatal
+                    // A violation may be damage in transit (retry, after a delay); a history gone back needs a client
+                    // reset; anything else needs a person.
+                    let action: SyncError.Action =
+                        switch error.code {
+                        case .protocolViolation: .retry
+                        case .resetRequired: .reset
+                        default: .fatal
+                        }
                     if !refusals.contains(error.code) || error.action != action || error.message.isEmpty
                         || error.message.utf8.count > 4096
                     {

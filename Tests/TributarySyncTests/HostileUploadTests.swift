@@ -167,7 +167,11 @@ struct HostileUploadTests {
         for sender in [replica, ReplicaID(rawValue: 0x5E_5E)] {
             let answers = try await LoopbackSyncTests.within(.seconds(120), "the replayed batches") {
                 try await RawSyncClient.with(endpoint) { client in
-                    guard case .success(let welcome) = try await client.handshake(RawSyncClient.hello(sender)) else {
+                    let held = sender == replica ? recorded.progress : VersionVector()
+                    guard
+                        case .success(let welcome) = try await client.handshake(
+                            RawSyncClient.hello(sender, vector: held))
+                    else {
                         return [String]()
                     }
                     var answers = ["yours \(welcome.yours)"]
@@ -211,7 +215,9 @@ struct HostileUploadTests {
         let bobToken = try await TokenAuthenticationTests.hs256(TokenAuthenticationTests.claims("bob"))
         for sender in [alice.replicaID, ReplicaID(rawValue: 0xB0B)] {
             let error = try await HostileClientTests.errorAfter(
-                [frame], to: endpoint, replica: sender, authorization: "Bearer \(bobToken)")
+                [frame], to: endpoint, replica: sender,
+                vector: sender == alice.replicaID ? recorded.progress : VersionVector(),
+                authorization: "Bearer \(bobToken)")
             #expect(error?.code == .forbidden, "sent as \(sender): \(String(describing: error))")
             #expect(error?.message.contains("author \"alice\"") == true, "\(String(describing: error))")
             #expect(error?.message.contains("user is \"bob\"") == true, "\(String(describing: error))")
@@ -221,7 +227,10 @@ struct HostileUploadTests {
         // Replayed under alice's own token: acknowledged, integrated once.
         let answer = try await LoopbackSyncTests.within(.seconds(120), "alice's replay") {
             try await RawSyncClient.with(endpoint, authorization: "Bearer \(aliceToken)") { client in
-                guard case .success = try await client.handshake(RawSyncClient.hello(alice.replicaID)) else {
+                guard
+                    case .success = try await client.handshake(
+                        RawSyncClient.hello(alice.replicaID, vector: recorded.progress))
+                else {
                     return "no welcome"
                 }
                 try await client.send(frame)

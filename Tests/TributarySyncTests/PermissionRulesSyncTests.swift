@@ -214,7 +214,9 @@ struct PermissionRulesSyncTests {
         changesets.shuffle(using: &random)
         let token = try await Tokens.hs256(Tokens.claims("alice"))
         let answers = try await Self.upload(
-            changesets, as: alice.replicaID, token: token, to: endpoint)
+            changesets, as: alice.replicaID,
+            holding: VersionVector([(alice.replicaID, alice.versionVector[alice.replicaID])]),
+            token: token, to: endpoint)
         #expect(answers.error == nil, "\(String(describing: answers.error))")
         #expect(answers.acknowledged == changesets.count)
         #expect(server.replica.lastLocalSequence == length, "nothing new in the log")
@@ -273,9 +275,10 @@ struct PermissionRulesSyncTests {
 
     /// Uploads `changesets` as the flexible-sync app `replica`, one per batch, each after the acknowledgement of the
     /// one before: how many were acknowledged, and the error the daemon ended the session with, if any.
-    static func upload(_ changesets: [[UInt8]], as replica: ReplicaID, token: String, to endpoint: SyncEndpoint)
-        async throws -> (acknowledged: Int, error: SyncError?)
-    {
+    static func upload(
+        _ changesets: [[UInt8]], as replica: ReplicaID, holding vector: VersionVector = VersionVector(), token: String,
+        to endpoint: SyncEndpoint
+    ) async throws -> (acknowledged: Int, error: SyncError?) {
         let channel = try await WebSocketDialer.connect(
             to: endpoint, authorization: "Bearer \(token)", timeout: .seconds(120))
         let writer = WebSocketWriter(channel: channel.channel, masking: true)
@@ -283,7 +286,7 @@ struct PermissionRulesSyncTests {
             try await channel.executeThenClose { inbound, _ in
                 try await writer.send(
                     MessageCodec.encode(
-                        .hello(Hello(replica: replica, role: .app, vector: VersionVector(), flexible: true))))
+                        .hello(Hello(replica: replica, role: .app, vector: vector, flexible: true))))
                 var acknowledged = 0
                 var started = false
                 func send() async throws {

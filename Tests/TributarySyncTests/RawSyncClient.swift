@@ -12,8 +12,10 @@ struct RawSyncClient {
     private let writer: WebSocketWriter
 
     /// A hello from an app replica that holds nothing.
-    static func hello(_ replica: ReplicaID, role: SyncRole = .app) -> Hello {
-        Hello(replica: replica, role: role, vector: VersionVector())
+    /// A hello as `replica`, holding `vector`: a replica that replays changesets of its own the daemon took must
+    /// count them, or the daemon takes it for a replica restored from a backup.
+    static func hello(_ replica: ReplicaID, role: SyncRole = .app, vector: VersionVector = VersionVector()) -> Hello {
+        Hello(replica: replica, role: role, vector: vector)
     }
 
     /// Connects to `endpoint` (presenting `authorization` in the upgrade request), runs `body` with the client, and

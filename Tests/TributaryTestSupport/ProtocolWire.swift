@@ -116,6 +116,11 @@ package struct Wire: Sendable {
             wire.dots(hello.pending)
             wire.uint(hello.window)
             wire.bool(hello.flexible)
+            wire.length(hello.anchors.count)
+            for anchor in hello.anchors {
+                wire.dot(origin: anchor.dot.origin.rawValue, sequence: anchor.dot.sequence)
+                wire.id(anchor.fingerprint)
+            }
         case .welcome(let welcome):
             wire.u8(2)
             wire.uint(welcome.version)

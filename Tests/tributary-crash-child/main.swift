@@ -30,9 +30,16 @@
 //     step of the flexible-sync bootstrap (objects received so far, against how many it sends), and
 //     `COMPLETE <tasks>` once the set is complete; then closes the session and the replica and exits 0. On an error
 //     (the daemon refused the set), prints `ERROR <code> <message>` and exits 2.
+//   tributary-crash-child reset DIR --port N [--pause-ms N]
+//     Opens the replica in DIR with the task schema and syncs it with the daemon on 127.0.0.1:N, recovering
+//     unsynced changes in a client reset. Prints `BEFORE` when the reset has downloaded the daemon's state (before it
+//     replaces the replica) and `AFTER` once the new replica is in place, pausing --pause-ms after each (a window
+//     for a kill); then `RESET <unsyncedChangesets>` once the new replica syncs, and `SYNCED <tasks>` once its upload
+//     is acknowledged, and exits 0. On an error, prints `ERROR <code> <message>` and exits 2.
 import Foundation
 import Tributary
 import TributaryModel
+import TributaryProtocol
 import TributaryStorage
 import TributarySync
 import TributaryTestSupport
@@ -255,6 +262,44 @@ case "subscribe":
         await session.close()
         replica.close()
         exit(0)
+    } catch {
+        emit(describe(error))
+        exit(2)
+    }
+
+case "reset":
+    guard let port = options["port"].flatMap(Int.init) else { fail("reset needs --port N") }
+    let pause = options["pause-ms"].flatMap(Int.init) ?? 0
+    do {
+        let replica = try Replica.open(directory: directory, schema: Fixtures.taskSchema)
+        var configuration = SyncConfiguration()
+        configuration.backoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
+        configuration.clientReset = ClientReset(
+            mode: .recoverUnsyncedChanges,
+            beforeReset: { _ in
+                emit("BEFORE")
+                usleep(UInt32(pause * 1000))
+            },
+            afterReset: { _, _ in
+                emit("AFTER")
+                usleep(UInt32(pause * 1000))
+            })
+        let session = replica.connect(to: SyncEndpoint(host: "127.0.0.1", port: port), configuration: configuration)
+        for await state in session.states() {
+            if case .active = state, let report = session.clientResets.first {
+                emit("RESET \(report.unsyncedChangesets)")
+                break
+            }
+            if case .disconnected(let error?) = state, error.action != .retry { throw error }
+        }
+        try await session.waitForUpload()
+        emit("SYNCED \(try session.replica.read { try $0.count("Task") })")
+        await session.close()
+        session.replica.close()
+        exit(0)
+    } catch let error as SyncError {
+        emit("ERROR \(error.code) \(error.message)")
+        exit(2)
     } catch {
         emit(describe(error))
         exit(2)
