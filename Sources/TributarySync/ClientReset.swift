@@ -1,4 +1,6 @@
 import Foundation
+import NIOCore
+import NIOWebSocket
 public import Tributary
 public import TributaryModel
 import TributaryProtocol
@@ -183,9 +185,16 @@ enum ClientResetter {
         let unsynced: [Changeset]
         do {
             // The daemon holds this device's changesets through `held`; but a device restored from a backup wrote
-            // others under the same ids since: those, back to the last one both hold alike, are unsynced too.
-            var held = min(try fresh.heldSequence(of: old.replicaID), old.versionVector[old.replicaID])
-            while held > 0 {
+            // others under the same ids since: those, back to the last one both hold alike, are unsynced too. A
+            // flexible-sync replica receives objects, not the changesets they came from: the daemon says.
+            let flexible = try old.flexibleSyncQuery() != nil
+            var held = min(
+                flexible
+                    ? try await heldSequence(
+                        of: old.replicaID, at: endpoint, credentials: credentials, configuration: configuration)
+                    : try fresh.heldSequence(of: old.replicaID),
+                old.versionVector[old.replicaID])
+            while held > 0 && !flexible {
                 let dot = Dot(origin: old.replicaID, sequence: held)
                 if try fresh.changesetFingerprint(at: dot) == old.changesetFingerprint(at: dot) { break }
                 held -= 1
@@ -265,6 +274,36 @@ enum ClientResetter {
             try? files.removeItem(atPath: backup)
         }
         return (replaced, report)
+    }
+
+    /// The highest sequence of `replica`'s own changesets the daemon holds: the `yours` of a handshake as that
+    /// replica, which declares none of the daemon's changesets and so is not refused for divergence, and closes right
+    /// after the daemon's welcome.
+    static func heldSequence(
+        of replica: ReplicaID, at endpoint: SyncEndpoint, credentials: SyncCredentials,
+        configuration: SyncConfiguration
+    ) async throws -> UInt64 {
+        var token = String(decoding: credentials.bytes, as: UTF8.self)
+        if token.isEmpty, let refresh = credentials.refresh { token = try await refresh() }
+        let channel = try await WebSocketDialer.connect(
+            to: endpoint, authorization: token.isEmpty ? nil : "Bearer \(token)",
+            tls: endpoint.secure ? try configuration.tls.clientContext() : nil)
+        let writer = WebSocketWriter(channel: channel.channel, masking: true)
+        return try await channel.executeThenClose { inbound, _ in
+            let hello = Hello(
+                replica: replica, role: .app, schemaVersion: configuration.schemaVersion, name: "client reset probe",
+                vector: VersionVector([(replica, .max)]), window: configuration.window, flexible: true)
+            try await writer.send(MessageCodec.encode(.hello(hello)))
+            for try await frame in inbound where frame.opcode == .binary {
+                var data = frame.unmaskedData
+                switch try MessageCodec.decode(data.readBytes(length: data.readableBytes) ?? []) {
+                case .welcome(let welcome): return welcome.yours
+                case .error(let error): throw error
+                default: continue
+                }
+            }
+            throw SyncError(.unavailable, .retry, "the daemon closed the connection before its welcome")
+        }
     }
 
     /// Makes a rename in `directory` durable.

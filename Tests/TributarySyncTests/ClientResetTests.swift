@@ -117,11 +117,12 @@ struct ClientResetTests {
         let other: Replica
     }
 
-    static func world(_ name: String, schema: Schema = schema) async throws -> World {
+    static func world(_ name: String, schema: Schema = schema, flexible: Bool = false) async throws -> World {
         let directory = TemporaryDirectory(name)
         let daemon = Daemon(directory.appending("daemon"))
         try await daemon.start()
         let app = try Replica.open(directory: directory.appending("app"), schema: schema)
+        if flexible { _ = try app.subscriptions.commit { $0.append("Task", name: "tasks") } }
         let other = try Replica.open(directory: directory.appending("other"), schema: schema)
         let hasTags = schema.types[0].properties.contains { $0.name == "tags" }
         let appSession = app.connect(to: daemon.endpoint, configuration: configuration())
@@ -152,9 +153,11 @@ struct ClientResetTests {
         return World(directory: directory, daemon: daemon, app: app, other: other)
     }
 
-    @Test("A daemon restored from a backup: the app is reset, and its unsynced changes recovered by the written rules")
-    func recoverAfterDaemonRestore() async throws {
-        let world = try await Self.world("reset-recover")
+    @Test(
+        "A daemon restored from a backup: the app is reset, and its unsynced changes recovered by the written rules",
+        arguments: [false, true])
+    func recoverAfterDaemonRestore(flexible: Bool) async throws {
+        let world = try await Self.world("reset-recover", flexible: flexible)
         defer { Task { await world.daemon.stop() } }
         // Meanwhile, on the restored daemon: a fresh device deletes t3 and adds to t2's count.
         let third = try Replica.open(directory: world.directory.appending("third"), schema: Self.schema)
