@@ -105,8 +105,8 @@ public struct ClientResetReport: Sendable, Hashable, CustomStringConvertible {
 /// Resets an app's replica: downloads the daemon's state into a replica beside it, recovers or discards the
 /// unsynced changes, and puts the new replica in the old one's place.
 enum ClientResetter {
-    /// The file in a replica's directory that counts the resets since the last session that opened: two in a row
-    /// that did not help stop the session instead of resetting for ever.
+    /// The file in a replica's directory that counts the resets since the daemon last took this replica's upload
+    /// (or found nothing to take): two in a row that did not help stop the session instead of resetting for ever.
     static let attemptsFile = "client-reset-attempts"
 
     static func attempts(in directory: String) -> Int {
@@ -167,6 +167,7 @@ enum ClientResetter {
             }
             var downloadConfiguration = configuration
             downloadConfiguration.clientReset = ClientReset(mode: .manual)
+            downloadConfiguration.uploads = false
             let session = SyncSession(
                 replica: fresh, endpoint: endpoint, credentials: credentials, configuration: downloadConfiguration)
             do {

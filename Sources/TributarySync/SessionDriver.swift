@@ -17,6 +17,9 @@ package enum SessionEvent: Sendable {
     case bootstrapping(received: UInt64, total: UInt64)
     /// Changesets the other side refused (a schema conflict).
     case rejected([Acknowledgement.Rejection])
+    /// The daemon took this app's upload without refusing any of it, or the app had nothing to upload when the
+    /// session opened: the evidence that a client reset helped.
+    case accepted
     /// The session ended; `nil` when it was closed on this side's request or the connection simply dropped.
     case ended(SyncError?)
 }
@@ -100,6 +103,9 @@ package actor SessionDriver {
         /// For a flexible-sync initiator: its own sequence through which an earlier session of this process received
         /// every acknowledgement (0: unknown).
         package var acknowledgedThrough: UInt64 = 0
+        /// Whether an initiator sends its changesets; a client reset downloads the daemon's state into a new replica
+        /// without uploading that replica's declaration, which the daemon may refuse as it refused the old one's.
+        package var uploads = true
         package init() {}
     }
 
@@ -275,6 +281,9 @@ package actor SessionDriver {
                 onEvent(.uploaded(through: welcome.yours))
             }
             onEvent(.established(replica: welcome.replica, role: helloRole ?? .peer))
+            if case .app = helloRole, welcome.yours >= replica.versionVector[replica.replicaID] {
+                onEvent(.accepted)
+            }
             if case .app = helloRole {
                 // What the hello said, not what the replica is now: a first set committed meanwhile needs a session
                 // that opens as a flexible one.
@@ -368,6 +377,18 @@ package actor SessionDriver {
                 onEvent(.acknowledged(through: through))
             }
             if !ack.rejected.isEmpty { onEvent(.rejected(ack.rejected)) }
+            if case .app = helloRole, ack.rejected.isEmpty, through != nil { onEvent(.accepted) }
+            if case .app = helloRole, !flexibleSession, let refused = ack.rejected.first {
+                // This replica applied the changeset when it wrote it, and the daemon never will: the two can no
+                // longer agree (a flexible-sync app's refused writes are undone by the daemon instead).
+                await fail(
+                    SyncError(
+                        .resetRequired, .reset,
+                        "the daemon refused this replica's changeset \(refused.dot) (\(refused.reason)); the replica "
+                            + "holds it, so its state can no longer match the daemon's: it must be reset (its other "
+                            + "unsynced changes can be recovered)"))
+                return false
+            }
             if queryWaitsForUpload { await sendQuery() }
             wake?.yield()
             return true
@@ -616,7 +637,7 @@ package actor SessionDriver {
                     }
                     export = flexible.changesets
                 } else {
-                    var limit = options.batchChangesets
+                    var limit = options.uploads ? options.batchChangesets : 0
                     if let uploadCap {
                         // Own changesets are numbered without gaps: at most this many are left before the cap.
                         let left = uploadCap > theirs[replica.replicaID] ? uploadCap - theirs[replica.replicaID] : 0
@@ -682,7 +703,8 @@ package actor SessionDriver {
         }
         // The cap holds while the set is written: nothing written after it may reach the daemon before it.
         uploadCap = query.snapshot
-        if uploadedThrough < query.snapshot {
+        // A session that does not upload (a client reset's download) sends the set at once.
+        if uploadedThrough < query.snapshot && options.uploads {
             queryWaitsForUpload = true
             return
         }

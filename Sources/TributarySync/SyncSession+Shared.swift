@@ -95,7 +95,6 @@ extension SyncSession {
                     return (inner.driver, inner.activeWaiters)
                 }
                 states.send(.active)
-                ClientResetter.clearAttempts(in: replica.directory)
                 if let driver { for waiter in waiters { waiter.resume(returning: driver) } }
             case .uploaded(let through):
                 let (done, uploaded) = inner.withLock { inner in
@@ -117,6 +116,8 @@ extension SyncSession {
                 bootstraps.send(SyncProgress(transferred: received, transferable: total))
             case .acknowledged(let through):
                 inner.withLock { $0.acknowledgedThrough = max($0.acknowledgedThrough, through) }
+            case .accepted:
+                ClientResetter.clearAttempts(in: replica.directory)
             case .rejected(let rejections):
                 inner.withLock { $0.rejections.append(contentsOf: rejections) }
             case .ended(let error):

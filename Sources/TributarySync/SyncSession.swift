@@ -57,6 +57,8 @@ public struct SyncConfiguration: Sendable {
     /// What the session does when the daemon says the replica must be reset. By default it recovers the unsynced
     /// changes onto the daemon's state, and syncs the new replica (``SyncSession/replica``).
     public var clientReset = ClientReset()
+    /// Whether the session uploads: a client reset downloads the daemon's state without.
+    package var uploads = true
 
     public init() {}
 }
@@ -305,6 +307,7 @@ public final class SyncSession: Sendable {
                         options.meter = meter
                         options.acknowledgedThrough = shared.acknowledgedThrough
                         options.flexible = hello.flexible
+                        options.uploads = configuration.uploads
                         let driver = SessionDriver(
                             replica: replica, machine: SessionStateMachine(initiating: hello, now: .now), role: role,
                             writer: writer, integrator: integrator, options: options,
@@ -374,8 +377,8 @@ public final class SyncSession: Sendable {
 }
 
 extension SyncSession {
-    /// A reset by the session's ``ClientReset`` policy; a third one in a row (no session opened after the last two)
-    /// is refused: resetting again would not help, and would loop.
+    /// A reset by the session's ``ClientReset`` policy; a third one in a row (the daemon took no upload after the
+    /// last two) is refused: resetting again would not help, and would loop.
     private static func resetAutomatically(
         _ replica: Replica, reason: String, endpoint: SyncEndpoint, credentials: SyncCredentials,
         configuration: SyncConfiguration

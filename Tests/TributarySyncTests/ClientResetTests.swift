@@ -385,4 +385,42 @@ struct ClientResetTests {
         await session.close()
         session.replica.close()
     }
+
+    @Test("An upload the daemon refuses resets the app; a refusal no reset can cure stops after two resets")
+    func refusedUpload() async throws {
+        let directory = TemporaryDirectory("reset-refused")
+        let daemon = Daemon(directory.appending("daemon"))
+        try await daemon.start()
+        defer { Task { await daemon.stop() } }
+        func schema(_ priority: ScalarType) -> Schema {
+            Schema(
+                version: 1,
+                types: [
+                    ObjectSchema(name: "Task", properties: [.scalar("_id", .string), .scalar("priority", priority)])
+                ])
+        }
+        let first = try Replica.open(directory: directory.appending("first"), schema: schema(.int))
+        let firstSession = first.connect(to: daemon.endpoint, configuration: Self.configuration())
+        try await first.write { txn in _ = try txn.create("Task", ["_id": "t1", "priority": 1]) }
+        try await Self.within("the first app's upload") { try await firstSession.waitForUpload() }
+        await firstSession.close()
+        first.close()
+
+        // A release that declares `priority` a string: the daemon refuses its declaration, and so every reset's.
+        let app = try Replica.open(directory: directory.appending("app"), schema: schema(.string))
+        try await app.write { txn in _ = try txn.create("Task", ["_id": "t2", "priority": "high"]) }
+        let session = app.connect(to: daemon.endpoint, configuration: Self.configuration())
+        let error = try #require(try await LoopbackSyncTests.disconnection(session, code: .resetRequired))
+        #expect(error.message.contains("2 resets in a row"), "\(error.message)")
+        #expect(error.message.contains("refused this replica's changeset"), "\(error.message)")
+        #expect(session.clientResets.count == 2)
+        for report in session.clientResets {
+            #expect(report.reason.contains("refused this replica's changeset"), "\(report.reason)")
+            #expect(report.recovered)
+        }
+        // What the app wrote is still there, recovered into each new replica.
+        #expect(try session.replica.object("Task", primaryKey: .string("t2"))?["priority"] == "high")
+        await session.close()
+        session.replica.close()
+    }
 }
