@@ -102,6 +102,12 @@ public struct ClientResetReport: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
+/// A reset that failed: its error, and whether the old replica was closed by then (the caller opens it again).
+struct ResetFailure: Error {
+    var error: SyncError
+    var oldClosed: Bool
+}
+
 /// Resets an app's replica: downloads the daemon's state into a replica beside it, recovers or discards the
 /// unsynced changes, and puts the new replica in the old one's place.
 enum ClientResetter {
@@ -124,23 +130,41 @@ enum ClientResetter {
         try? FileManager.default.removeItem(atPath: (directory as NSString).appendingPathComponent(attemptsFile))
     }
 
-    /// Resets `old`, which is closed by the time this returns (also when it throws after the swap).
+    /// Resets `old`, which is closed by the time this returns.
     ///
-    /// - Throws: ``SyncError`` with `.resetRequired` naming the step that failed; the old replica is then left in
-    ///   place, open, unless the failure came after it was replaced.
+    /// - Throws: ``ResetFailure`` naming the step that failed, with a ``SyncError`` of code `.resetRequired`; the old
+    ///   replica is then left in place, whole, and closed if the failure came after the download.
     static func reset(
+        _ old: Replica, reason: String, mode: ClientReset.Mode, policy: ClientReset, endpoint: SyncEndpoint,
+        credentials: SyncCredentials, configuration: SyncConfiguration, keepBackup: Bool
+    ) async throws(ResetFailure) -> (Replica, ClientResetReport) {
+        do {
+            return try await start(
+                old, reason: reason, mode: mode, policy: policy, endpoint: endpoint, credentials: credentials,
+                configuration: configuration, keepBackup: keepBackup)
+        } catch let failure as ResetFailure {
+            throw failure
+        } catch {
+            throw ResetFailure(
+                error: SyncError(.resetRequired, .reset, "the client reset of \(old.directory) failed: \(error)"),
+                oldClosed: old.isClosed)
+        }
+    }
+
+    private static func start(
         _ old: Replica, reason: String, mode: ClientReset.Mode, policy: ClientReset, endpoint: SyncEndpoint,
         credentials: SyncCredentials, configuration: SyncConfiguration, keepBackup: Bool
     ) async throws -> (Replica, ClientResetReport) {
         let directory = old.directory
         let staging = directory + ".reset-new"
-        let backup = directory + ".reset-backup"
         let files = FileManager.default
-        func failure(_ step: String, _ error: any Error) -> SyncError {
-            SyncError(
-                .resetRequired, .reset,
-                "the client reset of \(directory) failed while \(step): \(error) (the session stops; "
-                    + "session.reset(_:) tries again)")
+        func failure(_ step: String, _ error: any Error) -> ResetFailure {
+            ResetFailure(
+                error: SyncError(
+                    .resetRequired, .reset,
+                    "the client reset of \(directory) failed while \(step): \(error) (the session stops; "
+                        + "session.reset(_:) tries again)"),
+                oldClosed: false)
         }
         var replicaConfiguration = old.configuration
         replicaConfiguration.replicaID = nil
@@ -182,6 +206,60 @@ enum ClientResetter {
             throw failure("downloading the daemon's state", error)
         }
 
+        do {
+            try policy.beforeReset?(old)
+        } catch {
+            throw failure("in the app's beforeReset", error)
+        }
+        // From here the old replica takes no more writes (a write now fails with `closed` instead of being lost
+        // with the old replica): what it holds is read from a read-only copy of its storage.
+        old.close()
+        var readOnly = old.configuration
+        readOnly.readOnly = true
+        let frozen: Replica
+        do {
+            frozen = try Replica.open(directory: directory, configuration: readOnly)
+        } catch {
+            var closed = failure("reading the old replica", error)
+            closed.oldClosed = true
+            throw closed
+        }
+        do {
+            let (replaced, report) = try await finish(
+                old: frozen, fresh: fresh, reason: reason, mode: mode, policy: policy, endpoint: endpoint,
+                credentials: credentials, configuration: configuration, keepBackup: keepBackup,
+                schema: old.schemaOpenedWith, replicaConfiguration: replicaConfiguration)
+            closeFresh = false
+            return (replaced, report)
+        } catch let error as ResetFailure {
+            frozen.close()
+            throw error
+        } catch {
+            frozen.close()
+            var closed = failure("replacing the replica", error)
+            closed.oldClosed = true
+            throw closed
+        }
+    }
+
+    /// The rest of a reset, once the old replica is closed: `old` is a read-only copy of it.
+    private static func finish(
+        old: Replica, fresh: Replica, reason: String, mode: ClientReset.Mode, policy: ClientReset,
+        endpoint: SyncEndpoint, credentials: SyncCredentials, configuration: SyncConfiguration, keepBackup: Bool,
+        schema: Schema?, replicaConfiguration: Replica.Configuration
+    ) async throws -> (Replica, ClientResetReport) {
+        let directory = old.directory
+        let staging = directory + ".reset-new"
+        let backup = directory + ".reset-backup"
+        let files = FileManager.default
+        func failure(_ step: String, _ error: any Error) -> ResetFailure {
+            ResetFailure(
+                error: SyncError(
+                    .resetRequired, .reset,
+                    "the client reset of \(directory) failed while \(step): \(error) (the session stops; "
+                        + "session.reset(_:) tries again)"),
+                oldClosed: true)
+        }
         // 2. What this device wrote that the daemon does not hold.
         let unsynced: [Changeset]
         do {
@@ -204,11 +282,6 @@ enum ClientResetter {
         } catch {
             throw failure("reading the unsynced changes", error)
         }
-        do {
-            try policy.beforeReset?(old)
-        } catch {
-            throw failure("in the app's beforeReset", error)
-        }
 
         // 3. Recovery, written on the new replica.
         var report = ClientResetReport(
@@ -229,7 +302,6 @@ enum ClientResetter {
         // atomic step. Until the rename the old replica is whole in place; after it, the new one.
         old.close()
         fresh.close()
-        closeFresh = false
         let data = (directory as NSString).appendingPathComponent("data.mdb")
         do {
             try? files.removeItem(atPath: backup)
@@ -254,8 +326,7 @@ enum ClientResetter {
         // 5. The new replica, opened where the old one was.
         let replaced: Replica
         do {
-            replaced = try Replica.open(
-                directory: directory, schema: old.schemaOpenedWith, configuration: replicaConfiguration)
+            replaced = try Replica.open(directory: directory, schema: schema, configuration: replicaConfiguration)
         } catch {
             throw failure("opening the new replica", error)
         }

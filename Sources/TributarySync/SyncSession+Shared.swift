@@ -47,6 +47,10 @@ extension SyncSession {
         /// The error that stopped the session, while it is stopped.
         var stoppedError: SyncError? { inner.withLock { $0.stopped } }
 
+        /// Puts `replica` back as the one the session syncs: the old replica opened again after a client reset failed
+        /// once it had closed it.
+        func restore(_ replica: Replica) { inner.withLock { $0.replica = replica } }
+
         /// Puts the replica a client reset made in place of the one the session synced. Uploads waited on are of the
         /// old replica's changesets: those waits fail, naming the reset.
         func replace(with replica: Replica, report: ClientResetReport) {

@@ -186,9 +186,16 @@ public final class SyncSession: Sendable {
         }
         var policy = configuration.clientReset
         policy.mode = mode == .manual ? .discardUnsyncedChanges : mode
-        let (fresh, report) = try await ClientResetter.reset(
-            shared.replica, reason: error.message, mode: policy.mode, policy: policy, endpoint: endpoint,
-            credentials: credentials, configuration: configuration, keepBackup: true)
+        let old = shared.replica
+        let (fresh, report): (Replica, ClientResetReport)
+        do {
+            (fresh, report) = try await ClientResetter.reset(
+                old, reason: error.message, mode: policy.mode, policy: policy, endpoint: endpoint,
+                credentials: credentials, configuration: configuration, keepBackup: true)
+        } catch {
+            Self.reopen(old, after: error, shared)
+            throw error.error
+        }
         shared.replace(with: fresh, report: report)
         shared.setPaused(false)
         return report
@@ -357,6 +364,9 @@ public final class SyncSession: Sendable {
                         configuration: configuration)
                     shared.replace(with: fresh, report: report)
                     backoff.reset()
+                } catch let failure as ResetFailure {
+                    reopen(replica, after: failure, shared)
+                    shared.stop(failure.error)
                 } catch {
                     shared.stop(
                         error as? SyncError ?? SyncError(.resetRequired, .reset, "the client reset failed: \(error)"))
@@ -377,6 +387,16 @@ public final class SyncSession: Sendable {
 }
 
 extension SyncSession {
+    /// After a reset that failed once it had closed the old replica: the old replica, opened again, is the one the
+    /// session syncs (it is whole: the reset replaces it only in its last, atomic step).
+    fileprivate static func reopen(_ old: Replica, after failure: ResetFailure, _ shared: Shared) {
+        guard failure.oldClosed,
+            let reopened = try? Replica.open(
+                directory: old.directory, schema: old.schemaOpenedWith, configuration: old.configuration)
+        else { return }
+        shared.restore(reopened)
+    }
+
     /// A reset by the session's ``ClientReset`` policy; a third one in a row (the daemon took no upload after the
     /// last two) is refused: resetting again would not help, and would loop.
     private static func resetAutomatically(
