@@ -184,7 +184,7 @@ extension Replica {
     }
 
     /// For each origin this replica's vector counts, its own included, the newest changeset of that origin it holds,
-    /// and that changeset's fingerprint (of its origin, origin sequence, stamp and author). A sync session sends
+    /// and that changeset's fingerprint (of its origin, origin sequence and stamp). A sync session sends
     /// them, so that the other side can tell whether it holds the same changesets under those dots: a replica
     /// restored from a backup gives the dots it lost to other changesets. An origin whose newest changeset is not in
     /// the log (a flexible-sync replica skips those outside its view) gets no anchor.
@@ -221,7 +221,9 @@ extension Replica {
     }
 
     /// The fingerprint of the changeset this replica holds under `dot` (its origin dot, or the dot a relay adopted it
-    /// as): `nil` when it holds none. Two different changesets have different fingerprints.
+    /// as): `nil` when it holds none. Two different changesets have different fingerprints: a replica stamps each of
+    /// its changesets with a later hybrid time than the one before, also after a restore from a backup (the wall
+    /// clock went on). Read from the log entry's header, so that a large changeset is not decompressed for it.
     package func changesetFingerprint(at dot: Dot) throws -> UInt64? {
         do {
             return try environment.read { txn in try changesetFingerprint(at: dot, in: txn) }
@@ -232,12 +234,11 @@ extension Replica {
 
     private func changesetFingerprint(at dot: Dot, in txn: TributaryStorageReadTransaction) throws -> UInt64? {
         guard let localSequence = try log.localSequence(of: dot, in: txn) else { return nil }
-        let header = try log.header(of: try log.entry(localSequence, in: txn))
+        let entry = try log.entry(localSequence, in: txn)
         var bytes: [UInt8] = []
-        for number in [header.origin.rawValue, header.originSequence, header.time.rawValue] {
+        for number in [entry.origin.rawValue, entry.originSequence, entry.time.rawValue] {
             withUnsafeBytes(of: number.littleEndian) { bytes.append(contentsOf: $0) }
         }
-        bytes.append(contentsOf: header.author.utf8)
         return XXHash64.hash(bytes, seed: 0x616e_6368_6f72)  // "anchor"
     }
 

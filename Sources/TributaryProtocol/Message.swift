@@ -108,8 +108,8 @@ public struct Hello: Sendable, Hashable {
     }
 }
 
-/// A changeset a replica holds, named by its dot, with a fingerprint of what it is (its origin, origin sequence,
-/// stamp and author): two replicas that hold different changesets under one dot have different fingerprints.
+/// A changeset a replica holds, named by its dot, with a fingerprint of what it is (its origin, origin sequence and
+/// stamp): two replicas that hold different changesets under one dot have different fingerprints.
 public struct HistoryAnchor: Sendable, Hashable {
     public var dot: Dot
     public var fingerprint: UInt64
