@@ -106,6 +106,15 @@ public struct ClientResetReport: Sendable, Hashable, CustomStringConvertible {
 struct ResetFailure: Error {
     var error: SyncError
     var oldClosed: Bool
+
+    /// The reset of `directory` failed at `step`.
+    init(_ directory: String, _ step: String, _ error: any Error, oldClosed: Bool) {
+        self.error = SyncError(
+            .resetRequired, .reset,
+            "the client reset of \(directory) failed while \(step): \(error) (the session stops; session.reset(_:) "
+                + "tries again)")
+        self.oldClosed = oldClosed
+    }
 }
 
 /// Resets an app's replica: downloads the daemon's state into a replica beside it, recovers or discards the
@@ -145,9 +154,7 @@ enum ClientResetter {
         } catch let failure as ResetFailure {
             throw failure
         } catch {
-            throw ResetFailure(
-                error: SyncError(.resetRequired, .reset, "the client reset of \(old.directory) failed: \(error)"),
-                oldClosed: old.isClosed)
+            throw ResetFailure(old.directory, "resetting", error, oldClosed: old.isClosed)
         }
     }
 
@@ -159,12 +166,7 @@ enum ClientResetter {
         let staging = directory + ".reset-new"
         let files = FileManager.default
         func failure(_ step: String, _ error: any Error) -> ResetFailure {
-            ResetFailure(
-                error: SyncError(
-                    .resetRequired, .reset,
-                    "the client reset of \(directory) failed while \(step): \(error) (the session stops; "
-                        + "session.reset(_:) tries again)"),
-                oldClosed: false)
+            ResetFailure(directory, step, error, oldClosed: old.isClosed)
         }
         var replicaConfiguration = old.configuration
         replicaConfiguration.replicaID = nil
@@ -220,9 +222,7 @@ enum ClientResetter {
         do {
             frozen = try Replica.open(directory: directory, configuration: readOnly)
         } catch {
-            var closed = failure("reading the old replica", error)
-            closed.oldClosed = true
-            throw closed
+            throw failure("reading the old replica", error)
         }
         do {
             let (replaced, report) = try await finish(
@@ -236,9 +236,7 @@ enum ClientResetter {
             throw error
         } catch {
             frozen.close()
-            var closed = failure("replacing the replica", error)
-            closed.oldClosed = true
-            throw closed
+            throw failure("replacing the replica", error)
         }
     }
 
@@ -253,12 +251,7 @@ enum ClientResetter {
         let backup = directory + ".reset-backup"
         let files = FileManager.default
         func failure(_ step: String, _ error: any Error) -> ResetFailure {
-            ResetFailure(
-                error: SyncError(
-                    .resetRequired, .reset,
-                    "the client reset of \(directory) failed while \(step): \(error) (the session stops; "
-                        + "session.reset(_:) tries again)"),
-                oldClosed: true)
+            ResetFailure(directory, step, error, oldClosed: true)
         }
         // 2. What this device wrote that the daemon does not hold.
         let unsynced: [Changeset]

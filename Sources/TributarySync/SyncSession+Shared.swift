@@ -30,10 +30,14 @@ extension SyncSession {
             /// The replica the session syncs: the one it was made with, or the one a client reset put in its place.
             var replica: Replica
             var resets: [ClientResetReport] = []
+            /// Whether the replica's directory counts client resets that did not help yet: the count is cleared, once,
+            /// when the daemon takes an upload (not a file operation on every acknowledgement).
+            var resetsCounted: Bool
         }
 
         init(replica: Replica) {
-            inner = Mutex(Inner(replica: replica))
+            inner = Mutex(
+                Inner(replica: replica, resetsCounted: ClientResetter.attempts(in: replica.directory) > 0))
             uploads = Broadcast(SyncProgress(transferred: 0, transferable: replica.versionVector[replica.replicaID]))
         }
 
@@ -49,7 +53,12 @@ extension SyncSession {
 
         /// Puts `replica` back as the one the session syncs: the old replica opened again after a client reset failed
         /// once it had closed it.
-        func restore(_ replica: Replica) { inner.withLock { $0.replica = replica } }
+        func restore(_ replica: Replica) {
+            inner.withLock {
+                $0.replica = replica
+                $0.resetsCounted = true
+            }
+        }
 
         /// Puts the replica a client reset made in place of the one the session synced. Uploads waited on are of the
         /// old replica's changesets: those waits fail, naming the reset.
@@ -57,6 +66,7 @@ extension SyncSession {
             let waiters = inner.withLock { inner in
                 inner.replica = replica
                 inner.resets.append(report)
+                inner.resetsCounted = true
                 inner.uploadedThrough = 0
                 inner.acknowledgedThrough = 0
                 inner.rejections = []
@@ -121,7 +131,11 @@ extension SyncSession {
             case .acknowledged(let through):
                 inner.withLock { $0.acknowledgedThrough = max($0.acknowledgedThrough, through) }
             case .accepted:
-                ClientResetter.clearAttempts(in: replica.directory)
+                let directory = inner.withLock { inner -> String? in
+                    defer { inner.resetsCounted = false }
+                    return inner.resetsCounted ? inner.replica.directory : nil
+                }
+                if let directory { ClientResetter.clearAttempts(in: directory) }
             case .rejected(let rejections):
                 inner.withLock { $0.rejections.append(contentsOf: rejections) }
             case .ended(let error):

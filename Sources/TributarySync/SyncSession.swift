@@ -175,8 +175,9 @@ public final class SyncSession: Sendable {
     /// ``SyncError/Code/resetRequired`` under ``ClientReset/Mode/manual``. The old replica is kept at the report's
     /// ``ClientResetReport/backupDirectory`` (delete it when done with it); the session then syncs the new replica.
     ///
-    /// - Throws: ``SyncError`` when the session was not stopped for a reset, or the reset failed (the old replica is
-    ///   then left in place).
+    /// - Throws: ``SyncError`` when the session was not stopped for a reset, `mode` is ``ClientReset/Mode/manual``
+    ///   (which says nothing of what to do with the unsynced changes), or the reset failed (the old replica is then
+    ///   left in place).
     @discardableResult
     public func reset(_ mode: ClientReset.Mode = .recoverUnsyncedChanges) async throws -> ClientResetReport {
         guard let error = shared.stoppedError, error.action == .reset else {
@@ -184,8 +185,14 @@ public final class SyncSession: Sendable {
                 .resetRequired, .fatal,
                 "the session was not stopped for a client reset: reset only after the daemon asked for one")
         }
+        guard mode != .manual else {
+            throw SyncError(
+                .resetRequired, .fatal,
+                "reset(.manual) says nothing of the unsynced changes: pass .recoverUnsyncedChanges, "
+                    + ".discardUnsyncedChanges or .recoverOrDiscardUnsyncedChanges")
+        }
         var policy = configuration.clientReset
-        policy.mode = mode == .manual ? .discardUnsyncedChanges : mode
+        policy.mode = mode
         let old = shared.replica
         let (fresh, report): (Replica, ClientResetReport)
         do {

@@ -261,6 +261,8 @@ struct ClientResetTests {
         #expect(error.message.contains("restored from a backup"), "\(error.message)")
         #expect(session.clientResets.isEmpty)
         #expect(!world.app.isClosed)  // nothing happens until the app asks
+        await #expect(throws: SyncError.self) { try await session.reset(.manual) }  // says nothing of the changes
+        #expect(!world.app.isClosed)
 
         let report = try await Self.within("a manual reset") { try await session.reset(.recoverUnsyncedChanges) }
         let backup = try #require(report.backupDirectory)
