@@ -21,6 +21,10 @@ public struct IntegrationReport: Sendable, Hashable, CustomStringConvertible {
     /// The causal dots of the changesets the call received (integrated, duplicate, waiting or refused), in the order
     /// they came: what the sender holds. A sync layer need not send these back.
     public var received: [Dot] = []
+    /// Properties that the changesets integrated defined differently from a definition the replica held (or from
+    /// each other), as the merge resolved them: the latest definition is the property's, and values written under
+    /// the others are kept aside (docs/MergeSemantics.md, rule 8). Empty unless such a conflict is new or changed.
+    public var schemaConflicts: [SchemaConflict] = []
 
     public struct Rejection: Sendable, Hashable {
         public var dot: Dot
@@ -35,6 +39,7 @@ public struct IntegrationReport: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         "integrated \(integrated.count), duplicates \(duplicates), waiting \(waiting), rejected \(rejected.count)"
             + rejected.map { "\n  \($0.dot): \($0.reason)" }.joined()
+            + schemaConflicts.map { "\n  schema conflict: \($0)" }.joined()
     }
 }
 

@@ -26,6 +26,8 @@ public final class Transaction: ObjectReading {
     private var isValid = true
     /// The plan of the last type created in, while the schema stays as it was.
     private var createPlan: CreatePlan?
+    /// The shapes of the properties written, as this replica's schema holds them (rule 8).
+    private var shapeNotes = ShapeNoteRecorder()
 
     init(replica: Replica, storage: TributaryStorageWriteTransaction, state: Replica.State, author: String) {
         self.replica = replica
@@ -57,6 +59,8 @@ public final class Transaction: ObjectReading {
         if let failure { throw failure }
         if instruction.isSchemaInstruction { createPlan = nil }
         do {
+            // Noted as the schema holds it before the instruction (a schema instruction changes it after).
+            shapeNotes.note(instruction, in: working.schema, at: instructions.count)
             try MergeEngine.apply(instruction, index: instructions.count, of: info, to: &working, checkValues: false)
             instructions.append(instruction)
         } catch {
@@ -77,7 +81,8 @@ public final class Transaction: ObjectReading {
         }
         let changeset = Changeset(
             origin: info.dot.origin, originSequence: info.dot.sequence, time: info.stamp.time, context: info.context,
-            author: author, schemaVersion: working.schema.version, instructions: instructions)
+            author: author, schemaVersion: working.schema.version, instructions: instructions,
+            shapeNotes: shapeNotes.result)
         // Nothing goes into the log that the log cannot read back: replay, verify and every peer decode it under the
         // log's limits.
         let encoded: [UInt8]

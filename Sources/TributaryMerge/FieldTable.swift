@@ -1,4 +1,4 @@
-import TributaryModel
+public import TributaryModel
 
 /// The field states of a record or an embedded object, by property name.
 ///
@@ -12,6 +12,9 @@ public struct FieldTable: Hashable, Sendable, ExpressibleByDictionaryLiteral {
     }
 
     private var entries: [Entry] = []
+    /// The states kept under shapes other than their property's definition (rule 8), sorted by name, then shape.
+    /// Empty unless replicas defined a property differently.
+    public private(set) var sideFields: [SideField] = []
 
     public init() {}
 
@@ -117,6 +120,61 @@ public struct FieldTable: Hashable, Sendable, ExpressibleByDictionaryLiteral {
         }
     }
 
+    /// The state kept for `name` under `shape`, a shape other than its definition's (rule 8); setting `nil` removes
+    /// it.
+    public subscript(name: String, shape shape: PropertyShape) -> FieldState? {
+        get { sideFields.first { $0.name == name && $0.shape == shape }?.state }
+        set {
+            let index = sideFields.firstIndex { $0.name == name && $0.shape == shape }
+            switch (index, newValue) {
+            case (let index?, let state?): sideFields[index].state = state
+            case (let index?, nil): sideFields.remove(at: index)
+            case (nil, let state?):
+                let side = SideField(name: name, shape: shape, state: state)
+                let at = sideFields.firstIndex { ($0.name, $0.shape) > (name, shape) } ?? sideFields.endIndex
+                sideFields.insert(side, at: at)
+            case (nil, nil): break
+            }
+        }
+    }
+
+    /// The state of `name` under `shape` when given (kept aside), else its state in the usual place.
+    public subscript(name: String, shape: PropertyShape?) -> FieldState? {
+        get { shape.map { self[name, shape: $0] } ?? self[name] }
+        set {
+            if let shape { self[name, shape: shape] = newValue } else { self[name] = newValue }
+        }
+    }
+
+    /// Every state of `name`: the one under its definition's shape (`visible`), and those kept under other shapes.
+    public func states(of name: String, visible: PropertyShape) -> [PropertyShape: FieldState] {
+        var states: [PropertyShape: FieldState] = [:]
+        for side in sideFields where side.name == name { states[side.shape] = side.state }
+        if let state = self[name] { states[visible] = state }
+        return states
+    }
+
+    /// Replaces every state of `name` with `states`: the one under `visible` in its usual place, the others aside.
+    public mutating func setStates(_ states: [PropertyShape: FieldState], of name: String, visible: PropertyShape) {
+        removeStates(of: name)
+        self[name] = states[visible]
+        for (shape, state) in states where shape != visible { self[name, shape: shape] = state }
+    }
+
+    /// Removes every state of `name`, under any shape.
+    public mutating func removeStates(of name: String) {
+        removeValue(forKey: name)
+        if !sideFields.isEmpty { sideFields.removeAll { $0.name == name } }
+    }
+
+    /// Adds a side state whose (name, shape) sorts after every one in the table: what a decoder reading sorted
+    /// sides does. Returns `false`, changing nothing, when it does not.
+    public mutating func appendSideInOrder(_ side: SideField) -> Bool {
+        if let last = sideFields.last, !((last.name, last.shape) < (side.name, side.shape)) { return false }
+        sideFields.append(side)
+        return true
+    }
+
     /// Removes a field and returns its state, if it had one.
     @discardableResult
     public mutating func removeValue(forKey name: String) -> FieldState? {
@@ -139,4 +197,19 @@ extension FieldTable: Sequence {
     public func makeIterator() -> Iterator { Iterator(base: entries.makeIterator()) }
 
     public var underestimatedCount: Int { entries.count }
+}
+
+/// A property's state kept under a shape other than its definition's: what a replica wrote under another definition
+/// of the property (docs/MergeSemantics.md, rule 8). It merges as any state does, and shows only if a definition of
+/// its shape becomes the property's.
+public struct SideField: Hashable, Sendable {
+    public var name: String
+    public var shape: PropertyShape
+    public var state: FieldState
+
+    public init(name: String, shape: PropertyShape, state: FieldState) {
+        self.name = name
+        self.shape = shape
+        self.state = state
+    }
 }

@@ -211,7 +211,8 @@ struct InstructionApplier {
         // there: reading it copies it.
         var explicit = explicit
         if explicit.contains(where: { $0.value.isNull }) || defaults.contains(where: { $0.value.isNull }),
-            state.schema.propertyRemovals.isEmpty, let typeSchema = state.schema[type: type]
+            state.schema.propertyRemovals.isEmpty, state.schema.losingDefinitions.isEmpty,
+            let typeSchema = state.schema[type: type]
         {
             func isList(_ name: String) -> Bool { typeSchema[property: name]?.isList == true }
             for index in explicit.indices where explicit[index].value.isNull && isList(explicit[index].name) {
@@ -281,7 +282,7 @@ struct InstructionApplier {
         // Erase wins: a create survives only if its writer had seen every erase of the object (rule 2).
         guard try record.erasures.allSatisfy({ try info.covers($0, causal: causal) }) else { return false }
         record.exists = true
-        if record.fields.isEmpty && schema.propertyRemovals.isEmpty,
+        if record.fields.isEmpty && schema.propertyRemovals.isEmpty && schema.losingDefinitions.isEmpty,
             let fields = try newFields(
                 type: typeSchema, schema: schema, explicit: explicitStates, defaults: defaultStates)
         {
@@ -292,33 +293,49 @@ struct InstructionApplier {
         if record.fields.isEmpty { record.fields.reserveCapacity(explicitStates.count + defaultStates.count) }
         // Values that land on one name (one given under a name since renamed to it), joined as the rename joins them
         // when it merges after this create; only a schema that remembers removals can have them.
-        var landedTwice: [(name: String, landing: SchemaMerger.Landing<FieldState>)] = []
+        var landedTwice: [(name: String, shape: PropertyShape?, landing: SchemaMerger.Landing<FieldState>)] = []
         let hasRemovals = !schema.propertyRemovals.isEmpty
         for (field, converted) in explicitStates {
             // A property removed or renamed since the writer's view: the value follows the rename or is dropped.
             guard field.name != typeSchema.primaryKey,
                 let name = try info.writeTarget(of: field.name, in: type, schema: schema, causal: causal),
-                let property = typeSchema[property: name]
+                let landed = typeSchema[property: name]
             else { continue }
+            // Written under another definition of the property: kept under its shape (rule 8).
+            let writers = writersDefinition(of: landed, written: field.name, in: type, schema)
+            let property = writers ?? landed
             try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
             // A null landing on a list is an empty list (see `.set`).
             let converted = property.isList && field.value.isNull ? .list(ListState()) : converted
             guard hasRemovals else {
-                try merge(converted, into: &record.fields[name], causal: causal)
+                if let shape = writers?.shape {
+                    try merge(converted, into: &record.fields[name, shape: shape], causal: causal)
+                } else {
+                    try merge(converted, into: &record.fields[name], causal: causal)
+                }
                 continue
             }
-            let at = landedTwice.firstIndex { $0.name == name }
+            let shape = writers?.shape
+            let at = landedTwice.firstIndex { $0.name == name && $0.shape == shape }
             let landing = SchemaMerger.Landing(
                 converted, direct: field.name == name, onto: at.map { landedTwice[$0].landing }, join: SchemaMerger.join
             )
-            if let at { landedTwice[at].landing = landing } else { landedTwice.append((name, landing)) }
+            if let at { landedTwice[at].landing = landing } else { landedTwice.append((name, shape, landing)) }
         }
-        for landed in landedTwice { try merge(landed.landing.field, into: &record.fields[landed.name], causal: causal) }
+        for landed in landedTwice {
+            if let shape = landed.shape {
+                try merge(landed.landing.field, into: &record.fields[landed.name, shape: shape], causal: causal)
+            } else {
+                try merge(landed.landing.field, into: &record.fields[landed.name], causal: causal)
+            }
+        }
         for (field, converted) in defaultStates {
             guard field.name != typeSchema.primaryKey,
                 let name = try info.writeTarget(of: field.name, in: type, schema: schema, causal: causal),
-                let property = typeSchema[property: name]
+                let landed = typeSchema[property: name]
             else { continue }
+            let writers = writersDefinition(of: landed, written: field.name, in: type, schema)
+            let property = writers ?? landed
             try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
             // A list's default is left out (above), also where a rename took it.
             if property.isList { continue }
@@ -327,15 +344,15 @@ struct InstructionApplier {
             // they are single values (lists and embedded objects were left out above).
             // Increments made on a default count on whichever default stands (their base is the zero stamp, which
             // names no single default): a default that replaces another keeps its increments, in any order.
-            switch record.fields[name] {
+            switch record.fields[name, writers?.shape] {
             case nil:
-                record.fields[name] = converted
+                record.fields[name, writers?.shape] = converted
             case .register(let current)? where current.stamp == .zero:
                 if case .register(var new) = converted,
                     Self.defaultOrder(current.value).lexicographicallyPrecedes(Self.defaultOrder(new.value))
                 {
                     new.addend = new.addend &+ current.addend
-                    record.fields[name] = .register(new)
+                    record.fields[name, writers?.shape] = .register(new)
                 }
             default:
                 break
@@ -430,6 +447,7 @@ struct InstructionApplier {
         type: String, key: PrimaryKey, explicit: [FieldValue], defaults: [FieldValue], state: inout WorkingSet
     ) throws -> Bool {
         guard state.schema.propertyRemovals.isEmpty, state.schema.typeRemovals.isEmpty,
+            state.schema.losingDefinitions.isEmpty,
             explicit.allSatisfy(\.value.isSingleValue), defaults.allSatisfy(\.value.isSingleValue),
             let typeSchema = state.schema[type: type], !typeSchema.isEmbedded
         else { return false }
@@ -547,17 +565,24 @@ struct InstructionApplier {
                 throw MergeError(.invalidInstruction, "the primary key '\(type.name).\(property)' cannot change")
             }
             // Removed or renamed since the writer's view: the write follows the rename or is dropped (rule 8).
-            guard let property = try info.writeTarget(of: property, in: type.name, schema: schema, causal: causal),
-                let definition = type[property: property]
+            guard let landing = try info.writeTarget(of: property, in: type.name, schema: schema, causal: causal),
+                let definition = type[property: landing]
             else { return false }
+            // Written under another definition of the property: to the state kept under its shape.
+            if let writers = writersDefinition(of: definition, written: property, in: type.name, schema) {
+                try body(&fields[landing, shape: writers.shape], writers)
+                return true
+            }
             // Changed in place, so that a write to a long list copies nothing. Every body leaves the field as it was
             // when it throws (it checks before it changes anything), so a write that fails changes nothing.
-            try body(&fields[property], definition)
+            try body(&fields[landing], definition)
             return true
         }
         guard let stepProperty = try info.writeTarget(of: step.property, in: type.name, schema: schema, causal: causal),
-            let definition = type[property: stepProperty], case .embedded(let childTypeName) = definition.kind,
-            let childType = schema[type: childTypeName]
+            let landed = type[property: stepProperty]
+        else { return false }
+        let writers = writersDefinition(of: landed, written: step.property, in: type.name, schema)
+        guard case .embedded(let childTypeName) = (writers ?? landed).kind, let childType = schema[type: childTypeName]
         else { return false }
         // The embedded object is changed in place through the table: taken out of the field (and of the register or
         // the list element holding it), so that `child` is the only reference to its fields and a write to a long
@@ -594,7 +619,21 @@ struct InstructionApplier {
                 return false
             }
         }
+        if let writers { return try descendIntoField(&fields[stepProperty, shape: writers.shape]) }
         return try descendIntoField(&fields[stepProperty])
+    }
+
+    /// The definition a write to `written` (the name as written) of `type` was made under, when it is not
+    /// `definition`, the one of the property it lands on: its writer held another definition of the property, of
+    /// another shape (rule 8), and the value goes to the state kept under that shape. `nil` otherwise, and always
+    /// when no property has a losing definition.
+    func writersDefinition(of definition: Property, written: String, in type: String, _ schema: Schema) -> Property? {
+        guard !schema.losingDefinitions.isEmpty,
+            let shape = info.shapeNotes.shape(of: written, in: type, at: index), shape != definition.shape
+        else { return nil }
+        var property = definition
+        property.shape = shape
+        return property
     }
 
     /// Like ``update(_:state:_:)`` for a list property; `element` (when given) is checked against its type.

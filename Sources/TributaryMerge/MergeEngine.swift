@@ -8,18 +8,23 @@ public struct ChangesetInfo: Hashable, Sendable {
     /// The causal context (by causal dots) and the dots it covers besides the vector.
     public var context: VersionVector
     public var contextExtras: [Dot]
+    /// The shape each property it writes had in its writer's schema (rule 8).
+    public var shapeNotes: ShapeNotes
 
-    public init(dot: Dot, stamp: Stamp, context: VersionVector, contextExtras: [Dot] = []) {
+    public init(
+        dot: Dot, stamp: Stamp, context: VersionVector, contextExtras: [Dot] = [], shapeNotes: ShapeNotes = ShapeNotes()
+    ) {
         self.dot = dot
         self.stamp = stamp
         self.context = context
         self.contextExtras = contextExtras
+        self.shapeNotes = shapeNotes
     }
 
     public init(_ changeset: Changeset) {
         self.init(
             dot: changeset.dot, stamp: changeset.stamp, context: changeset.context,
-            contextExtras: changeset.contextExtras)
+            contextExtras: changeset.contextExtras, shapeNotes: changeset.shapeNotes)
     }
 
     /// Whether the changeset's writer had seen the changeset with origin dot `dot` (or is it). Earlier changesets of

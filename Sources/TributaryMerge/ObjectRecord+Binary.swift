@@ -3,11 +3,13 @@ public import TributaryModel
 /// The stored form of an ``ObjectRecord``.
 ///
 /// ```
-/// formatVersion:u8 flags:u8 (bit 0: exists)
+/// formatVersion:u8 flags:u8 (bit 0: exists; bit 1: side states follow the fields)
 /// stamps: count (time:u64 replica:u64)*       every stamp in the record, sorted, referred to by index
 /// erasures: count (origin:u64 sequence:varint)*
 /// fields: count (name:string state)*          sorted by name
-/// state:  0 register(value stamp:index addend:zigzag) | 1 list(slots elements)
+/// sides: count (name:string shape state)*     when bit 1 is set: states kept under other shapes, sorted
+/// state:  0 register(stored stamp:index addend:zigzag) | 1 list(slots elements)
+/// stored: 0 scalar | 1 embedded(id type fields) | 2 embedded(id type fields sides)
 /// ```
 /// Every collection is written sorted, so equal records have equal bytes on every replica.
 extension ObjectRecord {
@@ -23,7 +25,7 @@ extension ObjectRecord {
 
         var writer = BinaryWriter(capacity: 128)
         writer.byte(Self.formatVersion)
-        writer.byte(exists ? 1 : 0)
+        writer.byte((exists ? 1 : 0) | (fields.sideFields.isEmpty ? 0 : 2))
         writer.varint(table.count)
         for stamp in table {
             writer.fixed64(stamp.time.rawValue)
@@ -36,6 +38,7 @@ extension ObjectRecord {
         }
         var names = NameTable.inline  // values in records write their names inline
         writer.fields(fields, stamps: index, names: &names)
+        if !fields.sideFields.isEmpty { writer.sides(fields, stamps: index, names: &names) }
         return writer.bytes
     }
 
@@ -87,18 +90,21 @@ extension ObjectRecord {
     }
 
     private static func collectStamps(_ fields: FieldTable, into stamps: inout StampCollector) {
-        fields.forEachField { _, field in
-            switch field {
-            case .register(let register):
-                stamps.insert(register.stamp)
-                if case .embedded(let child) = register.value { collectStamps(child.fields, into: &stamps) }
-            case .list(let list):
-                for slot in list.slots.values { stamps.insert(slot.stamp) }
-                for element in list.elements.values {
-                    stamps.insert(element.valueStamp)
-                    stamps.insert(element.positionStamp)
-                    if case .embedded(let child)? = element.value { collectStamps(child.fields, into: &stamps) }
-                }
+        fields.forEachField { _, field in collectStamps(field, into: &stamps) }
+        for side in fields.sideFields { collectStamps(side.state, into: &stamps) }
+    }
+
+    private static func collectStamps(_ field: FieldState, into stamps: inout StampCollector) {
+        switch field {
+        case .register(let register):
+            stamps.insert(register.stamp)
+            if case .embedded(let child) = register.value { collectStamps(child.fields, into: &stamps) }
+        case .list(let list):
+            for slot in list.slots.values { stamps.insert(slot.stamp) }
+            for element in list.elements.values {
+                stamps.insert(element.valueStamp)
+                stamps.insert(element.positionStamp)
+                if case .embedded(let child)? = element.value { collectStamps(child.fields, into: &stamps) }
             }
         }
     }
@@ -113,7 +119,7 @@ extension ObjectRecord {
             throw reader.error(.unsupportedFormatVersion, "record format version \(version) is not supported")
         }
         let flags = try reader.byte()
-        guard flags <= 1 else { throw reader.error(.invalidValue, "unknown record flags \(flags)") }
+        guard flags <= 3 else { throw reader.error(.invalidValue, "unknown record flags \(flags)") }
         let stampCount = try reader.count("stamp", maximum: reader.limits.maximumElements, minimumBytesEach: 16)
         var table: [Stamp] = []
         table.reserveCapacity(stampCount)
@@ -133,9 +139,10 @@ extension ObjectRecord {
             let origin = ReplicaID(rawValue: try reader.fixed64())
             erasures.append(Dot(origin: origin, sequence: try reader.varint()))
         }
-        let fields = try reader.fields(stamps: table, depth: 0)
+        var fields = try reader.fields(stamps: table, depth: 0)
+        if flags & 2 != 0 { try reader.sides(into: &fields, stamps: table, depth: 0) }
         guard reader.isAtEnd else { throw reader.error(.trailingData, "\(reader.remaining) bytes follow the record") }
-        self.init(exists: flags == 1, erasures: erasures, fields: fields)
+        self.init(exists: flags & 1 == 1, erasures: erasures, fields: fields)
     }
 }
 
@@ -147,6 +154,8 @@ private enum FieldTag: UInt8 {
 private enum StoredTag: UInt8 {
     case scalar = 0
     case embedded = 1
+    /// An embedded object with states kept under other shapes (rule 8).
+    case embeddedWithSides = 2
 }
 
 extension BinaryWriter {
@@ -159,36 +168,40 @@ extension BinaryWriter {
         // The table keeps its fields sorted by name: the order the encoding stores.
         fields.forEachField { name, field in
             string(name)
-            switch field {
-            case .register(let register):
-                byte(FieldTag.register.rawValue)
-                stored(register.value, stamps: stamps, names: &names)
-                stamp(register.stamp, stamps)
-                zigzag(register.addend)
-            case .list(let list):
-                byte(FieldTag.list.rawValue)
-                varint(list.slots.count)
-                for id in list.slots.keys.sorted() {
-                    let slot = list.slots[id]!
-                    elementID(slot.id)
-                    byte(slot.side.rawValue | (slot.parent == nil ? 0 : 2))
-                    if let parent = slot.parent { elementID(parent) }
-                    stamp(slot.stamp, stamps)
+            state(field, stamps: stamps, names: &names)
+        }
+    }
+
+    fileprivate mutating func state(_ field: FieldState, stamps: StampIndex, names: inout NameTable) {
+        switch field {
+        case .register(let register):
+            byte(FieldTag.register.rawValue)
+            stored(register.value, stamps: stamps, names: &names)
+            stamp(register.stamp, stamps)
+            zigzag(register.addend)
+        case .list(let list):
+            byte(FieldTag.list.rawValue)
+            varint(list.slots.count)
+            for id in list.slots.keys.sorted() {
+                let slot = list.slots[id]!
+                elementID(slot.id)
+                byte(slot.side.rawValue | (slot.parent == nil ? 0 : 2))
+                if let parent = slot.parent { elementID(parent) }
+                stamp(slot.stamp, stamps)
+            }
+            varint(list.elements.count)
+            for id in list.elements.keys.sorted() {
+                let element = list.elements[id]!
+                elementID(element.id)
+                if let value = element.value {
+                    byte(1)
+                    stored(value, stamps: stamps, names: &names)
+                } else {
+                    byte(0)
                 }
-                varint(list.elements.count)
-                for id in list.elements.keys.sorted() {
-                    let element = list.elements[id]!
-                    elementID(element.id)
-                    if let value = element.value {
-                        byte(1)
-                        stored(value, stamps: stamps, names: &names)
-                    } else {
-                        byte(0)
-                    }
-                    stamp(element.valueStamp, stamps)
-                    elementID(element.position)
-                    stamp(element.positionStamp, stamps)
-                }
+                stamp(element.valueStamp, stamps)
+                elementID(element.position)
+                stamp(element.positionStamp, stamps)
             }
         }
     }
@@ -199,10 +212,22 @@ extension BinaryWriter {
             byte(StoredTag.scalar.rawValue)
             self.value(scalar, &names)
         case .embedded(let child):
-            byte(StoredTag.embedded.rawValue)
+            let hasSides = !child.fields.sideFields.isEmpty
+            byte(hasSides ? StoredTag.embeddedWithSides.rawValue : StoredTag.embedded.rawValue)
             elementID(child.id)
             string(child.type)
             fields(child.fields, stamps: stamps, names: &names)
+            if hasSides { sides(child.fields, stamps: stamps, names: &names) }
+        }
+    }
+
+    /// The states a table keeps under other shapes, sorted as the table keeps them.
+    fileprivate mutating func sides(_ fields: FieldTable, stamps: StampIndex, names: inout NameTable) {
+        varint(fields.sideFields.count)
+        for side in fields.sideFields {
+            string(side.name)
+            shape(side.shape, &names)
+            state(side.state, stamps: stamps, names: &names)
         }
     }
 }
@@ -239,6 +264,22 @@ extension BinaryReader {
             }
         }
         return fields
+    }
+
+    /// The states a table keeps under other shapes (rule 8): at least one, sorted by name and shape, each once.
+    fileprivate mutating func sides(into fields: inout FieldTable, stamps: [Stamp], depth: Int)
+        throws(ChangesetDecodingError)
+    {
+        let count = try self.count("side state", maximum: limits.maximumElements, minimumBytesEach: 5)
+        guard count > 0 else { throw error(.invalidValue, "the side states flag is set, but there are none") }
+        for _ in 0..<count {
+            let name = try string("field name")
+            let shape = try self.shape(.inline)
+            let side = SideField(name: name, shape: shape, state: try fieldState(stamps: stamps, depth: depth))
+            guard fields.appendSideInOrder(side) else {
+                throw error(.invalidValue, "side state of '\(name)' as \(shape) is out of order or given twice")
+            }
+        }
     }
 
     /// One field's state, its stamps resolved in the record's table `stamps`.
@@ -303,10 +344,13 @@ extension BinaryReader {
         let tag = try byte()
         switch StoredTag(rawValue: tag) {
         case .scalar: return .scalar(try value(.inline, depth: depth))
-        case .embedded:
+        case .embedded, .embeddedWithSides:
             let id = try elementID()
             let type = try string("embedded type")
-            let fields = try self.fields(stamps: stamps, depth: depth + 1)
+            var fields = try self.fields(stamps: stamps, depth: depth + 1)
+            if tag == StoredTag.embeddedWithSides.rawValue {
+                try sides(into: &fields, stamps: stamps, depth: depth + 1)
+            }
             return .embedded(EmbeddedState(id: id, type: type, fields: fields))
         case nil: throw error(.invalidTag, "unknown stored value tag \(tag)")
         }

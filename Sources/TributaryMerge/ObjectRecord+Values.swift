@@ -197,7 +197,9 @@ extension ObjectRecord {
             throw reader.error(.unsupportedFormatVersion, "record format version \(version) is not supported")
         }
         let flags = try reader.byte()
-        guard flags <= 1 else { throw reader.error(.invalidValue, "unknown record flags \(flags)") }
+        guard flags <= 3 else { throw reader.error(.invalidValue, "unknown record flags \(flags)") }
+        // States kept under other shapes (rule 8): rare, for the full decoder.
+        guard flags & 2 == 0 else { return .outOfOrder }
         let exists = flags == 1
         // Stamps and erasures are merge metadata: skip them, checking what the full decoder checks.
         let stampCount = try reader.count("stamp", maximum: reader.limits.maximumElements, minimumBytesEach: 16)

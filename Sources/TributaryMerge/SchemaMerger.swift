@@ -21,13 +21,29 @@ struct SchemaMerger {
         case .addType(var type):
             guard try info.hasSeenRemovals(ofType: type.name, in: schema, causal: causal) else { return }
             type.properties = type.properties.map(\.withoutUnmergeableDefault)
-            let incoming = try landedProperties(of: type, in: schema, causal: causal)
+            let (incoming, alsoDefined) = try landedProperties(of: type, in: schema, causal: causal)
+            var shapeChanges: [ShapeChange] = []
             if let existing = schema[type: type.name] {
-                try merge(existing, incoming, into: &schema)
+                shapeChanges = try merge(existing, incoming, into: &schema)
             } else {
                 schema.upsert(incoming)
                 for property in incoming.properties { record(.addition, of: property.name, in: type.name, &schema) }
             }
+            // The definitions that lost to another of this changeset landing on the same name (a rename).
+            for property in alsoDefined {
+                guard var merged = schema[type: type.name],
+                    let index = merged.properties.firstIndex(where: { $0.name == property.name })
+                else { continue }
+                if let change = try define(
+                    property, stamped: DefinitionStamp(.addition, info.stamp), in: &merged, at: index, &schema)
+                {
+                    shapeChanges.append(change)
+                }
+                schema.upsert(merged)
+            }
+            state.setSchema(schema)
+            try moveStates(shapeChanges, of: type.name, in: &state)
+            return
         case .addProperty(let typeName, let property):
             let property = property.withoutUnmergeableDefault
             guard try info.hasSeenRemovals(ofType: typeName, in: schema, causal: causal) else { return }
@@ -39,12 +55,15 @@ struct SchemaMerger {
             else { return }
             var landed = property
             landed.name = name
-            try merge(
+            let shapeChanges = try merge(
                 existing,
                 ObjectSchema(
                     name: existing.name, primaryKey: existing.primaryKey, embedded: existing.isEmbedded,
                     properties: [landed]),
                 into: &schema, partial: true)
+            state.setSchema(schema)
+            try moveStates(shapeChanges, of: typeName, in: &state)
+            return
         case .removeProperty(let typeName, let name):
             // Remembered even when the property is gone already, so that every replica holds the same removals.
             let removal = PropertyRemoval(
@@ -118,22 +137,14 @@ struct SchemaMerger {
             else { return }
             property = property.withoutUnmergeableDefault
             property.name = name
-            let current = type.properties[index]
-            guard Self.holdsTheSame(current, property) else {
-                throw MergeError(
-                    .invalidInstruction,
-                    "'\(typeName).\(property.name)' cannot be redefined from \(current) to \(property): only its index or default may change"
-                )
-            }
-            // A concurrent redefinition with a greater stamp may have set it already.
-            guard
-                Self.replaces(
-                    property, stamped: DefinitionStamp(.redefinition, info.stamp), current,
-                    stamped: schema.definitionStamp(of: property.name, in: typeName))
-            else { return }
-            type.properties[index] = property
+            // A concurrent redefinition with a greater stamp may have set it already. One of another shape (its
+            // writer held another definition of the property) is ordered against the definition like any other.
+            let change = try define(
+                property, stamped: DefinitionStamp(.redefinition, info.stamp), in: &type, at: index, &schema)
             schema.upsert(type)
-            record(.redefinition, of: property.name, in: typeName, &schema)
+            state.setSchema(schema)
+            try moveStates(change.map { [$0] } ?? [], of: typeName, in: &state)
+            return
         case .removeType(let typeName):
             // Remembered even when the type is gone already, so that every replica holds the same removals.
             let recorded = schema.removals(ofType: typeName)
@@ -179,41 +190,47 @@ struct SchemaMerger {
         }
         var renamed = type.properties[index]
         renamed.name = to
+        let movedShape = renamed.shape
         let movedStamp = schema.definitionStamps.removeValue(forKey: PropertyName(type: typeName, property: property))
+        // The definitions that lost to the renamed one go with it.
+        let movedLosing =
+            schema.losingDefinitions.removeValue(
+                forKey: PropertyName(type: typeName, property: property)) ?? []
         type.properties.remove(at: index)
+        let visible: PropertyShape
+        var addedShape: PropertyShape?
         if let existing = type.properties.firstIndex(where: { $0.name == to }) {
+            addedShape = type.properties[existing].shape
             // The new name was added concurrently (a new replica declaring the renamed schema, say). Merged the
-            // other way round, that addition would have merged into the renamed property; so it does here.
-            let added = type.properties[existing]
-            guard Self.holdsTheSame(added, renamed) else {
-                let what =
-                    rename.map {
-                        "move '\(typeName).\(property)' on to '\(to)' for a copy of the rename of '\($0.from)' to '\($0.to)'"
-                    } ?? "rename '\(typeName).\(property)' to '\(to)'"
-                throw MergeError(
-                    .schemaConflict,
-                    "cannot \(what): '\(typeName).\(added)' was added concurrently, and it does not hold what \(renamed) holds"
-                )
-            }
-            // The later definition wins, as it would have when the addition merged after the rename. Two renamed
-            // properties defined by one changeset tie: then the one that describes itself first wins, whichever
-            // rename merged first.
-            if Self.replaces(
-                renamed, stamped: movedStamp ?? .unknown, added, stamped: schema.definitionStamp(of: to, in: typeName))
-            {
-                type.properties[existing] = renamed
-                schema.definitionStamps[PropertyName(type: typeName, property: to)] = movedStamp
-            }
+            // other way round, that addition would have merged into the renamed property; so it does here: the later
+            // definition wins, as it would have when the addition merged after the rename. Two renamed properties
+            // defined by one changeset tie: then the one that describes itself first wins, whichever rename merged
+            // first. Of another shape, the one that loses is kept as a losing definition.
+            _ = try define(renamed, stamped: movedStamp ?? .unknown, in: &type, at: existing, &schema)
+            visible = type.properties[existing].shape
         } else {
             type.properties.append(renamed)
             schema.definitionStamps[PropertyName(type: typeName, property: to)] = movedStamp
+            visible = movedShape
         }
+        for losing in movedLosing {
+            var definition = losing
+            definition.property.name = to
+            schema.recordLosing(definition, of: to, in: typeName)
+        }
+        // What a definition of a shape took from the renamed property's definition leaves no losing one of it.
+        _ = schema.takeLosing(visible, of: to, in: typeName)
         type.properties.sort { $0.name < $1.name }
         schema.upsert(type)
         state.setSchema(schema)
         try rewriteFields(of: typeName, in: &state) { fields in
-            guard let moved = fields.removeValue(forKey: property) else { return }
-            fields[to] = fields[to].map { Self.join(moved, $0) } ?? moved
+            // Every state of the old name joins the state of the new name kept under the same shape.
+            let moved = fields.states(of: property, visible: movedShape)
+            var states = fields.states(of: to, visible: addedShape ?? movedShape)
+            guard !moved.isEmpty || (addedShape != nil && addedShape != visible) else { return }
+            fields.removeStates(of: property)
+            for (shape, state) in moved { states[shape] = states[shape].map { Self.join(state, $0) } ?? state }
+            fields.setStates(states, of: to, visible: visible)
         }
     }
 
@@ -230,8 +247,76 @@ struct SchemaMerger {
         type.properties.sort { $0.name < $1.name }
         schema.upsert(type)
         schema.definitionStamps[PropertyName(type: typeName, property: property)] = nil
+        schema.losingDefinitions[PropertyName(type: typeName, property: property)] = nil
         state.setSchema(schema)
-        try rewriteFields(of: typeName, in: &state) { fields in fields.removeValue(forKey: property) }
+        try rewriteFields(of: typeName, in: &state) { fields in fields.removeStates(of: property) }
+    }
+
+    /// A change of the shape of a property's definition: each object's state of the property under `to`, kept aside
+    /// until now, shows, and the state under `from` goes aside.
+    struct ShapeChange {
+        var property: String
+        var from: PropertyShape
+        var to: PropertyShape
+    }
+
+    /// Merges the definition `property`, set as `stamp` says, into the definition of that name at `index` of `type`
+    /// (rule 8): the later one is the property's (``replaces(_:stamped:_:stamped:)``). Of the same shape, that sets
+    /// the index and default; of another shape, the one that loses is kept in `schema` as a losing definition (the
+    /// latest of its shape), and when the incoming one wins, the change of shape is returned: the caller moves each
+    /// object's states (``moveStates(_:of:in:)``) once it stored the schema. Every replica reaches the same
+    /// definition and the same losing ones, in whatever order the definitions merge.
+    func define(
+        _ property: Property, stamped stamp: DefinitionStamp, in type: inout ObjectSchema, at index: Int,
+        _ schema: inout Schema
+    ) throws -> ShapeChange? {
+        let current = type.properties[index]
+        let currentStamp = schema.definitionStamp(of: current.name, in: type.name)
+        let wins = Self.replaces(property, stamped: stamp, current, stamped: currentStamp)
+        // Objects are stored by their primary key: one of another type would be another object. Refused, as two
+        // primary keys are.
+        if property.shape != current.shape, current.name == type.primaryKey {
+            throw MergeError(
+                .schemaConflict,
+                "the primary key '\(type.name).\(current.name)' is defined twice: as \(current.typeDescription) and as "
+                    + "\(property.typeDescription)")
+        }
+        guard property.shape != current.shape else {
+            if wins { Self.set(property, stamped: stamp, at: index, of: &type, &schema) }
+            return nil
+        }
+        guard wins else {
+            schema.recordLosing(LosingDefinition(property, stamp), of: property.name, in: type.name)
+            return nil
+        }
+        schema.recordLosing(LosingDefinition(current, currentStamp), of: current.name, in: type.name)
+        _ = schema.takeLosing(property.shape, of: property.name, in: type.name)
+        Self.set(property, stamped: stamp, at: index, of: &type, &schema)
+        return ShapeChange(property: property.name, from: current.shape, to: property.shape)
+    }
+
+    private static func set(
+        _ property: Property, stamped stamp: DefinitionStamp, at index: Int, of type: inout ObjectSchema,
+        _ schema: inout Schema
+    ) {
+        type.properties[index] = property
+        // An unknown stamp is no entry, as for a property stored before stamps were kept.
+        schema.definitionStamps[PropertyName(type: type.name, property: property.name)] =
+            stamp == .unknown ? nil : stamp
+    }
+
+    /// Moves each object's states of the properties whose definitions changed shape: the state under the new shape
+    /// shows, the one under the old goes aside. The only write that touches every object of a type for a merge of a
+    /// definition: it happens once for each definition that wins over one of another shape.
+    func moveStates(_ changes: [ShapeChange], of typeName: String, in state: inout WorkingSet) throws {
+        guard !changes.isEmpty else { return }
+        try rewriteFields(of: typeName, in: &state) { fields in
+            for change in changes {
+                let states = fields.states(of: change.property, visible: change.from)
+                guard !states.isEmpty else { continue }
+                fields.setStates(states, of: change.property, visible: change.to)
+            }
+        }
     }
 
     /// Refuses a removal or rename of `property` of `type` that disagrees with one made concurrently (rule 8): a
@@ -333,11 +418,12 @@ struct SchemaMerger {
     /// decides when the rename merges after this addition and moves the one onto the other; when they hold different
     /// values, the addition is refused, naming both, as that rename refuses them. None lands on the primary key's name.
     private func landedProperties(of type: ObjectSchema, in schema: Schema, causal: CausalResolver) throws
-        -> ObjectSchema
+        -> (type: ObjectSchema, alsoDefined: [Property])
     {
-        guard !schema.propertyRemovals.isEmpty else { return type }
+        guard !schema.propertyRemovals.isEmpty else { return (type, []) }
         var landed = type
         landed.properties = []
+        var alsoDefined: [Property] = []
         for var property in type.properties {
             guard property.name != type.primaryKey else {
                 landed.properties.append(property)
@@ -349,26 +435,25 @@ struct SchemaMerger {
             property.name = name
             if let other = landed.properties.firstIndex(where: { $0.name == name }) {
                 let current = landed.properties[other]
-                guard Self.holdsTheSame(current, property) else {
-                    throw MergeError(
-                        .schemaConflict,
-                        "type '\(type.name)' defines '\(name)' twice once a concurrent rename lands: as \(current) and as \(property)"
-                    )
+                // Of another shape, the one that does not stand is merged after the type, as a definition of this
+                // changeset that loses to the one that stands.
+                if property.description < current.description {
+                    landed.properties[other] = property
+                    if current.shape != property.shape { alsoDefined.append(current) }
+                } else if current.shape != property.shape {
+                    alsoDefined.append(property)
                 }
-                if property.description < current.description { landed.properties[other] = property }
                 continue
             }
             landed.properties.append(property)
         }
         if landed.properties.map(\.name) != type.properties.map(\.name) { landed.properties.sort { $0.name < $1.name } }
-        return landed
+        return (landed, alsoDefined)
     }
 
     /// Whether two definitions of a property hold the same values, so that they may differ only in their index and
     /// default.
-    static func holdsTheSame(_ a: Property, _ b: Property) -> Bool {
-        a.kind == b.kind && a.isList == b.isList && a.isOptional == b.isOptional
-    }
+    static func holdsTheSame(_ a: Property, _ b: Property) -> Bool { a.shape == b.shape }
 
     private func record(_ kind: DefinitionStamp.Kind, of property: String, in type: String, _ schema: inout Schema) {
         schema.definitionStamps[PropertyName(type: type, property: property)] = DefinitionStamp(kind, info.stamp)
@@ -382,7 +467,7 @@ struct SchemaMerger {
     /// defaults), or `incoming` is `partial` (the properties an `addProperty` adds), the merged properties are sorted
     /// by name, so that replicas that merged the same definitions in other orders agree.
     func merge(_ existing: ObjectSchema, _ incoming: ObjectSchema, into schema: inout Schema, partial: Bool = false)
-        throws
+        throws -> [ShapeChange]
     {
         guard existing.isEmbedded == incoming.isEmbedded else {
             throw MergeError(
@@ -397,26 +482,17 @@ struct SchemaMerger {
         }
         var merged = existing
         let addition = DefinitionStamp(.addition, info.stamp)
+        var changes: [ShapeChange] = []
         for property in incoming.properties {
             guard let position = existing.properties.firstIndex(where: { $0.name == property.name }) else {
                 merged.properties.append(property)
                 record(.addition, of: property.name, in: existing.name, &schema)
                 continue
             }
-            let current = existing.properties[position]
-            guard Self.holdsTheSame(current, property) else {
-                throw MergeError(
-                    .schemaConflict,
-                    "property '\(existing.name).\(property.name)' is defined twice: as \(current) and as \(property)")
-            }
             // The later definition wins, even when it is the same one: its stamp is kept, so that the stamps agree
-            // in whatever order replicas merge the definitions.
-            if Self.replaces(
-                property, stamped: addition, current,
-                stamped: schema.definitionStamp(of: property.name, in: existing.name))
-            {
-                merged.properties[position] = property
-                record(.addition, of: property.name, in: existing.name, &schema)
+            // in whatever order replicas merge the definitions. One of another shape is kept as a losing definition.
+            if let change = try define(property, stamped: addition, in: &merged, at: position, &schema) {
+                changes.append(change)
             }
         }
         let sameLayout =
@@ -429,6 +505,7 @@ struct SchemaMerger {
             merged.properties.sort { $0.name < $1.name }
         }
         schema.upsert(merged)
+        return changes
     }
 
     /// Whether `property`, defined by a changeset as `stamp` says, replaces `current`, defined as `currentStamp` says

@@ -4,9 +4,12 @@
 /// "TRCS" formatVersion:u8
 /// origin:u64 originSequence:varint time:u64 schemaVersion:varint author:string
 /// context: count (replica:u64 sequence:varint)*
-/// relay: 0 | 1 replica:u64 sequence:varint      the adopting relay's dot, when a relay adopted it
+/// flags:u8                                  bit 0: a relay adopted it; bit 1: shape notes follow the names
+/// relay: (replica:u64 sequence:varint)?     the adopting relay's dot, when bit 0 is set
 /// extras: count (replica:u64 sequence:varint)*  causal dots the context covers besides the vector
 /// names: count string*                      type and property names, referred to by index below
+/// notes: (count (type:name count (property:name from:varint shape)*)*)?  when bit 1 is set, sorted
+/// shape: kind:u8 (scalar type 1-8, link 9, embedded 10; bit 4 optional, bit 5 list) target:name?
 /// instructions: count instruction*
 /// checksum:u64                              XXH64 of every byte before it
 /// ```
@@ -25,6 +28,29 @@ public enum ChangesetCodec {
         for (index, instruction) in changeset.instructions.enumerated() {
             body.instruction(instruction, &names, index: index)
         }
+        var notes = BinaryWriter()
+        let shapeNotes = changeset.shapeNotes.notes
+        if !shapeNotes.isEmpty {
+            // Grouped by type (the notes are sorted by type first): the type's name once, then its notes.
+            var groups: [ArraySlice<ShapeNotes.Note>] = []
+            var start = shapeNotes.startIndex
+            for index in shapeNotes.indices.dropFirst()
+            where shapeNotes[index].property.type != shapeNotes[start].property.type {
+                groups.append(shapeNotes[start..<index])
+                start = index
+            }
+            groups.append(shapeNotes[start...])
+            notes.varint(groups.count)
+            for group in groups {
+                notes.name(group.first!.property.type, &names)
+                notes.varint(group.count)
+                for note in group {
+                    notes.name(note.property.property, &names)
+                    notes.varint(note.from)
+                    notes.noteShape(note.shape, &names)
+                }
+            }
+        }
 
         var writer = BinaryWriter(capacity: body.bytes.count + 128)
         writer.raw(magic)
@@ -39,17 +65,14 @@ public enum ChangesetCodec {
             writer.fixed64(entry.replica.rawValue)
             writer.varint(entry.sequence)
         }
-        // Relay adoption: a flag byte, then the relay's dot and the extra context dots.
-        if let relay = changeset.relay {
-            writer.byte(1)
-            writer.dot(relay)
-        } else {
-            writer.byte(0)
-        }
+        // Flags, then the relay's dot and the extra context dots.
+        writer.byte((changeset.relay == nil ? 0 : 1) | (shapeNotes.isEmpty ? 0 : 2))
+        if let relay = changeset.relay { writer.dot(relay) }
         writer.varint(changeset.contextExtras.count)
         for dot in changeset.contextExtras { writer.dot(dot) }
         writer.varint(names.names.count)
         for name in names.names { writer.string(name) }
+        writer.raw(notes.bytes)
         writer.raw(body.bytes)
         writer.fixed64(XXHash64.hash(writer.bytes))
         return writer.bytes
@@ -66,6 +89,7 @@ public enum ChangesetCodec {
         public var instructionCount: Int
         public var relay: Dot?
         public var contextExtras: [Dot]
+        public var shapeNotes: ShapeNotes
     }
 
     /// Decodes a changeset.
@@ -88,7 +112,7 @@ public enum ChangesetCodec {
         return Changeset(
             origin: header.origin, originSequence: header.originSequence, time: header.time, context: header.context,
             author: header.author, schemaVersion: header.schemaVersion, instructions: instructions, relay: header.relay,
-            contextExtras: header.contextExtras)
+            contextExtras: header.contextExtras, shapeNotes: header.shapeNotes)
     }
 
     /// Decodes only the header of a changeset (its checksum is still checked).
@@ -155,10 +179,10 @@ public enum ChangesetCodec {
             previous = replica
             context.advance(replica, to: sequence)
         }
-        let relayFlag = try reader.byte()
-        guard relayFlag <= 1 else { throw reader.error(.invalidValue, "bad relay flag \(relayFlag)") }
+        let flags = try reader.byte()
+        guard flags <= 3 else { throw reader.error(.invalidValue, "bad changeset flags \(flags)") }
         var relay: Dot?
-        if relayFlag == 1 {
+        if flags & 1 != 0 {
             let dot = try reader.dot()
             guard dot.sequence > 0 else { throw reader.error(.invalidValue, "relay sequence is 0") }
             relay = dot
@@ -177,11 +201,38 @@ public enum ChangesetCodec {
         var names: [String] = []
         names.reserveCapacity(nameCount)
         for _ in 0..<nameCount { names.append(try reader.string("name")) }
+        let table = NameTable(decoded: names)
+        var notes: [ShapeNotes.Note] = []
+        if flags & 2 != 0 {
+            let types = try reader.count(
+                "type with shape notes", maximum: reader.limits.maximumElements, minimumBytesEach: 5)
+            guard types > 0 else {
+                throw reader.error(.invalidValue, "the shape notes flag is set, but there are none")
+            }
+            for _ in 0..<types {
+                let type = try reader.name(table, "noted type")
+                let count = try reader.count("shape note", maximum: reader.limits.maximumElements, minimumBytesEach: 3)
+                guard count > 0 else { throw reader.error(.invalidValue, "type '\(type)' has no shape notes") }
+                for _ in 0..<count {
+                    let property = PropertyName(type: type, property: try reader.name(table, "noted property"))
+                    let from = try reader.varint()
+                    guard from <= UInt64(reader.limits.maximumInstructions) else {
+                        throw reader.error(.limitExceeded, "shape note of \(property) starts at instruction \(from)")
+                    }
+                    let note = ShapeNotes.Note(property, from: Int(from), try reader.noteShape(table))
+                    if let last = notes.last, !((last.property, last.from) < (note.property, note.from)) {
+                        throw reader.error(.invalidValue, "shape notes are not sorted, or repeat one (\(property))")
+                    }
+                    notes.append(note)
+                }
+            }
+        }
         let instructionCount = try reader.count("instruction", maximum: reader.limits.maximumInstructions)
         let header = Header(
             origin: origin, originSequence: originSequence, time: time, schemaVersion: schemaVersion, author: author,
-            context: context, instructionCount: instructionCount, relay: relay, contextExtras: extras)
-        return (header, NameTable(decoded: names))
+            context: context, instructionCount: instructionCount, relay: relay, contextExtras: extras,
+            shapeNotes: ShapeNotes(notes))
+        return (header, table)
     }
 }
 
@@ -400,5 +451,39 @@ extension BinaryReader {
         case .omitted: return .omitted
         case nil: throw error(.invalidTag, "unknown instruction tag \(tag) in instruction \(index)")
         }
+    }
+}
+
+extension BinaryWriter {
+    /// A shape in one byte (and a link's or embedded object's target): what a shape note holds.
+    fileprivate mutating func noteShape(_ shape: PropertyShape, _ names: inout NameTable) {
+        let flags: UInt8 = (shape.isOptional ? 0x10 : 0) | (shape.isList ? 0x20 : 0)
+        switch shape.kind {
+        case .scalar(let type): byte(type.rawValue | flags)
+        case .link(let target):
+            byte(9 | flags)
+            name(target, &names)
+        case .embedded(let target):
+            byte(10 | flags)
+            name(target, &names)
+        }
+    }
+}
+
+extension BinaryReader {
+    fileprivate mutating func noteShape(_ names: NameTable) throws(ChangesetDecodingError) -> PropertyShape {
+        let byte = try self.byte()
+        guard byte & 0xC0 == 0 else { throw error(.invalidValue, "unknown shape flags in \(byte)") }
+        let kind: PropertyKind
+        switch byte & 0x0F {
+        case 9: kind = .link(try name(names, "link target"))
+        case 10: kind = .embedded(try name(names, "embedded type"))
+        case let code:
+            guard let scalar = ScalarType(rawValue: code) else {
+                throw error(.invalidTag, "unknown shape kind \(code)")
+            }
+            kind = .scalar(scalar)
+        }
+        return PropertyShape(kind: kind, isOptional: byte & 0x10 != 0, isList: byte & 0x20 != 0)
     }
 }

@@ -195,11 +195,16 @@ public struct Changeset: Hashable, Sendable {
     public var schemaVersion: UInt64
     /// The instructions, applied in order.
     public var instructions: [Instruction]
+    /// The shape each property it writes had in its writer's schema: under which definition each value was written,
+    /// when replicas defined a property differently (rule 8). Empty in changesets written before they carried it.
+    public var shapeNotes: ShapeNotes
 
     public init(
         origin: ReplicaID, originSequence: UInt64, time: HybridTime, context: VersionVector, author: String = "",
-        schemaVersion: UInt64, instructions: [Instruction], relay: Dot? = nil, contextExtras: [Dot] = []
+        schemaVersion: UInt64, instructions: [Instruction], relay: Dot? = nil, contextExtras: [Dot] = [],
+        shapeNotes: ShapeNotes = ShapeNotes()
     ) {
+        self.shapeNotes = shapeNotes
         self.origin = origin
         self.originSequence = originSequence
         self.time = time

@@ -1,7 +1,19 @@
 extension BinaryWriter {
     public mutating func property(_ property: Property, _ names: inout NameTable) {
         name(property.name, &names)
-        switch property.kind {
+        kind(property.kind, &names)
+        var flags: UInt8 = 0
+        if property.isOptional { flags |= 1 }
+        if property.isList { flags |= 2 }
+        if property.isIndexed { flags |= 4 }
+        if property.defaultValue != nil { flags |= 8 }
+        byte(flags)
+        if let defaultValue = property.defaultValue { value(defaultValue, &names) }
+    }
+
+    /// A property kind: a scalar type's tag, or a link's or embedded object's tag and type name.
+    mutating func kind(_ kind: PropertyKind, _ names: inout NameTable) {
+        switch kind {
         case .scalar(let type):
             byte(type.rawValue)
         case .link(let target):
@@ -11,13 +23,12 @@ extension BinaryWriter {
             byte(0x41)
             name(target, &names)
         }
-        var flags: UInt8 = 0
-        if property.isOptional { flags |= 1 }
-        if property.isList { flags |= 2 }
-        if property.isIndexed { flags |= 4 }
-        if property.defaultValue != nil { flags |= 8 }
-        byte(flags)
-        if let defaultValue = property.defaultValue { value(defaultValue, &names) }
+    }
+
+    /// A property shape: its kind, then flags (bit 0 optional, bit 1 list), as a property's definition writes them.
+    public mutating func shape(_ shape: PropertyShape, _ names: inout NameTable) {
+        kind(shape.kind, &names)
+        byte((shape.isOptional ? 1 : 0) | (shape.isList ? 2 : 0))
     }
 
     public mutating func objectSchema(_ type: ObjectSchema, _ names: inout NameTable) {
@@ -36,7 +47,9 @@ extension BinaryWriter {
         for type in schema.types { objectSchema(type, &names) }
         // Definition stamps follow, sorted, only when there are any (or removals follow): a declared schema encodes
         // as it always did.
-        let hasRemovals = !schema.propertyRemovals.isEmpty || !schema.typeRemovals.isEmpty
+        // Losing definitions come last: every section before them is then written.
+        let hasRemovals =
+            !schema.propertyRemovals.isEmpty || !schema.typeRemovals.isEmpty || !schema.losingDefinitions.isEmpty
         guard !schema.definitionStamps.isEmpty || hasRemovals else { return }
         varint(schema.definitionStamps.count)
         for (name, stamp) in schema.definitionStamps.sorted(by: { $0.key < $1.key }) {
@@ -82,13 +95,28 @@ extension BinaryWriter {
             varint(removals.count)
             for removal in removals { dot(removal.dot) }
         }
-        // Then, only when some type removal saw another, the removals each saw, in the same order: a schema without
-        // any encodes as it did before they were remembered.
-        guard typeRemovals.contains(where: { $0.value.contains { !$0.removalsSeen.isEmpty } }) else { return }
+        // Then, only when some type removal saw another (or losing definitions follow), the removals each saw, in the
+        // same order: a schema without any encodes as it did before they were remembered.
+        let losing = schema.losingDefinitions.sorted(by: { $0.key < $1.key })
+        guard typeRemovals.contains(where: { $0.value.contains { !$0.removalsSeen.isEmpty } }) || !losing.isEmpty
+        else { return }
         for (_, removals) in typeRemovals {
             for removal in removals {
                 varint(removal.removalsSeen.count)
                 for seen in removal.removalsSeen { dot(seen) }
+            }
+        }
+        // Then, only when there are any, the definitions that lost to another of a different shape.
+        guard !losing.isEmpty else { return }
+        varint(losing.count)
+        for (name, definitions) in losing {
+            self.name(name.type, &names)
+            varint(definitions.count)
+            for definition in definitions {
+                property(definition.property, &names)
+                byte(definition.stamp.kind.rawValue)
+                fixed64(definition.stamp.stamp.time.rawValue)
+                fixed64(definition.stamp.stamp.replica.rawValue)
             }
         }
     }
@@ -97,17 +125,7 @@ extension BinaryWriter {
 extension BinaryReader {
     public mutating func property(_ names: NameTable) throws(ChangesetDecodingError) -> Property {
         let propertyName = try name(names, "property name")
-        let tag = try byte()
-        let kind: PropertyKind
-        switch tag {
-        case 0x40: kind = .link(try name(names, "link target"))
-        case 0x41: kind = .embedded(try name(names, "embedded type"))
-        default:
-            guard let scalar = ScalarType(rawValue: tag) else {
-                throw error(.invalidTag, "unknown property type tag \(tag) for property '\(propertyName)'")
-            }
-            kind = .scalar(scalar)
-        }
+        let kind = try self.kind(names, of: "property '\(propertyName)'")
         let flags = try byte()
         guard flags & ~0x0F == 0 else { throw error(.invalidValue, "unknown property flags \(flags)") }
         var property = Property(
@@ -115,6 +133,32 @@ extension BinaryReader {
         property.isOptional = flags & 1 != 0
         if flags & 8 != 0 { property.defaultValue = try value(names) }
         return property
+    }
+
+    /// A property kind, as ``BinaryWriter/kind(_:_:)`` writes it; `what` names its owner in errors.
+    mutating func kind(_ names: NameTable, of what: @autoclosure () -> String) throws(ChangesetDecodingError)
+        -> PropertyKind
+    {
+        let tag = try byte()
+        switch tag {
+        case 0x40: return .link(try name(names, "link target"))
+        case 0x41: return .embedded(try name(names, "embedded type"))
+        default:
+            guard let scalar = ScalarType(rawValue: tag) else {
+                throw error(.invalidTag, "unknown property type tag \(tag) for \(what())")
+            }
+            return .scalar(scalar)
+        }
+    }
+
+    /// A property shape, as ``BinaryWriter/shape(_:_:)`` writes it.
+    public mutating func shape(_ names: NameTable) throws(ChangesetDecodingError) -> PropertyShape {
+        let kind = try self.kind(names, of: "a shape")
+        let flags = try byte()
+        guard flags <= 3 else { throw error(.invalidValue, "unknown shape flags \(flags)") }
+        var property = Property("", kind, optional: flags & 1 != 0, list: flags & 2 != 0)
+        property.isOptional = flags & 1 != 0
+        return property.shape
     }
 
     /// The most properties one type may have in a changeset or a stored schema.
@@ -205,6 +249,31 @@ extension BinaryReader {
                 removals.append(TypeRemoval(dot: dot, removalsSeen: seen))
             }
             schema.typeRemovals[type] = removals
+        }
+        // A schema without losing definitions ends here.
+        guard !isAtEnd else { return schema }
+        let losingCount = try self.count("property with losing definitions", maximum: .max, minimumBytesEach: 3)
+        for _ in 0..<losingCount {
+            let type = try name(.inline, "type name")
+            let count = try self.count("losing definition", maximum: .max, minimumBytesEach: 20)
+            guard count > 0 else { throw error(.invalidValue, "type '\(type)' lists no losing definition") }
+            var definitions: [LosingDefinition] = []
+            for _ in 0..<count {
+                let property = try self.property(.inline)
+                let tag = try byte()
+                guard let kind = DefinitionStamp.Kind(rawValue: tag) else {
+                    throw error(.invalidValue, "unknown definition kind \(tag) for '\(type).\(property.name)'")
+                }
+                let time = HybridTime(rawValue: try fixed64())
+                let replica = ReplicaID(rawValue: try fixed64())
+                definitions.append(
+                    LosingDefinition(property, DefinitionStamp(kind, Stamp(time: time, replica: replica))))
+            }
+            let name = PropertyName(type: type, property: definitions[0].property.name)
+            guard definitions.allSatisfy({ $0.property.name == name.property }) else {
+                throw error(.invalidValue, "losing definitions of '\(name)' name other properties")
+            }
+            schema.losingDefinitions[name] = definitions
         }
         return schema
     }

@@ -44,6 +44,31 @@ public enum PropertyKind: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
+/// What the values of a property must be: its kind, whether it is a list, and whether it (for a list: each element)
+/// may be null. Two definitions of one property that differ in shape conflict (docs/MergeSemantics.md, rule 8): the
+/// later one is the property's definition, and each value is kept under the shape its writer wrote it under.
+public struct PropertyShape: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public var kind: PropertyKind
+    public var isOptional: Bool
+    public var isList: Bool
+
+    public init(kind: PropertyKind, isOptional: Bool, isList: Bool) {
+        self.kind = kind
+        self.isOptional = isOptional
+        self.isList = isList
+    }
+
+    /// As the schema diff and error messages write a type: `string?`, `list<int>`, `link<User>`. Distinct shapes have
+    /// distinct descriptions (a to-one link or embedded object is always optional).
+    public var description: String {
+        let element = kind.description + (isOptional && !isList && kind.objectType == nil ? "?" : "")
+        return isList ? "list<\(kind.description)\(isOptional ? "?" : "")>" : element
+    }
+
+    /// Ordered by description: the order in which records store the values kept under other shapes.
+    public static func < (lhs: PropertyShape, rhs: PropertyShape) -> Bool { lhs.description < rhs.description }
+}
+
 /// One property of an object type.
 public struct Property: Hashable, Sendable, CustomStringConvertible {
     /// The property's name, unique within its type.
@@ -82,9 +107,16 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// The property's type as the schema diff and error messages write it: `string?`, `list<int>`, `link<User>`.
-    public var typeDescription: String {
-        let element = kind.description + (isOptional && !isList && kind.objectType == nil ? "?" : "")
-        return isList ? "list<\(kind.description)\(isOptional ? "?" : "")>" : element
+    public var typeDescription: String { shape.description }
+
+    /// What the property's values must be: its kind, list or not, optional or not (not its name, index or default).
+    public var shape: PropertyShape {
+        get { PropertyShape(kind: kind, isOptional: isOptional, isList: isList) }
+        set {
+            kind = newValue.kind
+            isOptional = newValue.isOptional
+            isList = newValue.isList
+        }
     }
 
     public var description: String {
@@ -231,6 +263,26 @@ public struct DefinitionStamp: Hashable, Comparable, Sendable, CustomStringConve
     public var description: String { "\(kind == .addition ? "added" : "redefined") at \(stamp)" }
 }
 
+/// A definition of a property that lost to a later one of another shape (docs/MergeSemantics.md, rule 8), with how
+/// it was set.
+public struct LosingDefinition: Hashable, Sendable, CustomStringConvertible {
+    public var property: Property
+    public var stamp: DefinitionStamp
+
+    public init(_ property: Property, _ stamp: DefinitionStamp) {
+        self.property = property
+        self.stamp = stamp
+    }
+
+    /// Whether this definition is later than `other`: by stamp, then (two of one changeset) the one whose description
+    /// sorts first, as a property's definitions are ordered.
+    public func isLater(than other: LosingDefinition) -> Bool {
+        stamp > other.stamp || (stamp == other.stamp && property.description < other.property.description)
+    }
+
+    public var description: String { "\(property) (\(stamp))" }
+}
+
 /// A property of a type, named by both names: what definition stamps are kept by.
 public struct PropertyName: Hashable, Comparable, Sendable, CustomStringConvertible {
     public var type: String
@@ -332,6 +384,10 @@ public struct Schema: Hashable, Sendable {
     /// counts only if its changeset saw all of them (a removal it did not see that is a copy of one it saw counts as
     /// seen: the same migration run on another replica).
     public var typeRemovals: [String: [TypeRemoval]] = [:]
+    /// For a merged schema: definitions of a property that lost to a later one of another shape (rule 8), the latest
+    /// of each shape, sorted by shape. Values written under them are kept aside in the records, and show again if a
+    /// later definition of their shape comes. Empty unless replicas defined a property differently.
+    public var losingDefinitions: [PropertyName: [LosingDefinition]] = [:]
 
     public init(version: UInt64 = 0, types: [ObjectSchema]) {
         self.version = version
@@ -393,10 +449,42 @@ public struct Schema: Hashable, Sendable {
         typeRemovals[name] = removals
     }
 
-    /// Removes a type, with the definition stamps of its properties (not the removals: they stay remembered).
+    /// Removes a type, with the definition stamps of its properties and the definitions that lost to them (not the
+    /// removals: they stay remembered).
     public mutating func remove(type name: String) {
         types.removeAll { $0.name == name }
         definitionStamps = definitionStamps.filter { $0.key.type != name }
+        if !losingDefinitions.isEmpty { losingDefinitions = losingDefinitions.filter { $0.key.type != name } }
+    }
+
+    /// The definitions of `property` of `type` that lost to its definition, one per shape (empty when none did).
+    public func losingDefinitions(of property: String, in type: String) -> [LosingDefinition] {
+        losingDefinitions.isEmpty ? [] : losingDefinitions[PropertyName(type: type, property: property)] ?? []
+    }
+
+    /// Records a definition that lost: it replaces a losing one of its shape that it is later than, and is dropped
+    /// when one of its shape is later than it.
+    public mutating func recordLosing(_ definition: LosingDefinition, of property: String, in type: String) {
+        let name = PropertyName(type: type, property: property)
+        var losing = losingDefinitions[name] ?? []
+        if let index = losing.firstIndex(where: { $0.property.shape == definition.property.shape }) {
+            guard definition.isLater(than: losing[index]) else { return }
+            losing[index] = definition
+        } else {
+            losing.append(definition)
+            losing.sort { $0.property.shape < $1.property.shape }
+        }
+        losingDefinitions[name] = losing
+    }
+
+    /// Takes out the losing definition of `property` of `type` with `shape`, if any.
+    public mutating func takeLosing(_ shape: PropertyShape, of property: String, in type: String) -> LosingDefinition? {
+        let name = PropertyName(type: type, property: property)
+        guard var losing = losingDefinitions[name], let index = losing.firstIndex(where: { $0.property.shape == shape })
+        else { return nil }
+        let taken = losing.remove(at: index)
+        losingDefinitions[name] = losing.isEmpty ? nil : losing
+        return taken
     }
 
     /// Checks a schema an app declares: ``validate()``, and no default that would not merge alike on every replica

@@ -394,23 +394,25 @@ struct ClientResetTests {
         let daemon = Daemon(directory.appending("daemon"))
         try await daemon.start()
         defer { Task { await daemon.stop() } }
-        func schema(_ priority: ScalarType) -> Schema {
+        func schema(key: String) -> Schema {
             Schema(
                 version: 1,
                 types: [
-                    ObjectSchema(name: "Task", properties: [.scalar("_id", .string), .scalar("priority", priority)])
+                    ObjectSchema(
+                        name: "Task", primaryKey: key,
+                        properties: [.scalar(key, .string), .scalar("priority", .string)])
                 ])
         }
-        let first = try Replica.open(directory: directory.appending("first"), schema: schema(.int))
+        let first = try Replica.open(directory: directory.appending("first"), schema: schema(key: "_id"))
         let firstSession = first.connect(to: daemon.endpoint, configuration: Self.configuration())
-        try await first.write { txn in _ = try txn.create("Task", ["_id": "t1", "priority": 1]) }
+        try await first.write { txn in _ = try txn.create("Task", ["_id": "t1", "priority": "low"]) }
         try await Self.within("the first app's upload") { try await firstSession.waitForUpload() }
         await firstSession.close()
         first.close()
 
-        // A release that declares `priority` a string: the daemon refuses its declaration, and so every reset's.
-        let app = try Replica.open(directory: directory.appending("app"), schema: schema(.string))
-        try await app.write { txn in _ = try txn.create("Task", ["_id": "t2", "priority": "high"]) }
+        // A release that declares another primary key: the daemon refuses its declaration, and so every reset's.
+        let app = try Replica.open(directory: directory.appending("app"), schema: schema(key: "id"))
+        try await app.write { txn in _ = try txn.create("Task", ["id": "t2", "priority": "high"]) }
         let session = app.connect(to: daemon.endpoint, configuration: Self.configuration())
         let error = try #require(try await LoopbackSyncTests.disconnection(session, code: .resetRequired))
         #expect(error.message.contains("2 resets in a row"), "\(error.message)")

@@ -96,6 +96,7 @@ struct EncodedExchangeTests {
     /// creates it keeps as zstd frames.
     func writeMixedHistory(_ replica: Replica) throws {
         try writeHistory(replica, writes: 4)
+        try replica.write { try $0.update("Task", primaryKey: .string("t"), ["done": true]) }
         for batch in 0..<3 {
             try replica.write { txn in
                 for index in 0..<40 {

@@ -46,6 +46,29 @@ struct Info: ParsableCommand {
                                     .object([("type", .string($0.type)), ("count", .int(Int64($0.objects)))])
                                 })
                         ),
+                        (
+                            "schemaConflicts",
+                            .array(
+                                summary.schemaConflicts.map { conflict in
+                                    .object([
+                                        ("type", .string(conflict.type)),
+                                        ("property", .string(conflict.definition.name)),
+                                        ("definition", .string(conflict.definition.typeDescription)),
+                                        ("stamp", .string(conflict.stamp.description)),
+                                        (
+                                            "losing",
+                                            .array(
+                                                conflict.losing.map {
+                                                    .object([
+                                                        ("definition", .string($0.property.typeDescription)),
+                                                        ("stamp", .string($0.stamp.description)),
+                                                    ])
+                                                })
+                                        ),
+                                        ("objectsWithValuesAside", .int(Int64(conflict.objectsWithValuesAside))),
+                                    ])
+                                })
+                        ),
                     ]).rendered)
                 return
             }
@@ -70,6 +93,8 @@ struct Info: ParsableCommand {
             ]
             for (label, value) in rows { emit(padded(label, 18) + value) }
             emitCounts(summary.objectCounts.map { ($0.type, $0.objects) })
+            // Properties replicas defined differently: which definition shows, and which values are kept aside.
+            for conflict in summary.schemaConflicts { emit(padded("schema conflict", 18) + conflict.description) }
         }
     }
 }

@@ -247,6 +247,15 @@ extension Replica {
             }
             report.integrated = applied.map(\.changeset.dot)
             report.waiting = area.entries.count
+            if working.schema.losingDefinitions != start.schema.losingDefinitions {
+                report.schemaConflicts = try SchemaConflict.conflicts(
+                    in: working.schema, changedSince: start.schema
+                ) { type, each in
+                    for key in try working.keys(ofType: type) {
+                        if let record = try working.record(key) { each(record) }
+                    }
+                }
+            }
             var prepared = PreparedCommit(
                 changesets: applied, changes: working.takeChanges(), schema: working.schema,
                 schemaChanged: working.schemaChanged, previousSchema: start.schema, versionVector: vector,

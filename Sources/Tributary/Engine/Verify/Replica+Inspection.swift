@@ -32,6 +32,8 @@ public struct ReplicaSummary: Sendable, Hashable {
     public var objectCounts: [TypeCount]
     /// Figures about the replica's storage file.
     public var storage: StorageStatistics
+    /// The properties that replicas defined with different shapes, as the merge resolved them (rule 8).
+    public var schemaConflicts: [SchemaConflict]
 }
 
 extension Replica {
@@ -64,9 +66,15 @@ extension Replica {
                     }
                     counts.append(ReplicaSummary.TypeCount(type: type.name, objects: count))
                 }
+                let conflicts = try SchemaConflict.conflicts(in: schema, changedSince: nil) { type, each in
+                    try views.scanRecords(ofType: type, in: txn) { _, record in
+                        each(record)
+                        return true
+                    }
+                }
                 return ReplicaSummary(
                     formatVersion: format, schema: schema, versionVector: vector, lastLocalSequence: last,
-                    log: statistics, objectCounts: counts, storage: storageStatistics)
+                    log: statistics, objectCounts: counts, storage: storageStatistics, schemaConflicts: conflicts)
             }
         } catch {
             throw TributaryError.wrap(error)

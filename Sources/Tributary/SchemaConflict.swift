@@ -1,0 +1,54 @@
+import TributaryMerge
+public import TributaryModel
+
+/// A property that replicas defined with different shapes (an `int` on one, a `string` on another), as every
+/// replica resolves it (docs/MergeSemantics.md, rule 8): the latest definition is the property's, and the values
+/// written under the others stay in the log and in each object, aside, where they do not show. They show again if a
+/// later definition of their shape comes.
+public struct SchemaConflict: Sendable, Hashable, CustomStringConvertible {
+    public var type: String
+    /// The property's definition: the latest.
+    public var definition: Property
+    /// How that definition was set.
+    public var stamp: DefinitionStamp
+    /// The definitions it won over: the latest of each other shape, sorted by shape.
+    public var losing: [LosingDefinition]
+    /// How many objects of the type keep a value written under a losing definition.
+    public var objectsWithValuesAside: Int
+
+    public var description: String {
+        let others = losing.map { "\($0.property.typeDescription) (\($0.stamp))" }.joined(separator: ", ")
+        let objects = objectsWithValuesAside == 1 ? "1 object keeps" : "\(objectsWithValuesAside) objects keep"
+        return "'\(type).\(definition.name)' is \(definition.typeDescription) (\(stamp)), over \(others); "
+            + "\(objects) values written under \(losing.count == 1 ? "that definition" : "those definitions") aside"
+    }
+
+    /// The conflicts of `schema`, for the properties whose losing definitions differ from `previous`'s (all of them
+    /// when `previous` is `nil`), with each object's record from `records` (called once per type concerned, with a
+    /// function to call for each record). Objects of a top-level type are counted; values aside in embedded objects
+    /// are not.
+    static func conflicts(
+        in schema: Schema, changedSince previous: Schema?,
+        records: (_ type: String, _ each: (ObjectRecord) -> Void) throws -> Void
+    ) rethrows -> [SchemaConflict] {
+        var conflicts: [SchemaConflict] = []
+        for (name, losing) in schema.losingDefinitions.sorted(by: { $0.key < $1.key }) {
+            if let previous, previous.losingDefinitions[name] == losing { continue }
+            guard let type = schema[type: name.type], let definition = type[property: name.property] else { continue }
+            var aside = 0
+            if !type.isEmbedded {
+                try records(name.type) { record in
+                    guard record.exists, record.fields.sideFields.contains(where: { $0.name == name.property })
+                    else { return }
+                    aside += 1
+                }
+            }
+            conflicts.append(
+                SchemaConflict(
+                    type: name.type, definition: definition,
+                    stamp: schema.definitionStamp(of: name.property, in: name.type), losing: losing,
+                    objectsWithValuesAside: aside))
+        }
+        return conflicts
+    }
+}
