@@ -69,12 +69,71 @@ struct InstructionApplier {
     /// A list element's converted value and its value as they land (rule 8): unchanged unless the schema remembers
     /// removals.
     func landed(_ stored: StoredValue, _ value: Value, in state: WorkingSet) throws -> (StoredValue, Value) {
+        var stored = stored
+        if let writers = writersSchema(state.schema) {
+            Self.placeAside(&stored, writers: writers, schema: state.schema)
+        }
         guard !state.schema.propertyRemovals.isEmpty else { return (stored, value) }
         let causal = state.causalResolver
         return (
             try info.landed(stored, schema: state.schema, causal: causal),
             try info.landed(value, schema: state.schema, causal: causal)
         )
+    }
+
+    /// The schema as this changeset's writer held it, when it differs from `schema`: each property that has losing
+    /// definitions in the shape the writer noted for it (rule 8). What values in embedded objects are checked
+    /// against and placed by. `nil` when the writer held every such property as `schema` does.
+    func writersSchema(_ schema: Schema) -> Schema? {
+        guard !schema.losingDefinitions.isEmpty else { return nil }
+        var view: Schema?
+        for name in schema.losingDefinitions.keys {
+            guard var type = (view ?? schema)[type: name.type],
+                let position = type.position(ofProperty: name.property),
+                let shape = info.shapeNotes.shape(of: name.property, in: name.type, at: index),
+                shape != type.properties[position].shape
+            else { continue }
+            type.properties[position].shape = shape
+            if view == nil { view = schema }
+            view?.upsert(type)
+        }
+        return view
+    }
+
+    /// Puts aside the values of the embedded objects in `state`, at any depth, that were written under another
+    /// definition of their property than the one `schema` holds: under the shape `writers` holds (rule 8).
+    static func placeAside(_ state: inout FieldState, writers: Schema, schema: Schema) {
+        switch state {
+        case .register(var register):
+            placeAside(&register.value, writers: writers, schema: schema)
+            state = .register(register)
+        case .list(var list):
+            for id in list.elements.keys {
+                guard var value = list.elements[id]?.value else { continue }
+                placeAside(&value, writers: writers, schema: schema)
+                list.elements[id]?.value = value
+            }
+            state = .list(list)
+        }
+    }
+
+    static func placeAside(_ stored: inout StoredValue, writers: Schema, schema: Schema) {
+        guard case .embedded(var child) = stored else { return }
+        let written = writers[type: child.type]
+        let shown = schema[type: child.type]
+        for name in child.fields.names {
+            guard var field = child.fields[name] else { continue }
+            placeAside(&field, writers: writers, schema: schema)
+            if let writersShape = written?[property: name]?.shape, let shownShape = shown?[property: name]?.shape,
+                writersShape != shownShape
+            {
+                child.fields[name] = nil
+                child.fields[name, shape: writersShape] = field
+            } else {
+                child.fields[name] = field
+            }
+        }
+        stored = .embedded(child)
     }
 
     // MARK: Instructions
@@ -94,12 +153,15 @@ struct InstructionApplier {
             let schema = state.schema
             let causal = state.causalResolver
             // Converted as written (the ids drawn must not depend on the replica), then as it lands (rule 8).
-            let newState = try info.landed(try fieldState(value), schema: schema, causal: causal)
+            var newState = try info.landed(try fieldState(value), schema: schema, causal: causal)
+            // Embedded objects' values written under another definition than the one that shows go aside (rule 8).
+            let writers = writersSchema(schema)
+            if let writers { Self.placeAside(&newState, writers: writers, schema: schema) }
             // Null set on a list is an empty list set: it removes what the writer had seen, as `[]` does.
             let emptyList = value.isNull ? try fieldState(.list([])) : nil
             let value = try info.landed(value, schema: schema, causal: causal)
             try update(path, state: &state) { field, property in
-                try check(value, fits: property, path, schema)
+                try check(value, fits: property, path, writers ?? schema)
                 try merge(property.isList ? emptyList ?? newState : newState, into: &field, causal: causal)
             }
         case .addInteger(let path, let delta, let base):
@@ -294,6 +356,7 @@ struct InstructionApplier {
         // Values that land on one name (one given under a name since renamed to it), joined as the rename joins them
         // when it merges after this create; only a schema that remembers removals can have them.
         var landedTwice: [(name: String, shape: PropertyShape?, landing: SchemaMerger.Landing<FieldState>)] = []
+        let writersSchema = self.writersSchema(schema)
         let hasRemovals = !schema.propertyRemovals.isEmpty
         for (field, converted) in explicitStates {
             // A property removed or renamed since the writer's view: the value follows the rename or is dropped.
@@ -304,9 +367,10 @@ struct InstructionApplier {
             // Written under another definition of the property: kept under its shape (rule 8).
             let writers = writersDefinition(of: landed, written: field.name, in: type, schema)
             let property = writers ?? landed
-            try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
+            try check(field.value, fits: property, QualifiedName(type: type, property: name), writersSchema ?? schema)
             // A null landing on a list is an empty list (see `.set`).
-            let converted = property.isList && field.value.isNull ? .list(ListState()) : converted
+            var converted = property.isList && field.value.isNull ? .list(ListState()) : converted
+            if let writersSchema { Self.placeAside(&converted, writers: writersSchema, schema: schema) }
             guard hasRemovals else {
                 if let shape = writers?.shape {
                     try merge(converted, into: &record.fields[name, shape: shape], causal: causal)
@@ -646,7 +710,8 @@ struct InstructionApplier {
                 throw MergeError(.invalidInstruction, "\(path) is \(property.typeDescription), not a list")
             }
             if checkValues, let element,
-                let problem = schema.problem(with: .list([element]), for: property, requiringFields: false)
+                let problem = (writersSchema(schema) ?? schema).problem(
+                    with: .list([element]), for: property, requiringFields: false)
             {
                 throw MergeError(.invalidInstruction, "list element for \(path): \(problem)")
             }

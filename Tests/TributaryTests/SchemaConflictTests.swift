@@ -133,6 +133,50 @@ struct SchemaConflictTests {
         }
     }
 
+    @Test("A property of an embedded type defined with two shapes: values in embedded objects go aside alike")
+    func embeddedObjectValues() throws {
+        let schema = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: "Task", properties: [.scalar("_id", .string), Property("place", .embedded("Place"))]),
+                ObjectSchema(name: "Place", embedded: true, properties: [.scalar("city", .string, optional: true)]),
+            ])
+        let cluster = try Cluster(4, schema: schema)
+        try cluster[0].write { txn in
+            for key in ["a", "b"] { _ = try txn.create("Task", ["_id": .string(key)]) }
+        }
+        try cluster.syncAll()
+        func place(_ zip: Value) -> Value {
+            .embedded(EmbeddedObject(type: "Place", fields: ["city": "Oslo", "zip": zip]))
+        }
+        try cluster[0].write { txn in
+            try txn.emit(.addProperty(type: "Place", .scalar("zip", .int, optional: true)))
+            try txn.update("Task", primaryKey: .string("a"), ["place": place(150)])
+        }
+        cluster.advanceClocks(byMilliseconds: 5)
+        try cluster[1].write { txn in
+            try txn.emit(.addProperty(type: "Place", .scalar("zip", .string, optional: true)))
+            try txn.update("Task", primaryKey: .string("b"), ["place": place("0150")])
+        }
+        for (target, order) in [(2, [0, 1]), (3, [1, 0])] {
+            for source in order {
+                let report = try cluster.send(from: source, to: target)
+                #expect(report.rejected.isEmpty, "\(report)")
+            }
+        }
+        try cluster.syncAll()
+        #expect(try cluster.converged())
+        for replica in cluster.replicas {
+            let a = try replica.object("Task", primaryKey: .string("a"))?["place"].embeddedValue
+            let b = try replica.object("Task", primaryKey: .string("b"))?["place"].embeddedValue
+            #expect(a?["city"] == "Oslo")
+            #expect(a?["zip"] == .null)
+            #expect(b?["zip"] == "0150")
+            #expect(try replica.verify().passed)
+        }
+    }
+
     @Test("Shape notes and states kept aside survive encoding, and damaged ones are refused")
     func encodings() throws {
         let notes = ShapeNotes([

@@ -63,7 +63,7 @@ package struct FlexibleSessionView: Sendable {
         var hidden: [String] = []
         for (name, _) in decoded.fields where !fields[name].read { hidden.append(name) }
         guard !hidden.isEmpty else { return record }
-        for name in hidden { _ = decoded.fields.removeValue(forKey: name) }
+        for name in hidden { decoded.fields.removeStates(of: name) }
         return decoded.encoded()
     }
 
