@@ -256,6 +256,22 @@ public final class Snapshot: ObjectReading {
             type: reader.type, layout: reader.layout, primaryKey: primaryKey, positional: values)
     }
 
+    /// The values of an object written under definitions of its properties that lost to the property's definition
+    /// (docs/MergeSemantics.md, rule 8): kept aside in the object, not shown, and shown again if a later definition
+    /// of their shape comes. Empty for an object without any, and for one that does not exist.
+    public func valuesAside(_ type: String, primaryKey: PrimaryKey) throws -> [ValueAside] {
+        let objectType = try schema.requireType(type)
+        guard let record = try record(type, primaryKey), record.exists else { return [] }
+        return record.fields.sideFields.compactMap { side in
+            guard var property = objectType[property: side.name] else { return nil }
+            property.shape = side.shape
+            property.defaultValue = nil
+            return ValueAside(
+                property: side.name, shape: side.shape,
+                value: ObjectRecord.value(side.state, of: property, in: schema))
+        }
+    }
+
     public func objects(_ type: String) throws -> [DynamicObject] {
         let reader = try typeReader(type)
         let objectType = reader.type

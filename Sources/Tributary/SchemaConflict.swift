@@ -52,3 +52,14 @@ public struct SchemaConflict: Sendable, Hashable, CustomStringConvertible {
         return conflicts
     }
 }
+
+/// A value of an object written under a definition of its property that lost (``SchemaConflict``): kept aside, not
+/// shown.
+public struct ValueAside: Sendable, Hashable, CustomStringConvertible {
+    public var property: String
+    /// The shape of the definition it was written under.
+    public var shape: PropertyShape
+    public var value: Value
+
+    public var description: String { "\(property) as \(shape): \(value)" }
+}

@@ -317,6 +317,10 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                 (dates, ObjectIDs, UUIDs, data and links tagged as {"$date": ...}, {"$oid": ...}, {"$uuid": ...},
                 {"$binary": ...}, {"$link": ...}).
 
+                Where replicas defined a property with different types, the values written under the definition
+                that lost are kept aside and do not show: the table lists them in a last column, "aside", and JSON
+                under "$aside" (property, the type they were written as, value).
+
                 Exit status:
                   0   success
                   1   verify found damage or a difference; diff found differences

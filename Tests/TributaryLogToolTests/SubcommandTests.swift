@@ -594,3 +594,52 @@ struct UsageTests {
         #expect(unknown.status == 64, "\(unknown)")
     }
 }
+
+@Suite("tributary-log on a property defined two ways")
+struct SchemaConflictToolTests {
+    /// Two replicas add `priority`, as an int and (later) as a string, each setting it on one task, and sync: the
+    /// string definition shows, and the int written on `a` is kept aside.
+    @Test func infoNamesTheConflictAndObjectsListTheValuesAside() throws {
+        let schema = Schema(
+            version: 1,
+            types: [ObjectSchema(name: "Task", properties: [.scalar("_id", .string), .scalar("title", .string)])])
+        let cluster = try Cluster(2, schema: schema)
+        try cluster[0].write { txn in
+            for key in ["a", "b"] { _ = try txn.create("Task", ["_id": .string(key), "title": .string(key)]) }
+        }
+        try cluster.syncAll()
+        try cluster[0].write { txn in
+            try txn.emit(.addProperty(type: "Task", .scalar("priority", .int, optional: true)))
+            try txn.update("Task", primaryKey: .string("a"), ["priority": 3])
+        }
+        cluster.advanceClocks(byMilliseconds: 5)
+        try cluster[1].write { txn in
+            try txn.emit(.addProperty(type: "Task", .scalar("priority", .string, optional: true)))
+            try txn.update("Task", primaryKey: .string("b"), ["priority": "high"])
+        }
+        try cluster.syncAll()
+        let path = cluster[0].directory
+        cluster[0].close()
+
+        let info = try runTool(["info", path])
+        #expect(info.status == 0, "\(info)")
+        #expect(
+            info.stdout.contains(
+                "schema conflict   'Task.priority' is string? (added at "), "\(info.stdout)")
+        #expect(info.stdout.contains("over int? (added at "), "\(info.stdout)")
+        #expect(info.stdout.contains("1 object keeps values written under that definition aside"), "\(info.stdout)")
+
+        let objects = try runTool(["objects", path, "Task"])
+        #expect(objects.status == 0, "\(objects)")
+        let lines = objects.stdout.split(separator: "\n")
+        #expect(lines.first?.hasSuffix("aside") == true, "\(objects.stdout)")
+        #expect(lines.contains { $0.hasPrefix("\"a\"") && $0.hasSuffix("priority as int?: 3") }, "\(objects.stdout)")
+
+        let json = try runTool(["objects", path, "Task", "--json"])
+        #expect(
+            json.stdout.contains(#""_id":"a","#)
+                && json.stdout.contains(
+                    #""$aside":[{"property":"priority","type":"int?","value":3}]"#),
+            "\(json.stdout)")
+    }
+}

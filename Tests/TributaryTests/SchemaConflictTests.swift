@@ -177,6 +177,29 @@ struct SchemaConflictTests {
         }
     }
 
+    @Test("A field a flexible-sync session may not read is sent with none of its states, those aside included")
+    func redactionTakesStatesAside() throws {
+        let rules = try PermissionRules(
+            json: Array(
+                #"""
+                [{"collection": "Task", "roles": [{"name": "reader", "apply_when": {},
+                   "document_filters": {"read": {}, "write": {}}, "read": false, "write": false,
+                   "fields": {"title": {"read": true}}, "additional_fields": {"read": false, "write": false}}]}]
+                """#.utf8))
+        var view = FlexibleSessionView()
+        view.setPermissions(rules.permissions(for: RuleUser(id: "ann")))
+        let stamp = Stamp(time: HybridTime(rawValue: 7), replica: ReplicaID(rawValue: 1))
+        var fields = FieldTable()
+        fields["title"] = .register(Register(value: .scalar("visible"), stamp: stamp))
+        fields["priority"] = .register(Register(value: .scalar("high"), stamp: stamp))
+        fields["priority", shape: Property.scalar("", .int, optional: true).shape] =
+            .register(Register(value: .scalar(.int(3)), stamp: stamp))
+        let sent = try ObjectRecord(
+            decoding: view.redacted(ObjectRecord(exists: true, fields: fields).encoded(), of: "Task"))
+        #expect(sent.fields.names == ["title"])
+        #expect(sent.fields.sideFields.isEmpty)
+    }
+
     @Test("Shape notes and states kept aside survive encoding, and damaged ones are refused")
     func encodings() throws {
         let notes = ShapeNotes([

@@ -14,6 +14,10 @@ struct Objects: ParsableCommand {
             (dates, ObjectIDs, UUIDs, data and links tagged as {"$date": ...}, {"$oid": ...}, {"$uuid": ...}, \
             {"$binary": ...}, {"$link": ...}).
 
+            Where replicas defined a property with different types, the values written under the definition that \
+            lost are kept aside and do not show: the table lists them in a last column, "aside", and JSON under \
+            "$aside" (property, the type they were written as, value).
+
             \(ExitStatus.help)
             """)
 
@@ -31,26 +35,50 @@ struct Objects: ParsableCommand {
         try reportingFailures {
             let opened = try replica.open()
             defer { opened.close() }
-            let (objects, schema) = try opened.read { snapshot in
+            let (objects, schema, aside) = try opened.read { snapshot in
                 let schema = snapshot.schema
                 _ = try requireType(type, in: schema)
                 let objects =
                     try query.map { try snapshot.objects(type, where: $0, arguments: []) } ?? snapshot.objects(type)
-                return (objects, schema)
+                // Only a type with a property defined two ways can have values aside.
+                let conflicted = schema.losingDefinitions.keys.contains { $0.type == type }
+                let aside = try objects.map {
+                    conflicted ? try snapshot.valuesAside(type, primaryKey: $0.primaryKey) : []
+                }
+                return (objects, schema, aside)
             }
             guard let objectType = schema[type: type] else { return }
             let names =
                 (objectType.primaryKey.map { [$0] } ?? [])
                 + objectType.properties.map(\.name).filter { $0 != objectType.primaryKey }
             if output.json {
-                for object in objects {
-                    emit(JSON.object(names.map { ($0, json(object[$0])) }).rendered)
+                for (object, aside) in zip(objects, aside) {
+                    var fields = names.map { ($0, json(object[$0])) }
+                    if !aside.isEmpty {
+                        fields.append(
+                            (
+                                "$aside",
+                                .array(
+                                    aside.map {
+                                        .object([
+                                            ("property", .string($0.property)), ("type", .string($0.shape.description)),
+                                            ("value", json($0.value)),
+                                        ])
+                                    })
+                            ))
+                    }
+                    emit(JSON.object(fields).rendered)
                 }
                 return
             }
-            for line in table(names, objects.map { object in names.map { truncated(text(object[$0]), 40) } }) {
-                emit(line)
+            let anyAside = aside.contains { !$0.isEmpty }
+            let rows = zip(objects, aside).map { object, aside in
+                names.map { truncated(text(object[$0]), 40) }
+                    + (anyAside
+                        ? [aside.map { "\($0.property) as \($0.shape): \(text($0.value))" }.joined(separator: "; ")]
+                        : [])
             }
+            for line in table(names + (anyAside ? ["aside"] : []), rows) { emit(line) }
         }
     }
 }
