@@ -13,7 +13,8 @@ public struct SchemaConflict: Sendable, Hashable, CustomStringConvertible {
     public var stamp: DefinitionStamp
     /// The definitions it won over: the latest of each other shape, sorted by shape.
     public var losing: [LosingDefinition]
-    /// How many objects of the type keep a value written under a losing definition.
+    /// How many objects keep a value written under a losing definition: objects of the type, or for an embedded
+    /// type, the top-level objects that hold such an embedded object at any depth.
     public var objectsWithValuesAside: Int
 
     public var description: String {
@@ -24,9 +25,8 @@ public struct SchemaConflict: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The conflicts of `schema`, for the properties whose losing definitions differ from `previous`'s (all of them
-    /// when `previous` is `nil`), with each object's record from `records` (called once per type concerned, with a
-    /// function to call for each record). Objects of a top-level type are counted; values aside in embedded objects
-    /// are not.
+    /// when `previous` is `nil`), with each object's record from `records` (called once per top-level type
+    /// concerned, with a function to call for each record).
     static func conflicts(
         in schema: Schema, changedSince previous: Schema?,
         records: (_ type: String, _ each: (ObjectRecord) -> Void) throws -> Void
@@ -36,10 +36,10 @@ public struct SchemaConflict: Sendable, Hashable, CustomStringConvertible {
             if let previous, previous.losingDefinitions[name] == losing { continue }
             guard let type = schema[type: name.type], let definition = type[property: name.property] else { continue }
             var aside = 0
-            if !type.isEmbedded {
-                try records(name.type) { record in
-                    guard record.exists, record.fields.sideFields.contains(where: { $0.name == name.property })
-                    else { return }
+            let holders = type.isEmbedded ? schema.types.filter { !$0.isEmbedded }.map(\.name) : [name.type]
+            for holder in holders {
+                try records(holder) { record in
+                    guard record.exists, holdsAside(record.fields, of: holder, name) else { return }
                     aside += 1
                 }
             }
@@ -50,6 +50,25 @@ public struct SchemaConflict: Sendable, Hashable, CustomStringConvertible {
                     objectsWithValuesAside: aside))
         }
         return conflicts
+    }
+
+    /// Whether `fields`, of an object of `type`, or an embedded object in them at any depth, keeps a state of `name`
+    /// aside.
+    static func holdsAside(_ fields: FieldTable, of type: String, _ name: PropertyName) -> Bool {
+        if type == name.type, fields.sideFields.contains(where: { $0.name == name.property }) { return true }
+        func holds(_ state: FieldState) -> Bool {
+            switch state {
+            case .register(let register):
+                guard case .embedded(let child) = register.value else { return false }
+                return holdsAside(child.fields, of: child.type, name)
+            case .list(let list):
+                return list.elements.values.contains { element in
+                    guard case .embedded(let child)? = element.value else { return false }
+                    return holdsAside(child.fields, of: child.type, name)
+                }
+            }
+        }
+        return fields.states.contains(where: holds) || fields.sideFields.contains { holds($0.state) }
     }
 }
 

@@ -174,6 +174,8 @@ struct SchemaConflictTests {
             #expect(a?["zip"] == .null)
             #expect(b?["zip"] == "0150")
             #expect(try replica.verify().passed)
+            // Task `a` holds the place whose zip went aside.
+            #expect(try replica.summary().schemaConflicts.map(\.objectsWithValuesAside) == [1])
         }
     }
 
