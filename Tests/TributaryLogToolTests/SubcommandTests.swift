@@ -608,15 +608,7 @@ struct SchemaConflictToolTests {
             for key in ["a", "b"] { _ = try txn.create("Task", ["_id": .string(key), "title": .string(key)]) }
         }
         try cluster.syncAll()
-        try cluster[0].write { txn in
-            try txn.emit(.addProperty(type: "Task", .scalar("priority", .int, optional: true)))
-            try txn.update("Task", primaryKey: .string("a"), ["priority": 3])
-        }
-        cluster.advanceClocks(byMilliseconds: 5)
-        try cluster[1].write { txn in
-            try txn.emit(.addProperty(type: "Task", .scalar("priority", .string, optional: true)))
-            try txn.update("Task", primaryKey: .string("b"), ["priority": "high"])
-        }
+        try cluster.definePriorityTwoWays()
         try cluster.syncAll()
         let path = cluster[0].directory
         cluster[0].close()

@@ -84,3 +84,20 @@ public final class Cluster {
         return Set(digests).count == 1
     }
 }
+
+extension Cluster {
+    /// Two releases that define one property differently (rule 8): replica 0 adds `Task.priority` as an `int?` and
+    /// sets it to 3 on task `a`; replica 1, 5 ms later, adds it as a `string?` and sets `"high"` on task `b`. Nothing
+    /// is sent. The schema has a `Task` type with a string `_id`, and tasks `a` and `b` exist on both replicas.
+    public func definePriorityTwoWays() throws {
+        try self[0].write { txn in
+            try txn.emit(.addProperty(type: "Task", .scalar("priority", .int, optional: true)))
+            try txn.update("Task", primaryKey: .string("a"), ["priority": 3])
+        }
+        advanceClocks(byMilliseconds: 5)
+        try self[1].write { txn in
+            try txn.emit(.addProperty(type: "Task", .scalar("priority", .string, optional: true)))
+            try txn.update("Task", primaryKey: .string("b"), ["priority": "high"])
+        }
+    }
+}

@@ -24,15 +24,7 @@ struct SchemaConflictTests {
             _ = try txn.create("Task", ["_id": "b", "title": "second"])
         }
         try cluster.syncAll()
-        try cluster[0].write { txn in
-            try txn.emit(.addProperty(type: "Task", .scalar("priority", .int, optional: true)))
-            try txn.update("Task", primaryKey: .string("a"), ["priority": 3])
-        }
-        cluster.advanceClocks(byMilliseconds: 5)
-        try cluster[1].write { txn in
-            try txn.emit(.addProperty(type: "Task", .scalar("priority", .string, optional: true)))
-            try txn.update("Task", primaryKey: .string("b"), ["priority": "high"])
-        }
+        try cluster.definePriorityTwoWays()
         return cluster
     }
 
