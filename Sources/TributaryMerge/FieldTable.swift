@@ -138,11 +138,21 @@ public struct FieldTable: Hashable, Sendable, ExpressibleByDictionaryLiteral {
         }
     }
 
-    /// The state of `name` under `shape` when given (kept aside), else its state in the usual place.
+    /// The state of `name` under `shape` when given (kept aside), else its state in the usual place, which is
+    /// changed in place.
     public subscript(name: String, shape: PropertyShape?) -> FieldState? {
         get { shape.map { self[name, shape: $0] } ?? self[name] }
         set {
             if let shape { self[name, shape: shape] = newValue } else { self[name] = newValue }
+        }
+        _modify {
+            if let shape {
+                var state = self[name, shape: shape]
+                defer { self[name, shape: shape] = state }
+                yield &state
+            } else {
+                yield &self[name]
+            }
         }
     }
 

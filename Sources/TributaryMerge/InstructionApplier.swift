@@ -70,7 +70,7 @@ struct InstructionApplier {
     /// removals.
     func landed(_ stored: StoredValue, _ value: Value, in state: WorkingSet) throws -> (StoredValue, Value) {
         var stored = stored
-        if let writers = writersSchema(state.schema) {
+        if !value.isSingleValue, let writers = writersSchema(state.schema) {
             Self.placeAside(&stored, writers: writers, schema: state.schema)
         }
         guard !state.schema.propertyRemovals.isEmpty else { return (stored, value) }
@@ -155,7 +155,7 @@ struct InstructionApplier {
             // Converted as written (the ids drawn must not depend on the replica), then as it lands (rule 8).
             var newState = try info.landed(try fieldState(value), schema: schema, causal: causal)
             // Embedded objects' values written under another definition than the one that shows go aside (rule 8).
-            let writers = writersSchema(schema)
+            let writers = value.isSingleValue ? nil : writersSchema(schema)
             if let writers { Self.placeAside(&newState, writers: writers, schema: schema) }
             // Null set on a list is an empty list set: it removes what the writer had seen, as `[]` does.
             let emptyList = value.isNull ? try fieldState(.list([])) : nil
@@ -372,11 +372,7 @@ struct InstructionApplier {
             var converted = property.isList && field.value.isNull ? .list(ListState()) : converted
             if let writersSchema { Self.placeAside(&converted, writers: writersSchema, schema: schema) }
             guard hasRemovals else {
-                if let shape = writers?.shape {
-                    try merge(converted, into: &record.fields[name, shape: shape], causal: causal)
-                } else {
-                    try merge(converted, into: &record.fields[name], causal: causal)
-                }
+                try merge(converted, into: &record.fields[name, writers?.shape], causal: causal)
                 continue
             }
             let shape = writers?.shape
@@ -387,11 +383,7 @@ struct InstructionApplier {
             if let at { landedTwice[at].landing = landing } else { landedTwice.append((name, shape, landing)) }
         }
         for landed in landedTwice {
-            if let shape = landed.shape {
-                try merge(landed.landing.field, into: &record.fields[landed.name, shape: shape], causal: causal)
-            } else {
-                try merge(landed.landing.field, into: &record.fields[landed.name], causal: causal)
-            }
+            try merge(landed.landing.field, into: &record.fields[landed.name, landed.shape], causal: causal)
         }
         for (field, converted) in defaultStates {
             guard field.name != typeSchema.primaryKey,
@@ -400,7 +392,7 @@ struct InstructionApplier {
             else { continue }
             let writers = writersDefinition(of: landed, written: field.name, in: type, schema)
             let property = writers ?? landed
-            try check(field.value, fits: property, QualifiedName(type: type, property: name), schema)
+            try check(field.value, fits: property, QualifiedName(type: type, property: name), writersSchema ?? schema)
             // A list's default is left out (above), also where a rename took it.
             if property.isList { continue }
             // A default never beats a value someone wrote (rule 3). Two defaults (possible only when the schema's
@@ -633,13 +625,10 @@ struct InstructionApplier {
                 let definition = type[property: landing]
             else { return false }
             // Written under another definition of the property: to the state kept under its shape.
-            if let writers = writersDefinition(of: definition, written: property, in: type.name, schema) {
-                try body(&fields[landing, shape: writers.shape], writers)
-                return true
-            }
+            let writers = writersDefinition(of: definition, written: property, in: type.name, schema)
             // Changed in place, so that a write to a long list copies nothing. Every body leaves the field as it was
             // when it throws (it checks before it changes anything), so a write that fails changes nothing.
-            try body(&fields[landing], definition)
+            try body(&fields[landing, writers?.shape], writers ?? definition)
             return true
         }
         guard let stepProperty = try info.writeTarget(of: step.property, in: type.name, schema: schema, causal: causal),
@@ -683,8 +672,7 @@ struct InstructionApplier {
                 return false
             }
         }
-        if let writers { return try descendIntoField(&fields[stepProperty, shape: writers.shape]) }
-        return try descendIntoField(&fields[stepProperty])
+        return try descendIntoField(&fields[stepProperty, writers?.shape])
     }
 
     /// The definition a write to `written` (the name as written) of `type` was made under, when it is not
@@ -710,7 +698,7 @@ struct InstructionApplier {
                 throw MergeError(.invalidInstruction, "\(path) is \(property.typeDescription), not a list")
             }
             if checkValues, let element,
-                let problem = (writersSchema(schema) ?? schema).problem(
+                let problem = ((element.isSingleValue ? nil : writersSchema(schema)) ?? schema).problem(
                     with: .list([element]), for: property, requiringFields: false)
             {
                 throw MergeError(.invalidInstruction, "list element for \(path): \(problem)")

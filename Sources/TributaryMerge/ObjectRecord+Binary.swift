@@ -7,7 +7,8 @@ public import TributaryModel
 /// stamps: count (time:u64 replica:u64)*       every stamp in the record, sorted, referred to by index
 /// erasures: count (origin:u64 sequence:varint)*
 /// fields: count (name:string state)*          sorted by name
-/// sides: count (name:string shape state)*     when bit 1 is set: states kept under other shapes, sorted
+/// sides: count (name:string shape state)*     when bit 1 is set: states kept under other shapes, sorted (the
+///                                             shape as ``BinaryWriter/shape(_:_:)`` writes it)
 /// state:  0 register(stored stamp:index addend:zigzag) | 1 list(slots elements)
 /// stored: 0 scalar | 1 embedded(id type fields) | 2 embedded(id type fields sides)
 /// ```

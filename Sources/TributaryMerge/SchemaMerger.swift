@@ -116,7 +116,7 @@ struct SchemaMerger {
                 // that saw a copy moved it on since.
                 if let place = Self.place(ofPropertyPlacedBy: copies, at: to, in: typeName, schema), place != landing {
                     if let landing {
-                        try move(place, to: landing, of: typeName, schema, in: &state, copyOf: (from, to))
+                        try move(place, to: landing, of: typeName, schema, in: &state)
                     } else {
                         try remove(place, of: typeName, schema, in: &state)
                     }
@@ -173,12 +173,11 @@ struct SchemaMerger {
     }
 
     /// Moves `property` of `typeName` to the name `to`, in `schema` and in every object, and stores the schema in
-    /// `state`: what a rename does (or, with `copyOf`, a late copy of the rename of that old name to that new name).
+    /// `state`: what a rename does (or a late copy of the rename of an old name to that new name).
     /// When `to` exists already (added, or renamed to, concurrently), the two merge as ``join(_:_:)`` says, and the
     /// later definition of index and default wins.
     private func move(
-        _ property: String, to: String, of typeName: String, _ schema: Schema, in state: inout WorkingSet,
-        copyOf rename: (from: String, to: String)? = nil
+        _ property: String, to: String, of typeName: String, _ schema: Schema, in state: inout WorkingSet
     ) throws {
         var schema = schema
         // A primary key is never renamed: a rename that names one concerned an earlier type of that name.
@@ -451,10 +450,6 @@ struct SchemaMerger {
         return (landed, alsoDefined)
     }
 
-    /// Whether two definitions of a property hold the same values, so that they may differ only in their index and
-    /// default.
-    static func holdsTheSame(_ a: Property, _ b: Property) -> Bool { a.shape == b.shape }
-
     private func record(_ kind: DefinitionStamp.Kind, of property: String, in type: String, _ schema: inout Schema) {
         schema.definitionStamps[PropertyName(type: type, property: property)] = DefinitionStamp(kind, info.stamp)
     }
@@ -499,7 +494,7 @@ struct SchemaMerger {
             incoming.properties.count == existing.properties.count
             && incoming.properties.indices.allSatisfy { position in
                 incoming.properties[position].name == existing.properties[position].name
-                    && Self.holdsTheSame(incoming.properties[position], existing.properties[position])
+                    && incoming.properties[position].shape == existing.properties[position].shape
             }
         if partial || !sameLayout {
             merged.properties.sort { $0.name < $1.name }
@@ -514,7 +509,7 @@ struct SchemaMerger {
     static func replaces(
         _ property: Property, stamped stamp: DefinitionStamp, _ current: Property, stamped currentStamp: DefinitionStamp
     ) -> Bool {
-        stamp > currentStamp || (stamp == currentStamp && property.description < current.description)
+        property.isLater(stamped: stamp, than: current, stamped: currentStamp)
     }
 
     /// The state of a renamed property (`moved`) merged with the state of the property of its new name that was

@@ -9,7 +9,7 @@
 /// extras: count (replica:u64 sequence:varint)*  causal dots the context covers besides the vector
 /// names: count string*                      type and property names, referred to by index below
 /// notes: (count (type:name count (property:name from:varint shape)*)*)?  when bit 1 is set, sorted
-/// shape: kind:u8 (scalar type 1-8, link 9, embedded 10; bit 4 optional, bit 5 list) target:name?
+/// shape: kind:u8 (scalar type 1-8, link 9, embedded 10; bit 4 optional, bit 5 list) target:name?  (`shape(_:_:)`)
 /// instructions: count instruction*
 /// checksum:u64                              XXH64 of every byte before it
 /// ```
@@ -47,7 +47,7 @@ public enum ChangesetCodec {
                 for note in group {
                     notes.name(note.property.property, &names)
                     notes.varint(note.from)
-                    notes.noteShape(note.shape, &names)
+                    notes.shape(note.shape, &names)
                 }
             }
         }
@@ -219,7 +219,7 @@ public enum ChangesetCodec {
                     guard from <= UInt64(reader.limits.maximumInstructions) else {
                         throw reader.error(.limitExceeded, "shape note of \(property) starts at instruction \(from)")
                     }
-                    let note = ShapeNotes.Note(property, from: Int(from), try reader.noteShape(table))
+                    let note = ShapeNotes.Note(property, from: Int(from), try reader.shape(table))
                     if let last = notes.last, !((last.property, last.from) < (note.property, note.from)) {
                         throw reader.error(.invalidValue, "shape notes are not sorted, or repeat one (\(property))")
                     }
@@ -451,39 +451,5 @@ extension BinaryReader {
         case .omitted: return .omitted
         case nil: throw error(.invalidTag, "unknown instruction tag \(tag) in instruction \(index)")
         }
-    }
-}
-
-extension BinaryWriter {
-    /// A shape in one byte (and a link's or embedded object's target): what a shape note holds.
-    fileprivate mutating func noteShape(_ shape: PropertyShape, _ names: inout NameTable) {
-        let flags: UInt8 = (shape.isOptional ? 0x10 : 0) | (shape.isList ? 0x20 : 0)
-        switch shape.kind {
-        case .scalar(let type): byte(type.rawValue | flags)
-        case .link(let target):
-            byte(9 | flags)
-            name(target, &names)
-        case .embedded(let target):
-            byte(10 | flags)
-            name(target, &names)
-        }
-    }
-}
-
-extension BinaryReader {
-    fileprivate mutating func noteShape(_ names: NameTable) throws(ChangesetDecodingError) -> PropertyShape {
-        let byte = try self.byte()
-        guard byte & 0xC0 == 0 else { throw error(.invalidValue, "unknown shape flags in \(byte)") }
-        let kind: PropertyKind
-        switch byte & 0x0F {
-        case 9: kind = .link(try name(names, "link target"))
-        case 10: kind = .embedded(try name(names, "embedded type"))
-        case let code:
-            guard let scalar = ScalarType(rawValue: code) else {
-                throw error(.invalidTag, "unknown shape kind \(code)")
-            }
-            kind = .scalar(scalar)
-        }
-        return PropertyShape(kind: kind, isOptional: byte & 0x10 != 0, isList: byte & 0x20 != 0)
     }
 }

@@ -25,10 +25,19 @@ extension BinaryWriter {
         }
     }
 
-    /// A property shape: its kind, then flags (bit 0 optional, bit 1 list), as a property's definition writes them.
+    /// A property shape in one byte (scalar type 1-8, link 9, embedded 10; bit 4 optional, bit 5 list), then a link's
+    /// or embedded object's target: what shape notes and the states records keep aside hold.
     public mutating func shape(_ shape: PropertyShape, _ names: inout NameTable) {
-        kind(shape.kind, &names)
-        byte((shape.isOptional ? 1 : 0) | (shape.isList ? 2 : 0))
+        let flags: UInt8 = (shape.isOptional ? 0x10 : 0) | (shape.isList ? 0x20 : 0)
+        switch shape.kind {
+        case .scalar(let type): byte(type.rawValue | flags)
+        case .link(let target):
+            byte(9 | flags)
+            name(target, &names)
+        case .embedded(let target):
+            byte(10 | flags)
+            name(target, &names)
+        }
     }
 
     public mutating func objectSchema(_ type: ObjectSchema, _ names: inout NameTable) {
@@ -153,12 +162,19 @@ extension BinaryReader {
 
     /// A property shape, as ``BinaryWriter/shape(_:_:)`` writes it.
     public mutating func shape(_ names: NameTable) throws(ChangesetDecodingError) -> PropertyShape {
-        let kind = try self.kind(names, of: "a shape")
-        let flags = try byte()
-        guard flags <= 3 else { throw error(.invalidValue, "unknown shape flags \(flags)") }
-        var property = Property("", kind, optional: flags & 1 != 0, list: flags & 2 != 0)
-        property.isOptional = flags & 1 != 0
-        return property.shape
+        let byte = try self.byte()
+        guard byte & 0xC0 == 0 else { throw error(.invalidValue, "unknown shape flags in \(byte)") }
+        let kind: PropertyKind
+        switch byte & 0x0F {
+        case 9: kind = .link(try name(names, "link target"))
+        case 10: kind = .embedded(try name(names, "embedded type"))
+        case let code:
+            guard let scalar = ScalarType(rawValue: code) else {
+                throw error(.invalidTag, "unknown shape kind \(code)")
+            }
+            kind = .scalar(scalar)
+        }
+        return PropertyShape(kind: kind, isOptional: byte & 0x10 != 0, isList: byte & 0x20 != 0)
     }
 
     /// The most properties one type may have in a changeset or a stored schema.

@@ -109,6 +109,15 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
     /// The property's type as the schema diff and error messages write it: `string?`, `list<int>`, `link<User>`.
     public var typeDescription: String { shape.description }
 
+    /// Whether this definition, set as `stamp` says, is later than `other`, set as `otherStamp` says (rule 8): by
+    /// stamp; two of one changeset (two names it defined, which a rename made one) are ordered by their
+    /// descriptions, the one that sorts first being later, so that the outcome is the same in any order.
+    public func isLater(stamped stamp: DefinitionStamp, than other: Property, stamped otherStamp: DefinitionStamp)
+        -> Bool
+    {
+        stamp > otherStamp || (stamp == otherStamp && description < other.description)
+    }
+
     /// What the property's values must be: its kind, list or not, optional or not (not its name, index or default).
     public var shape: PropertyShape {
         get { PropertyShape(kind: kind, isOptional: isOptional, isList: isList) }
@@ -274,10 +283,9 @@ public struct LosingDefinition: Hashable, Sendable, CustomStringConvertible {
         self.stamp = stamp
     }
 
-    /// Whether this definition is later than `other`: by stamp, then (two of one changeset) the one whose description
-    /// sorts first, as a property's definitions are ordered.
+    /// Whether this definition is later than `other` (``Property/isLater(stamped:than:stamped:)``).
     public func isLater(than other: LosingDefinition) -> Bool {
-        stamp > other.stamp || (stamp == other.stamp && property.description < other.property.description)
+        property.isLater(stamped: stamp, than: other.property, stamped: other.stamp)
     }
 
     public var description: String { "\(property) (\(stamp))" }
