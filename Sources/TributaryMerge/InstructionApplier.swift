@@ -428,8 +428,9 @@ struct InstructionApplier {
         type: ObjectSchema, schema: Schema, explicit: [(FieldValue, FieldState)], defaults: [(FieldValue, FieldState)]
     ) throws -> FieldTable? {
         guard
-            let order = try newRecordOrder(
-                type: type, schema: schema, explicit: explicit.map(\.0), defaults: defaults.map(\.0))
+            let order = try Self.newRecordOrder(
+                type: type, schema: schema, explicit: explicit.map(\.0), defaults: defaults.map(\.0),
+                checkValues: checkValues)
         else { return nil }
         var fields = FieldTable()
         fields.reserveCapacity(order.count)
@@ -447,10 +448,9 @@ struct InstructionApplier {
     /// elsewhere may): the general path then decides. Values are checked (with ``checkValues``) explicit ones first,
     /// each before its place is taken, then the defaults: the order the general path checks them in, so that a bad
     /// create fails the same way.
-    private func newRecordOrder(type: ObjectSchema, schema: Schema, explicit: [FieldValue], defaults: [FieldValue])
-        throws
-        -> [(isDefault: Bool, index: Int)]?
-    {
+    private static func newRecordOrder(
+        type: ObjectSchema, schema: Schema, explicit: [FieldValue], defaults: [FieldValue], checkValues: Bool
+    ) throws -> [(isDefault: Bool, index: Int)]? {
         var order: [(isDefault: Bool, index: Int)] = []
         order.reserveCapacity(explicit.count + defaults.count)
         var last: String?
@@ -479,14 +479,16 @@ struct InstructionApplier {
             if checkValues {
                 try check(
                     field.value, fits: type.properties[position], QualifiedName(type: type.name, property: field.name),
-                    schema)
+                    schema, checkValues: true)
             }
             guard placeDefaults(before: field.name), place(field.name, false, index) else { return nil }
         }
         guard placeDefaults(before: nil) else { return nil }
         for field in defaults where checkValues && field.name != type.primaryKey {
             guard let property = type[property: field.name] else { continue }
-            try check(field.value, fits: property, QualifiedName(type: type.name, property: field.name), schema)
+            try check(
+                field.value, fits: property, QualifiedName(type: type.name, property: field.name), schema,
+                checkValues: true)
         }
         return order
     }
@@ -513,12 +515,16 @@ struct InstructionApplier {
         {
             return false
         }
+        // The closure captures only these, not `self`: a copy of the applier for every create retained and released
+        // all its changeset's information holds.
         let stamp = self.stamp
+        let checkValues = self.checkValues
         // The schema is the working set's, lent: copying it for every create retained and released all it holds.
         return try state.createNew(RecordKey(type: type, primaryKey: key)) { plan, schema in
             guard
-                let order = try newRecordOrder(
-                    type: typeSchema, schema: schema, explicit: explicit, defaults: defaults, plan: &plan)
+                let order = try Self.newRecordOrder(
+                    type: typeSchema, schema: schema, explicit: explicit, defaults: defaults, plan: &plan,
+                    checkValues: checkValues)
             else { return nil }
             return NewRecord(order: order, explicit: explicit, defaults: defaults, stamp: stamp)
         }
@@ -527,11 +533,14 @@ struct InstructionApplier {
     /// ``newRecordOrder(type:schema:explicit:defaults:)``, from `plan` when it holds for this create: creates in a
     /// replay or an import name the same properties, one after another, and checking that the names are the same
     /// costs less than placing them again. The values are checked as that function checks them.
-    private func newRecordOrder(
-        type: ObjectSchema, schema: Schema, explicit: [FieldValue], defaults: [FieldValue], plan: inout NewRecordPlan?
+    private static func newRecordOrder(
+        type: ObjectSchema, schema: Schema, explicit: [FieldValue], defaults: [FieldValue], plan: inout NewRecordPlan?,
+        checkValues: Bool
     ) throws -> [(isDefault: Bool, index: Int)]? {
         guard let planned = plan, planned.holds(for: type, explicit: explicit, defaults: defaults) else {
-            guard let order = try newRecordOrder(type: type, schema: schema, explicit: explicit, defaults: defaults)
+            guard
+                let order = try newRecordOrder(
+                    type: type, schema: schema, explicit: explicit, defaults: defaults, checkValues: checkValues)
             else { return nil }
             plan = NewRecordPlan(type: type, explicit: explicit, defaults: defaults, order: order)
             return order
@@ -543,7 +552,7 @@ struct InstructionApplier {
                     guard let position = positions[index] else { continue }
                     try check(
                         fields[index].value, fits: type.properties[position],
-                        QualifiedName(type: type.name, property: fields[index].name), schema)
+                        QualifiedName(type: type.name, property: fields[index].name), schema, checkValues: true)
                 }
             }
             try checkAll(explicit, at: planned.explicitPositions)
@@ -717,6 +726,13 @@ struct InstructionApplier {
     }
 
     func check(_ value: Value, fits property: Property, _ path: some CustomStringConvertible, _ schema: Schema) throws {
+        try Self.check(value, fits: property, path, schema, checkValues: checkValues)
+    }
+
+    static func check(
+        _ value: Value, fits property: Property, _ path: some CustomStringConvertible, _ schema: Schema,
+        checkValues: Bool
+    ) throws {
         // `path` is described only when the check fails: building the text for every value checked is costly.
         guard checkValues else { return }
         // Embedded objects need not give every required field: see ``Schema/problem(with:for:depth:requiringFields:)``.
