@@ -491,6 +491,8 @@ public final class Replica: Sendable {
         var pendingGeneration: UInt64? = nil
         /// The encoded schema the app declared, to store with this commit (see ``Transaction/declaredSchema``).
         var declaredSchema: [UInt8]? = nil
+        /// The schema version the replica's history starts at, to store with this commit: its first declaration's.
+        var firstDeclaredVersion: UInt64? = nil
     }
 
     /// Writes a prepared commit into the storage transaction; returns the log's new head.
@@ -516,6 +518,9 @@ public final class Replica: Sendable {
         }
         if let declared = commit.declaredSchema {
             try storage.put(identity, key: Self.declaredSchemaKey, value: declared)
+        }
+        if let version = commit.firstDeclaredVersion {
+            try storage.put(identity, key: Self.firstDeclaredVersionKey, value: Self.identityBytes(version))
         }
         return head
     }

@@ -22,6 +22,9 @@ public final class Transaction: ObjectReading {
     /// The schema the app declared at open, stored by the same commit when set (a migration, a new replica), so that
     /// the stored schema and the declaration can never disagree after a failure or a crash between two commits.
     var declaredSchema: Schema?
+    /// Whether this commit starts the replica's history: the declaration it stores is the first (see
+    /// ``Replica/declaredVersions()``).
+    var startsHistory = false
     private var failure: (any Error)?
     private var isValid = true
     /// The plan of the last type created in, while the schema stays as it was.
@@ -112,7 +115,8 @@ public final class Transaction: ObjectReading {
                 var writer = BinaryWriter()
                 writer.schema(schema)
                 return writer.bytes
-            })
+            },
+            firstDeclaredVersion: startsHistory ? declaredSchema?.version : nil)
     }
 
     // MARK: Reading

@@ -75,6 +75,13 @@ public final class SyncServer: Sendable {
         /// claims). Apps must then sync by subscriptions; peer daemons are trusted with everything. `nil` (the
         /// default): every app may read and write everything.
         public var permissionRules: PermissionRules?
+        /// The schema version of the app release that changed the schema in a way earlier releases must not sync
+        /// across (a property made required, say). An app session that declares an earlier version is refused with
+        /// `schemaVersionTooOld`, telling the app to update (its replica and unsynced changes stay on the device); an
+        /// app of this version or later whose replica's history starts before it is reset, and downloads the data again
+        /// under the new schema, its unsynced changes recovered as its client-reset mode says. Peer daemons are not
+        /// checked. `nil` (the default): every release syncs.
+        public var breakingSchemaVersion: UInt64?
         /// About the most bytes of objects in one message of a flexible-sync bootstrap. Default: 1 MiB.
         public var bootstrapMessageBytes = 1 << 20
         /// A commit wakes only the flexible-sync sessions whose subscriptions it concerns; the others receive it (as a
@@ -460,7 +467,10 @@ public final class SyncServer: Sendable {
         let driver = SessionDriver(
             replica: replica, machine: SessionStateMachine(accepting: limits, now: .now), writer: writer,
             integrator: committer,
-            authenticate: { hello in
+            authenticate: { [breaking = configuration.breakingSchemaVersion] hello in
+                if hello.role == .app, let breaking, let refusal = Self.schemaRefusal(of: hello, breaking: breaking) {
+                    return refusal
+                }
                 guard identity.roles.contains(hello.role) else {
                     return SyncError(
                         .roleRefused, .fatal,
@@ -483,6 +493,25 @@ public final class SyncServer: Sendable {
             await driver.close(SyncError(.unavailable, .retry, "the daemon is shutting down", retryAfterSeconds: 1))
         }
         return driver
+    }
+
+    /// Why an app session must not sync across the breaking schema version `breaking`, or `nil` when it may.
+    static func schemaRefusal(of hello: Hello, breaking: UInt64) -> SyncError? {
+        if hello.schemaVersion < breaking {
+            return SyncError(
+                .schemaVersionTooOld, .fatal,
+                "this app declares schema version \(hello.schemaVersion), but schema version \(breaking) changed the "
+                    + "schema in a way earlier releases cannot sync across: update the app. Its replica and unsynced "
+                    + "changes stay on the device; after the update the replica downloads the data again under the new "
+                    + "schema and its changes are recovered")
+        }
+        if hello.firstSchemaVersion != 0, hello.firstSchemaVersion < breaking {
+            return SyncError(
+                .resetRequired, .reset,
+                "this replica's history starts at schema version \(hello.firstSchemaVersion), before the breaking "
+                    + "change of version \(breaking): it is reset, and downloads the data again under the new schema")
+        }
+        return nil
     }
 
     private func sessionEvent(_ event: SessionEvent, holder: DriverHolder) {

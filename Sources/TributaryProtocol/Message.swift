@@ -67,8 +67,12 @@ public struct Hello: Sendable, Hashable {
     /// The initiator's replica id.
     public var replica: ReplicaID
     public var role: SyncRole
-    /// The schema version of the initiator's models.
+    /// The schema version of the initiator's models; 0 when it declares none.
     public var schemaVersion: UInt64
+    /// The schema version the initiator's replica history starts at (the one it was created with, or created again
+    /// with by a client reset); 0 when unknown. A daemon that marks a later version as breaking resets a replica whose
+    /// history starts before it, so that it downloads again under the new schema.
+    public var firstSchemaVersion: UInt64
     /// Opaque to the protocol: a token the acceptor checks.
     public var credentials: [UInt8]
     /// A human-readable name for logs ("Notes 2.1 on iPad"), at most 256 bytes of UTF-8.
@@ -92,8 +96,9 @@ public struct Hello: Sendable, Hashable {
         versions: ClosedRange<UInt64> = SyncProtocol.versions, replica: ReplicaID, role: SyncRole,
         schemaVersion: UInt64 = 0, credentials: [UInt8] = [], name: String = "", vector: VersionVector,
         pending: [Dot] = [], window: UInt64 = SyncProtocol.defaultWindow, flexible: Bool = false,
-        anchors: [HistoryAnchor] = []
+        anchors: [HistoryAnchor] = [], firstSchemaVersion: UInt64 = 0
     ) {
+        self.firstSchemaVersion = firstSchemaVersion
         self.flexible = flexible
         self.anchors = anchors
         self.versions = versions

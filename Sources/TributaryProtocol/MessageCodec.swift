@@ -28,6 +28,7 @@ public enum MessageCodec {
                 writer.dot(anchor.dot)
                 writer.fixed64(anchor.fingerprint)
             }
+            writer.varint(hello.firstSchemaVersion)
         case .welcome(let welcome):
             writer.varint(welcome.version)
             writer.fixed64(welcome.replica.rawValue)
@@ -158,11 +159,12 @@ public enum MessageCodec {
                 }
                 anchors.append(HistoryAnchor(dot: dot, fingerprint: try reader.fixed64()))
             }
+            let firstSchemaVersion = try reader.varint()
             return .hello(
                 Hello(
                     versions: lowest...highest, replica: replica, role: role, schemaVersion: schemaVersion,
                     credentials: Array(credentials), name: name, vector: vector, pending: pending, window: window,
-                    flexible: flexible, anchors: anchors))
+                    flexible: flexible, anchors: anchors, firstSchemaVersion: firstSchemaVersion))
         case .welcome:
             let version = try reader.varint()
             let replica = ReplicaID(rawValue: try reader.fixed64())

@@ -61,6 +61,9 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The session's user uploaded faster than the daemon allows: the client reconnects after the delay given, and
         /// sends again what was not acknowledged.
         public static let rateLimited = Code(rawValue: 14)
+        /// The app's schema version is earlier than one the daemon's operator marked as a breaking change: the app
+        /// must be updated before it syncs again. Its replica and unsynced changes are kept.
+        public static let schemaVersionTooOld = Code(rawValue: 15)
 
         public var description: String {
             switch self {
@@ -78,6 +81,7 @@ public struct SyncError: Error, Sendable, Hashable, CustomStringConvertible {
             case .forbidden: "forbidden"
             case .tls: "tls"
             case .rateLimited: "rateLimited"
+            case .schemaVersionTooOld: "schemaVersionTooOld"
             default: "error \(rawValue)"
             }
         }

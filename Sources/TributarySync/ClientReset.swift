@@ -263,7 +263,8 @@ enum ClientResetter {
             var held = min(
                 flexible
                     ? try await heldSequence(
-                        of: old.replicaID, at: endpoint, credentials: credentials, configuration: configuration)
+                        of: old.replicaID, at: endpoint, credentials: credentials, configuration: configuration,
+                        schemaVersion: fresh.schemaVersions(configuration).declared)
                     : try fresh.heldSequence(of: old.replicaID),
                 old.versionVector[old.replicaID])
             while held > 0 && !flexible {
@@ -346,7 +347,7 @@ enum ClientResetter {
     /// after the daemon's welcome.
     static func heldSequence(
         of replica: ReplicaID, at endpoint: SyncEndpoint, credentials: SyncCredentials,
-        configuration: SyncConfiguration
+        configuration: SyncConfiguration, schemaVersion: UInt64
     ) async throws -> UInt64 {
         var token = String(decoding: credentials.bytes, as: UTF8.self)
         if token.isEmpty, let refresh = credentials.refresh { token = try await refresh() }
@@ -356,7 +357,7 @@ enum ClientResetter {
         let writer = WebSocketWriter(channel: channel.channel, masking: true)
         return try await channel.executeThenClose { inbound, _ in
             let hello = Hello(
-                replica: replica, role: .app, schemaVersion: configuration.schemaVersion, name: "client reset probe",
+                replica: replica, role: .app, schemaVersion: schemaVersion, name: "client reset probe",
                 vector: VersionVector([(replica, .max)]), window: configuration.window, flexible: true)
             try await writer.send(MessageCodec.encode(.hello(hello)))
             for try await frame in inbound where frame.opcode == .binary {

@@ -43,7 +43,8 @@ public struct SyncCredentials: Sendable {
 
 /// How a ``SyncSession`` behaves.
 public struct SyncConfiguration: Sendable {
-    /// The schema version of the app's models, which the daemon may check.
+    /// The schema version of the app's models, which the daemon checks against a breaking schema version its
+    /// operator set. 0 (the default): the version the app opened the replica with.
     public var schemaVersion: UInt64 = 0
     /// A name for the daemon's logs ("Notes 2.1 on iPad").
     public var name = ""
@@ -308,14 +309,16 @@ public final class SyncSession: Sendable {
                         to: endpoint, authorization: token.isEmpty ? nil : "Bearer \(token)", tls: tls)
                     await runWebSocketSession(channel, masking: true) { writer in
                         let pending = ((try? replica.pendingDots()) ?? []).sorted()
+                        let versions = replica.schemaVersions(configuration)
                         let hello = Hello(
-                            replica: replica.replicaID, role: role, schemaVersion: configuration.schemaVersion,
+                            replica: replica.replicaID, role: role, schemaVersion: versions.declared,
                             name: String(configuration.name.utf8.prefix(256)) ?? "", vector: replica.versionVector,
                             pending: Array(pending.prefix(MessageLimits.standard.maximumDots)),
                             window: configuration.window,
                             flexible: role == .app && ((try? replica.flexibleSyncQuery()) ?? nil) != nil,
                             anchors: ((try? replica.historyAnchors()) ?? []).prefix(MessageLimits.standard.maximumDots)
-                                .map { HistoryAnchor(dot: $0.dot, fingerprint: $0.fingerprint) })
+                                .map { HistoryAnchor(dot: $0.dot, fingerprint: $0.fingerprint) },
+                            firstSchemaVersion: versions.first)
                         var options = SessionDriver.Options()
                         options.window = configuration.window
                         options.meter = meter
@@ -475,5 +478,17 @@ final class Broadcast<Value: Sendable>: Sendable {
             return Array(state.readers.values)
         }
         for reader in readers { reader.finish() }
+    }
+}
+
+extension Replica {
+    /// The schema versions a session's `hello` states: the app's (the configuration's, or else the one the app opened
+    /// the replica with) and the one the replica's history starts at (0 when unknown).
+    func schemaVersions(_ configuration: SyncConfiguration) -> (declared: UInt64, first: UInt64) {
+        let declared = (try? declaredVersions()) ?? nil
+        return (
+            configuration.schemaVersion != 0 ? configuration.schemaVersion : declared?.current ?? 0,
+            declared?.first ?? 0
+        )
     }
 }

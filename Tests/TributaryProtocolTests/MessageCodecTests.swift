@@ -16,7 +16,7 @@ struct MessageCodecTests {
                     name: "Notes on iPad", vector: vector, pending: [Dot(origin: ReplicaID(rawValue: 9), sequence: 4)],
                     anchors: [
                         HistoryAnchor(dot: Dot(origin: ReplicaID(rawValue: 7), sequence: 3), fingerprint: 1 << 63)
-                    ])),
+                    ], firstSchemaVersion: 2)),
             .welcome(Welcome(version: 1, replica: ReplicaID(rawValue: 5), vector: vector, yours: 17)),
             .changesets(ChangesetBatch(number: 3, changesets: [[0xAA], [], [1, 2, 3]], progress: vector, more: true)),
             .ack(
@@ -430,7 +430,8 @@ private enum Build {
         wire.dots(pending)
         wire.uint(1024)
         wire.bool(false)
-        wire.uint(0)
+        wire.uint(0)  // anchors
+        wire.uint(0)  // first schema version
         return wire.bytes
     }
 

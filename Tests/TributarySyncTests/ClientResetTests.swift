@@ -28,6 +28,8 @@ struct ClientResetTests {
         let directory: String
         let port: Mutex<Int>
         let running = Mutex<(SyncServer, Replica)?>(nil)
+        /// The breaking schema version the daemon is started with, if any.
+        let breakingSchemaVersion = Mutex<UInt64?>(nil)
 
         init(_ directory: String) {
             self.directory = directory
@@ -42,6 +44,7 @@ struct ClientResetTests {
             configuration.port = port.withLock { $0 }
             configuration.handshakeDeadline = .seconds(120)
             configuration.reconnectSpreadSeconds = 1
+            configuration.breakingSchemaVersion = breakingSchemaVersion.withLock { $0 }
             let server = SyncServer(replica: replica, configuration: configuration)
             let bound = try await server.start()
             port.withLock { $0 = bound }

@@ -121,6 +121,7 @@ package struct Wire: Sendable {
                 wire.dot(origin: anchor.dot.origin.rawValue, sequence: anchor.dot.sequence)
                 wire.id(anchor.fingerprint)
             }
+            wire.uint(hello.firstSchemaVersion)
         case .welcome(let welcome):
             wire.u8(2)
             wire.uint(welcome.version)

@@ -155,5 +155,15 @@ struct MixedVersionRemovalTests {
         #expect(try new.read { try $0.object(ProfileV3.Profile.self, primaryKey: "q") }?.name == "Grace")
         #expect(try old.verify().passed)
         #expect(try new.verify().passed)
+
+        // The earlier release restarts: its replica opens, and its declaration does not bring `badge` back.
+        old.close()
+        let reopened = try MixedVersionModelTests.open(oldDirectory, version: 1)
+        #expect(reopened.schema[type: "Profile"]?[property: "badge"] == nil)
+        try reopened.write { try $0.create(ProfileV1.Profile(_id: "r", name: "Edsger", badge: nil)) }
+        try MixedVersionModelTests.sync(reopened, new)
+        #expect(new.schema[type: "Profile"]?[property: "badge"] == nil)
+        #expect(try new.read { try $0.object(ProfileV3.Profile.self, primaryKey: "r") }?.name == "Edsger")
+        reopened.close()
     }
 }

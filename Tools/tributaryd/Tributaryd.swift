@@ -53,6 +53,7 @@ struct Tributaryd: AsyncParsableCommand {
                 "connectionsPerAddress": 256,
                 "queryableFields": {"ChatMessage": ["conversationID"]},
                 "idleCatchUpSeconds": 5,
+                "breakingSchemaVersion": 2,
                 "logLevel": "info",
                 "readinessBoundSeconds": 10
               }
@@ -90,6 +91,13 @@ struct Tributaryd: AsyncParsableCommand {
             what it may read, and a write its role denies is undone on the app. Apps must sync by subscriptions; \
             peers are trusted. Anything the rules use that the daemon does not support is refused at start, with \
             its path. SIGHUP loads the rules again and applies them to open sessions.
+
+            Releases of an app sync with each other while users update: an earlier release keeps reading and \
+            writing what it declares. When a release changes the schema in a way earlier ones must not sync \
+            across (a property made required), give its schema version as --breaking-schema-version (or \
+            breakingSchemaVersion): apps of earlier releases are then refused with schemaVersionTooOld (update \
+            the app; their data stays on the device), and an updated app whose replica was synced under an \
+            earlier version is reset and downloads the data again under the new schema.
 
             The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
             serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
@@ -165,6 +173,12 @@ struct Tributaryd: AsyncParsableCommand {
             "Permission rules: a JSON file in the form App Services wrote them (see above).", valueName: "file"))
     var rules: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "The schema version of a release earlier releases must not sync across (see above).",
+            valueName: "version"))
+    var breakingSchemaVersion: UInt64?
+
     @Option(help: "Seconds between keepalive pings on idle sessions (default 30).")
     var keepaliveSeconds: UInt64?
 
@@ -223,6 +237,10 @@ struct Tributaryd: AsyncParsableCommand {
             configuration.readinessBound = .seconds(min(bound, 86_400))
         }
         try file.applyLimits(to: &configuration)
+        if let version = breakingSchemaVersion ?? file.breakingSchemaVersion {
+            guard version > 0 else { throw ValidationError("--breaking-schema-version is 1 or more, not 0") }
+            configuration.breakingSchemaVersion = version
+        }
         configuration.permissionRules = try permissionRules(file)
         if configuration.permissionRules != nil, keys.isEmpty {
             throw ValidationError(
@@ -401,6 +419,7 @@ struct DaemonFile: Decodable {
     var bootstrapMessageBytes: Int?
     var idleCatchUpSeconds: UInt64?
     var permissionRulesFile: String?
+    var breakingSchemaVersion: UInt64?
 
     /// The limits the file sets; the defaults stay for those it does not.
     func applyLimits(to configuration: inout SyncServer.Configuration) throws {

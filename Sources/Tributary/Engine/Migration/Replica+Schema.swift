@@ -2,8 +2,38 @@ import TributaryMerge
 import TributaryModel
 import TributaryStorage
 
+/// The schema versions an app declared to a replica: what a sync daemon checks against the versions it accepts.
+public struct DeclaredSchemaVersions: Sendable, Hashable {
+    /// The version the app last opened the replica with.
+    public var current: UInt64
+    /// The version the replica's history starts at: the one it was created with (or created again, by a client
+    /// reset). `nil` for a replica created by a build that did not record it.
+    public var first: UInt64?
+
+    public init(current: UInt64, first: UInt64?) {
+        self.current = current
+        self.first = first
+    }
+}
+
 extension Replica {
     static let declaredSchemaKey = Array("declaredSchema".utf8)
+    static let firstDeclaredVersionKey = Array("firstDeclaredVersion".utf8)
+
+    /// The schema versions the app declared to this replica; `nil` when it was opened without a schema so far (a
+    /// daemon's replica, say).
+    ///
+    /// - Throws: ``TributaryError`` when the stored declaration cannot be read.
+    public func declaredVersions() throws -> DeclaredSchemaVersions? {
+        try environment.read { txn in
+            guard let bytes = try txn.get(identity, key: Self.declaredSchemaKey) else { return nil }
+            var reader = BinaryReader(bytes, subject: "declared schema")
+            let declared = try reader.schema()
+            let first = try Self.identityNumber(
+                Self.firstDeclaredVersionKey, "first declared schema version", identity: identity, in: txn)
+            return DeclaredSchemaVersions(current: declared.version, first: first)
+        }
+    }
 
     /// The schema the app last opened this replica with (its own declaration, which may list less than the merged
     /// schema: other replicas and runtime schema changes may have added types and properties).
@@ -32,38 +62,50 @@ extension Replica {
                 for type in given.types { try txn.emit(.addType(type)) }
                 try txn.emit(.setSchemaVersion(given.version))
                 txn.declaredSchema = given
+                txn.startsHistory = true
             }
             return
         }
         // An earlier build may have stored a declaration with defaults this one refuses; the app, which had to
         // remove them, declares the same schema.
         let declared = (try declaredSchema() ?? stored).withoutUnmergeableDefaults
-        if given.version < stored.version {
+        // Compared with this replica's own last declaration, not with the merged schema's version: a later release
+        // syncing with this one raises that, and an app of the earlier release must keep opening its replica while
+        // users update.
+        if given.version < declared.version {
             throw TributaryError(
                 .schemaMismatch,
-                "schema version \(given.version) is lower than the stored schema version \(stored.version) of \(directory); "
-                    + "open it with version \(stored.version) or higher")
+                "schema version \(given.version) is lower than version \(declared.version), which \(directory) was last "
+                    + "opened with (by a later release of the app); open it with version \(declared.version) or "
+                    + "higher, or delete the replica and sync it again")
         }
-        if given.version == stored.version {
+        if given.version == declared.version {
             let differences = given.differences(from: declared)
             guard differences.isEmpty else {
                 throw TributaryError(
                     .migrationRequired,
                     "Migration is required due to the following errors:\n"
                         + differences.map { "- \($0)" }.joined(separator: "\n")
-                        + "\nRaise the schema version (now \(stored.version)) to migrate.")
+                        + "\nRaise the schema version (now \(declared.version)) to migrate.")
             }
-            // The same declaration: anything it has that the merged schema lacks (it cannot, unless the replica was
-            // rebuilt) is added back.
-            if !given.isSubset(of: stored) {
+            // The same declaration: what it has that the merged schema lacks is added back (a replica rebuilt from
+            // a log that lacks it), but not what a migration removed or renamed: that was another release's
+            // decision, which this release's declaration must not undo.
+            let missing = given.types.compactMap { type -> (ObjectSchema, [Property])? in
+                guard stored.removals(ofType: type.name).isEmpty else { return nil }
+                guard let existing = stored[type: type.name] else { return (type, []) }
+                let properties = type.properties.filter {
+                    existing[property: $0.name] == nil && stored.removals(of: $0.name, in: type.name).isEmpty
+                }
+                return properties.isEmpty ? nil : (type, properties)
+            }
+            if !missing.isEmpty {
                 try write { txn in
-                    for type in given.types {
-                        if let existing = txn.schema[type: type.name] {
-                            for property in type.properties where existing[property: property.name] == nil {
-                                try txn.emit(.addProperty(type: type.name, property))
-                            }
-                        } else {
+                    for (type, properties) in missing {
+                        if properties.isEmpty {
                             try txn.emit(.addType(type))
+                        } else {
+                            for property in properties { try txn.emit(.addProperty(type: type.name, property)) }
                         }
                     }
                 }
