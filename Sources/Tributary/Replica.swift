@@ -60,6 +60,9 @@ public final class Replica: Sendable {
     /// the properties it declares (``Transaction/modelValues(_:)``): another release of the app, syncing with this
     /// one, may have added properties that this release's writes must leave alone.
     let appSchema = Mutex<Schema?>(nil)
+    /// Where the app's declared properties live in the merged schema (``ModelNames``), for the schema of the last
+    /// commit that changed it (computed on first use; `generation` counts schema changes).
+    let modelNamesCache = Mutex<(generation: UInt64, names: ModelNames?)>((0, nil))
     /// Where async writes run: one serial queue per replica, so one replica's long write never delays another's.
     let writerQueue = DispatchQueue(label: "tributary.writer")
 
@@ -518,6 +521,7 @@ public final class Replica: Sendable {
         }
         if let declared = commit.declaredSchema {
             try storage.put(identity, key: Self.declaredSchemaKey, value: declared)
+            try storage.put(identity, key: Self.declarationAnchorKey, value: ViewStore.encode(commit.versionVector))
         }
         if let version = commit.firstDeclaredVersion {
             try storage.put(identity, key: Self.firstDeclaredVersionKey, value: Self.identityBytes(version))
@@ -546,6 +550,9 @@ public final class Replica: Sendable {
             if commit.schemaChanged { state.schema = commit.schema }
             state.clock = HybridLogicalClock(latest: max(state.clock.latest, commit.clock))
             return previous
+        }
+        if commit.schemaChanged || commit.declaredSchema != nil {
+            modelNamesCache.withLock { $0 = ($0.generation &+ 1, nil) }
         }
         // A commit that appended nothing (it only moved changesets into the pending area) concerns no session.
         if head.localSequence > previous {

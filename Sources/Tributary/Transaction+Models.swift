@@ -11,7 +11,11 @@ extension Transaction {
         let type = try working.schema.requireType(M.typeName)
         var declared = replica.appSchema.withLock { $0 }
         if declared?[type: M.typeName] == nil { declared = ModelShapes.shape(of: M.self) }
-        return (type, try ModelCoding.values(of: object, type: type, schema: working.schema, declared: declared))
+        return (
+            type,
+            try ModelCoding.values(
+                of: object, type: type, schema: working.schema, declared: declared, names: try modelNames())
+        )
     }
 
     /// Creates an object from a model value.
@@ -60,12 +64,13 @@ extension ObjectReading {
     /// The object of a model type with a primary key, or `nil`.
     public func object<M: Model>(_ type: M.Type, primaryKey id: some PrimaryKeyConvertible) throws -> M? {
         guard let object = try object(M.typeName, primaryKey: id.primaryKey) else { return nil }
-        return try ModelCoding.model(M.self, from: object)
+        return try ModelCoding.model(M.self, from: object, names: try readingNames())
     }
 
     /// Every object of a model type, in primary key order.
     public func objects<M: Model>(_ type: M.Type) throws -> [M] {
-        try objects(M.typeName).map { try ModelCoding.model(M.self, from: $0) }
+        let names = try readingNames()
+        return try objects(M.typeName).map { try ModelCoding.model(M.self, from: $0, names: names) }
     }
 
     /// The objects of a model type that match a query in the Realm Query Language.
@@ -74,7 +79,35 @@ extension ObjectReading {
     /// let page = try snapshot.objects(ChatMessage.self, where: "conversationID == $0 SORT(timestamp DESC)", arguments: ["c1"])
     /// ```
     public func objects<M: Model>(_ type: M.Type, where query: String, arguments: [Value] = []) throws -> [M] {
-        try objects(M.typeName, where: query, arguments: arguments).map { try ModelCoding.model(M.self, from: $0) }
+        let names = try readingNames()
+        return try objects(M.typeName, where: query, arguments: arguments).map {
+            try ModelCoding.model(M.self, from: $0, names: names)
+        }
+    }
+
+    /// Where the app's declared properties live in the schema these reads use (``ModelNames``).
+    func readingNames() throws -> ModelNames {
+        try (self as? any ModelNameSource)?.modelNames() ?? ModelNames()
+    }
+}
+
+/// A reader that knows which release of the app reads through it: a snapshot or a transaction of a replica.
+protocol ModelNameSource {
+    func modelNames() throws -> ModelNames
+}
+
+extension Snapshot: ModelNameSource {
+    func modelNames() throws -> ModelNames { try replica.modelNames() }
+}
+
+extension Transaction: ModelNameSource {
+    /// Those of this transaction's schema, read in the transaction itself (its schema may not be committed yet).
+    func modelNames() throws -> ModelNames {
+        if let modelNamesCache { return modelNamesCache }
+        guard let declared = replica.appSchema.withLock({ $0 }) else { return ModelNames() }
+        let names = try replica.modelNames(declared: declared, schema: working.schema, in: storage)
+        modelNamesCache = names
+        return names
     }
 }
 

@@ -29,6 +29,8 @@ public final class Transaction: ObjectReading {
     private var isValid = true
     /// The plan of the last type created in, while the schema stays as it was.
     private var createPlan: CreatePlan?
+    /// Where the app's declared properties live in this transaction's schema, once a model write asked.
+    var modelNamesCache: ModelNames?
     /// The shapes of the properties written, as this replica's schema holds them (rule 8).
     private var shapeNotes = ShapeNoteRecorder()
 
@@ -60,7 +62,10 @@ public final class Transaction: ObjectReading {
     package func emit(_ instruction: Instruction) throws {
         checkValid()
         if let failure { throw failure }
-        if instruction.isSchemaInstruction { createPlan = nil }
+        if instruction.isSchemaInstruction {
+            createPlan = nil
+            modelNamesCache = nil
+        }
         do {
             // Noted as the schema holds it before the instruction (a schema instruction changes it after).
             shapeNotes.note(instruction, in: working.schema, at: instructions.count)

@@ -1,4 +1,4 @@
-import TributaryModel
+public import TributaryModel
 
 // The bookkeeping of removals (rule 8): which removals of a property or type a changeset saw, which removals are
 // copies of one another, and the renames onto a name that a removal saw. SchemaMerger.swift applies them.
@@ -146,7 +146,11 @@ extension ChangesetInfo {
     /// Renames made concurrently can form a cycle (`c` renamed to `d` on one replica while `d` is renamed to `c` on
     /// another): following them comes back to a rename already followed. The property then lives at the new name of
     /// the rename in the cycle with the least dot, on every replica, whichever rename merged last.
-    func writeTarget(of property: String, in type: String, schema: Schema, causal: CausalResolver) throws -> String? {
+    ///
+    /// - Throws: what the resolver's record source throws when it cannot read the adoptions.
+    public func writeTarget(of property: String, in type: String, schema: Schema, causal: CausalResolver) throws
+        -> String?
+    {
         guard !schema.propertyRemovals.isEmpty else { return property }
         var name = property
         // Whose view decides which removals of `name` count as seen: the writer's, until the write follows a rename;

@@ -133,7 +133,25 @@ public struct ViewStore: Sendable {
     /// What the replica has integrated, per origin.
     public func versionVector(in transaction: ReadTransaction) throws -> VersionVector {
         guard let bytes = try transaction.get(meta, key: Self.versionVectorKey) else { return VersionVector() }
-        var reader = BinaryReader(bytes, subject: "stored version vector")
+        return try Self.decodeVector(bytes, subject: "stored version vector")
+    }
+
+    /// A version vector as the replica stores it: a count, then each origin and its sequence.
+    public static func encode(_ vector: VersionVector) -> [UInt8] {
+        var writer = BinaryWriter()
+        writer.varint(vector.entries.count)
+        for entry in vector.entries {
+            writer.fixed64(entry.replica.rawValue)
+            writer.varint(entry.sequence)
+        }
+        return writer.bytes
+    }
+
+    /// A version vector stored by ``encode(_:)``.
+    ///
+    /// - Throws: ``ChangesetDecodingError`` naming `subject` when the bytes are damaged.
+    public static func decodeVector(_ bytes: [UInt8], subject: String) throws -> VersionVector {
+        var reader = BinaryReader(bytes, subject: subject)
         let count = try reader.count("version vector entry", maximum: 1 << 24, minimumBytesEach: 9)
         var vector = VersionVector()
         for _ in 0..<count {
@@ -307,13 +325,7 @@ public struct ViewStore: Sendable {
 
     /// Stores the version vector.
     public func setVersionVector(_ vector: VersionVector, in transaction: WriteTransaction) throws {
-        var writer = BinaryWriter()
-        writer.varint(vector.entries.count)
-        for entry in vector.entries {
-            writer.fixed64(entry.replica.rawValue)
-            writer.varint(entry.sequence)
-        }
-        try transaction.put(meta, key: Self.versionVectorKey, value: writer.bytes)
+        try transaction.put(meta, key: Self.versionVectorKey, value: Self.encode(vector))
     }
 
     /// Removes every view: records, indexes, schema and version vector.

@@ -167,3 +167,86 @@ struct MixedVersionRemovalTests {
         reopened.close()
     }
 }
+
+/// A release that renamed a property the earlier one still declares.
+enum PersonV1 {
+    struct Person: Model {
+        static var typeName: String { "Person" }
+        var _id: String
+        var name: String
+        var age: Int = 0
+    }
+}
+
+enum PersonV2 {
+    struct Person: Model {
+        static var typeName: String { "Person" }
+        var _id: String
+        var fullName: String
+        var age: Int = 0
+    }
+}
+
+@Suite("An earlier release after a later one renamed a property")
+struct MixedVersionRenameTests {
+    static func open(_ directory: TemporaryDirectory, version: Int) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        return version == 1
+            ? try Replica.open(
+                directory: directory.path, models: [PersonV1.Person.self], schemaVersion: 1,
+                configuration: configuration)
+            : try Replica.open(
+                directory: directory.path, models: [PersonV2.Person.self], schemaVersion: 2,
+                configuration: configuration,
+                migration: Migration { $0.renameProperty(onType: "Person", from: "name", to: "fullName") })
+    }
+
+    @Test("The earlier release reads and writes the renamed property under its new name, in models and live results")
+    func earlierReleaseFollowsRename() async throws {
+        let (oldDirectory, newDirectory) = (TemporaryDirectory("v1"), TemporaryDirectory("v2"))
+        var old = try Self.open(oldDirectory, version: 1)
+        do {
+            let first = try Self.open(newDirectory, version: 1)
+            try await first.write { try $0.create(PersonV1.Person(_id: "p", name: "Ada", age: 36)) }
+            try MixedVersionModelTests.sync(first, old)
+            first.close()
+        }
+        let new = try Self.open(newDirectory, version: 2)
+        try MixedVersionModelTests.sync(new, old)
+        #expect(old.schema[type: "Person"]?[property: "name"] == nil)
+
+        // Release 1 reads `name` from `fullName`, and its writes land there.
+        var ada = try #require(try await old.read { try $0.object(PersonV1.Person.self, primaryKey: "p") })
+        #expect(ada.name == "Ada")
+        ada.name = "Ada L."
+        ada.age = 37
+        try await old.write { [ada] in try $0.update(ada) }
+        try await old.write { try $0.create(PersonV1.Person(_id: "q", name: "Grace", age: 45)) }
+        #expect(try await old.read { try $0.objects(PersonV1.Person.self) }.map(\.name) == ["Ada L.", "Grace"])
+        try MixedVersionModelTests.sync(old, new)
+        let people = try await new.read { try $0.objects(PersonV2.Person.self) }
+        #expect(people.map(\.fullName) == ["Ada L.", "Grace"])
+        #expect(people.map(\.age) == [37, 45])
+
+        // A write of release 2 reaches release 1's model, through live results too.
+        var iterator = old.observe(PersonV1.Person.self).makeAsyncIterator()
+        guard case .initial(let initial)? = try await iterator.next() else {
+            Issue.record("no initial results")
+            return
+        }
+        #expect(initial.map { $0.name } == ["Ada L.", "Grace"])
+        try await new.write { try $0.update(PersonV2.Person(_id: "q", fullName: "Grace H.", age: 45)) }
+        try MixedVersionModelTests.sync(new, old)
+        #expect(try await old.read { try $0.object(PersonV1.Person.self, primaryKey: "q") }?.name == "Grace H.")
+
+        // Release 1 restarts: the same.
+        old.close()
+        old = try Self.open(oldDirectory, version: 1)
+        #expect(try await old.read { try $0.object(PersonV1.Person.self, primaryKey: "p") }?.name == "Ada L.")
+        #expect(try old.verify().passed)
+        #expect(try new.verify().passed)
+        old.close()
+        new.close()
+    }
+}

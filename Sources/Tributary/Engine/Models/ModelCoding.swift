@@ -7,19 +7,22 @@ enum ModelCoding {
     /// them without one: properties the model leaves out read as null (or an empty list), so that an update clears
     /// them. A property that only the merged `schema` has (another release of the app added it) is left out, in
     /// embedded objects too, so that a write of this release leaves its value alone.
-    static func values<M: Encodable>(of model: M, type: ObjectSchema, schema: Schema, declared: Schema? = nil) throws
-        -> [String: Value]
-    {
+    ///
+    /// A declared property that another release renamed (``ModelNames``) is written under its new name.
+    static func values<M: Encodable>(
+        of model: M, type: ObjectSchema, schema: Schema, declared: Schema? = nil, names: ModelNames = ModelNames()
+    ) throws -> [String: Value] {
         let encoder = TreeEncoder(codingPath: [])
         try model.encode(to: encoder)
         guard case .object(let fields) = encoder.node.resolved else {
             throw TributaryError(.wrongType, "\(M.self) did not encode as an object with properties")
         }
-        return try conform(fields, to: type, schema: schema, declared: declared, path: type.name)
+        return try conform(fields, to: type, schema: schema, declared: declared, names: names, path: type.name)
     }
 
     static func conform(
-        _ fields: [String: TreeNode.Resolved], to type: ObjectSchema, schema: Schema, declared: Schema?, path: String
+        _ fields: [String: TreeNode.Resolved], to type: ObjectSchema, schema: Schema, declared: Schema?,
+        names: ModelNames = ModelNames(), path: String
     ) throws -> [String: Value] {
         var result: [String: Value] = [:]
         let declaredType = declared?[type: type.name]
@@ -32,13 +35,27 @@ enum ModelCoding {
             if let declaredType, declaredType[property: property.name] == nil, fields[property.name] == nil { continue }
             let node = fields[property.name] ?? .null
             result[property.name] = try conform(
-                node, to: property, schema: schema, declared: declared, path: "\(path).\(property.name)")
+                node, to: property, schema: schema, declared: declared, names: names,
+                path: "\(path).\(property.name)")
+        }
+        // A declared property another release renamed: its value goes to the new name, as the write would have
+        // landed had it been made before the rename.
+        if !names.isEmpty, let declaredType {
+            for property in declaredType.properties where type[property: property.name] == nil {
+                guard let target = names.target(of: property.name, in: type.name), fields[target] == nil,
+                    let renamed = type[property: target]
+                else { continue }
+                result[target] = try conform(
+                    fields[property.name] ?? .null, to: renamed, schema: schema, declared: declared, names: names,
+                    path: "\(path).\(property.name)")
+            }
         }
         return result
     }
 
     static func conform(
-        _ node: TreeNode.Resolved, to property: Property, schema: Schema, declared: Schema?, path: String
+        _ node: TreeNode.Resolved, to property: Property, schema: Schema, declared: Schema?,
+        names: ModelNames = ModelNames(), path: String
     ) throws -> Value {
         if property.isList {
             guard case .list(let elements) = node else {
@@ -49,7 +66,9 @@ enum ModelCoding {
             single.isList = false
             single.isOptional = property.isOptional
             return .list(
-                try elements.map { try conform($0, to: single, schema: schema, declared: declared, path: path) })
+                try elements.map {
+                    try conform($0, to: single, schema: schema, declared: declared, names: names, path: path)
+                })
         }
         switch (property.kind, node) {
         case (_, .null):
@@ -61,7 +80,8 @@ enum ModelCoding {
             return .embedded(
                 EmbeddedObject(
                     type: typeName,
-                    fields: try conform(fields, to: type, schema: schema, declared: declared, path: path)))
+                    fields: try conform(
+                        fields, to: type, schema: schema, declared: declared, names: names, path: path)))
         case (.link, .value(.link(let key))):
             return .link(key)
         case (.link, .value(let value)):
@@ -77,14 +97,37 @@ enum ModelCoding {
     }
 
     /// Decodes a model from an object's values.
-    static func model<M: Decodable>(_ type: M.Type, from object: DynamicObject) throws -> M {
+    ///
+    /// A property that another release renamed (``ModelNames``) is read from its new name.
+    static func model<M: Decodable>(_ type: M.Type, from object: DynamicObject, names: ModelNames = ModelNames())
+        throws -> M
+    {
         do {
-            return try M(
-                from: ValueDecoder(
-                    value: .embedded(EmbeddedObject(type: object.type, fields: object.values)), codingPath: []))
+            var value = Value.embedded(EmbeddedObject(type: object.type, fields: object.values))
+            if !names.isEmpty { value = aliased(value, names) }
+            return try M(from: ValueDecoder(value: value, codingPath: []))
         } catch let error as DecodingError {
             throw TributaryError(
                 .wrongType, "cannot read \(object.type) \(object.primaryKey) as \(M.self): \(describe(error))")
+        }
+    }
+
+    /// `value` with each renamed property's value also under the name this release declares, in embedded objects and
+    /// lists too.
+    static func aliased(_ value: Value, _ names: ModelNames) -> Value {
+        switch value {
+        case .embedded(let object):
+            var fields = object.fields
+            for (name, field) in object.fields { fields[name] = aliased(field, names) }
+            for (declared, target) in names.renamed
+            where declared.type == object.type && fields[declared.property] == nil {
+                fields[declared.property] = fields[target]
+            }
+            return .embedded(EmbeddedObject(type: object.type, fields: fields))
+        case .list(let elements):
+            return .list(elements.map { aliased($0, names) })
+        default:
+            return value
         }
     }
 
