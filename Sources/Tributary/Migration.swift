@@ -111,13 +111,34 @@ public final class MigrationContext {
     var deletedOldKeys: [String: Set<PrimaryKey>] = [:]
 
     init(oldSchema: Schema, declared: Schema, newSchema: Schema, transaction: Transaction) throws {
-        self.oldSchemaVersion = oldSchema.version
+        // How far the data was migrated: by a migration of any replica (its mark), or by this device's own
+        // declaration (its data was written at that version). A later release installed fresh elsewhere raises
+        // neither, so the steps it skipped still run here.
+        self.oldSchemaVersion = max(oldSchema.migratedVersion, declared.version)
         self.oldSchema = oldSchema
         self.newSchema = newSchema
         self.declared = declared
         self.transaction = transaction
         for type in oldSchema.types where !type.isEmbedded {
-            let objects = try transaction.objects(type.name)
+            var objects = try transaction.objects(type.name)
+            // A property that another release defined with another shape, and whose definition won (rule 8), shows
+            // its values; this device's were kept aside under the shape it declared, and are what its migration
+            // reads as the old values.
+            let asideShapes = (declared[type: type.name]?.properties ?? []).filter { property in
+                type[property: property.name].map { $0.shape != property.shape } ?? false
+            }
+            if !asideShapes.isEmpty {
+                for index in objects.indices {
+                    let object = objects[index]
+                    guard let record = try transaction.record(type.name, object.primaryKey) else { continue }
+                    var values = object.values
+                    for property in asideShapes {
+                        values[property.name] = ObjectRecord.value(
+                            record.fields[property.name, shape: property.shape], of: property, in: declared)
+                    }
+                    objects[index] = DynamicObject(type: type.name, primaryKey: object.primaryKey, values: values)
+                }
+            }
             oldObjects[type.name] = objects
             var positions: [PrimaryKey: Int] = Dictionary(minimumCapacity: objects.count)
             for (position, object) in objects.enumerated() { positions[object.primaryKey] = position }

@@ -141,7 +141,7 @@ struct InstructionApplier {
     mutating func apply(_ instruction: Instruction, to state: inout WorkingSet) throws {
         switch instruction {
         case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType,
-            .setSchemaVersion:
+            .setSchemaVersion, .migrated:
             try SchemaMerger(info: info).apply(instruction, to: &state)
         case .omitted:
             break

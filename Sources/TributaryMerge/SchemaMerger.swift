@@ -166,6 +166,8 @@ struct SchemaMerger {
         case .setSchemaVersion(let version):
             // The highest version wins, so concurrent version changes agree.
             schema.version = max(schema.version, version)
+        case .migrated(let version):
+            schema.migratedVersion = max(schema.migratedVersion, version)
         default:
             throw MergeError(.invalidInstruction, "\(instruction) is not a schema instruction")
         }

@@ -66,7 +66,7 @@ private struct LimitWalker {
             return nil
         case .addProperty(let type, let property), .redefineProperty(let type, let property):
             return defaultProblem(property, of: type)
-        case .removeProperty, .renameProperty, .removeType, .setSchemaVersion, .omitted:
+        case .removeProperty, .renameProperty, .removeType, .setSchemaVersion, .migrated, .omitted:
             return nil
         case .create(let type, let key, let fields, let defaults):
             if let problem = keyProblem(key) { return "the primary key of \(type): \(problem)" }

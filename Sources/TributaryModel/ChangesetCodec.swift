@@ -243,7 +243,7 @@ func hex(_ value: UInt64) -> String {
 
 private enum InstructionTag: UInt8 {
     case addType = 1
-    case addProperty, removeProperty, renameProperty, removeType, setSchemaVersion, redefineProperty
+    case addProperty, removeProperty, renameProperty, removeType, setSchemaVersion, redefineProperty, migrated
     case create = 16
     case erase, set, addInteger, listInsert, listSet, listErase, listMove, listClear
     case omitted = 32
@@ -307,6 +307,9 @@ extension BinaryWriter {
             name(type, &names)
         case .setSchemaVersion(let version):
             byte(InstructionTag.setSchemaVersion.rawValue)
+            varint(version)
+        case .migrated(let version):
+            byte(InstructionTag.migrated.rawValue)
             varint(version)
         case .create(let type, let key, let explicit, let defaults):
             byte(InstructionTag.create.rawValue)
@@ -415,6 +418,7 @@ extension BinaryReader {
             return .redefineProperty(type: type, try property(names))
         case .removeType: return .removeType(try name(names, "type name"))
         case .setSchemaVersion: return .setSchemaVersion(try varint())
+        case .migrated: return .migrated(toVersion: try varint())
         case .create:
             let type = try name(names, "type name")
             let key = try primaryKey()

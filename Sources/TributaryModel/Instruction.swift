@@ -115,6 +115,10 @@ public enum Instruction: Hashable, Sendable {
     case removeType(String)
     /// Sets the schema version.
     case setSchemaVersion(UInt64)
+    /// Marks that a migration took the data to a schema version: written by a migration only, never by a new
+    /// replica's declaration. A device of an earlier release that updates later runs the migration steps above the
+    /// highest mark it holds (``Schema/migratedVersion``), and no step at or below it again.
+    case migrated(toVersion: UInt64)
 
     // Objects
     /// Creates an object, or updates it when it exists (upsert by primary key). `fields` were given by the
@@ -150,7 +154,7 @@ public enum Instruction: Hashable, Sendable {
             .listErase(let path, _), .listMove(let path, _, _), .listClear(let path):
             return (path.type, path.primaryKey)
         case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType,
-            .setSchemaVersion,
+            .setSchemaVersion, .migrated,
             .omitted:
             return nil
         }
@@ -160,7 +164,7 @@ public enum Instruction: Hashable, Sendable {
     public var isSchemaInstruction: Bool {
         switch self {
         case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType,
-            .setSchemaVersion:
+            .setSchemaVersion, .migrated:
             true
         default: false
         }

@@ -57,8 +57,10 @@ extension BinaryWriter {
         // Definition stamps follow, sorted, only when there are any (or removals follow): a declared schema encodes
         // as it always did.
         // Losing definitions come last: every section before them is then written.
+        // The migrated version comes after them, only when a migration was marked.
         let hasRemovals =
             !schema.propertyRemovals.isEmpty || !schema.typeRemovals.isEmpty || !schema.losingDefinitions.isEmpty
+            || schema.migratedVersion > 0
         guard !schema.definitionStamps.isEmpty || hasRemovals else { return }
         varint(schema.definitionStamps.count)
         for (name, stamp) in schema.definitionStamps.sorted(by: { $0.key < $1.key }) {
@@ -107,7 +109,9 @@ extension BinaryWriter {
         // Then, only when some type removal saw another (or losing definitions follow), the removals each saw, in the
         // same order: a schema without any encodes as it did before they were remembered.
         let losing = schema.losingDefinitions.sorted(by: { $0.key < $1.key })
-        guard typeRemovals.contains(where: { $0.value.contains { !$0.removalsSeen.isEmpty } }) || !losing.isEmpty
+        guard
+            typeRemovals.contains(where: { $0.value.contains { !$0.removalsSeen.isEmpty } }) || !losing.isEmpty
+                || schema.migratedVersion > 0
         else { return }
         for (_, removals) in typeRemovals {
             for removal in removals {
@@ -116,7 +120,7 @@ extension BinaryWriter {
             }
         }
         // Then, only when there are any, the definitions that lost to another of a different shape.
-        guard !losing.isEmpty else { return }
+        guard !losing.isEmpty || schema.migratedVersion > 0 else { return }
         varint(losing.count)
         for (name, definitions) in losing {
             self.name(name.type, &names)
@@ -128,6 +132,9 @@ extension BinaryWriter {
                 fixed64(definition.stamp.stamp.replica.rawValue)
             }
         }
+        // Then, only when a migration was marked, the version it took the data to.
+        guard schema.migratedVersion > 0 else { return }
+        varint(schema.migratedVersion)
     }
 }
 
@@ -291,6 +298,9 @@ extension BinaryReader {
             }
             schema.losingDefinitions[name] = definitions
         }
+        // A schema without a migration mark ends here.
+        guard !isAtEnd else { return schema }
+        schema.migratedVersion = try varint()
         return schema
     }
 

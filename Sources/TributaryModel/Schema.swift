@@ -396,6 +396,10 @@ public struct Schema: Hashable, Sendable {
     /// of each shape, sorted by shape. Values written under them are kept aside in the records, and show again if a
     /// later definition of their shape comes. Empty unless replicas defined a property differently.
     public var losingDefinitions: [PropertyName: [LosingDefinition]] = [:]
+    /// For a merged schema: the highest schema version a migration of any replica took the data to (0 when none
+    /// did). ``version`` is the highest any replica declared, a new install of a later release included; this one
+    /// says which migration steps already ran on the data.
+    public var migratedVersion: UInt64 = 0
 
     public init(version: UInt64 = 0, types: [ObjectSchema]) {
         self.version = version

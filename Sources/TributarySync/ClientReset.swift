@@ -418,7 +418,7 @@ struct Recovery {
             let object = Object(type: path.type, key: path.primaryKey)
             written[object, default: []].insert(path.steps.first?.property ?? path.property)
         case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType,
-            .setSchemaVersion, .omitted:
+            .setSchemaVersion, .migrated, .omitted:
             // Schema changes are not recovered: the new replica has the app's schema from its first changeset.
             break
         }

@@ -70,7 +70,7 @@ enum ChangesetSamples {
         .renameProperty(type: "Task", from: "title", to: "name"),
         .redefineProperty(type: "Task", .scalar("title", .string, indexed: true, default: "untitled")),
         .removeType("Empty"),
-        .setSchemaVersion(0), .setSchemaVersion(.max),
+        .setSchemaVersion(0), .setSchemaVersion(.max), .migrated(toVersion: 3),
         .create(
             type: "Task",
             primaryKey: .string("t1"),
@@ -103,6 +103,7 @@ enum ChangesetSamples {
         case .redefineProperty: "redefineProperty"
         case .removeType: "removeType"
         case .setSchemaVersion: "setSchemaVersion"
+        case .migrated: "migrated"
         case .create: "create"
         case .erase: "erase"
         case .set: "set"
@@ -115,7 +116,7 @@ enum ChangesetSamples {
         case .omitted: "omitted"
         }
     }
-    static let caseCount = 17
+    static let caseCount = 18
 
     static func changeset(
         _ instructions: [Instruction],
@@ -744,6 +745,23 @@ struct AdoptedChangesetCodecTests {
         } throws: { error in
             String(describing: error).contains("bad flags 4 for a removal of 'Task.notes'")
         }
+    }
+
+    @Test("A migration mark round-trips after every other section; a schema without one encodes as before")
+    func migratedVersionRoundTrip() throws {
+        let plain = Schema(version: 3, types: Self.types)
+        var marked = plain
+        marked.migratedVersion = 2
+        var reader = BinaryReader(encode(marked), subject: "schema")
+        #expect(try reader.schema() == marked)
+        #expect(encode(marked).count > encode(plain).count)
+        var withRemoval = marked
+        withRemoval.recordRemoval(
+            PropertyRemoval(dot: Dot(origin: ReplicaID(rawValue: 3), sequence: 8)), of: "notes", in: "Task")
+        reader = BinaryReader(encode(withRemoval), subject: "schema")
+        #expect(try reader.schema() == withRemoval)
+        var unmarked = BinaryReader(encode(plain), subject: "schema")
+        #expect(try unmarked.schema().migratedVersion == 0)
     }
 
     @Test("A schema without stamps encodes as before stamps existed, and decodes with none")

@@ -78,6 +78,8 @@ struct MixedReleasesSyncTests {
         defer { Task { await daemon.stop() } }
         let configuration = ClientResetTests.configuration()
         var old = try Replica.open(directory: directory.appending("release-1"), schema: Self.taskV1)
+        // A device updated from release 1: its migration raises the merged schema's version to 2.
+        try Replica.open(directory: directory.appending("release-2"), schema: Self.taskV1).close()
         let new = try Replica.open(directory: directory.appending("release-2"), schema: Self.taskV2)
         let oldSession = old.connect(to: daemon.endpoint, configuration: configuration)
         let newSession = new.connect(to: daemon.endpoint, configuration: configuration)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TributaryModel
 import TributaryTestSupport
@@ -248,5 +249,72 @@ struct MixedVersionRenameTests {
         #expect(try new.verify().passed)
         old.close()
         new.close()
+    }
+}
+
+@Suite("Migration steps while releases sync")
+struct MixedVersionMigrationStepTests {
+    static func schema(_ version: UInt64, ageType: ScalarType) -> Schema {
+        Schema(
+            version: version,
+            types: [ObjectSchema(name: "Person", properties: [.scalar("_id", .string), .scalar("age", ageType)])])
+    }
+
+    /// Release 3's migration: step 2 turns `age` into text.
+    static let steps = Migration(steps: [
+        2: { migration in
+            try migration.enumerateObjects("Person") { old, new in
+                if case .int(let age) = old["age"] { new?["age"] = .string(String(age)) }
+            }
+        }
+    ])
+
+    static func open(_ directory: TemporaryDirectory, _ schema: Schema, migration: Migration? = nil) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        return try Replica.open(
+            directory: directory.path, schema: schema, configuration: configuration, migration: migration)
+    }
+
+    @Test("A fresh install of a later release does not stop an earlier device's data from being migrated")
+    func freshInstallDoesNotSkipSteps() throws {
+        let (oldDirectory, freshDirectory) = (TemporaryDirectory("v1"), TemporaryDirectory("v3"))
+        var old = try Self.open(oldDirectory, Self.schema(1, ageType: .int))
+        try old.write { _ = try $0.create("Person", ["_id": "p", "age": 36]) }
+        let fresh = try Self.open(freshDirectory, Self.schema(3, ageType: .string))
+        try MixedVersionModelTests.sync(fresh, old)
+        try MixedVersionModelTests.sync(old, fresh)
+        // The user updates to release 3: no device ran step 2 on this data yet, so this one does.
+        old.close()
+        old = try Self.open(oldDirectory, Self.schema(3, ageType: .string), migration: Self.steps)
+        #expect(try old.object("Person", primaryKey: .string("p"))?["age"] == "36")
+        #expect(try old.declaredVersions() == DeclaredSchemaVersions(current: 3, first: 1))
+        try MixedVersionModelTests.sync(old, fresh)
+        #expect(try fresh.object("Person", primaryKey: .string("p"))?["age"] == "36")
+        #expect(try old.verify().passed)
+        old.close()
+        fresh.close()
+    }
+
+    @Test("A device that updates after another migrated the same data runs no step again")
+    func stepsRunOnce() throws {
+        let (first, second) = (TemporaryDirectory("first"), TemporaryDirectory("second"))
+        var a = try Self.open(first, Self.schema(1, ageType: .int))
+        try a.write { _ = try $0.create("Person", ["_id": "p", "age": 36]) }
+        var b = try Self.open(second, Self.schema(1, ageType: .int))
+        try MixedVersionModelTests.sync(a, b)
+        b.close()
+        b = try Self.open(second, Self.schema(3, ageType: .string), migration: Self.steps)
+        try b.write { try $0.update("Person", primaryKey: .string("p"), ["age": "thirty-six"]) }
+        try MixedVersionModelTests.sync(b, a)
+        a.close()
+        let ran = Mutex(0)
+        a = try Self.open(
+            first, Self.schema(3, ageType: .string),
+            migration: Migration(steps: [2: { _ in ran.withLock { $0 += 1 } }]))
+        #expect(ran.withLock { $0 } == 0)
+        #expect(try a.object("Person", primaryKey: .string("p"))?["age"] == "thirty-six")
+        a.close()
+        b.close()
     }
 }

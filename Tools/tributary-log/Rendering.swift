@@ -255,6 +255,7 @@ func text(_ instruction: Instruction) -> String {
     case .redefineProperty(let type, let property): return "redefine property \(type).\(property)"
     case .removeType(let type): return "remove type \(type)"
     case .setSchemaVersion(let version): return "set schema version \(version)"
+    case .migrated(let version): return "migrated to schema version \(version)"
     case .omitted: return "omitted"
     default:
         guard let object = instruction.object else { return "?" }
@@ -351,6 +352,8 @@ func json(_ instruction: Instruction) -> JSON {
         return .object([("op", .string("removeType")), ("type", .string(type))])
     case .setSchemaVersion(let version):
         return .object([("op", .string("setSchemaVersion")), ("version", .uint(version))])
+    case .migrated(let version):
+        return .object([("op", .string("migrated")), ("version", .uint(version))])
     case .create(let type, let key, let fields, let defaults):
         return .object([
             ("op", .string("create")), ("type", .string(type)), ("primaryKey", json(key)), ("fields", json(fields)),

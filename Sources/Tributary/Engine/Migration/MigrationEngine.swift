@@ -486,5 +486,6 @@ extension MigrationContext {
             }
         }
         try transaction.emit(.setSchemaVersion(newSchema.version))
+        try transaction.emit(.migrated(toVersion: newSchema.version))
     }
 }

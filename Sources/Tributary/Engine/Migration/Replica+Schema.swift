@@ -59,6 +59,8 @@ extension Replica {
         let stored = self.schema
         if stored.types.isEmpty && lastLocalSequence == 0 {
             try write { txn in
+                // No migration mark: a new replica migrated nothing (a device of an earlier release that updates
+                // later still runs its steps on its data).
                 for type in given.types { try txn.emit(.addType(type)) }
                 try txn.emit(.setSchemaVersion(given.version))
                 txn.declaredSchema = given
@@ -89,30 +91,46 @@ extension Replica {
                         + "\nRaise the schema version (now \(declared.version)) to migrate.")
             }
             // The same declaration: what it has that the merged schema lacks is added back (a replica rebuilt from
-            // a log that lacks it), but not what a migration removed or renamed: that was another release's
-            // decision, which this release's declaration must not undo.
-            let missing = given.types.compactMap { type -> (ObjectSchema, [Property])? in
-                guard stored.removals(ofType: type.name).isEmpty else { return nil }
-                guard let existing = stored[type: type.name] else { return (type, []) }
-                let properties = type.properties.filter {
-                    existing[property: $0.name] == nil && stored.removals(of: $0.name, in: type.name).isEmpty
-                }
-                return properties.isEmpty ? nil : (type, properties)
-            }
-            if !missing.isEmpty {
-                try write { txn in
-                    for (type, properties) in missing {
-                        if properties.isEmpty {
-                            try txn.emit(.addType(type))
-                        } else {
-                            for property in properties { try txn.emit(.addProperty(type: type.name, property)) }
-                        }
-                    }
-                }
-            }
+            // a log that lacks it).
+            try declare(given, over: stored, storing: false)
+            return
+        }
+        if stored.migratedVersion >= given.version {
+            // Another replica's migration took the data to this version (or past it) already, and its changes are
+            // here: no step runs again, and what the declaration adds that the merged schema lacks is added.
+            try declare(given, over: stored, storing: true)
             return
         }
         try migrate(from: stored, declared: declared, to: given, migration: migration)
+    }
+
+    /// Adds what `given` declares and the merged schema `stored` lacks, but not what a migration removed or renamed
+    /// (another release's decision, which this release's declaration must not undo); with `storing`, stores `given`
+    /// as the app's declaration by the same commit.
+    private func declare(_ given: Schema, over stored: Schema, storing: Bool) throws {
+        let missing = given.types.compactMap { type -> (ObjectSchema, [Property])? in
+            guard stored.removals(ofType: type.name).isEmpty else { return nil }
+            guard let existing = stored[type: type.name] else { return (type, []) }
+            let properties = type.properties.filter {
+                existing[property: $0.name] == nil && stored.removals(of: $0.name, in: type.name).isEmpty
+            }
+            return properties.isEmpty ? nil : (type, properties)
+        }
+        guard !missing.isEmpty || storing else { return }
+        try write { txn in
+            for (type, properties) in missing {
+                if properties.isEmpty {
+                    try txn.emit(.addType(type))
+                } else {
+                    for property in properties { try txn.emit(.addProperty(type: type.name, property)) }
+                }
+            }
+            if storing {
+                txn.declaredSchema = given
+                // A commit needs an instruction; this one changes nothing (the merged version is higher already).
+                if txn.instructions.isEmpty { try txn.emit(.setSchemaVersion(given.version)) }
+            }
+        }
     }
 
     /// Changes the schema to `target` in one transaction, which records the change in the log like any other write:
