@@ -347,3 +347,42 @@ extension MixedVersionMigrationStepTests {
         b.close()
     }
 }
+
+extension MixedVersionMigrationStepTests {
+    static func profile(_ version: UInt64, _ properties: [String]) -> Schema {
+        Schema(
+            version: version,
+            types: [
+                ObjectSchema(
+                    name: "Profile",
+                    properties: [.scalar("_id", .string)] + properties.map { .scalar($0, .string, optional: true) })
+            ])
+    }
+
+    @Test("A device that updates late to an intermediate release erases nothing a later release declared")
+    func lateIntermediateMigrationKeepsLaterDecisions() throws {
+        // Release 2 removed `nickname`; release 3 has it again (and `bio`, which release 2 keeps too).
+        let v1 = Self.profile(1, ["bio", "nickname"])
+        let v2 = Self.profile(2, ["bio"])
+        let v3 = Self.profile(3, ["bio", "nickname"])
+        let (late, later) = (TemporaryDirectory("late"), TemporaryDirectory("later"))
+        var old = try Self.open(late, v1)
+        try old.write { _ = try $0.create("Profile", ["_id": "p", "bio": "b", "nickname": "n"]) }
+        // A fresh install of release 3 (no migration ran anywhere yet) writes a nickname.
+        let newer = try Self.open(later, v3)
+        try MixedVersionModelTests.sync(old, newer)
+        try newer.write { try $0.update("Profile", primaryKey: .string("p"), ["nickname": "x"]) }
+        try MixedVersionModelTests.sync(newer, old)
+        // The late device updates to release 2 only.
+        old.close()
+        old = try Self.open(late, v2)
+        try MixedVersionModelTests.sync(old, newer)
+        for replica in [old, newer] {
+            #expect(try replica.object("Profile", primaryKey: .string("p"))?["nickname"] == "x")
+            #expect(try replica.object("Profile", primaryKey: .string("p"))?["bio"] == "b")
+            #expect(try replica.verify().passed)
+        }
+        old.close()
+        newer.close()
+    }
+}

@@ -442,9 +442,16 @@ extension MigrationContext {
             try transaction.emit(.renameProperty(type: type, from: from, to: to))
         }
         let current = transaction.working.schema
+        // A later release than this migration's target has synced here (a device updating late, from an earlier
+        // release): what its schema holds may be that release's, which this migration must not erase, and what it
+        // removed must not come back. So this migration removes no property or type the app's previous declaration
+        // had, and adds back none that a migration removed. What it leaves may outlive its use; nothing is lost.
+        let laterReleaseSynced = current.version > newSchema.version
         let removedTypes = current.types.filter { old in
             // A type the new schema lacks goes if the app declared it before; types other replicas added stay.
-            guard let new = newSchema[type: old.name] else { return declared[type: old.name] != nil }
+            guard let new = newSchema[type: old.name] else {
+                return declared[type: old.name] != nil && !laterReleaseSynced
+            }
             return new.isEmbedded != old.isEmbedded || replaced.contains(old.name)
         }
         for old in removedTypes where !old.isEmbedded {
@@ -470,18 +477,20 @@ extension MigrationContext {
                     } else {
                         try transaction.emit(.removeProperty(type: new.name, name: property.name))
                     }
-                } else if previous?[property: property.name] != nil {
+                } else if previous?[property: property.name] != nil, !laterReleaseSynced {
                     try transaction.emit(.removeProperty(type: new.name, name: property.name))
                 }
             }
         }
         for old in removedTypes { try transaction.emit(.removeType(old.name)) }
         for new in newSchema.types {
-            if let existing = transaction.working.schema[type: new.name] {
+            let working = transaction.working.schema
+            if let existing = working[type: new.name] {
                 for property in new.properties where existing[property: property.name] == nil {
+                    if laterReleaseSynced, !working.removals(of: property.name, in: new.name).isEmpty { continue }
                     try transaction.emit(.addProperty(type: new.name, property))
                 }
-            } else {
+            } else if !laterReleaseSynced || working.removals(ofType: new.name).isEmpty {
                 try transaction.emit(.addType(new))
             }
         }
