@@ -359,7 +359,7 @@ extension Replica {
         -> ResultsObservation<M>
     {
         ResultsObservation(replica: self, type: M.typeName, query: query, arguments: arguments) {
-            try ModelCoding.model(M.self, from: $0, names: try self.modelNames())
+            try self.modelValue(M.self, $0)
         }
     }
 
@@ -374,7 +374,7 @@ extension Replica {
         M
     > {
         ObjectObservation(replica: self, type: M.typeName, primaryKey: id.primaryKey) {
-            try ModelCoding.model(M.self, from: $0, names: try self.modelNames())
+            try self.modelValue(M.self, $0)
         }
     }
 }

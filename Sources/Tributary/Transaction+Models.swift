@@ -64,13 +64,13 @@ extension ObjectReading {
     /// The object of a model type with a primary key, or `nil`.
     public func object<M: Model>(_ type: M.Type, primaryKey id: some PrimaryKeyConvertible) throws -> M? {
         guard let object = try object(M.typeName, primaryKey: id.primaryKey) else { return nil }
-        return try ModelCoding.model(M.self, from: object, names: try readingNames())
+        return try modelValue(M.self, object, names: try readingNames())
     }
 
     /// Every object of a model type, in primary key order.
     public func objects<M: Model>(_ type: M.Type) throws -> [M] {
         let names = try readingNames()
-        return try objects(M.typeName).map { try ModelCoding.model(M.self, from: $0, names: names) }
+        return try objects(M.typeName).map { try modelValue(M.self, $0, names: names) }
     }
 
     /// The objects of a model type that match a query in the Realm Query Language.
@@ -81,8 +81,16 @@ extension ObjectReading {
     public func objects<M: Model>(_ type: M.Type, where query: String, arguments: [Value] = []) throws -> [M] {
         let names = try readingNames()
         return try objects(M.typeName, where: query, arguments: arguments).map {
-            try ModelCoding.model(M.self, from: $0, names: names)
+            try modelValue(M.self, $0, names: names)
         }
+    }
+
+    /// `object` as a model of this release of the app.
+    func modelValue<M: Model>(_ type: M.Type, _ object: DynamicObject, names: ModelNames) throws -> M {
+        guard !names.isEmpty, let source = self as? any ModelNameSource else {
+            return try ModelCoding.model(M.self, from: object, names: names)
+        }
+        return try ModelCoding.model(M.self, from: try source.asDeclared(object, names: names), names: names)
     }
 
     /// Where the app's declared properties live in the schema these reads use (``ModelNames``).
@@ -94,10 +102,16 @@ extension ObjectReading {
 /// A reader that knows which release of the app reads through it: a snapshot or a transaction of a replica.
 protocol ModelNameSource {
     func modelNames() throws -> ModelNames
+    /// `object` as this release's models read it (``ModelNames``).
+    func asDeclared(_ object: DynamicObject, names: ModelNames) throws -> DynamicObject
 }
 
 extension Snapshot: ModelNameSource {
     func modelNames() throws -> ModelNames { try replica.modelNames() }
+
+    func asDeclared(_ object: DynamicObject, names: ModelNames) throws -> DynamicObject {
+        try replica.asDeclared(object, names: names) { try record($0, $1) }
+    }
 }
 
 extension Transaction: ModelNameSource {
@@ -108,6 +122,10 @@ extension Transaction: ModelNameSource {
         let names = try replica.modelNames(declared: declared, schema: working.schema, in: storage)
         modelNamesCache = names
         return names
+    }
+
+    func asDeclared(_ object: DynamicObject, names: ModelNames) throws -> DynamicObject {
+        try replica.asDeclared(object, names: names) { try record($0, $1) }
     }
 }
 

@@ -386,3 +386,69 @@ extension MixedVersionMigrationStepTests {
         newer.close()
     }
 }
+
+/// Two releases that define one property with different types.
+enum PlayerV1 {
+    struct Player: Model {
+        static var typeName: String { "Player" }
+        var _id: String
+        var name: String
+        var score: Int
+    }
+}
+
+enum PlayerV2 {
+    struct Player: Model {
+        static var typeName: String { "Player" }
+        var _id: String
+        var name: String
+        var score: String?
+    }
+}
+
+@Suite("An earlier release after a later one defined a property with another type")
+struct MixedVersionShapeTests {
+    static func open(_ directory: TemporaryDirectory, version: Int) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        return version == 1
+            ? try Replica.open(
+                directory: directory.path, models: [PlayerV1.Player.self], schemaVersion: 1,
+                configuration: configuration)
+            : try Replica.open(
+                directory: directory.path, models: [PlayerV2.Player.self], schemaVersion: 2,
+                configuration: configuration)
+    }
+
+    @Test("The earlier release reads its own values of the property, and its writes fail on nothing and erase nothing")
+    func earlierReleaseKeepsItsShape() throws {
+        let (oldDirectory, newDirectory) = (TemporaryDirectory("v1"), TemporaryDirectory("v2"))
+        let old = try Self.open(oldDirectory, version: 1)
+        try old.write { try $0.create(PlayerV1.Player(_id: "p", name: "Ada", score: 10)) }
+        // A fresh install of release 2: its definition of `score` is the later one, and shows on every replica.
+        let new = try Self.open(newDirectory, version: 2)
+        try MixedVersionModelTests.sync(old, new)
+        try MixedVersionModelTests.sync(new, old)
+        #expect(old.schema[type: "Player"]?[property: "score"]?.kind == .scalar(.string))
+
+        // Release 1 reads its own int, kept aside under its definition.
+        var ada = try #require(try old.read { try $0.object(PlayerV1.Player.self, primaryKey: "p") })
+        #expect(ada.score == 10)
+        // It edits the player: the name lands; its score goes nowhere, and release 2's stays.
+        try new.write { try $0.update(PlayerV2.Player(_id: "p", name: "Ada", score: "ten")) }
+        try MixedVersionModelTests.sync(new, old)
+        ada.name = "Ada L."
+        ada.score = 11
+        try old.write { [ada] in try $0.update(ada) }
+        try old.write { try $0.create(PlayerV1.Player(_id: "q", name: "Grace", score: 3)) }
+        try MixedVersionModelTests.sync(old, new)
+        let players = try new.read { try $0.objects(PlayerV2.Player.self) }
+        #expect(players.map(\.name) == ["Ada L.", "Grace"])
+        #expect(players.map(\.score) == ["ten", nil])
+        #expect(try old.read { try $0.objects(PlayerV1.Player.self) }.map(\.score) == [10, 0])
+        #expect(try old.verify().passed)
+        #expect(try new.verify().passed)
+        old.close()
+        new.close()
+    }
+}

@@ -31,8 +31,11 @@ enum ModelCoding {
         for name in fields.keys.sorted() where type[property: name] == nil && declaredType?[property: name] == nil {
             throw TributaryError(.unknownProperty, "'\(path).\(name)' is not a property of \(type.name)")
         }
+        let reshaped = Set(names.reshaped(in: type.name).map(\.name))
         for property in type.properties {
             if let declaredType, declaredType[property: property.name] == nil, fields[property.name] == nil { continue }
+            // Defined with another shape by another release: this release's value goes nowhere (``ModelNames``).
+            if reshaped.contains(property.name) { continue }
             let node = fields[property.name] ?? .null
             result[property.name] = try conform(
                 node, to: property, schema: schema, declared: declared, names: names,

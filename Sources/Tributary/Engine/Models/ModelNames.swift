@@ -12,11 +12,23 @@ import TributaryViews
 /// writes would have landed had they been made before the rename. The renames followed are those the app's
 /// declaration did not see (it was stored before they merged), by the merge rules' own walk (rule 8); a property that
 /// such a change removed, or renamed to one of another shape, has no entry, and the model's value for it goes nowhere.
+///
+/// A later release may also define a property this release declares with another shape (`age` as a string where
+/// this release has an int). This release's models then read it under their own shape: the values kept aside under
+/// that shape (rule 8), or the property's default; their writes of it are dropped, so that they fail neither to read
+/// nor to write, and erase nothing the later release wrote.
 struct ModelNames: Sendable {
     /// The merged schema's name of each declared property that another release renamed, by its declared name.
     var renamed: [PropertyName: String] = [:]
+    /// This release's definition of each top-level property that the merged schema defines with another shape.
+    var reshaped: [PropertyName: Property] = [:]
 
-    var isEmpty: Bool { renamed.isEmpty }
+    var isEmpty: Bool { renamed.isEmpty && reshaped.isEmpty }
+
+    /// This release's definitions of the properties of `type` that the merged schema defines with another shape.
+    func reshaped(in type: String) -> [Property] {
+        reshaped.isEmpty ? [] : reshaped.filter { $0.key.type == type }.map(\.value)
+    }
 
     /// The merged schema's name of `property` of `type` as this release declares it, if another release renamed it.
     func target(of property: String, in type: String) -> String? {
@@ -31,6 +43,13 @@ struct ModelNames: Sendable {
         declared: Schema, schema: Schema, anchor: VersionVector, replica: ReplicaID, source: any RecordSource
     ) throws -> ModelNames {
         var names = ModelNames()
+        for type in declared.types where !type.isEmbedded {
+            guard let merged = schema[type: type.name] else { continue }
+            for property in type.properties {
+                guard let current = merged[property: property.name], current.shape != property.shape else { continue }
+                names.reshaped[PropertyName(type: type.name, property: property.name)] = property
+            }
+        }
         guard !schema.propertyRemovals.isEmpty else { return names }
         // What the declaration's commit saw: the anchor, and this replica's own changesets up to it.
         let info = ChangesetInfo(
@@ -54,6 +73,40 @@ struct ModelNames: Sendable {
 extension Replica {
     static let declarationAnchorKey = Array("declarationAnchor".utf8)
 
+    /// `object` with the values of `properties` (this release's definitions of properties another release defined
+    /// with another shape) as this release reads them: the state kept aside under its shape in `record`, or the
+    /// property's default.
+    func showingDeclaredShapes(_ object: DynamicObject, _ properties: [Property], record: ObjectRecord?)
+        -> DynamicObject
+    {
+        let declared = appSchema.withLock { $0 } ?? schema
+        var values = object.values
+        for property in properties {
+            values[property.name] = ObjectRecord.value(
+                record?.fields[property.name, shape: property.shape], of: property, in: declared)
+        }
+        return DynamicObject(type: object.type, primaryKey: object.primaryKey, values: values)
+    }
+
+    /// `object` as a model of this release of the app, read after it was fetched (live results).
+    func modelValue<M: Model>(_ type: M.Type, _ object: DynamicObject) throws -> M {
+        let names = try modelNames()
+        guard !names.reshaped(in: object.type).isEmpty else {
+            return try ModelCoding.model(M.self, from: object, names: names)
+        }
+        return try read { snapshot in try snapshot.modelValue(M.self, object, names: names) }
+    }
+
+    /// `object` as this release's models read it (see ``ModelNames``), reading its record when some property of its
+    /// type has another shape here.
+    func asDeclared(_ object: DynamicObject, names: ModelNames, record: (String, PrimaryKey) throws -> ObjectRecord?)
+        rethrows -> DynamicObject
+    {
+        let reshaped = names.reshaped(in: object.type)
+        guard !reshaped.isEmpty else { return object }
+        return showingDeclaredShapes(object, reshaped, record: try record(object.type, object.primaryKey))
+    }
+
     /// The ``ModelNames`` of the app's declaration in the schema of the last commit, computed on first use after each
     /// schema change. Empty when the app declared no schema, or when the declaration predates the builds that store
     /// what it saw.
@@ -73,10 +126,11 @@ extension Replica {
 
     /// The ``ModelNames`` of `declared` in `schema`, read in `txn`.
     func modelNames(declared: Schema, schema: Schema, in txn: TributaryStorageReadTransaction) throws -> ModelNames {
-        guard !schema.propertyRemovals.isEmpty,
-            let bytes = try txn.get(identity, key: Self.declarationAnchorKey)
-        else { return ModelNames() }
-        let anchor = try ViewStore.decodeVector(bytes, subject: "declaration anchor")
+        // Without an anchor (a declaration stored before builds kept one), every rename counts as seen.
+        var anchor = schema.propertyRemovals.isEmpty ? VersionVector() : try views.versionVector(in: txn)
+        if !schema.propertyRemovals.isEmpty, let bytes = try txn.get(identity, key: Self.declarationAnchorKey) {
+            anchor = try ViewStore.decodeVector(bytes, subject: "declaration anchor")
+        }
         return try ModelNames.compute(
             declared: declared, schema: schema, anchor: anchor, replica: replicaID,
             source: ReplicaRecordSource(views: views, log: log, transaction: txn))
