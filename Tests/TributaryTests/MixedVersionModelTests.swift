@@ -66,6 +66,11 @@ struct MixedVersionModelTests {
                     tags: ["x", "y"]))
         }
         try Self.sync(new, old)
+        #expect(
+            try old.schemaStatus().undeclared == [
+                PropertyName(type: "Badge", property: "color"), PropertyName(type: "Profile", property: "nickname"),
+                PropertyName(type: "Profile", property: "tags"),
+            ])
         // The earlier release reads its own properties, and edits the profile through its model.
         var profile = try #require(try old.read { try $0.object(ProfileV1.Profile.self, primaryKey: "p") })
         #expect(profile.name == "Ada")
@@ -157,6 +162,7 @@ struct MixedVersionRemovalTests {
         #expect(try old.verify().passed)
         #expect(try new.verify().passed)
 
+        #expect(try old.schemaStatus().removed == [PropertyName(type: "Profile", property: "badge")])
         // The earlier release restarts: its replica opens, and its declaration does not bring `badge` back.
         old.close()
         let reopened = try MixedVersionModelTests.open(oldDirectory, version: 1)
@@ -240,6 +246,13 @@ struct MixedVersionRenameTests {
         try await new.write { try $0.update(PersonV2.Person(_id: "q", fullName: "Grace H.", age: 45)) }
         try MixedVersionModelTests.sync(new, old)
         #expect(try await old.read { try $0.object(PersonV1.Person.self, primaryKey: "q") }?.name == "Grace H.")
+
+        let status = try old.schemaStatus()
+        #expect(status.renamed == [PropertyName(type: "Person", property: "name"): "fullName"])
+        #expect(status.removed.isEmpty && status.undeclared.isEmpty && status.reshaped.isEmpty)
+        #expect(status.laterReleaseSynced)
+        #expect(status.declared == DeclaredSchemaVersions(current: 1, first: 1))
+        #expect(status.highestDeclared == 2 && status.migrated == 2)
 
         // Release 1 restarts: the same.
         old.close()
@@ -334,6 +347,8 @@ extension MixedVersionMigrationStepTests {
         b.close()
         a = try Self.open(first, Self.schema(3, ageType: .string), migration: Self.steps)
         b = try Self.open(second, Self.schema(3, ageType: .string), migration: Self.steps)
+        // Later than both migrations' writes (the wait makes sure of it), so it wins over them.
+        Thread.sleep(forTimeInterval: 0.01)
         try a.write { try $0.update("Person", primaryKey: .string("q"), ["age": "forty-five"]) }
         try MixedVersionModelTests.sync(a, b)
         try MixedVersionModelTests.sync(b, a)
@@ -425,7 +440,9 @@ struct MixedVersionShapeTests {
         let (oldDirectory, newDirectory) = (TemporaryDirectory("v1"), TemporaryDirectory("v2"))
         let old = try Self.open(oldDirectory, version: 1)
         try old.write { try $0.create(PlayerV1.Player(_id: "p", name: "Ada", score: 10)) }
-        // A fresh install of release 2: its definition of `score` is the later one, and shows on every replica.
+        // A fresh install of release 2: its definition of `score` is the later one (its clock is past release 1's
+        // definition, which the wait makes sure of), and shows on every replica.
+        Thread.sleep(forTimeInterval: 0.01)
         let new = try Self.open(newDirectory, version: 2)
         try MixedVersionModelTests.sync(old, new)
         try MixedVersionModelTests.sync(new, old)
@@ -446,6 +463,9 @@ struct MixedVersionShapeTests {
         #expect(players.map(\.name) == ["Ada L.", "Grace"])
         #expect(players.map(\.score) == ["ten", nil])
         #expect(try old.read { try $0.objects(PlayerV1.Player.self) }.map(\.score) == [10, 0])
+        let status = try old.schemaStatus()
+        #expect(status.reshaped == [PropertyName(type: "Player", property: "score")])
+        #expect(status.laterReleaseSynced && status.migrated == 0)
         #expect(try old.verify().passed)
         #expect(try new.verify().passed)
         old.close()

@@ -136,3 +136,58 @@ extension Replica {
             source: ReplicaRecordSource(views: views, log: log, transaction: txn))
     }
 }
+
+/// Where this release of the app stands among the releases that synced with its replica: what an app shows when it
+/// asks the user to update, or logs when a property it declares no longer holds what it expects.
+public struct SchemaStatus: Sendable, Hashable {
+    /// The versions this release declared (`nil` for a replica opened without a schema).
+    public var declared: DeclaredSchemaVersions?
+    /// The highest schema version any release declared to the replicas this one synced with.
+    public var highestDeclared: UInt64
+    /// The highest schema version a migration took the data to (0 when none ran).
+    public var migrated: UInt64
+    /// Properties this release declares that a later release renamed: this release's models read and write them
+    /// under the new name.
+    public var renamed: [PropertyName: String]
+    /// Properties this release declares that another release defined with another shape: this release's models read
+    /// the values written under its own definition, and their writes of them are dropped.
+    public var reshaped: [PropertyName]
+    /// Properties this release declares that another release removed: its models read their defaults, and their
+    /// writes of them are dropped.
+    public var removed: [PropertyName]
+    /// Properties of the types this release declares that only other releases declare: this release's models leave
+    /// them as they are.
+    public var undeclared: [PropertyName]
+
+    /// Whether a release later than this one synced with this replica: the app may ask the user to update.
+    public var laterReleaseSynced: Bool { declared.map { highestDeclared > $0.current } ?? false }
+}
+
+extension Replica {
+    /// Where this release of the app stands among the releases that synced with this replica (``SchemaStatus``).
+    ///
+    /// - Throws: ``TributaryError`` when the replica cannot be read.
+    public func schemaStatus() throws -> SchemaStatus {
+        let schema = self.schema
+        let names = try modelNames()
+        let declared = appSchema.withLock { $0 }
+        var removed: [PropertyName] = []
+        var undeclared: [PropertyName] = []
+        for type in declared?.types ?? [] {
+            guard let merged = schema[type: type.name] else { continue }
+            for property in type.properties where merged[property: property.name] == nil {
+                let name = PropertyName(type: type.name, property: property.name)
+                if names.renamed[name] == nil { removed.append(name) }
+            }
+            let renameTargets = Set(names.renamed.filter { $0.key.type == type.name }.values)
+            for property in merged.properties
+            where type[property: property.name] == nil && !renameTargets.contains(property.name) {
+                undeclared.append(PropertyName(type: type.name, property: property.name))
+            }
+        }
+        return SchemaStatus(
+            declared: try declaredVersions(), highestDeclared: schema.version, migrated: schema.migratedVersion,
+            renamed: names.renamed, reshaped: names.reshaped.keys.sorted(), removed: removed.sorted(),
+            undeclared: undeclared.sorted())
+    }
+}
