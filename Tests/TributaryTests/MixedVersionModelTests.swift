@@ -39,15 +39,18 @@ enum ProfileV2 {
 @Suite("Apps of two releases syncing")
 struct MixedVersionModelTests {
     static func open(_ directory: TemporaryDirectory, version: Int) throws -> Replica {
+        try open(directory, version == 1 ? ProfileV1.Profile.self : ProfileV2.Profile.self, version: version)
+    }
+
+    /// A replica of the release `version` of an app whose one model is `model`, opened without durability.
+    static func open(
+        _ directory: TemporaryDirectory, _ model: any Model.Type, version: Int, migration: Migration? = nil
+    ) throws -> Replica {
         var configuration = Replica.Configuration()
         configuration.durability = .none
-        return version == 1
-            ? try Replica.open(
-                directory: directory.path, models: [ProfileV1.Profile.self], schemaVersion: 1,
-                configuration: configuration)
-            : try Replica.open(
-                directory: directory.path, models: [ProfileV2.Profile.self], schemaVersion: 2,
-                configuration: configuration)
+        return try Replica.open(
+            directory: directory.path, models: [model], schemaVersion: UInt64(version), configuration: configuration,
+            migration: migration)
     }
 
     static func sync(_ from: Replica, _ to: Replica) throws {
@@ -197,15 +200,10 @@ enum PersonV2 {
 @Suite("An earlier release after a later one renamed a property")
 struct MixedVersionRenameTests {
     static func open(_ directory: TemporaryDirectory, version: Int) throws -> Replica {
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        return version == 1
-            ? try Replica.open(
-                directory: directory.path, models: [PersonV1.Person.self], schemaVersion: 1,
-                configuration: configuration)
-            : try Replica.open(
-                directory: directory.path, models: [PersonV2.Person.self], schemaVersion: 2,
-                configuration: configuration,
+        version == 1
+            ? try MixedVersionModelTests.open(directory, PersonV1.Person.self, version: 1)
+            : try MixedVersionModelTests.open(
+                directory, PersonV2.Person.self, version: 2,
                 migration: Migration { $0.renameProperty(onType: "Person", from: "name", to: "fullName") })
     }
 
@@ -424,15 +422,8 @@ enum PlayerV2 {
 @Suite("An earlier release after a later one defined a property with another type")
 struct MixedVersionShapeTests {
     static func open(_ directory: TemporaryDirectory, version: Int) throws -> Replica {
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        return version == 1
-            ? try Replica.open(
-                directory: directory.path, models: [PlayerV1.Player.self], schemaVersion: 1,
-                configuration: configuration)
-            : try Replica.open(
-                directory: directory.path, models: [PlayerV2.Player.self], schemaVersion: 2,
-                configuration: configuration)
+        try MixedVersionModelTests.open(
+            directory, version == 1 ? PlayerV1.Player.self : PlayerV2.Player.self, version: version)
     }
 
     @Test("The earlier release reads its own values of the property, and its writes fail on nothing and erase nothing")
