@@ -7,7 +7,9 @@ struct Info: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show a replica's identity, schema, log size and objects.",
         discussion: """
-            Prints the replica id, the format and schema versions, the number of changesets and instructions, the \
+            Prints the replica id, the format and schema versions (the highest any release declared; the schema \
+            version the app last opened this replica with and the one its history starts at; and the highest a \
+            migration reached), the schema conflicts, the number of changesets and instructions, the \
             log's size as stored (headers and compressed payloads) and uncompressed, the compression ratio, the \
             version vector, the storage file's used size, and the number of objects of each type. Every figure \
             comes from one snapshot; reading the log checks every entry's checksum.
@@ -23,6 +25,7 @@ struct Info: ParsableCommand {
             let opened = try replica.open()
             defer { opened.close() }
             let summary = try opened.inspection.summary()
+            let declared = try opened.declaredVersions()
             let ratio = (summary.log.compressionRatio * 100).rounded() / 100
             if output.json {
                 emit(
@@ -30,6 +33,9 @@ struct Info: ParsableCommand {
                         ("replica", .string(opened.replicaID.description)), ("directory", .string(replica.replica)),
                         ("formatVersion", .int(Int64(summary.formatVersion))),
                         ("schemaVersion", .uint(summary.schema.version)),
+                        ("migratedSchemaVersion", .uint(summary.schema.migratedVersion)),
+                        ("declaredSchemaVersion", declared.map { .uint($0.current) } ?? .null),
+                        ("firstDeclaredSchemaVersion", declared?.first.map { .uint($0) } ?? .null),
                         ("types", .int(Int64(summary.schema.types.count))),
                         ("changesets", .int(Int64(summary.log.changesets))),
                         ("instructions", .int(Int64(summary.log.instructions))),
@@ -81,6 +87,13 @@ struct Info: ParsableCommand {
                     "schema",
                     "version \(summary.schema.version), \(summary.schema.types.count) types"
                         + (embedded > 0 ? " (\(embedded) embedded)" : "")
+                ),
+                (
+                    "releases",
+                    (declared.map { "app version \($0.current)" + ($0.first.map { " (history from \($0))" } ?? "") }
+                        ?? "no app schema declared")
+                        + (summary.schema.migratedVersion > 0
+                            ? ", migrations reached version \(summary.schema.migratedVersion)" : ", no migration")
                 ),
                 ("changesets", grouped(summary.log.changesets) + " (last local sequence \(summary.lastLocalSequence))"),
                 ("instructions", grouped(summary.log.instructions)),
