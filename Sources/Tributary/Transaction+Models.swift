@@ -23,15 +23,31 @@ extension Transaction {
     /// - Throws: ``TributaryError`` with `.duplicatePrimaryKey` when an object with its primary key exists.
     @discardableResult
     public func create<M: Model>(_ object: M) throws -> PrimaryKey {
-        let (_, values) = try modelValues(object)
-        return try create(M.typeName, values)
+        let (type, values) = try modelValues(object)
+        return try create(M.typeName, values, fallbacks: try fallbacks(for: type))
     }
 
     /// Creates an object, or updates the existing one with the same primary key (writing only what changed).
     @discardableResult
     public func upsert<M: Model>(_ object: M) throws -> PrimaryKey {
-        let (_, values) = try modelValues(object)
-        return try upsert(M.typeName, values, leavingAbsentFields: true)
+        let (type, values) = try modelValues(object)
+        return try upsert(M.typeName, values, leavingAbsentFields: true, fallbacks: try fallbacks(for: type))
+    }
+
+    /// For a model of this release: the defaults a create gives the required properties of `type` that another
+    /// release defined with another shape and that have no default (their values from this release's model go
+    /// nowhere, ``ModelNames``): the zero value of the definition that shows, which any value written beats.
+    func fallbacks(for type: ObjectSchema) throws -> [String: Value] {
+        let reshaped = try modelNames().reshaped(in: type.name)
+        guard !reshaped.isEmpty else { return [:] }
+        var fallbacks: [String: Value] = [:]
+        for declared in reshaped {
+            guard let property = type[property: declared.name], !property.isOptional, !property.isList,
+                property.createDefault == nil
+            else { continue }
+            fallbacks[property.name] = ObjectRecord.zeroValue(property.kind)
+        }
+        return fallbacks
     }
 
     /// Updates the stored object with the model value's primary key to equal it, writing only what changed.

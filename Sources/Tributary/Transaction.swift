@@ -178,12 +178,17 @@ public final class Transaction: ObjectReading {
     ///   `.unknownProperty`, `.wrongType`, `.missingProperty` or `.invalidValue`.
     @discardableResult
     public func create(_ type: String, _ values: [String: Value]) throws -> PrimaryKey {
+        try create(type, values, fallbacks: [:])
+    }
+
+    /// ``create(_:_:)``, with defaults for required properties that have none (see ``emitCreate(_:_:_:fallbacks:)``).
+    func create(_ type: String, _ values: [String: Value], fallbacks: [String: Value]) throws -> PrimaryKey {
         let (objectType, key) = try checkedKey(type, values)
         if try record(type, key)?.exists == true {
             throw TributaryError(
                 .duplicatePrimaryKey, "cannot create \(type) with primary key \(key): an object with that key exists")
         }
-        try emitCreate(objectType, key, values)
+        try emitCreate(objectType, key, values, fallbacks: fallbacks)
         return key
     }
 
@@ -195,14 +200,16 @@ public final class Transaction: ObjectReading {
     }
 
     /// ``upsert(_:_:)``; see ``update(_:primaryKey:_:leavingAbsentFields:)``.
-    func upsert(_ type: String, _ values: [String: Value], leavingAbsentFields: Bool) throws -> PrimaryKey {
+    func upsert(
+        _ type: String, _ values: [String: Value], leavingAbsentFields: Bool, fallbacks: [String: Value] = [:]
+    ) throws -> PrimaryKey {
         let (objectType, key) = try checkedKey(type, values)
         if try record(type, key)?.exists == true {
             var changes = values
             if let keyName = objectType.primaryKey { changes.removeValue(forKey: keyName) }
             try update(type, primaryKey: key, changes, leavingAbsentFields: leavingAbsentFields)
         } else {
-            try emitCreate(objectType, key, values)
+            try emitCreate(objectType, key, values, fallbacks: fallbacks)
         }
         return key
     }
@@ -305,7 +312,16 @@ public final class Transaction: ObjectReading {
         }
     }
 
-    func emitCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) throws {
+    ///
+    /// `fallbacks` are defaults for required properties that have none and that `values` leaves out (a model of an
+    /// earlier release that holds another definition of them): they lose to any value written, as defaults do.
+    func emitCreate(
+        _ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value], fallbacks: [String: Value] = [:]
+    ) throws {
+        guard fallbacks.isEmpty else {
+            try emit(checkedCreate(type, key, values, fallbacks: fallbacks))
+            return
+        }
         try emit(plannedCreate(type, key, values) ?? checkedCreate(type, key, values))
     }
 
@@ -372,7 +388,9 @@ public final class Transaction: ObjectReading {
     }
 
     /// The create instruction for `values`, checking each one and naming the first problem.
-    func checkedCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) throws -> Instruction {
+    func checkedCreate(
+        _ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value], fallbacks: [String: Value] = [:]
+    ) throws -> Instruction {
         var explicit: [FieldValue] = []
         for name in values.keys.sorted() where name != type.primaryKey {
             let value = values[name] ?? .null
@@ -381,7 +399,7 @@ public final class Transaction: ObjectReading {
         }
         var defaults: [FieldValue] = []
         for property in type.properties where property.name != type.primaryKey && values[property.name] == nil {
-            if let value = property.createDefault {
+            if let value = property.createDefault ?? fallbacks[property.name] {
                 defaults.append(FieldValue(property.name, value))
             } else if !property.isOptional && !property.isList {
                 throw TributaryError(
