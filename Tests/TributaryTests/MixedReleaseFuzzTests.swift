@@ -13,7 +13,9 @@ import TributaryTestTags
 ///
 /// - nothing any device did threw (an earlier release's models read and write whatever later ones changed);
 /// - every device holds the same views, and passes `verify`;
-/// - every device reads every person through its own release's models.
+/// - every device reads every person through its own release's models;
+/// - nothing an earlier release did erased what a later one wrote or removed: every person release 3 gave an email
+///   still has one, and once a device migrated to release 3, `nickname` stays removed.
 ///
 /// `TRIBUTARY_SEED` sets the first seed, `TRIBUTARY_MIXED_RELEASE_SEEDS` the number of seeds (40).
 @Suite("Mixed releases fuzz", .tags(.fuzz))
@@ -96,8 +98,9 @@ struct MixedReleaseFuzzTests {
             }
         }
 
-        /// Creates or edits a person through this release's models.
-        func write(_ random: inout SplitMix64) throws {
+        /// Creates or edits a person through this release's models; returns the person's key.
+        @discardableResult
+        func write(_ random: inout SplitMix64) throws -> String {
             let key = "p\(random.next() % 4)"
             let age = Int(random.next() % 90)
             let name = "n\(random.next() % 100)"
@@ -127,6 +130,7 @@ struct MixedReleaseFuzzTests {
                     try txn.upsert(person)
                 }
             }
+            return key
         }
     }
 
@@ -141,6 +145,8 @@ struct MixedReleaseFuzzTests {
         for seed in first..<(first + count) {
             var random = SplitMix64(seed: seed)
             var trace: [String] = []
+            var emailed: Set<String> = []
+            var migratedToThree = false
             do {
                 let devices = try (0..<4).map { try Device("release-fuzz-\($0)") }
                 defer { for device in devices { device.replica.close() } }
@@ -149,7 +155,8 @@ struct MixedReleaseFuzzTests {
                     switch random.next() % 10 {
                     case 0..<4:
                         trace.append("d\(device) writes (release \(devices[device].release))")
-                        try devices[device].write(&random)
+                        let key = try devices[device].write(&random)
+                        if devices[device].release == 3 { emailed.insert(key) }
                     case 4..<7:
                         let other = (device + 1 + Int(random.next() % 3)) % 4
                         trace.append("d\(device) -> d\(other)")
@@ -161,6 +168,7 @@ struct MixedReleaseFuzzTests {
                         guard devices[device].release < 3 else { continue }
                         trace.append("d\(device) updates to release \(devices[device].release + 1)")
                         try devices[device].reopen(at: devices[device].release + 1)
+                        if devices[device].release == 3 { migratedToThree = true }
                     }
                     _ = try devices[device].people()
                 }
@@ -174,6 +182,17 @@ struct MixedReleaseFuzzTests {
                         "seed \(seed): device \(index) differs after \(trace)")
                     #expect(try device.replica.verify().passed, "seed \(seed): device \(index) fails verify")
                     _ = try device.people()
+                }
+                let replica = devices[0].replica
+                for key in emailed.sorted() {
+                    #expect(
+                        try replica.object("Person", primaryKey: .string(key))?["email"].isNull == false,
+                        "seed \(seed): \(key)'s email was erased after \(trace)")
+                }
+                if migratedToThree {
+                    #expect(
+                        replica.schema[type: "Person"]?[property: "nickname"] == nil,
+                        "seed \(seed): nickname came back after \(trace)")
                 }
             } catch {
                 Issue.record("seed \(seed): \(error)\nafter \(trace)")
