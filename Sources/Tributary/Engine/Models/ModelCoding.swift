@@ -107,7 +107,7 @@ enum ModelCoding {
     {
         do {
             var value = Value.embedded(EmbeddedObject(type: object.type, fields: object.values))
-            if !names.isEmpty { value = aliased(value, names) }
+            if !names.renamed.isEmpty { value = aliased(value, names) }
             return try M(from: ValueDecoder(value: value, codingPath: []))
         } catch let error as DecodingError {
             throw TributaryError(
