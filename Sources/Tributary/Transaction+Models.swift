@@ -8,14 +8,37 @@ extension Transaction {
     /// is). The declaration is the schema the app gave at open (``Replica/appSchema``), or, when it gave none that
     /// holds the type, the model type's own shape.
     func modelValues<M: Model>(_ object: M) throws -> (ObjectSchema, [String: Value]) {
+        let (type, values, _) = try modelValuesAndAside(object)
+        return (type, values)
+    }
+
+    /// ``modelValues(_:)``, and the values this release writes aside under its own definitions (``ModelNames``).
+    func modelValuesAndAside<M: Model>(_ object: M) throws -> (ObjectSchema, [String: Value], aside: [String: Value]) {
         let type = try working.schema.requireType(M.typeName)
         var declared = replica.appSchema.withLock { $0 }
         if declared?[type: M.typeName] == nil { declared = ModelShapes.shape(of: M.self) }
-        return (
-            type,
-            try ModelCoding.values(
-                of: object, type: type, schema: working.schema, declared: declared, names: try modelNames())
-        )
+        let (values, aside) = try ModelCoding.valuesAndAside(
+            of: object, type: type, schema: working.schema, declared: declared, names: try modelNames())
+        return (type, values, aside)
+    }
+
+    /// Writes `aside` (``modelValuesAndAside(_:)``) to the object of `type` with `key`, each under this release's
+    /// definition of its property: kept aside in the object (rule 8), where this release's models read it.
+    func writeAside(_ aside: [String: Value], of type: String, _ key: PrimaryKey) throws {
+        guard !aside.isEmpty else { return }
+        let names = try modelNames()
+        let declared = replica.appSchema.withLock { $0 }
+        for (name, value) in aside.sorted(by: { $0.key < $1.key }) {
+            guard let property = names.reshaped[PropertyName(type: type, property: name)] else { continue }
+            if let problem = (declared ?? working.schema).problem(with: value, for: property) {
+                throw TributaryError(.wrongType, "'\(type).\(name)': \(problem)")
+            }
+            let record = try self.record(type, key)
+            let current = ObjectRecord.value(
+                record?.fields[name, shape: property.shape], of: property, in: declared ?? working.schema)
+            if current.storesAlike(value) { continue }
+            try emit(.set(FieldPath(type: type, primaryKey: key, property: name), value), writtenAs: property)
+        }
     }
 
     /// Creates an object from a model value.
@@ -23,15 +46,19 @@ extension Transaction {
     /// - Throws: ``TributaryError`` with `.duplicatePrimaryKey` when an object with its primary key exists.
     @discardableResult
     public func create<M: Model>(_ object: M) throws -> PrimaryKey {
-        let (type, values) = try modelValues(object)
-        return try create(M.typeName, values, fallbacks: try fallbacks(for: type))
+        let (type, values, aside) = try modelValuesAndAside(object)
+        let key = try create(M.typeName, values, fallbacks: try fallbacks(for: type))
+        try writeAside(aside, of: M.typeName, key)
+        return key
     }
 
     /// Creates an object, or updates the existing one with the same primary key (writing only what changed).
     @discardableResult
     public func upsert<M: Model>(_ object: M) throws -> PrimaryKey {
-        let (type, values) = try modelValues(object)
-        return try upsert(M.typeName, values, leavingAbsentFields: true, fallbacks: try fallbacks(for: type))
+        let (type, values, aside) = try modelValuesAndAside(object)
+        let key = try upsert(M.typeName, values, leavingAbsentFields: true, fallbacks: try fallbacks(for: type))
+        try writeAside(aside, of: M.typeName, key)
+        return key
     }
 
     /// For a model of this release: the defaults a create gives the required properties of `type` that another
@@ -52,13 +79,14 @@ extension Transaction {
 
     /// Updates the stored object with the model value's primary key to equal it, writing only what changed.
     public func update<M: Model>(_ object: M) throws {
-        let (type, values) = try modelValues(object)
+        let (type, values, aside) = try modelValuesAndAside(object)
         guard let keyName = type.primaryKey, let key = values[keyName].flatMap(PrimaryKey.init) else {
             throw TributaryError(.missingProperty, "\(M.typeName) has no primary key value")
         }
         var changes = values
         changes.removeValue(forKey: keyName)
         try update(M.typeName, primaryKey: key, changes, leavingAbsentFields: true)
+        try writeAside(aside, of: M.typeName, key)
     }
 
     /// Deletes the object of a model type with a primary key. Returns whether it existed.

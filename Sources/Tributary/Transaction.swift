@@ -78,6 +78,32 @@ public final class Transaction: ObjectReading {
         }
     }
 
+    /// Applies and records `instruction`, a write of one property made under `declared`, this release's definition of
+    /// it, which the schema holds with another shape: its changeset notes that shape, and every replica keeps the
+    /// value aside under it (rule 8), this one included.
+    func emit(_ instruction: Instruction, writtenAs declared: Property) throws {
+        checkValid()
+        if let failure { throw failure }
+        guard case .set(let path, _) = instruction, path.steps.isEmpty else {
+            throw TributaryError(.invalidValue, "only a top-level property's value is written under another definition")
+        }
+        do {
+            let index = instructions.count
+            shapeNotes.note(declared: declared, of: path.type, from: index)
+            // The local apply reads the note as every other replica will.
+            var written = info
+            written.shapeNotes = ShapeNotes([
+                ShapeNotes.Note(PropertyName(type: path.type, property: path.property), from: index, declared.shape)
+            ])
+            try MergeEngine.apply(instruction, index: index, of: written, to: &working, checkValues: false)
+            instructions.append(instruction)
+        } catch {
+            let wrapped = TributaryError.wrap(error)
+            failure = wrapped
+            throw wrapped
+        }
+    }
+
     /// The commit this transaction's writes make, or `nil` when it wrote nothing.
     func prepareCommit() throws -> Replica.PreparedCommit? {
         if let failure { throw failure }

@@ -87,6 +87,18 @@ public struct ShapeNoteRecorder: Sendable {
         }
     }
 
+    /// Notes `property` of `type` as its writer defines it, for the instructions from `index` on: a write made under a
+    /// definition other than the schema's (an earlier release's, whose values are kept aside under its shape).
+    public mutating func note(declared property: Property, of type: String, from index: Int) {
+        let name = PropertyName(type: type, property: property.name)
+        guard current[name] != property.shape else { return }
+        current[name] = property.shape
+        notes.append(ShapeNotes.Note(name, from: index, property.shape))
+        // A later create of the type notes its properties again, this one as the schema defines it.
+        noted.remove(type)
+        if last == type { last = nil }
+    }
+
     /// Notes one property; an embedded one with its type's properties, which a value written to it holds.
     private mutating func note(_ property: Property, of type: String, in schema: Schema, from index: Int) {
         let name = PropertyName(type: type, property: property.name)

@@ -426,7 +426,7 @@ struct MixedVersionShapeTests {
             directory, version == 1 ? PlayerV1.Player.self : PlayerV2.Player.self, version: version)
     }
 
-    @Test("The earlier release reads its own values of the property, and its writes fail on nothing and erase nothing")
+    @Test("The earlier release reads and writes the property under its own definition, and erases nothing")
     func earlierReleaseKeepsItsShape() throws {
         let (oldDirectory, newDirectory) = (TemporaryDirectory("v1"), TemporaryDirectory("v2"))
         let old = try Self.open(oldDirectory, version: 1)
@@ -442,7 +442,8 @@ struct MixedVersionShapeTests {
         // Release 1 reads its own int, kept aside under its definition.
         var ada = try #require(try old.read { try $0.object(PlayerV1.Player.self, primaryKey: "p") })
         #expect(ada.score == 10)
-        // It edits the player: the name lands; its score goes nowhere, and release 2's stays.
+        // It edits the player: the name lands; its score is kept aside under its int definition, where it reads
+        // it back, and release 2's string stays.
         try new.write { try $0.update(PlayerV2.Player(_id: "p", name: "Ada", score: "ten")) }
         try MixedVersionModelTests.sync(new, old)
         ada.name = "Ada L."
@@ -453,10 +454,19 @@ struct MixedVersionShapeTests {
         let players = try new.read { try $0.objects(PlayerV2.Player.self) }
         #expect(players.map(\.name) == ["Ada L.", "Grace"])
         #expect(players.map(\.score) == ["ten", nil])
-        #expect(try old.read { try $0.objects(PlayerV1.Player.self) }.map(\.score) == [10, 0])
+        #expect(try old.read { try $0.objects(PlayerV1.Player.self) }.map(\.score) == [11, 3])
+        #expect(
+            try new.read { try $0.valuesAside("Player", primaryKey: .string("p")) }.map(\.value) == [.int(11)])
         let status = try old.schemaStatus()
         #expect(status.reshaped == [PropertyName(type: "Player", property: "score")])
         #expect(status.laterReleaseSynced && status.migrated == 0)
+        // A later release that defines `score` as an int again: the ints show, on every replica.
+        try new.write { try $0.emit(.redefineProperty(type: "Player", .scalar("score", .int))) }
+        try MixedVersionModelTests.sync(new, old)
+        for replica in [old, new] {
+            #expect(try replica.object("Player", primaryKey: .string("p"))?["score"] == 11)
+            #expect(try replica.object("Player", primaryKey: .string("q"))?["score"] == 3)
+        }
         #expect(try old.verify().passed)
         #expect(try new.verify().passed)
         old.close()

@@ -12,12 +12,30 @@ enum ModelCoding {
     static func values<M: Encodable>(
         of model: M, type: ObjectSchema, schema: Schema, declared: Schema? = nil, names: ModelNames = ModelNames()
     ) throws -> [String: Value] {
+        try valuesAndAside(of: model, type: type, schema: schema, declared: declared, names: names).values
+    }
+
+    /// ``values(of:type:schema:declared:names:)``, and the values of the properties this release writes aside under
+    /// its own definition (``ModelNames/keptAside``), by name.
+    static func valuesAndAside<M: Encodable>(
+        of model: M, type: ObjectSchema, schema: Schema, declared: Schema?, names: ModelNames
+    ) throws -> (values: [String: Value], aside: [String: Value]) {
         let encoder = TreeEncoder(codingPath: [])
         try model.encode(to: encoder)
         guard case .object(let fields) = encoder.node.resolved else {
             throw TributaryError(.wrongType, "\(M.self) did not encode as an object with properties")
         }
-        return try conform(fields, to: type, schema: schema, declared: declared, names: names, path: type.name)
+        let values = try conform(fields, to: type, schema: schema, declared: declared, names: names, path: type.name)
+        var aside: [String: Value] = [:]
+        if !names.keptAside.isEmpty {
+            for property in names.reshaped(in: type.name)
+            where names.keptAside.contains(PropertyName(type: type.name, property: property.name)) {
+                aside[property.name] = try conform(
+                    fields[property.name] ?? .null, to: property, schema: declared ?? schema, declared: declared,
+                    names: names, path: "\(type.name).\(property.name)")
+            }
+        }
+        return (values, aside)
     }
 
     static func conform(

@@ -15,13 +15,18 @@ import TributaryViews
 ///
 /// A later release may also define a property this release declares with another shape (`age` as a string where
 /// this release has an int). This release's models then read it under their own shape: the values kept aside under
-/// that shape (rule 8), or the property's default; their writes of it are dropped, so that they fail neither to read
-/// nor to write, and erase nothing the later release wrote.
+/// that shape (rule 8), or the property's default. Their writes of a single value go aside under their shape too,
+/// when the schema keeps this release's definition as a losing one (two releases defined the property differently);
+/// when a migration changed its type instead, they are dropped. Either way they fail neither to read nor to write,
+/// and erase nothing the later release wrote.
 struct ModelNames: Sendable {
     /// The merged schema's name of each declared property that another release renamed, by its declared name.
     var renamed: [PropertyName: String] = [:]
     /// This release's definition of each top-level property that the merged schema defines with another shape.
     var reshaped: [PropertyName: Property] = [:]
+    /// Those of ``reshaped`` whose shape is one the merged schema keeps as a losing definition (rule 8): this
+    /// release's writes of them are kept aside under it, and read back, instead of dropped.
+    var keptAside: Set<PropertyName> = []
 
     var isEmpty: Bool { renamed.isEmpty && reshaped.isEmpty }
 
@@ -47,7 +52,15 @@ struct ModelNames: Sendable {
             guard let merged = schema[type: type.name] else { continue }
             for property in type.properties {
                 guard let current = merged[property: property.name], current.shape != property.shape else { continue }
-                names.reshaped[PropertyName(type: type.name, property: property.name)] = property
+                let name = PropertyName(type: type.name, property: property.name)
+                names.reshaped[name] = property
+                // Single values only: a list or an embedded object written aside would need its own element ids.
+                let isEmbedded = if case .embedded = property.kind { true } else { false }
+                if !property.isList, !isEmbedded,
+                    schema.losingDefinitions[name]?.contains(where: { $0.property.shape == property.shape }) == true
+                {
+                    names.keptAside.insert(name)
+                }
             }
         }
         guard !schema.propertyRemovals.isEmpty else { return names }
@@ -150,7 +163,8 @@ public struct SchemaStatus: Sendable, Hashable {
     /// under the new name.
     public var renamed: [PropertyName: String]
     /// Properties this release declares that another release defined with another shape: this release's models read
-    /// the values written under its own definition, and their writes of them are dropped.
+    /// and write them under their own definition, kept aside (or drop their writes, when a migration changed the
+    /// property's type).
     public var reshaped: [PropertyName]
     /// Properties this release declares that another release removed: its models read their defaults, and their
     /// writes of them are dropped.
