@@ -1,6 +1,7 @@
 import CoreMetrics
 import Prometheus
 import Tributary
+import TributaryProtocol
 import TributarySync
 
 /// The daemon's metrics, recorded through swift-metrics into the Prometheus registry the server exposes at
@@ -26,6 +27,13 @@ final class DaemonMetrics: SessionMeter {
     private let readersActive: CoreMetrics.Gauge
     private let oldestReaderLag: CoreMetrics.Gauge
     private let peers: [PeerGauges]
+    /// Sessions refused before they opened, by the error code they were refused with.
+    private let refusals: [SyncError.Code: CoreMetrics.Counter]
+    /// The codes a session can be refused with at its handshake, each counted from zero.
+    static let refusalCodes: [SyncError.Code] = [
+        .unsupportedVersion, .unauthorized, .roleRefused, .resetRequired, .tokenExpired, .schemaVersionTooOld,
+        .unavailable, .protocolViolation, .storage,
+    ]
 
     /// The gauges of one link to a configured peer.
     struct PeerGauges {
@@ -72,6 +80,12 @@ final class DaemonMetrics: SessionMeter {
                 sinceCaughtUp: CoreMetrics.Gauge(
                     label: "tributary_peer_seconds_since_caught_up", dimensions: labels, factory: factory))
         }
+        var refusals: [SyncError.Code: CoreMetrics.Counter] = [:]
+        for code in Self.refusalCodes {
+            refusals[code] = CoreMetrics.Counter(
+                label: "tributary_sessions_refused_total", dimensions: [("code", code.description)], factory: factory)
+        }
+        self.refusals = refusals
         appSessions.record(0)
         peerSessions.record(0)
     }
@@ -82,6 +96,9 @@ final class DaemonMetrics: SessionMeter {
         appSessions.record(apps)
         peerSessions.record(peers)
     }
+
+    /// A session refused before it opened, with `code`; codes not counted alone are not counted.
+    func sessionRefused(_ code: SyncError.Code) { refusals[code]?.increment() }
 
     func received(bytes: Int) { receivedBytes.increment(by: bytes) }
     func sent(bytes: Int) { sentBytes.increment(by: bytes) }

@@ -541,6 +541,7 @@ public final class SyncServer: Sendable {
             } else if let error {
                 holder.logger.warning(
                     "session refused or failed before it opened: \(error)", metadata: ["error": "\(error.code)"])
+                metrics.sessionRefused(error.code)
             }
             let open = state.withLock { state in
                 state.drivers.removeValue(forKey: ObjectIdentifier(driver))

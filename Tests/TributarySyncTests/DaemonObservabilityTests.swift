@@ -40,6 +40,7 @@ struct DaemonObservabilityTests {
             let metrics = Self.samples(response.body)
             #expect(metrics[#"tributary_sessions_open{role="app"}"#] == 1)
             #expect(metrics[#"tributary_sessions_open{role="peer"}"#] == 0)
+            #expect(metrics[#"tributary_sessions_refused_total{code="unauthorized"}"#] == 0)
             #expect((metrics["tributary_received_changesets_total"] ?? 0) >= uploaded)
             #expect((metrics["tributary_received_bytes_total"] ?? 0) > 0)
             #expect((metrics["tributary_sent_bytes_total"] ?? 0) > 0)

@@ -176,6 +176,10 @@ struct MixedReleasesSyncTests {
         #expect(refused.clientResets.isEmpty)
         #expect(try Self.object(cy, "ChatMessage", "m3")?["text"] == "offline on 1")
         await refused.close()
+        // The operator sees how many sessions of earlier releases are turned away.
+        let metrics = DaemonObservabilityTests.samples(
+            try await DaemonObservabilityTests.get("/metrics", daemon.endpoint).body)
+        #expect((metrics[#"tributary_sessions_refused_total{code="schemaVersionTooOld"}"#] ?? 0) >= 1)
 
         // Ada updates to release 2: the migration runs on the device, she writes offline, then syncs. Her replica's
         // history started under version 1, so it is reset and downloads the data again; her changes are recovered.
