@@ -130,13 +130,8 @@ public final class MigrationContext {
             if !asideShapes.isEmpty {
                 for index in objects.indices {
                     let object = objects[index]
-                    guard let record = try transaction.record(type.name, object.primaryKey) else { continue }
-                    var values = object.values
-                    for property in asideShapes {
-                        values[property.name] = ObjectRecord.value(
-                            record.fields[property.name, shape: property.shape], of: property, in: declared)
-                    }
-                    objects[index] = DynamicObject(type: type.name, primaryKey: object.primaryKey, values: values)
+                    objects[index] = object.showing(
+                        asideShapes, of: try transaction.record(type.name, object.primaryKey), in: declared)
                 }
             }
             oldObjects[type.name] = objects

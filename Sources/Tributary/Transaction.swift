@@ -60,6 +60,13 @@ public final class Transaction: ObjectReading {
     /// call should prevent) poisons the transaction: it cannot commit. Visible to the package's simulator, which
     /// emits the schema removals and renames that apps make only through migrations.
     package func emit(_ instruction: Instruction) throws {
+        try emit(instruction, writtenAs: nil)
+    }
+
+    /// ``emit(_:)``; with `declared`, `instruction` is a set of one top-level property made under this release's
+    /// definition of it, which the schema holds with another shape: its changeset notes that shape, and every replica
+    /// keeps the value aside under it (rule 8), this one included.
+    func emit(_ instruction: Instruction, writtenAs declared: Property?) throws {
         checkValid()
         if let failure { throw failure }
         if instruction.isSchemaInstruction {
@@ -67,35 +74,20 @@ public final class Transaction: ObjectReading {
             modelNamesCache = nil
         }
         do {
-            // Noted as the schema holds it before the instruction (a schema instruction changes it after).
-            shapeNotes.note(instruction, in: working.schema, at: instructions.count)
-            try MergeEngine.apply(instruction, index: instructions.count, of: info, to: &working, checkValues: false)
-            instructions.append(instruction)
-        } catch {
-            let wrapped = TributaryError.wrap(error)
-            failure = wrapped
-            throw wrapped
-        }
-    }
-
-    /// Applies and records `instruction`, a write of one property made under `declared`, this release's definition of
-    /// it, which the schema holds with another shape: its changeset notes that shape, and every replica keeps the
-    /// value aside under it (rule 8), this one included.
-    func emit(_ instruction: Instruction, writtenAs declared: Property) throws {
-        checkValid()
-        if let failure { throw failure }
-        guard case .set(let path, _) = instruction, path.steps.isEmpty else {
-            throw TributaryError(.invalidValue, "only a top-level property's value is written under another definition")
-        }
-        do {
             let index = instructions.count
-            shapeNotes.note(declared: declared, of: path.type, from: index)
-            // The local apply reads the note as every other replica will.
-            var written = info
-            written.shapeNotes = ShapeNotes([
-                ShapeNotes.Note(PropertyName(type: path.type, property: path.property), from: index, declared.shape)
-            ])
-            try MergeEngine.apply(instruction, index: index, of: written, to: &working, checkValues: false)
+            if let declared, case .set(let path, _) = instruction, path.steps.isEmpty {
+                shapeNotes.note(declared: declared, of: path.type, from: index)
+                // The local apply reads the note as every other replica will.
+                var written = info
+                written.shapeNotes = ShapeNotes([
+                    ShapeNotes.Note(PropertyName(type: path.type, property: path.property), from: index, declared.shape)
+                ])
+                try MergeEngine.apply(instruction, index: index, of: written, to: &working, checkValues: false)
+            } else {
+                // Noted as the schema holds it before the instruction (a schema instruction changes it after).
+                shapeNotes.note(instruction, in: working.schema, at: index)
+                try MergeEngine.apply(instruction, index: index, of: info, to: &working, checkValues: false)
+            }
             instructions.append(instruction)
         } catch {
             let wrapped = TributaryError.wrap(error)
@@ -344,11 +336,8 @@ public final class Transaction: ObjectReading {
     func emitCreate(
         _ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value], fallbacks: [String: Value] = [:]
     ) throws {
-        guard fallbacks.isEmpty else {
-            try emit(checkedCreate(type, key, values, fallbacks: fallbacks))
-            return
-        }
-        try emit(plannedCreate(type, key, values) ?? checkedCreate(type, key, values))
+        // The planned path leaves a required property without a value or default to the checked one.
+        try emit(plannedCreate(type, key, values) ?? checkedCreate(type, key, values, fallbacks: fallbacks))
     }
 
     /// What creating an object of one type needs, worked out once while the schema stays the same (only ``emit(_:)``

@@ -86,21 +86,6 @@ struct ModelNames: Sendable {
 extension Replica {
     static let declarationAnchorKey = Array("declarationAnchor".utf8)
 
-    /// `object` with the values of `properties` (this release's definitions of properties another release defined
-    /// with another shape) as this release reads them: the state kept aside under its shape in `record`, or the
-    /// property's default.
-    func showingDeclaredShapes(_ object: DynamicObject, _ properties: [Property], record: ObjectRecord?)
-        -> DynamicObject
-    {
-        let declared = appSchema.withLock { $0 } ?? schema
-        var values = object.values
-        for property in properties {
-            values[property.name] = ObjectRecord.value(
-                record?.fields[property.name, shape: property.shape], of: property, in: declared)
-        }
-        return DynamicObject(type: object.type, primaryKey: object.primaryKey, values: values)
-    }
-
     /// `object` as a model of this release of the app, read after it was fetched (live results).
     func modelValue<M: Model>(_ type: M.Type, _ object: DynamicObject) throws -> M {
         let names = try modelNames()
@@ -117,7 +102,8 @@ extension Replica {
     {
         let reshaped = names.reshaped(in: object.type)
         guard !reshaped.isEmpty else { return object }
-        return showingDeclaredShapes(object, reshaped, record: try record(object.type, object.primaryKey))
+        return object.showing(
+            reshaped, of: try record(object.type, object.primaryKey), in: appSchema.withLock { $0 } ?? schema)
     }
 
     /// The ``ModelNames`` of the app's declaration in the schema of the last commit, computed on first use after each
@@ -147,6 +133,20 @@ extension Replica {
         return try ModelNames.compute(
             declared: declared, schema: schema, anchor: anchor, replica: replicaID,
             source: ReplicaRecordSource(views: views, log: log, transaction: txn))
+    }
+}
+
+extension DynamicObject {
+    /// This object with the values of `properties` (an app release's definitions of properties that the schema
+    /// defines with other shapes) as that release reads them: the states `record` keeps aside under their shapes
+    /// (rule 8), or their defaults. `schema` is the release's, for the embedded types they hold.
+    func showing(_ properties: [Property], of record: ObjectRecord?, in schema: Schema) -> DynamicObject {
+        var values = self.values
+        for property in properties {
+            values[property.name] = ObjectRecord.value(
+                record?.fields[property.name, shape: property.shape], of: property, in: schema)
+        }
+        return DynamicObject(type: type, primaryKey: primaryKey, values: values)
     }
 }
 
