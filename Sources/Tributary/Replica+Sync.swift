@@ -239,6 +239,10 @@ extension Replica {
 
     private func changesetFingerprint(at dot: Dot, in txn: TributaryStorageReadTransaction) throws -> UInt64? {
         guard let localSequence = try log.localSequence(of: dot, in: txn) else { return nil }
+        // A changeset that only a compaction's base holds has no entry left to fingerprint.
+        if let compaction = try log.compaction(in: txn), localSequence <= compaction.through || localSequence == 0 {
+            return nil
+        }
         let entry = try log.entry(localSequence, in: txn)
         var bytes: [UInt8] = []
         for number in [entry.origin.rawValue, entry.originSequence, entry.time.rawValue] {
@@ -253,13 +257,20 @@ extension Replica {
     public func heldSequence(of origin: ReplicaID) throws -> UInt64 {
         do {
             return try environment.read { txn in
-                let vector = try views.versionVector(in: txn)
-                let held = try log.originEntries(from: origin, after: vector[origin], in: txn).last?.dot.sequence
-                return max(held ?? 0, vector[origin])
+                try heldSequence(of: origin, vector: try views.versionVector(in: txn), in: txn)
             }
         } catch {
             throw TributaryError.wrap(error)
         }
+    }
+
+    /// ``heldSequence(of:)`` in a transaction whose version vector is `vector`: also the changesets of `origin` that a
+    /// compaction's base holds.
+    func heldSequence(
+        of origin: ReplicaID, vector: VersionVector, in txn: TributaryStorageReadTransaction
+    ) throws -> UInt64 {
+        let held = try log.originEntries(from: origin, after: vector[origin], in: txn).last?.dot.sequence
+        return max(held ?? 0, vector[origin], try log.compaction(in: txn)?.held[origin] ?? 0)
     }
 
     /// Reads, in log order, the entries of the changesets a replica with version vector `vector` lacks, and makes
@@ -272,6 +283,9 @@ extension Replica {
         do {
             return try environment.read { txn in
                 let have = try views.versionVector(in: txn)
+                if let compaction = try log.compaction(in: txn) {
+                    try Self.checkCovers(vector, compaction: compaction, origins: origins, directory: directory)
+                }
                 var sequences: [UInt64] = []
                 var dots: [UInt64: [Dot]] = [:]
                 // Each origin's first `perOrigin` changesets at most: the first `limit` in log order are among them.

@@ -21,7 +21,7 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
             case wrongType, missingProperty, duplicatePrimaryKey, objectNotFound, invalidPath, invalidValue
             case schemaConflict, invalidChangeset, corrupted, diskFull, mapFull, storage, clockSkew, closed
             case transactionTooLarge, readOnly, migrationFailed, missingPredecessor, invalidQuery, nestedWrite
-            case permissionDenied, noSubscription
+            case permissionDenied, noSubscription, historyCompacted
         }
         private var wrapped: Wrapped
         /// The directory does not hold a Tributary replica, or its files are damaged beyond opening.
@@ -86,6 +86,10 @@ public struct TributaryError: Error, CustomStringConvertible, Sendable {
         public static var nestedWrite: Self { Self(wrapped: .nestedWrite) }
         /// Changesets came from a writer that may not make them: an upload whose author is not the uploading user.
         public static var permissionDenied: Self { Self(wrapped: .permissionDenied) }
+        /// The changesets another replica lacks are no longer in this replica's log: a compaction replaced them with a
+        /// base state. The other replica must start again from that state (a client reset, or a bootstrap when it
+        /// holds nothing yet).
+        public static var historyCompacted: Self { Self(wrapped: .historyCompacted) }
         public var description: String { "\(wrapped)" }
     }
 

@@ -34,6 +34,9 @@ public struct ChangesetLog: Sendable {
     public let origins: Database
     /// Origin dot → the relay dot it was adopted as.
     public let adoptions: Database
+    /// The compaction marker (``compaction(in:)``); `nil` in a log opened read-only that was never compacted by a
+    /// build that has it.
+    public let compactions: Database?
     /// The codec for payloads.
     public var codec: ZstdCodec
     /// The largest changeset (encoded, before compression) the log stores or decodes. Default: 256 MiB.
@@ -51,6 +54,11 @@ public struct ChangesetLog: Sendable {
         entries = databases[0]
         origins = databases[1]
         adoptions = databases[2]
+        do {
+            compactions = try environment.openDatabases([Self.compactionDatabaseName])[0]
+        } catch let error as StorageError where error.code == .notFound && environment.configuration.readOnly {
+            compactions = nil
+        }
         self.codec = codec
         self.maximumChangesetBytes = maximumChangesetBytes
     }
@@ -231,7 +239,12 @@ public struct ChangesetLog: Sendable {
         _ body: (LogEntry) throws -> Bool
     ) throws {
         var previous: (sequence: UInt64, chain: UInt64)?
-        if start > 1 {
+        var start = start
+        if let compaction = try compaction(in: transaction), start <= compaction.through + 1 {
+            // The entries a compaction dropped are not read, even where they are still there to be removed.
+            start = compaction.through + 1
+            if compaction.through > 0 { previous = (compaction.through, compaction.chain) }
+        } else if start > 1 {
             let before = try entry(start - 1, in: transaction)
             previous = (before.localSequence, before.checksum)
         }
@@ -269,12 +282,23 @@ public struct ChangesetLog: Sendable {
     /// The local sequence at which changeset `dot` was integrated, if it was (its first entry, for a changeset a relay
     /// adopted after this replica held it). A dot without a key of its own is looked for where the run of the last key
     /// before it puts it, and counts only if that entry's header names it.
+    ///
+    /// A changeset that a compaction's base holds (``LogCompaction/held``) is integrated; its entry may be gone. Its
+    /// answer is then its entry as the index gives it, which is at or below the compaction's ``LogCompaction/through``,
+    /// or 0 when the index has no key for it (a base installed from a daemon's).
     public func localSequence(of dot: Dot, in transaction: ReadTransaction) throws -> UInt64? {
-        guard let run = try indexedKey(atOrBefore: dot, in: transaction) else { return nil }
+        guard let run = try indexedKey(atOrBefore: dot, in: transaction) else {
+            return try compaction(in: transaction)?.holds(dot) == true ? 0 : nil
+        }
         if run.sequence == dot.sequence { return run.localSequence }
         let (candidate, overflow) = run.localSequence.addingReportingOverflow(dot.sequence - run.sequence)
-        guard !overflow, try originDot(ofEntry: candidate, in: transaction) == dot else { return nil }
-        return candidate
+        guard !overflow else { return nil }
+        guard let named = try originDot(ofEntry: candidate, in: transaction) else {
+            // Only a missing entry (a dropped one, or past the end) is worth reading the compaction marker for.
+            guard let compaction = try compaction(in: transaction), compaction.holds(dot) else { return nil }
+            return min(candidate, compaction.through)
+        }
+        return named == dot ? candidate : nil
     }
 
     /// Whether `entry` is the entry the origin index gives for its changeset: its first one (a later one is a relay's
@@ -341,6 +365,11 @@ public struct ChangesetLog: Sendable {
     public func originEntries(
         from origin: ReplicaID, after: UInt64, limit: Int = .max, in transaction: ReadTransaction
     ) throws -> [(dot: Dot, localSequence: UInt64)] {
+        var after = after
+        if let compaction = try compaction(in: transaction) {
+            // What the base holds has no entries to list.
+            after = max(after, compaction.held[origin])
+        }
         guard after < UInt64.max else { return [] }
         // The keys from the one whose run may hold `after + 1` on.
         var keys: [(sequence: UInt64, localSequence: UInt64)] = []
@@ -362,6 +391,11 @@ public struct ChangesetLog: Sendable {
             }
             // Each key names at least its own changeset; one more key bounds the last run read.
             return limit == .max || keys.count <= limit + 1
+        }
+        if let compaction = try compaction(in: transaction) {
+            // A run whose key a compaction dropped ends at or before the dropped entries: the first entry after them
+            // that continued it got a key of its own (``storeCompaction(_:in:)``).
+            keys.removeAll { $0.localSequence <= compaction.through }
         }
         guard !keys.isEmpty else { return [] }
         let last = try lastLocalSequence(in: transaction)
@@ -480,10 +514,17 @@ public struct ChangesetLog: Sendable {
     ///
     /// Merges read the adoptions to decide whether a writer had seen a changeset, so adoptions that lost a copy, or
     /// name one no entry holds, can make a replica merge differently from its peers.
+    ///
+    /// In a compacted log, the copies whose entries a base replaced (``LogCompaction/held``) are not compared.
     public func adoptionProblem(expected: RebuiltAdoptions, in transaction: ReadTransaction) throws -> String? {
+        let compaction = try compaction(in: transaction)
+        func inEntries(_ relays: [Dot]) -> [Dot] {
+            guard let compaction else { return relays }
+            return relays.filter { !compaction.holds($0) }
+        }
         for dot in expected.order {
             let stored: [Dot]
-            do { stored = try causalDots(ofOrigin: dot, in: transaction) } catch let error as LogError {
+            do { stored = inEntries(try causalDots(ofOrigin: dot, in: transaction)) } catch let error as LogError {
                 return error.message
             }
             let copies = expected.copies[dot] ?? []
@@ -493,13 +534,14 @@ public struct ChangesetLog: Sendable {
             }
         }
         var problem: String?
-        try transaction.scan(adoptions) { key, _ in
+        try transaction.scan(adoptions) { key, value in
             guard key.count == 16 else {
                 problem = "the log's adoptions hold a key of \(key.count) bytes"
                 return false
             }
             let dot = Self.dot(fromOriginKey: key)
-            if expected.copies[dot] == nil {
+            let replaced = try compaction != nil && inEntries(Self.relayDots(adoptionsValue: value, of: dot)).isEmpty
+            if expected.copies[dot] == nil, !replaced {
                 problem = "the log's adoptions name changeset \(dot), of which no entry holds a relay's copy"
                 return false
             }
@@ -555,6 +597,18 @@ public struct ChangesetLog: Sendable {
             return true
         }
         return result
+    }
+
+    /// Visits every stored adoption: each adopted changeset's origin dot with its relay dots, in origin key order.
+    ///
+    /// - Throws: ``LogError`` when a stored value is damaged, or what `body` throws.
+    public func forEachAdoption(in transaction: ReadTransaction, _ body: (Dot, [Dot]) throws -> Void) throws {
+        try transaction.scan(adoptions) { key, value in
+            guard key.count == 16 else { return true }  // verify names a key of another length
+            let dot = Self.dot(fromOriginKey: key)
+            try body(dot, try Self.relayDots(adoptionsValue: value, of: dot))
+            return true
+        }
     }
 
     /// The relay dots a stored adoptions value lists.

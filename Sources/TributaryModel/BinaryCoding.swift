@@ -48,6 +48,15 @@ package struct BinaryWriter: Sendable {
         varint(dot.sequence)
     }
 
+    /// A version vector: a count, then each origin as a 64-bit word and its sequence as a varint.
+    public mutating func versionVector(_ vector: VersionVector) {
+        varint(vector.entries.count)
+        for entry in vector.entries {
+            fixed64(entry.replica.rawValue)
+            varint(entry.sequence)
+        }
+    }
+
     public mutating func lengthPrefixed(_ data: some Collection<UInt8>) {
         varint(data.count)
         bytes.append(contentsOf: data)
@@ -137,6 +146,17 @@ package struct BinaryReader {
 
     public mutating func dot() throws(ChangesetDecodingError) -> Dot {
         Dot(origin: ReplicaID(rawValue: try fixed64()), sequence: try varint())
+    }
+
+    /// A version vector written by ``BinaryWriter/versionVector(_:)``.
+    public mutating func versionVector() throws(ChangesetDecodingError) -> VersionVector {
+        let count = try self.count("version vector entry", maximum: 1 << 24, minimumBytesEach: 9)
+        var vector = VersionVector()
+        for _ in 0..<count {
+            let replica = ReplicaID(rawValue: try fixed64())
+            vector.advance(replica, to: try varint())
+        }
+        return vector
     }
 
     public mutating func fixed32() throws(ChangesetDecodingError) -> UInt32 {

@@ -139,11 +139,7 @@ public struct ViewStore: Sendable {
     /// A version vector as the replica stores it: a count, then each origin and its sequence.
     public static func encode(_ vector: VersionVector) -> [UInt8] {
         var writer = BinaryWriter()
-        writer.varint(vector.entries.count)
-        for entry in vector.entries {
-            writer.fixed64(entry.replica.rawValue)
-            writer.varint(entry.sequence)
-        }
+        writer.versionVector(vector)
         return writer.bytes
     }
 
@@ -152,13 +148,7 @@ public struct ViewStore: Sendable {
     /// - Throws: ``ChangesetDecodingError`` naming `subject` when the bytes are damaged.
     public static func decodeVector(_ bytes: [UInt8], subject: String) throws -> VersionVector {
         var reader = BinaryReader(bytes, subject: subject)
-        let count = try reader.count("version vector entry", maximum: 1 << 24, minimumBytesEach: 9)
-        var vector = VersionVector()
-        for _ in 0..<count {
-            let replica = ReplicaID(rawValue: try reader.fixed64())
-            vector.advance(replica, to: try reader.varint())
-        }
-        return vector
+        return try reader.versionVector()
     }
 
     /// The primary keys whose indexed `property` has an encoded value in `lower ..< upper` (encodings from

@@ -572,13 +572,6 @@ extension Replica {
         try txn.get(views.objects, key: ViewStore.objectKey(type: key.type, primaryKey: key.primaryKey))
     }
 
-    /// ``heldSequence(of:)`` in a transaction whose version vector is `vector`.
-    private func heldSequence(
-        of origin: ReplicaID, vector: VersionVector, in txn: TributaryStorageReadTransaction
-    ) throws -> UInt64 {
-        let held = try log.originEntries(from: origin, after: vector[origin], in: txn).last?.dot.sequence
-        return max(held ?? 0, vector[origin])
-    }
 }
 
 /// A session's permissions, with each role's write filter compiled against a schema (once per type).

@@ -36,6 +36,10 @@ struct ReplayedState {
     var changesets = 0
     /// The relays' copies the entries hold, for ``ChangesetLog/adoptionProblem(expected:in:)``.
     var adoptions = ChangesetLog.RebuiltAdoptions()
+    /// Every changeset replayed, by origin dot and relay dot (``LogCompaction/held``).
+    var held = VersionVector()
+    /// The latest stamp replayed (``LogCompaction/latest``).
+    var latest = HybridTime.zero
 }
 
 extension Replica {
@@ -50,6 +54,7 @@ extension Replica {
         progress: ((Int) -> Void)? = nil
     ) throws -> ReplayedState {
         var replayed = ReplayedState(working: working)
+        try seedReplayFromBase(&replayed, in: transaction)
         let context = ZstdContext()
         // Object states a daemon sent (flexible sync), each applied after the log entry it followed.
         var objectStates = try storedObjectStates(in: transaction)[...]
@@ -72,6 +77,9 @@ extension Replica {
                 replayed.working.recordAdoption(of: changeset.dot, as: relay)
             }
             replayed.versionVector.advance(changeset.causalDot.origin, to: changeset.causalDot.sequence)
+            replayed.held.advance(changeset.origin, to: changeset.originSequence)
+            if let relay = changeset.relay { replayed.held.advance(relay.origin, to: relay.sequence) }
+            replayed.latest = max(replayed.latest, changeset.time)
             replayed.changesets += 1
             if replayed.changesets % 1024 == 0 { progress?(replayed.changesets) }
             return true
@@ -90,15 +98,15 @@ extension Replica {
     /// This is how ``rebuildViews()`` rebuilds the views, and how a verification of a large replica builds scratch
     /// views to compare with the stored ones.
     func replay(
-        in transaction: TributaryStorageReadTransaction, into rebuilt: RebuiltViews, recordsInMemory: Int,
-        progress: ((Int) -> Void)? = nil
+        in transaction: TributaryStorageReadTransaction, through end: UInt64? = nil, into rebuilt: RebuiltViews,
+        recordsInMemory: Int, progress: ((Int) -> Void)? = nil
     ) throws -> ReplayedState {
         let views = rebuilt.views
         var working = WorkingSet(source: rebuilt, schema: Schema(types: []))
         working.spill = WorkingSet.Spill(threshold: recordsInMemory) { changes in
             try rebuilt.write { try views.write(changes, schema: Schema(types: []), updatingIndexes: false, in: $0) }
         }
-        var replayed = try replay(in: transaction, into: working, progress: progress)
+        var replayed = try replay(in: transaction, through: end, into: working, progress: progress)
         let schema = replayed.working.schema
         let rest = replayed.working.takeChanges()
         try rebuilt.write { txn in
@@ -400,15 +408,8 @@ extension Replica {
             // that a full map does not make the whole replay run twice.
             try environment.reserve(additionalBytes: environment.statistics.usedBytes)
             try writeLock.withLock {
-                let replayedVector = try environment.write { txn -> (Schema, VersionVector) in
-                    try views.removeAll(in: txn)
-                    let replayed = try replay(
-                        in: txn, into: RebuiltViews(views: views, target: .transaction(txn)),
-                        recordsInMemory: recordsInMemory)
-                    let schema = replayed.working.schema
-                    try views.setSchema(schema, in: txn)
-                    try views.setVersionVector(replayed.versionVector, in: txn)
-                    return (schema, replayed.versionVector)
+                let replayedVector = try environment.write { txn in
+                    try rebuildViews(in: txn, recordsInMemory: recordsInMemory)
                 }
                 state.withLock { state in
                     state.schema = replayedVector.0
@@ -418,6 +419,22 @@ extension Replica {
         } catch {
             throw TributaryError.wrap(error)
         }
+    }
+}
+
+extension Replica {
+    /// Drops every view and rebuilds it, in `txn`, by replaying the log; returns the schema and version vector stored.
+    /// The caller holds the write lock and updates the cached state.
+    func rebuildViews(
+        in txn: TributaryStorageWriteTransaction, recordsInMemory: Int
+    ) throws -> (Schema, VersionVector) {
+        try views.removeAll(in: txn)
+        let replayed = try replay(
+            in: txn, into: RebuiltViews(views: views, target: .transaction(txn)), recordsInMemory: recordsInMemory)
+        let schema = replayed.working.schema
+        try views.setSchema(schema, in: txn)
+        try views.setVersionVector(replayed.versionVector, in: txn)
+        return (schema, replayed.versionVector)
     }
 }
 
