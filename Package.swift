@@ -105,7 +105,7 @@ let package = Package(
         .target(
             name: "TributarySync",
             dependencies: [
-                "Tributary", "TributaryModel", "TributaryProtocol",
+                "Tributary", "TributaryLog", "TributaryMerge", "TributaryModel", "TributaryProtocol",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -114,7 +114,7 @@ let package = Package(
         .target(
             name: "TributaryDaemon",
             dependencies: [
-                "Tributary", "TributaryModel", "TributaryProtocol", "TributarySync",
+                "Tributary", "TributaryLog", "TributaryModel", "TributaryProtocol", "TributarySync",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "JWTKit", package: "jwt-kit"),

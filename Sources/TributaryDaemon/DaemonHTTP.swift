@@ -64,6 +64,7 @@ extension SyncServer {
                 (try? await offload { try replica.pendingDots().count }), replica.storageStatistics,
                 replica.storageReaders
             )
+        let log = replica.isClosed ? nil : try? await offload { try replica.logFigures() }
         let started = peerWatch.started
         let now = ContinuousClock.now
         let peers = await peerSamples().map { peer in
@@ -77,7 +78,7 @@ extension SyncServer {
         metrics.refresh(
             DaemonMetrics.Sample(
                 pendingChangesets: storage.pending, storage: replica.isClosed ? nil : storage.statistics,
-                readers: replica.isClosed ? nil : storage.readers, peers: peers))
+                readers: replica.isClosed ? nil : storage.readers, peers: peers, log: log))
         return metrics.exposition()
     }
 

@@ -1,6 +1,7 @@
 import CoreMetrics
 import Prometheus
 import Tributary
+import TributaryModel
 import TributaryProtocol
 import TributarySync
 
@@ -46,8 +47,16 @@ final class DaemonMetrics: SessionMeter {
     static let commitDurationLabel = "tributary_group_commit_duration_seconds"
     static let commitBatchesLabel = "tributary_group_commit_batches"
 
-    init(registry: PrometheusCollectorRegistry, peers: [SyncEndpoint]) {
+    /// Where what sessions hold is reported, with a retention window.
+    private let retention: Retention?
+    private let logEntries: CoreMetrics.Gauge
+    private let compactedThrough: CoreMetrics.Gauge
+    private let compactions: CoreMetrics.Gauge
+    private let servedReplicas: CoreMetrics.Gauge
+
+    init(registry: PrometheusCollectorRegistry, peers: [SyncEndpoint], retention: Retention? = nil) {
         self.registry = registry
+        self.retention = retention
         var factory = PrometheusMetricsFactory(registry: registry)
         factory.durationHistogramBuckets[Self.commitDurationLabel] = [
             .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5),
@@ -86,6 +95,10 @@ final class DaemonMetrics: SessionMeter {
                 label: "tributary_sessions_refused_total", dimensions: [("code", code.description)], factory: factory)
         }
         self.refusals = refusals
+        logEntries = CoreMetrics.Gauge(label: "tributary_log_entries", factory: factory)
+        compactedThrough = CoreMetrics.Gauge(label: "tributary_log_compacted_through", factory: factory)
+        compactions = CoreMetrics.Gauge(label: "tributary_compactions", factory: factory)
+        servedReplicas = CoreMetrics.Gauge(label: "tributary_retention_replicas", factory: factory)
         appSessions.record(0)
         peerSessions.record(0)
     }
@@ -104,6 +117,7 @@ final class DaemonMetrics: SessionMeter {
     func sent(bytes: Int) { sentBytes.increment(by: bytes) }
     func received(changesets: Int) { receivedChangesets.increment(by: changesets) }
     func sent(changesets: Int) { sentChangesets.increment(by: changesets) }
+    func holds(_ vector: VersionVector, replica: ReplicaID) { retention?.holds(vector, replica: replica) }
 
     // MARK: Group commits
 
@@ -121,6 +135,8 @@ final class DaemonMetrics: SessionMeter {
         var storage: StorageStatistics?
         var readers: StorageReaders?
         var peers: [PeerSample]
+        /// The log's entries, and the last entry a compaction replaced (0 for none).
+        var log: (entries: Int, compactedThrough: UInt64)?
     }
 
     /// One configured peer link at a scrape.
@@ -143,6 +159,14 @@ final class DaemonMetrics: SessionMeter {
             readerSlotsHeld.record(readers.slotsHeld)
             readersActive.record(readers.active)
             oldestReaderLag.record(readers.oldestLagTransactions ?? 0)
+        }
+        if let log = sample.log {
+            logEntries.record(log.entries)
+            compactedThrough.record(Double(log.compactedThrough))
+        }
+        if let retention {
+            compactions.record(retention.statistics.compactions)
+            servedReplicas.record(retention.servedCount())
         }
         for (gauges, peer) in zip(peers, sample.peers) {
             gauges.connected.record(peer.connected ? 1 : 0)

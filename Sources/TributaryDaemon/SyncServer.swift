@@ -94,6 +94,15 @@ public final class SyncServer: Sendable {
         public var reconnectSpreadSeconds: UInt64 = 5
         /// Checks keepalive this often (tests shorten it).
         public var tickInterval: Duration = .seconds(1)
+        /// How long the daemon keeps history for a replica that stops syncing (Device Sync's "client max offline
+        /// time"): the log entries that every replica synced within this long (or connected now) holds are replaced by
+        /// a base state, when that drops a tenth of the log or more. A replica that comes back later lacks them and
+        /// is reset (a client reset, its unsynced changes recovered); one that holds nothing yet starts from the base.
+        /// `nil` (the default): the daemon keeps its whole history.
+        public var retention: Duration?
+        /// How often the daemon looks for history to compact, with ``retention``. Default (`nil`): a tenth of the
+        /// retention, at least a minute; the first look is at start.
+        public var compactionInterval: Duration?
         /// Where the daemon logs sessions opening, ending and being refused, and its peer links connecting and
         /// dropping. Each line about a session carries the metadata `session` (an id unique to the connection in
         /// this process), and `replica` and `role` once the other side said them. Default: nowhere.
@@ -119,6 +128,8 @@ public final class SyncServer: Sendable {
     private let committer: Committer
     private let uploads: UploadAllowances?
     let metrics: DaemonMetrics
+    /// What keeps the log bounded, with ``Configuration/retention``.
+    let retention: Retention?
     let peerWatch = PeerWatch()
     private let state = Mutex(State())
 
@@ -130,6 +141,7 @@ public final class SyncServer: Sendable {
         var byReplica: [ReplicaID: (driver: SessionDriver, role: SyncRole)] = [:]
         var links: [SyncSession] = []
         var linkWatchers: [Task<Void, Never>] = []
+        var compacting: Task<Void, Never>?
         var stopping = false
         /// How connections are authenticated now (``reloadAuthentication(accessTokens:tokenPolicy:)`` replaces it).
         var authenticator: Authenticator?
@@ -149,7 +161,11 @@ public final class SyncServer: Sendable {
         self.replica = replica
         self.configuration = configuration
         state.withLock { $0.rules = configuration.permissionRules }
-        metrics = DaemonMetrics(registry: configuration.metricsRegistry, peers: configuration.peers)
+        retention = configuration.retention.map { window in
+            Retention(replica: replica, window: window, logger: configuration.logger)
+        }
+        metrics = DaemonMetrics(
+            registry: configuration.metricsRegistry, peers: configuration.peers, retention: retention)
         committer = Committer(replica: replica, metrics: metrics)
         uploads = configuration.uploadBytesPerSecond.map {
             UploadAllowances(bytesPerSecond: max(1, $0), burst: max(1, configuration.uploadBurstBytes))
@@ -163,6 +179,17 @@ public final class SyncServer: Sendable {
 
     /// The links to configured peers.
     public var peerLinks: [SyncSession] { state.withLock { $0.links } }
+
+    /// Runs one round of compaction now, as the daemon does every ``Configuration/compactionInterval``: the
+    /// replicas that reported within ``Configuration/retention`` of `now` (seconds since 1970; the wall clock when
+    /// `nil`), or are connected, bound it. Returns whether it compacted. Does nothing without a retention.
+    @discardableResult
+    package func compactHistory(asOf now: UInt64? = nil, minimumFraction: Double = 0.1) async throws -> Bool {
+        guard let retention else { return false }
+        return try await offload {
+            try retention.compactOnce(now: now ?? Retention.now(), minimumFraction: minimumFraction) != nil
+        }
+    }
 
     /// Group commits so far, and the batches they held.
     public func commitStatistics() async -> (commits: Int, batches: Int) {
@@ -202,11 +229,17 @@ public final class SyncServer: Sendable {
         let watchers = zip(configuration.peers, links).map { peer, link in
             Task { [logger = configuration.logger] in await Self.logStates(of: link, to: peer, logger) }
         }
+        retention?.readConnected { [weak self] in Set(self?.sessions.map(\.replica) ?? []) }
+        let compacting = retention.map { retention in
+            let interval = configuration.compactionInterval ?? max(.seconds(60), retention.window / 10)
+            return Task { await retention.run(every: interval) }
+        }
         state.withLock {
             $0.listener = listener.channel
             $0.serving = serving
             $0.links = links
             $0.linkWatchers = watchers
+            $0.compacting = compacting
         }
         return port
     }
@@ -252,9 +285,19 @@ public final class SyncServer: Sendable {
     /// committed before its acknowledgement; one in flight is finished or, unacknowledged, sent again by its app.
     /// Returns when all of them have ended.
     public func stop() async {
-        let (listener, serving, drivers, links, watchers) = state.withLock { state in
+        let (listener, serving, drivers, links, watchers, compacting) = state.withLock { state in
             state.stopping = true
-            return (state.listener, state.serving, Array(state.drivers.values), state.links, state.linkWatchers)
+            return (
+                state.listener, state.serving, Array(state.drivers.values), state.links, state.linkWatchers,
+                state.compacting
+            )
+        }
+        compacting?.cancel()
+        await compacting?.value
+        do {
+            try retention?.storeReports()
+        } catch {
+            configuration.logger.error("could not store the sync reports at stop: \(error)")
         }
         try? await listener?.close().get()
         let spread = max(1, configuration.reconnectSpreadSeconds)
@@ -535,6 +578,7 @@ public final class SyncServer: Sendable {
         case .ended(let error):
             let other = state.withLock { state in state.byReplica.first { $0.value.driver === driver }?.key }
             if let other {
+                retention?.ended(other)
                 holder.logger.info(
                     "session ended: \(other)\(error.map { ": \($0)" } ?? "")",
                     metadata: error.map { ["error": "\($0.code)"] })

@@ -27,6 +27,8 @@ public enum Message: Sendable, Hashable {
     case objects(ObjectStates)
     /// Flexible sync, daemon to app: a subscription set is complete (everything it covers was sent), or refused.
     case queryState(QueryState)
+    /// Acceptor to initiator: a part of the base state a compacted daemon starts a replica from.
+    case base(BasePart)
 
     /// The message's name, as docs/Protocol.md spells it.
     public var name: String { kind.description }
@@ -46,6 +48,7 @@ public enum Message: Sendable, Hashable {
         case .query: .query
         case .objects: .objects
         case .queryState: .queryState
+        case .base: .base
         }
     }
 }
@@ -285,6 +288,57 @@ public struct QueryState: Sendable, Hashable {
     public init(version: UInt64, error: String? = nil) {
         self.version = version
         self.error = error
+    }
+}
+
+/// A part of a compacted daemon's base state: what replaced the start of its log (docs/Protocol.md, "Compaction").
+/// A daemon sends it, in parts, right after `welcome`, to a replica that holds nothing of other replicas yet and whose
+/// vector does not include the base's; that replica starts from it once the last part arrived, and the daemon then
+/// sends the changesets after the base. Every part repeats the header fields.
+public struct BasePart: Sendable, Hashable {
+    /// 1, 2, 3, ... within the session.
+    public var part: UInt64
+    /// Whether this is the last part.
+    public var last: Bool
+    /// What the base holds, counted as version vectors count.
+    public var vector: VersionVector
+    /// The changesets the base holds, by origin dot and relay dot: the highest sequence per origin.
+    public var held: VersionVector
+    /// The latest stamp the base holds (a hybrid time's raw value).
+    public var latest: UInt64
+    /// The schema as of the base: in the first part only.
+    public var schema: Schema?
+    /// How many records the base sends in all its parts, for progress.
+    public var total: UInt64
+    /// Records as the daemon stores them (``ObjectState/refused`` is empty). A flexible-sync app gets none: its
+    /// subscriptions bring it the objects it may read.
+    public var objects: [ObjectState]
+    /// The relays' copies of changesets the base holds: merges read them.
+    public var adoptions: [Adoption]
+
+    /// A changeset's origin dot and the relay dots it was adopted as.
+    public struct Adoption: Sendable, Hashable {
+        public var dot: Dot
+        public var relays: [Dot]
+        public init(dot: Dot, relays: [Dot]) {
+            self.dot = dot
+            self.relays = relays
+        }
+    }
+
+    public init(
+        part: UInt64, last: Bool, vector: VersionVector, held: VersionVector, latest: UInt64, schema: Schema?,
+        total: UInt64, objects: [ObjectState], adoptions: [Adoption]
+    ) {
+        self.part = part
+        self.last = last
+        self.vector = vector
+        self.held = held
+        self.latest = latest
+        self.schema = schema
+        self.total = total
+        self.objects = objects
+        self.adoptions = adoptions
     }
 }
 

@@ -94,6 +94,33 @@ public enum MessageCodec {
             writer.varint(state.version)
             writer.byte(state.error == nil ? 1 : 2)
             writer.string(state.error ?? "")
+        case .base(let base):
+            writer.varint(base.part)
+            writer.byte(base.last ? 1 : 0)
+            writer.vector(base.vector)
+            writer.vector(base.held)
+            writer.fixed64(base.latest)
+            if let schema = base.schema {
+                // Length-prefixed: a stored schema's encoding ends with optional sections, read to its end.
+                var encoded = BinaryWriter()
+                encoded.schema(schema)
+                writer.byte(1)
+                writer.lengthPrefixed(encoded.bytes)
+            } else {
+                writer.byte(0)
+            }
+            writer.varint(base.total)
+            writer.varint(base.objects.count)
+            for object in base.objects {
+                writer.string(object.type)
+                writer.primaryKey(object.primaryKey)
+                writer.lengthPrefixed(object.record ?? [])
+            }
+            writer.varint(base.adoptions.count)
+            for adoption in base.adoptions {
+                writer.dot(adoption.dot)
+                writer.dots(adoption.relays)
+            }
         }
         return writer.bytes
     }
@@ -246,6 +273,45 @@ public enum MessageCodec {
                 objects.append(ObjectState(type: type, primaryKey: key, record: record, refused: refused))
             }
             return .objects(ObjectStates(query: query, yours: yours, objects: objects, total: total))
+        case .base:
+            let part = try reader.varint()
+            let last = try reader.bool("last")
+            let vector = try reader.vector(limits: limits)
+            let held = try reader.vector(limits: limits)
+            let latest = try reader.fixed64()
+            var schema: Schema?
+            if try reader.bool("schema presence") {
+                var schemaReader = BinaryReader(
+                    Array(try reader.lengthPrefixed("schema")), subject: "base message's schema",
+                    limits: reader.limits)
+                schema = try schemaReader.schema()
+                guard schemaReader.isAtEnd else {
+                    throw reader.error(.trailingData, "\(schemaReader.remaining) bytes after the schema")
+                }
+            }
+            let total = try reader.varint()
+            // Each takes at least a one-byte type length, a two-byte key and a one-byte record length.
+            let count = try reader.count("records", maximum: limits.maximumChangesetsPerBatch * 10, minimumBytesEach: 4)
+            var objects: [ObjectState] = []
+            objects.reserveCapacity(count)
+            for _ in 0..<count {
+                let type = try reader.boundedString("type", maximum: limits.maximumNameBytes)
+                let key = try reader.primaryKey()
+                let record = Array(try reader.lengthPrefixed("record"))
+                guard !record.isEmpty else { throw reader.error(.invalidValue, "base: an empty record of \(type)") }
+                objects.append(ObjectState(type: type, primaryKey: key, record: record))
+            }
+            // Each takes at least a 9-byte dot and a one-byte count.
+            let adoptionCount = try reader.count("adoptions", maximum: .max, minimumBytesEach: 10)
+            var adoptions: [BasePart.Adoption] = []
+            adoptions.reserveCapacity(adoptionCount)
+            for _ in 0..<adoptionCount {
+                adoptions.append(BasePart.Adoption(dot: try reader.dot(), relays: try reader.dots(limits: limits)))
+            }
+            return .base(
+                BasePart(
+                    part: part, last: last, vector: vector, held: held, latest: latest, schema: schema, total: total,
+                    objects: objects, adoptions: adoptions))
         case .queryState:
             let version = try reader.varint()
             let state = try reader.byte()
@@ -272,6 +338,7 @@ public enum MessageCodec {
         case query = 10
         case objects = 11
         case queryState = 12
+        case base = 13
 
         var description: String {
             switch self {
@@ -287,6 +354,7 @@ public enum MessageCodec {
             case .query: "query"
             case .objects: "objects"
             case .queryState: "queryState"
+            case .base: "base"
             }
         }
     }

@@ -44,6 +44,8 @@ public struct SessionStateMachine: Sendable {
         case objects(ObjectStates)
         /// Initiator: the daemon completed or refused a subscription set.
         case queryState(QueryState)
+        /// Initiator: a part of the base state of a compacted daemon, to start this replica from.
+        case base(BasePart)
     }
 
     public let side: Side
@@ -255,12 +257,13 @@ public struct SessionStateMachine: Sendable {
     }
 
     /// Encodes a flexible-sync message for this side to send: ``Message/query(_:)`` from an initiator,
-    /// ``Message/objects(_:)`` or ``Message/queryState(_:)`` from an acceptor. Returns `nil` when the session is not
+    /// ``Message/objects(_:)`` or ``Message/queryState(_:)`` from an acceptor; or, from an acceptor, a part of a base
+    /// state (``Message/base(_:)``). Returns `nil` when the session is not
     /// active or the message is not this side's to send.
     public mutating func send(flexible message: Message, now: ContinuousClock.Instant) -> [UInt8]? {
         guard case .active = state else { return nil }
         switch (side, message) {
-        case (.initiator, .query), (.acceptor, .objects), (.acceptor, .queryState):
+        case (.initiator, .query), (.acceptor, .objects), (.acceptor, .queryState), (.acceptor, .base):
             return sent(message, now: now)
         default:
             return nil
@@ -391,6 +394,8 @@ public struct SessionStateMachine: Sendable {
             return .objects(states)
         case (.active, .queryState(let state)) where side == .initiator:
             return .queryState(state)
+        case (.active, .base(let base)) where side == .initiator:
+            return .base(base)
         case (.active, .pong(let nonce)):
             if let pingSent, pingSent.nonce == nonce {
                 roundTrip = now - pingSent.at

@@ -1,4 +1,7 @@
+import Foundation
 package import Tributary
+import TributaryLog
+import TributaryMerge
 package import TributaryModel
 package import TributaryProtocol
 
@@ -34,6 +37,13 @@ package protocol SessionMeter: Sendable {
     func received(changesets: Int)
     /// A batch of `changesets` was sent.
     func sent(changesets: Int)
+    /// The other side, `replica`, holds at least `vector`: what its `hello` (or `welcome`) said, then each of its
+    /// acknowledgements. A daemon's retention counts it.
+    func holds(_ vector: VersionVector, replica: ReplicaID)
+}
+
+extension SessionMeter {
+    package func holds(_ vector: VersionVector, replica: ReplicaID) {}
 }
 
 /// How far a session is from having nothing left to exchange, as far as this side can tell.
@@ -182,6 +192,11 @@ package actor SessionDriver {
     /// message's states), and those that arrived meanwhile, applied in order when it completes.
     private var staged: (version: UInt64, groups: [(objects: [ReceivedObjectState], yours: UInt64)])?
 
+    /// For an initiator: the replica that welcomed it.
+    private var otherSide: ReplicaID?
+    /// For an initiator: the parts of a base state received so far, installed when the last arrives.
+    private var stagedBase: [BasePart] = []
+
     package init(
         replica: Replica, machine: SessionStateMachine, role: SyncRole? = nil, writer: any MessageWriter,
         integrator: any BatchIntegrator, authenticate: Authenticator? = nil, options: Options = Options(),
@@ -281,6 +296,8 @@ package actor SessionDriver {
                 onEvent(.uploaded(through: welcome.yours))
             }
             onEvent(.established(replica: welcome.replica, role: helloRole ?? .peer))
+            otherSide = welcome.replica
+            options.meter?.holds(welcome.vector, replica: welcome.replica)
             if case .app = helloRole, welcome.yours >= replica.versionVector[replica.replicaID] {
                 onEvent(.accepted)
             }
@@ -366,6 +383,7 @@ package actor SessionDriver {
             return true
         case .acknowledged(let ack):
             theirs.formUnion(ack.checkpoint)
+            if let other = otherReplica ?? otherSide { options.meter?.holds(ack.checkpoint, replica: other) }
             var through: UInt64?
             while let first = sentOwnSequence.first, first.batch <= ack.batch {
                 through = first.ownSequence
@@ -405,6 +423,8 @@ package actor SessionDriver {
             return await receiveObjects(states)
         case .queryState(let state):
             return await receiveQueryState(state)
+        case .base(let part):
+            return await receiveBase(part)
         case .closeSending(let error):
             await write(MessageCodec.encode(.error(error)))
             await end(error, closeConnection: true)
@@ -429,10 +449,18 @@ package actor SessionDriver {
             return false
         }
         let welcome: Welcome
+        var startsFromBase = false
         do {
             let replica = replica
             if let divergence = try await offload({ try Self.divergence(of: hello, from: replica) }) {
                 await fail(divergence)
+                return false
+            }
+            switch try await offload({ try Self.compactionVerdict(of: hello, from: replica) }) {
+            case .none: break
+            case .startFromBase: startsFromBase = true
+            case .reset(let error):
+                await fail(error)
                 return false
             }
             welcome = try await offload {
@@ -460,8 +488,125 @@ package actor SessionDriver {
         if hello.flexible && hello.role == .app { flexibleView = FlexibleSessionView() }
         if hello.role == .app { permissions = options.permissions }
         onEvent(.established(replica: hello.replica, role: hello.role))
+        options.meter?.holds(hello.vector, replica: hello.replica)
+        if startsFromBase {
+            guard await sendBase(withRecords: !(hello.flexible && hello.role == .app)) else { return false }
+        }
         startPump()
         return true
+    }
+
+    // MARK: Base state
+
+    /// What a compacted daemon does with a replica that says `hello`.
+    enum CompactionVerdict {
+        /// Nothing: the log was not compacted, or the replica holds what the base holds.
+        case none
+        /// The replica holds nothing of other replicas, and the base none of its own changesets: it starts from the
+        /// base.
+        case startFromBase
+        /// The replica lacks changesets that only the base holds, and holds others: it must be reset.
+        case reset(SyncError)
+    }
+
+    static func compactionVerdict(of hello: Hello, from replica: Replica) throws -> CompactionVerdict {
+        guard let compaction = try replica.logCompaction(), !hello.vector.includes(compaction.vector) else {
+            return .none
+        }
+        if hello.vector.entries.allSatisfy({ $0.replica == hello.replica }) && compaction.held[hello.replica] == 0 {
+            return .startFromBase
+        }
+        let when = Date(timeIntervalSince1970: TimeInterval(compaction.time)).formatted(.iso8601)
+        let remedy =
+            hello.role == .app
+            ? "the app must reset its replica (a client reset: its unsynced changes can be recovered onto the daemon's "
+                + "state)"
+            : "rebuild that daemon from this one (docs/Operating.md, \"Backups and restores\")"
+        return .reset(
+            SyncError(
+                .resetRequired, .reset,
+                "replica \(hello.replica) last synced before this daemon compacted its history (at \(when)): it was "
+                    + "offline longer than the daemon keeps history for, and lacks changesets the daemon no longer "
+                    + "holds one by one; \(remedy)"))
+    }
+
+    /// Acceptor: sends the base state in parts of about ``Options/objectStatesBytes``; the changesets after it
+    /// follow.
+    private func sendBase(withRecords: Bool) async -> Bool {
+        let base: BaseState
+        do {
+            let replica = replica
+            guard let read = try await offload({ try replica.baseState() }) else { return true }
+            base = read
+        } catch {
+            await fail(
+                SyncError(.storage, .retry, "the daemon could not read its base state: \(error)", retryAfterSeconds: 5))
+            return false
+        }
+        let records = withRecords ? base.records : []
+        var parts: [[ObjectState]] = [[]]
+        var bytes = 0
+        for (key, record) in records {
+            if bytes >= options.objectStatesBytes {
+                parts.append([])
+                bytes = 0
+            }
+            parts[parts.count - 1].append(ObjectState(type: key.type, primaryKey: key.primaryKey, record: record))
+            bytes += key.type.utf8.count + record.count + 24
+        }
+        let adoptions = base.adoptions.map { BasePart.Adoption(dot: $0.dot, relays: $0.relays) }
+        for (index, objects) in parts.enumerated() {
+            let part = BasePart(
+                part: UInt64(index + 1), last: index == parts.count - 1, vector: base.compaction.vector,
+                held: base.compaction.held, latest: base.compaction.latest.rawValue,
+                schema: index == 0 ? base.schema : nil, total: UInt64(records.count), objects: objects,
+                adoptions: index == 0 ? adoptions : [])
+            guard let frame = machine.send(flexible: .base(part), now: .now) else { return false }
+            await write(frame)
+        }
+        theirs.formUnion(base.compaction.vector)
+        return true
+    }
+
+    /// Initiator: keeps each part of a base state; installs the base when the last one arrives.
+    private func receiveBase(_ part: BasePart) async -> Bool {
+        guard part.part == UInt64(stagedBase.count + 1) else {
+            await fail(.violation("base part \(part.part) arrived after part \(stagedBase.count)"))
+            return false
+        }
+        stagedBase.append(part)
+        let received = stagedBase.reduce(0) { $0 + UInt64($1.objects.count) }
+        onEvent(.bootstrapping(received: received, total: max(part.total, received)))
+        guard part.last else { return true }
+        let parts = stagedBase
+        stagedBase = []
+        guard let schema = parts[0].schema else {
+            await fail(.violation("base part 1 carries no schema"))
+            return false
+        }
+        let base = BaseState(
+            compaction: LogCompaction(
+                through: 0, chain: 0, vector: part.vector, held: part.held, latest: HybridTime(rawValue: part.latest),
+                time: 0, generation: 1),
+            schema: schema,
+            records: parts.flatMap { $0.objects }.compactMap { object in
+                object.record.map { (RecordKey(type: object.type, primaryKey: object.primaryKey), $0) }
+            },
+            adoptions: parts.flatMap { $0.adoptions }.map { ($0.dot, $0.relays) })
+        do {
+            let replica = replica
+            try await offload { try replica.installBase(base) }
+            return true
+        } catch let error as TributaryError where error.code == .invalidChangeset {
+            await fail(SyncError(.badChangeset, .fatal, error.message))
+            return false
+        } catch {
+            await fail(
+                SyncError(
+                    .storage, .retry, "could not start the replica from the daemon's base state: \(error)",
+                    retryAfterSeconds: 5))
+            return false
+        }
     }
 
     /// Whether the initiator's history and this replica's can no longer be merged, and why: it has seen changesets
@@ -650,6 +795,9 @@ package actor SessionDriver {
                             missingFrom: theirs, excluding: theirPending, origins: exportOrigins, limit: limit,
                             maximumBytes: maximumBytes)
                 }
+            } catch let error as TributaryError where error.code == .historyCompacted {
+                await fail(SyncError(.resetRequired, .reset, error.message))
+                return false
             } catch {
                 await fail(
                     SyncError(.storage, .retry, "could not read the log to send: \(error)", retryAfterSeconds: 5))

@@ -172,7 +172,7 @@ struct MessageCodecTests {
         expectViolation([], naming: "empty")
     }
 
-    @Test("An unknown kind byte is a violation that names it", arguments: [0, 13, 14, 0x7F, 0x80, 0xFF] as [UInt8])
+    @Test("An unknown kind byte is a violation that names it", arguments: [0, 14, 15, 0x7F, 0x80, 0xFF] as [UInt8])
     func unknownKind(kind: UInt8) {
         expectViolation([kind], naming: "unknown message kind \(kind)")
         expectViolation([kind, 1, 2, 3], naming: "unknown message kind \(kind)")

@@ -50,6 +50,25 @@ enum Samples {
                 ], total: 2)),
         .queryState(QueryState(version: 3)),
         .queryState(QueryState(version: 4, error: "key \"title\" is not a queryable field")),
+        .base(
+            BasePart(
+                part: 1, last: false, vector: vector,
+                held: VersionVector([(ReplicaID(rawValue: 7), 3), (ReplicaID(rawValue: 9), 12)]), latest: 1 << 50,
+                schema: Schema(
+                    version: 2, types: [ObjectSchema(name: "Task", properties: [.scalar("_id", .string)])]),
+                total: 3, objects: [ObjectState(type: "Task", primaryKey: .string("t1"), record: [1, 2, 3])],
+                adoptions: [
+                    .init(
+                        dot: Dot(origin: ReplicaID(rawValue: 9), sequence: 4),
+                        relays: [Dot(origin: ReplicaID(rawValue: 7), sequence: 2)])
+                ])),
+        .base(
+            BasePart(
+                part: 2, last: true, vector: vector, held: vector, latest: 5, schema: nil, total: 3,
+                objects: [
+                    ObjectState(type: "Task", primaryKey: .int(-4), record: [9]),
+                    ObjectState(type: "Task", primaryKey: .int(5), record: [8, 7]),
+                ], adoptions: [])),
     ]
 
     static let maximalVector = VersionVector([(ReplicaID(rawValue: 0), .max), (ReplicaID(rawValue: .max), .max)])
@@ -158,5 +177,9 @@ func payloadBytes(_ message: Message) -> Int {
         return states.objects.reduce(0) { $0 + 16 + $1.type.utf8.count + ($1.record?.count ?? 0) + 16 }
     case .queryState(let state):
         return state.error?.utf8.count ?? 0
+    case .base(let base):
+        return base.objects.reduce(0) { $0 + 16 + $1.type.utf8.count + ($1.record?.count ?? 0) }
+            + base.adoptions.reduce(0) { $0 + 16 + 16 * $1.relays.count }
+            + 16 * (base.vector.entries.count + base.held.entries.count) + (base.schema.map { _ in 64 } ?? 0)
     }
 }

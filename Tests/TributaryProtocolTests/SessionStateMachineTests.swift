@@ -1085,7 +1085,7 @@ struct SessionBackToBackTests {
             replies.append(reply)
         case .none:
             if case .pong = decoded(frame) { side.pongs += 1 } else { Issue.record("\(hex(frame)) was ignored") }
-        case .authenticate, .established, .closeSending, .closed, .query, .objects, .queryState:
+        case .authenticate, .established, .closeSending, .closed, .query, .objects, .queryState, .base:
             Issue.record("unexpected \(action)")
         }
     }

@@ -193,6 +193,34 @@ package struct Wire: Sendable {
             wire.uint(state.version)
             wire.u8(state.error == nil ? 1 : 2)
             wire.string(state.error ?? "")
+        case .base(let base):
+            wire.u8(13)
+            wire.uint(base.part)
+            wire.bool(base.last)
+            wire.vector(base.vector)
+            wire.vector(base.held)
+            wire.id(base.latest)
+            wire.bool(base.schema != nil)
+            if let schema = base.schema {
+                // The schema as a replica stores it (docs/ChangesetFormat.md), length-prefixed.
+                var encoded = BinaryWriter()
+                encoded.schema(schema)
+                wire.data(encoded.bytes)
+            }
+            wire.uint(base.total)
+            wire.length(base.objects.count)
+            for object in base.objects {
+                wire.string(object.type)
+                var key = BinaryWriter()
+                key.primaryKey(object.primaryKey)
+                wire.bytes += key.bytes
+                wire.data(object.record ?? [])
+            }
+            wire.length(base.adoptions.count)
+            for adoption in base.adoptions {
+                wire.dot(origin: adoption.dot.origin.rawValue, sequence: adoption.dot.sequence)
+                wire.dots(adoption.relays)
+            }
         }
         return wire
     }

@@ -9,7 +9,8 @@ struct Info: ParsableCommand {
         discussion: """
             Prints the replica id, the format and schema versions (the highest any release declared; the schema \
             version the app last opened this replica with and the one its history starts at; and the highest a \
-            migration reached), the schema conflicts, the number of changesets and instructions, the \
+            migration reached), the schema conflicts, the number of changesets and instructions, whether the log \
+            was compacted (which entries a base state replaced, when, and the version vector it holds), the \
             log's size as stored (headers and compressed payloads) and uncompressed, the compression ratio, the \
             version vector, the storage file's used size, and the number of objects of each type. Every figure \
             comes from one snapshot; reading the log checks every entry's checksum.
@@ -26,6 +27,7 @@ struct Info: ParsableCommand {
             defer { opened.close() }
             let summary = try opened.inspection.summary()
             let declared = try opened.declaredVersions()
+            let compaction = try opened.logCompaction()
             let ratio = (summary.log.compressionRatio * 100).rounded() / 100
             if output.json {
                 emit(
@@ -40,6 +42,15 @@ struct Info: ParsableCommand {
                         ("changesets", .int(Int64(summary.log.changesets))),
                         ("instructions", .int(Int64(summary.log.instructions))),
                         ("lastLocalSequence", .uint(summary.lastLocalSequence)),
+                        (
+                            "compaction",
+                            compaction.map { compaction in
+                                .object([
+                                    ("through", .uint(compaction.through)), ("time", .uint(compaction.time)),
+                                    ("versionVector", json(compaction.vector)),
+                                ])
+                            } ?? .null
+                        ),
                         ("logStoredBytes", .int(Int64(summary.log.storedBytes))),
                         ("logUncompressedBytes", .int(Int64(summary.log.uncompressedBytes))),
                         ("compressionRatio", .double(ratio)),
@@ -97,6 +108,16 @@ struct Info: ParsableCommand {
                 ),
                 ("changesets", grouped(summary.log.changesets) + " (last local sequence \(summary.lastLocalSequence))"),
                 ("instructions", grouped(summary.log.instructions)),
+                (
+                    "compacted",
+                    compaction.map { compaction in
+                        (compaction.through > 0
+                            ? "entries 1-\(compaction.through) replaced by a base state"
+                            : "started from another replica's base state")
+                            + " at \(Date(timeIntervalSince1970: TimeInterval(compaction.time)).formatted(.iso8601)),"
+                            + " holding \(text(compaction.vector))"
+                    } ?? "never"
+                ),
                 ("log stored", "\(grouped(summary.log.storedBytes)) bytes"),
                 ("log uncompressed", "\(grouped(summary.log.uncompressedBytes)) bytes"),
                 ("compression", String(format: "%.2fx", summary.log.compressionRatio)),

@@ -54,6 +54,7 @@ struct Tributaryd: AsyncParsableCommand {
                 "queryableFields": {"ChatMessage": ["conversationID"]},
                 "idleCatchUpSeconds": 5,
                 "breakingSchemaVersion": 2,
+                "retention": "30d",
                 "logLevel": "info",
                 "readinessBoundSeconds": 10
               }
@@ -98,6 +99,13 @@ struct Tributaryd: AsyncParsableCommand {
             breakingSchemaVersion): apps of earlier releases are then refused with schemaVersionTooOld (update \
             the app; their data stays on the device), and an updated app whose replica was synced under an \
             earlier version is reset and downloads the data again under the new schema.
+
+            History is kept for ever unless --retention (or retention) says how long a device may stay away and \
+            still sync without a reset (Device Sync's client max offline time): 30d, 12h, 90m. The daemon then \
+            replaces the start of its log that every device and peer seen within that time (or connected now) \
+            holds with a base state, when that drops a tenth of the log or more; it looks at start and every \
+            tenth of the retention. A device away longer is reset (its unsynced changes recovered), and a new \
+            device starts from the base instead of replaying the whole history.
 
             The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
             serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
@@ -179,6 +187,12 @@ struct Tributaryd: AsyncParsableCommand {
             valueName: "version"))
     var breakingSchemaVersion: UInt64?
 
+    @Option(
+        help: ArgumentHelp(
+            "How long a device may stay away and still sync without a reset: 30d, 12h, 90m (default: keep all "
+                + "history; see above).", valueName: "duration"))
+    var retention: String?
+
     @Option(help: "Seconds between keepalive pings on idle sessions (default 30).")
     var keepaliveSeconds: UInt64?
 
@@ -191,6 +205,18 @@ struct Tributaryd: AsyncParsableCommand {
     @Option(
         help: "Seconds a peer link may go without being caught up before GET /ready answers 503 (default 10).")
     var readinessBoundSeconds: UInt64?
+
+    /// A retention such as `30d`, `12h`, `90m` or `45s`.
+    static func retention(parsing text: String) throws -> Duration {
+        let units: [Character: Int64] = ["d": 86_400, "h": 3_600, "m": 60, "s": 1]
+        guard let unit = text.last, let seconds = units[unit], let count = Int64(text.dropLast()), count > 0,
+            !count.multipliedReportingOverflow(by: seconds).overflow
+        else {
+            throw ValidationError(
+                "--retention takes a positive whole number and a unit, d, h, m or s (30d, 12h), not \(text)")
+        }
+        return .seconds(count * seconds)
+    }
 
     func run() async throws {
         let file = try config.map(DaemonFile.load) ?? DaemonFile()
@@ -240,6 +266,9 @@ struct Tributaryd: AsyncParsableCommand {
         if let version = breakingSchemaVersion ?? file.breakingSchemaVersion {
             guard version > 0 else { throw ValidationError("--breaking-schema-version is 1 or more, not 0") }
             configuration.breakingSchemaVersion = version
+        }
+        if let text = retention ?? file.retention {
+            configuration.retention = try Self.retention(parsing: text)
         }
         configuration.permissionRules = try permissionRules(file)
         if configuration.permissionRules != nil, keys.isEmpty {
@@ -420,6 +449,7 @@ struct DaemonFile: Decodable {
     var idleCatchUpSeconds: UInt64?
     var permissionRulesFile: String?
     var breakingSchemaVersion: UInt64?
+    var retention: String?
 
     /// The limits the file sets; the defaults stay for those it does not.
     func applyLimits(to configuration: inout SyncServer.Configuration) throws {

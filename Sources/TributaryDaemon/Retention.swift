@@ -1,0 +1,161 @@
+import Foundation
+import Logging
+import Synchronization
+import Tributary
+import TributaryLog
+import TributaryModel
+import TributarySync
+
+/// Keeps a daemon's log to what the replicas it serves may still need (docs/design/Compaction.md).
+///
+/// Every session reports what its replica holds: its `hello`, then each acknowledgement. The daemon keeps the latest
+/// report of each replica, with its time. A replica that reported within the retention window, or is connected now,
+/// is still served; the log entries every one of those holds are replaced by a base state, once that drops at least a
+/// tenth of the log. A replica that comes back after the window lacks them, and is reset; one that holds nothing yet
+/// starts from the base.
+final class Retention: Sendable {
+    let replica: Replica
+    /// Replicas that reported within this long are still served.
+    let window: Duration
+    private let logger: Logger
+    private let state: Mutex<State>
+
+    struct State {
+        var reports: [ReplicaID: SyncReport]
+        /// Reports changed since they were last stored.
+        var changed: Set<ReplicaID> = []
+        var compactions = 0
+        var last: CompactionOutcome?
+        /// The replicas connected now, which count as reporting now.
+        var connected: @Sendable () -> Set<ReplicaID> = { [] }
+    }
+
+    init(replica: Replica, window: Duration, logger: Logger) {
+        self.replica = replica
+        self.window = window
+        self.logger = logger
+        var reports: [ReplicaID: SyncReport] = [:]
+        do {
+            reports = try replica.syncReports()
+        } catch {
+            logger.error("could not read the stored sync reports (compaction waits for new ones): \(error)")
+        }
+        state = Mutex(State(reports: reports))
+    }
+
+    static func now() -> UInt64 { UInt64(Date().timeIntervalSince1970) }
+
+    /// A session of `other` ended: it was served until now (a connected replica counts as reporting, however long
+    /// ago its last acknowledgement was).
+    func ended(_ other: ReplicaID, now: UInt64 = now()) {
+        state.withLock { state in
+            guard let report = state.reports[other] else { return }
+            state.reports[other] = SyncReport(time: max(report.time, now), vector: report.vector)
+            state.changed.insert(other)
+        }
+    }
+
+    /// Where the replicas connected now are read from.
+    func readConnected(from connected: @escaping @Sendable () -> Set<ReplicaID>) {
+        state.withLock { $0.connected = connected }
+    }
+
+    private func connected() -> Set<ReplicaID> { state.withLock { $0.connected }() }
+
+    private var windowSeconds: UInt64 { UInt64(max(0, window.components.seconds)) }
+
+    /// Replica `other` holds at least `vector` now.
+    func holds(_ vector: VersionVector, replica other: ReplicaID, now: UInt64 = now()) {
+        state.withLock { state in
+            var report = state.reports[other] ?? SyncReport(time: now, vector: VersionVector())
+            report.time = max(report.time, now)
+            report.vector.formUnion(vector)
+            state.reports[other] = report
+            state.changed.insert(other)
+        }
+    }
+
+    /// The compactions run since the daemon started, and the last one's outcome.
+    var statistics: (compactions: Int, last: CompactionOutcome?) { state.withLock { ($0.compactions, $0.last) } }
+
+    /// The replicas still served: connected now, or reported within the window.
+    func servedCount(now: UInt64 = now()) -> Int {
+        let connected = connected()
+        return state.withLock { state in
+            Set(
+                state.reports.filter { replica, report in
+                    connected.contains(replica) || now <= report.time || now - report.time <= windowSeconds
+                }.keys
+            ).union(connected).count
+        }
+    }
+
+    /// The least vector every replica still served holds: what a compaction may replace. `nil` when no replica is
+    /// served (nothing constrains a compaction but the log's last entry).
+    func stableVector(now: UInt64 = now()) -> VersionVector? {
+        let connected = connected()
+        let served = state.withLock { state in
+            state.reports.filter { replica, report in
+                connected.contains(replica) || now <= report.time || now - report.time <= windowSeconds
+            }.map(\.value.vector)
+        }
+        guard var stable = served.first else { return nil }
+        for vector in served.dropFirst() {
+            var meet = VersionVector()
+            for entry in stable.entries { meet.advance(entry.replica, to: min(entry.sequence, vector[entry.replica])) }
+            stable = meet
+        }
+        return stable
+    }
+
+    /// Stores the reports that changed, and forgets those older than the window (they no longer hold anything back).
+    func storeReports(now: UInt64 = now()) throws {
+        let connected = connected()
+        let (changed, forgotten) = state.withLock { state in
+            let forgotten = Set(
+                state.reports.filter { replica, report in
+                    !connected.contains(replica) && now > report.time && now - report.time > windowSeconds
+                }.keys)
+            for replica in forgotten { state.reports.removeValue(forKey: replica) }
+            let changed = state.reports.filter { state.changed.contains($0.key) }
+            state.changed = []
+            return (changed, forgotten)
+        }
+        try replica.storeSyncReports(changed, forgetting: forgotten)
+    }
+
+    /// One round: stores the reports, then compacts through what every replica still served holds, when that drops
+    /// at least `minimumFraction` of the log's entries. Blocks for the compaction.
+    @discardableResult
+    func compactOnce(now: UInt64 = now(), minimumFraction: Double = 0.1) throws -> CompactionOutcome? {
+        try storeReports(now: now)
+        let cut = try replica.compactionCut(coveredBy: stableVector(now: now) ?? replica.versionVector)
+        let from = try replica.logCompaction()?.through ?? 0
+        let head = replica.head.localSequence
+        guard cut > from, head > from, Double(cut - from) >= minimumFraction * Double(head - from) else { return nil }
+        guard let outcome = try replica.compact(through: cut, now: now) else { return nil }
+        state.withLock { state in
+            state.compactions += 1
+            state.last = outcome
+        }
+        logger.notice(
+            """
+            compacted the log through entry \(outcome.compaction.through): \(outcome.droppedEntries) entries dropped, \
+            the base holds \(outcome.baseRecords) records
+            """)
+        return outcome
+    }
+
+    /// Runs ``compactOnce(now:minimumFraction:)`` now and every `interval` until the task is cancelled, each on a
+    /// thread of its own (a compaction reads and writes for a while).
+    func run(every interval: Duration) async {
+        while !Task.isCancelled {
+            do {
+                _ = try await offload { [self] in try compactOnce() }
+            } catch {
+                logger.error("compaction failed (the log is as it was, and is compacted again later): \(error)")
+            }
+            try? await Task.sleep(for: interval)
+        }
+    }
+}

@@ -1,0 +1,143 @@
+import Foundation
+import Synchronization
+import Testing
+import Tributary
+import TributaryDaemon
+import TributaryModel
+import TributaryProtocol
+import TributarySync
+import TributaryTestSupport
+
+/// A daemon with a retention window compacts its log: devices inside the window keep syncing, one away longer is
+/// reset with its offline changes recovered, and a new device starts from the base state.
+@Suite("Retention and log compaction on a daemon")
+struct RetentionSyncTests {
+    static let schema = ClientResetTests.schema
+
+    static func within<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T
+    {
+        try await LoopbackSyncTests.within(.seconds(120), what, body)
+    }
+
+    static func counts(_ replica: Replica) throws -> [String: Int64] {
+        var counts: [String: Int64] = [:]
+        for object in try replica.objects("Task") {
+            if case .string(let key) = object.primaryKey, case .int(let count) = object["count"] { counts[key] = count }
+        }
+        return counts
+    }
+
+    @Test("Devices within the window sync on, one away longer is reset and recovers, a new one starts from the base")
+    func retentionWindow() async throws {
+        let directory = TemporaryDirectory("retention")
+        let daemonReplica = try Replica.open(directory: directory.appending("daemon"))
+        var serverConfiguration = SyncServer.Configuration()
+        serverConfiguration.port = 0
+        serverConfiguration.retention = .seconds(86_400)
+        serverConfiguration.compactionInterval = .seconds(3_600)
+        let server = SyncServer(replica: daemonReplica, configuration: serverConfiguration)
+        let port = try await server.start()
+        let endpoint = SyncEndpoint(host: "127.0.0.1", port: port)
+        let configuration = ClientResetTests.configuration()
+
+        let first = try Replica.open(directory: directory.appending("first"), schema: Self.schema)
+        let second = try Replica.open(directory: directory.appending("second"), schema: Self.schema)
+        let away = try Replica.open(directory: directory.appending("away"), schema: Self.schema)
+        let firstSession = first.connect(to: endpoint, configuration: configuration)
+        let secondSession = second.connect(to: endpoint, configuration: configuration)
+        let awaySession = away.connect(to: endpoint, configuration: configuration)
+        try await first.write { txn in
+            for index in 0..<4 { _ = try txn.create("Task", ["_id": .string("t\(index)"), "title": "created"]) }
+        }
+        try await Self.within("the creates") {
+            try await firstSession.waitForUpload()
+            try await secondSession.waitForDownload()
+        }
+        for round in 0..<20 {
+            try await first.write { txn in
+                try txn.increment(["count"], of: "Task", primaryKey: .string("t\(round % 4)"), by: 1)
+            }
+            try await second.write { txn in
+                try txn.append(.string("r\(round)"), to: ["tags"], of: "Task", primaryKey: .string("t0"))
+            }
+        }
+        try await Self.within("everyone's first sync") {
+            for session in [firstSession, secondSession, awaySession] { try await session.waitForUpload() }
+            for session in [firstSession, secondSession, awaySession] { try await session.waitForDownload() }
+        }
+        // One device goes away and writes offline.
+        await awaySession.close()
+        try await away.write { txn in
+            _ = try txn.create("Task", ["_id": "offline", "title": "written while away"])
+            try txn.increment(["count"], of: "Task", primaryKey: .string("t1"), by: 100)
+        }
+        for round in 0..<10 {
+            try await first.write { txn in
+                try txn.update("Task", primaryKey: .string("t2"), ["title": .string("later \(round)")])
+            }
+        }
+        try await Self.within("the later writes") {
+            try await firstSession.waitForUpload()
+            try await secondSession.waitForDownload()
+        }
+        let entriesBefore = try daemonReplica.logFigures().entries
+
+        // Two days on: the device away is out of the window; the two connected ones are not.
+        let later = UInt64(Date().timeIntervalSince1970) + 2 * 86_400
+        #expect(try await server.compactHistory(asOf: later))
+        let figures = try daemonReplica.logFigures()
+        #expect(figures.compactedThrough > 0)
+        #expect(figures.entries < entriesBefore / 4, "\(figures.entries) of \(entriesBefore) entries left")
+        #expect(try daemonReplica.verify().passed)
+
+        // The connected devices keep syncing, over objects only the base holds.
+        try await second.write { txn in
+            try txn.increment(["count"], of: "Task", primaryKey: .string("t3"), by: 1_000)
+        }
+        try await Self.within("a write after the compaction") {
+            try await secondSession.waitForUpload()
+            try await firstSession.waitForDownload()
+        }
+        #expect(try Self.counts(first)["t3"] == 1_005)
+
+        // The device away comes back: it is reset, and what it wrote offline is recovered.
+        let returning = away.connect(to: endpoint, configuration: configuration)
+        let report = try await ClientResetTests.firstReset(returning)
+        #expect(report.reason.contains("compacted its history"), "\(report.reason)")
+        #expect(report.recovered)
+        try await Self.within("the recovered upload") { try await returning.waitForUpload() }
+        try await Self.within("everyone catching up") {
+            try await firstSession.waitForDownload()
+            try await returning.waitForDownload()
+        }
+        #expect(try ClientResetTests.titles(first)["offline"] == "written while away")
+        #expect(try Self.counts(first)["t1"] == 105)
+        #expect(try Self.counts(returning.replica) == Self.counts(first))
+
+        // A new device starts from the base, then takes what came after it.
+        let newcomer = try Replica.open(directory: directory.appending("newcomer"), schema: Self.schema)
+        let newcomerSession = newcomer.connect(to: endpoint, configuration: configuration)
+        try await Self.within("the newcomer's download") { try await newcomerSession.waitForDownload() }
+        #expect(try newcomer.logCompaction() != nil)
+        #expect(try ClientResetTests.titles(newcomer) == ClientResetTests.titles(first))
+        #expect(try Self.counts(newcomer) == Self.counts(first))
+        #expect(
+            try newcomer.object("Task", primaryKey: .string("t0"))?["tags"]
+                == first.object("Task", primaryKey: .string("t0"))?["tags"])
+        #expect(try newcomer.verify().passed)
+        try await newcomer.write { txn in
+            try txn.update("Task", primaryKey: .string("t0"), ["title": "from the newcomer"])
+        }
+        try await Self.within("the newcomer's write") {
+            try await newcomerSession.waitForUpload()
+            try await firstSession.waitForDownload()
+        }
+        #expect(try ClientResetTests.titles(first)["t0"] == "from the newcomer")
+
+        // The reports survive a restart of the daemon.
+        await server.stop()
+        #expect(try daemonReplica.syncReports().count >= 3)
+        for session in [firstSession, secondSession, returning, newcomerSession] { await session.close() }
+        for replica in [first, second, returning.replica, newcomer, daemonReplica] { replica.close() }
+    }
+}
