@@ -143,7 +143,10 @@ let package = Package(
             path: "Tools/tributaryd", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributary-log",
-            dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "Tributary", "TributaryLog", "TributaryModel",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             path: "Tools/tributary-log", swiftSettings: upcomingFeatures),
         .executableTarget(
             name: "tributary-bench",

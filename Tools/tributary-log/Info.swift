@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Tributary
+import TributaryLog
 import TributaryModel
 
 struct Info: ParsableCommand {
