@@ -74,10 +74,11 @@ struct HelpText: CustomTestStringConvertible, Sendable {
 
                 Prints the replica id, the format and schema versions (the highest any release declared; the schema
                 version the app last opened this replica with and the one its history starts at; and the highest a
-                migration reached), the schema conflicts, the number of changesets and instructions, the log's size
-                as stored (headers and compressed payloads) and uncompressed, the compression ratio, the version
-                vector, the storage file's used size, and the number of objects of each type. Every figure comes
-                from one snapshot; reading the log checks every entry's checksum.
+                migration reached), the schema conflicts, the number of changesets and instructions, whether the
+                log was compacted (which entries a base state replaced, when, and the version vector it holds), the
+                log's size as stored (headers and compressed payloads) and uncompressed, the compression ratio, the
+                version vector, the storage file's used size, and the number of objects of each type. Every figure
+                comes from one snapshot; reading the log checks every entry's checksum.
 
                 Exit status:
                   0   success

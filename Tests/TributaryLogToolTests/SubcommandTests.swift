@@ -22,6 +22,7 @@ struct InfoTests {
                 releases          app version 1 (history from 1), no migration
                 changesets        7 (last local sequence 7)
                 instructions      19
+                compacted         never
                 log stored        \#(thousands(fixture.summary.log.storedBytes)) bytes
                 log uncompressed  \#(thousands(fixture.summary.log.uncompressedBytes)) bytes
                 compression       \#(String(format: "%.2fx", fixture.summary.log.compressionRatio))
@@ -41,7 +42,7 @@ struct InfoTests {
         #expect(run.status == 0, "\(run)")
         #expect(
             run.stdout == #"""
-                {"replica":"00000000000000a1","directory":"\#(fixture.path)","formatVersion":1,"schemaVersion":1,"migratedSchemaVersion":0,"declaredSchemaVersion":1,"firstDeclaredSchemaVersion":1,"types":4,"changesets":7,"instructions":19,"lastLocalSequence":7,"logStoredBytes":\#(fixture.summary.log.storedBytes),"logUncompressedBytes":\#(fixture.summary.log.uncompressedBytes),"compressionRatio":\#(fixture.ratioJSON),"versionVector":[{"replica":"00000000000000a1","originSequence":5},{"replica":"00000000000000b2","originSequence":2}],"storageUsedBytes":\#(fixture.storageUsedBytes),"objects":[{"type":"ChatMessage","count":0},{"type":"User","count":3}],"schemaConflicts":[]}
+                {"replica":"00000000000000a1","directory":"\#(fixture.path)","formatVersion":1,"schemaVersion":1,"migratedSchemaVersion":0,"declaredSchemaVersion":1,"firstDeclaredSchemaVersion":1,"types":4,"changesets":7,"instructions":19,"lastLocalSequence":7,"compaction":null,"logStoredBytes":\#(fixture.summary.log.storedBytes),"logUncompressedBytes":\#(fixture.summary.log.uncompressedBytes),"compressionRatio":\#(fixture.ratioJSON),"versionVector":[{"replica":"00000000000000a1","originSequence":5},{"replica":"00000000000000b2","originSequence":2}],"storageUsedBytes":\#(fixture.storageUsedBytes),"objects":[{"type":"ChatMessage","count":0},{"type":"User","count":3}],"schemaConflicts":[]}
 
                 """#)
     }
