@@ -26,7 +26,8 @@ import TributaryViews
 /// - Warning: Do not open one replica directory for writing from two processes at once. Read-only opens (such as
 ///   `tributary-log`) may run alongside a writer.
 public final class Replica: Sendable {
-    /// The replica format this build writes and reads. A replica of a later format is refused with
+    /// The replica format this build writes for a new replica; one whose log was compacted is raised to the next.
+    /// A replica of a format later than this build reads is refused with
     /// ``TributaryError/Code/newerFormat``; one written by a development build before 0.1.0 with
     /// ``TributaryError/Code/developmentFormat``.
     public static var formatVersion: UInt8 { ReplicaFormat.current }
@@ -267,11 +268,11 @@ public final class Replica: Sendable {
         guard let format = stored.format, format.count == 1, let idBytes = stored.id else {
             throw TributaryError(.notAReplica, "\(directory) holds a damaged replica identity")
         }
-        guard format[0] <= ReplicaFormat.current else {
+        guard format[0] <= ReplicaFormat.newest else {
             throw TributaryError(
                 .newerFormat,
                 "\(directory) was written in replica format \(format[0]) by a newer release of Tributary; this build "
-                    + "reads format \(ReplicaFormat.current). Upgrade Tributary to open it")
+                    + "reads formats up to \(ReplicaFormat.newest). Upgrade Tributary to open it")
         }
         let replicaID = ReplicaID(rawValue: try checkedIdentityNumber(idBytes, "replica id"))
         let state = try environment.read { txn in

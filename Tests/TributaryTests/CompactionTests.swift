@@ -63,9 +63,23 @@ struct CompactionTests {
         #expect(outcome.droppedEntries == Int(head) - 3)
         #expect(outcome.baseRecords > 0)
         #expect(try relay.environment.read { try relay.log.count(in: $0) } == 3)
+        // A compacted replica is of the format that release 0.1.0 refuses as newer; the apps' stay at format 1.
+        #expect(try relay.summary().formatVersion == ReplicaFormat.compacted)
+        #expect(try cluster[1].summary().formatVersion == ReplicaFormat.current)
         let report = try relay.verify()
         #expect(report.passed, "\(report)")
         #expect(try relay.verify(recordsInMemory: 2).passed)
+        // The state before the cut is gone, and a replay of the entries alone cannot rebuild the replica.
+        #expect {
+            _ = try relay.objects(asOf: 2)
+        } throws: { error in
+            (error as? TributaryError)?.code == .historyCompacted
+        }
+        #expect {
+            try relay.replay(through: head, into: cluster.directory.appending("copy"))
+        } throws: { error in
+            (error as? TributaryError)?.message.contains("replaced by a base state") == true
+        }
         try relay.rebuildViews(recordsInMemory: 3)
         #expect(try Self.sameObjects(cluster.replicas))
 

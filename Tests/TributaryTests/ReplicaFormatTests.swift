@@ -115,13 +115,13 @@ struct ReplicaFormatTests {
     func newerFormatIsRefused() throws {
         let directory = TemporaryDirectory("format-newer")
         try Self.makeReplica(directory.path)
-        try StoredFormat.setFormat(directory.path, ReplicaFormat.current + 1)
+        try StoredFormat.setFormat(directory.path, ReplicaFormat.newest + 1)
         let error = try #require(throws: TributaryError.self) {
             try Replica.open(directory: directory.path, configuration: Self.configuration()).close()
         }
         #expect(error.code == .newerFormat)
-        #expect(error.message.contains("replica format \(ReplicaFormat.current + 1)"), "\(error.message)")
-        #expect(error.message.contains("reads format \(ReplicaFormat.current)"), "\(error.message)")
+        #expect(error.message.contains("replica format \(ReplicaFormat.newest + 1)"), "\(error.message)")
+        #expect(error.message.contains("reads formats up to \(ReplicaFormat.newest)"), "\(error.message)")
     }
 
     @Test("upgrade steps chain from the stored format to the current one, and a gap is named")

@@ -6,6 +6,10 @@ import TributaryStorage
 /// identity are laid out and which merge rules built the views; a build reads the formats up to ``current``.
 ///
 /// - 1: the format of release 0.1.0.
+/// - 2: a format-1 replica whose log was compacted, or that started from another replica's base state: its log
+///   starts after a base (``compacted``). Only the commit that stores the first compaction marker raises a replica to
+///   it, so replicas never compacted stay readable by release 0.1.0, and that release refuses a compacted one as
+///   newer instead of reading its log as damaged.
 ///
 /// A change to what a replica stores raises ``current`` and registers one ``Upgrade`` in ``upgrades`` that turns
 /// a directory of the previous format into the new one, with a test that opens a directory of the previous format.
@@ -18,8 +22,14 @@ import TributaryStorage
 /// refused with ``TributaryError/Code/developmentFormat`` and rebuilt from their logs
 /// (``Replica/rebuild(fromLogOf:into:through:configuration:)``), whose entries every build reads alike.
 package enum ReplicaFormat {
-    /// The replica format this build writes and reads.
+    /// The replica format this build writes for a new replica, and raises older ones to.
     package static let current: UInt8 = 1
+
+    /// The format of a replica whose log starts after a base state.
+    package static let compacted: UInt8 = 2
+
+    /// The highest format this build reads.
+    package static let newest: UInt8 = compacted
 
     /// Where the identity database keeps the format: one byte.
     package static let key = Array("replicaFormat".utf8)

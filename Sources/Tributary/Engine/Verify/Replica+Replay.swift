@@ -27,6 +27,12 @@ extension Replica {
     package func objects(asOf localSequence: UInt64, progress: ((Int) -> Void)? = nil) throws -> ReplayedObjects {
         do {
             return try environment.read { txn in
+                if let compaction = try log.compaction(in: txn), localSequence < compaction.through {
+                    throw TributaryError(
+                        .historyCompacted,
+                        "the log was compacted through entry \(compaction.through): the state as of entry "
+                            + "\(localSequence) is no longer held")
+                }
                 var replayed = try replay(in: txn, through: localSequence, progress: progress)
                 let schema = replayed.working.schema
                 var records: [RecordKey: ObjectRecord] = [:]
@@ -42,7 +48,9 @@ extension Replica {
                     objects.append(try materializer.object(type: type, primaryKey: key.primaryKey, record: record))
                 }
                 return ReplayedObjects(
-                    localSequence: min(localSequence, UInt64(replayed.changesets)), schema: schema, objects: objects,
+                    localSequence: min(
+                        localSequence, (try log.compaction(in: txn)?.through ?? 0) + UInt64(replayed.changesets)),
+                    schema: schema, objects: objects,
                     versionVector: replayed.versionVector)
             }
         } catch {
@@ -139,6 +147,16 @@ extension Replica {
         let copy = try Replica.open(directory: directory, configuration: target)
         do {
             try source.read { sourceTxn in
+                if let compaction = try log.compaction(in: sourceTxn) {
+                    throw TributaryError(
+                        .historyCompacted,
+                        "the log was compacted"
+                            + (compaction.through > 0
+                                ? ": entries 1-\(compaction.through) were replaced by a base state"
+                                : ": it starts from another replica's base state")
+                            + ", so a replay of its entries alone cannot rebuild the replica; copy the directory "
+                            + "instead (verify and rebuildViews start from the base)")
+                }
                 let end = min(localSequence, try log.head(in: sourceTxn).localSequence)
                 guard end > 0 else { return }
                 var next: UInt64 = 1
