@@ -77,6 +77,9 @@ public final class Replica: Sendable {
 
     package static let identityDatabase = "replica"
     static let pendingDatabase = "pending"
+    /// The database of base states: under an 8-byte generation, the schema; under the generation and a record's
+    /// view key, the record as the views store it (a compacted log starts after one).
+    static let baseDatabaseName = "base"
     static let replicaIDKey = Array("replicaID".utf8)
     static let clockKey = Array("clock".utf8)
     /// A counter that every commit changing the pending area raises, so that a handle knows whether its decoded copy
@@ -231,6 +234,12 @@ public final class Replica: Sendable {
         }
         let log = try ChangesetLog(environment: environment)
         let views = try ViewStore(environment: environment)
+        // Opened here, before any transaction: a database opened after a read transaction began cannot be read in it.
+        do {
+            _ = try environment.openDatabases([baseDatabaseName])
+        } catch let error as StorageError where error.code == .notFound && configuration.readOnly {
+            // A replica never compacted, opened read-only: it has no base.
+        }
         let databases = try environment.openDatabases([identityDatabase, pendingDatabase])
         let identity = databases[0]
         let pending = databases[1]

@@ -45,6 +45,8 @@ public struct SimulationResult: Sendable {
     public var changesets = 0
     /// Changesets of the app replicas that both relays adopted.
     public var adoptedTwice = 0
+    /// Compactions of full replicas' logs (``Simulation/compact(_:)``).
+    public var compactions = 0
     public var seconds = 0.0
 
     public init(seed: UInt64, failures: [String]) {
@@ -155,6 +157,7 @@ public final class Simulation {
         if chance(2), !links.isEmpty { links[next(links.count)].up.toggle() }
         if chance(1) { try swizzleClog() }
         if chance(0.5) { try crash(next(replicaCount)) }
+        if chance(1.5) { try compact(1 + next(2)) }
         // A write on a random replica.
         let index = next(replicaCount)
         var journal = self.journal
@@ -184,6 +187,22 @@ public final class Simulation {
         replicas[index].close()
         replicas[index] = try open(index)
         result.crashes += 1
+    }
+
+    /// Replaces the start of full replica `index`'s log with a base state, as far as every replica it sends to
+    /// holds (each is within its retention window: the simulation never resets one). Replica 0 keeps its whole log:
+    /// the checks replay it.
+    func compact(_ index: Int) throws {
+        guard index > 0, index < replicaCount, !isPartial(index) else { return }
+        var stable = replicas[index].versionVector
+        for link in links where link.source == index {
+            let other = replicas[link.target].versionVector
+            var meet = VersionVector()
+            for entry in stable.entries { meet.advance(entry.replica, to: min(entry.sequence, other[entry.replica])) }
+            stable = meet
+        }
+        let cut = try replicas[index].compactionCut(coveredBy: stable)
+        if try replicas[index].compact(through: cut, recordsInMemory: 1 + next(64)) != nil { result.compactions += 1 }
     }
 
     /// Queues on a link what its source has that its target lacks (as of now).

@@ -49,7 +49,7 @@ struct NotAReplicaTests {
         // The identity record is the key "replicaFormat" followed by its one-byte value in an LMDB leaf node.
         let key = Array("replicaFormat".utf8)
         let patched = try patchDataFile(fixture.path, find: key + [Replica.formatVersion]) { bytes, offset in
-            bytes[offset + key.count] = Replica.formatVersion + 1
+            bytes[offset + key.count] = ReplicaFormat.newest + 1
         }
         #expect(patched > 0)
         for subcommand in [["info"], ["list"], ["verify"]] {
@@ -57,8 +57,9 @@ struct NotAReplicaTests {
             #expect(run.status == 66, "\(run)")
             #expect(
                 run.stderr
-                    == "Error: \(fixture.path) was written in replica format \(Replica.formatVersion + 1) by a newer release "
-                    + "of Tributary; this build reads format \(Replica.formatVersion). Upgrade Tributary to open it\n")
+                    == "Error: \(fixture.path) was written in replica format \(ReplicaFormat.newest + 1) by a newer release "
+                    + "of Tributary; this build reads formats up to \(ReplicaFormat.newest). Upgrade Tributary to open it\n"
+            )
         }
     }
 }

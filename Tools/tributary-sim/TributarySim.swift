@@ -110,7 +110,7 @@ struct TributarySim: ParsableCommand {
             let line =
                 "seed \(seed): \(result.passed ? "ok" : "FAILED") \(result.operations) ops, \(result.changesets) changesets, "
                 + "\(result.deliveries) deliveries, \(result.duplicates) duplicates, \(result.crashes) crashes, "
-                + "\(result.adoptedTwice) adopted by both relays, "
+                + "\(result.adoptedTwice) adopted by both relays, \(result.compactions) compactions, "
                 + String(format: "%.2f s", result.seconds)
             print(line)
             if !result.passed {

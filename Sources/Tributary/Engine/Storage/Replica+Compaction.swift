@@ -127,11 +127,8 @@ extension Replica {
 }
 
 extension Replica {
-    /// The database of base states: under an 8-byte generation, the schema; under the generation and a record's
-    /// view key, the record as the views store it.
-    static let baseDatabaseName = "base"
-
-    /// The database of base states, or `nil` in a replica opened read-only that never had one.
+    /// The database of base states (``baseDatabaseName``), opened with the replica; `nil` in a replica opened
+    /// read-only that never had one.
     func baseDatabase() throws -> Database? {
         do {
             return try environment.openDatabases([Self.baseDatabaseName])[0]
