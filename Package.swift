@@ -176,7 +176,7 @@ let package = Package(
         .executableTarget(
             name: "tributary-crash-child",
             dependencies: [
-                "Tributary", "TributaryModel", "TributaryProtocol", "TributaryStorage", "TributarySync",
+                "Tributary", "TributaryLog", "TributaryModel", "TributaryProtocol", "TributaryStorage", "TributarySync",
                 "TributaryTestSupport",
             ],
             path: "Tests/tributary-crash-child", swiftSettings: upcomingFeatures),

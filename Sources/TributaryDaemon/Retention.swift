@@ -131,7 +131,7 @@ final class Retention: Sendable {
         try storeReports(now: now)
         let cut = try replica.compactionCut(coveredBy: stableVector(now: now) ?? replica.versionVector)
         let from = try replica.logCompaction()?.through ?? 0
-        let head = replica.head.localSequence
+        let head = replica.lastLocalSequence
         guard cut > from, head > from, Double(cut - from) >= minimumFraction * Double(head - from) else { return nil }
         guard let outcome = try replica.compact(through: cut, now: now) else { return nil }
         state.withLock { state in

@@ -55,7 +55,7 @@ struct CompactionTests {
         let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
         try writeHistory(cluster, rounds: 20)
         let relay = cluster[0]
-        let head = relay.head.localSequence
+        let head = relay.lastLocalSequence
         #expect(try Self.sameObjects(cluster.replicas))
 
         let outcome = try #require(try relay.compact(through: head - 3, recordsInMemory: 4))
@@ -89,7 +89,7 @@ struct CompactionTests {
         #expect(try relay.verify().passed)
 
         // A second compaction starts from the first one's base.
-        let second = try #require(try relay.compact(through: relay.head.localSequence - 1))
+        let second = try #require(try relay.compact(through: relay.lastLocalSequence - 1))
         #expect(second.compaction.generation == 2)
         #expect(try relay.verify().passed)
         try writeHistory(cluster, rounds: 2)
@@ -107,7 +107,7 @@ struct CompactionTests {
         let uploads = try cluster[1].changesets(missingFrom: cluster[0].versionVector, origins: [cluster[1].replicaID])
         try cluster[0].adopt(uploads)
         try cluster[0].write { try $0.update("Task", primaryKey: task, ["title": "relay"]) }
-        try cluster[0].compact(through: cluster[0].head.localSequence - 1)
+        try cluster[0].compact(through: cluster[0].lastLocalSequence - 1)
         // The app never heard the acknowledgement: it uploads the same changesets again.
         try cluster[0].adopt(uploads)
         #expect(try cluster[0].object("Task", primaryKey: task)?["count"] == 5)
@@ -123,7 +123,7 @@ struct CompactionTests {
         try sync(cluster, app: 3)
         try writeHistory(cluster, rounds: 10)
         let relay = cluster[0]
-        try relay.compact(through: relay.head.localSequence - 1)
+        try relay.compact(through: relay.lastLocalSequence - 1)
 
         #expect {
             _ = try relay.changesets(missingFrom: cluster[3].versionVector)

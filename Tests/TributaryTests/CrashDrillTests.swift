@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TributaryLog
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
@@ -147,6 +148,90 @@ struct CrashDrillTests {
     ///
     /// The replica stays open here while the child dies: when no process has the directory open, the next open
     /// resets LMDB's whole reader table, so there is no stale slot left to count.
+    @Test("a compaction killed at any point leaves the old log or the new base, never a mix; nothing is lost")
+    func killedCompaction() async throws {
+        try await offThePool {
+            let executable = try #require(
+                ChildExecutable.path(), "tributary-crash-child is not next to the test binary")
+            let directory = TemporaryDirectory("crash-compact")
+            var configuration = Replica.Configuration()
+            configuration.durability = .none
+            var replica = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
+            // A history of many small commits over a few hundred objects, so that a compaction takes a while.
+            for batch in 0..<20 {
+                try replica.write { txn in
+                    for index in 0..<2_000 {
+                        try txn.upsert(
+                            "User", ["_id": .string("u\(batch)-\(index)"), "name": .string("name \(index)")])
+                    }
+                }
+                for index in 0..<200 {
+                    try replica.write { txn in
+                        try txn.upsert("User", ["_id": .string("u\(batch)-\(index)"), "name": .string("renamed")])
+                    }
+                }
+            }
+            let digest = try ReplicaDigest.objects(replica)
+            let head = replica.lastLocalSequence
+            replica.close()
+            var random = SplitMix64(seed: 41)
+            // One compaction run to its end, timed, so that the kills fall anywhere in the next ones.
+            var through = head / 10
+            let started = ContinuousClock.now
+            let calibration = try ChildProcess(
+                executable: executable, arguments: ["compact", directory.path, "--through", "\(through)"],
+                stderrPath: directory.path + ".stderr")
+            _ = try #require(
+                calibration.waitForLine(startingWith: "COMPACTED", timeout: 120), "\(calibration.standardError)")
+            let microseconds = Int((ContinuousClock.now - started) / .microseconds(1))
+            var killed = 0
+            var markedByKilled = 0
+            for round in 0..<10 {
+                through = min(head - 1, through + 1 + UInt64(random.below(Int(head) / 6)))
+                // Every other round is killed between the marker's commit and the removal of the dropped entries.
+                let afterMarker = round % 2 == 1
+                let child = try ChildProcess(
+                    executable: executable,
+                    arguments: [
+                        "compact", directory.path, "--through", "\(through)", "--records-in-memory",
+                        "\(1 + random.below(50))", "--pause-after-marker", afterMarker ? "5000" : "0",
+                    ],
+                    stderrPath: directory.path + ".stderr")
+                _ = try #require(child.waitForLine(startingWith: "READY", timeout: 60), "\(child.standardError)")
+                if afterMarker {
+                    _ = try #require(
+                        child.waitForLine(startingWith: "MARKED", timeout: 120), "\(child.standardError)")
+                } else {
+                    usleep(UInt32(random.below(microseconds * 3 / 2)))
+                }
+                let wasKilled = child.killAndWait() == .signaled(SIGKILL)
+                if wasKilled { killed += 1 }
+                // Whatever the moment, the replica opens, verifies and holds the same objects; its marker is either
+                // the one before or this round's.
+                replica = try Replica.open(directory: directory.path, configuration: configuration)
+                let report = try replica.verify()
+                #expect(report.passed, "round \(round): \(report)")
+                #expect(try ReplicaDigest.objects(replica) == digest, "round \(round)")
+                let marked = try replica.logCompaction()?.through ?? 0
+                #expect(marked <= through, "round \(round)")
+                if wasKilled && marked == through { markedByKilled += 1 }
+                #expect(replica.lastLocalSequence == head)
+                replica.close()
+            }
+            #expect(killed > 0, "every compaction finished before its kill: the drill killed none mid-way")
+            #expect(markedByKilled > 0, "no kill fell between a compaction's commit and the removal of its entries")
+            // A compaction run to its end after the kills finishes what they left, and the replica writes on.
+            replica = try Replica.open(directory: directory.path, configuration: configuration)
+            defer { replica.close() }
+            try replica.compact(through: head - 1)
+            #expect(try replica.logFigures().entries == 1)
+            #expect(try ReplicaDigest.objects(replica) == digest)
+            try replica.write { txn in try txn.upsert("User", ["_id": "u0", "name": "after"]) }
+            #expect(try replica.verify().passed)
+        }
+    }
+
     @Test("a reader killed while holding a snapshot leaves a slot that the stale-reader check clears")
     func killedReaderSlotIsCleared() async throws {
         try await offThePool {

@@ -36,8 +36,14 @@
 //     replaces the replica) and `AFTER` once the new replica is in place, pausing --pause-ms after each (a window
 //     for a kill); then `RESET <unsyncedChangesets>` once the new replica syncs, and `SYNCED <tasks>` once its upload
 //     is acknowledged, and exits 0. On an error, prints `ERROR <code> <message>` and exits 2.
+//   tributary-crash-child compact DIR --through N [--records-in-memory N] [--pause-after-marker MS]
+//     Opens the replica in DIR (full durability) and compacts its log through entry N, keeping at most the given
+//     number of records in memory while it builds the base. Prints `READY` once open, `MARKED` after the commit that
+//     stores the compaction's marker (then pauses MS milliseconds, a window for a kill before the dropped entries are
+//     removed), then `COMPACTED <through> <droppedEntries>` (or `NOTHING`) when the compaction returns, and exits 0.
 import Foundation
 import Tributary
+import TributaryLog
 import TributaryModel
 import TributaryProtocol
 import TributaryStorage
@@ -174,6 +180,25 @@ case "write":
     }
     emit("DONE \(replica.lastLocalSequence)")
     exit(0)
+
+case "compact":
+    do {
+        let replica = try Replica.open(directory: directory)
+        emit("READY")
+        let pause = intOption("pause-after-marker", 0)
+        let outcome = try replica.compact(
+            through: UInt64(intOption("through", 0)), recordsInMemory: intOption("records-in-memory", 64),
+            afterMarking: {
+                emit("MARKED")
+                if pause > 0 { usleep(UInt32(pause * 1_000)) }
+            })
+        emit(outcome.map { "COMPACTED \($0.compaction.through) \($0.droppedEntries)" } ?? "NOTHING")
+        replica.close()
+        exit(0)
+    } catch {
+        emit(describe(error))
+        exit(2)
+    }
 
 case "hold-snapshot":
     do {

@@ -221,9 +221,6 @@ extension Replica {
         }
     }
 
-    /// The log's last entry, as this replica last read or wrote it.
-    package var head: LogHead { state.withLock { $0.head } }
-
     /// The number of log entries, and the last entry a compaction replaced (0 for none).
     package func logFigures() throws -> (entries: Int, compactedThrough: UInt64) {
         do {
@@ -256,11 +253,13 @@ extension Replica {
     /// partial generation); after it, only the removal of dropped entries and of the previous base is left, which the
     /// next compaction finishes.
     ///
+    /// - Parameter afterMarking: called after the commit that stores the marker, before the dropped entries are
+    ///   removed (the crash drill stops the process there).
     /// - Returns: what it did, or `nil` when `through` drops nothing new.
     @discardableResult
     package func compact(
         through: UInt64, recordsInMemory: Int = rebuildRecordsInMemory,
-        now: UInt64 = UInt64(Date().timeIntervalSince1970)
+        now: UInt64 = UInt64(Date().timeIntervalSince1970), afterMarking: (() -> Void)? = nil
     ) throws -> CompactionOutcome? {
         guard !configuration.readOnly else {
             throw TributaryError(.readOnly, "replica \(directory) was opened read-only; compaction removes log entries")
@@ -325,6 +324,7 @@ extension Replica {
                 try markCompacted(in: txn)
                 try removeObjectStates(through: cut, in: txn)
             }
+            afterMarking?()
             let dropped = try finishDropping(compaction, base: base)
             return CompactionOutcome(compaction: compaction, droppedEntries: dropped, baseRecords: records)
         } catch {
