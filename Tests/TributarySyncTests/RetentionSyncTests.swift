@@ -134,10 +134,90 @@ struct RetentionSyncTests {
         }
         #expect(try ClientResetTests.titles(first)["t0"] == "from the newcomer")
 
+        // A new flexible-sync device starts from the base too, without its records: its subscription brings the
+        // objects it asks for.
+        let phone = try Replica.open(directory: directory.appending("phone"), schema: Self.schema)
+        try phone.subscriptions.commit { $0.append("Task", where: "count >= 5") }
+        let phoneSession = phone.connect(to: endpoint, configuration: configuration)
+        try await Self.within("the phone's bootstrap") {
+            _ = try await phone.subscriptions.waitForSync()
+            try await phoneSession.waitForDownload()
+        }
+        #expect(try phone.logCompaction() != nil)
+        let wanted = try Self.counts(first).filter { $0.value >= 5 }
+        #expect(try Self.counts(phone) == wanted)
+        #expect(try phone.verify().passed)
+        try await phone.write { txn in try txn.increment(["count"], of: "Task", primaryKey: .string("t3"), by: 1) }
+        try await Self.within("the phone's write") {
+            try await phoneSession.waitForUpload()
+            try await firstSession.waitForDownload()
+        }
+        #expect(try Self.counts(first)["t3"] == 1_006)
+        await phoneSession.close()
+        phone.close()
+
         // The reports survive a restart of the daemon.
         await server.stop()
         #expect(try daemonReplica.syncReports().count >= 3)
         for session in [firstSession, secondSession, returning, newcomerSession] { await session.close() }
         for replica in [first, second, returning.replica, newcomer, daemonReplica] { replica.close() }
+    }
+    @Test("A new peer daemon starts from a compacted daemon's base, and serves its apps")
+    func newPeerStartsFromBase() async throws {
+        let directory = TemporaryDirectory("retention-peer")
+        let firstReplica = try Replica.open(directory: directory.appending("first-daemon"))
+        var firstConfiguration = SyncServer.Configuration()
+        firstConfiguration.port = 0
+        firstConfiguration.retention = .seconds(3_600)
+        firstConfiguration.compactionInterval = .seconds(3_600)
+        let firstDaemon = SyncServer(replica: firstReplica, configuration: firstConfiguration)
+        let firstEndpoint = SyncEndpoint(host: "127.0.0.1", port: try await firstDaemon.start())
+        let configuration = ClientResetTests.configuration()
+
+        let app = try Replica.open(directory: directory.appending("app"), schema: Self.schema)
+        let appSession = app.connect(to: firstEndpoint, configuration: configuration)
+        for index in 0..<30 {
+            try await app.write { txn in
+                _ = try txn.upsert("Task", ["_id": .string("t\(index % 6)"), "title": .string("v\(index)")])
+                try txn.increment(["count"], of: "Task", primaryKey: .string("t\(index % 6)"), by: 1)
+            }
+        }
+        try await Self.within("the app's upload") { try await appSession.waitForUpload() }
+        #expect(try await firstDaemon.compactHistory(minimumFraction: 0))
+        #expect(try firstReplica.logCompaction() != nil)
+
+        // A second daemon, new and empty, dials the first as a peer.
+        let secondReplica = try Replica.open(directory: directory.appending("second-daemon"))
+        var secondConfiguration = SyncServer.Configuration()
+        secondConfiguration.port = 0
+        secondConfiguration.peers = [firstEndpoint]
+        secondConfiguration.peerBackoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
+        let secondDaemon = SyncServer(replica: secondReplica, configuration: secondConfiguration)
+        let secondEndpoint = SyncEndpoint(host: "127.0.0.1", port: try await secondDaemon.start())
+        try await Self.within("the second daemon starting from the first one's base") {
+            while try secondReplica.logCompaction() == nil { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        let reader = try Replica.open(directory: directory.appending("reader"), schema: Self.schema)
+        let readerSession = reader.connect(to: secondEndpoint, configuration: configuration)
+        try await Self.within("the data reaching the second daemon's app") {
+            while try Self.counts(reader) != Self.counts(app) {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        #expect(try secondReplica.verify().passed)
+        #expect(try ClientResetTests.titles(reader) == ClientResetTests.titles(app))
+
+        // Writes flow both ways across the peers.
+        try await reader.write { txn in try txn.update("Task", primaryKey: .string("t0"), ["title": "via the second"]) }
+        try await Self.within("the write through the second daemon") {
+            while try ClientResetTests.titles(app)["t0"] != "via the second" {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        await readerSession.close()
+        await appSession.close()
+        await secondDaemon.stop()
+        await firstDaemon.stop()
+        for replica in [reader, app, secondReplica, firstReplica] { replica.close() }
     }
 }
