@@ -151,7 +151,7 @@ let package = Package(
         .executableTarget(
             name: "tributary-bench",
             dependencies: [
-                "Tributary", "TributaryModel", "TributaryCompression", "CLMDB",
+                "Tributary", "TributaryLog", "TributaryMerge", "TributaryModel", "TributaryCompression", "CLMDB",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 "TributarySync", "TributaryDaemon", "TributaryProtocol",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),

@@ -26,6 +26,9 @@ struct TributaryBench: AsyncParsableCommand {
     @Option(help: "Changesets in the export benchmark's log.")
     var exportChangesets = 1_000_000
 
+    @Option(help: "Changesets in the compaction benchmark's log.")
+    var compactionChangesets = 1_000_000
+
     @Option(help: "Elements in the long list fill (the short one has a tenth as many).")
     var listElements = 20_000
 
@@ -43,11 +46,12 @@ struct TributaryBench: AsyncParsableCommand {
         defer { try? FileManager.default.removeItem(atPath: root) }
         let context = BenchContext(
             root: root, objects: objects, commits: commits, reads: reads, exportChangesets: exportChangesets,
-            listElements: listElements, only: only)
+            compactionChangesets: compactionChangesets, listElements: listElements, only: only)
         try StorageBenchmarks(context: context).run()
         try SyncBenchmarks(context: context).run()
         try QueryBenchmarks(context: context).run()
         try ListBenchmarks(context: context).run()
+        try CompactionBenchmarks(context: context).run()
         try await NetworkBenchmarks(context: context).run()
         try await FlexibleSessionBenchmarks(context: context).run()
     }
@@ -59,6 +63,7 @@ struct BenchContext {
     let commits: Int
     let reads: Int
     let exportChangesets: Int
+    let compactionChangesets: Int
     let listElements: Int
     let only: String?
 
