@@ -11,8 +11,8 @@ import TributarySync
 /// Every session reports what its replica holds: its `hello`, then each acknowledgement. The daemon keeps the latest
 /// report of each replica, with its time. A replica that reported within the retention window, or is connected now,
 /// is still served; the log entries every one of those holds are replaced by a base state, once that drops at least a
-/// tenth of the log. A replica that comes back after the window lacks them, and is reset; one that holds nothing yet
-/// starts from the base.
+/// tenth of the log, and once the daemon has kept reports for a whole window. A replica that comes back after the
+/// window lacks them, and is reset; one that holds nothing yet starts from the base.
 final class Retention: Sendable {
     let replica: Replica
     /// Replicas that reported within this long are still served.
@@ -37,6 +37,7 @@ final class Retention: Sendable {
         var reports: [ReplicaID: SyncReport] = [:]
         do {
             reports = try replica.syncReports()
+            _ = try replica.syncReportsSince(now: Self.now())
         } catch {
             logger.error("could not read the stored sync reports (compaction waits for new ones): \(error)")
         }
@@ -126,9 +127,14 @@ final class Retention: Sendable {
 
     /// One round: stores the reports, then compacts through what every replica still served holds, when that drops
     /// at least `minimumFraction` of the log's entries. Blocks for the compaction.
+    ///
+    /// Nothing is compacted before a whole retention has passed since the daemon began to keep reports (a daemon just
+    /// given a retention does not know who synced before).
     @discardableResult
     func compactOnce(now: UInt64 = now(), minimumFraction: Double = 0.1) throws -> CompactionOutcome? {
         try storeReports(now: now)
+        let since = try replica.syncReportsSince(now: Self.now())
+        guard now >= since, now - since >= windowSeconds else { return nil }
         let cut = try replica.compactionCut(coveredBy: stableVector(now: now) ?? replica.versionVector)
         let from = try replica.logCompaction()?.through ?? 0
         let head = replica.lastLocalSequence

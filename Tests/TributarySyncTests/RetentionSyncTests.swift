@@ -183,7 +183,10 @@ struct RetentionSyncTests {
             }
         }
         try await Self.within("the app's upload") { try await appSession.waitForUpload() }
-        #expect(try await firstDaemon.compactHistory(minimumFraction: 0))
+        // Not before the daemon kept reports for a whole retention; then, with the app connected, up to what it holds.
+        #expect(try await !firstDaemon.compactHistory(minimumFraction: 0))
+        let later = UInt64(Date().timeIntervalSince1970) + 2 * 3_600
+        #expect(try await firstDaemon.compactHistory(asOf: later, minimumFraction: 0))
         #expect(try firstReplica.logCompaction() != nil)
 
         // A second daemon, new and empty, dials the first as a peer.

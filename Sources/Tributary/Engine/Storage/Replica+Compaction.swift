@@ -79,6 +79,31 @@ extension Replica {
         }
     }
 
+    static let syncReportsSinceKey = Array("syncReportsSince".utf8)
+
+    /// When this replica began to keep reports of the replicas that sync with it (seconds since 1970): the first call
+    /// stores `now`. Before a whole retention has passed since, the reports cannot tell who synced within it.
+    package func syncReportsSince(now: UInt64) throws -> UInt64 {
+        do {
+            if let since = try environment.read({ txn in
+                try Self.identityNumber(Self.syncReportsSinceKey, "sync reports' start", identity: identity, in: txn)
+            }) {
+                return since
+            }
+            try environment.write { txn in
+                if try txn.get(identity, key: Self.syncReportsSinceKey) == nil {
+                    try txn.put(identity, key: Self.syncReportsSinceKey, value: Self.identityBytes(now))
+                }
+            }
+            return try environment.read { txn in
+                try Self.identityNumber(Self.syncReportsSinceKey, "sync reports' start", identity: identity, in: txn)
+                    ?? now
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
     /// Stores reports of replicas that synced with this one, replacing those stored for the same replicas, and
     /// removes the reports of `forgetting`.
     package func storeSyncReports(_ reports: [ReplicaID: SyncReport], forgetting: Set<ReplicaID> = []) throws {
