@@ -599,15 +599,17 @@ public struct ChangesetLog: Sendable {
         return result
     }
 
-    /// Visits every stored adoption: each adopted changeset's origin dot with its relay dots, in origin key order.
+    /// Visits the stored adoptions, each adopted changeset's origin dot with its relay dots, in origin key order
+    /// (after the origin key `after`, when given), until `body` returns `false`.
     ///
     /// - Throws: ``LogError`` when a stored value is damaged, or what `body` throws.
-    public func forEachAdoption(in transaction: ReadTransaction, _ body: (Dot, [Dot]) throws -> Void) throws {
-        try transaction.scan(adoptions) { key, value in
+    public func forEachAdoption(
+        in transaction: ReadTransaction, after: [UInt8]? = nil, _ body: (Dot, [Dot]) throws -> Bool
+    ) throws {
+        try transaction.scan(adoptions, from: after.map { $0 + [0] }) { key, value in
             guard key.count == 16 else { return true }  // verify names a key of another length
             let dot = Self.dot(fromOriginKey: key)
-            try body(dot, try Self.relayDots(adoptionsValue: value, of: dot))
-            return true
+            return try body(dot, try Self.relayDots(adoptionsValue: value, of: dot))
         }
     }
 

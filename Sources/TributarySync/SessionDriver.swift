@@ -194,8 +194,10 @@ package actor SessionDriver {
 
     /// For an initiator: the replica that welcomed it.
     private var otherSide: ReplicaID?
-    /// For an initiator: the parts of a base state received so far, installed when the last arrives.
-    private var stagedBase: [BasePart] = []
+    /// For an initiator receiving a base state: the parts kept so far, their records, and the schema part 1 carried.
+    private var receivedBaseParts: UInt64 = 0
+    private var receivedBaseRecords: UInt64 = 0
+    private var baseSchema: Schema?
 
     package init(
         replica: Replica, machine: SessionStateMachine, role: SyncRole? = nil, writer: any MessageWriter,
@@ -530,72 +532,78 @@ package actor SessionDriver {
                     + "holds one by one; \(remedy)"))
     }
 
-    /// Acceptor: sends the base state in parts of about ``Options/objectStatesBytes``; the changesets after it
-    /// follow.
+    /// Acceptor: sends the base state in parts of about ``Options/objectStatesBytes``, read one at a time from one
+    /// snapshot; the changesets after it follow.
     private func sendBase(withRecords: Bool) async -> Bool {
-        let base: BaseState
         do {
             let replica = replica
-            guard let read = try await offload({ try replica.baseState() }) else { return true }
-            base = read
+            guard let reader = try await offload({ try replica.baseReader() }) else { return true }
+            let bytes = max(1, options.objectStatesBytes)
+            var number: UInt64 = 0
+            var next = try await offload { try reader.next(maximumBytes: bytes) }
+            repeat {
+                var part = next ?? (records: [], adoptions: [])
+                if !withRecords { part.records = [] }
+                let following = next == nil ? nil : try await offload { try reader.next(maximumBytes: bytes) }
+                number += 1
+                let message = BasePart(
+                    part: number, last: following == nil, vector: reader.compaction.vector,
+                    held: reader.compaction.held, latest: reader.compaction.latest.rawValue,
+                    schema: number == 1 ? reader.schema : nil, total: withRecords ? UInt64(reader.recordCount) : 0,
+                    objects: part.records.map {
+                        ObjectState(type: $0.key.type, primaryKey: $0.key.primaryKey, record: $0.record)
+                    },
+                    adoptions: part.adoptions.map { BasePart.Adoption(dot: $0.dot, relays: $0.relays) })
+                guard let frame = machine.send(flexible: .base(message), now: .now) else { return false }
+                await write(frame)
+                if writeFailed || ended { return false }
+                next = following
+            } while next != nil
+            theirs.formUnion(reader.compaction.vector)
+            return true
         } catch {
             await fail(
                 SyncError(.storage, .retry, "the daemon could not read its base state: \(error)", retryAfterSeconds: 5))
             return false
         }
-        let records = withRecords ? base.records : []
-        var parts: [[ObjectState]] = [[]]
-        var bytes = 0
-        for (key, record) in records {
-            if bytes >= options.objectStatesBytes {
-                parts.append([])
-                bytes = 0
-            }
-            parts[parts.count - 1].append(ObjectState(type: key.type, primaryKey: key.primaryKey, record: record))
-            bytes += key.type.utf8.count + record.count + 24
-        }
-        let adoptions = base.adoptions.map { BasePart.Adoption(dot: $0.dot, relays: $0.relays) }
-        for (index, objects) in parts.enumerated() {
-            let part = BasePart(
-                part: UInt64(index + 1), last: index == parts.count - 1, vector: base.compaction.vector,
-                held: base.compaction.held, latest: base.compaction.latest.rawValue,
-                schema: index == 0 ? base.schema : nil, total: UInt64(records.count), objects: objects,
-                adoptions: index == 0 ? adoptions : [])
-            guard let frame = machine.send(flexible: .base(part), now: .now) else { return false }
-            await write(frame)
-        }
-        theirs.formUnion(base.compaction.vector)
-        return true
     }
 
-    /// Initiator: keeps each part of a base state; installs the base when the last one arrives.
+    /// Initiator: keeps each part of a base state in the replica as it arrives; makes the base the replica's when the
+    /// last one has.
     private func receiveBase(_ part: BasePart) async -> Bool {
-        guard part.part == UInt64(stagedBase.count + 1) else {
-            await fail(.violation("base part \(part.part) arrived after part \(stagedBase.count)"))
+        guard part.part == receivedBaseParts + 1 else {
+            await fail(.violation("base part \(part.part) arrived after part \(receivedBaseParts)"))
             return false
         }
-        stagedBase.append(part)
-        let received = stagedBase.reduce(0) { $0 + UInt64($1.objects.count) }
-        onEvent(.bootstrapping(received: received, total: max(part.total, received)))
-        guard part.last else { return true }
-        let parts = stagedBase
-        stagedBase = []
-        guard let schema = parts[0].schema else {
-            await fail(.violation("base part 1 carries no schema"))
-            return false
+        if part.part == 1 {
+            guard let schema = part.schema else {
+                await fail(.violation("base part 1 carries no schema"))
+                return false
+            }
+            baseSchema = schema
+            receivedBaseRecords = 0
         }
-        let base = BaseState(
-            compaction: LogCompaction(
-                through: 0, chain: 0, vector: part.vector, held: part.held, latest: HybridTime(rawValue: part.latest),
-                time: 0, generation: 1),
-            schema: schema,
-            records: parts.flatMap { $0.objects }.compactMap { object in
-                object.record.map { (RecordKey(type: object.type, primaryKey: object.primaryKey), $0) }
-            },
-            adoptions: parts.flatMap { $0.adoptions }.map { ($0.dot, $0.relays) })
+        receivedBaseParts = part.part
+        receivedBaseRecords += UInt64(part.objects.count)
+        onEvent(.bootstrapping(received: receivedBaseRecords, total: max(part.total, receivedBaseRecords)))
+        let records = part.objects.compactMap { object in
+            object.record.map { (key: RecordKey(type: object.type, primaryKey: object.primaryKey), record: $0) }
+        }
+        let adoptions = part.adoptions.map { (dot: $0.dot, relays: $0.relays) }
         do {
             let replica = replica
-            try await offload { try replica.installBase(base) }
+            try await offload {
+                try replica.stageBasePart(records: records, adoptions: adoptions, first: part.part == 1)
+            }
+            if part.last, let schema = baseSchema {
+                receivedBaseParts = 0
+                baseSchema = nil
+                try await offload {
+                    try replica.finishBase(
+                        schema: schema, vector: part.vector, held: part.held,
+                        latest: HybridTime(rawValue: part.latest))
+                }
+            }
             return true
         } catch let error as TributaryError where error.code == .invalidChangeset {
             await fail(SyncError(.badChangeset, .fatal, error.message))

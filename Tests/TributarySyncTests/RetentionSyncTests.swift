@@ -35,6 +35,8 @@ struct RetentionSyncTests {
         serverConfiguration.port = 0
         serverConfiguration.retention = .seconds(86_400)
         serverConfiguration.compactionInterval = .seconds(3_600)
+        // Small parts, so that a base goes in many of them.
+        serverConfiguration.bootstrapMessageBytes = 300
         let server = SyncServer(replica: daemonReplica, configuration: serverConfiguration)
         let port = try await server.start()
         let endpoint = SyncEndpoint(host: "127.0.0.1", port: port)

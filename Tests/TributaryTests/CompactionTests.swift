@@ -162,6 +162,43 @@ struct CompactionTests {
         }
     }
 
+    @Test("A base read and kept in parts; a transfer cut off midway leaves nothing read, and the next starts over")
+    func baseInParts() throws {
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        try writeHistory(cluster, rounds: 12)
+        let relay = cluster[0]
+        try relay.compact(through: relay.lastLocalSequence - 1)
+        var configuration = Replica.Configuration()
+        configuration.replicaID = ReplicaID(rawValue: 77)
+        let fresh = try Replica.open(directory: cluster.directory.appending("parts"), configuration: configuration)
+        defer { fresh.close() }
+
+        func transfer(stoppingAfter parts: Int?) throws -> Int {
+            let reader = try #require(try relay.baseReader())
+            var number = 0
+            while let part = try reader.next(maximumBytes: 200) {
+                try fresh.stageBasePart(records: part.records, adoptions: part.adoptions, first: number == 0)
+                number += 1
+                if number == parts { return number }
+            }
+            try fresh.finishBase(
+                schema: reader.schema, vector: reader.compaction.vector, held: reader.compaction.held,
+                latest: reader.compaction.latest)
+            return number
+        }
+        // Cut off after two parts: the replica reads as it was, holding nothing of the base.
+        #expect(try transfer(stoppingAfter: 2) == 2)
+        #expect(try fresh.logCompaction() == nil)
+        #expect(fresh.schema.types.isEmpty)
+        #expect(try fresh.verify().passed)
+        // Started over: many parts, and the replica equals the relay once it takes the rest.
+        #expect(try transfer(stoppingAfter: nil) > 3)
+        try fresh.integrate(try relay.changesets(missingFrom: fresh.versionVector))
+        #expect(try Self.sameObjects([relay, fresh]))
+        #expect(try fresh.verify().passed)
+        #expect(try fresh.inspection.recordsDigest() == relay.inspection.recordsDigest())
+    }
+
     @Test("The compaction marker round-trips and a damaged one is named")
     func markerEncoding() throws {
         let marker = LogCompaction(

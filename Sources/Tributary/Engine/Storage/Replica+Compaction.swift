@@ -162,7 +162,7 @@ extension Replica {
         }
     }
 
-    private static func baseKey(generation: UInt64, record: [UInt8] = []) -> [UInt8] {
+    static func baseKey(generation: UInt64, record: [UInt8] = []) -> [UInt8] {
         withUnsafeBytes(of: generation.bigEndian) { Array($0) } + record
     }
 
@@ -225,6 +225,7 @@ extension Replica {
         // were recorded by the entries it replaced.
         try log.forEachAdoption(in: txn) { dot, relays in
             for relay in relays where compaction.holds(relay) { replayed.working.recordAdoption(of: dot, as: relay) }
+            return true
         }
         replayed.versionVector = compaction.vector
         replayed.held = compaction.held
@@ -413,24 +414,41 @@ extension Replica {
         for key in keys { try txn.delete(identity, key: key) }
     }
 
-    /// The base state the log starts from, as another replica installs it (``installBase(_:now:)``), or `nil` when
-    /// the log was never compacted.
+    /// The base state the log starts from, whole, as another replica installs it (``installBase(_:now:)``), or `nil`
+    /// when the log was never compacted. A daemon sends it in parts instead (``baseReader()``).
     package func baseState() throws -> BaseState? {
+        guard let reader = try baseReader() else { return nil }
+        var base = BaseState(
+            compaction: reader.compaction, schema: reader.schema, records: [], adoptions: [])
+        while let part = try reader.next(maximumBytes: .max) {
+            base.records += part.records
+            base.adoptions += part.adoptions
+        }
+        return base
+    }
+
+    /// A reader of the base state the log starts from, part by part, on one snapshot (a compaction that runs
+    /// meanwhile does not change what it reads), or `nil` when the log was never compacted.
+    package func baseReader() throws -> BaseReader? {
         do {
-            return try environment.read { txn in
-                guard let compaction = try log.compaction(in: txn) else { return nil }
-                let schema = try baseSchema(generation: compaction.generation, in: txn)
-                var records: [(key: RecordKey, record: [UInt8])] = []
-                try scanBase(generation: compaction.generation, in: txn) { key, record in
-                    records.append((key, record.encoded()))
+            let snapshot = try environment.snapshot()
+            guard let base = try baseDatabase(),
+                let compaction = try snapshot.read({ txn in try log.compaction(in: txn) })
+            else { return nil }
+            let (schema, records) = try snapshot.read { txn in
+                var records = 0
+                try txn.scan(
+                    base, from: Self.baseKey(generation: compaction.generation) + [0],
+                    to: Self.baseKey(generation: compaction.generation + 1)
+                ) { _, _ in
+                    records += 1
+                    return true
                 }
-                var adoptions: [(dot: Dot, relays: [Dot])] = []
-                try log.forEachAdoption(in: txn) { dot, relays in
-                    let held = relays.filter(compaction.holds)
-                    if !held.isEmpty { adoptions.append((dot, held)) }
-                }
-                return BaseState(compaction: compaction, schema: schema, records: records, adoptions: adoptions)
+                return (try baseSchema(generation: compaction.generation, in: txn), records)
             }
+            return BaseReader(
+                replica: self, snapshot: snapshot, base: base, compaction: compaction, schema: schema,
+                recordCount: records)
         } catch {
             throw TributaryError.wrap(error)
         }
@@ -442,18 +460,34 @@ extension Replica {
     /// top of them again (they are concurrent with everything the base holds), and the log goes on after them. Replay
     /// and ``verify(progress:)`` start from the base from then on.
     ///
-    /// - Parameters:
-    ///   - base: what ``baseState()`` returned on the other replica.
+    /// This is ``stageBasePart(records:adoptions:first:)`` with the whole base, then
+    /// ``finishBase(schema:vector:held:latest:now:)``.
+    ///
     /// - Throws: ``TributaryError`` with `.invalidValue` when this replica holds changesets of other replicas, or a
     ///   base already; `.invalidChangeset` when a record does not decode (nothing is stored).
     package func installBase(_ base: BaseState, now: UInt64 = UInt64(Date().timeIntervalSince1970)) throws {
+        try stageBasePart(records: base.records, adoptions: base.adoptions, first: true)
+        try finishBase(
+            schema: base.schema, vector: base.compaction.vector, held: base.compaction.held,
+            latest: base.compaction.latest, now: now)
+    }
+
+    /// Keeps a part of a base state being received, in its own commit, until ``finishBase(schema:vector:held:latest:now:)``
+    /// makes it the replica's: records under the base's first generation, adoptions beside them. The first part
+    /// (`first`) removes what an interrupted earlier transfer left. Nothing is read from it before the finish.
+    ///
+    /// - Throws: ``TributaryError`` with `.invalidChangeset` when a record does not decode (nothing of this part is
+    ///   stored), `.invalidValue` when this replica's log was compacted already.
+    package func stageBasePart(
+        records: [(key: RecordKey, record: [UInt8])], adoptions: [(dot: Dot, relays: [Dot])], first: Bool
+    ) throws {
         do {
             guard let database = try baseDatabase() else {
                 throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
             }
             var keyed: [(key: [UInt8], value: [UInt8])] = []
-            keyed.reserveCapacity(base.records.count)
-            for (key, bytes) in base.records {
+            keyed.reserveCapacity(records.count + adoptions.count)
+            for (key, bytes) in records {
                 do {
                     _ = try ObjectRecord(decoding: bytes)
                 } catch {
@@ -461,9 +495,48 @@ extension Replica {
                         .invalidChangeset,
                         "the base state sent holds a record of \(key) that does not decode (\(error))")
                 }
-                keyed.append((ViewStore.objectKey(type: key.type, primaryKey: key.primaryKey), bytes))
+                keyed.append(
+                    (
+                        Self.baseKey(
+                            generation: 1, record: ViewStore.objectKey(type: key.type, primaryKey: key.primaryKey)),
+                        bytes
+                    ))
             }
-            keyed.sort { $0.key.lexicographicallyPrecedes($1.key) }
+            for (dot, relays) in adoptions where !relays.isEmpty {
+                keyed.append(
+                    (
+                        Self.baseKey(generation: 1, record: Self.stagedAdoptionMark + ChangesetLog.originKey(dot)),
+                        relays.flatMap(ChangesetLog.originKey)
+                    ))
+            }
+            // What an interrupted earlier transfer left goes first.
+            if first { try removeBase(generation: 1, from: database) }
+            try environment.write { txn in
+                if try log.compaction(in: txn) != nil {
+                    throw TributaryError(
+                        .invalidValue, "replica \(directory) starts from a base already; it cannot take another")
+                }
+                for (key, value) in keyed { try txn.put(database, key: key, value: value) }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// Makes the staged base state (``stageBasePart(records:adoptions:first:)``) this replica's, in one commit: its
+    /// schema, the adoptions, the compaction marker (through 0, holding `vector` and `held`), the clock moved past
+    /// `latest`, and the views rebuilt from the base and this replica's own changesets.
+    ///
+    /// - Throws: ``TributaryError`` with `.invalidValue` when this replica holds changesets of other replicas, or a
+    ///   base already.
+    package func finishBase(
+        schema: Schema, vector: VersionVector, held: VersionVector, latest: HybridTime,
+        now: UInt64 = UInt64(Date().timeIntervalSince1970)
+    ) throws {
+        do {
+            guard let database = try baseDatabase() else {
+                throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
+            }
             try writeLock.withLock {
                 let rebuilt = try environment.write { txn in
                     guard try log.compaction(in: txn) == nil,
@@ -475,34 +548,136 @@ extension Replica {
                                 + "only a replica that holds nothing but its own")
                     }
                     var writer = BinaryWriter()
-                    writer.schema(base.schema)
+                    writer.schema(schema)
                     try txn.put(database, key: Self.baseKey(generation: 1), value: writer.bytes)
-                    for (key, value) in keyed {
-                        try txn.put(database, key: Self.baseKey(generation: 1, record: key), value: value)
+                    // The staged adoptions move to the log's adoptions, where merges read them.
+                    let staged = Self.baseKey(generation: 1, record: Self.stagedAdoptionMark)
+                    var moved: [[UInt8]] = []
+                    try txn.scan(database, from: staged, to: Self.baseKey(generation: 2)) { key, value in
+                        try txn.put(log.adoptions, key: Array(key[staged.count...]), value: Array(value))
+                        moved.append(Array(key))
+                        return true
                     }
-                    for (dot, relays) in base.adoptions where !relays.isEmpty {
-                        try txn.put(
-                            log.adoptions, key: ChangesetLog.originKey(dot),
-                            value: relays.flatMap(ChangesetLog.originKey))
-                    }
+                    for key in moved { try txn.delete(database, key: key) }
                     try log.storeCompaction(
                         LogCompaction(
-                            through: 0, chain: 0, vector: base.compaction.vector, held: base.compaction.held,
-                            latest: base.compaction.latest, time: now, generation: 1),
+                            through: 0, chain: 0, vector: vector, held: held, latest: latest, time: now,
+                            generation: 1),
                         in: txn)
                     try markCompacted(in: txn)
                     let clock = try Self.identityNumber(Self.clockKey, "clock", identity: identity, in: txn) ?? 0
                     try txn.put(
-                        identity, key: Self.clockKey,
-                        value: Self.identityBytes(max(clock, base.compaction.latest.rawValue)))
+                        identity, key: Self.clockKey, value: Self.identityBytes(max(clock, latest.rawValue)))
                     return try rebuildViews(in: txn, recordsInMemory: Self.rebuildRecordsInMemory)
                 }
                 state.withLock { state in
                     state.schema = rebuilt.0
                     state.versionVector = rebuilt.1
-                    state.clock = HybridLogicalClock(latest: max(state.clock.latest, base.compaction.latest))
+                    state.clock = HybridLogicalClock(latest: max(state.clock.latest, latest))
                 }
                 modelNamesCache.withLock { $0 = ($0.generation &+ 1, nil) }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    /// Where staged adoptions sort, after a generation's records: no type name (UTF-8) starts with this byte.
+    static let stagedAdoptionMark: [UInt8] = [0xFF]
+}
+
+/// Reads a compacted replica's base state in parts, on one snapshot (``Replica/baseReader()``).
+package final class BaseReader: @unchecked Sendable {
+    // Used by one session at a time, from its actor: the snapshot's read transaction is not shared.
+    private let replica: Replica
+    private let snapshot: TributaryStorageSnapshot
+    private let base: Database
+    /// The marker of the compaction that made the base.
+    package let compaction: LogCompaction
+    /// The schema as of the base.
+    package let schema: Schema
+    /// How many records the base holds (tombstones included).
+    package let recordCount: Int
+    private var nextRecordKey: [UInt8]?
+    private var recordsDone = false
+    private var nextAdoptionKey: [UInt8]?
+    private var adoptionsDone = false
+
+    init(
+        replica: Replica, snapshot: TributaryStorageSnapshot, base: Database, compaction: LogCompaction,
+        schema: Schema, recordCount: Int
+    ) {
+        self.replica = replica
+        self.snapshot = snapshot
+        self.base = base
+        self.compaction = compaction
+        self.schema = schema
+        self.recordCount = recordCount
+        nextRecordKey = Replica.baseKey(generation: compaction.generation) + [0]
+    }
+
+    /// The next part: records, then the adoptions of changesets the base holds, up to about `maximumBytes` (at least
+    /// one item); `nil` once everything was read.
+    package func next(maximumBytes: Int) throws -> (
+        records: [(key: RecordKey, record: [UInt8])], adoptions: [(dot: Dot, relays: [Dot])]
+    )? {
+        do {
+            return try snapshot.read { txn in
+                var records: [(key: RecordKey, record: [UInt8])] = []
+                var adoptions: [(dot: Dot, relays: [Dot])] = []
+                var bytes = 0
+                if !recordsDone, let from = nextRecordKey {
+                    var failure: (any Error)?
+                    var last: [UInt8]?
+                    try txn.scan(base, from: from, to: Replica.baseKey(generation: compaction.generation + 1)) {
+                        key, value in
+                        guard bytes < maximumBytes else { return false }
+                        do {
+                            let viewKey = key[8...]
+                            guard let zero = viewKey.firstIndex(of: 0),
+                                let primaryKey = KeyEncoding.primaryKey(from: viewKey[(zero + 1)...])
+                            else {
+                                throw TributaryError(
+                                    .corrupted,
+                                    "replica \(replica.directory): its base state holds a damaged key (\(key.count) bytes)"
+                                )
+                            }
+                            records.append(
+                                (
+                                    RecordKey(
+                                        type: String(decoding: viewKey[..<zero], as: UTF8.self), primaryKey: primaryKey),
+                                    Array(value)
+                                ))
+                            bytes += key.count + value.count + 16
+                            last = Array(key)
+                            return true
+                        } catch {
+                            failure = error
+                            return false
+                        }
+                    }
+                    if let failure { throw failure }
+                    if let last {
+                        nextRecordKey = last + [0]
+                    } else {
+                        recordsDone = true
+                    }
+                }
+                if recordsDone && !adoptionsDone && bytes < maximumBytes {
+                    var last: [UInt8]?
+                    try replica.log.forEachAdoption(in: txn, after: nextAdoptionKey) { dot, relays in
+                        guard bytes < maximumBytes else { return false }
+                        last = ChangesetLog.originKey(dot)
+                        let held = relays.filter(compaction.holds)
+                        if !held.isEmpty {
+                            adoptions.append((dot, held))
+                            bytes += 16 * (held.count + 1)
+                        }
+                        return true
+                    }
+                    if let last { nextAdoptionKey = last } else { adoptionsDone = true }
+                }
+                return records.isEmpty && adoptions.isEmpty && recordsDone && adoptionsDone ? nil : (records, adoptions)
             }
         } catch {
             throw TributaryError.wrap(error)
