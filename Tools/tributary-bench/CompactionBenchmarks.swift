@@ -19,24 +19,7 @@ struct CompactionBenchmarks {
             configuration: SyncBenchmarks(context: context).configuration(id: 5, durability: .none))
         // One-instruction changesets from one origin over 1,000 objects, integrated in large batches.
         let origin = ReplicaID(rawValue: 98)
-        var batch: [Changeset] = []
-        for sequence in 1...UInt64(count) {
-            batch.append(
-                Changeset(
-                    origin: origin, originSequence: sequence,
-                    time: HybridTime(milliseconds: 1_700_000_000_000, counter: 0).advanced(sequence),
-                    context: VersionVector(), schemaVersion: 1,
-                    instructions: [
-                        .create(
-                            type: "Item", primaryKey: .int(Int64(sequence % 1000)),
-                            fields: [FieldValue("count", .int(Int64(sequence)))], defaults: [])
-                    ]))
-            if batch.count == 20_000 {
-                try source.integrate(batch)
-                batch.removeAll(keepingCapacity: true)
-            }
-        }
-        if !batch.isEmpty { try source.integrate(batch) }
+        try SyncBenchmarks.integrateGenerated(count: count, origin: origin, property: "count", into: source)
         let logBefore = try source.inspection.summary().log.storedBytes
 
         // A new device's first sync before compaction: every changeset, integrated in batches as a session sends them.

@@ -346,29 +346,10 @@ struct NetworkBenchmarks {
         let count = min(context.exportChangesets, 1_000_000)
         let source = try Replica.open(directory: context.path("catch-up-source"))
         let origin = ReplicaID(rawValue: 77)
-        var batch: [Changeset] = []
-        for sequence in 1...UInt64(count) {
-            batch.append(
-                Changeset(
-                    origin: origin, originSequence: sequence,
-                    time: HybridTime(milliseconds: 1_700_000_000_000, counter: 0).advanced(sequence),
-                    context: VersionVector(), schemaVersion: 0,
-                    instructions: sequence == 1
-                        ? [
-                            .addType(
-                                ObjectSchema(name: "Item", properties: [.scalar("_id", .int), .scalar("n", .int)]))
-                        ]
-                        : [
-                            .create(
-                                type: "Item", primaryKey: .int(Int64(sequence % 1000)),
-                                fields: [FieldValue("n", .int(Int64(sequence)))], defaults: [])
-                        ]))
-            if batch.count == 20_000 {
-                try source.integrate(batch)
-                batch.removeAll(keepingCapacity: true)
-            }
-        }
-        if !batch.isEmpty { try source.integrate(batch) }
+        try SyncBenchmarks.integrateGenerated(
+            count: count, origin: origin, property: "n", schemaVersion: 0,
+            first: [.addType(ObjectSchema(name: "Item", properties: [.scalar("_id", .int), .scalar("n", .int)]))],
+            into: source)
         source.close()
 
         // Baseline: export and integrate in this process, 1,000 at a time.

@@ -86,25 +86,8 @@ struct SyncBenchmarks {
             directory: context.path("export"), schema: StorageBenchmarks.schema, configuration: configuration(id: 3))
         // Build the log fast: integrate generated one-instruction changesets from an origin, in large batches.
         let origin = ReplicaID(rawValue: 99)
-        var batch: [Changeset] = []
+        try Self.integrateGenerated(count: count, origin: origin, property: "count", into: source)
         var vector = VersionVector()
-        for sequence in 1...UInt64(count) {
-            batch.append(
-                Changeset(
-                    origin: origin, originSequence: sequence,
-                    time: HybridTime(milliseconds: 1_700_000_000_000, counter: 0).advanced(sequence),
-                    context: VersionVector(), schemaVersion: 1,
-                    instructions: [
-                        .create(
-                            type: "Item", primaryKey: .int(Int64(sequence % 1000)),
-                            fields: [FieldValue("count", .int(Int64(sequence)))], defaults: [])
-                    ]))
-            if batch.count == 20_000 {
-                try source.integrate(batch)
-                batch.removeAll(keepingCapacity: true)
-            }
-        }
-        if !batch.isEmpty { try source.integrate(batch) }
         vector.advance(origin, to: UInt64(count - count / 100))
         vector.advance(source.replicaID, to: source.versionVector[source.replicaID])  // the peer has the schema
         // Baseline: a scan of every log entry that decodes and checksums each one (header and payload), the way a
@@ -146,6 +129,34 @@ struct SyncBenchmarks {
             baseline: "the plain (decompressed) export of the same changesets (ms)", baselineValue: seconds / 3 * 1000,
             higherIsBetter: false
         ).print()
+    }
+}
+
+extension SyncBenchmarks {
+    /// Integrates `count` generated changesets of `origin` into `replica`, 20,000 per commit: each sets `property` of
+    /// one of 1,000 `Item`s (created or overwritten) to its sequence; `first`, when given, is the first changeset's
+    /// instructions instead (a schema for a replica that has none).
+    static func integrateGenerated(
+        count: Int, origin: ReplicaID, property: String, schemaVersion: UInt64 = 1, first: [Instruction]? = nil,
+        into replica: Replica
+    ) throws {
+        var batch: [Changeset] = []
+        for sequence in 1...UInt64(count) {
+            let write = Instruction.create(
+                type: "Item", primaryKey: .int(Int64(sequence % 1000)),
+                fields: [FieldValue(property, .int(Int64(sequence)))], defaults: [])
+            batch.append(
+                Changeset(
+                    origin: origin, originSequence: sequence,
+                    time: HybridTime(milliseconds: 1_700_000_000_000, counter: 0).advanced(sequence),
+                    context: VersionVector(), schemaVersion: schemaVersion,
+                    instructions: sequence == 1 ? first ?? [write] : [write]))
+            if batch.count == 20_000 {
+                try replica.integrate(batch)
+                batch.removeAll(keepingCapacity: true)
+            }
+        }
+        if !batch.isEmpty { try replica.integrate(batch) }
     }
 }
 
