@@ -19,6 +19,21 @@ struct RetentionSyncTests {
         try await LoopbackSyncTests.within(.seconds(120), what, body)
     }
 
+    /// A daemon on loopback with `retention`, its compaction rounds an hour apart (the tests run them).
+    static func daemon(
+        _ directory: String, retention: Duration?, _ configure: (inout SyncServer.Configuration) -> Void = { _ in }
+    ) async throws -> (SyncServer, Replica, SyncEndpoint) {
+        let replica = try Replica.open(directory: directory)
+        var configuration = SyncServer.Configuration()
+        configuration.port = 0
+        configuration.retention = retention
+        configuration.compactionInterval = .seconds(3_600)
+        configure(&configuration)
+        let server = SyncServer(replica: replica, configuration: configuration)
+        let port = try await server.start()
+        return (server, replica, SyncEndpoint(host: "127.0.0.1", port: port))
+    }
+
     static func counts(_ replica: Replica) throws -> [String: Int64] {
         var counts: [String: Int64] = [:]
         for object in try replica.objects("Task") {
@@ -30,16 +45,10 @@ struct RetentionSyncTests {
     @Test("Devices within the window sync on, one away longer is reset and recovers, a new one starts from the base")
     func retentionWindow() async throws {
         let directory = TemporaryDirectory("retention")
-        let daemonReplica = try Replica.open(directory: directory.appending("daemon"))
-        var serverConfiguration = SyncServer.Configuration()
-        serverConfiguration.port = 0
-        serverConfiguration.retention = .seconds(86_400)
-        serverConfiguration.compactionInterval = .seconds(3_600)
         // Small parts, so that a base goes in many of them.
-        serverConfiguration.bootstrapMessageBytes = 300
-        let server = SyncServer(replica: daemonReplica, configuration: serverConfiguration)
-        let port = try await server.start()
-        let endpoint = SyncEndpoint(host: "127.0.0.1", port: port)
+        let (server, daemonReplica, endpoint) = try await Self.daemon(
+            directory.appending("daemon"), retention: .seconds(86_400)
+        ) { $0.bootstrapMessageBytes = 300 }
         let configuration = ClientResetTests.configuration()
 
         let first = try Replica.open(directory: directory.appending("first"), schema: Self.schema)
@@ -164,16 +173,12 @@ struct RetentionSyncTests {
         for session in [firstSession, secondSession, returning, newcomerSession] { await session.close() }
         for replica in [first, second, returning.replica, newcomer, daemonReplica] { replica.close() }
     }
+
     @Test("A new peer daemon starts from a compacted daemon's base, and serves its apps")
     func newPeerStartsFromBase() async throws {
         let directory = TemporaryDirectory("retention-peer")
-        let firstReplica = try Replica.open(directory: directory.appending("first-daemon"))
-        var firstConfiguration = SyncServer.Configuration()
-        firstConfiguration.port = 0
-        firstConfiguration.retention = .seconds(3_600)
-        firstConfiguration.compactionInterval = .seconds(3_600)
-        let firstDaemon = SyncServer(replica: firstReplica, configuration: firstConfiguration)
-        let firstEndpoint = SyncEndpoint(host: "127.0.0.1", port: try await firstDaemon.start())
+        let (firstDaemon, firstReplica, firstEndpoint) = try await Self.daemon(
+            directory.appending("first-daemon"), retention: .seconds(3_600))
         let configuration = ClientResetTests.configuration()
 
         let app = try Replica.open(directory: directory.appending("app"), schema: Self.schema)
@@ -192,13 +197,12 @@ struct RetentionSyncTests {
         #expect(try firstReplica.logCompaction() != nil)
 
         // A second daemon, new and empty, dials the first as a peer.
-        let secondReplica = try Replica.open(directory: directory.appending("second-daemon"))
-        var secondConfiguration = SyncServer.Configuration()
-        secondConfiguration.port = 0
-        secondConfiguration.peers = [firstEndpoint]
-        secondConfiguration.peerBackoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
-        let secondDaemon = SyncServer(replica: secondReplica, configuration: secondConfiguration)
-        let secondEndpoint = SyncEndpoint(host: "127.0.0.1", port: try await secondDaemon.start())
+        let (secondDaemon, secondReplica, secondEndpoint) = try await Self.daemon(
+            directory.appending("second-daemon"), retention: nil
+        ) { configuration in
+            configuration.peers = [firstEndpoint]
+            configuration.peerBackoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
+        }
         try await Self.within("the second daemon starting from the first one's base") {
             while try secondReplica.logCompaction() == nil { try await Task.sleep(for: .milliseconds(20)) }
         }
