@@ -637,3 +637,49 @@ struct SchemaConflictToolTests {
             "\(json.stdout)")
     }
 }
+
+@Suite("tributary-log on a compacted log")
+struct CompactedLogTests {
+    /// The chat fixture with entries 1-4 replaced by a base state.
+    static func compacted() throws -> ChatFixture {
+        let fixture = try ChatFixture()
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        let replica = try Replica.open(directory: fixture.path, configuration: configuration)
+        defer { replica.close() }
+        try #require(try replica.compact(through: 4) != nil)
+        return fixture
+    }
+
+    @Test func infoListShowAndVerify() throws {
+        let fixture = try Self.compacted()
+        let info = try runTool(["info", fixture.path])
+        #expect(info.status == 0, "\(info)")
+        #expect(info.stdout.contains("compacted         entries 1-4 replaced by a base state at "), "\(info.stdout)")
+        #expect(info.stdout.contains("format            2"), "\(info.stdout)")
+
+        // The list starts after the base, also when asked from an entry it replaced.
+        for arguments in [["list", fixture.path], ["list", fixture.path, "--from", "2"]] {
+            let list = try runTool(arguments)
+            #expect(list.status == 0, "\(list)")
+            let sequences = list.stdout.split(separator: "\n").dropFirst().compactMap {
+                $0.split(separator: " ").first.flatMap { Int($0) }
+            }
+            #expect(sequences == [5, 6, 7], "\(list.stdout)")
+        }
+
+        let show = try runTool(["show", fixture.path, "2"])
+        #expect(show.status == 66, "\(show)")
+        #expect(
+            show.stderr
+                == "Error: log entry 2 was replaced by a base state when the log was compacted; it holds local "
+                + "sequences 5 through 7\n")
+        #expect(try runTool(["show", fixture.path, "6"]).status == 0)
+
+        let verify = try runTool(["verify", fixture.path])
+        #expect(verify.status == 0, "\(verify)")
+        let replay = try runTool(["replay", fixture.path, "--out", fixture.directory.appending("copy")])
+        #expect(replay.status != 0)
+        #expect(replay.stderr.contains("replaced by a base state"), "\(replay.stderr)")
+    }
+}

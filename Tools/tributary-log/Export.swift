@@ -41,7 +41,11 @@ struct Export: ParsableCommand {
         try reportingFailures {
             let opened = try replica.open()
             defer { opened.close() }
-            if from > 1, try opened.inspection.logEntry(at: from - 1) == nil { return }
+            // A compacted log starts after the entries its base replaced.
+            let from = max(from, try firstEntry(of: opened))
+            if from > 1, try opened.inspection.logEntry(at: from - 1) == nil, try firstEntry(of: opened) < from {
+                return
+            }
             let progress = ProgressLine("exporting", streamsRows: true)
             let last = min(to ?? opened.lastLocalSequence, opened.lastLocalSequence)
             let total = last >= from ? Int(last - from + 1) : 0

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Tributary
+import TributaryLog
 import TributaryModel
 
 struct Replay: ParsableCommand {
@@ -102,10 +103,23 @@ struct Replay: ParsableCommand {
 func requireEntry(_ localSequence: UInt64, in replica: Replica) throws {
     guard localSequence > 0 else { return }
     guard try replica.inspection.logEntry(at: localSequence) != nil else {
-        throw ToolFailure(
-            "the log has no entry \(localSequence): it holds local sequences 1 through \(replica.lastLocalSequence)",
+        throw try missingEntry(localSequence, in: replica)
+    }
+}
+
+/// The first local sequence the log holds: 1, or the one after the entries a compaction replaced.
+func firstEntry(of replica: Replica) throws -> UInt64 { (try replica.logCompaction()?.through ?? 0) + 1 }
+
+/// The failure for a log entry `localSequence` the log does not hold, saying which it holds.
+func missingEntry(_ localSequence: UInt64, in replica: Replica) throws -> ToolFailure {
+    let first = try firstEntry(of: replica)
+    let held = "it holds local sequences \(first) through \(replica.lastLocalSequence)"
+    if localSequence < first {
+        return ToolFailure(
+            "log entry \(localSequence) was replaced by a base state when the log was compacted; \(held)",
             status: ExitStatus.noInput)
     }
+    return ToolFailure("the log has no entry \(localSequence): \(held)", status: ExitStatus.noInput)
 }
 
 /// `  Type  count` lines, counts right-aligned.

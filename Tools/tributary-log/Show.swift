@@ -34,9 +34,7 @@ struct Show: ParsableCommand {
             let opened = try replica.open()
             defer { opened.close() }
             guard let entry = try opened.inspection.logEntry(at: localSequence) else {
-                throw ToolFailure(
-                    "the log has no entry \(localSequence): it holds local sequences 1 through "
-                        + "\(opened.lastLocalSequence)", status: ExitStatus.noInput)
+                throw try missingEntry(localSequence, in: opened)
             }
             let changeset = try opened.inspection.changeset(at: localSequence)
             if output.json {
