@@ -38,9 +38,11 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-syntax", "600.0.0"..<"604.0.0"),
     ],
     targets: [
-        // System libraries from Debian: apt-get install -y liblmdb-dev libzstd-dev pkg-config
+        // System libraries from Debian: apt-get install -y liblmdb-dev libzstd-dev libsqlite3-dev pkg-config
         .systemLibrary(name: "CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
         .systemLibrary(name: "CZstd", pkgConfig: "libzstd", providers: [.apt(["libzstd-dev"])]),
+        // SQLite, for tributary-bench's baseline only: apt-get install -y libsqlite3-dev
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
 
         // Storage: a safe Swift layer over LMDB, and the zstd codec.
         .target(name: "TributaryStorage", dependencies: ["CLMDB"], swiftSettings: upcomingFeatures),
@@ -152,6 +154,7 @@ let package = Package(
             name: "tributary-bench",
             dependencies: [
                 "Tributary", "TributaryLog", "TributaryMerge", "TributaryModel", "TributaryCompression", "CLMDB",
+                "CSQLite",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 "TributarySync", "TributaryDaemon", "TributaryProtocol",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),

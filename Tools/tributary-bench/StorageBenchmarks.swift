@@ -80,6 +80,16 @@ struct StorageBenchmarks {
                 baselineValue: Double(pairs.count) / baseline
             ).print()
             try bulkInsertFloor(replica, pairs: pairs, baseline: baseline)
+            var sqlite = Double.infinity
+            for attempt in 1...3 {
+                let database = try SQLiteBaseline.items(context.path("sqlite-bulk-\(attempt).db"))
+                sqlite = min(sqlite, try time { try SQLiteBaseline.insertItems(count, into: database) })
+            }
+            Measurement(
+                name: "bulk_insert_100k_objects_5_fields_vs_sqlite", value: Double(count) / ours, unit: "objects/s",
+                baseline: "SQLite (WAL, synchronous=FULL) inserts of the same rows, one transaction (objects/s)",
+                baselineValue: Double(count) / sqlite
+            ).print()
         }
     }
 
@@ -146,10 +156,28 @@ struct StorageBenchmarks {
         }
         precondition(found == count, "primary-key reads found \(found) of \(count)")
         precondition(bytes > 0)
+        // SQLite: the same rows by primary key, each read's name column read into a String, in one transaction.
+        let database = try SQLiteBaseline.items(context.path("sqlite-reads.db"))
+        try SQLiteBaseline.insertItems(context.objects, into: database)
+        let select = try SQLiteBaseline.Statement("SELECT name FROM Item WHERE id = ?", in: database)
+        var sqliteFound = 0
+        let sqlite = try time {
+            try database.execute("BEGIN")
+            for index in indexes {
+                try select.run([index]) { row in if case .text = row[0] { sqliteFound += 1 } }
+            }
+            try database.execute("COMMIT")
+        }
+        precondition(sqliteFound == count, "SQLite primary-key reads found \(sqliteFound) of \(count)")
         Measurement(
             name: "primary_key_read", value: Double(count) / ours, unit: "reads/s",
             baseline: "raw mdb_get of the same keys in one read txn, value copied",
             baselineValue: Double(count) / baseline
+        ).print()
+        Measurement(
+            name: "primary_key_read_vs_sqlite", value: Double(count) / ours, unit: "reads/s",
+            baseline: "SQLite (WAL) SELECT of the same rows by primary key, one transaction (reads/s)",
+            baselineValue: Double(count) / sqlite
         ).print()
     }
 
@@ -255,6 +283,18 @@ struct StorageBenchmarks {
         Measurement(
             name: "single_object_durable_commit", value: total / ours, unit: "commits/s",
             baseline: "raw LMDB single-put durable commits", baselineValue: total / baseline
+        ).print()
+        // SQLite: the same updates, each its own durable transaction.
+        let database = try SQLiteBaseline.items(context.path("sqlite-single.db"))
+        try SQLiteBaseline.insertItems(100, into: database)
+        let update = try SQLiteBaseline.Statement("UPDATE Item SET count = ? WHERE id = ?", in: database)
+        let sqlite = try time {
+            for index in 0..<(blocks * perBlock) { try update.run([2_000_000 + index, index % 100]) }
+        }
+        Measurement(
+            name: "single_object_durable_commit_vs_sqlite", value: total / ours, unit: "commits/s",
+            baseline: "SQLite (WAL, synchronous=FULL) single-row UPDATE commits (commits/s)",
+            baselineValue: total / sqlite
         ).print()
     }
 }
