@@ -342,7 +342,7 @@ public struct ChangesetLog: Sendable {
     /// header only: the payload's checksum is checked where the entry is read.
     ///
     /// - Throws: ``LogError`` naming the entry when its header is damaged: a run must not end early, quietly, at it.
-    private func originDot(ofEntry localSequence: UInt64, in transaction: ReadTransaction) throws -> Dot? {
+    func originDot(ofEntry localSequence: UInt64, in transaction: ReadTransaction) throws -> Dot? {
         try transaction.withValue(entries, key: Self.key(localSequence)) { value in
             guard let value else { return nil }
             guard let dot = LogEntry.originDot(ofStored: value, localSequence: localSequence) else {

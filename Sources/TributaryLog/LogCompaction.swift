@@ -98,22 +98,20 @@ extension ChangesetLog {
     /// dropped, whether or not ``dropEntries(through:limit:in:)`` removed them yet; the caller stores the base state
     /// it names in the same transaction.
     ///
-    /// Before it stores the marker, it gives the first entry of each origin after the dropped ones a key of its own in
-    /// the origin index, where that entry continued a run whose key is among the dropped entries: a run is followed
-    /// from its key by reading entry headers, which the dropped part no longer has.
+    /// Before it stores the marker, it gives the entry after the dropped ones a key of its own in the origin index,
+    /// where that entry continued a run whose key is among the dropped entries: a run is followed from its key by
+    /// reading entry headers, which the dropped part no longer has. A run is a stretch of consecutive entries, so no
+    /// later entry can continue one that began before the cut.
     public func storeCompaction(_ compaction: LogCompaction, in transaction: WriteTransaction) throws {
         guard let compactions else {
             throw LogError(
                 .unsupportedFormat, localSequence: 0, "the log was opened read-only without a compaction database")
         }
-        var keyed: Set<ReplicaID> = []
-        try scan(in: transaction, from: compaction.through + 1) { entry in
-            let dot = entry.dot
-            guard !keyed.contains(dot.origin), try localSequence(of: dot, in: transaction) == entry.localSequence
-            else { return true }
-            keyed.insert(dot.origin)
-            try transaction.put(origins, key: Self.originKey(dot), value: Self.key(entry.localSequence))
-            return true
+        let next = compaction.through + 1
+        if compaction.through > 0, let dot = try originDot(ofEntry: next, in: transaction),
+            try localSequence(of: dot, in: transaction) == next
+        {
+            try transaction.put(origins, key: Self.originKey(dot), value: Self.key(next))
         }
         try transaction.put(compactions, key: Self.compactionKey, value: compaction.encoded())
     }
