@@ -11,12 +11,14 @@ import TributarySync
 /// Every session reports what its replica holds: its `hello`, then each acknowledgement. The daemon keeps the latest
 /// report of each replica, with its time. A replica that reported within the retention window, or is connected now,
 /// is still served; the log entries every one of those holds are replaced by a base state, once that drops at least a
-/// tenth of the log, and once the daemon has kept reports for a whole window. A replica that comes back after the
+/// tenth of the log, and once the daemon has kept reports for a whole window without a gap. A replica that comes back after the
 /// window lacks them, and is reset; one that holds nothing yet starts from the base.
 final class Retention: Sendable {
     let replica: Replica
     /// Replicas that reported within this long are still served.
     let window: Duration
+    /// How often a round runs: reports are stored at each, so a longer gap means the daemon was not listening.
+    let interval: Duration
     private let logger: Logger
     private let state: Mutex<State>
 
@@ -28,21 +30,28 @@ final class Retention: Sendable {
         var last: CompactionOutcome?
         /// The replicas connected now, which count as reporting now.
         var connected: @Sendable () -> Set<ReplicaID> = { [] }
+        /// The stored reports could not be read: nothing is compacted by this process.
+        var unreadable = false
     }
 
-    init(replica: Replica, window: Duration, logger: Logger) {
+    init(replica: Replica, window: Duration, interval: Duration, logger: Logger) {
         self.replica = replica
         self.window = window
+        self.interval = interval
         self.logger = logger
         var reports: [ReplicaID: SyncReport] = [:]
+        var unreadable = false
         do {
-            reports = try replica.syncReports()
-            _ = try replica.syncReportsSince(now: Self.now())
+            reports = try replica.syncReports(now: Self.now())
         } catch {
-            logger.error("could not read the stored sync reports (compaction waits for new ones): \(error)")
+            unreadable = true
+            logger.error("could not read the stored sync reports; this process compacts nothing: \(error)")
         }
-        state = Mutex(State(reports: reports))
+        state = Mutex(State(reports: reports, unreadable: unreadable))
     }
+
+    /// Rounds further apart than this mean the daemon did not keep reports meanwhile.
+    private var gapSeconds: UInt64 { 2 * UInt64(max(1, interval.components.seconds)) + 60 }
 
     static func now() -> UInt64 { UInt64(Date().timeIntervalSince1970) }
 
@@ -65,14 +74,28 @@ final class Retention: Sendable {
 
     private var windowSeconds: UInt64 { UInt64(max(0, window.components.seconds)) }
 
-    /// Replica `other` holds at least `vector` now.
+    /// Replica `other` holds at least `vector` now. The first report of a replica is stored at once (the others at
+    /// the next round): a daemon killed before that round still counts it.
     func holds(_ vector: VersionVector, replica other: ReplicaID, now: UInt64 = now()) {
-        state.withLock { state in
+        let first = state.withLock { state in
+            let known = state.reports[other] != nil
             var report = state.reports[other] ?? SyncReport(time: now, vector: VersionVector())
             report.time = max(report.time, now)
             report.vector.formUnion(vector)
             state.reports[other] = report
             state.changed.insert(other)
+            return known ? nil : report
+        }
+        if let first {
+            let replica = replica
+            let logger = logger
+            Task.detached {
+                do {
+                    try replica.storeSyncReports([other: first])
+                } catch {
+                    logger.error("could not store the first sync report of \(other): \(error)")
+                }
+            }
         }
     }
 
@@ -133,13 +156,17 @@ final class Retention: Sendable {
     @discardableResult
     func compactOnce(now: UInt64 = now(), minimumFraction: Double = 0.1) throws -> CompactionOutcome? {
         try storeReports(now: now)
-        let since = try replica.syncReportsSince(now: Self.now())
-        guard now >= since, now - since >= windowSeconds else { return nil }
+        let since = try replica.syncReportsCoverage(now: Self.now(), gap: gapSeconds)
+        guard !state.withLock({ $0.unreadable }), now >= since, now - since >= windowSeconds else { return nil }
         let cut = try replica.compactionCut(coveredBy: stableVector(now: now) ?? replica.versionVector)
         let from = try replica.logCompaction()?.through ?? 0
         let head = replica.lastLocalSequence
         guard cut > from, head > from, Double(cut - from) >= minimumFraction * Double(head - from) else { return nil }
-        guard let outcome = try replica.compact(through: cut, now: now) else { return nil }
+        // Replicas that connected while the base was built count too: the cut must still hold for them.
+        let allowed = { [self] (cut: UInt64) throws -> Bool in
+            try replica.compactionCut(coveredBy: stableVector(now: now) ?? replica.versionVector) >= cut
+        }
+        guard let outcome = try replica.compact(through: cut, now: now, stillAllowed: allowed) else { return nil }
         state.withLock { state in
             state.compactions += 1
             state.last = outcome

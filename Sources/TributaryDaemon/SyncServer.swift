@@ -162,7 +162,10 @@ public final class SyncServer: Sendable {
         self.configuration = configuration
         state.withLock { $0.rules = configuration.permissionRules }
         retention = configuration.retention.map { window in
-            Retention(replica: replica, window: window, logger: configuration.logger)
+            Retention(
+                replica: replica, window: window,
+                interval: configuration.compactionInterval ?? max(.seconds(60), window / 10),
+                logger: configuration.logger)
         }
         metrics = DaemonMetrics(
             registry: configuration.metricsRegistry, peers: configuration.peers, retention: retention)
@@ -231,8 +234,7 @@ public final class SyncServer: Sendable {
         }
         retention?.readConnected { [weak self] in Set(self?.sessions.map(\.replica) ?? []) }
         let compacting = retention.map { retention in
-            let interval = configuration.compactionInterval ?? max(.seconds(60), retention.window / 10)
-            return Task { await retention.run(every: interval) }
+            Task { await retention.run(every: retention.interval) }
         }
         state.withLock {
             $0.listener = listener.channel

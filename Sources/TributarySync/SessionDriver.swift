@@ -194,6 +194,12 @@ package actor SessionDriver {
 
     /// For an initiator: the replica that welcomed it.
     private var otherSide: ReplicaID?
+    /// For an acceptor: a base state to send before anything else (with its records, or without them for a
+    /// flexible-sync app).
+    private var pendingBase: Bool?
+    /// For an initiator: whether a batch of changesets arrived, or a base was taken (a base comes first, once).
+    private var receivedChangesets = false
+    private var tookBase = false
     /// For an initiator receiving a base state: the parts kept so far, their records, and the schema part 1 carried.
     private var receivedBaseParts: UInt64 = 0
     private var receivedBaseRecords: UInt64 = 0
@@ -317,6 +323,7 @@ package actor SessionDriver {
             startPump()
             return true
         case .integrate(let batch):
+            receivedChangesets = true
             options.meter?.received(changesets: batch.changesets.count)
             if adoptIncoming, let otherReplica, let wait = options.uploadAllowance?(receivedBytes, otherReplica) {
                 let seconds = UInt64(max(1, wait.components.seconds + (wait.components.attoseconds > 0 ? 1 : 0)))
@@ -465,6 +472,8 @@ package actor SessionDriver {
                 await fail(error)
                 return false
             }
+            // Reported before `welcome`: a compaction that commits from now on counts this replica.
+            options.meter?.holds(hello.vector, replica: hello.replica)
             welcome = try await offload {
                 Welcome(
                     version: 0, replica: replica.replicaID, vector: replica.versionVector,
@@ -490,10 +499,8 @@ package actor SessionDriver {
         if hello.flexible && hello.role == .app { flexibleView = FlexibleSessionView() }
         if hello.role == .app { permissions = options.permissions }
         onEvent(.established(replica: hello.replica, role: hello.role))
-        options.meter?.holds(hello.vector, replica: hello.replica)
-        if startsFromBase {
-            guard await sendBase(withRecords: !(hello.flexible && hello.role == .app)) else { return false }
-        }
+        // The pump sends it first, while this actor goes on taking the other side's messages.
+        if startsFromBase { pendingBase = !(hello.flexible && hello.role == .app) }
         startPump()
         return true
     }
@@ -515,7 +522,13 @@ package actor SessionDriver {
         guard let compaction = try replica.logCompaction(), !hello.vector.includes(compaction.vector) else {
             return .none
         }
-        if hello.vector.entries.allSatisfy({ $0.replica == hello.replica }) && compaction.held[hello.replica] == 0 {
+        // An app that holds nothing of others, none of whose changesets the base holds; or a replica that holds
+        // nothing at all (a new peer daemon). A daemon's own-only vector is no such evidence: it counts the app
+        // changesets it adopted under its own id.
+        let ownOnly = hello.vector.entries.allSatisfy { $0.replica == hello.replica }
+        if hello.vector.entries.allSatisfy({ $0.sequence == 0 })
+            || (hello.role == .app && ownOnly && compaction.held[hello.replica] == 0)
+        {
             return .startFromBase
         }
         let when = Date(timeIntervalSince1970: TimeInterval(compaction.time)).formatted(.iso8601)
@@ -527,9 +540,9 @@ package actor SessionDriver {
         return .reset(
             SyncError(
                 .resetRequired, .reset,
-                "replica \(hello.replica) last synced before this daemon compacted its history (at \(when)): it was "
-                    + "offline longer than the daemon keeps history for, and lacks changesets the daemon no longer "
-                    + "holds one by one; \(remedy)"))
+                "replica \(hello.replica) lacks changesets that this daemon no longer holds one by one: it compacted "
+                    + "its history at \(when) (the replica was offline longer than the daemon keeps history for, or "
+                    + "synced elsewhere and was never seen here); \(remedy)"))
     }
 
     /// Acceptor: sends the base state in parts of about ``Options/objectStatesBytes``, read one at a time from one
@@ -571,6 +584,10 @@ package actor SessionDriver {
     /// Initiator: keeps each part of a base state in the replica as it arrives; makes the base the replica's when the
     /// last one has.
     private func receiveBase(_ part: BasePart) async -> Bool {
+        guard !receivedChangesets && !tookBase else {
+            await fail(.violation("a base state arrived after changesets, or a second one in one session"))
+            return false
+        }
         guard part.part == receivedBaseParts + 1 else {
             await fail(.violation("base part \(part.part) arrived after part \(receivedBaseParts)"))
             return false
@@ -598,6 +615,7 @@ package actor SessionDriver {
             if part.last, let schema = baseSchema {
                 receivedBaseParts = 0
                 baseSchema = nil
+                tookBase = true
                 try await offload {
                     try replica.finishBase(
                         schema: schema, vector: part.vector, held: part.held,
@@ -607,6 +625,11 @@ package actor SessionDriver {
             return true
         } catch let error as TributaryError where error.code == .invalidChangeset {
             await fail(SyncError(.badChangeset, .fatal, error.message))
+            return false
+        } catch let error as TributaryError where error.code == .invalidValue {
+            // This replica cannot start from the base (it holds what the base holds, or others' changesets): only a
+            // reset brings it to the daemon's state.
+            await fail(SyncError(.resetRequired, .reset, error.message))
             return false
         } catch {
             await fail(
@@ -755,6 +778,11 @@ package actor SessionDriver {
     /// Sends batches while the other side's window takes them; replies to marks once what they asked for is sent.
     private func pump() async -> Bool {
         while !ended && !writeFailed {
+            if let withRecords = pendingBase {
+                pendingBase = nil
+                guard await sendBase(withRecords: withRecords) else { return false }
+                continue
+            }
             if flexibleView != nil {
                 // A flexible-sync app: nothing until its subscriptions arrive; a new set is bootstrapped first.
                 guard flexibleReady else { return true }

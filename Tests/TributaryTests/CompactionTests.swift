@@ -199,6 +199,64 @@ struct CompactionTests {
         #expect(try fresh.inspection.recordsDigest() == relay.inspection.recordsDigest())
     }
 
+    @Test("A replica with a base, or holding what a base holds, cannot take one: nothing of it is touched")
+    func refusedBases() throws {
+        let cluster = try Cluster(3, schema: MergeSemanticsTests.schema)
+        // Replica 1 is an app that uploads its changesets to two relays, 0 and 2, before it hears of either.
+        try cluster[1].write { try $0.create("Task", ["_id": "t"]) }
+        try cluster[1].write { try $0.increment(["count"], of: "Task", primaryKey: task, by: 3) }
+        let uploads = try cluster[1].changesets(missingFrom: VersionVector(), origins: [cluster[1].replicaID])
+        try cluster[0].adopt(uploads)
+        try cluster[2].adopt(uploads)
+        try cluster[0].write { try $0.update("Task", primaryKey: task, ["title": "relay"]) }
+        try cluster[0].compact(through: cluster[0].lastLocalSequence - 1)
+        let base = try #require(try cluster[0].baseState())
+
+        // Relay 2's vector counts only itself (it adopted the app's changesets), but it holds what the base holds.
+        let relayBefore = try cluster[2].viewDigest()
+        #expect {
+            try cluster[2].installBase(base)
+        } throws: { error in
+            (error as? TributaryError)?.code == .invalidValue
+                && (error as? TributaryError)?.message.contains("which the base state holds too") == true
+        }
+        #expect(try cluster[2].viewDigest() == relayBefore)
+        #expect(try cluster[2].logCompaction() == nil)
+        #expect(try cluster[2].object("Task", primaryKey: task)?["count"] == 3)
+
+        // A replica that starts from a base keeps it when another base arrives (a repeated first part included).
+        var configuration = Replica.Configuration()
+        configuration.replicaID = ReplicaID(rawValue: 55)
+        let fresh = try Replica.open(directory: cluster.directory.appending("fresh"), configuration: configuration)
+        defer { fresh.close() }
+        try fresh.installBase(base)
+        let installed = try fresh.viewDigest()
+        #expect {
+            try fresh.stageBasePart(records: base.records, adoptions: base.adoptions, first: true)
+        } throws: { error in
+            (error as? TributaryError)?.code == .invalidValue
+        }
+        #expect(try fresh.viewDigest() == installed)
+        #expect(try fresh.verify().passed)
+        // And the relay, compacted, refuses one too: its own base stays.
+        #expect(throws: TributaryError.self) {
+            try cluster[0].stageBasePart(records: base.records, adoptions: base.adoptions, first: true)
+        }
+        #expect(try cluster[0].verify().passed)
+    }
+
+    @Test("Reports cover the time since the daemon kept them without a gap")
+    func reportsCoverage() throws {
+        let cluster = try Cluster(1, schema: MergeSemanticsTests.schema)
+        let replica = cluster[0]
+        #expect(try replica.syncReportsCoverage(now: 1_000, gap: 100) == 1_000)
+        #expect(try replica.syncReportsCoverage(now: 1_090, gap: 100) == 1_000)
+        #expect(try replica.syncReportsCoverage(now: 1_180, gap: 100) == 1_000)
+        // Rounds more than the gap apart: the daemon was not listening, and coverage starts again.
+        #expect(try replica.syncReportsCoverage(now: 1_400, gap: 100) == 1_400)
+        #expect(try replica.syncReportsCoverage(now: 1_450, gap: 100) == 1_400)
+    }
+
     @Test("The compaction marker round-trips and a damaged one is named")
     func markerEncoding() throws {
         let marker = LogCompaction(

@@ -55,8 +55,9 @@ package struct SyncReport: Sendable, Hashable {
 extension Replica {
     static let syncReportsPrefix = Array("syncReports/".utf8)
 
-    /// The reports stored by ``storeSyncReports(_:)``. A damaged one is left out: it only makes compaction keep more.
-    package func syncReports() throws -> [ReplicaID: SyncReport] {
+    /// The reports stored by ``storeSyncReports(_:forgetting:)``. A damaged one reads as a replica seen at `now` that
+    /// holds nothing, which holds every compaction back until the replica reports again or a retention passes.
+    package func syncReports(now: UInt64) throws -> [ReplicaID: SyncReport] {
         do {
             return try environment.read { txn in
                 var reports: [ReplicaID: SyncReport] = [:]
@@ -69,6 +70,8 @@ extension Replica {
                     var reader = BinaryReader(Array(value), subject: "sync report of \(replica)")
                     if let time = try? reader.varint(), let vector = try? reader.versionVector() {
                         reports[replica] = SyncReport(time: time, vector: vector)
+                    } else {
+                        reports[replica] = SyncReport(time: now, vector: VersionVector())
                     }
                     return true
                 }
@@ -80,24 +83,25 @@ extension Replica {
     }
 
     static let syncReportsSinceKey = Array("syncReportsSince".utf8)
+    static let syncReportsRoundKey = Array("syncReportsRound".utf8)
 
-    /// When this replica began to keep reports of the replicas that sync with it (seconds since 1970): the first call
-    /// stores `now`. Before a whole retention has passed since, the reports cannot tell who synced within it.
-    package func syncReportsSince(now: UInt64) throws -> UInt64 {
+    /// Since when this replica has kept reports of the replicas that sync with it without a gap (seconds since 1970),
+    /// noting `now` as a round. Reports cover that time only: a daemon given a retention for the first time, or one
+    /// that kept none for longer than `gap` (stopped, or run without a retention), starts again from `now`, so that
+    /// no replica is taken for away because the daemon was not listening.
+    package func syncReportsCoverage(now: UInt64, gap: UInt64) throws -> UInt64 {
         do {
-            if let since = try environment.read({ txn in
-                try Self.identityNumber(Self.syncReportsSinceKey, "sync reports' start", identity: identity, in: txn)
-            }) {
-                return since
-            }
-            try environment.write { txn in
-                if try txn.get(identity, key: Self.syncReportsSinceKey) == nil {
-                    try txn.put(identity, key: Self.syncReportsSinceKey, value: Self.identityBytes(now))
-                }
-            }
-            return try environment.read { txn in
-                try Self.identityNumber(Self.syncReportsSinceKey, "sync reports' start", identity: identity, in: txn)
-                    ?? now
+            return try environment.write { txn in
+                let since = try Self.identityNumber(
+                    Self.syncReportsSinceKey, "sync reports' start", identity: identity, in: txn)
+                let round = try Self.identityNumber(
+                    Self.syncReportsRoundKey, "sync reports' round", identity: identity, in: txn)
+                var start = since ?? now
+                if let round, now > round, now - round > gap { start = now }
+                if round == nil { start = now }
+                try txn.put(identity, key: Self.syncReportsSinceKey, value: Self.identityBytes(start))
+                try txn.put(identity, key: Self.syncReportsRoundKey, value: Self.identityBytes(max(now, round ?? 0)))
+                return start
             }
         } catch {
             throw TributaryError.wrap(error)
@@ -279,13 +283,17 @@ extension Replica {
     /// partial generation); after it, only the removal of dropped entries and of the previous base is left, which the
     /// next compaction finishes.
     ///
-    /// - Parameter afterMarking: called after the commit that stores the marker, before the dropped entries are
-    ///   removed (the crash drill stops the process there).
-    /// - Returns: what it did, or `nil` when `through` drops nothing new.
+    /// - Parameters:
+    ///   - stillAllowed: asked, with the cut, just before the commit that stores the marker: `false` abandons the
+    ///     compaction (the replicas it must serve changed while the base was built).
+    ///   - afterMarking: called after the commit that stores the marker, before the dropped entries are removed (the
+    ///     crash drill stops the process there).
+    /// - Returns: what it did, or `nil` when `through` drops nothing new, or `stillAllowed` said no.
     @discardableResult
     package func compact(
         through: UInt64, recordsInMemory: Int = rebuildRecordsInMemory,
-        now: UInt64 = UInt64(Date().timeIntervalSince1970), afterMarking: (() -> Void)? = nil
+        now: UInt64 = UInt64(Date().timeIntervalSince1970), stillAllowed: ((UInt64) throws -> Bool)? = nil,
+        afterMarking: (() -> Void)? = nil
     ) throws -> CompactionOutcome? {
         guard !configuration.readOnly else {
             throw TributaryError(.readOnly, "replica \(directory) was opened read-only; compaction removes log entries")
@@ -339,6 +347,7 @@ extension Replica {
                 records += batch.count
                 after = last.key
             }
+            if let stillAllowed, try !stillAllowed(cut) { return nil }
             let compaction = LogCompaction(
                 through: cut, chain: chain, vector: replayed.versionVector, held: replayed.held,
                 latest: replayed.latest, time: now, generation: generation)
@@ -371,18 +380,23 @@ extension Replica {
             dropped += removed
             if removed == 0 { break }
         }
-        for generation in 0..<compaction.generation { try removeBase(generation: generation, from: base) }
+        try removeBase(generations: 0..<compaction.generation, from: base)
         return dropped
     }
 
     /// Removes every key of base generation `generation`, 10,000 per write transaction.
     private func removeBase(generation: UInt64, from base: Database) throws {
+        try removeBase(generations: generation..<(generation + 1), from: base)
+    }
+
+    /// Removes every key of the base generations in `generations` (one range of keys), 10,000 per write transaction.
+    private func removeBase(generations: Range<UInt64>, from base: Database) throws {
+        guard !generations.isEmpty else { return }
+        let end = generations.upperBound == .max ? nil : Self.baseKey(generation: generations.upperBound)
         while true {
             let removed = try environment.write { txn in
                 var keys: [[UInt8]] = []
-                try txn.scan(
-                    base, from: Self.baseKey(generation: generation), to: Self.baseKey(generation: generation + 1)
-                ) { key, _ in
+                try txn.scan(base, from: Self.baseKey(generation: generations.lowerBound), to: end) { key, _ in
                     keys.append(Array(key))
                     return keys.count < 10_000
                 }
@@ -498,24 +512,25 @@ extension Replica {
                 keyed.append(
                     (
                         Self.baseKey(
-                            generation: 1, record: ViewStore.objectKey(type: key.type, primaryKey: key.primaryKey)),
+                            generation: Self.stagingGeneration,
+                            record: ViewStore.objectKey(type: key.type, primaryKey: key.primaryKey)),
                         bytes
                     ))
             }
             for (dot, relays) in adoptions where !relays.isEmpty {
                 keyed.append(
                     (
-                        Self.baseKey(generation: 1, record: Self.stagedAdoptionMark + ChangesetLog.originKey(dot)),
+                        Self.baseKey(
+                            generation: Self.stagingGeneration,
+                            record: Self.stagedAdoptionMark + ChangesetLog.originKey(dot)),
                         relays.flatMap(ChangesetLog.originKey)
                     ))
             }
-            // What an interrupted earlier transfer left goes first.
-            if first { try removeBase(generation: 1, from: database) }
+            try environment.read { txn in try checkTakesBase(held: nil, in: txn) }
+            // What an interrupted earlier transfer left goes first; a live base is never of the staging generation.
+            if first { try removeBase(generations: Self.stagingGeneration..<UInt64.max, from: database) }
             try environment.write { txn in
-                if try log.compaction(in: txn) != nil {
-                    throw TributaryError(
-                        .invalidValue, "replica \(directory) starts from a base already; it cannot take another")
-                }
+                try checkTakesBase(held: nil, in: txn)
                 for (key, value) in keyed { try txn.put(database, key: key, value: value) }
             }
         } catch {
@@ -539,26 +554,29 @@ extension Replica {
             }
             try writeLock.withLock {
                 let rebuilt = try environment.write { txn in
-                    guard try log.compaction(in: txn) == nil,
-                        try views.versionVector(in: txn).entries.allSatisfy({ $0.replica == replicaID })
-                    else {
-                        throw TributaryError(
-                            .invalidValue,
-                            "replica \(directory) already holds changesets of other replicas; a base state starts "
-                                + "only a replica that holds nothing but its own")
-                    }
+                    try checkTakesBase(held: held, in: txn)
                     var writer = BinaryWriter()
                     writer.schema(schema)
                     try txn.put(database, key: Self.baseKey(generation: 1), value: writer.bytes)
-                    // The staged adoptions move to the log's adoptions, where merges read them.
-                    let staged = Self.baseKey(generation: 1, record: Self.stagedAdoptionMark)
-                    var moved: [[UInt8]] = []
-                    try txn.scan(database, from: staged, to: Self.baseKey(generation: 2)) { key, value in
-                        try txn.put(log.adoptions, key: Array(key[staged.count...]), value: Array(value))
-                        moved.append(Array(key))
+                    // The staged records become generation 1; the staged adoptions move to the log's adoptions,
+                    // where merges read them.
+                    let adoptionsFrom = Self.baseKey(
+                        generation: Self.stagingGeneration, record: Self.stagedAdoptionMark)
+                    var staged: [[UInt8]] = []
+                    try txn.scan(database, from: Self.baseKey(generation: Self.stagingGeneration)) { key, value in
+                        let stagedKey = Array(key)
+                        if stagedKey.starts(with: adoptionsFrom) {
+                            try txn.put(
+                                log.adoptions, key: Array(stagedKey[adoptionsFrom.count...]), value: Array(value))
+                        } else {
+                            try txn.put(
+                                database, key: Self.baseKey(generation: 1, record: Array(stagedKey[8...])),
+                                value: Array(value))
+                        }
+                        staged.append(stagedKey)
                         return true
                     }
-                    for key in moved { try txn.delete(database, key: key) }
+                    for key in staged { try txn.delete(database, key: key) }
                     try log.storeCompaction(
                         LogCompaction(
                             through: 0, chain: 0, vector: vector, held: held, latest: latest, time: now,
@@ -584,6 +602,36 @@ extension Replica {
 
     /// Where staged adoptions sort, after a generation's records: no type name (UTF-8) starts with this byte.
     static let stagedAdoptionMark: [UInt8] = [0xFF]
+
+    /// The generation a base being received is kept under until it is complete: no compaction reaches it.
+    static let stagingGeneration: UInt64 = 1 << 62
+
+    /// Throws unless this replica may start from a base state: its log was never compacted, it holds no changeset of
+    /// another replica (its version vector counts only itself), and, given the base's `held` dots, none of its own log
+    /// entries is a changeset the base holds (a relay's adopted copy of an app's changeset that the base holds too
+    /// would be applied twice).
+    private func checkTakesBase(held: VersionVector?, in txn: TributaryStorageReadTransaction) throws {
+        if try log.compaction(in: txn) != nil {
+            throw TributaryError(
+                .invalidValue, "replica \(directory) starts from a base state already; it cannot take another")
+        }
+        guard try views.versionVector(in: txn).entries.allSatisfy({ $0.replica == replicaID }) else {
+            throw TributaryError(
+                .invalidValue,
+                "replica \(directory) holds changesets of other replicas; a base state starts only a replica that holds "
+                    + "nothing but its own")
+        }
+        guard let held else { return }
+        try log.scan(in: txn) { entry in
+            if held.includes(entry.dot) {
+                throw TributaryError(
+                    .invalidValue,
+                    "replica \(directory) holds changeset \(entry.dot), which the base state holds too; it cannot start "
+                        + "from the base (reset it instead)")
+            }
+            return true
+        }
+    }
 }
 
 /// Reads a compacted replica's base state in parts, on one snapshot (``Replica/baseReader()``).
@@ -616,9 +664,9 @@ package final class BaseReader: @unchecked Sendable {
         nextRecordKey = Replica.baseKey(generation: compaction.generation) + [0]
     }
 
-    /// The next part: records, then the adoptions of changesets the base holds, up to about `maximumBytes` (at least
-    /// one item); `nil` once everything was read.
-    package func next(maximumBytes: Int) throws -> (
+    /// The next part: records, then the adoptions of changesets the base holds, up to about `maximumBytes` and at most
+    /// `maximumCount` records (at least one item); `nil` once everything was read.
+    package func next(maximumBytes: Int, maximumCount: Int = 10_000) throws -> (
         records: [(key: RecordKey, record: [UInt8])], adoptions: [(dot: Dot, relays: [Dot])]
     )? {
         do {
@@ -631,7 +679,7 @@ package final class BaseReader: @unchecked Sendable {
                     var last: [UInt8]?
                     try txn.scan(base, from: from, to: Replica.baseKey(generation: compaction.generation + 1)) {
                         key, value in
-                        guard bytes < maximumBytes else { return false }
+                        guard bytes < maximumBytes, records.count < maximumCount else { return false }
                         do {
                             let viewKey = key[8...]
                             guard let zero = viewKey.firstIndex(of: 0),
@@ -666,7 +714,7 @@ package final class BaseReader: @unchecked Sendable {
                 if recordsDone && !adoptionsDone && bytes < maximumBytes {
                     var last: [UInt8]?
                     try replica.log.forEachAdoption(in: txn, after: nextAdoptionKey) { dot, relays in
-                        guard bytes < maximumBytes else { return false }
+                        guard bytes < maximumBytes, adoptions.count < maximumCount else { return false }
                         last = ChangesetLog.originKey(dot)
                         let held = relays.filter(compaction.holds)
                         if !held.isEmpty {
