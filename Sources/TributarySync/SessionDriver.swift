@@ -551,12 +551,12 @@ package actor SessionDriver {
         do {
             let replica = replica
             guard let reader = try await offload({ try replica.baseReader() }) else { return true }
+            if !withRecords { reader.skipRecords() }
             let bytes = max(1, options.objectStatesBytes)
             var number: UInt64 = 0
             var next = try await offload { try reader.next(maximumBytes: bytes) }
             repeat {
-                var part = next ?? (records: [], adoptions: [])
-                if !withRecords { part.records = [] }
+                let part = next ?? (records: [], adoptions: [])
                 let following = next == nil ? nil : try await offload { try reader.next(maximumBytes: bytes) }
                 number += 1
                 let message = BasePart(

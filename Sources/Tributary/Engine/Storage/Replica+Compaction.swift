@@ -664,6 +664,9 @@ package final class BaseReader: @unchecked Sendable {
         nextRecordKey = Replica.baseKey(generation: compaction.generation) + [0]
     }
 
+    /// Reads no records from now on, only the adoptions (a flexible-sync app gets the base without records).
+    package func skipRecords() { recordsDone = true }
+
     /// The next part: records, then the adoptions of changesets the base holds, up to about `maximumBytes` and at most
     /// `maximumCount` records (at least one item); `nil` once everything was read.
     package func next(maximumBytes: Int, maximumCount: Int = 10_000) throws -> (
