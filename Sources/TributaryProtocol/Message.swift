@@ -294,7 +294,8 @@ public struct QueryState: Sendable, Hashable {
 /// A part of a compacted daemon's base state: what replaced the start of its log (docs/Protocol.md, "Compaction").
 /// A daemon sends it, in parts, right after `welcome`, to a replica that holds nothing of other replicas yet and whose
 /// vector does not include the base's; that replica starts from it once the last part arrived, and the daemon then
-/// sends the changesets after the base. Every part repeats the header fields.
+/// sends the changesets after the base. Every part repeats the header fields but `held` and `schema`, which only the
+/// first one carries.
 public struct BasePart: Sendable, Hashable {
     /// 1, 2, 3, ... within the session.
     public var part: UInt64
@@ -302,7 +303,9 @@ public struct BasePart: Sendable, Hashable {
     public var last: Bool
     /// What the base holds, counted as version vectors count.
     public var vector: VersionVector
-    /// The changesets the base holds, by origin dot and relay dot: the highest sequence per origin.
+    /// The changesets the base holds, by origin dot and relay dot: the highest sequence per origin. In the first part
+    /// only (empty in the others); it has an entry per origin, apps included, so its size is bounded by the
+    /// message's alone.
     public var held: VersionVector
     /// The latest stamp the base holds (a hybrid time's raw value).
     public var latest: UInt64

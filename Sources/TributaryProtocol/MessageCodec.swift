@@ -277,7 +277,8 @@ public enum MessageCodec {
             let part = try reader.varint()
             let last = try reader.bool("last")
             let vector = try reader.vector(limits: limits)
-            let held = try reader.vector(limits: limits)
+            // One entry per origin the base holds changesets of, apps included: bounded by the message's size only.
+            let held = try reader.vector(limits: limits, maximumEntries: limits.maximumMessageBytes / 9)
             let latest = try reader.fixed64()
             var schema: Schema?
             if try reader.bool("schema presence") {
@@ -392,13 +393,7 @@ public struct MessageLimits: Sendable, Hashable {
 
 extension BinaryWriter {
     /// A version vector: its entry count, then each entry's replica id (8 bytes) and sequence.
-    mutating func vector(_ vector: VersionVector) {
-        varint(vector.entries.count)
-        for entry in vector.entries {
-            fixed64(entry.replica.rawValue)
-            varint(entry.sequence)
-        }
-    }
+    mutating func vector(_ vector: VersionVector) { versionVector(vector) }
 
     mutating func dots(_ dots: [Dot]) {
         varint(dots.count)
@@ -428,8 +423,12 @@ extension BinaryReader {
         }
     }
 
-    mutating func vector(limits: MessageLimits) throws(ChangesetDecodingError) -> VersionVector {
-        let count = try self.count("vector entries", maximum: limits.maximumVectorEntries, minimumBytesEach: 9)
+    /// A version vector of at most `maximumEntries` entries (``MessageLimits/maximumVectorEntries`` when `nil`).
+    mutating func vector(
+        limits: MessageLimits, maximumEntries: Int? = nil
+    ) throws(ChangesetDecodingError) -> VersionVector {
+        let count = try self.count(
+            "vector entries", maximum: maximumEntries ?? limits.maximumVectorEntries, minimumBytesEach: 9)
         var pairs: [(ReplicaID, UInt64)] = []
         pairs.reserveCapacity(count)
         for _ in 0..<count {

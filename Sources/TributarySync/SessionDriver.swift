@@ -204,6 +204,7 @@ package actor SessionDriver {
     private var receivedBaseParts: UInt64 = 0
     private var receivedBaseRecords: UInt64 = 0
     private var baseSchema: Schema?
+    private var baseHeld = VersionVector()
 
     package init(
         replica: Replica, machine: SessionStateMachine, role: SyncRole? = nil, writer: any MessageWriter,
@@ -561,7 +562,8 @@ package actor SessionDriver {
                 number += 1
                 let message = BasePart(
                     part: number, last: following == nil, vector: reader.compaction.vector,
-                    held: reader.compaction.held, latest: reader.compaction.latest.rawValue,
+                    held: number == 1 ? reader.compaction.held : VersionVector(),
+                    latest: reader.compaction.latest.rawValue,
                     schema: number == 1 ? reader.schema : nil, total: withRecords ? UInt64(reader.recordCount) : 0,
                     objects: part.records.map {
                         ObjectState(type: $0.key.type, primaryKey: $0.key.primaryKey, record: $0.record)
@@ -598,6 +600,7 @@ package actor SessionDriver {
                 return false
             }
             baseSchema = schema
+            baseHeld = part.held
             receivedBaseRecords = 0
         }
         receivedBaseParts = part.part
@@ -613,12 +616,14 @@ package actor SessionDriver {
                 try replica.stageBasePart(records: records, adoptions: adoptions, first: part.part == 1)
             }
             if part.last, let schema = baseSchema {
+                let held = baseHeld
                 receivedBaseParts = 0
                 baseSchema = nil
+                baseHeld = VersionVector()
                 tookBase = true
                 try await offload {
                     try replica.finishBase(
-                        schema: schema, vector: part.vector, held: part.held,
+                        schema: schema, vector: part.vector, held: held,
                         latest: HybridTime(rawValue: part.latest))
                 }
             }

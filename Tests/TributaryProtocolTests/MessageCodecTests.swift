@@ -42,6 +42,17 @@ struct MessageCodecTests {
         #expect(MessageCodec.encode(message) == Wire.encoding(message).bytes)
     }
 
+    @Test("A base's held vector may have more entries than other vectors (one per app); a hello's may not")
+    func heldVectorBound() throws {
+        let large = VersionVector((1...100_000).map { (ReplicaID(rawValue: UInt64($0)), UInt64($0 % 7 + 1)) })
+        let part = BasePart(
+            part: 1, last: true, vector: Samples.vector, held: large, latest: 1, schema: Schema(types: []), total: 0,
+            objects: [], adoptions: [])
+        #expect(try MessageCodec.decode(MessageCodec.encode(.base(part))) == .base(part))
+        let hello = Hello(replica: ReplicaID(rawValue: 1), role: .app, vector: large)
+        #expect(throws: SyncError.self) { try MessageCodec.decode(MessageCodec.encode(.hello(hello))) }
+    }
+
     @Test("A few encodings written out byte by byte")
     func literalEncodings() throws {
         #expect(MessageCodec.encode(.ping(nonce: 300)) == [8, 0xAC, 0x02])
