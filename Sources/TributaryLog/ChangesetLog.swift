@@ -37,6 +37,8 @@ public struct ChangesetLog: Sendable {
     /// The compaction marker (``compaction(in:)``); `nil` in a log opened read-only that was never compacted by a
     /// build that has it.
     public let compactions: Database?
+    /// The marker last decoded, shared by the copies of this log.
+    let compactionCache = CompactionCache()
     /// The codec for payloads.
     public var codec: ZstdCodec
     /// The largest changeset (encoded, before compression) the log stores or decodes. Default: 256 MiB.

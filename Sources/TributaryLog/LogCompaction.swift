@@ -1,3 +1,4 @@
+import Synchronization
 public import TributaryModel
 public import TributaryStorage
 
@@ -79,19 +80,45 @@ public struct LogCompaction: Hashable, Sendable {
     }
 }
 
+/// The last compaction marker a log decoded, with the stamp it was stored under: the marker's `held` vector has an
+/// entry per app, and exports read the marker on every batch.
+final class CompactionCache: Sendable {
+    let value = Mutex<(stamp: [UInt8], compaction: LogCompaction)?>(nil)
+}
+
 extension ChangesetLog {
     /// The name of the database that holds the compaction marker.
     public static let compactionDatabaseName = "compaction"
     static let compactionKey = Array("marker".utf8)
+    /// A short stamp of the marker (its generation, cut and time), stored beside it, by which a decoded marker is
+    /// known to be current without reading the marker.
+    static let compactionStampKey = Array("stamp".utf8)
+
+    static func stamp(of compaction: LogCompaction) -> [UInt8] {
+        var writer = BinaryWriter()
+        writer.varint(compaction.generation)
+        writer.varint(compaction.through)
+        writer.varint(compaction.time)
+        writer.fixed64(compaction.chain)
+        return writer.bytes
+    }
 
     /// What the log no longer holds, or `nil` when it was never compacted (it starts at entry 1).
     ///
     /// - Throws: ``LogError`` when the marker is damaged, or a storage error.
     public func compaction(in transaction: ReadTransaction) throws -> LogCompaction? {
-        guard let compactions, let bytes = try transaction.get(compactions, key: Self.compactionKey) else {
+        guard let compactions, let stamp = try transaction.get(compactions, key: Self.compactionStampKey) else {
             return nil
         }
-        return try LogCompaction(decoding: bytes)
+        if let cached = compactionCache.value.withLock({ $0 }), cached.stamp == stamp { return cached.compaction }
+        guard let bytes = try transaction.get(compactions, key: Self.compactionKey) else {
+            throw LogError(
+                .undecodable, localSequence: 0,
+                "the log's compaction marker is missing beside its stamp; restore this replica from a peer or a backup")
+        }
+        let compaction = try LogCompaction(decoding: bytes)
+        compactionCache.value.withLock { $0 = (stamp, compaction) }
+        return compaction
     }
 
     /// Stores the marker of a compaction. Entries up to its ``LogCompaction/through`` are from then on read as
@@ -114,6 +141,7 @@ extension ChangesetLog {
             try transaction.put(origins, key: Self.originKey(dot), value: Self.key(next))
         }
         try transaction.put(compactions, key: Self.compactionKey, value: compaction.encoded())
+        try transaction.put(compactions, key: Self.compactionStampKey, value: Self.stamp(of: compaction))
     }
 
     /// Removes up to `limit` entries at or below `through` (a stored compaction's), the first ones first. Returns how
