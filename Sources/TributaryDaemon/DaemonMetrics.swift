@@ -118,6 +118,7 @@ final class DaemonMetrics: SessionMeter {
     func received(changesets: Int) { receivedChangesets.increment(by: changesets) }
     func sent(changesets: Int) { sentChangesets.increment(by: changesets) }
     func holds(_ vector: VersionVector, replica: ReplicaID) { retention?.holds(vector, replica: replica) }
+    func session(with replica: ReplicaID, open: Bool) { retention?.session(with: replica, open: open) }
 
     // MARK: Group commits
 

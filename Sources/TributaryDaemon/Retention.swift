@@ -28,8 +28,8 @@ final class Retention: Sendable {
         var changed: Set<ReplicaID> = []
         var compactions = 0
         var last: CompactionOutcome?
-        /// The replicas connected now, which count as reporting now.
-        var connected: @Sendable () -> Set<ReplicaID> = { [] }
+        /// The sessions open now, by replica (accepted or dialled): those replicas count as reporting now.
+        var open: [ReplicaID: Int] = [:]
         /// The stored reports could not be read: nothing is compacted by this process.
         var unreadable = false
     }
@@ -55,22 +55,24 @@ final class Retention: Sendable {
 
     static func now() -> UInt64 { UInt64(Date().timeIntervalSince1970) }
 
-    /// A session of `other` ended: it was served until now (a connected replica counts as reporting, however long
-    /// ago its last acknowledgement was).
-    func ended(_ other: ReplicaID, now: UInt64 = now()) {
+    /// A session with `other` opened, or ended: while one is open the replica counts as reporting now, and when the
+    /// last one ends, it reported then (however long ago its last acknowledgement was).
+    func session(with other: ReplicaID, open: Bool, now: UInt64 = now()) {
         state.withLock { state in
-            guard let report = state.reports[other] else { return }
-            state.reports[other] = SyncReport(time: max(report.time, now), vector: report.vector)
-            state.changed.insert(other)
+            if open {
+                state.open[other, default: 0] += 1
+                return
+            }
+            let left = (state.open[other] ?? 1) - 1
+            state.open[other] = left > 0 ? left : nil
+            if let report = state.reports[other] {
+                state.reports[other] = SyncReport(time: max(report.time, now), vector: report.vector)
+                state.changed.insert(other)
+            }
         }
     }
 
-    /// Where the replicas connected now are read from.
-    func readConnected(from connected: @escaping @Sendable () -> Set<ReplicaID>) {
-        state.withLock { $0.connected = connected }
-    }
-
-    private func connected() -> Set<ReplicaID> { state.withLock { $0.connected }() }
+    private func connected() -> Set<ReplicaID> { state.withLock { Set($0.open.keys) } }
 
     private var windowSeconds: UInt64 { UInt64(max(0, window.components.seconds)) }
 

@@ -232,7 +232,6 @@ public final class SyncServer: Sendable {
         let watchers = zip(configuration.peers, links).map { peer, link in
             Task { [logger = configuration.logger] in await Self.logStates(of: link, to: peer, logger) }
         }
-        retention?.readConnected { [weak self] in Set(self?.sessions.map(\.replica) ?? []) }
         let compacting = retention.map { retention in
             Task { await retention.run(every: retention.interval) }
         }
@@ -580,7 +579,6 @@ public final class SyncServer: Sendable {
         case .ended(let error):
             let other = state.withLock { state in state.byReplica.first { $0.value.driver === driver }?.key }
             if let other {
-                retention?.ended(other)
                 holder.logger.info(
                     "session ended: \(other)\(error.map { ": \($0)" } ?? "")",
                     metadata: error.map { ["error": "\($0.code)"] })

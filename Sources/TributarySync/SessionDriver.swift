@@ -40,10 +40,14 @@ package protocol SessionMeter: Sendable {
     /// The other side, `replica`, holds at least `vector`: what its `hello` (or `welcome`) said, then each of its
     /// acknowledgements. A daemon's retention counts it.
     func holds(_ vector: VersionVector, replica: ReplicaID)
+    /// A session with `replica` opened (`true`, after the handshake) or ended (`false`), whichever side dialled: a
+    /// daemon's retention counts a connected replica as seen now.
+    func session(with replica: ReplicaID, open: Bool)
 }
 
 extension SessionMeter {
     package func holds(_ vector: VersionVector, replica: ReplicaID) {}
+    package func session(with replica: ReplicaID, open: Bool) {}
 }
 
 /// How far a session is from having nothing left to exchange, as far as this side can tell.
@@ -194,6 +198,8 @@ package actor SessionDriver {
 
     /// For an initiator: the replica that welcomed it.
     private var otherSide: ReplicaID?
+    /// The other side, once this session was reported open to the meter (reported closed when it ends).
+    private var reportedOpen: ReplicaID?
     /// For an acceptor: a base state to send before anything else (with its records, or without them for a
     /// flexible-sync app).
     private var pendingBase: Bool?
@@ -307,6 +313,8 @@ package actor SessionDriver {
             onEvent(.established(replica: welcome.replica, role: helloRole ?? .peer))
             otherSide = welcome.replica
             options.meter?.holds(welcome.vector, replica: welcome.replica)
+            options.meter?.session(with: welcome.replica, open: true)
+            reportedOpen = welcome.replica
             if case .app = helloRole, welcome.yours >= replica.versionVector[replica.replicaID] {
                 onEvent(.accepted)
             }
@@ -500,6 +508,8 @@ package actor SessionDriver {
         if hello.flexible && hello.role == .app { flexibleView = FlexibleSessionView() }
         if hello.role == .app { permissions = options.permissions }
         onEvent(.established(replica: hello.replica, role: hello.role))
+        options.meter?.session(with: hello.replica, open: true)
+        reportedOpen = hello.replica
         // The pump sends it first, while this actor goes on taking the other side's messages.
         if startsFromBase { pendingBase = !(hello.flexible && hello.role == .app) }
         startPump()
@@ -699,6 +709,10 @@ package actor SessionDriver {
     private func end(_ error: SyncError?, closeConnection: Bool) async {
         guard !ended else { return }
         ended = true
+        if let other = reportedOpen {
+            reportedOpen = nil
+            options.meter?.session(with: other, open: false)
+        }
         _ = machine.close(SyncError(.unavailable, .retry, "closed"))
         for task in tasks { task.cancel() }
         tasks.removeAll()

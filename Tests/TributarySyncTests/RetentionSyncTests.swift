@@ -229,4 +229,76 @@ struct RetentionSyncTests {
         await firstDaemon.stop()
         for replica in [reader, app, secondReplica, firstReplica] { replica.close() }
     }
+
+    @Test("Two peered daemons with a retention compact while apps on each write: nothing is lost, everyone converges")
+    func meshCompacting() async throws {
+        let directory = TemporaryDirectory("retention-mesh")
+        let (first, firstReplica, firstEndpoint) = try await Self.daemon(
+            directory.appending("first"), retention: .seconds(3_600))
+        let (second, secondReplica, secondEndpoint) = try await Self.daemon(
+            directory.appending("second"), retention: .seconds(3_600)
+        ) { configuration in
+            configuration.peers = [firstEndpoint]
+            configuration.peerBackoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
+        }
+        let configuration = ClientResetTests.configuration()
+        var apps: [Replica] = []
+        var sessions: [SyncSession] = []
+        for index in 0..<4 {
+            let app = try Replica.open(directory: directory.appending("app\(index)"), schema: Self.schema)
+            apps.append(app)
+            sessions.append(
+                app.connect(to: index % 2 == 0 ? firstEndpoint : secondEndpoint, configuration: configuration))
+        }
+        try await apps[0].write { txn in
+            for key in 0..<5 { _ = try txn.create("Task", ["_id": .string("t\(key)"), "title": "new"]) }
+        }
+        let openSessions = sessions
+        try await Self.within("the creates reaching every app") {
+            try await openSessions[0].waitForUpload()
+            for session in openSessions { try await session.waitForDownload() }
+        }
+        // Two hours on, with a retention of one: only what is connected holds compaction back, the peer link too.
+        let later = UInt64(Date().timeIntervalSince1970) + 2 * 3_600
+        var random = SplitMix64(seed: 3)
+        var expected: [String: Int64] = [:]
+        for round in 0..<6 {
+            for (index, app) in apps.enumerated() {
+                for _ in 0..<5 {
+                    let key = "t\(random.below(5))"
+                    expected[key, default: 0] += Int64(index + 1)
+                    try await app.write { txn in
+                        try txn.increment(["count"], of: "Task", primaryKey: .string(key), by: Int64(index + 1))
+                        try txn.append(
+                            .string("r\(round)a\(index)"), to: ["tags"], of: "Task", primaryKey: .string(key))
+                    }
+                }
+            }
+            _ = try await first.compactHistory(asOf: later, minimumFraction: 0)
+            _ = try await second.compactHistory(asOf: later, minimumFraction: 0)
+        }
+        let (allApps, counts) = (apps, expected)
+        try await Self.within("every app holding every increment") {
+            for session in openSessions { try await session.waitForUpload() }
+            while try allApps.map({ try Self.counts($0) }).contains(where: { $0 != counts }) {
+                for session in openSessions { try await session.waitForDownload() }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        #expect(try firstReplica.logCompaction() != nil)
+        #expect(try secondReplica.logCompaction() != nil)
+        let tags = try apps.map { app in
+            "\(String(describing: try app.object("Task", primaryKey: .string("t0"))?["tags"]))"
+        }
+        #expect(Set(tags).count == 1)
+        for (index, session) in sessions.enumerated() {
+            #expect(session.clientResets.isEmpty, "app \(index) was reset")
+        }
+        #expect(try firstReplica.verify().passed)
+        #expect(try secondReplica.verify().passed)
+        for session in sessions { await session.close() }
+        await second.stop()
+        await first.stop()
+        for replica in apps + [secondReplica, firstReplica] { replica.close() }
+    }
 }
