@@ -166,7 +166,7 @@ final class DaemonMetrics: SessionMeter {
             compactedThrough.record(Double(log.compactedThrough))
         }
         if let retention {
-            compactions.record(retention.statistics.compactions)
+            compactions.record(retention.compactions)
             servedReplicas.record(retention.servedCount())
         }
         for (gauges, peer) in zip(peers, sample.peers) {

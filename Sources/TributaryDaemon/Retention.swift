@@ -11,8 +11,8 @@ import TributarySync
 /// Every session reports what its replica holds: its `hello`, then each acknowledgement. The daemon keeps the latest
 /// report of each replica, with its time. A replica that reported within the retention window, or is connected now,
 /// is still served; the log entries every one of those holds are replaced by a base state, once that drops at least a
-/// tenth of the log, and once the daemon has kept reports for a whole window without a gap. A replica that comes back after the
-/// window lacks them, and is reset; one that holds nothing yet starts from the base.
+/// tenth of the log, and once the daemon has kept reports for a whole window without a gap. A replica that comes back
+/// after the window lacks them, and is reset; one that holds nothing yet starts from the base.
 final class Retention: Sendable {
     let replica: Replica
     /// Replicas that reported within this long are still served.
@@ -27,7 +27,6 @@ final class Retention: Sendable {
         /// Reports changed since they were last stored.
         var changed: Set<ReplicaID> = []
         var compactions = 0
-        var last: CompactionOutcome?
         /// The sessions open now, by replica (accepted or dialled): those replicas count as reporting now.
         var open: [ReplicaID: Int] = [:]
         /// The stored reports could not be read: nothing is compacted by this process.
@@ -101,30 +100,31 @@ final class Retention: Sendable {
         }
     }
 
-    /// The compactions run since the daemon started, and the last one's outcome.
-    var statistics: (compactions: Int, last: CompactionOutcome?) { state.withLock { ($0.compactions, $0.last) } }
+    /// The compactions run since the daemon started.
+    var compactions: Int { state.withLock { $0.compactions } }
+
+    /// The reports of the replicas still served (connected now, or reported within the window), and the replicas
+    /// connected now.
+    private func served(now: UInt64) -> (reports: [ReplicaID: SyncReport], connected: Set<ReplicaID>) {
+        let connected = connected()
+        let reports = state.withLock { state in
+            state.reports.filter { replica, report in
+                connected.contains(replica) || now <= report.time || now - report.time <= windowSeconds
+            }
+        }
+        return (reports, connected)
+    }
 
     /// The replicas still served: connected now, or reported within the window.
     func servedCount(now: UInt64 = now()) -> Int {
-        let connected = connected()
-        return state.withLock { state in
-            Set(
-                state.reports.filter { replica, report in
-                    connected.contains(replica) || now <= report.time || now - report.time <= windowSeconds
-                }.keys
-            ).union(connected).count
-        }
+        let (reports, connected) = served(now: now)
+        return Set(reports.keys).union(connected).count
     }
 
     /// The least vector every replica still served holds: what a compaction may replace. `nil` when no replica is
     /// served (nothing constrains a compaction but the log's last entry).
     func stableVector(now: UInt64 = now()) -> VersionVector? {
-        let connected = connected()
-        let served = state.withLock { state in
-            state.reports.filter { replica, report in
-                connected.contains(replica) || now <= report.time || now - report.time <= windowSeconds
-            }.map(\.value.vector)
-        }
+        let served = served(now: now).reports.values.map(\.vector)
         guard var stable = served.first else { return nil }
         for vector in served.dropFirst() {
             var meet = VersionVector()
@@ -136,12 +136,9 @@ final class Retention: Sendable {
 
     /// Stores the reports that changed, and forgets those older than the window (they no longer hold anything back).
     func storeReports(now: UInt64 = now()) throws {
-        let connected = connected()
+        let served = Set(served(now: now).reports.keys)
         let (changed, forgotten) = state.withLock { state in
-            let forgotten = Set(
-                state.reports.filter { replica, report in
-                    !connected.contains(replica) && now > report.time && now - report.time > windowSeconds
-                }.keys)
+            let forgotten = Set(state.reports.keys).subtracting(served)
             for replica in forgotten { state.reports.removeValue(forKey: replica) }
             let changed = state.reports.filter { state.changed.contains($0.key) }
             state.changed = []
@@ -160,19 +157,18 @@ final class Retention: Sendable {
         try storeReports(now: now)
         let since = try replica.syncReportsCoverage(now: Self.now(), gap: gapSeconds)
         guard !state.withLock({ $0.unreadable }), now >= since, now - since >= windowSeconds else { return nil }
-        let cut = try replica.compactionCut(coveredBy: stableVector(now: now) ?? replica.versionVector)
+        // How far every replica still served holds the log.
+        let servedCut = { [self] in
+            try replica.compactionCut(coveredBy: stableVector(now: now) ?? replica.versionVector)
+        }
+        let cut = try servedCut()
         let from = try replica.logCompaction()?.through ?? 0
         let head = replica.lastLocalSequence
         guard cut > from, head > from, Double(cut - from) >= minimumFraction * Double(head - from) else { return nil }
         // Replicas that connected while the base was built count too: the cut must still hold for them.
-        let allowed = { [self] (cut: UInt64) throws -> Bool in
-            try replica.compactionCut(coveredBy: stableVector(now: now) ?? replica.versionVector) >= cut
-        }
-        guard let outcome = try replica.compact(through: cut, now: now, stillAllowed: allowed) else { return nil }
-        state.withLock { state in
-            state.compactions += 1
-            state.last = outcome
-        }
+        guard let outcome = try replica.compact(through: cut, now: now, stillAllowed: { try servedCut() >= $0 })
+        else { return nil }
+        state.withLock { $0.compactions += 1 }
         logger.notice(
             """
             compacted the log through entry \(outcome.compaction.through): \(outcome.droppedEntries) entries dropped, \
@@ -181,9 +177,9 @@ final class Retention: Sendable {
         return outcome
     }
 
-    /// Runs ``compactOnce(now:minimumFraction:)`` now and every `interval` until the task is cancelled, each on a
+    /// Runs ``compactOnce(now:minimumFraction:)`` now and every ``interval`` until the task is cancelled, each on a
     /// thread of its own (a compaction reads and writes for a while).
-    func run(every interval: Duration) async {
+    func run() async {
         while !Task.isCancelled {
             do {
                 _ = try await offload { [self] in try compactOnce() }

@@ -233,7 +233,7 @@ public final class SyncServer: Sendable {
             Task { [logger = configuration.logger] in await Self.logStates(of: link, to: peer, logger) }
         }
         let compacting = retention.map { retention in
-            Task { await retention.run(every: retention.interval) }
+            Task { await retention.run() }
         }
         state.withLock {
             $0.listener = listener.channel

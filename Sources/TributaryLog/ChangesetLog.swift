@@ -367,11 +367,9 @@ public struct ChangesetLog: Sendable {
     public func originEntries(
         from origin: ReplicaID, after: UInt64, limit: Int = .max, in transaction: ReadTransaction
     ) throws -> [(dot: Dot, localSequence: UInt64)] {
-        var after = after
-        if let compaction = try compaction(in: transaction) {
-            // What the base holds has no entries to list.
-            after = max(after, compaction.held[origin])
-        }
+        let compaction = try compaction(in: transaction)
+        // What a compaction's base holds has no entries to list.
+        let after = max(after, compaction?.held[origin] ?? 0)
         guard after < UInt64.max else { return [] }
         // The keys from the one whose run may hold `after + 1` on.
         var keys: [(sequence: UInt64, localSequence: UInt64)] = []
@@ -394,7 +392,7 @@ public struct ChangesetLog: Sendable {
             // Each key names at least its own changeset; one more key bounds the last run read.
             return limit == .max || keys.count <= limit + 1
         }
-        if let compaction = try compaction(in: transaction) {
+        if let compaction {
             // A run whose key a compaction dropped ends at or before the dropped entries: the first entry after them
             // that continued it got a key of its own (``storeCompaction(_:in:)``).
             keys.removeAll { $0.localSequence <= compaction.through }

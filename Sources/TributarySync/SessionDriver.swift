@@ -196,10 +196,9 @@ package actor SessionDriver {
     /// message's states), and those that arrived meanwhile, applied in order when it completes.
     private var staged: (version: UInt64, groups: [(objects: [ReceivedObjectState], yours: UInt64)])?
 
-    /// For an initiator: the replica that welcomed it.
-    private var otherSide: ReplicaID?
-    /// The other side, once this session was reported open to the meter (reported closed when it ends).
-    private var reportedOpen: ReplicaID?
+    /// The other side, from the handshake until the session ends: the meter hears of it opening and closing, and of
+    /// what it holds.
+    private var meteredSide: ReplicaID?
     /// For an acceptor: a base state to send before anything else (with its records, or without them for a
     /// flexible-sync app).
     private var pendingBase: Bool?
@@ -311,10 +310,9 @@ package actor SessionDriver {
                 onEvent(.uploaded(through: welcome.yours))
             }
             onEvent(.established(replica: welcome.replica, role: helloRole ?? .peer))
-            otherSide = welcome.replica
             options.meter?.holds(welcome.vector, replica: welcome.replica)
             options.meter?.session(with: welcome.replica, open: true)
-            reportedOpen = welcome.replica
+            meteredSide = welcome.replica
             if case .app = helloRole, welcome.yours >= replica.versionVector[replica.replicaID] {
                 onEvent(.accepted)
             }
@@ -401,7 +399,7 @@ package actor SessionDriver {
             return true
         case .acknowledged(let ack):
             theirs.formUnion(ack.checkpoint)
-            if let other = otherReplica ?? otherSide { options.meter?.holds(ack.checkpoint, replica: other) }
+            if let meteredSide { options.meter?.holds(ack.checkpoint, replica: meteredSide) }
             var through: UInt64?
             while let first = sentOwnSequence.first, first.batch <= ack.batch {
                 through = first.ownSequence
@@ -509,7 +507,7 @@ package actor SessionDriver {
         if hello.role == .app { permissions = options.permissions }
         onEvent(.established(replica: hello.replica, role: hello.role))
         options.meter?.session(with: hello.replica, open: true)
-        reportedOpen = hello.replica
+        meteredSide = hello.replica
         // The pump sends it first, while this actor goes on taking the other side's messages.
         if startsFromBase { pendingBase = !(hello.flexible && hello.role == .app) }
         startPump()
@@ -537,9 +535,7 @@ package actor SessionDriver {
         // nothing at all (a new peer daemon). A daemon's own-only vector is no such evidence: it counts the app
         // changesets it adopted under its own id.
         let ownOnly = hello.vector.entries.allSatisfy { $0.replica == hello.replica }
-        if hello.vector.entries.allSatisfy({ $0.sequence == 0 })
-            || (hello.role == .app && ownOnly && compaction.held[hello.replica] == 0)
-        {
+        if hello.vector.entries.isEmpty || (hello.role == .app && ownOnly && compaction.held[hello.replica] == 0) {
             return .startFromBase
         }
         let when = Date(timeIntervalSince1970: TimeInterval(compaction.time)).formatted(.iso8601)
@@ -709,8 +705,8 @@ package actor SessionDriver {
     private func end(_ error: SyncError?, closeConnection: Bool) async {
         guard !ended else { return }
         ended = true
-        if let other = reportedOpen {
-            reportedOpen = nil
+        if let other = meteredSide {
+            meteredSide = nil
             options.meter?.session(with: other, open: false)
         }
         _ = machine.close(SyncError(.unavailable, .retry, "closed"))

@@ -34,6 +34,14 @@ public struct ViewStore: Sendable {
         return bytes
     }
 
+    /// The record key an ``objectKey(type:primaryKey:)`` encodes, or `nil` for bytes that are not one.
+    public static func recordKey(fromObjectKey key: some Collection<UInt8>) -> RecordKey? {
+        guard let zero = key.firstIndex(of: 0),
+            let primaryKey = KeyEncoding.primaryKey(from: key[key.index(after: zero)...])
+        else { return nil }
+        return RecordKey(type: String(decoding: key[..<zero], as: UTF8.self), primaryKey: primaryKey)
+    }
+
     /// The prefix every record key of `type` starts with, with room for `extra` more bytes.
     public static func typePrefix(_ type: String, reserving extra: Int = 0) -> [UInt8] {
         var bytes: [UInt8] = []

@@ -42,10 +42,9 @@ struct Export: ParsableCommand {
             let opened = try replica.open()
             defer { opened.close() }
             // A compacted log starts after the entries its base replaced.
-            let from = max(from, try firstEntry(of: opened))
-            if from > 1, try opened.inspection.logEntry(at: from - 1) == nil, try firstEntry(of: opened) < from {
-                return
-            }
+            let first = try firstEntry(of: opened)
+            let from = max(from, first)
+            if from > first, try opened.inspection.logEntry(at: from - 1) == nil { return }
             let progress = ProgressLine("exporting", streamsRows: true)
             let last = min(to ?? opened.lastLocalSequence, opened.lastLocalSequence)
             let total = last >= from ? Int(last - from + 1) : 0

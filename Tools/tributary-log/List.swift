@@ -73,10 +73,9 @@ struct List: ParsableCommand {
             if limit == 0 { return }
             // Scanning from `from` checks the chain from the entry before it; an empty range lists nothing.
             // A compacted log starts after the entries its base replaced.
-            let from = max(from, try firstEntry(of: opened))
-            if from > 1, try opened.inspection.logEntry(at: from - 1) == nil, try firstEntry(of: opened) < from {
-                return
-            }
+            let first = try firstEntry(of: opened)
+            let from = max(from, first)
+            if from > first, try opened.inspection.logEntry(at: from - 1) == nil { return }
             let progress = ProgressLine("listing", streamsRows: true)
             let last = min(to ?? opened.lastLocalSequence, opened.lastLocalSequence)
             let total = last >= from ? Int(last - from + 1) : 0

@@ -289,9 +289,7 @@ struct Tributaryd: AsyncParsableCommand {
                 ? "" : "; peers: \(configuration.peers.map(\.description).joined(separator: ", "))")
             + (configuration.accessTokens.isEmpty && keys.isEmpty
                 ? "; no token keys or access tokens: every session is accepted" : "")
-            + (retention.map { "; history kept for devices seen within \($0) (--retention)" } ?? file.retention.map {
-                "; history kept for devices seen within \($0) (retention)"
-            } ?? "")
+            + ((retention ?? file.retention).map { "; history kept for devices seen within \($0) (retention)" } ?? "")
         logger.notice("\(serving)")
         let reloads = reloadOnHangup(server, logger)
         await Self.waitForTerminationSignal()

@@ -7,7 +7,7 @@ package import TributaryModel
 import TributaryStorage
 import TributaryViews
 
-/// What ``Replica/compact(through:recordsInMemory:now:)`` did.
+/// What ``Replica/compact(through:recordsInMemory:now:stillAllowed:afterMarking:)`` did.
 package struct CompactionOutcome: Sendable, Hashable {
     /// The marker now stored.
     package var compaction: LogCompaction
@@ -96,9 +96,9 @@ extension Replica {
                     Self.syncReportsSinceKey, "sync reports' start", identity: identity, in: txn)
                 let round = try Self.identityNumber(
                     Self.syncReportsRoundKey, "sync reports' round", identity: identity, in: txn)
-                var start = since ?? now
-                if let round, now > round, now - round > gap { start = now }
-                if round == nil { start = now }
+                // Kept without a gap: there was a round before, and no longer than `gap` ago.
+                let start =
+                    since.flatMap { since in round.flatMap { now <= $0 || now - $0 <= gap ? since : nil } } ?? now
                 try txn.put(identity, key: Self.syncReportsSinceKey, value: Self.identityBytes(start))
                 try txn.put(identity, key: Self.syncReportsRoundKey, value: Self.identityBytes(max(now, round ?? 0)))
                 return start
@@ -192,16 +192,8 @@ extension Replica {
         let prefix = Self.baseKey(generation: generation)
         var failure: (any Error)?
         try txn.scan(base, from: prefix + [0], to: Self.baseKey(generation: generation + 1)) { key, value in
-            let viewKey = Array(key[8...])
             do {
-                guard let zero = viewKey.firstIndex(of: 0),
-                    let primaryKey = KeyEncoding.primaryKey(from: viewKey[(zero + 1)...])
-                else {
-                    throw TributaryError(
-                        .corrupted, "replica \(directory): its base state holds a damaged key (\(key.count) bytes)")
-                }
-                let recordKey = RecordKey(
-                    type: String(decoding: viewKey[..<zero], as: UTF8.self), primaryKey: primaryKey)
+                let recordKey = try Self.recordKey(ofBaseKey: key, in: directory)
                 let record: ObjectRecord
                 do throws(ChangesetDecodingError) {
                     record = try ObjectRecord(decoding: Array(value))
@@ -216,6 +208,17 @@ extension Replica {
             }
         }
         if let failure { throw failure }
+    }
+
+    /// The record key under a base generation's 8-byte prefix.
+    ///
+    /// - Throws: ``TributaryError`` with `.corrupted` naming `directory` when the bytes are not a record's key.
+    static func recordKey(ofBaseKey key: UnsafeRawBufferPointer, in directory: String) throws -> RecordKey {
+        guard key.count > 8, let recordKey = ViewStore.recordKey(fromObjectKey: key[8...]) else {
+            throw TributaryError(
+                .corrupted, "replica \(directory): its base state holds a damaged key (\(key.count) bytes)")
+        }
+        return recordKey
     }
 
     /// Seeds a replay with the base a compaction left, if the log has one: its schema, records and version vector.
@@ -684,21 +687,7 @@ package final class BaseReader: @unchecked Sendable {
                         key, value in
                         guard bytes < maximumBytes, records.count < maximumCount else { return false }
                         do {
-                            let viewKey = key[8...]
-                            guard let zero = viewKey.firstIndex(of: 0),
-                                let primaryKey = KeyEncoding.primaryKey(from: viewKey[(zero + 1)...])
-                            else {
-                                throw TributaryError(
-                                    .corrupted,
-                                    "replica \(replica.directory): its base state holds a damaged key (\(key.count) bytes)"
-                                )
-                            }
-                            records.append(
-                                (
-                                    RecordKey(
-                                        type: String(decoding: viewKey[..<zero], as: UTF8.self), primaryKey: primaryKey),
-                                    Array(value)
-                                ))
+                            records.append((try Replica.recordKey(ofBaseKey: key, in: replica.directory), Array(value)))
                             bytes += key.count + value.count + 16
                             last = Array(key)
                             return true

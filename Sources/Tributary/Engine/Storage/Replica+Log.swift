@@ -151,8 +151,8 @@ extension Replica {
         var result: [(String, PrimaryKey)] = []
         try environment.read { txn in
             try txn.scan(views.objects) { key, _ in
-                if let zero = key.firstIndex(of: 0), let primaryKey = KeyEncoding.primaryKey(from: key[(zero + 1)...]) {
-                    result.append((String(decoding: key[..<zero], as: UTF8.self), primaryKey))
+                if let record = ViewStore.recordKey(fromObjectKey: key) {
+                    result.append((record.type, record.primaryKey))
                 }
                 return true
             }
