@@ -193,7 +193,8 @@ let package = Package(
         .testTarget(
             name: "TributarySyncTests",
             dependencies: [
-                "Tributary", "TributaryModel", "TributaryProtocol", "TributarySync", "TributaryDaemon",
+                "Tributary", "TributaryModel", "TributaryMerge", "TributaryProtocol", "TributarySync",
+                "TributaryDaemon",
                 "TributaryTestSupport", "TributaryTestTags", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"), .product(name: "JWTKit", package: "jwt-kit"),

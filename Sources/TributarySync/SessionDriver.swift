@@ -196,6 +196,11 @@ package actor SessionDriver {
     /// message's states), and those that arrived meanwhile, applied in order when it completes.
     private var staged: (version: UInt64, groups: [(objects: [ReceivedObjectState], yours: UInt64)])?
 
+    /// For an acceptor serving a flexible-sync app: whether a step of the pump or an upload's compensating writes holds
+    /// the send turn, and who waits for it, first come first served (``takeSendTurn()``).
+    private var sendTurnTaken = false
+    private var sendTurnWaiting: [CheckedContinuation<Void, Never>] = []
+
     /// The other side, from the handshake until the session ends: the meter hears of it opening and closing, and of
     /// what it holds.
     private var meteredSide: ReplicaID?
@@ -375,7 +380,13 @@ package actor SessionDriver {
             for dot in report.received { theirs.advance(dot.origin, to: dot.sequence) }
             // Compensating writes go before the acknowledgement: a device that has the acknowledgement has the
             // daemon's state of every object whose write was refused (and one that lost both uploads again).
-            if !compensate.isEmpty, var view = flexibleView, let device = otherReplica {
+            if !compensate.isEmpty, flexibleView != nil, let device = otherReplica {
+                // Read and sent in the session's send turn: an export the pump read before (and has not sent in full)
+                // reaches the device first, so that a changeset the compensating record already holds is not applied
+                // on top of it again.
+                await takeSendTurn()
+                defer { passSendTurn() }
+                guard var view = flexibleView, !ended else { return false }
                 do {
                     try replica.recordRefusals(of: device, compensate)
                     let states = try replica.compensation(
@@ -790,89 +801,125 @@ package actor SessionDriver {
             })
     }
 
+    /// Waits for the send turn of a flexible-sync app's session. What is sent to the app is read from the daemon's
+    /// state with the session's view of the device, which the read updates (the objects it holds, and from which
+    /// changesets on). The pump's step and an upload's compensating writes each read and send in one turn, so that the
+    /// app receives them in the order they were read: a compensating record read while an export waited to be sent
+    /// already holds that export's changesets, and must not reach the app before them (the app would apply them again
+    /// on top of it: an increment counted twice). Pass the turn on with ``passSendTurn()``.
+    private func takeSendTurn() async {
+        guard sendTurnTaken else {
+            sendTurnTaken = true
+            return
+        }
+        await withCheckedContinuation { sendTurnWaiting.append($0) }
+    }
+
+    /// Hands the send turn to the first who waits for it, or frees it.
+    private func passSendTurn() {
+        if sendTurnWaiting.isEmpty {
+            sendTurnTaken = false
+        } else {
+            sendTurnWaiting.removeFirst().resume()
+        }
+    }
+
     /// Sends batches while the other side's window takes them; replies to marks once what they asked for is sent.
     private func pump() async -> Bool {
         while !ended && !writeFailed {
-            if let withRecords = pendingBase {
-                pendingBase = nil
-                guard await sendBase(withRecords: withRecords) else { return false }
-                continue
-            }
-            if flexibleView != nil {
-                // A flexible-sync app: nothing until its subscriptions arrive; a new set is bootstrapped first.
-                guard flexibleReady else { return true }
-                if let wanted = wantedQuery {
-                    wantedQuery = nil
-                    permissionsChanged = false
-                    guard await bootstrap(wanted) else { return false }
-                    if let after = resendRefusalsAfter {
-                        resendRefusalsAfter = nil
-                        guard await resendRefusals(after: after) else { return false }
-                    }
-                    continue
-                }
-                if permissionsChanged {
-                    permissionsChanged = false
-                    guard await decideAgain() else { return false }
-                    continue
-                }
-            }
-            let budget = machine.sendBudget
-            guard budget > 64 else { return true }
-            let export: ChangesetExport
-            do {
-                // Aimed at the window; a single changeset larger than it still goes when nothing is in flight.
-                let maximumBytes = max(1, min(options.batchBytes, budget - 64, machine.windowLeft - 64))
-                if var view = flexibleView, let device = otherReplica {
-                    let flexible = try replica.flexibleExport(
-                        missingFrom: theirs, excluding: theirPending, view: &view, device: device,
-                        limit: options.batchChangesets, maximumBytes: maximumBytes)
-                    flexibleView = view
-                    if !flexible.objects.isEmpty {
-                        await sendObjects(flexible.objects, query: 0, yours: flexible.yours)
-                    }
-                    export = flexible.changesets
-                } else {
-                    var limit = options.uploads ? options.batchChangesets : 0
-                    if let uploadCap {
-                        // Own changesets are numbered without gaps: at most this many are left before the cap.
-                        let left = uploadCap > theirs[replica.replicaID] ? uploadCap - theirs[replica.replicaID] : 0
-                        limit = Int(min(UInt64(limit), left))
-                    }
-                    export =
-                        limit == 0
-                        ? ChangesetExport(changesets: [], bytes: 0, progress: theirs, more: false)
-                        : try replica.export(
-                            missingFrom: theirs, excluding: theirPending, origins: exportOrigins, limit: limit,
-                            maximumBytes: maximumBytes)
-                }
-            } catch let error as TributaryError where error.code == .historyCompacted {
-                await fail(SyncError(.resetRequired, .reset, error.message))
-                return false
-            } catch {
-                await fail(
-                    SyncError(.storage, .retry, "could not read the log to send: \(error)", retryAfterSeconds: 5))
-                return false
-            }
-            nothingToSend = export.changesets.isEmpty
-            if export.changesets.isEmpty {
-                _ = standing()
-                await replyToMarks(all: true)
-                return true
-            }
-            guard
-                let frame = machine.sendBatch(
-                    export.changesets, progress: export.progress, more: export.more, now: .now)
-            else { return true }
-            if exportOrigins != nil {
-                sentOwnSequence.append((machine.lastBatchSent, export.progress[replica.replicaID]))
-            }
-            theirs = export.progress
-            options.meter?.sent(changesets: export.changesets.count)
-            await write(frame)
-            await replyToMarks(all: false)
+            // For a flexible-sync app, each step reads what it sends with the session's view of the device and sends
+            // it whole in the send turn (see ``takeSendTurn()``).
+            let turn = flexibleView != nil
+            if turn { await takeSendTurn() }
+            let result = await pumpStep()
+            if turn { passSendTurn() }
+            if let result { return result }
         }
         return false
+    }
+
+    /// One step of ``pump()``: `nil` to go on, or what the pump returns.
+    private func pumpStep() async -> Bool? {
+        guard !ended && !writeFailed else { return false }
+        if let withRecords = pendingBase {
+            pendingBase = nil
+            guard await sendBase(withRecords: withRecords) else { return false }
+            return nil
+        }
+        if flexibleView != nil {
+            // A flexible-sync app: nothing until its subscriptions arrive; a new set is bootstrapped first.
+            guard flexibleReady else { return true }
+            if let wanted = wantedQuery {
+                wantedQuery = nil
+                permissionsChanged = false
+                guard await bootstrap(wanted) else { return false }
+                if let after = resendRefusalsAfter {
+                    resendRefusalsAfter = nil
+                    guard await resendRefusals(after: after) else { return false }
+                }
+                return nil
+            }
+            if permissionsChanged {
+                permissionsChanged = false
+                guard await decideAgain() else { return false }
+                return nil
+            }
+        }
+        let budget = machine.sendBudget
+        guard budget > 64 else { return true }
+        let export: ChangesetExport
+        do {
+            // Aimed at the window; a single changeset larger than it still goes when nothing is in flight.
+            let maximumBytes = max(1, min(options.batchBytes, budget - 64, machine.windowLeft - 64))
+            if var view = flexibleView, let device = otherReplica {
+                let flexible = try replica.flexibleExport(
+                    missingFrom: theirs, excluding: theirPending, view: &view, device: device,
+                    limit: options.batchChangesets, maximumBytes: maximumBytes)
+                flexibleView = view
+                if !flexible.objects.isEmpty {
+                    await sendObjects(flexible.objects, query: 0, yours: flexible.yours)
+                }
+                export = flexible.changesets
+            } else {
+                var limit = options.uploads ? options.batchChangesets : 0
+                if let uploadCap {
+                    // Own changesets are numbered without gaps: at most this many are left before the cap.
+                    let left = uploadCap > theirs[replica.replicaID] ? uploadCap - theirs[replica.replicaID] : 0
+                    limit = Int(min(UInt64(limit), left))
+                }
+                export =
+                    limit == 0
+                    ? ChangesetExport(changesets: [], bytes: 0, progress: theirs, more: false)
+                    : try replica.export(
+                        missingFrom: theirs, excluding: theirPending, origins: exportOrigins, limit: limit,
+                        maximumBytes: maximumBytes)
+            }
+        } catch let error as TributaryError where error.code == .historyCompacted {
+            await fail(SyncError(.resetRequired, .reset, error.message))
+            return false
+        } catch {
+            await fail(
+                SyncError(.storage, .retry, "could not read the log to send: \(error)", retryAfterSeconds: 5))
+            return false
+        }
+        nothingToSend = export.changesets.isEmpty
+        if export.changesets.isEmpty {
+            _ = standing()
+            await replyToMarks(all: true)
+            return true
+        }
+        guard
+            let frame = machine.sendBatch(
+                export.changesets, progress: export.progress, more: export.more, now: .now)
+        else { return true }
+        if exportOrigins != nil {
+            sentOwnSequence.append((machine.lastBatchSent, export.progress[replica.replicaID]))
+        }
+        theirs = export.progress
+        options.meter?.sent(changesets: export.changesets.count)
+        await write(frame)
+        await replyToMarks(all: false)
+        return nil
     }
 
     // MARK: Flexible sync
