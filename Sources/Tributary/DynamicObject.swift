@@ -64,6 +64,17 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The value of the property at `position` in `type` (the object's type): read in place when the object holds
+    /// its values by position, as every object a read returns does.
+    func value(atPosition position: Int, of type: ObjectSchema) -> Value {
+        switch storage {
+        case .named(let values):
+            return position < type.properties.count ? values[type.properties[position].name] ?? .null : .null
+        case .positional(_, let values):
+            return position < values.count ? values[position] : .null
+        }
+    }
+
     /// Equal objects have the same type, primary key and values by name, however they are held. Values compare as they
     /// store (`Value/storesAlike(_:)`): a string in the other Unicode normalization, or -0.0 for 0.0, is a change,
     /// and a NaN equals itself.

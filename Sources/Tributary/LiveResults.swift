@@ -491,7 +491,6 @@ extension Snapshot {
             }
             guard predicate.matches(values) else { return nil }
         }
-        return try materializer.object(
-            type: reader.type, layout: reader.layout, primaryKey: primaryKey, positional: values)
+        return try materializer.object(layout: reader.layout, primaryKey: primaryKey, positional: values)
     }
 }

@@ -41,15 +41,16 @@ final class Materializer {
     func object(type: ObjectSchema, primaryKey: PrimaryKey, positional values: consuming [Value]) throws
         -> DynamicObject
     {
-        try object(type: type, layout: PositionalLayout(type), primaryKey: primaryKey, positional: values)
+        try object(layout: PositionalLayout(type), primaryKey: primaryKey, positional: values)
     }
 
-    /// Which positions of a type's values a read fills in or resolves: worked out once for many objects.
-    struct PositionalLayout {
+    /// Which positions of a type's values a read fills in or resolves: worked out once for many objects, and passed
+    /// by reference (a read passes it for every object, and copying the type's schema would retain all of it).
+    final class PositionalLayout: Sendable {
         /// The primary key's position.
         let keyPosition: Int?
-        /// The positions of links and embedded objects (whose links to objects that do not exist are left out).
-        let objectPositions: [Int]
+        /// The links and embedded objects (whose links to objects that do not exist are left out), by position.
+        let objectProperties: [(position: Int, property: Property)]
         /// The type, as the objects read share it.
         let positionalType: DynamicObject.PositionalType
 
@@ -57,21 +58,20 @@ final class Materializer {
             positionalType = DynamicObject.PositionalType(type)
             let keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
             self.keyPosition = keyPosition
-            objectPositions = type.properties.indices.filter {
-                $0 != keyPosition && type.properties[$0].kind.objectType != nil
+            objectProperties = type.properties.indices.compactMap { position in
+                let property = type.properties[position]
+                return position != keyPosition && property.kind.objectType != nil ? (position, property) : nil
             }
         }
     }
 
     /// ``object(type:primaryKey:positional:)``, with the type's layout worked out already.
-    func object(
-        type: ObjectSchema, layout: PositionalLayout, primaryKey: PrimaryKey, positional values: consuming [Value]
-    )
-        throws -> DynamicObject
+    func object(layout: PositionalLayout, primaryKey: PrimaryKey, positional values: consuming [Value]) throws
+        -> DynamicObject
     {
         var values = values  // consumed: the only reference, so the changes below copy nothing
-        for position in layout.objectPositions where position < values.count {
-            values[position] = try resolveLinks(values[position], type.properties[position])
+        for (position, property) in layout.objectProperties where position < values.count {
+            values[position] = try resolveLinks(values[position], property)
         }
         if let keyPosition = layout.keyPosition, keyPosition < values.count { values[keyPosition] = primaryKey.value }
         return DynamicObject(schema: layout.positionalType, primaryKey: primaryKey, positional: values)
@@ -252,8 +252,7 @@ public final class Snapshot: ObjectReading {
     public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
         let reader = try typeReader(type)
         guard let values = try storedValues(reader, primaryKey) else { return nil }
-        return try materializer.object(
-            type: reader.type, layout: reader.layout, primaryKey: primaryKey, positional: values)
+        return try materializer.object(layout: reader.layout, primaryKey: primaryKey, positional: values)
     }
 
     /// The values of an object written under definitions of its properties that lost to the property's definition
@@ -276,6 +275,7 @@ public final class Snapshot: ObjectReading {
         let reader = try typeReader(type)
         let objectType = reader.type
         let projector = reader.projector
+        let layout = reader.layout
         let materializer = self.materializer
         var result: [DynamicObject] = []
         try scanAll(objectType) { primaryKey, bytes in
@@ -286,7 +286,7 @@ public final class Snapshot: ObjectReading {
                 throw error.inRecord(of: RecordKey(type: objectType.name, primaryKey: primaryKey))
             }
             if let values = read {
-                result.append(try materializer.object(type: objectType, primaryKey: primaryKey, positional: values))
+                result.append(try materializer.object(layout: layout, primaryKey: primaryKey, positional: values))
             }
         }
         return result

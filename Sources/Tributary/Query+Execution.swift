@@ -117,7 +117,7 @@ extension Snapshot {
         case .noMatch:
             return []
         case .primaryKey:
-            try consider(keys: Set(planned.keys).sorted(by: KeyEncoding.precedes))
+            try consider(keys: Self.storedOrder(planned.keys))
         case .index(let property, _):
             if let constraint = planned.constraint {
                 var keys: [PrimaryKey] = []
@@ -134,7 +134,7 @@ extension Snapshot {
                 if case .equal(let values) = constraint.kind, values.count == 1 {
                     try consider(keys: keys)
                 } else {
-                    try consider(keys: Set(keys).sorted(by: KeyEncoding.precedes))
+                    try consider(keys: Self.storedOrder(keys))
                 }
             } else {
                 try scanStored(type) { try filter.consider(storedKey: $0, $1) }
@@ -142,12 +142,38 @@ extension Snapshot {
         case .fullScan:
             try scanStored(type) { try filter.consider(storedKey: $0, $1) }
         }
+        if let clauses = filter.positionalClauses {
+            let results = filter.results
+            return clauses.order(count: results.count) { results[$0].value(atPosition: $1, of: type) }.map {
+                results[$0]
+            }
+        }
         guard filter.hasClauses else { return filter.results }
         return query.applyClauses(to: filter.matched, source: source).map {
             DynamicObject(type: type.name, primaryKey: $0.0, values: $0.1)
         }
     }
 
+}
+
+extension Snapshot {
+    /// `keys` in stored primary key order (``KeyEncoding/precedes(_:_:)``), each once. Integer keys, the common case,
+    /// sort as integers: sorting the enum costs a copy of each key per comparison.
+    static func storedOrder(_ keys: [PrimaryKey]) -> [PrimaryKey] {
+        var integers: [Int64] = []
+        integers.reserveCapacity(keys.count)
+        for key in keys {
+            guard case .int(let value) = key else { return Set(keys).sorted(by: KeyEncoding.precedes) }
+            integers.append(value)
+        }
+        integers.sort()
+        var result: [PrimaryKey] = []
+        result.reserveCapacity(integers.count)
+        for (index, value) in integers.enumerated() where index == 0 || value != integers[index - 1] {
+            result.append(.int(value))
+        }
+        return result
+    }
 }
 
 extension ObjectReading {
@@ -179,8 +205,10 @@ private struct CandidateFilter {
     /// Whether the predicate reads the primary key: if not, a scan decodes the keys of matches only.
     let predicateReadsKey: Bool
     /// Without SORT, DISTINCT or LIMIT the matches are the result as they are: they stay positional, with no
-    /// dictionary of values by name. The clauses work on values by name.
+    /// dictionary of values by name. So they do when the clauses read the type's own scalar properties alone
+    /// (`positionalClauses`); other clauses work on values by name (`hasClauses`).
     let hasClauses: Bool
+    let positionalClauses: PositionalClauses?
     /// Where a candidate's fields are, and its values when decoded whole: one of each for every candidate, so a
     /// candidate that fails the predicate costs no allocation.
     var fields = RecordProjector.Fields()
@@ -204,7 +232,8 @@ private struct CandidateFilter {
         self.wanted = wanted
         positional = query.positionalPredicate(for: type)
         predicateReadsKey = layout.keyPosition.map { wanted?[$0] ?? true } ?? false
-        hasClauses = !query.clauses.isEmpty
+        positionalClauses = query.positionalClauses(for: type)
+        hasClauses = positionalClauses == nil && !query.clauses.isEmpty
     }
 
     /// Considers a scanned record, whose primary key is decoded only if the predicate reads it or the record matches.
@@ -310,7 +339,7 @@ private struct CandidateFilter {
                 (primaryKey, try materializer.fields(type: type, primaryKey: primaryKey, positional: values)))
         } else {
             results.append(
-                try materializer.object(type: type, layout: layout, primaryKey: primaryKey, positional: values))
+                try materializer.object(layout: layout, primaryKey: primaryKey, positional: values))
         }
     }
 }

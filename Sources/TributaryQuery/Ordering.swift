@@ -1,5 +1,5 @@
 import Foundation
-import TributaryModel
+public import TributaryModel
 
 // SORT, DISTINCT and LIMIT, applied in the order the query writes them (as Realm does): a later SORT becomes
 // the primary order and an earlier one breaks its ties, a LIMIT before a SORT limits before sorting.
@@ -100,5 +100,132 @@ private enum DistinctKey: Hashable {
         } else {
             self = .other(value)
         }
+    }
+}
+
+/// SORT, DISTINCT and LIMIT clauses whose key paths each name one scalar property of the queried type (no link
+/// followed, no list, no aggregate), resolved to the properties' positions: applied to values held by position, with
+/// no dictionary per object and each sort key read once per object. ``Query/positionalClauses(for:)`` makes them.
+public struct PositionalClauses: Sendable {
+    enum Step: Sendable {
+        case sort([(position: Int, ascending: Bool)])
+        case distinct([Int])
+        case limit(Int)
+    }
+
+    let steps: [Step]
+
+    /// The objects the clauses keep, as indices into the `count` objects given, in the order the clauses leave them:
+    /// the same objects, in the same order, as ``Query/applyClauses(to:source:)`` gives. `value(object, position)` is
+    /// the value of the property at `position` of object `object` (`Value/null` when it has none).
+    public func order(count: Int, value: (_ object: Int, _ position: Int) -> Value) -> [Int] {
+        var kept = Array(0..<count)
+        for step in steps {
+            switch step {
+            case .sort(let keys):
+                // Each key's values, read once per object: as numbers where they all are, else as they are.
+                let columns = keys.map { key in SortColumn(kept.map { value($0, key.position) }) }
+                let sorted = kept.indices.sorted { a, b in
+                    for (index, key) in keys.enumerated() {
+                        let order = columns[index].order(a, b)
+                        if order != 0 { return key.ascending ? order < 0 : order > 0 }
+                    }
+                    return a < b
+                }
+                kept = sorted.map { kept[$0] }
+            case .distinct(let positions):
+                var seen = Set<[DistinctKey]>()
+                kept = kept.filter { object in
+                    seen.insert(positions.map { DistinctKey(value(object, $0)) }).inserted
+                }
+            case .limit(let count):
+                kept = Array(kept.prefix(count))
+            }
+        }
+        return kept
+    }
+}
+
+/// One sort key's values, one per object being sorted, compared as ``sortOrder(_:_:)`` orders them. When every value
+/// is null or a number that a `Double` holds exactly (an integer of at most 2^53 in magnitude, a double that is not
+/// NaN), the numbers are compared directly, which gives the same order without looking at each value's kind.
+private struct SortColumn {
+    private let values: [Value]
+    private let numbers: [Double]?
+    /// Which values are null, when some are and the others are numbers.
+    private let nulls: [Bool]?
+
+    init(_ values: [Value]) {
+        var numbers: [Double] = []
+        numbers.reserveCapacity(values.count)
+        var nulls: [Bool]?
+        for (index, value) in values.enumerated() {
+            switch value {
+            case .double(let number) where !number.isNaN:
+                numbers.append(number)
+            case .int(let integer) where integer.magnitude <= 1 << 53:
+                numbers.append(Double(integer))
+            case .null:
+                if nulls == nil { nulls = Array(repeating: false, count: values.count) }
+                nulls?[index] = true
+                numbers.append(0)
+            default:
+                self.values = values
+                self.numbers = nil
+                self.nulls = nil
+                return
+            }
+        }
+        self.values = []
+        self.numbers = numbers
+        self.nulls = nulls
+    }
+
+    /// The order of the values of objects `a` and `b`: negative, zero or positive.
+    func order(_ a: Int, _ b: Int) -> Int {
+        guard let numbers else { return sortOrder(values[a], values[b]) }
+        if let nulls, nulls[a] || nulls[b] {
+            // Null comes first.
+            return nulls[a] == nulls[b] ? 0 : (nulls[a] ? -1 : 1)
+        }
+        let (x, y) = (numbers[a], numbers[b])
+        return x < y ? -1 : (x > y ? 1 : 0)
+    }
+}
+
+extension Query {
+    /// The query's clauses resolved to positions in `type` (the queried type), when every SORT and DISTINCT key path
+    /// names one scalar property of it; `nil` when one follows a link, reads a list or an aggregate, or when there are
+    /// no clauses.
+    public func positionalClauses(for type: ObjectSchema) -> PositionalClauses? {
+        guard !descriptors.isEmpty else { return nil }
+        func position(_ path: KeyPath) -> Int? {
+            guard path.operation == nil, path.steps.count == 1, let step = path.steps.first, !step.isList,
+                case .scalar = step.target
+            else { return nil }
+            return type.position(ofProperty: step.name)
+        }
+        var steps: [PositionalClauses.Step] = []
+        for descriptor in descriptors {
+            switch descriptor {
+            case .sort(let keys):
+                var resolved: [(position: Int, ascending: Bool)] = []
+                for key in keys {
+                    guard let found = position(key.path) else { return nil }
+                    resolved.append((found, key.ascending))
+                }
+                steps.append(.sort(resolved))
+            case .distinct(let paths):
+                var resolved: [Int] = []
+                for path in paths {
+                    guard let found = position(path) else { return nil }
+                    resolved.append(found)
+                }
+                steps.append(.distinct(resolved))
+            case .limit(let count):
+                steps.append(.limit(count))
+            }
+        }
+        return PositionalClauses(steps: steps)
     }
 }

@@ -225,7 +225,7 @@ public enum KeyEncoding {
     }
 
     /// The length of the index value encoding at the start of `bytes`, or `nil` when it is malformed.
-    static func indexValueLength(_ bytes: ArraySlice<UInt8>) -> Int? {
+    static func indexValueLength(_ bytes: Slice<UnsafeRawBufferPointer>) -> Int? {
         guard let tag = bytes.first else { return nil }
         let start = bytes.startIndex
         switch tag {

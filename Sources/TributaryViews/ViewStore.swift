@@ -170,7 +170,8 @@ public struct ViewStore: Sendable {
         let end = upper.map { prefix + $0 } ?? Self.prefixEnd(prefix)
         var failure: (any Error)?
         try transaction.scan(indexes, from: start, to: end) { key, _ in
-            let rest = Array(key[prefix.count...])[...]
+            // Read in place: an index scan reads every entry of its range.
+            let rest = key[prefix.count...]
             guard let length = KeyEncoding.indexValueLength(rest),
                 let primaryKey = KeyEncoding.primaryKey(from: rest.dropFirst(length))
             else { return true }

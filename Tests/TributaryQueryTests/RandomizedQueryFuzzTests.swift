@@ -452,6 +452,48 @@ struct QueryGenerator {
         }
     }
 
+    @Test(
+        "SORT, DISTINCT and LIMIT on values by position agree with the same clauses on values by name",
+        arguments: [21, 22, 23] as [UInt64])
+    func positionalClausesAgree(seed: UInt64) throws {
+        var generator = QueryGenerator(random: SplitMix64(seed: seed))
+        let type = try #require(QueryGenerator.schema[type: "R"])
+        let objects = (0..<120).map { (PrimaryKey.int(Int64($0)), generator.object(id: Int64($0))) }
+        for _ in 0..<40 {
+            var clauses: [String] = []
+            for _ in 0..<(1 + generator.random.below(3)) {
+                switch generator.random.below(3) {
+                case 0:
+                    let keys = (0..<(1 + generator.random.below(3))).map { _ in
+                        "\(generator.random.pick(["_id", "i", "d", "s", "b"])) \(generator.random.chance(50) ? "ASC" : "DESC")"
+                    }
+                    clauses.append("SORT(\(keys.joined(separator: ", ")))")
+                case 1:
+                    let paths = (0..<(1 + generator.random.below(2))).map { _ in
+                        generator.random.pick(["i", "d", "s", "b"])
+                    }
+                    clauses.append("DISTINCT(\(paths.joined(separator: ", ")))")
+                default:
+                    clauses.append("LIMIT(\(generator.random.below(130)))")
+                }
+            }
+            let text = "TRUEPREDICATE " + clauses.joined(separator: " ")
+            let query = try Query(text, type: type, schema: QueryGenerator.schema)
+            let positional = try #require(query.positionalClauses(for: type), "\(text)")
+            let expected = query.applyClauses(to: objects, source: InMemoryObjectSource()).map(\.0)
+            let actual = positional.order(count: objects.count) { object, position in
+                objects[object].1[type.properties[position].name] ?? .null
+            }.map { objects[$0].0 }
+            #expect(actual == expected, "seed \(seed): \(text)")
+        }
+        // Clauses that read a list, or none at all, are left to the general path.
+        #expect(
+            try Query("TRUEPREDICATE SORT(tags.@count ASC)", type: type, schema: QueryGenerator.schema)
+                .positionalClauses(for: type) == nil)
+        #expect(
+            try Query("TRUEPREDICATE", type: type, schema: QueryGenerator.schema).positionalClauses(for: type) == nil)
+    }
+
     /// Booleans sort false before true; the reference orders them as the numbers 0 and 1.
     private static func sortable(_ value: Value) -> Value {
         if case .bool(let bool) = value { return .int(bool ? 1 : 0) }
