@@ -198,13 +198,8 @@ extension Query {
     /// names one scalar property of it; `nil` when one follows a link, reads a list or an aggregate, or when there are
     /// no clauses.
     public func positionalClauses(for type: ObjectSchema) -> PositionalClauses? {
-        guard !descriptors.isEmpty else { return nil }
-        func position(_ path: KeyPath) -> Int? {
-            guard path.operation == nil, path.steps.count == 1, let step = path.steps.first, !step.isList,
-                case .scalar = step.target
-            else { return nil }
-            return type.position(ofProperty: step.name)
-        }
+        guard type.name == typeName, !descriptors.isEmpty else { return nil }
+        func position(_ path: KeyPath) -> Int? { Self.scalarPosition(of: path, in: type) }
         var steps: [PositionalClauses.Step] = []
         for descriptor in descriptors {
             switch descriptor {

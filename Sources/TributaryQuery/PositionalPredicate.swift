@@ -143,13 +143,18 @@ extension Query {
         }
         var keys: [(position: Int, ascending: Bool)] = []
         for key in sortKeys {
-            let path = key.path
-            guard path.operation == nil, path.steps.count == 1, case .scalar = path.steps[0].target,
-                !path.steps[0].isList,
-                let position = type.position(ofProperty: path.steps[0].name)
-            else { return nil }
+            guard let position = Self.scalarPosition(of: key.path, in: type) else { return nil }
             keys.append((position, key.ascending))
         }
         return PositionalOrder(keys: keys)
+    }
+
+    /// The position in `type` of the property `path` names, when it names one scalar property of the type itself (no
+    /// link followed, no list, no aggregate): a value read by position is then the value the path gives.
+    static func scalarPosition(of path: KeyPath, in type: ObjectSchema) -> Int? {
+        guard path.operation == nil, path.steps.count == 1, let step = path.steps.first, !step.isList,
+            case .scalar = step.target
+        else { return nil }
+        return type.position(ofProperty: step.name)
     }
 }
