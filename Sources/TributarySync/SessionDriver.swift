@@ -196,10 +196,15 @@ package actor SessionDriver {
     /// message's states), and those that arrived meanwhile, applied in order when it completes.
     private var staged: (version: UInt64, groups: [(objects: [ReceivedObjectState], yours: UInt64)])?
 
-    /// For an acceptor serving a flexible-sync app: whether a step of the pump or an upload's compensating writes holds
-    /// the send turn, and who waits for it, first come first served (``takeSendTurn()``).
-    private var sendTurnTaken = false
-    private var sendTurnWaiting: [CheckedContinuation<Void, Never>] = []
+    /// For an acceptor serving a flexible-sync app: what an upload leaves for the pump to send, in order: the
+    /// compensating writes of the writes it refused (read when they are sent), and the acknowledgements that must not
+    /// reach the app before them (see ``flushOutbox()``).
+    private var outbox: [Outgoing] = []
+
+    private enum Outgoing {
+        case compensate([(type: String, primaryKey: PrimaryKey, refused: [Dot])])
+        case frame([UInt8])
+    }
 
     /// The other side, from the handshake until the session ends: the meter hears of it opening and closing, and of
     /// what it holds.
@@ -379,33 +384,34 @@ package actor SessionDriver {
             }
             for dot in report.received { theirs.advance(dot.origin, to: dot.sequence) }
             // Compensating writes go before the acknowledgement: a device that has the acknowledgement has the
-            // daemon's state of every object whose write was refused (and one that lost both uploads again).
+            // daemon's state of every object whose write was refused (and one that lost both uploads again). The
+            // refusals are kept durably first, for a connection that drops before they are sent.
             if !compensate.isEmpty, flexibleView != nil, let device = otherReplica {
-                // Read and sent in the session's send turn: an export the pump read before (and has not sent in full)
-                // reaches the device first, so that a changeset the compensating record already holds is not applied
-                // on top of it again.
-                await takeSendTurn()
-                defer { passSendTurn() }
-                guard var view = flexibleView, !ended else { return false }
                 do {
                     try replica.recordRefusals(of: device, compensate)
-                    let states = try replica.compensation(
-                        for: compensate, under: readable(judgingSubscriptions), view: &view, device: device)
-                    flexibleView = view
-                    await sendObjects(states.objects, query: 0, yours: states.yours)
                 } catch {
                     await fail(
                         SyncError(
-                            .storage, .retry, "could not read the objects to send: \(error)", retryAfterSeconds: 5))
+                            .storage, .retry, "could not store the writes refused: \(error)", retryAfterSeconds: 5))
                     return false
                 }
+                outbox.append(.compensate(compensate))
+                wake?.yield()
             }
             report.rejected += compensated.map { IntegrationReport.Rejection(dot: $0.dot, reason: $0.reason) }
             let rejected = report.rejected.prefix(MessageLimits.standard.maximumRejections).map {
                 Acknowledgement.Rejection(dot: $0.dot, reason: String($0.reason.utf8.prefix(4000)) ?? "refused")
             }
             let ack = Acknowledgement(batch: batch.number, checkpoint: replica.versionVector, rejected: Array(rejected))
-            if let frame = machine.acknowledge(ack, now: .now) { await write(frame) }
+            if let frame = machine.acknowledge(ack, now: .now) {
+                if outbox.isEmpty {
+                    await write(frame)
+                } else {
+                    // After the compensating writes the pump sends.
+                    outbox.append(.frame(frame))
+                    wake?.yield()
+                }
+            }
             onEvent(.downloaded(changesets: batch.changesets.count, more: batch.more))
             return true
         case .acknowledged(let ack):
@@ -801,39 +807,42 @@ package actor SessionDriver {
             })
     }
 
-    /// Waits for the send turn of a flexible-sync app's session. What is sent to the app is read from the daemon's
-    /// state with the session's view of the device, which the read updates (the objects it holds, and from which
-    /// changesets on). The pump's step and an upload's compensating writes each read and send in one turn, so that the
-    /// app receives them in the order they were read: a compensating record read while an export waited to be sent
-    /// already holds that export's changesets, and must not reach the app before them (the app would apply them again
-    /// on top of it: an increment counted twice). Pass the turn on with ``passSendTurn()``.
-    private func takeSendTurn() async {
-        guard sendTurnTaken else {
-            sendTurnTaken = true
-            return
+    /// Acceptor serving a flexible-sync app: sends what uploads left in ``outbox``, in order; each compensating write
+    /// is read now. What is sent to the app is read from the daemon's state and the session's view of the device,
+    /// which the read updates; only the pump reads and sends it, one step at a time, so the app receives it in the
+    /// order it was read. A compensating record read by the receive path while an export waited to be sent in full
+    /// would already hold that export's changesets, and reach the app before them: the app would apply them on top
+    /// of it again (an increment counted twice).
+    private func flushOutbox() async -> Bool {
+        // Each item leaves the outbox once sent: an acknowledgement the receive path makes meanwhile queues behind it.
+        while let item = outbox.first {
+            switch item {
+            case .frame(let frame):
+                await write(frame)
+            case .compensate(let keys):
+                guard var view = flexibleView, let device = otherReplica else { break }
+                do {
+                    let states = try replica.compensation(
+                        for: keys, under: readable(judgingSubscriptions), view: &view, device: device)
+                    flexibleView = view
+                    await sendObjects(states.objects, query: 0, yours: states.yours)
+                } catch {
+                    await fail(
+                        SyncError(
+                            .storage, .retry, "could not read the objects to send: \(error)", retryAfterSeconds: 5))
+                    return false
+                }
+            }
+            if ended || writeFailed { return false }
+            outbox.removeFirst()
         }
-        await withCheckedContinuation { sendTurnWaiting.append($0) }
-    }
-
-    /// Hands the send turn to the first who waits for it, or frees it.
-    private func passSendTurn() {
-        if sendTurnWaiting.isEmpty {
-            sendTurnTaken = false
-        } else {
-            sendTurnWaiting.removeFirst().resume()
-        }
+        return true
     }
 
     /// Sends batches while the other side's window takes them; replies to marks once what they asked for is sent.
     private func pump() async -> Bool {
         while !ended && !writeFailed {
-            // For a flexible-sync app, each step reads what it sends with the session's view of the device and sends
-            // it whole in the send turn (see ``takeSendTurn()``).
-            let turn = flexibleView != nil
-            if turn { await takeSendTurn() }
-            let result = await pumpStep()
-            if turn { passSendTurn() }
-            if let result { return result }
+            if let result = await pumpStep() { return result }
         }
         return false
     }
@@ -844,6 +853,10 @@ package actor SessionDriver {
         if let withRecords = pendingBase {
             pendingBase = nil
             guard await sendBase(withRecords: withRecords) else { return false }
+            return nil
+        }
+        if !outbox.isEmpty {
+            guard await flushOutbox() else { return false }
             return nil
         }
         if flexibleView != nil {

@@ -73,7 +73,9 @@ struct FlexibleSendOrderTests {
         }
     }
 
-    @Test("A compensating write read while an export waits to be sent reaches the app after that export")
+    @Test(
+        "A compensating write read while an export waits to be sent reaches the app after that export, then its ack"
+    )
     func compensationAfterPendingExport() async throws {
         let directory = TemporaryDirectory("flexible-send-order")
         let daemon = try Replica.open(directory: directory.appending("daemon"), schema: Fixtures.taskSchema)
@@ -115,16 +117,21 @@ struct FlexibleSendOrderTests {
         let increment = daemon.versionVector[daemon.replicaID]
         try await Self.waitUntil("the export's objects") { writer.holding }
 
-        // The app's refused write arrives meanwhile.
-        let uploaded = Task {
-            await driver.receive(
+        // The app's refused write arrives meanwhile. It is taken at once (the session goes on reading the app's
+        // messages, its keepalive included, while the export waits), and its compensating write waits.
+        let handled = Mutex<Bool?>(nil)
+        Task {
+            let going = await driver.receive(
                 MessageCodec.encode(
                     .changesets(
                         ChangesetBatch(number: 1, changesets: upload, progress: app.versionVector, more: false))))
+            handled.withLock { $0 = going }
         }
-        try await Task.sleep(for: .milliseconds(200))
+        try await Self.waitUntil("the upload taken") { handled.withLock { $0 } != nil }
+        #expect(handled.withLock { $0 } == true)
+        #expect(writer.holding, "the export was sent before the upload was taken")
+        #expect(!writer.sent.contains { if case .ack = $0 { true } else { false } }, "acknowledged before compensated")
         writer.release()
-        #expect(await uploaded.value)
         try await Self.waitUntil("the acknowledgement") {
             writer.sent.contains { if case .ack = $0 { true } else { false } }
         }
@@ -148,5 +155,7 @@ struct FlexibleSendOrderTests {
         let values = try ObjectRecord(decoding: record).values(of: try #require(schema[type: "Task"]), in: schema)
         #expect(values["count"] == .int(2))
         #expect(exportIndex < compensationIndex, "the compensating write overtook the export read before it: \(sent)")
+        let ackIndex = try #require(sent.firstIndex { if case .ack = $0 { true } else { false } })
+        #expect(compensationIndex < ackIndex, "the acknowledgement came before the compensating write")
     }
 }
