@@ -396,7 +396,6 @@ package actor SessionDriver {
                     return false
                 }
                 outbox.append(.compensate(compensate))
-                wake?.yield()
             }
             report.rejected += compensated.map { IntegrationReport.Rejection(dot: $0.dot, reason: $0.reason) }
             let rejected = report.rejected.prefix(MessageLimits.standard.maximumRejections).map {
@@ -409,9 +408,9 @@ package actor SessionDriver {
                 } else {
                     // After the compensating writes the pump sends.
                     outbox.append(.frame(frame))
-                    wake?.yield()
                 }
             }
+            if !outbox.isEmpty { wake?.yield() }
             onEvent(.downloaded(changesets: batch.changesets.count, more: batch.more))
             return true
         case .acknowledged(let ack):
@@ -820,18 +819,7 @@ package actor SessionDriver {
             case .frame(let frame):
                 await write(frame)
             case .compensate(let keys):
-                guard var view = flexibleView, let device = otherReplica else { break }
-                do {
-                    let states = try replica.compensation(
-                        for: keys, under: readable(judgingSubscriptions), view: &view, device: device)
-                    flexibleView = view
-                    await sendObjects(states.objects, query: 0, yours: states.yours)
-                } catch {
-                    await fail(
-                        SyncError(
-                            .storage, .retry, "could not read the objects to send: \(error)", retryAfterSeconds: 5))
-                    return false
-                }
+                guard await sendCompensation(for: keys) else { return false }
             }
             if ended || writeFailed { return false }
             outbox.removeFirst()
@@ -842,97 +830,90 @@ package actor SessionDriver {
     /// Sends batches while the other side's window takes them; replies to marks once what they asked for is sent.
     private func pump() async -> Bool {
         while !ended && !writeFailed {
-            if let result = await pumpStep() { return result }
+            if let withRecords = pendingBase {
+                pendingBase = nil
+                guard await sendBase(withRecords: withRecords) else { return false }
+                continue
+            }
+            if !outbox.isEmpty {
+                guard await flushOutbox() else { return false }
+                continue
+            }
+            if flexibleView != nil {
+                // A flexible-sync app: nothing until its subscriptions arrive; a new set is bootstrapped first.
+                guard flexibleReady else { return true }
+                if let wanted = wantedQuery {
+                    wantedQuery = nil
+                    permissionsChanged = false
+                    guard await bootstrap(wanted) else { return false }
+                    if let after = resendRefusalsAfter {
+                        resendRefusalsAfter = nil
+                        guard await resendRefusals(after: after) else { return false }
+                    }
+                    continue
+                }
+                if permissionsChanged {
+                    permissionsChanged = false
+                    guard await decideAgain() else { return false }
+                    continue
+                }
+            }
+            let budget = machine.sendBudget
+            guard budget > 64 else { return true }
+            let export: ChangesetExport
+            do {
+                // Aimed at the window; a single changeset larger than it still goes when nothing is in flight.
+                let maximumBytes = max(1, min(options.batchBytes, budget - 64, machine.windowLeft - 64))
+                if var view = flexibleView, let device = otherReplica {
+                    let flexible = try replica.flexibleExport(
+                        missingFrom: theirs, excluding: theirPending, view: &view, device: device,
+                        limit: options.batchChangesets, maximumBytes: maximumBytes)
+                    flexibleView = view
+                    if !flexible.objects.isEmpty {
+                        await sendObjects(flexible.objects, query: 0, yours: flexible.yours)
+                    }
+                    export = flexible.changesets
+                } else {
+                    var limit = options.uploads ? options.batchChangesets : 0
+                    if let uploadCap {
+                        // Own changesets are numbered without gaps: at most this many are left before the cap.
+                        let left = uploadCap > theirs[replica.replicaID] ? uploadCap - theirs[replica.replicaID] : 0
+                        limit = Int(min(UInt64(limit), left))
+                    }
+                    export =
+                        limit == 0
+                        ? ChangesetExport(changesets: [], bytes: 0, progress: theirs, more: false)
+                        : try replica.export(
+                            missingFrom: theirs, excluding: theirPending, origins: exportOrigins, limit: limit,
+                            maximumBytes: maximumBytes)
+                }
+            } catch let error as TributaryError where error.code == .historyCompacted {
+                await fail(SyncError(.resetRequired, .reset, error.message))
+                return false
+            } catch {
+                await fail(
+                    SyncError(.storage, .retry, "could not read the log to send: \(error)", retryAfterSeconds: 5))
+                return false
+            }
+            nothingToSend = export.changesets.isEmpty
+            if export.changesets.isEmpty {
+                _ = standing()
+                await replyToMarks(all: true)
+                return true
+            }
+            guard
+                let frame = machine.sendBatch(
+                    export.changesets, progress: export.progress, more: export.more, now: .now)
+            else { return true }
+            if exportOrigins != nil {
+                sentOwnSequence.append((machine.lastBatchSent, export.progress[replica.replicaID]))
+            }
+            theirs = export.progress
+            options.meter?.sent(changesets: export.changesets.count)
+            await write(frame)
+            await replyToMarks(all: false)
         }
         return false
-    }
-
-    /// One step of ``pump()``: `nil` to go on, or what the pump returns.
-    private func pumpStep() async -> Bool? {
-        guard !ended && !writeFailed else { return false }
-        if let withRecords = pendingBase {
-            pendingBase = nil
-            guard await sendBase(withRecords: withRecords) else { return false }
-            return nil
-        }
-        if !outbox.isEmpty {
-            guard await flushOutbox() else { return false }
-            return nil
-        }
-        if flexibleView != nil {
-            // A flexible-sync app: nothing until its subscriptions arrive; a new set is bootstrapped first.
-            guard flexibleReady else { return true }
-            if let wanted = wantedQuery {
-                wantedQuery = nil
-                permissionsChanged = false
-                guard await bootstrap(wanted) else { return false }
-                if let after = resendRefusalsAfter {
-                    resendRefusalsAfter = nil
-                    guard await resendRefusals(after: after) else { return false }
-                }
-                return nil
-            }
-            if permissionsChanged {
-                permissionsChanged = false
-                guard await decideAgain() else { return false }
-                return nil
-            }
-        }
-        let budget = machine.sendBudget
-        guard budget > 64 else { return true }
-        let export: ChangesetExport
-        do {
-            // Aimed at the window; a single changeset larger than it still goes when nothing is in flight.
-            let maximumBytes = max(1, min(options.batchBytes, budget - 64, machine.windowLeft - 64))
-            if var view = flexibleView, let device = otherReplica {
-                let flexible = try replica.flexibleExport(
-                    missingFrom: theirs, excluding: theirPending, view: &view, device: device,
-                    limit: options.batchChangesets, maximumBytes: maximumBytes)
-                flexibleView = view
-                if !flexible.objects.isEmpty {
-                    await sendObjects(flexible.objects, query: 0, yours: flexible.yours)
-                }
-                export = flexible.changesets
-            } else {
-                var limit = options.uploads ? options.batchChangesets : 0
-                if let uploadCap {
-                    // Own changesets are numbered without gaps: at most this many are left before the cap.
-                    let left = uploadCap > theirs[replica.replicaID] ? uploadCap - theirs[replica.replicaID] : 0
-                    limit = Int(min(UInt64(limit), left))
-                }
-                export =
-                    limit == 0
-                    ? ChangesetExport(changesets: [], bytes: 0, progress: theirs, more: false)
-                    : try replica.export(
-                        missingFrom: theirs, excluding: theirPending, origins: exportOrigins, limit: limit,
-                        maximumBytes: maximumBytes)
-            }
-        } catch let error as TributaryError where error.code == .historyCompacted {
-            await fail(SyncError(.resetRequired, .reset, error.message))
-            return false
-        } catch {
-            await fail(
-                SyncError(.storage, .retry, "could not read the log to send: \(error)", retryAfterSeconds: 5))
-            return false
-        }
-        nothingToSend = export.changesets.isEmpty
-        if export.changesets.isEmpty {
-            _ = standing()
-            await replyToMarks(all: true)
-            return true
-        }
-        guard
-            let frame = machine.sendBatch(
-                export.changesets, progress: export.progress, more: export.more, now: .now)
-        else { return true }
-        if exportOrigins != nil {
-            sentOwnSequence.append((machine.lastBatchSent, export.progress[replica.replicaID]))
-        }
-        theirs = export.progress
-        options.meter?.sent(changesets: export.changesets.count)
-        await write(frame)
-        await replyToMarks(all: false)
-        return nil
     }
 
     // MARK: Flexible sync
@@ -1111,12 +1092,26 @@ package actor SessionDriver {
     /// Acceptor: compensating writes the app may not have received (its connection dropped after the refused upload
     /// was committed), sent again.
     private func resendRefusals(after acknowledged: UInt64) async -> Bool {
+        guard let device = otherReplica else { return true }
+        let refused: [(type: String, primaryKey: PrimaryKey, refused: [Dot])]
+        do {
+            refused = try replica.refusals(of: device, after: acknowledged)
+        } catch {
+            await fail(
+                SyncError(.storage, .retry, "could not read the writes refused: \(error)", retryAfterSeconds: 5))
+            return false
+        }
+        guard !refused.isEmpty else { return true }
+        return await sendCompensation(for: refused)
+    }
+
+    /// Acceptor: the daemon's state of each object whose write by the app it refused (a compensating write), read
+    /// now and sent. Only the pump calls it (see ``flushOutbox()``).
+    private func sendCompensation(for keys: [(type: String, primaryKey: PrimaryKey, refused: [Dot])]) async -> Bool {
         guard var view = flexibleView, let device = otherReplica else { return true }
         do {
-            let refused = try replica.refusals(of: device, after: acknowledged)
-            guard !refused.isEmpty else { return true }
             let states = try replica.compensation(
-                for: refused, under: readable(judgingSubscriptions), view: &view, device: device)
+                for: keys, under: readable(judgingSubscriptions), view: &view, device: device)
             flexibleView = view
             await sendObjects(states.objects, query: 0, yours: states.yours)
             return !ended
