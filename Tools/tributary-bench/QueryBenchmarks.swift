@@ -162,9 +162,9 @@ struct QueryBenchmarks {
             "SELECT id, conversation, text, score, timestamp FROM Message WHERE conversation = ?", in: sqlite)
         var rows = 0
         let sqliteSeconds = try time {
-            try sqlite.execute("BEGIN")
-            for round in 0..<repeats { rows += try select.run([round % 1000]) { _ in } }
-            try sqlite.execute("COMMIT")
+            try sqlite.transaction {
+                for round in 0..<repeats { rows += try select.run([round % 1000]) { _ in } }
+            }
         }
         precondition(rows == found, "SQLite found \(rows) rows, not \(found)")
         Measurement(

@@ -22,6 +22,14 @@ final class SQLiteBaseline {
 
     deinit { sqlite3_close_v2(handle) }
 
+    /// Runs `body` in one transaction (one durable commit at its end).
+    func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN")
+        let result = try body()
+        try execute("COMMIT")
+        return result
+    }
+
     func execute(_ sql: String) throws {
         guard sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK else {
             throw Failure(description: "\(sql): \(String(cString: sqlite3_errmsg(handle)))")
@@ -108,14 +116,14 @@ extension SQLiteBaseline {
     static func insertItems(_ count: Int, into database: SQLiteBaseline) throws {
         let insert = try Statement(
             "INSERT INTO Item (id, name, count, price, active) VALUES (?, ?, ?, ?, ?)", in: database)
-        try database.execute("BEGIN")
-        for index in 0..<count {
-            try insert.run([
-                index, "item-\(index)-\(index &* 2_654_435_761 % 100_000)", index % 1000, Double(index) * 0.25,
-                index % 2 == 0,
-            ])
+        try database.transaction {
+            for index in 0..<count {
+                try insert.run([
+                    index, "item-\(index)-\(index &* 2_654_435_761 % 100_000)", index % 1000, Double(index) * 0.25,
+                    index % 2 == 0,
+                ])
+            }
         }
-        try database.execute("COMMIT")
     }
 
     /// A database of the query benchmarks' `Message`s (QueryBenchmarks.schema), `count` of them, with an index on
@@ -128,11 +136,11 @@ extension SQLiteBaseline {
                 + "CREATE INDEX MessageConversation ON Message (conversation)")
         let insert = try Statement(
             "INSERT INTO Message (id, conversation, text, score, timestamp) VALUES (?, ?, ?, ?, ?)", in: database)
-        try database.execute("BEGIN")
-        for index in 0..<count {
-            try insert.run([index, index % 1000, "message number \(index)", Double(index % 977), Double(index)])
+        try database.transaction {
+            for index in 0..<count {
+                try insert.run([index, index % 1000, "message number \(index)", Double(index % 977), Double(index)])
+            }
         }
-        try database.execute("COMMIT")
         return database
     }
 }

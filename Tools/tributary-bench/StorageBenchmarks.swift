@@ -162,11 +162,11 @@ struct StorageBenchmarks {
         let select = try SQLiteBaseline.Statement("SELECT name FROM Item WHERE id = ?", in: database)
         var sqliteFound = 0
         let sqlite = try time {
-            try database.execute("BEGIN")
-            for index in indexes {
-                try select.run([index]) { row in if case .text = row[0] { sqliteFound += 1 } }
+            try database.transaction {
+                for index in indexes {
+                    try select.run([index]) { row in if case .text = row[0] { sqliteFound += 1 } }
+                }
             }
-            try database.execute("COMMIT")
         }
         precondition(sqliteFound == count, "SQLite primary-key reads found \(sqliteFound) of \(count)")
         Measurement(
