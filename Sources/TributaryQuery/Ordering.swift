@@ -8,42 +8,53 @@ extension Evaluator {
     func order(_ objects: [(PrimaryKey, [String: Value])], by descriptors: [Descriptor])
         -> [(PrimaryKey, [String: Value])]
     {
-        var objects = objects
-        for descriptor in descriptors {
+        let steps: [ClauseStep<KeyPath>] = descriptors.map { descriptor in
             switch descriptor {
-            case .sort(let keys): objects = sort(objects, by: keys)
-            case .distinct(let paths): objects = distinct(objects, by: paths)
-            case .limit(let count): objects = Array(objects.prefix(count))
+            case .sort(let keys): .sort(keys.map { ($0.path, $0.ascending) })
+            case .distinct(let paths): .distinct(paths)
+            case .limit(let count): .limit(count)
             }
         }
-        return objects
+        return applyClauses(steps, count: objects.count) { object, path in
+            values(of: path, in: objects[object].1).first ?? .null
+        }.map { objects[$0] }
     }
+}
 
-    /// A stable sort: objects with equal keys keep their order.
-    private func sort(_ objects: [(PrimaryKey, [String: Value])], by keys: [SortKeyPath])
-        -> [(PrimaryKey, [String: Value])]
-    {
-        let sortValues = objects.map { object in keys.map { values(of: $0.path, in: object.1).first ?? .null } }
-        let indices = objects.indices.sorted { a, b in
-            for (position, key) in keys.enumerated() {
-                let order = sortOrder(sortValues[a][position], sortValues[b][position])
-                if order != 0 { return key.ascending ? order < 0 : order > 0 }
+/// A SORT, DISTINCT or LIMIT clause whose keys are read as `Key`s: key paths on values by name, or positions in the
+/// queried type's properties (``PositionalClauses``).
+enum ClauseStep<Key: Sendable>: Sendable {
+    case sort([(key: Key, ascending: Bool)])
+    case distinct([Key])
+    case limit(Int)
+}
+
+/// The objects `steps` keep, as indices into the `count` objects given, in the order the clauses leave them.
+/// `value(object, key)` is the value of `key` of object `object` (`Value/null` when it has none). SORT is stable:
+/// objects with equal keys keep their order. DISTINCT keeps the first object of each combination of values.
+func applyClauses<Key>(_ steps: [ClauseStep<Key>], count: Int, value: (_ object: Int, _ key: Key) -> Value) -> [Int] {
+    var kept = Array(0..<count)
+    for step in steps {
+        switch step {
+        case .sort(let keys):
+            // Each key's values, read once per object: as numbers where they all are, else as they are.
+            let columns = keys.map { key in SortColumn(kept.map { value($0, key.key) }) }
+            let sorted = kept.indices.sorted { a, b in
+                for (index, key) in keys.enumerated() {
+                    let order = columns[index].order(a, b)
+                    if order != 0 { return key.ascending ? order < 0 : order > 0 }
+                }
+                return a < b
             }
-            return a < b
-        }
-        return indices.map { objects[$0] }
-    }
-
-    /// Keeps the first object of each distinct combination of values.
-    private func distinct(_ objects: [(PrimaryKey, [String: Value])], by paths: [KeyPath])
-        -> [(PrimaryKey, [String: Value])]
-    {
-        var seen = Set<[DistinctKey]>()
-        return objects.filter { object in
-            let key = paths.map { DistinctKey(values(of: $0, in: object.1).first ?? .null) }
-            return seen.insert(key).inserted
+            kept = sorted.map { kept[$0] }
+        case .distinct(let keys):
+            var seen = Set<[DistinctKey]>()
+            kept = kept.filter { object in seen.insert(keys.map { DistinctKey(value(object, $0)) }).inserted }
+        case .limit(let count):
+            kept = Array(kept.prefix(count))
         }
     }
+    return kept
 }
 
 /// The total order SORT uses: null first, then numbers (NaN before all others, integers and doubles by value),
@@ -107,42 +118,13 @@ private enum DistinctKey: Hashable {
 /// followed, no list, no aggregate), resolved to the properties' positions: applied to values held by position, with
 /// no dictionary per object and each sort key read once per object. ``Query/positionalClauses(for:)`` makes them.
 public struct PositionalClauses: Sendable {
-    enum Step: Sendable {
-        case sort([(position: Int, ascending: Bool)])
-        case distinct([Int])
-        case limit(Int)
-    }
-
-    let steps: [Step]
+    let steps: [ClauseStep<Int>]
 
     /// The objects the clauses keep, as indices into the `count` objects given, in the order the clauses leave them:
     /// the same objects, in the same order, as ``Query/applyClauses(to:source:)`` gives. `value(object, position)` is
     /// the value of the property at `position` of object `object` (`Value/null` when it has none).
     public func order(count: Int, value: (_ object: Int, _ position: Int) -> Value) -> [Int] {
-        var kept = Array(0..<count)
-        for step in steps {
-            switch step {
-            case .sort(let keys):
-                // Each key's values, read once per object: as numbers where they all are, else as they are.
-                let columns = keys.map { key in SortColumn(kept.map { value($0, key.position) }) }
-                let sorted = kept.indices.sorted { a, b in
-                    for (index, key) in keys.enumerated() {
-                        let order = columns[index].order(a, b)
-                        if order != 0 { return key.ascending ? order < 0 : order > 0 }
-                    }
-                    return a < b
-                }
-                kept = sorted.map { kept[$0] }
-            case .distinct(let positions):
-                var seen = Set<[DistinctKey]>()
-                kept = kept.filter { object in
-                    seen.insert(positions.map { DistinctKey(value(object, $0)) }).inserted
-                }
-            case .limit(let count):
-                kept = Array(kept.prefix(count))
-            }
-        }
-        return kept
+        applyClauses(steps, count: count, value: value)
     }
 }
 
@@ -200,11 +182,11 @@ extension Query {
     public func positionalClauses(for type: ObjectSchema) -> PositionalClauses? {
         guard type.name == typeName, !descriptors.isEmpty else { return nil }
         func position(_ path: KeyPath) -> Int? { Self.scalarPosition(of: path, in: type) }
-        var steps: [PositionalClauses.Step] = []
+        var steps: [ClauseStep<Int>] = []
         for descriptor in descriptors {
             switch descriptor {
             case .sort(let keys):
-                var resolved: [(position: Int, ascending: Bool)] = []
+                var resolved: [(key: Int, ascending: Bool)] = []
                 for key in keys {
                     guard let found = position(key.path) else { return nil }
                     resolved.append((found, key.ascending))
