@@ -329,7 +329,7 @@ extension Replica {
                 return (replayed, try log.entry(cut, in: txn).checksum)
             }
             // A partial generation of an interrupted compaction goes first.
-            try removeBase(generation: generation, from: base)
+            try removeBase(generations: generation..<(generation + 1), from: base)
             var records = 0
             var after: [UInt8]?
             while true {
@@ -385,11 +385,6 @@ extension Replica {
         }
         try removeBase(generations: 0..<compaction.generation, from: base)
         return dropped
-    }
-
-    /// Removes every key of base generation `generation`, 10,000 per write transaction.
-    private func removeBase(generation: UInt64, from base: Database) throws {
-        try removeBase(generations: generation..<(generation + 1), from: base)
     }
 
     /// Removes every key of the base generations in `generations` (one range of keys), 10,000 per write transaction.
