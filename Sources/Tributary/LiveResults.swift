@@ -32,7 +32,7 @@ public enum ResultsChange<Element: Sendable>: Sendable {
 /// another replica.
 ///
 /// ```swift
-/// for try await change in replica.observe("ChatMessage", where: "conversationID == $0 SORT(timestamp)", arguments: ["c1"]) {
+/// for try await change in replica.observe("ChatMessage", where: "conversationID == $0 SORT(timestamp ASC)", arguments: ["c1"]) {
 ///     render(change.results)
 /// }
 /// ```

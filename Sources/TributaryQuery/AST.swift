@@ -14,33 +14,44 @@ indirect enum Predicate: Hashable, Sendable {
 
 /// A checked comparison.
 ///
-/// When `left` yields many values (a to-many key path), `quantifier` says how many of them must compare true
-/// (`ANY` unless written otherwise). When `right` yields many values (a list literal, a list argument or a
-/// to-many key path), a left value compares true when it compares true with at least one of them, except for
-/// `BETWEEN`, whose right side is its two bounds.
+/// When `left` yields many values (a to-many key path or a list), `quantifier` says how many of them must compare
+/// true (`ANY` unless written otherwise). When `right` yields many values (a list literal, a list argument or a
+/// to-many key path), `rightQuantifier` says with how many of them a left value must compare true for it to count
+/// (`ANY` unless written otherwise), except for `BETWEEN`, whose right side is its two bounds. So
+/// `ALL {1, 2} IN ANY scores` holds when every one of 1 and 2 equals some element of `scores`.
 struct Comparison: Hashable, Sendable {
     var left: Operand
     var op: ComparisonOperator
     var options: StringOptions
     var quantifier: Quantifier
+    var rightQuantifier: Quantifier = .anyElement
     var right: Operand
     /// For `==` and `IN` with a long list of constants on the right: the constants, hashed.
     var lookup: EqualityLookup? = nil
+    /// Both sides are lists and neither has a quantifier: they compare element by element, in order, and must have
+    /// as many elements (`{5.5, 4.0} == items.price`).
+    var elementwise = false
 }
 
 /// One side of a comparison.
-enum Operand: Hashable, Sendable {
+indirect enum Operand: Hashable, Sendable {
     /// A literal or an argument.
     case constant(Value)
     /// A `{...}` list literal, a list argument, or the two bounds of `BETWEEN`.
     case constants([Value])
     case keyPath(KeyPath)
+    /// `left op right` on numbers: null when either is null; on a list and a number, one result per element.
+    case arithmetic(ArithmeticOperator, Operand, Operand)
+    /// `SUBQUERY(collection, $x, predicate).@count`: how many objects of the list `collection` leads to match
+    /// `predicate`, whose key paths start at such an object.
+    case subqueryCount(KeyPath, Predicate)
 
     /// Whether the operand yields any number of values rather than exactly one.
     var isMany: Bool {
         switch self {
-        case .constant: false
+        case .constant, .subqueryCount: false
         case .constants: true
+        case .arithmetic(_, let left, let right): left.isMany || right.isMany
         case .keyPath(let path): path.isToMany
         }
     }
@@ -54,8 +65,9 @@ struct KeyPath: Hashable, Sendable {
     /// The key path as written, for messages and ``Query/ordering``.
     var text: String
 
-    /// Whether the path yields any number of values: it goes through a list and ends without an aggregate.
-    var isToMany: Bool { operation == nil && steps.contains { $0.isList } }
+    /// Whether the path yields any number of values: it goes through a list (not taken one element of by a
+    /// subscript) and ends without an aggregate.
+    var isToMany: Bool { operation == nil && steps.contains { $0.yieldsMany } }
 }
 
 /// One property along a key path.
@@ -65,10 +77,40 @@ struct PathStep: Hashable, Sendable {
         /// A link to an object of the named type.
         case link(String)
         case embedded(String)
+
+        /// The type a link or embedded step leads to.
+        var objectType: String? {
+            switch self {
+            case .scalar: nil
+            case .link(let type), .embedded(let type): type
+            }
+        }
     }
     var name: String
     var target: Target
+    /// Whether the property is a list (even when `element` takes one of its elements).
     var isList: Bool
+    /// `[FIRST]`, `[LAST]` or `[n]` after a list property: the step leads to that one element (none when the list
+    /// is shorter).
+    var element: ElementSelector? = nil
+
+    /// Whether the step leads to any number of values: a list not taken one element of.
+    var yieldsMany: Bool { isList && element == nil }
+}
+
+/// Which element of a list a subscript takes.
+enum ElementSelector: Hashable, Sendable {
+    case first, last
+    case index(Int)
+
+    /// The element of `elements` this selects, if there is one.
+    func select<Element>(_ elements: [Element]) -> Element? {
+        switch self {
+        case .first: elements.first
+        case .last: elements.last
+        case .index(let index): index < elements.count ? elements[index] : nil
+        }
+    }
 }
 
 enum PathOperation: Hashable, Sendable {

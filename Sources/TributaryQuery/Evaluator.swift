@@ -26,15 +26,11 @@ struct Evaluator<Source: QueryObjectSource> {
             return queryCompare(
                 object[path.steps[0].name] ?? .null, comparison.op, constant, options: comparison.options)
         }
-        let right: [Value]
-        switch comparison.right {
-        case .constant(let value): right = [value]
-        case .constants(let values): right = values
-        case .keyPath(let path): right = values(of: path, in: object)
-        }
+        let right = values(of: comparison.right, in: object)
         let op = comparison.op
         let options = comparison.options
         let rightIsMany = comparison.right.isMany
+        let rightQuantifier = comparison.rightQuantifier
         let lookup = comparison.lookup
         func test(_ left: Value) -> Bool {
             if let lookup { return lookup.contains(left) }
@@ -43,21 +39,46 @@ struct Evaluator<Source: QueryObjectSource> {
                 return queryCompare(left, .greaterEqual, right[0], options: [])
                     && queryCompare(left, .lessEqual, right[1], options: [])
             }
-            if rightIsMany { return right.contains { queryCompare(left, op, $0, options: options) } }
+            if rightIsMany {
+                switch rightQuantifier {
+                case .anyElement: return right.contains { queryCompare(left, op, $0, options: options) }
+                case .allElements: return right.allSatisfy { queryCompare(left, op, $0, options: options) }
+                case .noElement: return !right.contains { queryCompare(left, op, $0, options: options) }
+                }
+            }
             guard let value = right.first else { return false }
             return queryCompare(left, op, value, options: options)
         }
-        switch comparison.left {
-        case .constant(let value): return test(value)
-        case .constants(let values): return values.contains(where: test)
-        case .keyPath(let path):
-            let left = values(of: path, in: object)
-            guard path.isToMany else { return left.first.map(test) ?? false }
-            switch comparison.quantifier {
-            case .anyElement: return left.contains(where: test)
-            case .allElements: return left.allSatisfy(test)
-            case .noElement: return !left.contains(where: test)
-            }
+        let left = values(of: comparison.left, in: object)
+        if comparison.elementwise {
+            return left.count == right.count
+                && zip(left, right).allSatisfy { queryCompare($0, op, $1, options: options) }
+        }
+        guard comparison.left.isMany else { return left.first.map(test) ?? false }
+        switch comparison.quantifier {
+        case .anyElement: return left.contains(where: test)
+        case .allElements: return left.allSatisfy(test)
+        case .noElement: return !left.contains(where: test)
+        }
+    }
+
+    /// The values an operand yields from an object: one for a single-valued operand, any number for a list.
+    private func values(of operand: Operand, in object: [String: Value]) -> [Value] {
+        switch operand {
+        case .constant(let value): return [value]
+        case .constants(let values): return values
+        case .keyPath(let path): return values(of: path, in: object)
+        case .arithmetic(let op, let leftOperand, let rightOperand):
+            let left = values(of: leftOperand, in: object)
+            let right = values(of: rightOperand, in: object)
+            if leftOperand.isMany { return left.map { arithmetic(op, $0, right.first ?? .null) } }
+            if rightOperand.isMany { return right.map { arithmetic(op, left.first ?? .null, $0) } }
+            return [arithmetic(op, left.first ?? .null, right.first ?? .null)]
+        case .subqueryCount(let path, let predicate):
+            guard let last = path.steps.last, let holder = holder(of: path.steps, in: object) else { return [.int(0)] }
+            var count: Int64 = 0
+            for element in objects(following: last, in: holder) where matches(predicate, element) { count += 1 }
+            return [.int(count)]
         }
     }
 
@@ -121,34 +142,66 @@ struct Evaluator<Source: QueryObjectSource> {
     /// a list (links whose target is missing left out).
     private func objects(following step: PathStep, in object: [String: Value]) -> [[String: Value]] {
         let value = object[step.name] ?? .null
+        let objects: [[String: Value]]
         switch step.target {
         case .scalar:
             return []
         case .link(let type):
-            if step.isList { return (value.listValue ?? []).compactMap { target(of: $0, type: type) } }
-            return target(of: value, type: type).map { [$0] } ?? []
+            guard step.isList else { return target(of: value, type: type).map { [$0] } ?? [] }
+            objects = (value.listValue ?? []).compactMap { target(of: $0, type: type) }
         case .embedded:
-            if step.isList { return (value.listValue ?? []).compactMap { $0.embeddedValue?.fields } }
-            return value.embeddedValue.map { [$0.fields] } ?? []
+            guard step.isList else { return value.embeddedValue.map { [$0.fields] } ?? [] }
+            objects = (value.listValue ?? []).compactMap { $0.embeddedValue?.fields }
         }
+        guard let element = step.element else { return objects }
+        return element.select(objects).map { [$0] } ?? []
     }
 
     /// The values of the last step of a path: its value, or a list's elements. A link whose target is
     /// missing reads as null (to-one) or is left out (list).
     private func leafValues(_ step: PathStep, in object: [String: Value]) -> [Value] {
         let value = object[step.name] ?? .null
+        let elements: [Value]
         switch step.target {
         case .scalar, .embedded:
-            return step.isList ? (value.listValue ?? []) : [value]
+            guard step.isList else { return [value] }
+            elements = value.listValue ?? []
         case .link(let type):
-            if step.isList { return (value.listValue ?? []).filter { target(of: $0, type: type) != nil } }
-            return target(of: value, type: type) == nil ? [.null] : [value]
+            guard step.isList else { return target(of: value, type: type) == nil ? [.null] : [value] }
+            elements = (value.listValue ?? []).filter { target(of: $0, type: type) != nil }
         }
+        guard let element = step.element else { return elements }
+        return [element.select(elements) ?? .null]
     }
 
     private func target(of link: Value, type: String) -> [String: Value]? {
         guard case .link(let key) = link else { return nil }
         return source.object(type: type, primaryKey: key)
+    }
+
+    // MARK: Arithmetic
+
+    /// `left op right` as Realm computes it: integers stay integers (wrapping on overflow, truncating division, a
+    /// division by zero giving the largest integer of the dividend's sign); with a double, in doubles; with a null
+    /// or a value that is not a number, null.
+    private func arithmetic(_ op: ArithmeticOperator, _ left: Value, _ right: Value) -> Value {
+        if case .int(let a) = left, case .int(let b) = right {
+            switch op {
+            case .add: return .int(a &+ b)
+            case .subtract: return .int(a &- b)
+            case .multiply: return .int(a &* b)
+            case .divide:
+                if b == 0 { return .int(a < 0 ? .min : .max) }
+                return .int(a == .min && b == -1 ? .min : a / b)
+            }
+        }
+        guard let a = left.numericValue, let b = right.numericValue else { return .null }
+        switch op {
+        case .add: return .double(a + b)
+        case .subtract: return .double(a - b)
+        case .multiply: return .double(a * b)
+        case .divide: return .double(a / b)
+        }
     }
 
     // MARK: Aggregates
@@ -210,5 +263,16 @@ struct Evaluator<Source: QueryObjectSource> {
         }
         guard any else { return nil }
         return isInteger ? .int(integer) : .double(double)
+    }
+}
+
+extension Value {
+    /// The value as a double, for an integer or a double.
+    fileprivate var numericValue: Double? {
+        switch self {
+        case .int(let int): Double(int)
+        case .double(let double): double
+        default: nil
+        }
     }
 }

@@ -87,7 +87,8 @@ extension IndexConstraint {
     }
 
     private static func constraint(_ comparison: Comparison) -> IndexConstraint? {
-        guard comparison.options.isEmpty else { return nil }
+        // `a == ALL {...}` and `a == NONE {...}` are not lookups of any one value.
+        guard comparison.options.isEmpty, comparison.rightQuantifier == .anyElement else { return nil }
         var op = comparison.op
         let property: (String, ScalarType)
         let other: Operand

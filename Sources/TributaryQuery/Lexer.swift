@@ -46,6 +46,9 @@ struct Lexer {
             kind = try numberOrDate()
         case UInt8(ascii: "T") where timestampFollows():
             kind = .date(try timestamp())
+        case UInt8(ascii: "$") where peek(1).map(isIdentifierStart) == true:
+            offset += 1
+            kind = .variable("$" + identifierText())
         case UInt8(ascii: "$"):
             kind = .argument(try argument())
         case UInt8(ascii: "%"):
@@ -60,11 +63,9 @@ struct Lexer {
         case _ where isIdentifierStart(byte):
             let name = identifierText()
             let lowered = name.lowercased()
-            if lowered == "subquery" && peek() == UInt8(ascii: "(") {
-                // Its `$x` variables do not lex as arguments; say what is missing before they fail.
-                throw error(.unsupported, "SUBQUERY is not supported", at: start)
-            }
-            if (lowered == "oid" || lowered == "uuid") && peek() == UInt8(ascii: "(") {
+            if lowered == "b64", let quote = peek(), quote == UInt8(ascii: "\"") || quote == UInt8(ascii: "'") {
+                kind = .data(try base64(quote: quote, start: start))
+            } else if (lowered == "oid" || lowered == "uuid") && peek() == UInt8(ascii: "(") {
                 kind = try objectLiteral(lowered, start: start)
             } else {
                 kind = .identifier(name)
@@ -86,10 +87,27 @@ struct Lexer {
             || byte == UInt8(ascii: "_") || byte >= 0x80
     }
 
+    /// A name: letters, digits, `_`, `$`, and the escapes `\ ` (a space), `\t`, `\n` and `\r`, which let a property
+    /// name hold those characters.
     private mutating func identifierText() -> String {
-        let start = offset
-        while let byte = peek(), isIdentifierStart(byte) || isDigit(byte) { offset += 1 }
-        return String(decoding: bytes[start..<offset], as: UTF8.self)
+        var result: [UInt8] = []
+        while let byte = peek() {
+            if isIdentifierStart(byte) || isDigit(byte) || byte == UInt8(ascii: "$") {
+                result.append(byte)
+                offset += 1
+                continue
+            }
+            guard byte == UInt8(ascii: "\\"), let escaped = peek(1) else { break }
+            switch escaped {
+            case UInt8(ascii: " "): result.append(0x20)
+            case UInt8(ascii: "t"): result.append(0x09)
+            case UInt8(ascii: "n"): result.append(0x0A)
+            case UInt8(ascii: "r"): result.append(0x0D)
+            default: return String(decoding: result, as: UTF8.self)
+            }
+            offset += 2
+        }
+        return String(decoding: result, as: UTF8.self)
     }
 
     // MARK: Symbols
@@ -111,6 +129,9 @@ struct Lexer {
         case UInt8(ascii: ","): return take(1, .comma)
         case UInt8(ascii: "."): return take(1, .dot)
         case UInt8(ascii: "-"): return take(1, .minus)
+        case UInt8(ascii: "+"): return take(1, .plus)
+        case UInt8(ascii: "*"): return take(1, .star)
+        case UInt8(ascii: "/"): return take(1, .slash)
         case UInt8(ascii: "="):
             switch following {
             case UInt8(ascii: "="): return take(2, .equal)
@@ -164,6 +185,8 @@ struct Lexer {
             case UInt8(ascii: "n"): result.append(0x0A)
             case UInt8(ascii: "r"): result.append(0x0D)
             case UInt8(ascii: "t"): result.append(0x09)
+            case UInt8(ascii: "b"): result.append(0x08)
+            case UInt8(ascii: "f"): result.append(0x0C)
             case UInt8(ascii: "0"): result.append(0x00)
             case UInt8(ascii: "u"):
                 let scalar = try unicodeEscape(start: escapeStart)
@@ -171,7 +194,7 @@ struct Lexer {
             default:
                 throw error(
                     .syntax,
-                    "unknown escape '\\\(Character(Unicode.Scalar(escaped)))'; use \\\\, \\', \\\", \\n, \\r, \\t, \\0 or \\u",
+                    "unknown escape '\\\(Character(Unicode.Scalar(escaped)))'; use \\\\, \\', \\\", \\/, \\b, \\f, \\n, \\r, \\t, \\0 or \\u",
                     at: escapeStart)
             }
         }
@@ -206,9 +229,15 @@ struct Lexer {
 
     // MARK: Numbers and dates
 
-    /// A number, or a `YYYY-MM-DD@HH:MM:SS[:nanoseconds]` date (also with `T` for `@`).
+    /// A number (`12`, `1.5e3`, `10.`, `.5`, `0x1F`), or a `YYYY-MM-DD@HH:MM:SS[:nanoseconds]` date (also with `T`
+    /// for `@`).
     private mutating func numberOrDate() throws(QueryError) -> Token.Kind {
         let start = offset
+        if peek() == UInt8(ascii: "0"), let x = peek(1), x == UInt8(ascii: "x") || x == UInt8(ascii: "X") {
+            offset += 2
+            while let byte = peek(), isHexDigit(byte) { offset += 1 }
+            return .number(String(decoding: bytes[start..<offset], as: UTF8.self))
+        }
         let integerDigits = digitRun()
         if integerDigits > 0, peek() == UInt8(ascii: "-"), peek(1).map(isDigit) == true {
             offset = start
@@ -217,6 +246,8 @@ struct Lexer {
         if peek() == UInt8(ascii: "."), peek(1).map(isDigit) == true {
             offset += 1
             _ = digitRun()
+        } else if integerDigits > 0, peek() == UInt8(ascii: "."), peek(1).map(isIdentifierStart) != true {
+            offset += 1  // `10.`: a double with nothing after the point
         }
         if let byte = peek(), byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E") {
             var distance = 1
@@ -227,6 +258,11 @@ struct Lexer {
             }
         }
         return .number(String(decoding: bytes[start..<offset], as: UTF8.self))
+    }
+
+    private func isHexDigit(_ byte: UInt8) -> Bool {
+        isDigit(byte) || (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "f"))
+            || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "F"))
     }
 
     private mutating func digitRun() -> Int {
@@ -339,6 +375,26 @@ struct Lexer {
         default:
             throw error(.syntax, "expected '%@' (an argument placeholder)", at: start)
         }
+    }
+
+    /// `B64"..."` (the `B64` already read): the bytes the base64 text between the quotes stands for. (Realm reads it
+    /// as a string; `bin(B64"...")` makes it data.)
+    private mutating func base64(quote: UInt8, start: Int) throws(QueryError) -> Data {
+        offset += 1
+        let contentStart = offset
+        while let byte = peek(), byte != quote { offset += 1 }
+        guard peek() == quote else {
+            throw error(
+                .syntax, "unterminated B64 literal: expected a closing \(quote == 0x22 ? "\"" : "'")", at: start)
+        }
+        let content = String(decoding: bytes[contentStart..<offset], as: UTF8.self)
+        offset += 1
+        guard let data = Data(base64Encoded: content) else {
+            throw error(
+                .invalidLiteral, "'\(content)' is not base64: B64\"...\" takes base64 text, such as B64\"AQID\"",
+                at: start)
+        }
+        return data
     }
 
     /// `oid(<24 hex digits>)` or `uuid(<8-4-4-4-12 hex digits>)`; the name is already read.

@@ -1,3 +1,6 @@
+import Foundation
+import TributaryModel
+
 /// A recursive-descent parser from tokens to a ``SyntaxQuery``.
 ///
 /// Grammar (keywords are case-insensitive):
@@ -8,20 +11,30 @@
 /// and         := not (('AND' | '&&') not)*
 /// not         := ('NOT' | '!') not | atom
 /// atom        := '(' predicate ')' | 'TRUEPREDICATE' | 'FALSEPREDICATE' | comparison
-/// comparison  := quantifier? value operator modifier? value
-///              | quantifier? value 'BETWEEN' '{' value ',' value '}'
+/// comparison  := quantifier? sum operator modifier? quantifier? sum
+///              | quantifier? sum 'BETWEEN' '{' value ',' value '}'
 /// quantifier  := 'ANY' | 'SOME' | 'ALL' | 'NONE'
 /// operator    := '==' | '=' | '!=' | '<>' | '<' | '<=' | '=<' | '>' | '>=' | '=>'
 ///              | 'BEGINSWITH' | 'ENDSWITH' | 'CONTAINS' | 'LIKE' | 'IN'
 /// modifier    := '[' ('c' | 'd' | 'cd') ']'
-/// value       := keypath | literal | '$' digits | '%@' | '{' (value (',' value)*)? '}'
-/// keypath     := name ('.' (name | '@' name))*
-/// descriptor  := 'SORT' '(' keypath direction? (',' keypath direction?)* ')'
+/// sum         := product (('+' | '-') product)*
+/// product     := value (('*' | '/') value)*
+/// value       := '(' sum ')' | keypath | literal | '$' digits | '%@' | '{' (value (',' value)*)? '}'
+///              | 'SUBQUERY' '(' keypath ',' '$' name ',' predicate ')' '.' ('@count' | '@size')
+/// literal     := number | string | date | 'true' | 'false' | 'null' | 'nil' | oid(...) | uuid(...)
+///              | 'B64"' base64 '"' | 'obj' '(' string ',' literal ')'
+/// number      := ('-' | '+')? (digits | digits '.' digits? | '.' digits | '0x' hex | 'inf' | 'infinity' | 'nan')
+/// keypath     := ('$' name | element) ('.' (element | '@' name))*
+/// element     := name ('[' ('FIRST' | 'LAST' | 'SIZE' | '*' | digits) ']')?
+/// descriptor  := 'SORT' '(' keypath direction (',' keypath direction)* ')'
 ///              | 'DISTINCT' '(' keypath (',' keypath)* ')' | 'LIMIT' '(' digits ')'
+/// direction   := 'ASC' | 'ASCENDING' | 'DESC' | 'DESCENDING'
 /// ```
 ///
 /// `AND` and `OR` chains are collected into flat lists, so a long chain does not deepen the recursion;
-/// parentheses and `NOT` do, and are limited to ``Query/maximumNestingDepth`` levels.
+/// parentheses, `NOT` and SUBQUERY do, and are limited to ``Query/maximumNestingDepth`` levels. A `(` that starts a
+/// predicate may open a parenthesized predicate or an arithmetic expression (`(age + 1) * 2 > 10`): the parser
+/// reads it as a predicate first, and as the left side of a comparison when that does not fit.
 struct Parser {
     private let tokens: [Token]
     private let query: String
@@ -148,14 +161,22 @@ struct Parser {
     private mutating func parseAtom(depth: Int) throws(QueryError) -> SyntaxPredicate {
         if current.isSymbol(.leftParen) {
             try checkDepth(depth + 1)
-            let open = advance()
-            let inner = try parsePredicate(depth: depth + 1)
-            guard current.isSymbol(.rightParen) else {
-                let column = QueryError(.syntax, "", position: open.start, query: query).column
-                throw error("the '(' at column \(column) is not closed: expected ')'\(found)")
+            let saved = (index, nextPlaceholder)
+            let predicateError: QueryError
+            do {
+                let predicate = try parseParenthesizedPredicate(depth: depth)
+                // `(a + b) * 2 > 1` and `(a) > 1` start with parentheses too: an operator after ')' says so.
+                if !isArithmeticOperator(current) && comparisonOperator(current) == nil { return predicate }
+                predicateError = error("expected AND, OR or ')'")
+            } catch {
+                predicateError = error
             }
-            _ = advance()
-            return inner
+            (index, nextPlaceholder) = saved
+            do {
+                return .comparison(try parseComparison(depth: depth))
+            } catch {
+                throw predicateError
+            }
         }
         if current.isKeyword("TRUEPREDICATE") {
             _ = advance()
@@ -165,27 +186,53 @@ struct Parser {
             _ = advance()
             return .constant(false)
         }
-        return .comparison(try parseComparison())
+        return .comparison(try parseComparison(depth: depth))
     }
 
-    private mutating func parseComparison() throws(QueryError) -> SyntaxComparison {
-        var quantifier: Quantifier?
-        let quantifierPosition = current.start
-        let next = token(at: 1)
-        if case .identifier = next.kind {
-            if current.isKeyword("ANY") || current.isKeyword("SOME") {
-                quantifier = .anyElement
-            } else if current.isKeyword("ALL") {
-                quantifier = .allElements
-            } else if current.isKeyword("NONE") {
-                quantifier = .noElement
-            }
-            if quantifier != nil { _ = advance() }
+    private mutating func parseParenthesizedPredicate(depth: Int) throws(QueryError) -> SyntaxPredicate {
+        let open = advance()
+        let inner = try parsePredicate(depth: depth + 1)
+        guard current.isSymbol(.rightParen) else {
+            let column = QueryError(.syntax, "", position: open.start, query: query).column
+            throw error("the '(' at column \(column) is not closed: expected ')'\(found)")
         }
-        let left = try parseValue(
+        _ = advance()
+        return inner
+    }
+
+    private func isArithmeticOperator(_ token: Token) -> Bool {
+        token.isSymbol(.plus) || token.isSymbol(.minus) || token.isSymbol(.star) || token.isSymbol(.slash)
+    }
+
+    /// `ANY`, `SOME`, `ALL` or `NONE` when it is one here: followed by what a quantifier applies to (a key path, a
+    /// list or an argument), not by an operator, which makes it a property's name.
+    private mutating func parseQuantifier() -> Quantifier? {
+        switch token(at: 1).kind {
+        case .identifier, .variable, .argument, .placeholder, .symbol(.leftBrace): break
+        default: return nil
+        }
+        let quantifier: Quantifier
+        if current.isKeyword("ANY") || current.isKeyword("SOME") {
+            quantifier = .anyElement
+        } else if current.isKeyword("ALL") {
+            quantifier = .allElements
+        } else if current.isKeyword("NONE") {
+            quantifier = .noElement
+        } else {
+            return nil
+        }
+        _ = advance()
+        return quantifier
+    }
+
+    private mutating func parseComparison(depth: Int) throws(QueryError) -> SyntaxComparison {
+        let quantifierPosition = current.start
+        let quantifier = parseQuantifier()
+        let left = try parseSum(
+            depth: depth,
             expected: quantifier == nil
                 ? "expected a predicate: a property, a value, '(', NOT, TRUEPREDICATE or FALSEPREDICATE"
-                : "expected a key path after '\(previousText)'")
+                : "expected a key path or a list after '\(previousText)'")
         let leftText = text(left.start, left.end)
         let opToken = current
         guard let op = comparisonOperator(opToken) else {
@@ -198,14 +245,21 @@ struct Parser {
             options = try parseOptions(after: op, opText: opText)
         }
         let right: SyntaxExpression
+        let rightQuantifierPosition = current.start
+        var rightQuantifier: Quantifier?
         if op == .between {
             right = try parseBetweenBounds()
         } else {
-            right = try parseValue(expected: "expected a value after '\(opText)'")
+            rightQuantifier = parseQuantifier()
+            right = try parseSum(
+                depth: depth,
+                expected: rightQuantifier == nil
+                    ? "expected a value after '\(opText)'" : "expected a key path or a list after '\(previousText)'")
         }
         return SyntaxComparison(
             quantifier: quantifier, quantifierPosition: quantifierPosition, left: left, op: op, opText: opText,
-            opPosition: opToken.start, options: options, right: right)
+            opPosition: opToken.start, options: options, rightQuantifier: rightQuantifier,
+            rightQuantifierPosition: rightQuantifierPosition, right: right)
     }
 
     private func comparisonOperator(_ token: Token) -> ComparisonOperator? {
@@ -257,9 +311,9 @@ struct Parser {
     private mutating func parseBetweenBounds() throws(QueryError) -> SyntaxExpression {
         let start = current.start
         try expect(.leftBrace, "expected '{' after BETWEEN, as in BETWEEN {1, 10}")
-        let lower = try parseValue(expected: "expected the lower bound after 'BETWEEN {'")
+        let lower = try parseSimpleValue(expected: "expected the lower bound after 'BETWEEN {'")
         try expect(.comma, "expected ',' between the two bounds of BETWEEN")
-        let upper = try parseValue(expected: "expected the upper bound after ','")
+        let upper = try parseSimpleValue(expected: "expected the upper bound after ','")
         let end = current.end
         try expect(.rightBrace, "expected '}' after the upper bound of BETWEEN")
         return SyntaxExpression(kind: .list([lower, upper]), start: start, end: end)
@@ -267,8 +321,51 @@ struct Parser {
 
     // MARK: Values
 
-    /// A key path, literal, argument or `{...}` list. `expected` is the message when none is here.
-    private mutating func parseValue(expected: String) throws(QueryError) -> SyntaxExpression {
+    /// Values joined by `+` and `-`, each a product.
+    private mutating func parseSum(depth: Int, expected: String) throws(QueryError) -> SyntaxExpression {
+        var result = try parseProduct(depth: depth, expected: expected)
+        while current.isSymbol(.plus) || current.isSymbol(.minus) {
+            let op: ArithmeticOperator = advance().isSymbol(.plus) ? .add : .subtract
+            let right = try parseProduct(depth: depth, expected: "expected a value after '\(op.rawValue)'")
+            result = SyntaxExpression(kind: .arithmetic(op, result, right), start: result.start, end: right.end)
+        }
+        return result
+    }
+
+    /// Values joined by `*` and `/`.
+    private mutating func parseProduct(depth: Int, expected: String) throws(QueryError) -> SyntaxExpression {
+        var result = try parseValue(depth: depth, expected: expected)
+        while current.isSymbol(.star) || current.isSymbol(.slash) {
+            let op: ArithmeticOperator = advance().isSymbol(.star) ? .multiply : .divide
+            let right = try parseValue(depth: depth, expected: "expected a value after '\(op.rawValue)'")
+            result = SyntaxExpression(kind: .arithmetic(op, result, right), start: result.start, end: right.end)
+        }
+        return result
+    }
+
+    /// A parenthesized sum, key path, literal, argument, `{...}` list or SUBQUERY. `expected` is the message when
+    /// none is here.
+    private mutating func parseValue(depth: Int, expected: String) throws(QueryError) -> SyntaxExpression {
+        let start = current.start
+        if current.isSymbol(.leftParen) {
+            try checkDepth(depth + 1)
+            let open = advance()
+            let inner = try parseSum(depth: depth + 1, expected: "expected a value after '('")
+            guard current.isSymbol(.rightParen) else {
+                let column = QueryError(.syntax, "", position: open.start, query: query).column
+                throw error("the '(' at column \(column) is not closed: expected ')'\(found)")
+            }
+            let close = advance()
+            return SyntaxExpression(kind: inner.kind, start: open.start, end: close.end)
+        }
+        if current.isKeyword("SUBQUERY") && token(at: 1).isSymbol(.leftParen) {
+            return try parseSubquery(depth: depth)
+        }
+        return try parseSimpleValue(expected: expected)
+    }
+
+    /// A key path, literal, argument or `{...}` list.
+    private mutating func parseSimpleValue(expected: String) throws(QueryError) -> SyntaxExpression {
         let start = current.start
         func literal(_ literal: Literal, _ token: Token) -> SyntaxExpression {
             SyntaxExpression(kind: .literal(literal), start: token.start, end: token.end)
@@ -279,25 +376,60 @@ struct Parser {
             case "true": return literal(.bool(true), advance())
             case "false": return literal(.bool(false), advance())
             case "nil", "null": return literal(.null, advance())
+            case "inf", "infinity": return literal(.double(.infinity), advance())
+            case "nan": return literal(.double(.nan), advance())
+            case "obj" where token(at: 1).isSymbol(.leftParen): return try parseObjectLink()
+            case "bin",
+                "binary" where token(at: 1).isSymbol(.leftParen):
+                return try parseBinary()
             case "truepredicate", "falsepredicate":
                 throw error("\(expected)\(found) (a predicate, not a value)")
-            case "and", "or", "not", "in", "between", "beginswith", "endswith", "contains", "like":
-                // Reserved words: reading one as a property name would only move the error further away.
+            case "and", "or", "not", "subquery":
                 throw error("\(expected)\(found)")
+            case "in", "between", "beginswith", "endswith", "contains", "like":
+                // Operators, and property names only where one is expected (`in == 5`, `like.count > 1`): anywhere
+                // else, reading one as a name would only move the error further away.
+                let next = token(at: 1)
+                guard comparisonOperator(next) != nil || next.isSymbol(.dot) || next.isSymbol(.leftBracket) else {
+                    throw error("\(expected)\(found)")
+                }
+                let components = try parseKeyPath()
+                return SyntaxExpression(kind: .keyPath(components), start: start, end: token(at: -1).end)
             default:
                 let components = try parseKeyPath()
                 return SyntaxExpression(kind: .keyPath(components), start: start, end: token(at: -1).end)
             }
+        case .variable:
+            let components = try parseKeyPath()
+            return SyntaxExpression(kind: .keyPath(components), start: start, end: token(at: -1).end)
         case .number(let digits):
             return literal(try number(digits, negative: false, at: start), advance())
-        case .symbol(.minus):
-            _ = advance()
-            guard case .number(let digits) = current.kind else {
-                throw error("expected a number after '-'\(found)")
+        case .symbol(.minus), .symbol(.plus):
+            let negative = advance().isSymbol(.minus)
+            let sign = negative ? "-" : "+"
+            switch current.kind {
+            case .number(let digits):
+                let token = advance()
+                return SyntaxExpression(
+                    kind: .literal(try number(digits, negative: negative, at: start)), start: start, end: token.end)
+            case .identifier(let word) where ["inf", "infinity"].contains(word.lowercased()):
+                let token = advance()
+                return SyntaxExpression(
+                    kind: .literal(.double(negative ? -.infinity : .infinity)), start: start, end: token.end)
+            case .identifier(let word) where word.lowercased() == "nan":
+                let token = advance()
+                return SyntaxExpression(kind: .literal(.double(.nan)), start: start, end: token.end)
+            default:
+                throw error("expected a number after '\(sign)'\(found)")
             }
-            let token = advance()
-            return SyntaxExpression(
-                kind: .literal(try number(digits, negative: true, at: start)), start: start, end: token.end)
+        case .data(let data):
+            guard let string = String(validating: data, as: UTF8.self) else {
+                throw QueryError(
+                    .invalidLiteral,
+                    "B64\"...\" stands for a string, and these bytes are not UTF-8 text; write bin(B64\"...\") for data",
+                    position: start, query: query)
+            }
+            return literal(.string(string), advance())
         case .string(let string): return literal(.string(string), advance())
         case .date(let date): return literal(.date(date), advance())
         case .objectId(let id): return literal(.objectId(id), advance())
@@ -322,6 +454,20 @@ struct Parser {
 
     private func number(_ digits: String, negative: Bool, at position: Int) throws(QueryError) -> Literal {
         let text = negative ? "-" + digits : digits
+        if digits.hasPrefix("0x") || digits.hasPrefix("0X") {
+            let hex = String(digits.dropFirst(2))
+            guard !hex.isEmpty else {
+                throw QueryError(
+                    .invalidLiteral, "'\(text)' is not a hexadecimal integer: write 0x and hexadecimal digits",
+                    position: position, query: query)
+            }
+            let limit = negative ? UInt64(Int64.max) + 1 : UInt64(Int64.max)
+            guard let magnitude = UInt64(hex, radix: 16), magnitude <= limit else {
+                throw QueryError(
+                    .invalidLiteral, "integer \(text) does not fit in 64 bits", position: position, query: query)
+            }
+            return .int(negative ? Int64(truncatingIfNeeded: 0 &- magnitude) : Int64(magnitude))
+        }
         if digits.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }) {
             guard let value = Double(text), value.isFinite else {
                 throw QueryError(.invalidLiteral, "'\(text)' is not a finite number", position: position, query: query)
@@ -345,7 +491,7 @@ struct Parser {
                     throw QueryError(
                         .unsupported, "lists inside lists are not supported", position: current.start, query: query)
                 }
-                let element = try parseValue(expected: "expected a value in the list")
+                let element = try parseSimpleValue(expected: "expected a value in the list")
                 if case .keyPath = element.kind {
                     throw QueryError(
                         .unsupported, "a '{...}' list can only hold literals and arguments, not key paths",
@@ -366,9 +512,17 @@ struct Parser {
     }
 
     private mutating func parseKeyPath() throws(QueryError) -> [PathComponent] {
-        guard case .identifier(let first) = current.kind else { throw error("expected a property name\(found)") }
-        var components = [PathComponent(name: first, isOperator: false, position: current.start)]
+        var components: [PathComponent]
+        switch current.kind {
+        case .identifier(let first):
+            components = [PathComponent(name: first, isOperator: false, position: current.start)]
+        case .variable(let name):
+            components = [PathComponent(name: name, isOperator: false, position: current.start, isVariable: true)]
+        default:
+            throw error("expected a property name\(found)")
+        }
         _ = advance()
+        try parseSubscript(into: &components)
         while current.isSymbol(.dot) {
             _ = advance()
             switch current.kind {
@@ -380,14 +534,112 @@ struct Parser {
                 throw error("expected a property name or @count, @size, @min, @max, @sum, @avg after '.'\(found)")
             }
             _ = advance()
-        }
-        // Modifiers such as [c] only follow operators, so '[' after a key path is a subscript.
-        if current.isSymbol(.leftBracket) {
-            throw QueryError(
-                .unsupported, "subscripts such as list[FIRST] or dictionary['key'] are not supported",
-                position: current.start, query: query)
+            try parseSubscript(into: &components)
         }
         return components
+    }
+
+    /// `[FIRST]`, `[LAST]`, `[SIZE]`, `[*]` or `[n]` after the last of `components`, if one follows. (Modifiers
+    /// such as `[c]` only follow operators, so a '[' after a key path is a subscript.)
+    private mutating func parseSubscript(into components: inout [PathComponent]) throws(QueryError) {
+        guard current.isSymbol(.leftBracket) else { return }
+        let open = advance()
+        let kind: SyntaxSubscript.Kind
+        switch current.kind {
+        case .identifier(let word) where word.uppercased() == "FIRST": kind = .first
+        case .identifier(let word) where word.uppercased() == "LAST": kind = .last
+        case .identifier(let word) where word.uppercased() == "SIZE": kind = .size
+        case .symbol(.star): kind = .all
+        case .number(let digits):
+            guard let index = Int(digits) else {
+                throw error("expected a list index: a non-negative integer that fits in 64 bits, not \(digits)")
+            }
+            kind = .index(index)
+        case .string:
+            throw QueryError(
+                .unsupported,
+                "subscripts by key, such as dictionary['key'], need a dictionary property; "
+                    + "Tributary has no dictionaries yet", position: current.start, query: query)
+        default:
+            throw error("expected FIRST, LAST, SIZE, * or an index inside '[...]'\(found)")
+        }
+        _ = advance()
+        try expect(.rightBracket, "expected ']' after the subscript")
+        guard let last = components.indices.last, !components[last].isOperator,
+            components[last].subscriptSelector == nil
+        else { throw error("a subscript must follow a property name", at: open.start) }
+        components[last].subscriptSelector = SyntaxSubscript(kind: kind, position: open.start)
+    }
+
+    /// `SUBQUERY(collection, $variable, predicate).@count` (also `.@size`).
+    private mutating func parseSubquery(depth: Int) throws(QueryError) -> SyntaxExpression {
+        try checkDepth(depth + 1)
+        let start = advance().start
+        _ = advance()  // '('
+        let pathStart = current.start
+        let components = try parseKeyPath()
+        let collection = SyntaxPath(components: components, start: pathStart, end: token(at: -1).end)
+        try expect(.comma, "expected ',' after SUBQUERY's list, as in SUBQUERY(items, $item, $item.price > 5)")
+        guard case .variable(let variable) = current.kind else {
+            throw error("expected a variable such as $item after SUBQUERY's list\(found)")
+        }
+        let variablePosition = advance().start
+        try expect(.comma, "expected ',' and a predicate after SUBQUERY's variable")
+        let predicate = try parsePredicate(depth: depth + 1)
+        try expect(.rightParen, "expected ')' to end the SUBQUERY")
+        guard current.isSymbol(.dot), case .atName(let name) = token(at: 1).kind,
+            ["count", "size"].contains(name.lowercased())
+        else {
+            throw error("a SUBQUERY must be followed by .@count, as in SUBQUERY(...).@count > 0")
+        }
+        _ = advance()
+        let end = advance().end
+        let subquery = SyntaxSubquery(
+            collection: collection, variable: variable, variablePosition: variablePosition, predicate: predicate)
+        return SyntaxExpression(kind: .subquery(subquery), start: start, end: end)
+    }
+
+    /// `bin('bytes')` or `bin(B64"...")` (also `binary(...)`): a data literal, of the string's UTF-8 bytes or of the
+    /// base64 text's.
+    private mutating func parseBinary() throws(QueryError) -> SyntaxExpression {
+        let start = advance().start
+        _ = advance()  // '('
+        let data: Data
+        switch current.kind {
+        case .string(let string): data = Data(string.utf8)
+        case .data(let bytes): data = bytes
+        default: throw error("expected a string or B64\"...\" inside bin(...)\(found)")
+        }
+        _ = advance()
+        let end = current.end
+        try expect(.rightParen, "expected ')' to end bin(...)")
+        return SyntaxExpression(kind: .literal(.data(data)), start: start, end: end)
+    }
+
+    /// `obj('Type', primaryKey)`: a link literal.
+    private mutating func parseObjectLink() throws(QueryError) -> SyntaxExpression {
+        let start = advance().start
+        _ = advance()  // '('
+        guard case .string(let type) = current.kind else {
+            throw error("expected the type name as a string in obj('Type', primaryKey)\(found)")
+        }
+        _ = advance()
+        try expect(.comma, "expected ',' and a primary key after obj('\(type)'")
+        let keyStart = current.start
+        let key: PrimaryKey
+        switch try parseSimpleValue(expected: "expected a primary key after obj('\(type)',").kind {
+        case .literal(.string(let string)): key = .string(string)
+        case .literal(.int(let int)): key = .int(int)
+        case .literal(.objectId(let id)): key = .objectId(id)
+        case .literal(.uuid(let uuid)): key = .uuid(uuid)
+        default:
+            throw QueryError(
+                .invalidLiteral, "a primary key in obj(...) is an integer, a string, an oid(...) or a uuid(...)",
+                position: keyStart, query: query)
+        }
+        let end = current.end
+        try expect(.rightParen, "expected ')' to end obj('\(type)', ...)")
+        return SyntaxExpression(kind: .literal(.link(type: type, key: key)), start: start, end: end)
     }
 
     // MARK: Descriptors
@@ -419,20 +671,24 @@ struct Parser {
             let components = try parseKeyPath()
             let path = SyntaxPath(components: components, start: start, end: token(at: -1).end)
             if isSort {
-                var ascending = true
+                let ascending: Bool
                 if current.isKeyword("ASC") || current.isKeyword("ASCENDING") {
-                    _ = advance()
+                    ascending = true
                 } else if current.isKeyword("DESC") || current.isKeyword("DESCENDING") {
                     ascending = false
-                    _ = advance()
+                } else {
+                    let written = text(path.start, path.end)
+                    throw error(
+                        "expected ASC or DESC after '\(written)' in SORT(...), as in SORT(\(written) ASC)\(found)")
                 }
+                _ = advance()
                 sortKeys.append(SyntaxSortKey(path: path, ascending: ascending))
             } else {
                 paths.append(path)
             }
         } while try consumeComma()
         try expect(
-            .rightParen, isSort ? "expected ASC, DESC, ',' or ')' in SORT(...)" : "expected ',' or ')' in DISTINCT(...)"
+            .rightParen, isSort ? "expected ',' or ')' in SORT(...)" : "expected ',' or ')' in DISTINCT(...)"
         )
         return isSort ? .sort(sortKeys) : .distinct(paths)
     }

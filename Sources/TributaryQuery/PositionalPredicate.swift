@@ -91,6 +91,7 @@ extension Query {
             case .comparison(let comparison):
                 guard case .keyPath(let path) = comparison.left, path.operation == nil, path.steps.count == 1,
                     case .scalar = path.steps[0].target, !path.steps[0].isList,
+                    comparison.rightQuantifier == .anyElement,
                     let position = type.properties.firstIndex(where: { $0.name == path.steps[0].name })
                 else { return nil }
                 // As the evaluator reads a comparison whose left side yields one value.
@@ -106,7 +107,7 @@ extension Query {
                     return comparison.lookup.map { .member(position: position, lookup: $0) }
                 case (.constants(let constants), let op):
                     return .compareAny(position: position, op: op, options: comparison.options, constants: constants)
-                case (.keyPath, _):
+                case (.keyPath, _), (.arithmetic, _), (.subqueryCount, _):
                     return nil
                 }
             }

@@ -13,8 +13,8 @@ public import TributaryModel
 /// let page = query.apply(to: messages, source: snapshot)
 /// ```
 ///
-/// The syntax is the everyday subset of the Realm Query Language; see the module documentation for the full
-/// list of operators and what is not supported.
+/// The syntax is the Realm Query Language, with quantifiers, arithmetic, subscripts and SUBQUERY; see the module
+/// documentation for the full list of operators and what is not supported.
 ///
 /// ## Topics
 ///
@@ -118,7 +118,15 @@ public struct Query: Hashable, Sendable, CustomStringConvertible {
     public var predicateProperties: Set<String> {
         var names = Set<String>()
         func collect(_ operand: Operand) {
-            if case .keyPath(let path) = operand, let first = path.steps.first { names.insert(first.name) }
+            switch operand {
+            case .constant, .constants: break
+            case .keyPath(let path), .subqueryCount(let path, _):
+                // A SUBQUERY's predicate reads the objects its list leads to, not the queried object.
+                if let first = path.steps.first { names.insert(first.name) }
+            case .arithmetic(_, let left, let right):
+                collect(left)
+                collect(right)
+            }
         }
         func collect(_ predicate: Predicate) {
             switch predicate {

@@ -18,7 +18,7 @@ indirect enum SyntaxPredicate: Hashable, Sendable {
     case comparison(SyntaxComparison)
 }
 
-/// `[ANY|ALL|NONE] left op[modifiers] right`.
+/// `[ANY|ALL|NONE] left op[modifiers] [ANY|ALL|NONE] right`.
 struct SyntaxComparison: Hashable, Sendable {
     var quantifier: Quantifier?
     var quantifierPosition: Int
@@ -28,6 +28,8 @@ struct SyntaxComparison: Hashable, Sendable {
     var opText: String
     var opPosition: Int
     var options: StringOptions
+    var rightQuantifier: Quantifier?
+    var rightQuantifierPosition: Int
     var right: SyntaxExpression
 }
 
@@ -40,17 +42,50 @@ struct SyntaxExpression: Hashable, Sendable {
         case argument(Int, placeholder: Bool)
         /// `{a, b, c}`.
         case list([SyntaxExpression])
+        /// `a + b`, `a - b`, `a * b`, `a / b`.
+        indirect case arithmetic(ArithmeticOperator, SyntaxExpression, SyntaxExpression)
+        /// `SUBQUERY(list, $x, predicate).@count`.
+        indirect case subquery(SyntaxSubquery)
     }
     var kind: Kind
     var start: Int
     var end: Int
 }
 
-/// One name of a key path: a property, or an `@` operator such as `@count`.
+/// One name of a key path: a property, a SUBQUERY's variable (`$x`, first only), or an `@` operator such as
+/// `@count`; a property may be followed by a subscript (`[FIRST]`).
 struct PathComponent: Hashable, Sendable {
     var name: String
     var isOperator: Bool
     var position: Int
+    var isVariable = false
+    var subscriptSelector: SyntaxSubscript? = nil
+}
+
+/// `[FIRST]`, `[LAST]`, `[SIZE]`, `[*]` or `[n]` after a property of a key path.
+struct SyntaxSubscript: Hashable, Sendable {
+    enum Kind: Hashable, Sendable {
+        case first, last, size, all
+        case index(Int)
+    }
+    var kind: Kind
+    var position: Int
+}
+
+/// `SUBQUERY(collection, $variable, predicate).@count`.
+struct SyntaxSubquery: Hashable, Sendable {
+    var collection: SyntaxPath
+    var variable: String
+    var variablePosition: Int
+    var predicate: SyntaxPredicate
+}
+
+/// `+`, `-`, `*` and `/` between numbers.
+enum ArithmeticOperator: String, Hashable, Sendable {
+    case add = "+"
+    case subtract = "-"
+    case multiply = "*"
+    case divide = "/"
 }
 
 enum Literal: Hashable, Sendable {
@@ -62,6 +97,9 @@ enum Literal: Hashable, Sendable {
     case date(Date)
     case objectId(ObjectID)
     case uuid(UUID)
+    case data(Data)
+    /// `obj('Type', primaryKey)`: a link to the object of that type with that primary key.
+    case link(type: String, key: PrimaryKey)
 
     var value: Value {
         switch self {
@@ -73,6 +111,8 @@ enum Literal: Hashable, Sendable {
         case .date(let value): .date(value)
         case .objectId(let value): .objectId(value)
         case .uuid(let value): .uuid(value)
+        case .data(let value): .data(value)
+        case .link(_, let key): .link(key)
         }
     }
 }

@@ -13,6 +13,10 @@ struct Token: Hashable, Sendable {
         case string(String)
         /// `$0`, `$1`, ...
         case argument(Int)
+        /// `$x`: a SUBQUERY's variable (the name with its `$`).
+        case variable(String)
+        /// `B64"..."`: data written in base64.
+        case data(Data)
         /// `%@`, which takes the next argument in order.
         case placeholder
         case date(Date)
@@ -32,6 +36,9 @@ struct Token: Hashable, Sendable {
         case comma = ","
         case dot = "."
         case minus = "-"
+        case plus = "+"
+        case star = "*"
+        case slash = "/"
         case equal = "=="
         case singleEqual = "="
         case notEqual = "!="

@@ -11,13 +11,42 @@ extension TypeChecker {
         var steps: [PathStep] = []
         var type: ObjectSchema? = root
         var index = 0
+        // Inside a SUBQUERY, paths start at the list's element, with or without its variable (`$x.name` or `name`).
+        if let first = components.first, first.isVariable, first.name == variable {
+            index = 1
+            guard components.count > 1 else {
+                throw error(
+                    .unsupported, "\(first.name) is an object; compare one of its properties, as in \(first.name).name",
+                    at: first.position)
+            }
+        }
         while index < components.count {
             let component = components[index]
             if component.isOperator {
                 let (operation, base) = try resolveOperation(components, at: index, steps: steps, text: text)
                 return (KeyPath(steps: steps, operation: operation, text: text), base)
             }
-            let (step, next) = try resolveStep(component, in: type, after: steps)
+            var (step, next) = try resolveStep(component, in: type, after: steps)
+            if let selector = component.subscriptSelector {
+                guard step.isList else {
+                    throw error(
+                        .typeMismatch,
+                        "'\(component.name)' is not a list; subscripts such as [FIRST] take an element of a list",
+                        at: selector.position)
+                }
+                switch selector.kind {
+                case .first: step.element = .first
+                case .last: step.element = .last
+                case .index(let position): step.element = .index(position)
+                case .all: break
+                case .size:
+                    guard index == components.count - 1 else {
+                        throw error(.syntax, "'[SIZE]' must end the key path", at: components[index + 1].position)
+                    }
+                    steps.append(step)
+                    return (KeyPath(steps: steps, operation: .count, text: text), .scalar(.int))
+                }
+            }
             steps.append(step)
             type = next
             index += 1
@@ -88,7 +117,7 @@ extension TypeChecker {
         case .link(let type): element = "link<\(type)>"
         case .embedded(let type): element = "embedded<\(type)>"
         }
-        return step.isList ? "list<\(element)>" : element
+        return step.yieldsMany ? "list<\(element)>" : element
     }
 
     /// `@count`, `@size`, `@min`, `@max`, `@sum`, `@avg` at `components[index]`, after `steps`.
@@ -111,7 +140,7 @@ extension TypeChecker {
                 at: component.position)
         }
         // Only the collection being counted or aggregated may be a list: one value per object.
-        if steps.dropLast().contains(where: \.isList) {
+        if steps.dropLast().contains(where: \.yieldsMany) {
             throw error(
                 .unsupported, "'\(written)' over a key path that goes through another list is not supported",
                 at: component.position)
@@ -120,7 +149,7 @@ extension TypeChecker {
             guard index == components.count - 1 else {
                 throw error(.syntax, "'\(written)' must end the key path", at: components[index + 1].position)
             }
-            if last.isList { return (.count, .scalar(.int)) }
+            if last.yieldsMany { return (.count, .scalar(.int)) }
             if name == "size", case .scalar(let type) = last.target, type == .string || type == .data {
                 return (.size, .scalar(.int))
             }
@@ -130,7 +159,7 @@ extension TypeChecker {
                 at: component.position)
         }
         let aggregate = Aggregate(rawValue: name) ?? .sum
-        guard last.isList else {
+        guard last.yieldsMany else {
             throw error(
                 .typeMismatch, "'\(written)' needs a list, but \(subject) is \(describeStep(last))",
                 at: component.position)
@@ -160,7 +189,7 @@ extension TypeChecker {
                         at: subComponent.position)
                 }
                 let (step, next) = try resolveStep(subComponent, in: type, after: steps + subSteps)
-                if step.isList {
+                if step.yieldsMany {
                     throw error(
                         .unsupported, "'\(written)' through another list is not supported", at: subComponent.position)
                 }
@@ -184,6 +213,47 @@ extension TypeChecker {
         }
         let result: ScalarType = aggregate == .avg ? .double : elementType
         return (.aggregate(aggregate, subSteps), .scalar(result))
+    }
+
+    // MARK: SUBQUERY
+
+    /// `SUBQUERY(collection, $x, predicate).@count`: the collection must be a list of objects reached through
+    /// to-one steps; the predicate is checked against the list's element type, with `$x` standing for an element.
+    func typedSubquery(_ subquery: SyntaxSubquery, source: String, start: Int) throws(QueryError) -> Typed {
+        let collection = subquery.collection
+        let collectionText = sourceText(collection.start, collection.end)
+        let (path, _) = try resolve(collection.components, text: collectionText)
+        guard path.operation == nil, let last = path.steps.last, last.yieldsMany,
+            !path.steps.dropLast().contains(where: \.yieldsMany)
+        else {
+            throw error(
+                .typeMismatch, "SUBQUERY needs a list property, but '\(collectionText)' is not one",
+                at: collection.start)
+        }
+        let elementType: ObjectSchema
+        switch last.target {
+        case .link(let name), .embedded(let name):
+            guard let type = schema[type: name] else {
+                throw error(.unknownProperty, "the schema lacks type '\(name)'", at: collection.start)
+            }
+            elementType = type
+        case .scalar(let scalar):
+            throw error(
+                .unsupported,
+                "SUBQUERY over a list of \(scalar) values is not supported; use ANY, ALL or NONE on '\(collectionText)'",
+                at: collection.start)
+        }
+        if subquery.variable == variable {
+            throw error(
+                .syntax, "\(subquery.variable) is already the variable of the enclosing SUBQUERY; choose another name",
+                at: subquery.variablePosition)
+        }
+        var inner = TypeChecker(schema: schema, root: elementType, arguments: arguments, query: query)
+        inner.variable = subquery.variable
+        let predicate = try inner.checkPredicate(subquery.predicate)
+        let label = "'\(source)' (int)"
+        let element = Element(base: .scalar(.int), label: label, position: start)
+        return Typed(operand: .subqueryCount(path, predicate), elements: [element], start: start, label: label)
     }
 
     // MARK: SORT and DISTINCT

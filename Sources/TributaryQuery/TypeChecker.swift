@@ -7,6 +7,8 @@ struct TypeChecker {
     let root: ObjectSchema
     let arguments: [Value]
     let query: String
+    /// Inside a SUBQUERY: its variable, with which every key path starts (`root` is then the list's element type).
+    var variable: String? = nil
 
     /// What one value of an operand is, as far as the schema says.
     enum Base: Hashable {
@@ -61,6 +63,8 @@ struct TypeChecker {
 
     // MARK: Predicates
 
+    func checkPredicate(_ predicate: SyntaxPredicate) throws(QueryError) -> Predicate { try check(predicate) }
+
     /// Checks a predicate. Recursion follows the parser's, which bounds its depth.
     private func check(_ predicate: SyntaxPredicate) throws(QueryError) -> Predicate {
         switch predicate {
@@ -85,15 +89,17 @@ struct TypeChecker {
         let op = syntax.op
         let opName =
             syntax.op.isStringOperator || op == .in || op == .between ? syntax.opText.uppercased() : syntax.opText
-        if case .constants = left.operand {
-            throw error(.unsupported, "a list can only appear on the right of a comparison", at: left.start)
-        }
-        if let quantifier = syntax.quantifier, !left.operand.isMany {
-            let word = quantifier == .allElements ? "ALL" : quantifier == .noElement ? "NONE" : "ANY"
-            throw error(
-                .typeMismatch,
-                "\(word) needs a list or a to-many key path after it, but \(left.label) is a single value",
-                at: syntax.quantifierPosition)
+        for (quantifier, side, position) in [
+            (syntax.quantifier, left, syntax.quantifierPosition),
+            (syntax.rightQuantifier, right, syntax.rightQuantifierPosition),
+        ] {
+            if let quantifier, !side.operand.isMany {
+                let word = quantifier == .allElements ? "ALL" : quantifier == .noElement ? "NONE" : "ANY"
+                throw error(
+                    .typeMismatch,
+                    "\(word) needs a list or a to-many key path after it, but \(side.label) is a single value",
+                    at: position)
+            }
         }
         switch op {
         case .in:
@@ -103,13 +109,26 @@ struct TypeChecker {
                     "IN needs a list on its right, such as {1, 2}, a list argument or a list property, "
                         + "but \(right.label) is a single value", at: right.start)
             }
-        case .equal, .between:
-            break
-        default:
-            if case .constants = right.operand {
+        case .between:
+            if left.operand.isMany && syntax.quantifier != .allElements {
                 throw error(
-                    .typeMismatch, "'\(opName)' cannot take a list on its right; use IN to match any of a list",
-                    at: right.start)
+                    .unsupported,
+                    "BETWEEN on a list takes ALL (every element in the range), as in ALL \(sourceText(syntax.left.start, syntax.left.end)) "
+                        + "BETWEEN {1, 10}; for some element, compare with >= and <=", at: left.start)
+            }
+        default:
+            break
+        }
+        // A list of objects holds no nulls, and is never null itself (a list of values may hold nulls).
+        for (side, other) in [(left, right), (right, left)] {
+            if case .keyPath(let path) = side.operand, path.isToMany,
+                let list = path.steps.first(where: { $0.yieldsMany && $0.target.objectType != nil }),
+                case .constant(.null) = other.operand
+            {
+                throw error(
+                    .typeMismatch,
+                    "cannot compare \(side.label) with null: it goes through the list of objects '\(list.name)', "
+                        + "which holds no nulls; write \(list.name).@count == 0 to find empty lists", at: other.start)
             }
         }
         if !syntax.options.isEmpty {
@@ -127,15 +146,20 @@ struct TypeChecker {
                 try checkPair(leftElement, rightElement, op: op, opName: opName, opPosition: syntax.opPosition)
             }
         }
+        let rightQuantifier = syntax.rightQuantifier ?? .anyElement
+        let elementwise =
+            op != .between && left.operand.isMany && right.operand.isMany && syntax.quantifier == nil
+            && syntax.rightQuantifier == nil
         var lookup: EqualityLookup?
-        if op == .equal || op == .in, case .constants(let values) = right.operand,
+        if op == .equal || op == .in, rightQuantifier == .anyElement, !elementwise,
+            case .constants(let values) = right.operand,
             values.count >= EqualityLookup.minimumCount
         {
             lookup = EqualityLookup(values, options: syntax.options)
         }
         return Comparison(
             left: left.operand, op: op, options: syntax.options, quantifier: syntax.quantifier ?? .anyElement,
-            right: right.operand, lookup: lookup)
+            rightQuantifier: rightQuantifier, right: right.operand, lookup: lookup, elementwise: elementwise)
     }
 
     private func checkPair(_ left: Element, _ right: Element, op: ComparisonOperator, opName: String, opPosition: Int)
@@ -197,11 +221,55 @@ struct TypeChecker {
     private func typed(_ expression: SyntaxExpression) throws(QueryError) -> Typed {
         let source = sourceText(expression.start, expression.end)
         switch expression.kind {
+        case .literal(.link(let typeName, let key)):
+            guard let target = schema[type: typeName] else {
+                throw error(
+                    .unknownProperty, "obj('\(typeName)', ...) names a type the schema lacks", at: expression.start)
+            }
+            guard case .scalar(let keyType) = target.primaryKeyProperty?.kind, keyType == scalarType(of: key) else {
+                let expected =
+                    target.primaryKeyProperty.map { "its primary key is \($0.kind)" } ?? "it has no primary key"
+                throw error(
+                    .typeMismatch, "\(source) does not fit '\(typeName)': \(expected)",
+                    at: expression.start)
+            }
+            let label = "link \(source)"
+            let element = Element(base: .link(type: typeName, key: keyType), label: label, position: expression.start)
+            return Typed(operand: .constant(.link(key)), elements: [element], start: expression.start, label: label)
         case .literal(let literal):
             let value = literal.value
             let label = literal == .null ? "null" : "\(value.kindName) \(source)"
             let element = Element(base: base(of: value), label: label, position: expression.start)
             return Typed(operand: .constant(value), elements: [element], start: expression.start, label: label)
+        case .arithmetic(let op, let leftExpression, let rightExpression):
+            let left = try typed(leftExpression)
+            let right = try typed(rightExpression)
+            if left.operand.isMany && right.operand.isMany {
+                throw error(
+                    .unsupported, "'\(op.rawValue)' between two lists is not supported: one side must be one number",
+                    at: right.start)
+            }
+            var isInteger = true
+            for side in [left, right] {
+                for element in side.elements {
+                    switch element.base {
+                    case .scalar(.int), .null: break
+                    case .scalar(.double): isInteger = false
+                    default:
+                        throw error(
+                            .typeMismatch, "'\(op.rawValue)' needs numbers, but \(element.label) is not a number",
+                            at: element.position)
+                    }
+                }
+            }
+            let label = "'\(source)' (\(isInteger ? "int" : "double"))"
+            let element = Element(
+                base: .scalar(isInteger ? .int : .double), label: label, position: expression.start)
+            return Typed(
+                operand: .arithmetic(op, left.operand, right.operand), elements: [element], start: expression.start,
+                label: label)
+        case .subquery(let subquery):
+            return try typedSubquery(subquery, source: source, start: expression.start)
         case .argument(let index, let placeholder):
             let value = try argument(index, placeholder: placeholder, at: expression.start)
             let name = placeholder ? "%@ (argument \(index))" : source
@@ -237,7 +305,10 @@ struct TypeChecker {
                 operand: .constants(values), elements: elements, start: expression.start, label: "list \(source)")
         case .keyPath(let components):
             let (path, base) = try resolve(components, text: source)
-            let label = "'\(root.name).\(source)' (\(describe(base, path: path)))"
+            let label =
+                variable == nil
+                ? "'\(root.name).\(source)' (\(describe(base, path: path)))"
+                : "'\(source)' (\(describe(base, path: path)))"
             let element = Element(base: base, label: label, position: expression.start)
             return Typed(operand: .keyPath(path), elements: [element], start: expression.start, label: label)
         }
@@ -260,6 +331,15 @@ struct TypeChecker {
             throw error(.argumentMissing, message, at: position)
         }
         return arguments[index]
+    }
+
+    private func scalarType(of key: PrimaryKey) -> ScalarType {
+        switch key {
+        case .string: .string
+        case .int: .int
+        case .uuid: .uuid
+        case .objectId: .objectId
+        }
     }
 
     func base(of value: Value) -> Base {
@@ -288,7 +368,7 @@ struct TypeChecker {
         case .embedded(let type): element = "embedded<\(type)>"
         case .null: element = "null"
         }
-        if path.operation == nil, let last = path.steps.last, last.isList { return "list<\(element)>" }
+        if path.operation == nil, let last = path.steps.last, last.yieldsMany { return "list<\(element)>" }
         return path.isToMany ? "\(element), to-many" : element
     }
 }

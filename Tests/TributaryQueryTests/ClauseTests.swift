@@ -7,7 +7,7 @@ import TributaryQuery
         "SORT",
         arguments: [
             ("TRUEPREDICATE SORT(priority ASC)", [2, 3, 1, 5, 4]),
-            ("TRUEPREDICATE SORT(priority)", [2, 3, 1, 5, 4]),
+            ("TRUEPREDICATE SORT(steps[FIRST].minutes DESC)", [1, 5, 3, 2, 4]),
             ("TRUEPREDICATE sort(priority ascending)", [2, 3, 1, 5, 4]),
             ("TRUEPREDICATE SORT(priority DESC)", [4, 1, 5, 3, 2]),
             ("TRUEPREDICATE SORT(priority DESCENDING)", [4, 1, 5, 3, 2]),
@@ -81,7 +81,7 @@ import TributaryQuery
     }
 
     @Test("The clauses are reported in order") func clausesAreReported() throws {
-        let query = try Fixture.query("priority > 1 SORT(priority DESC, author.name) DISTINCT(done) LIMIT(3)")
+        let query = try Fixture.query("priority > 1 SORT(priority DESC, author.name ASC) DISTINCT(done) LIMIT(3)")
         #expect(
             query.clauses == [
                 .sort([.init(keyPath: "priority", ascending: false), .init(keyPath: "author.name", ascending: true)]),

@@ -62,7 +62,8 @@ import TributaryQuery
         #expect(try Fixture.ids("score between {-1, 2}") == [3, 5])
         #expect(try Fixture.ids("priority BETWEEN {$0, $1}", [2, 3]) == [1, 3, 5])
         #expect(try Fixture.ids("priority BETWEEN {4, 2}") == [])
-        #expect(try Fixture.ids("ANY scores BETWEEN {6, 8}") == [5])
+        // On a list, every element must be in the range (an empty list has none outside it).
+        #expect(try Fixture.ids("ALL scores BETWEEN {1, 10}") == [1, 2, 3, 4])
     }
 
     @Test("IN a list literal, a list argument and a list property") func inOperator() throws {

@@ -83,8 +83,22 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
             ErrorCase(
                 query: "SORT(priority ASC)", code: .syntax, message: "write TRUEPREDICATE SORT(...)", position: 0),
             ErrorCase(
-                query: "priority == 1 SORT(priority UP)", code: .syntax, message: "expected ASC, DESC, ',' or ')'",
+                query: "priority == 1 SORT(priority UP)", code: .syntax,
+                message: "expected ASC or DESC after 'priority' in SORT(...), as in SORT(priority ASC), found 'UP'",
                 position: 28),
+            ErrorCase(
+                query: "TRUEPREDICATE SORT(priority)", code: .syntax, message: "expected ASC or DESC after 'priority'",
+                position: 27),
+            ErrorCase(
+                query: "SUBQUERY(steps, $s, $s.minutes > 5) > 0", code: .syntax,
+                message: "a SUBQUERY must be followed by .@count", position: 36),
+            ErrorCase(
+                query: "SUBQUERY(steps, s, minutes > 5).@count > 0", code: .syntax,
+                message: "expected a variable such as $item", position: 16),
+            ErrorCase(query: "tags[NEXT] == 'a'", code: .syntax, message: "expected FIRST, LAST, SIZE", position: 5),
+            ErrorCase(
+                query: "tags[SIZE].x == 1", code: .syntax, message: "'[SIZE]' must end the key path", position: 11),
+            ErrorCase(query: "(priority + 1 > 2", code: .syntax, message: "is not closed", position: 17),
             ErrorCase(
                 query: "priority == 1 LIMIT(-1)", code: .syntax, message: "expected a non-negative integer",
                 position: 20),
@@ -127,6 +141,22 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
                 query: "priority == -9223372036854775809", code: .invalidLiteral, message: "does not fit in 64 bits",
                 position: 12),
             ErrorCase(query: "score == 1e999", code: .invalidLiteral, message: "not a finite number", position: 9),
+            ErrorCase(
+                query: "priority == 0x", code: .invalidLiteral, message: "not a hexadecimal integer", position: 12),
+            ErrorCase(
+                query: "priority == 0x10000000000000000", code: .invalidLiteral, message: "does not fit in 64 bits",
+                position: 12),
+            ErrorCase(query: "title == B64\"!!\"", code: .invalidLiteral, message: "is not base64", position: 9),
+            ErrorCase(query: "title == B64\"/w==\"", code: .invalidLiteral, message: "not UTF-8 text", position: 9),
+            ErrorCase(
+                query: "author == obj('Person', 5)", code: .typeMismatch,
+                message: "obj('Person', 5) does not fit 'Person': its primary key is string", position: 10),
+            ErrorCase(
+                query: "author == obj('Nobody', 'x')", code: .unknownProperty, message: "names a type the schema lacks",
+                position: 10),
+            ErrorCase(
+                query: "author == obj('Person', 1.5)", code: .invalidLiteral, message: "a primary key in obj(...)",
+                position: 24),
             ErrorCase(
                 query: "priority == $99999999999999999999999", code: .invalidLiteral, message: "too large", position: 12
             ),
@@ -192,7 +222,34 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
             ErrorCase(
                 query: "priority IN {1, 'x'}", code: .typeMismatch,
                 message: "cannot compare 'Task.priority' (int) with string 'x'", position: 16),
-            ErrorCase(query: "priority < {1, 2}", code: .typeMismatch, message: "use IN", position: 11),
+            ErrorCase(
+                query: "reviewers == nil", code: .typeMismatch,
+                message: "goes through the list of objects 'reviewers', which holds no nulls", position: 13),
+            ErrorCase(
+                query: "nil != reviewers.name", code: .typeMismatch, message: "write reviewers.@count == 0",
+                position: 0),
+            ErrorCase(
+                query: "ANY priority == ANY {1}", code: .typeMismatch, message: "ANY needs a list", position: 0),
+            ErrorCase(
+                query: "priority == ALL 3", code: .syntax, message: "found '3'", position: 16),
+            ErrorCase(query: "priority == NONE title", code: .typeMismatch, message: "NONE needs a list", position: 12),
+            ErrorCase(
+                query: "priority + title > 1", code: .typeMismatch,
+                message: "'+' needs numbers, but 'Task.title' (string) is not a number", position: 11),
+            ErrorCase(
+                query: "priority * 2 == 'x'", code: .typeMismatch, message: "cannot compare 'priority * 2' (int)",
+                position: 16),
+            ErrorCase(
+                query: "title[FIRST] == 'x'", code: .typeMismatch, message: "'title' is not a list", position: 5),
+            ErrorCase(
+                query: "SUBQUERY(author, $a, $a.age > 1).@count > 0", code: .typeMismatch,
+                message: "SUBQUERY needs a list property, but 'author' is not one", position: 9),
+            ErrorCase(
+                query: "SUBQUERY(steps, $s, $s.title == 'x').@count > 0", code: .unknownProperty,
+                message: "'Step' has no property 'title'", position: 23),
+            ErrorCase(
+                query: "SUBQUERY(steps, $s, $s.minutes > 1).@count == 'x'", code: .typeMismatch,
+                message: "cannot compare", position: 46),
             ErrorCase(
                 query: "title.name == 'x'", code: .typeMismatch,
                 message: "'Task.title' is a string and has no property 'name'", position: 6),
@@ -249,9 +306,14 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
         "Unsupported parts of the language",
         arguments: [
             ErrorCase(
-                query: "SUBQUERY(steps, $s, $s.minutes > 5).@count > 0", code: .unsupported, message: "SUBQUERY",
-                position: 0),
-            ErrorCase(query: "tags[FIRST] == 'x'", code: .unsupported, message: "subscripts", position: 4),
+                query: "SUBQUERY(tags, $t, $t == 'x').@count > 0", code: .unsupported,
+                message: "SUBQUERY over a list of string values is not supported", position: 9),
+            ErrorCase(query: "tags['key'] == 'x'", code: .unsupported, message: "no dictionaries yet", position: 5),
+            ErrorCase(
+                query: "ANY scores BETWEEN {1, 2}", code: .unsupported, message: "BETWEEN on a list takes ALL",
+                position: 4),
+            ErrorCase(
+                query: "scores + ratings > 1", code: .unsupported, message: "'+' between two lists", position: 9),
             ErrorCase(
                 query: "author.@links.Task.author.@count > 0", code: .unsupported, message: "@links", position: 7),
             ErrorCase(
@@ -262,9 +324,6 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
             ErrorCase(
                 query: "priority == 1 DISTINCT(reviewers.name)", code: .unsupported, message: "cannot DISTINCT by",
                 position: 23),
-            ErrorCase(
-                query: "{1, 2} IN scores", code: .unsupported, message: "a list can only appear on the right",
-                position: 0),
             ErrorCase(query: "title == %K", code: .unsupported, message: "%K", position: 9),
             ErrorCase(
                 query: "reviewers.friends.@count > 1", code: .unsupported, message: "goes through another list",

@@ -28,6 +28,13 @@ indirect enum ReferencePredicate {
     case oneOf(field: String, values: [Value], caseless: Bool)
     /// `field BETWEEN {lower, upper}`.
     case between(field: String, lower: Value, upper: Value)
+    /// `[quantifier] left op [quantifier] right`, where each side is a scalar field, a list field or a `{...}` list.
+    case quantified(
+        left: ReferenceOperand, leftQuantifier: String?, op: String, right: ReferenceOperand, rightQuantifier: String?)
+    /// `field arithmetic operand op value`.
+    case arithmetic(field: String, arithmetic: String, operand: Value, op: String, value: Value)
+    /// `field[selector] op value`: one element of a list field (`FIRST`, `LAST`, an index), or its `SIZE`.
+    case element(field: String, selector: String, op: String, value: Value)
 
     func evaluate(_ object: [String: Value]) -> Bool {
         switch self {
@@ -66,11 +73,90 @@ indirect enum ReferencePredicate {
             let fieldValue = object[field] ?? .null
             return Reference.compare(fieldValue, ">=", lower, caseless: false, diacriticless: false)
                 && Reference.compare(fieldValue, "<=", upper, caseless: false, diacriticless: false)
+        case .quantified(let left, let leftQuantifier, let op, let right, let rightQuantifier):
+            let op = op == "IN" ? "==" : op
+            let compare = { (a: Value, b: Value) in Reference.compare(a, op, b, caseless: false, diacriticless: false) }
+            let lefts = left.values(in: object)
+            let rights = right.values(in: object)
+            // Realm's rules: two lists without quantifiers compare element by element; otherwise a list without
+            // one is ANY.
+            if left.isMany && right.isMany && leftQuantifier == nil && rightQuantifier == nil {
+                return lefts.count == rights.count && zip(lefts, rights).allSatisfy(compare)
+            }
+            func test(_ value: Value) -> Bool {
+                guard right.isMany else { return compare(value, rights[0]) }
+                switch rightQuantifier ?? "ANY" {
+                case "ALL": return rights.allSatisfy { compare(value, $0) }
+                case "NONE": return !rights.contains { compare(value, $0) }
+                default: return rights.contains { compare(value, $0) }
+                }
+            }
+            guard left.isMany else { return test(lefts[0]) }
+            switch leftQuantifier ?? "ANY" {
+            case "ALL": return lefts.allSatisfy(test)
+            case "NONE": return !lefts.contains(where: test)
+            default: return lefts.contains(where: test)
+            }
+        case .arithmetic(let field, let arithmetic, let operand, let op, let value):
+            let result = Reference.arithmetic(object[field] ?? .null, arithmetic, operand)
+            return Reference.compare(result, op, value, caseless: false, diacriticless: false)
+        case .element(let field, let selector, let op, let value):
+            let list = object[field]?.listValue ?? []
+            let element: Value
+            switch selector {
+            case "SIZE": element = .int(Int64(list.count))
+            case "FIRST": element = list.first ?? .null
+            case "LAST": element = list.last ?? .null
+            default: element = Int(selector).flatMap { $0 < list.count ? list[$0] : nil } ?? .null
+            }
+            return Reference.compare(element, op, value, caseless: false, diacriticless: false)
+        }
+    }
+}
+
+/// One side of a ``ReferencePredicate/quantified(left:leftQuantifier:op:right:rightQuantifier:)`` comparison.
+enum ReferenceOperand {
+    case field(String, isList: Bool)
+    case constants([Value])
+
+    var isMany: Bool {
+        switch self {
+        case .field(_, let isList): isList
+        case .constants: true
+        }
+    }
+
+    func values(in object: [String: Value]) -> [Value] {
+        switch self {
+        case .field(let name, let isList): isList ? (object[name]?.listValue ?? []) : [object[name] ?? .null]
+        case .constants(let values): values
         }
     }
 }
 
 enum Reference {
+    /// Realm's arithmetic: integers wrap and divide truncating, a division by zero gives the largest integer of the
+    /// dividend's sign; with a double, doubles; with a null, null.
+    static func arithmetic(_ left: Value, _ op: String, _ right: Value) -> Value {
+        if case .int(let a) = left, case .int(let b) = right {
+            switch op {
+            case "+": return .int(a &+ b)
+            case "-": return .int(a &- b)
+            case "*": return .int(a &* b)
+            default:
+                if b == 0 { return .int(a < 0 ? Int64.min : Int64.max) }
+                return .int(a == Int64.min && b == -1 ? Int64.min : a / b)
+            }
+        }
+        guard let a = number(left), let b = number(right) else { return .null }
+        switch op {
+        case "+": return .double(a + b)
+        case "-": return .double(a - b)
+        case "*": return .double(a * b)
+        default: return .double(a / b)
+        }
+    }
+
     static func number(_ value: Value) -> Double? {
         switch value {
         case .int(let int): Double(int)
@@ -264,9 +350,70 @@ struct QueryGenerator {
         return comparison()
     }
 
+    /// A side of a quantified comparison: a number field, the list field `nums`, or a `{...}` list of integers.
+    mutating func quantifiedSide(allowQuantifier: Bool) -> (String, ReferenceOperand, String?) {
+        switch random.below(3) {
+        case 0:
+            let field = random.pick(["i", "d"])
+            return (field, .field(field, isList: false), nil)
+        default:
+            let quantifier = allowQuantifier ? random.pick(["ANY", "ALL", "NONE", "SOME", nil, nil]) : nil
+            let prefix = quantifier.map { keyword($0) + " " } ?? ""
+            let written = quantifier == "SOME" ? "ANY" : quantifier
+            if random.chance(50) { return (prefix + "nums", .field("nums", isList: true), written) }
+            let values = (0..<random.below(4)).map { _ in Value.int(Int64(random.below(7) - 3)) }
+            let texts = values.map { value -> String in
+                guard case .int(let int) = value else { return "" }
+                return "\(int)"
+            }
+            return (prefix + "{\(texts.joined(separator: ", "))}", .constants(values), written)
+        }
+    }
+
     mutating func comparison() -> (String, ReferencePredicate) {
         let orderOps = ["==", "!=", "<", "<=", ">", ">="]
-        switch random.below(12) {
+        switch random.below(16) {
+        case 12, 13:
+            var (leftText, left, leftQuantifier) = quantifiedSide(allowQuantifier: true)
+            var (rightText, right, rightQuantifier) = quantifiedSide(allowQuantifier: true)
+            let op = random.pick(orderOps + ["IN"])
+            if op == "IN" && !right.isMany {
+                (rightText, right, rightQuantifier) = ("{1, 2}", .constants([.int(1), .int(2)]), nil)
+            }
+            if case .constants = left, case .constants = right {
+                (leftText, left, leftQuantifier) = ("i", .field("i", isList: false), nil)
+            }
+            return (
+                "\(leftText) \(op) \(rightText)",
+                .quantified(
+                    left: left, leftQuantifier: leftQuantifier, op: op, right: right, rightQuantifier: rightQuantifier)
+            )
+        case 14:
+            let field = random.pick(["i", "d"])
+            let arithmetic = random.pick(["+", "-", "*", "/"])
+            let (operand, operandText) = numberConstant()
+            let op = random.pick(orderOps)
+            let (value, valueText) = numberConstant()
+            let text =
+                random.chance(50)
+                ? "\(field) \(arithmetic) \(operandText) \(op) \(valueText)"
+                : "(\(field) \(arithmetic) \(operandText)) \(op) \(valueText)"
+            return (text, .arithmetic(field: field, arithmetic: arithmetic, operand: operand, op: op, value: value))
+        case 15:
+            let field = random.pick(["tags", "nums"])
+            let selector = random.pick(["FIRST", "LAST", "0", "1", "SIZE"])
+            let op = field == "tags" && selector != "SIZE" ? random.pick(["==", "!="]) : random.pick(orderOps)
+            let (value, text): (Value, String)
+            if field == "tags" && selector != "SIZE" {
+                (value, text) = random.chance(20) ? (.null, "nil") : stringConstant(Self.strings)
+            } else {
+                let int = Int64(random.below(5) - 2)
+                (value, text) = (.int(int), "\(int)")
+            }
+            let written = Int(selector) == nil && random.chance(30) ? selector.lowercased() : selector
+            return (
+                "\(field)[\(written)] \(op) \(text)", .element(field: field, selector: selector, op: op, value: value)
+            )
         case 0, 1:
             let field = random.pick(["i", "d"])
             let op = random.pick(orderOps)
