@@ -47,7 +47,16 @@ public struct ResultsObservation<Element: Sendable>: AsyncSequence, Sendable {
     let transform: @Sendable (DynamicObject) throws -> Element
 
     public func makeAsyncIterator() -> Iterator {
-        Iterator(observation: self, registration: ObservationRegistration(replica: replica, observing: type))
+        let (type, query, arguments) = (type, query, arguments)
+        return Iterator(
+            observation: self,
+            registration: ObservationRegistration(replica: replica, observing: type) { schema in
+                // Objects that link to the results change a query through backlinks without changing the results.
+                guard let query, let queried = schema[type: type],
+                    let parsed = try? schema.query(query, arguments: arguments, type: queried)
+                else { return [] }
+                return parsed.backlinkTypes
+            })
     }
 
     func fetch() throws -> [DynamicObject] {
@@ -221,10 +230,17 @@ public final class ObservationRegistration: Sendable {
     /// Keys kept for an observer that is not iterating, before it falls back to re-reading everything.
     static let maximumPendingKeys = 10_000
 
-    /// Registers for commits that touch `type` or a type its objects reach (by links or embedding), as the schema
-    /// has them at each commit: a schema change (a link added) widens the set.
-    init(replica: Replica, observing type: String) {
-        let types = Mutex(replica.schema.typesReachable(from: type))
+    /// Registers for commits that touch `type` or a type its objects reach (by links or embedding), or one of the
+    /// types `through` names for a schema (a query's backlinks) and the types those reach, as the schema has them at
+    /// each commit: a schema change (a link added) widens the set.
+    init(
+        replica: Replica, observing type: String,
+        through: @escaping @Sendable (Schema) -> Set<String> = { _ in [] }
+    ) {
+        let observedTypes: @Sendable (Schema) -> Set<String> = { schema in
+            ([type] + through(schema)).reduce(into: Set<String>()) { $0.formUnion(schema.typesReachable(from: $1)) }
+        }
+        let types = Mutex(observedTypes(replica.schema))
         self.replica = replica
         let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         signals = stream
@@ -234,7 +250,7 @@ public final class ObservationRegistration: Sendable {
             ObserverRegistry.Entry(
                 onCommit: { [weak replica] keys, schemaChanged, sequence in
                     if schemaChanged, let replica {
-                        let reachable = replica.schema.typesReachable(from: type)
+                        let reachable = observedTypes(replica.schema)
                         types.withLock { $0 = reachable }
                     }
                     let observed = types.withLock { $0 }

@@ -26,10 +26,55 @@ public enum QueryPlan: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// Reads link targets for the query evaluator.
+/// Reads link targets and backlinks for the query evaluator.
 struct ReaderObjectSource: QueryObjectSource {
     let load: (String, PrimaryKey) -> [String: Value]?
+    /// Every object of a type, read once per type and property that backlinks go through.
+    let all: (String) -> [[String: Value]]
+    private let backlinks = BacklinkIndex()
+
+    init(load: @escaping (String, PrimaryKey) -> [String: Value]?, all: @escaping (String) -> [[String: Value]]) {
+        self.load = load
+        self.all = all
+    }
+
+    /// A source that reads through `reader`.
+    init(_ reader: some ObjectReading) {
+        self.init(
+            load: { type, key in (try? reader.object(type, primaryKey: key))?.values },
+            all: { type in (try? reader.objects(type))?.map(\.values) ?? [] })
+    }
+
     func object(type: String, primaryKey: PrimaryKey) -> [String: Value]? { load(type, primaryKey) }
+
+    func objects(type: String, linkingTo primaryKey: PrimaryKey, through property: String) -> [[String: Value]] {
+        backlinks.objects(type: type, property: property, to: primaryKey, all: all)
+    }
+}
+
+/// The objects of a type by the primary keys their link property points at, built on first use by reading the type
+/// once, and kept for one query's evaluation.
+private final class BacklinkIndex {
+    private var targets: [String: [PrimaryKey: [[String: Value]]]] = [:]
+
+    func objects(
+        type: String, property: String, to primaryKey: PrimaryKey, all: (String) -> [[String: Value]]
+    ) -> [[String: Value]] {
+        let name = type + "." + property
+        if let index = targets[name] { return index[primaryKey] ?? [] }
+        var index: [PrimaryKey: [[String: Value]]] = [:]
+        for object in all(type) {
+            let linked: [Value]
+            switch object[property] ?? .null {
+            case .link(let key): linked = [.link(key)]
+            case .list(let elements): linked = elements
+            default: linked = []
+            }
+            for case .link(let key) in linked { index[key, default: []].append(object) }
+        }
+        targets[name] = index
+        return index[primaryKey] ?? []
+    }
 }
 
 extension Schema {
@@ -93,7 +138,7 @@ extension Snapshot {
     /// on it.
     func matchingObjects(_ query: Query, _ planned: PlannedQuery, type: ObjectSchema) throws -> [DynamicObject] {
         let materializer = self.materializer
-        let source = ReaderObjectSource { type, key in (try? self.object(type, primaryKey: key))?.values }
+        let source = ReaderObjectSource(self)
         // A full scan tests most records and keeps few: it decodes only what the predicate reads, and the rest of a
         // record that matches. The candidates an index or primary keys name mostly match: they are decoded whole.
         let read = query.predicateProperties
@@ -179,7 +224,7 @@ extension Snapshot {
 extension ObjectReading {
     /// The candidates that match `query`, after its SORT, DISTINCT and LIMIT; links are followed through this reader.
     func evaluate(_ query: Query, on candidates: [DynamicObject], type: String) -> [DynamicObject] {
-        let source = ReaderObjectSource { type, key in (try? self.object(type, primaryKey: key))?.values }
+        let source = ReaderObjectSource(self)
         let selected = query.apply(to: candidates.map { ($0.primaryKey, $0.values) }, source: source)
         return selected.map { DynamicObject(type: type, primaryKey: $0.0, values: $0.1) }
     }

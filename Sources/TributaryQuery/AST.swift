@@ -77,12 +77,16 @@ struct PathStep: Hashable, Sendable {
         /// A link to an object of the named type.
         case link(String)
         case embedded(String)
+        /// `@links.Type.property` (one source): the objects of `Type` whose `property` links to the object, whose
+        /// primary key is its `keyProperty`. `@links.@count` counts through every source in the schema.
+        case backlinks([BacklinkSource], keyProperty: String)
 
-        /// The type a link or embedded step leads to.
+        /// The type a link, embedded or backlink step leads to.
         var objectType: String? {
             switch self {
             case .scalar: nil
             case .link(let type), .embedded(let type): type
+            case .backlinks(let sources, _): sources.count == 1 ? sources[0].type : nil
             }
         }
     }
@@ -96,6 +100,13 @@ struct PathStep: Hashable, Sendable {
 
     /// Whether the step leads to any number of values: a list not taken one element of.
     var yieldsMany: Bool { isList && element == nil }
+}
+
+/// A link property that may point at an object: `property` of `type`, whose primary key is `keyProperty`.
+struct BacklinkSource: Hashable, Sendable {
+    var type: String
+    var property: String
+    var keyProperty: String
 }
 
 /// Which element of a list a subscript takes.

@@ -152,6 +152,8 @@ struct Evaluator<Source: QueryObjectSource> {
         case .embedded:
             guard step.isList else { return value.embeddedValue.map { [$0.fields] } ?? [] }
             objects = (value.listValue ?? []).compactMap { $0.embeddedValue?.fields }
+        case .backlinks(let sources, let keyProperty):
+            objects = backlinks(sources, keyProperty: keyProperty, of: object).map(\.object)
         }
         guard let element = step.element else { return objects }
         return element.select(objects).map { [$0] } ?? []
@@ -169,9 +171,26 @@ struct Evaluator<Source: QueryObjectSource> {
         case .link(let type):
             guard step.isList else { return target(of: value, type: type) == nil ? [.null] : [value] }
             elements = (value.listValue ?? []).filter { target(of: $0, type: type) != nil }
+        case .backlinks(let sources, let keyProperty):
+            elements = backlinks(sources, keyProperty: keyProperty, of: object).map { .link($0.key) }
         }
         guard let element = step.element else { return elements }
         return [element.select(elements) ?? .null]
+    }
+
+    /// The objects whose link properties among `sources` point at `object`, with their primary keys.
+    private func backlinks(_ sources: [BacklinkSource], keyProperty: String, of object: [String: Value])
+        -> [(key: PrimaryKey, object: [String: Value])]
+    {
+        guard let key = object[keyProperty].flatMap(PrimaryKey.init) else { return [] }
+        var found: [(key: PrimaryKey, object: [String: Value])] = []
+        for backlink in sources {
+            for linking in source.objects(type: backlink.type, linkingTo: key, through: backlink.property) {
+                guard let linkingKey = linking[backlink.keyProperty].flatMap(PrimaryKey.init) else { continue }
+                found.append((linkingKey, linking))
+            }
+        }
+        return found
     }
 
     private func target(of link: Value, type: String) -> [String: Value]? {

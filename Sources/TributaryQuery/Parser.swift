@@ -24,7 +24,7 @@ import TributaryModel
 /// literal     := number | string | date | 'true' | 'false' | 'null' | 'nil' | oid(...) | uuid(...)
 ///              | 'B64"' base64 '"' | 'obj' '(' string ',' literal ')'
 /// number      := ('-' | '+')? (digits | digits '.' digits? | '.' digits | '0x' hex | 'inf' | 'infinity' | 'nan')
-/// keypath     := ('$' name | element) ('.' (element | '@' name))*
+/// keypath     := ('$' name | '@links' | element) ('.' (element | '@' name))*
 /// element     := name ('[' ('FIRST' | 'LAST' | 'SIZE' | '*' | digits) ']')?
 /// descriptor  := 'SORT' '(' keypath direction (',' keypath direction)* ')'
 ///              | 'DISTINCT' '(' keypath (',' keypath)* ')' | 'LIMIT' '(' digits ')'
@@ -209,6 +209,7 @@ struct Parser {
     private mutating func parseQuantifier() -> Quantifier? {
         switch token(at: 1).kind {
         case .identifier, .variable, .argument, .placeholder, .symbol(.leftBrace): break
+        case .atName(let name) where name.lowercased() == "links": break
         default: return nil
         }
         let quantifier: Quantifier
@@ -444,6 +445,9 @@ struct Parser {
                 kind: .argument(nextPlaceholder, placeholder: true), start: token.start, end: token.end)
         case .symbol(.leftBrace):
             return try parseList()
+        case .atName(let name) where name.lowercased() == "links":
+            let components = try parseKeyPath()
+            return SyntaxExpression(kind: .keyPath(components), start: start, end: token(at: -1).end)
         case .atName(let name):
             throw QueryError(
                 .unsupported, "'@\(name)' must follow a key path, as in items.@\(name)", position: start, query: query)
@@ -518,6 +522,8 @@ struct Parser {
             components = [PathComponent(name: first, isOperator: false, position: current.start)]
         case .variable(let name):
             components = [PathComponent(name: name, isOperator: false, position: current.start, isVariable: true)]
+        case .atName(let name) where name.lowercased() == "links":
+            components = [PathComponent(name: name, isOperator: true, position: current.start)]
         default:
             throw error("expected a property name\(found)")
         }
@@ -665,8 +671,10 @@ struct Parser {
         var paths: [SyntaxPath] = []
         repeat {
             let start = current.start
-            guard case .identifier = current.kind else {
-                throw error("expected a property name in \(isSort ? "SORT" : "DISTINCT")(...)\(found)")
+            switch current.kind {
+            case .identifier: break
+            case .atName(let name) where name.lowercased() == "links": break
+            default: throw error("expected a property name in \(isSort ? "SORT" : "DISTINCT")(...)\(found)")
             }
             let components = try parseKeyPath()
             let path = SyntaxPath(components: components, start: start, end: token(at: -1).end)

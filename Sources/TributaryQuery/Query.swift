@@ -121,8 +121,14 @@ public struct Query: Hashable, Sendable, CustomStringConvertible {
             switch operand {
             case .constant, .constants: break
             case .keyPath(let path), .subqueryCount(let path, _):
-                // A SUBQUERY's predicate reads the objects its list leads to, not the queried object.
-                if let first = path.steps.first { names.insert(first.name) }
+                // A SUBQUERY's predicate reads the objects its list leads to, not the queried object; backlinks are
+                // found by the object's primary key.
+                guard let first = path.steps.first else { break }
+                if case .backlinks(_, let keyProperty) = first.target {
+                    names.insert(keyProperty)
+                } else {
+                    names.insert(first.name)
+                }
             case .arithmetic(_, let left, let right):
                 collect(left)
                 collect(right)
@@ -140,6 +146,52 @@ public struct Query: Hashable, Sendable, CustomStringConvertible {
         }
         collect(predicate)
         return names
+    }
+
+    /// The types whose objects the query reaches through backlinks (`@links.Project.items`, `@links.@count`): a
+    /// change to an object of one of them can change which objects match, or their order, though it changes no
+    /// object of the queried type.
+    public var backlinkTypes: Set<String> {
+        var types = Set<String>()
+        func collect(_ path: KeyPath) {
+            for step in path.steps {
+                if case .backlinks(let sources, _) = step.target { types.formUnion(sources.map(\.type)) }
+            }
+            if case .aggregate(_, let steps) = path.operation {
+                collect(KeyPath(steps: steps, operation: nil, text: ""))
+            }
+        }
+        func collect(_ operand: Operand) {
+            switch operand {
+            case .constant, .constants: break
+            case .keyPath(let path): collect(path)
+            case .arithmetic(_, let left, let right):
+                collect(left)
+                collect(right)
+            case .subqueryCount(let path, let predicate):
+                collect(path)
+                collect(predicate)
+            }
+        }
+        func collect(_ predicate: Predicate) {
+            switch predicate {
+            case .constant: break
+            case .and(let terms), .or(let terms): terms.forEach(collect)
+            case .not(let inner): collect(inner)
+            case .comparison(let comparison):
+                collect(comparison.left)
+                collect(comparison.right)
+            }
+        }
+        collect(predicate)
+        for descriptor in descriptors {
+            switch descriptor {
+            case .sort(let keys): for key in keys { collect(key.path) }
+            case .distinct(let paths): paths.forEach(collect)
+            case .limit: break
+            }
+        }
+        return types
     }
 
     /// Per-property constraints an index can answer, for the top-level `AND` terms on scalar properties of the

@@ -26,6 +26,13 @@ public protocol QueryObjectSource {
     ///   - primaryKey: The primary key a link holds.
     /// - Returns: The object's property values by name, its primary key property included.
     func object(type: String, primaryKey: PrimaryKey) -> [String: Value]?
+
+    /// The objects of type `type` whose property `property` (a link, or a list of links) points at the object with
+    /// primary key `primaryKey`, for backlinks (`@links.Type.property`). An object whose list holds the link more than
+    /// once is there once per link, as Realm counts backlinks.
+    ///
+    /// - Returns: The objects' property values by name, their primary key property included, in any order.
+    func objects(type: String, linkingTo primaryKey: PrimaryKey, through property: String) -> [[String: Value]]
 }
 
 /// A ``QueryObjectSource`` over objects held in memory, by type and primary key.
@@ -53,4 +60,21 @@ public struct InMemoryObjectSource: QueryObjectSource, Hashable, Sendable {
     public func object(type: String, primaryKey: PrimaryKey) -> [String: Value]? {
         objects[type]?[primaryKey]
     }
+
+    public func objects(type: String, linkingTo primaryKey: PrimaryKey, through property: String) -> [[String: Value]] {
+        (objects[type] ?? [:]).sorted { $0.key < $1.key }.flatMap { _, fields in
+            linkCount(fields[property] ?? .null, to: primaryKey).map { Array(repeating: fields, count: $0) } ?? []
+        }
+    }
+}
+
+/// How many times `value` (a link, or a list of links) points at `primaryKey`; `nil` for none.
+package func linkCount(_ value: Value, to primaryKey: PrimaryKey) -> Int? {
+    let count: Int
+    switch value {
+    case .link(let key): count = key == primaryKey ? 1 : 0
+    case .list(let elements): count = elements.count { $0 == .link(primaryKey) }
+    default: count = 0
+    }
+    return count == 0 ? nil : count
 }

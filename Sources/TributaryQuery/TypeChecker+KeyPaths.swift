@@ -22,6 +22,16 @@ extension TypeChecker {
         }
         while index < components.count {
             let component = components[index]
+            if component.isOperator && component.name.lowercased() == "links" {
+                let (step, next, consumed) = try resolveBacklinks(components, at: index, in: type, after: steps)
+                steps.append(step)
+                type = next
+                index += consumed
+                if next == nil {  // `@links.@count`
+                    return (KeyPath(steps: steps, operation: .count, text: text), .scalar(.int))
+                }
+                continue
+            }
             if component.isOperator {
                 let (operation, base) = try resolveOperation(components, at: index, steps: steps, text: text)
                 return (KeyPath(steps: steps, operation: operation, text: text), base)
@@ -67,7 +77,102 @@ extension TypeChecker {
             }
             return .link(type: type, key: key)
         case .embedded(let type): return .embedded(type)
+        case .backlinks(let sources, _):
+            var key: ScalarType?
+            if let source = sources.first,
+                case .scalar(let keyType) = schema[type: source.type]?.primaryKeyProperty?.kind
+            {
+                key = keyType
+            }
+            return .link(type: sources.first?.type, key: key)
         }
+    }
+
+    /// `@links.Type.property` or `@links.@count` at `components[index]`, on an object of `type`: the step, the type
+    /// it leads to (`nil` for `@links.@count`, which must end the path), and how many components it took.
+    private func resolveBacklinks(
+        _ components: [PathComponent], at index: Int, in type: ObjectSchema?, after steps: [PathStep]
+    ) throws(QueryError) -> (PathStep, ObjectSchema?, Int) {
+        let component = components[index]
+        let subject = steps.isEmpty ? "'\(root.name)'" : "'\(root.name).\(steps.map(\.name).joined(separator: "."))'"
+        guard let type, !type.isEmbedded, let keyProperty = type.primaryKeyProperty else {
+            let what =
+                type.map {
+                    $0.isEmbedded
+                        ? "an embedded object, which links cannot point at" : "an object without a primary key"
+                } ?? "not an object"
+            throw error(
+                .typeMismatch, "@links needs an object that links can point at, but \(subject) is \(what)",
+                at: component.position)
+        }
+        guard index + 1 < components.count else {
+            throw error(
+                .syntax, "expected a type and a property after @links, as in @links.Project.items, or @links.@count",
+                at: component.position)
+        }
+        let next = components[index + 1]
+        if next.isOperator {
+            let name = next.name.lowercased()
+            guard name == "count" || name == "size" else {
+                throw error(.unsupported, "after @links, only @count or @size may follow directly", at: next.position)
+            }
+            guard index + 2 == components.count else {
+                throw error(.syntax, "'@links.@\(next.name)' must end the key path", at: components[index + 2].position)
+            }
+            var sources: [BacklinkSource] = []
+            for linking in schema.types where !linking.isEmbedded {
+                guard let linkingKey = linking.primaryKeyProperty?.name else { continue }
+                for property in linking.properties where property.kind == .link(type.name) {
+                    sources.append(BacklinkSource(type: linking.name, property: property.name, keyProperty: linkingKey))
+                }
+            }
+            let step = PathStep(
+                name: "@links", target: .backlinks(sources, keyProperty: keyProperty.name), isList: true)
+            return (step, nil, 2)
+        }
+        guard index + 2 < components.count, !components[index + 2].isOperator else {
+            throw error(
+                .syntax, "expected a type and a property after @links, as in @links.Project.items, or @links.@count",
+                at: next.position)
+        }
+        let propertyComponent = components[index + 2]
+        guard let linking = schema[type: next.name], !linking.isEmbedded else {
+            throw error(
+                .unknownProperty, "@links names type '\(next.name)', which the schema lacks (or is embedded)",
+                at: next.position)
+        }
+        guard let property = linking[property: propertyComponent.name] else {
+            throw error(
+                .unknownProperty, "'\(linking.name)' has no property '\(propertyComponent.name)'",
+                at: propertyComponent.position)
+        }
+        guard property.kind == .link(type.name) else {
+            throw error(
+                .typeMismatch,
+                "'\(linking.name).\(property.name)' does not link to '\(type.name)', so it makes no backlinks to \(subject)",
+                at: propertyComponent.position)
+        }
+        guard let linkingKey = linking.primaryKeyProperty?.name else {
+            throw error(.typeMismatch, "'\(linking.name)' has no primary key", at: next.position)
+        }
+        let source = BacklinkSource(type: linking.name, property: property.name, keyProperty: linkingKey)
+        var step = PathStep(
+            name: "@links.\(linking.name).\(property.name)",
+            target: .backlinks([source], keyProperty: keyProperty.name),
+            isList: true)
+        if let selector = propertyComponent.subscriptSelector {
+            switch selector.kind {
+            case .first: step.element = .first
+            case .last: step.element = .last
+            case .index(let position): step.element = .index(position)
+            case .all: break
+            case .size:
+                throw error(
+                    .unsupported, "write @links.\(linking.name).\(property.name).@count for the number of backlinks",
+                    at: selector.position)
+            }
+        }
+        return (step, linking, 3)
     }
 
     /// Where a message should say a path is: `'Task.author' (Person)` or just `'Task'`.
@@ -116,6 +221,7 @@ extension TypeChecker {
         case .scalar(let type): element = type.description
         case .link(let type): element = "link<\(type)>"
         case .embedded(let type): element = "embedded<\(type)>"
+        case .backlinks(let sources, _): element = "link<\(sources.first?.type ?? "?")>"
         }
         return step.yieldsMany ? "list<\(element)>" : element
     }
@@ -174,7 +280,8 @@ extension TypeChecker {
                     at: components[index + 1].position)
             }
             elementType = type
-        case .link(let typeName), .embedded(let typeName):
+        case .link, .embedded, .backlinks:
+            let typeName = last.target.objectType ?? ""
             guard index + 1 < components.count else {
                 throw error(
                     .typeMismatch,
@@ -232,7 +339,8 @@ extension TypeChecker {
         }
         let elementType: ObjectSchema
         switch last.target {
-        case .link(let name), .embedded(let name):
+        case .link, .embedded, .backlinks:
+            let name = last.target.objectType ?? ""
             guard let type = schema[type: name] else {
                 throw error(.unknownProperty, "the schema lacks type '\(name)'", at: collection.start)
             }

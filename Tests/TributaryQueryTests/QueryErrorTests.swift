@@ -315,8 +315,6 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
             ErrorCase(
                 query: "scores + ratings > 1", code: .unsupported, message: "'+' between two lists", position: 9),
             ErrorCase(
-                query: "author.@links.Task.author.@count > 0", code: .unsupported, message: "@links", position: 7),
-            ErrorCase(
                 query: "priority == 1 SORT(tags ASC)", code: .unsupported,
                 message: "cannot SORT by 'Task.tags': it goes through a list", position: 19),
             ErrorCase(

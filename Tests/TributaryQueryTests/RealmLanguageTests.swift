@@ -203,3 +203,78 @@ import TributaryQuery
         #expect(try Fixture.query("tags[FIRST] == 'a'").predicateProperties == ["tags"])
     }
 }
+
+/// Backlinks, on the fixture's people: Ada wrote task 1 and reviews tasks 3 and 4, and is Bob's friend; Bob wrote
+/// task 2, reviews tasks 1 and 5, and is Ada's friend; Cécile wrote task 3 and reviews tasks 1 and 5.
+@Suite("Backlinks in queries") struct BacklinkQueryTests {
+    static let source: InMemoryObjectSource = {
+        var source = Fixture.source
+        for (key, fields) in Fixture.tasks { source.insert(type: "Task", primaryKey: key, fields) }
+        return source
+    }()
+
+    static func people(_ text: String) throws -> [String] {
+        let query = try Fixture.query(text, type: "Person")
+        let people = Fixture.people.sorted { $0.key < $1.key }.map { (PrimaryKey.string($0.key), $0.value) }
+        return query.apply(to: people, source: source).map { "\($0.0)" }
+    }
+
+    @Test(
+        "@links.Type.property and @links.@count",
+        arguments: [
+            ("@links.Task.author.@count > 0", ["ada", "bob", "cy"]),
+            ("ANY @links.Task.reviewers.priority > 4", ["ada"]),
+            ("@links.@count == 3", ["cy"]),
+            ("@links.@size == 4", ["ada", "bob"]),
+            ("@links.Person.friends.@count == 0", ["cy"]),
+            ("ANY @links.Task.author.title BEGINSWITH 'W'", ["ada"]),
+            ("@links.Task.reviewers.@sum.priority > 6", ["ada"]),
+            ("@links.Task.reviewers.@max.priority == 3", ["bob", "cy"]),
+            ("SUBQUERY(@links.Task.reviewers, $t, $t.done == true).@count > 0", ["bob", "cy"]),
+            ("ANY @links.Task.author == obj('Task', 1)", ["ada"]),
+            ("@links.Task.reviewers[FIRST].priority == 2", ["ada"]),
+            ("TRUEPREDICATE SORT(@links.@count ASC, _id DESC)", ["cy", "bob", "ada"]),
+        ] as [(String, [String])])
+    func backlinks(query: String, expected: [String]) throws {
+        #expect(try Self.people(query).map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) } == expected)
+    }
+
+    @Test("A key path may go through backlinks after a link") func throughLinks() throws {
+        let query = try Fixture.query("ANY reviewers.@links.Task.author.priority == 3")
+        #expect(query.apply(to: Fixture.tasks, source: Self.source).map(\.0) == [.int(3), .int(4)])
+        #expect(query.backlinkTypes == ["Task"])
+        #expect(try Fixture.query("@links.Person.friends.@count > 0", type: "Person").backlinkTypes == ["Person"])
+        #expect(try Fixture.query("priority > 1").backlinkTypes.isEmpty)
+    }
+
+    @Test(
+        "Backlinks that cannot be",
+        arguments: [
+            ErrorCase(
+                query: "@links.Task.title.@count > 0", code: .typeMismatch,
+                message: "'Task.title' does not link to 'Person'", position: 12),
+            ErrorCase(
+                query: "@links.Nope.x.@count > 0", code: .unknownProperty, message: "names type 'Nope'", position: 7),
+            ErrorCase(
+                query: "@links.Task.nope.@count > 0", code: .unknownProperty, message: "'Task' has no property 'nope'",
+                position: 12),
+            ErrorCase(
+                query: "address.@links.@count > 0", code: .typeMismatch,
+                message: "@links needs an object that links can point at", position: 8),
+            ErrorCase(
+                query: "@links == 1", code: .syntax, message: "expected a type and a property after @links",
+                position: 0),
+            ErrorCase(
+                query: "@links.@count.x > 1", code: .syntax, message: "'@links.@count' must end the key path",
+                position: 14),
+        ])
+    func errors(_ expected: ErrorCase) {
+        guard let error = Fixture.error(expected.query, type: "Person") else {
+            Issue.record("\(expected.query) did not fail")
+            return
+        }
+        #expect(error.code == expected.code, "\(error)")
+        #expect(error.message.contains(expected.message), "\(error)")
+        #expect(error.position == expected.position, "\(error)")
+    }
+}

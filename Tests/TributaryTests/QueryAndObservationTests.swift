@@ -321,6 +321,44 @@ struct QueryAndObservationTests {
         if woken { #expect(try await iterator.next()?.results.first?["author"] == .null) }
     }
 
+    @Test("Results that depend on backlinks change when a linking object does")
+    func observerFollowsBacklinks() async throws {
+        let directory = TemporaryDirectory()
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        let schema = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
+                ObjectSchema(name: "Note", properties: [.scalar("_id", .string), Property("author", .link("Person"))]),
+            ])
+        let replica = try Replica.open(directory: directory.path, schema: schema, configuration: configuration)
+        try await replica.write { txn in
+            try txn.create("Person", ["_id": "ada"])
+            try txn.create("Person", ["_id": "bob"])
+            try txn.create("Note", ["_id": "n1", "author": .link(.string("ada"))])
+        }
+        let query = "@links.Note.author.@count > 0"
+        #expect(try replica.objects("Person", where: query).map(\.primaryKey) == [.string("ada")])
+        var iterator = replica.observe("Person", where: query).makeAsyncIterator()
+        #expect(try await iterator.next()?.results.map(\.primaryKey) == [.string("ada")])
+        // Only a Note is written: no Person changes, yet bob now has a backlink.
+        try await replica.write { try $0.create("Note", ["_id": "n2", "author": .link(.string("bob"))]) }
+        #expect(try await iterator.next()?.results.map(\.primaryKey) == [.string("ada"), .string("bob")])
+        try await replica.write { _ = try $0.delete("Note", primaryKey: .string("n1")) }
+        #expect(try await iterator.next()?.results.map(\.primaryKey) == [.string("bob")])
+        #expect(
+            try replica.objects("Person", where: "@links.@count == 0 SORT(_id ASC)").map(\.primaryKey) == [
+                .string("ada")
+            ])
+        // A flexible-sync subscription cannot depend on other objects' links to it.
+        #expect {
+            try replica.subscriptions.commit { $0.append("Person", where: "@links.Note.author.@count > 0") }
+        } throws: { error in
+            (error as? TributaryError)?.message.contains("cannot use @links") == true
+        }
+    }
+
     @Test("A commit to another type does not wake the observer; cancelling ends observation")
     func irrelevantCommitsDoNotWake() async throws {
         let directory = TemporaryDirectory()

@@ -127,7 +127,7 @@ struct CompiledSubscriptions {
         guard let queries = byType[key.type], !queries.isEmpty,
             let object = try snapshot.object(key.type, primaryKey: key.primaryKey)
         else { return false }
-        let source = ReaderObjectSource { type, key in (try? snapshot.object(type, primaryKey: key))?.values }
+        let source = ReaderObjectSource(snapshot)
         return queries.contains { $0.matches(object.values, source: source) }
     }
 
@@ -137,7 +137,7 @@ struct CompiledSubscriptions {
             let type = snapshot.schema[type: key.type]
         else { return false }
         let object = try snapshot.materializer.object(type: type, primaryKey: key.primaryKey, record: record)
-        let source = ReaderObjectSource { type, key in (try? snapshot.object(type, primaryKey: key))?.values }
+        let source = ReaderObjectSource(snapshot)
         return queries.contains { $0.matches(object.values, source: source) }
     }
 
@@ -639,7 +639,7 @@ struct CompiledPermissions {
             // A filter that does not apply to the type (a field it lacks) lets nothing through.
             guard let query = writeFilters[key.type] ?? nil else { return false }
             let object = try snapshot.materializer.object(type: type, primaryKey: key.primaryKey, record: record)
-            let source = ReaderObjectSource { type, key in (try? snapshot.object(type, primaryKey: key))?.values }
+            let source = ReaderObjectSource(snapshot)
             return query.matches(object.values, source: source)
         }
     }

@@ -134,6 +134,12 @@ extension Replica {
                 "subscription \(subscription): a flexible sync query cannot use SORT, DISTINCT or LIMIT; sort and "
                     + "limit the results on the device instead")
         }
+        if !query.backlinkTypes.isEmpty {
+            throw TributaryError(
+                .invalidQuery,
+                "subscription \(subscription): a flexible sync query cannot use @links (backlinks); subscribe to the "
+                    + "linking type instead")
+        }
         for aggregate in ["@count", "@sum", "@avg", "@min", "@max", "@size"]
         where subscription.query.range(of: aggregate, options: .caseInsensitive) != nil {
             throw TributaryError(

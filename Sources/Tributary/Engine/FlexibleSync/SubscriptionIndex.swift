@@ -166,7 +166,7 @@ final class SubscriptionIndex: Sendable {
                 }
                 concerned = Set(state.entries.keys)
             } else {
-                let noLinks = ReaderObjectSource { _, _ in nil }
+                let noLinks = ReaderObjectSource(load: { _, _ in nil }, all: { _ in [] })
                 for change in changes {
                     guard let typeEntry = state.types[change.key.type], let type = schema[type: change.key.type]
                     else { continue }
