@@ -36,6 +36,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/swiftlang/swift-syntax", "600.0.0"..<"604.0.0"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // System libraries from Debian: apt-get install -y liblmdb-dev libzstd-dev libsqlite3-dev pkg-config
@@ -125,6 +126,16 @@ let package = Package(
             ],
             swiftSettings: upcomingFeatures),
 
+        // The cluster: the shared, commit-ordered changeset log of several daemons, on PostgreSQL.
+        .target(
+            name: "TributaryCluster",
+            dependencies: [
+                "TributaryModel", .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: upcomingFeatures),
+
         // The convergence simulator: used by tributary-sim and by the test suite.
         .target(
             name: "TributarySimulator", dependencies: ["Tributary", "TributaryModel", "TributaryMerge"],
@@ -201,6 +212,13 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             exclude: ["Certificates"], swiftSettings: upcomingFeatures),
+        .testTarget(
+            name: "TributaryClusterTests",
+            dependencies: [
+                "TributaryCluster", "TributaryModel", "TributaryTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryProtocolTests",
             dependencies: ["TributaryProtocol", "TributaryModel", "TributaryTestSupport", "TributaryTestTags"],

@@ -1,0 +1,429 @@
+public import Foundation
+public import Logging
+import NIOCore
+import NIOSSL
+import PostgresNIO
+import Synchronization
+public import TributaryModel
+
+/// The shared, durable, commit-ordered history of a tributaryd cluster: one log of changesets per tenant, in
+/// PostgreSQL.
+///
+/// Appending takes the log's head row lock in the appending transaction, so appenders to one log run one at a time,
+/// positions are given in commit order, and a reader never sees a gap. A changeset is known by its origin and origin
+/// sequence: appending one that is already in the log stores nothing and returns its position, so a retried upload is
+/// stored once. Every commit notifies listeners (``appendNotifications()``), as a wake-up only.
+///
+/// ```swift
+/// let log = try await SharedLog.open(.init(host: "127.0.0.1", port: 5432, username: "tributary",
+///                                          password: nil, database: "tributary", log: "chat"))
+/// let positions = try await log.append([.init(origin: id, originSequence: 1, body: bytes)])
+/// let entries = try await log.entries(after: 0, limit: 1_000)
+/// await log.close()
+/// ```
+///
+/// The tables are created, and migrated to this build's version, by ``open(_:logger:)`` (docs/design/Cluster.md).
+public final class SharedLog: Sendable {
+    /// Where the log is and how to reach it.
+    public struct Configuration: Sendable, Hashable {
+        public var host: String
+        public var port: Int
+        public var username: String
+        public var password: String?
+        public var database: String
+        /// The log's name: one log per tenant (an app or a database).
+        public var log: String
+        public var tls: TLSMode
+        /// How long one operation (an append, a read) may take before it fails with
+        /// ``SharedLogError/Code/timedOut``; connecting counts.
+        public var timeout: Duration
+        /// The most connections the log holds open.
+        public var maximumConnections: Int
+
+        public init(
+            host: String, port: Int = 5432, username: String, password: String? = nil, database: String,
+            log: String, tls: TLSMode = .disable, timeout: Duration = .seconds(10), maximumConnections: Int = 8
+        ) {
+            self.host = host
+            self.port = port
+            self.username = username
+            self.password = password
+            self.database = database
+            self.log = log
+            self.tls = tls
+            self.timeout = timeout
+            self.maximumConnections = maximumConnections
+        }
+
+        /// A configuration from a connection URL, `postgres://user[:password]@host[:port]/database[?sslmode=...]`
+        /// (`sslmode` is `disable`, `prefer` or `require`; `disable` when absent).
+        ///
+        /// - Throws: ``SharedLogError`` with ``SharedLogError/Code/invalidArgument``, naming what is wrong.
+        public init(url text: String, log: String) throws(SharedLogError) {
+            guard let url = URLComponents(string: text), url.scheme == "postgres" || url.scheme == "postgresql"
+            else {
+                throw SharedLogError(
+                    .invalidArgument, "'\(text)' is not a PostgreSQL URL: write postgres://user@host:5432/database")
+            }
+            guard let host = url.host, !host.isEmpty else {
+                throw SharedLogError(
+                    .invalidArgument, "the PostgreSQL URL names no host: write postgres://user@host/db")
+            }
+            guard let user = url.user, !user.isEmpty else {
+                throw SharedLogError(
+                    .invalidArgument, "the PostgreSQL URL names no user: write postgres://user@host/db")
+            }
+            let database = String(url.path.drop { $0 == "/" })
+            guard !database.isEmpty else {
+                throw SharedLogError(
+                    .invalidArgument, "the PostgreSQL URL names no database: write postgres://user@host/database")
+            }
+            var tls = TLSMode.disable
+            if let mode = url.queryItems?.first(where: { $0.name == "sslmode" })?.value {
+                guard let parsed = TLSMode(rawValue: mode) else {
+                    throw SharedLogError(
+                        .invalidArgument, "sslmode '\(mode)' is not one of disable, prefer or require")
+                }
+                tls = parsed
+            }
+            self.init(
+                host: host, port: url.port ?? 5432, username: user, password: url.password, database: database,
+                log: log, tls: tls)
+        }
+    }
+
+    /// Whether connections to PostgreSQL use TLS.
+    public enum TLSMode: String, Sendable, Hashable {
+        /// Never.
+        case disable
+        /// When the server offers it.
+        case prefer
+        /// Always; a server without TLS is refused. Certificates are checked against the system's trust roots.
+        case require
+    }
+
+    /// A changeset to append: its identity and its bytes as the replica's log stores them.
+    public struct Append: Sendable, Hashable {
+        public var origin: ReplicaID
+        public var originSequence: UInt64
+        public var body: [UInt8]
+
+        public init(origin: ReplicaID, originSequence: UInt64, body: [UInt8]) {
+            self.origin = origin
+            self.originSequence = originSequence
+            self.body = body
+        }
+    }
+
+    /// A changeset in the log, at its position.
+    public struct Entry: Sendable, Hashable {
+        /// Its position: 1 for the first, then every next integer, with no gaps.
+        public var sequence: UInt64
+        public var origin: ReplicaID
+        public var originSequence: UInt64
+        public var body: [UInt8]
+    }
+
+    /// The largest changeset the log takes, as PostgreSQL's `bytea` allows with room to spare.
+    public static let maximumBodyBytes = 256 << 20
+
+    /// The configuration the log was opened with.
+    public let configuration: Configuration
+    /// The log's epoch: made with the log, and changed only when its history is replaced (a restore from a backup).
+    /// A position is meaningful only with the epoch it was read under.
+    public let epoch: UUID
+
+    private let client: PostgresClient
+    private let runner: Task<Void, Never>
+    private let logger: Logger
+    private let closed = Atomic<Bool>(false)
+
+    private init(
+        configuration: Configuration, epoch: UUID, client: PostgresClient, runner: Task<Void, Never>, logger: Logger
+    ) {
+        self.configuration = configuration
+        self.epoch = epoch
+        self.client = client
+        self.runner = runner
+        self.logger = logger
+    }
+
+    /// Connects, creates or migrates the tables, and creates the log if it does not exist.
+    ///
+    /// - Throws: ``SharedLogError``: ``SharedLogError/Code/unreachable`` when PostgreSQL cannot be reached,
+    ///   ``SharedLogError/Code/rejected`` when it refuses (a password, a missing database, a permission),
+    ///   ``SharedLogError/Code/incompatible`` when the tables are of a newer build.
+    public static func open(_ configuration: Configuration, logger: Logger = Logger(label: "tributary.cluster"))
+        async throws(SharedLogError) -> SharedLog
+    {
+        guard !configuration.log.isEmpty, configuration.log.utf8.count <= 200 else {
+            throw SharedLogError(.invalidArgument, "a log name has 1 to 200 bytes, not \(configuration.log.utf8.count)")
+        }
+        let tls: PostgresClient.Configuration.TLS
+        switch configuration.tls {
+        case .disable: tls = .disable
+        case .prefer: tls = .prefer(.makeClientConfiguration())
+        case .require: tls = .require(.makeClientConfiguration())
+        }
+        var options = PostgresClient.Configuration(
+            host: configuration.host, port: configuration.port, username: configuration.username,
+            password: configuration.password, database: configuration.database, tls: tls)
+        options.options.connectTimeout = configuration.timeout
+        options.options.maximumConnections = configuration.maximumConnections
+        options.options.minimumConnections = 0
+        let client = PostgresClient(configuration: options, backgroundLogger: logger)
+        let runner = Task { await client.run() }
+        let location = "PostgreSQL at \(configuration.host):\(configuration.port)"
+        do {
+            let epoch = try await Self.withTimeout(configuration.timeout, location) {
+                try await SharedLogSchema.migrate(client, logger: logger)
+                return try await SharedLogSchema.createLog(configuration.log, client, logger: logger)
+            }
+            return SharedLog(
+                configuration: configuration, epoch: epoch, client: client, runner: runner, logger: logger)
+        } catch {
+            runner.cancel()
+            throw error
+        }
+    }
+
+    /// Closes the log's connections. Operations after it fail with ``SharedLogError/Code/closed``.
+    public func close() async {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        runner.cancel()
+        await runner.value
+    }
+
+    private var location: String { "PostgreSQL at \(configuration.host):\(configuration.port)" }
+
+    // MARK: Appending
+
+    /// Appends changesets in one transaction, in the order given, and returns the position of each: a new one for a
+    /// changeset not yet in the log, its existing one for a changeset that is (the same origin and origin sequence).
+    ///
+    /// When this returns, PostgreSQL has committed the changesets (and, with synchronous replication, its standby
+    /// has them): a daemon may acknowledge the upload.
+    ///
+    /// - Throws: ``SharedLogError``. After ``SharedLogError/Code/timedOut`` or ``SharedLogError/Code/unreachable``
+    ///   the append may or may not have committed; appending the same changesets again is safe.
+    public func append(_ changesets: [Append]) async throws(SharedLogError) -> [UInt64] {
+        guard !changesets.isEmpty else { return [] }
+        for changeset in changesets where changeset.body.count > Self.maximumBodyBytes {
+            throw SharedLogError(
+                .invalidArgument,
+                "changeset \(changeset.origin):\(changeset.originSequence) has \(changeset.body.count) bytes, "
+                    + "more than the shared log's \(Self.maximumBodyBytes)")
+        }
+        let name = configuration.log
+        let client = client
+        let logger = logger
+        return try await operation {
+            try await client.withTransaction(logger: logger) { connection in
+                try await Self.append(changesets, to: name, on: connection, logger: logger)
+            }
+        }
+    }
+
+    private static func append(
+        _ changesets: [Append], to name: String, on connection: PostgresConnection, logger: Logger
+    ) async throws -> [UInt64] {
+        // The head row lock: appenders to this log wait here for each other, so positions follow commit order.
+        var head: Int64?
+        let heads = try await connection.query(
+            "SELECT head FROM tributary_logs WHERE log = \(name) FOR UPDATE", logger: logger)
+        for try await value in heads.decode(Int64.self) { head = value }
+        guard let head else {
+            throw SharedLogError(.incompatible, "the log '\(name)' has no row in tributary_logs")
+        }
+        struct Identity: Hashable {
+            var origin: Int64
+            var sequence: Int64
+        }
+        let identities = changesets.map {
+            Identity(origin: Int64(bitPattern: $0.origin.rawValue), sequence: Int64(bitPattern: $0.originSequence))
+        }
+        var known: [Identity: Int64] = [:]
+        let existing = try await connection.query(
+            """
+            SELECT origin, origin_sequence, seq FROM tributary_changesets
+            WHERE log = \(name) AND origin = ANY(\(identities.map(\.origin)))
+            AND origin_sequence = ANY(\(identities.map(\.sequence)))
+            """, logger: logger)
+        for try await (origin, sequence, position) in existing.decode((Int64, Int64, Int64).self) {
+            known[Identity(origin: origin, sequence: sequence)] = position
+        }
+        var next = head
+        var positions: [UInt64] = []
+        var newPositions: [Int64] = []
+        var newOrigins: [Int64] = []
+        var newSequences: [Int64] = []
+        var newBodies: [ByteBuffer] = []
+        for (changeset, identity) in zip(changesets, identities) {
+            if let position = known[identity] {
+                positions.append(UInt64(position))
+                continue
+            }
+            next += 1
+            known[identity] = next
+            positions.append(UInt64(next))
+            newPositions.append(next)
+            newOrigins.append(identity.origin)
+            newSequences.append(identity.sequence)
+            newBodies.append(ByteBuffer(bytes: changeset.body))
+        }
+        guard next > head else { return positions }
+        try await connection.query(
+            """
+            INSERT INTO tributary_changesets (log, seq, origin, origin_sequence, body)
+            SELECT \(name), * FROM unnest(\(newPositions)::bigint[], \(newOrigins)::bigint[],
+                                          \(newSequences)::bigint[], \(newBodies)::bytea[])
+            """, logger: logger)
+        try await connection.query("UPDATE tributary_logs SET head = \(next) WHERE log = \(name)", logger: logger)
+        try await connection.query(
+            "SELECT pg_notify(\(SharedLogSchema.channel), \(name + ":" + String(next)))", logger: logger)
+        return positions
+    }
+
+    // MARK: Reading
+
+    /// The log's head: the position of its last changeset, 0 when it has none.
+    public func head() async throws(SharedLogError) -> UInt64 {
+        let name = configuration.log
+        let client = client
+        let logger = logger
+        return try await operation {
+            var head: Int64 = 0
+            let rows = try await client.query("SELECT head FROM tributary_logs WHERE log = \(name)", logger: logger)
+            for try await value in rows.decode(Int64.self) { head = value }
+            return UInt64(head)
+        }
+    }
+
+    /// The changesets after position `sequence`, in order, at most `limit` of them.
+    public func entries(after sequence: UInt64, limit: Int) async throws(SharedLogError) -> [Entry] {
+        guard limit > 0, sequence <= UInt64(Int64.max) else {
+            throw SharedLogError(.invalidArgument, "entries(after: \(sequence), limit: \(limit)) is out of range")
+        }
+        let name = configuration.log
+        let client = client
+        let logger = logger
+        return try await operation {
+            let rows = try await client.query(
+                """
+                SELECT seq, origin, origin_sequence, body FROM tributary_changesets
+                WHERE log = \(name) AND seq > \(Int64(sequence)) ORDER BY seq LIMIT \(Int64(limit))
+                """, logger: logger)
+            var entries: [Entry] = []
+            for try await (position, origin, originSequence, body) in rows.decode(
+                (Int64, Int64, Int64, ByteBuffer).self)
+            {
+                entries.append(
+                    Entry(
+                        sequence: UInt64(position), origin: ReplicaID(rawValue: UInt64(bitPattern: origin)),
+                        originSequence: UInt64(bitPattern: originSequence), body: Array(buffer: body)))
+            }
+            return entries
+        }
+    }
+
+    /// The heads announced by every append to this log, from any process, as they commit; a wake-up only: a
+    /// follower reads ``entries(after:limit:)`` when one arrives and also on a timer, since announcements made while
+    /// the listening connection reconnects are lost. The sequence ends when the task iterating it is cancelled, and
+    /// throws when the connection breaks.
+    public func appendNotifications() -> AsyncThrowingStream<UInt64, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<UInt64, any Error>.makeStream()
+        let client = client
+        let prefix = configuration.log + ":"
+        let task = Task {
+            do {
+                try await client.withConnection { connection in
+                    try await connection.listen(on: SharedLogSchema.channel) { notifications in
+                        continuation.yield(0)  // listening: a reader may now read without missing a later append
+                        for try await notification in notifications where notification.payload.hasPrefix(prefix) {
+                            if let head = UInt64(notification.payload.dropFirst(prefix.count)) {
+                                continuation.yield(head)
+                            }
+                        }
+                    }
+                }
+                continuation.finish()
+            } catch {
+                continuation.finish(throwing: Self.classify(error, location: "PostgreSQL"))
+            }
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+
+    // MARK: Errors and timeouts
+
+    private func operation<Result: Sendable>(_ body: @escaping @Sendable () async throws -> Result)
+        async throws(SharedLogError) -> Result
+    {
+        guard !closed.load(ordering: .acquiring) else {
+            throw SharedLogError(.closed, "the shared log '\(configuration.log)' was closed")
+        }
+        return try await Self.withTimeout(configuration.timeout, location, body)
+    }
+
+    private struct TimedOut: Error {}
+
+    private static func withTimeout<Result: Sendable>(
+        _ timeout: Duration, _ location: String, _ body: @escaping @Sendable () async throws -> Result
+    ) async throws(SharedLogError) -> Result {
+        do {
+            return try await withThrowingTaskGroup(of: Result?.self) { group in
+                group.addTask { try await body() }
+                group.addTask {
+                    try await Task.sleep(for: timeout)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                guard let first = try await group.next(), let result = first else { throw TimedOut() }
+                return result
+            }
+        } catch is TimedOut {
+            throw SharedLogError(
+                .timedOut, "\(location) did not answer within \(timeout); check that it runs and is reachable")
+        } catch {
+            throw classify(error, location: location)
+        }
+    }
+
+    static func classify(_ error: any Error, location: String) -> SharedLogError {
+        if let error = error as? SharedLogError { return error }
+        if let transaction = error as? PostgresTransactionError {
+            // What failed first says why: the statements, or BEGIN, or COMMIT (after which the outcome is unknown).
+            if let cause = transaction.closureError ?? transaction.beginError ?? transaction.commitError
+                ?? transaction.rollbackError
+            {
+                return classify(cause, location: location)
+            }
+        }
+        if error is CancellationError {
+            return SharedLogError(
+                .cancelled, "the operation on \(location) was cancelled; an append may or may not have committed")
+        }
+        guard let error = error as? PSQLError else {
+            return SharedLogError(.unreachable, "\(location) failed: \(error)")
+        }
+        if let info = error.serverInfo {
+            let state = info[.sqlState] ?? "?"
+            let message = info[.message] ?? "no message"
+            let detail = info[.detail].map { " (\($0))" } ?? ""
+            return SharedLogError(.rejected, "\(location) refused: \(message)\(detail) [SQLSTATE \(state)]")
+        }
+        switch error.code {
+        case .connectionError, .serverClosedConnection, .uncleanShutdown, .poolClosed, .clientClosedConnection:
+            let cause = error.underlying.map { ": \($0)" } ?? ""
+            return SharedLogError(
+                .unreachable, "\(location) is unreachable\(cause); check that it runs and that the address is right")
+        case .sslUnsupported:
+            return SharedLogError(.rejected, "\(location) does not offer TLS, and the configuration requires it")
+        case .authMechanismRequiresPassword:
+            return SharedLogError(.rejected, "\(location) asks for a password, and the configuration gives none")
+        default:
+            return SharedLogError(.rejected, "\(location) failed: \(String(reflecting: error))")
+        }
+    }
+}

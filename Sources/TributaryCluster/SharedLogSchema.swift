@@ -1,0 +1,88 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+/// The shared log's tables, created and migrated by the daemons themselves.
+///
+/// `tributary_schema` holds one row: the version of the tables. Each version's statements run in one transaction
+/// under an advisory lock, so daemons that start together migrate once, and a build meets tables of a newer build
+/// with a clear error instead of writing to them.
+enum SharedLogSchema {
+    /// The version of the tables this build writes.
+    static let version: Int32 = 1
+
+    /// The notification channel of appends; the payload is `log:head`.
+    static let channel = "tributary_appended"
+
+    /// The advisory lock key migrations take (the bytes of "tribmigr").
+    private static let migrationLock: Int64 = 0x7472_6962_6D69_6772
+
+    /// Each version's statements: `migrations[n]` takes the tables from version n to n + 1.
+    private static let migrations: [[String]] = [
+        [
+            """
+            CREATE TABLE tributary_logs (
+                log text PRIMARY KEY,
+                epoch uuid NOT NULL,
+                head bigint NOT NULL DEFAULT 0,
+                compacted_through bigint NOT NULL DEFAULT 0,
+                created timestamptz NOT NULL DEFAULT now())
+            """,
+            """
+            CREATE TABLE tributary_changesets (
+                log text NOT NULL REFERENCES tributary_logs (log),
+                seq bigint NOT NULL,
+                origin bigint NOT NULL,
+                origin_sequence bigint NOT NULL,
+                body bytea NOT NULL,
+                PRIMARY KEY (log, seq),
+                UNIQUE (log, origin, origin_sequence))
+            """,
+        ]
+    ]
+
+    /// Brings the tables to ``version``.
+    static func migrate(_ client: PostgresClient, logger: Logger) async throws {
+        try await client.withTransaction(logger: logger) { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+            try await connection.query(
+                "CREATE TABLE IF NOT EXISTS tributary_schema (version integer NOT NULL)", logger: logger)
+            var current: Int32?
+            let rows = try await connection.query("SELECT version FROM tributary_schema", logger: logger)
+            for try await value in rows.decode(Int32.self) { current = value }
+            if current == nil {
+                try await connection.query("INSERT INTO tributary_schema (version) VALUES (0)", logger: logger)
+            }
+            let found = current ?? 0
+            guard found <= version else {
+                throw SharedLogError(
+                    .incompatible,
+                    "the shared log's tables are at version \(found), written by a newer tributaryd; this one "
+                        + "knows version \(version): upgrade it")
+            }
+            for step in Int(found)..<Int(version) {
+                for statement in migrations[step] {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+            }
+            if found < version {
+                try await connection.query("UPDATE tributary_schema SET version = \(version)", logger: logger)
+                logger.info("shared log tables migrated from version \(found) to \(version)")
+            }
+        }
+    }
+
+    /// Creates the log `name` (with a fresh epoch) unless it exists; returns its epoch.
+    static func createLog(_ name: String, _ client: PostgresClient, logger: Logger) async throws -> UUID {
+        try await client.query(
+            "INSERT INTO tributary_logs (log, epoch) VALUES (\(name), \(UUID())) ON CONFLICT (log) DO NOTHING",
+            logger: logger)
+        var epoch: UUID?
+        let rows = try await client.query("SELECT epoch FROM tributary_logs WHERE log = \(name)", logger: logger)
+        for try await value in rows.decode(UUID.self) { epoch = value }
+        guard let epoch else {
+            throw SharedLogError(.incompatible, "the log '\(name)' was not found after it was created")
+        }
+        return epoch
+    }
+}

@@ -1,0 +1,254 @@
+import Foundation
+import Logging
+import Synchronization
+import Testing
+import TributaryCluster
+import TributaryModel
+
+/// The shared log against a real PostgreSQL of each test's own, on loopback.
+@Suite(
+    "The shared log on PostgreSQL",
+    .enabled(if: PostgresServer.isAvailable, Comment(rawValue: PostgresServer.unavailable)))
+struct SharedLogTests {
+    static func withServer<Result>(_ body: (PostgresServer) async throws -> Result) async throws -> Result {
+        let server = try PostgresServer.start()
+        defer { server.stop() }
+        return try await body(server)
+    }
+
+    static func open(_ server: PostgresServer, log: String = "chat", timeout: Duration = .seconds(20))
+        async throws -> SharedLog
+    {
+        var configuration = try SharedLog.Configuration(url: server.url, log: log)
+        configuration.timeout = timeout
+        return try await SharedLog.open(configuration, logger: quiet)
+    }
+
+    /// PostgreSQL's client logs every failed connection attempt; the tests check the errors instead.
+    static let quiet: Logger = {
+        var logger = Logger(label: "tributary.cluster.tests")
+        logger.logLevel = .critical
+        return logger
+    }()
+
+    static func changeset(_ origin: UInt64, _ sequence: UInt64) -> SharedLog.Append {
+        SharedLog.Append(
+            origin: ReplicaID(rawValue: origin), originSequence: sequence,
+            body: Array("changeset \(origin):\(sequence)".utf8) + [0, 255])
+    }
+
+    @Test("Concurrent appenders get gapless positions in commit order, and a reader never sees a gap")
+    func concurrentAppends() async throws {
+        try await Self.withServer { server in
+            let log = try await Self.open(server)
+            let writers = 6
+            let batches = 20
+            let writersDone = Atomic<Bool>(false)
+            let reader = Task { () -> (read: [SharedLog.Entry], gaps: Int) in
+                var read: [SharedLog.Entry] = []
+                var gaps = 0
+                let deadline = ContinuousClock.now + .seconds(60)
+                while ContinuousClock.now < deadline {
+                    let done = writersDone.load(ordering: .acquiring)
+                    let entries = try await log.entries(after: UInt64(read.count), limit: 50)
+                    for entry in entries {
+                        if entry.sequence != UInt64(read.count) + 1 { gaps += 1 }
+                        read.append(entry)
+                    }
+                    // Read once more after the writers finished, and stop when that found nothing.
+                    if done && entries.isEmpty { break }
+                    if entries.isEmpty { try await Task.sleep(for: .milliseconds(2)) }
+                }
+                return (read, gaps)
+            }
+            var expected: [SharedLog.Append: UInt64] = [:]
+            try await withThrowingTaskGroup(of: [(SharedLog.Append, UInt64)].self) { group in
+                for writer in 1...writers {
+                    group.addTask {
+                        var placed: [(SharedLog.Append, UInt64)] = []
+                        var sequence: UInt64 = 0
+                        for batch in 0..<batches {
+                            let count = 1 + batch % 3
+                            let changesets = (0..<count).map { _ in
+                                sequence += 1
+                                return Self.changeset(UInt64(writer), sequence)
+                            }
+                            let positions = try await log.append(changesets)
+                            // One transaction's changesets are contiguous and in the order given.
+                            #expect(positions == Array(positions[0]..<(positions[0] + UInt64(count))))
+                            placed += zip(changesets, positions).map { ($0, $1) }
+                        }
+                        return placed
+                    }
+                }
+                for try await placed in group { for (changeset, position) in placed { expected[changeset] = position } }
+            }
+            writersDone.store(true, ordering: .releasing)
+            let (read, gaps) = try await reader.value
+            let total = writers * (0..<batches).reduce(0) { $0 + 1 + $1 % 3 }
+            #expect(expected.count == total)
+            #expect(try await log.head() == UInt64(total))
+            #expect(gaps == 0)
+            #expect(read.count == total)
+            #expect(read.map(\.sequence) == Array(1...UInt64(total)))
+            for entry in read {
+                let append = SharedLog.Append(
+                    origin: entry.origin, originSequence: entry.originSequence, body: entry.body)
+                #expect(expected[append] == entry.sequence)
+            }
+            // Each writer's changesets are in the log in the order that writer appended them.
+            for writer in 1...writers {
+                let sequences = read.filter { $0.origin.rawValue == UInt64(writer) }.map(\.originSequence)
+                #expect(sequences == Array(1...UInt64(sequences.count)))
+            }
+            await log.close()
+        }
+    }
+
+    @Test("A changeset appended again is stored once and keeps its position")
+    func idempotentAppends() async throws {
+        try await Self.withServer { server in
+            let log = try await Self.open(server)
+            let (a, b, c) = (Self.changeset(7, 1), Self.changeset(7, 2), Self.changeset(9, 1))
+            #expect(try await log.append([a, b]) == [1, 2])
+            #expect(try await log.append([b, c]) == [2, 3])
+            #expect(try await log.append([a, a, c]) == [1, 1, 3])
+            let d = Self.changeset(9, 2)
+            #expect(try await log.append([d, d]) == [4, 4])
+            #expect(try await log.append([]) == [])
+            #expect(try await log.head() == 4)
+            let entries = try await log.entries(after: 0, limit: 10)
+            #expect(entries.map(\.sequence) == [1, 2, 3, 4])
+            #expect(entries.map(\.body) == [a.body, b.body, c.body, d.body])
+            #expect(try await log.entries(after: 2, limit: 1).map(\.sequence) == [3])
+            #expect(try await log.entries(after: 4, limit: 10).isEmpty)
+            await log.close()
+        }
+    }
+
+    @Test("Logs are independent, each with its own epoch, kept when the log is opened again")
+    func logsAndEpochs() async throws {
+        try await Self.withServer { server in
+            let chat = try await Self.open(server, log: "chat")
+            let tasks = try await Self.open(server, log: "tasks")
+            #expect(chat.epoch != tasks.epoch)
+            #expect(try await chat.append([Self.changeset(1, 1), Self.changeset(1, 2)]) == [1, 2])
+            #expect(try await tasks.append([Self.changeset(1, 1)]) == [1])
+            #expect(try await tasks.head() == 1)
+            let again = try await Self.open(server, log: "chat")
+            #expect(again.epoch == chat.epoch)
+            #expect(try await again.head() == 2)
+            // Opening migrates nothing twice.
+            #expect(
+                try server.sql("SELECT version FROM tributary_schema").trimmingCharacters(in: .whitespacesAndNewlines)
+                    == "1")
+            for log in [chat, tasks, again] { await log.close() }
+            await #expect(throws: SharedLogError.self) { try await chat.head() }
+        }
+    }
+
+    @Test("An append wakes a listener on another connection")
+    func notifications() async throws {
+        try await Self.withServer { server in
+            let follower = try await Self.open(server)
+            let writer = try await Self.open(server)
+            let heads = Task { () -> [UInt64] in
+                var seen: [UInt64] = []
+                for try await head in follower.appendNotifications() {
+                    seen.append(head)
+                    if head == 0 {
+                        _ = try await writer.append([Self.changeset(3, 1)])
+                        _ = try await writer.append([Self.changeset(3, 2), Self.changeset(3, 3)])
+                    }
+                    if head == 3 { break }
+                }
+                return seen
+            }
+            let timeout = Task {
+                try await Task.sleep(for: .seconds(30))
+                heads.cancel()
+            }
+            let seen = try await heads.value
+            timeout.cancel()
+            #expect(seen == [0, 1, 3])
+            await follower.close()
+            await writer.close()
+        }
+    }
+
+    @Test("Tables written by a newer build are refused with a clear error")
+    func newerTables() async throws {
+        try await Self.withServer { server in
+            let log = try await Self.open(server)
+            await log.close()
+            try server.sql("UPDATE tributary_schema SET version = 99")
+            let error = await #expect(throws: SharedLogError.self) { try await Self.open(server) }
+            #expect(error?.code == .incompatible)
+            #expect(error?.message.contains("version 99") == true)
+        }
+    }
+
+    @Test("A server that is down fails operations as unreachable; after it is back, nothing committed is lost")
+    func serverDown() async throws {
+        try await Self.withServer { server in
+            let log = try await Self.open(server)
+            // A second handle on the log that gives up sooner, for the append while the server is down.
+            let impatient = try await Self.open(server, timeout: .seconds(5))
+            #expect(try await log.append([Self.changeset(5, 1), Self.changeset(5, 2)]) == [1, 2])
+            server.kill()
+            let error = await #expect(throws: SharedLogError.self) {
+                try await impatient.append([Self.changeset(5, 3)])
+            }
+            #expect(error?.code == .unreachable || error?.code == .timedOut, "\(String(describing: error))")
+            #expect(error?.message.contains("127.0.0.1:\(server.port)") == true, "\(String(describing: error))")
+            try server.startServer()
+            // The pool reconnects; the append that failed is retried and lands after what was committed.
+            var positions: [UInt64] = []
+            let deadline = ContinuousClock.now + .seconds(30)
+            while positions.isEmpty && ContinuousClock.now < deadline {
+                do {
+                    positions = try await log.append([Self.changeset(5, 3)])
+                } catch {
+                    try await Task.sleep(for: .milliseconds(200))
+                }
+            }
+            #expect(positions == [3])
+            #expect(try await log.entries(after: 0, limit: 10).map(\.originSequence) == [1, 2, 3])
+            await log.close()
+            await impatient.close()
+        }
+    }
+
+}
+
+@Suite("Shared log configuration") struct SharedLogConfigurationTests {
+    @Test("A server nobody listens on, and malformed URLs, fail with errors that say what is wrong")
+    func badConfigurations() async throws {
+        var configuration = try SharedLog.Configuration(url: "postgres://tributary@127.0.0.1:1/postgres", log: "x")
+        configuration.timeout = .seconds(5)
+        let error = await #expect(throws: SharedLogError.self) {
+            try await SharedLog.open(configuration, logger: SharedLogTests.quiet)
+        }
+        #expect(error?.code == .unreachable || error?.code == .timedOut, "\(String(describing: error))")
+        #expect(error?.message.contains("127.0.0.1:1") == true, "\(String(describing: error))")
+        for (url, expected) in [
+            ("http://host/db", "is not a PostgreSQL URL"), ("postgres://host/db", "names no user"),
+            ("postgres://u@host", "names no database"), ("postgres://u@host/db?sslmode=maybe", "sslmode 'maybe'"),
+        ] {
+            #expect(throws: SharedLogError.self) { try SharedLog.Configuration(url: url, log: "x") }
+            do {
+                _ = try SharedLog.Configuration(url: url, log: "x")
+            } catch {
+                #expect(error.message.contains(expected), "\(error)")
+            }
+        }
+        let parsed = try SharedLog.Configuration(
+            url: "postgresql://ann:secret@db.local:6543/prod?sslmode=require", log: "l")
+        #expect(parsed.host == "db.local")
+        #expect(parsed.port == 6543)
+        #expect(parsed.username == "ann")
+        #expect(parsed.password == "secret")
+        #expect(parsed.database == "prod")
+        #expect(parsed.tls == .require)
+    }
+}
