@@ -130,9 +130,9 @@ let package = Package(
         .target(
             name: "TributaryCluster",
             dependencies: [
-                "TributaryModel", .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "Logging", package: "swift-log"),
+                "Tributary", "TributaryModel", "TributarySync", .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: upcomingFeatures),
 
@@ -215,7 +215,7 @@ let package = Package(
         .testTarget(
             name: "TributaryClusterTests",
             dependencies: [
-                "TributaryCluster", "TributaryModel", "TributaryTestSupport",
+                "TributaryCluster", "Tributary", "TributaryModel", "TributaryTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: upcomingFeatures),

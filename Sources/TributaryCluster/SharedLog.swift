@@ -1,6 +1,7 @@
 public import Foundation
 public import Logging
 import NIOCore
+import NIOPosix
 import NIOSSL
 import PostgresNIO
 import Synchronization
@@ -135,16 +136,20 @@ public final class SharedLog: Sendable {
 
     private let client: PostgresClient
     private let runner: Task<Void, Never>
+    /// A thread of the log's own for its connections: a daemon's busy event loops do not delay an append.
+    private let loop: MultiThreadedEventLoopGroup
     private let logger: Logger
     private let closed = Atomic<Bool>(false)
 
     private init(
-        configuration: Configuration, epoch: UUID, client: PostgresClient, runner: Task<Void, Never>, logger: Logger
+        configuration: Configuration, epoch: UUID, client: PostgresClient, runner: Task<Void, Never>,
+        loop: MultiThreadedEventLoopGroup, logger: Logger
     ) {
         self.configuration = configuration
         self.epoch = epoch
         self.client = client
         self.runner = runner
+        self.loop = loop
         self.logger = logger
     }
 
@@ -171,7 +176,8 @@ public final class SharedLog: Sendable {
         options.options.connectTimeout = configuration.timeout
         options.options.maximumConnections = configuration.maximumConnections
         options.options.minimumConnections = 0
-        let client = PostgresClient(configuration: options, backgroundLogger: logger)
+        let loop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let client = PostgresClient(configuration: options, eventLoopGroup: loop, backgroundLogger: logger)
         let runner = Task { await client.run() }
         let location = "PostgreSQL at \(configuration.host):\(configuration.port)"
         do {
@@ -180,9 +186,12 @@ public final class SharedLog: Sendable {
                 return try await SharedLogSchema.createLog(configuration.log, client, logger: logger)
             }
             return SharedLog(
-                configuration: configuration, epoch: epoch, client: client, runner: runner, logger: logger)
+                configuration: configuration, epoch: epoch, client: client, runner: runner, loop: loop,
+                logger: logger)
         } catch {
             runner.cancel()
+            await runner.value
+            try? await loop.shutdownGracefully()
             throw error
         }
     }
@@ -192,6 +201,7 @@ public final class SharedLog: Sendable {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         runner.cancel()
         await runner.value
+        try? await loop.shutdownGracefully()
     }
 
     private var location: String { "PostgreSQL at \(configuration.host):\(configuration.port)" }
