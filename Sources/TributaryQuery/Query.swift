@@ -117,34 +117,16 @@ public struct Query: Hashable, Sendable, CustomStringConvertible {
     /// reader may decode only them to test it.
     public var predicateProperties: Set<String> {
         var names = Set<String>()
-        func collect(_ operand: Operand) {
-            switch operand {
-            case .constant, .constants: break
-            case .keyPath(let path), .subqueryCount(let path, _):
-                // A SUBQUERY's predicate reads the objects its list leads to, not the queried object; backlinks are
-                // found by the object's primary key.
-                guard let first = path.steps.first else { break }
-                if case .backlinks(_, let keyProperty) = first.target {
-                    names.insert(keyProperty)
-                } else {
-                    names.insert(first.name)
-                }
-            case .arithmetic(_, let left, let right):
-                collect(left)
-                collect(right)
+        Self.forEachKeyPath(in: predicate, nested: false) { path in
+            // A SUBQUERY's predicate reads the objects its list leads to, not the queried object (`nested: false`);
+            // backlinks are found by the object's primary key.
+            guard let first = path.steps.first else { return }
+            if case .backlinks(_, let keyProperty) = first.target {
+                names.insert(keyProperty)
+            } else {
+                names.insert(first.name)
             }
         }
-        func collect(_ predicate: Predicate) {
-            switch predicate {
-            case .constant: break
-            case .and(let terms), .or(let terms): terms.forEach(collect)
-            case .not(let inner): collect(inner)
-            case .comparison(let comparison):
-                collect(comparison.left)
-                collect(comparison.right)
-            }
-        }
-        collect(predicate)
         return names
     }
 
@@ -161,37 +143,44 @@ public struct Query: Hashable, Sendable, CustomStringConvertible {
                 collect(KeyPath(steps: steps, operation: nil, text: ""))
             }
         }
-        func collect(_ operand: Operand) {
-            switch operand {
-            case .constant, .constants: break
-            case .keyPath(let path): collect(path)
-            case .arithmetic(_, let left, let right):
-                collect(left)
-                collect(right)
-            case .subqueryCount(let path, let predicate):
-                collect(path)
-                collect(predicate)
-            }
-        }
-        func collect(_ predicate: Predicate) {
-            switch predicate {
-            case .constant: break
-            case .and(let terms), .or(let terms): terms.forEach(collect)
-            case .not(let inner): collect(inner)
-            case .comparison(let comparison):
-                collect(comparison.left)
-                collect(comparison.right)
-            }
-        }
-        collect(predicate)
+        Self.forEachKeyPath(in: predicate, nested: true, collect)
         for descriptor in descriptors {
             switch descriptor {
             case .sort(let keys): for key in keys { collect(key.path) }
-            case .distinct(let paths): paths.forEach(collect)
+            case .distinct(let paths): for path in paths { collect(path) }
             case .limit: break
             }
         }
         return types
+    }
+
+    /// Calls `body` with the key path of every operand of `predicate`'s comparisons, inside arithmetic too, and with
+    /// a SUBQUERY's list; with `nested`, also with those of a SUBQUERY's predicate (which start at the list's
+    /// elements). Recursion follows the checked tree, whose depth the parser bounds.
+    static func forEachKeyPath(in predicate: Predicate, nested: Bool, _ body: (KeyPath) -> Void) {
+        func visit(_ operand: Operand) {
+            switch operand {
+            case .constant, .constants: break
+            case .keyPath(let path): body(path)
+            case .arithmetic(_, let left, let right):
+                visit(left)
+                visit(right)
+            case .subqueryCount(let path, let inner):
+                body(path)
+                if nested { visit(inner) }
+            }
+        }
+        func visit(_ predicate: Predicate) {
+            switch predicate {
+            case .constant: break
+            case .and(let terms), .or(let terms): for term in terms { visit(term) }
+            case .not(let inner): visit(inner)
+            case .comparison(let comparison):
+                visit(comparison.left)
+                visit(comparison.right)
+            }
+        }
+        visit(predicate)
     }
 
     /// Per-property constraints an index can answer, for the top-level `AND` terms on scalar properties of the

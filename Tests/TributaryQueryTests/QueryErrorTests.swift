@@ -10,20 +10,25 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
     var code: QueryError.Code
     var message: String
     var position: Int
+    /// The queried type of the fixture.
+    var type = "Task"
 
     var testDescription: String { query }
+
+    /// Checks that the query fails as expected.
+    func check() {
+        guard let error = Fixture.error(query, arguments, type: type) else {
+            Issue.record("\(query) did not fail")
+            return
+        }
+        #expect(error.code == code, "\(error)")
+        #expect(error.message.contains(message), "\(error)")
+        #expect(error.position == position, "\(error)")
+    }
 }
 
 @Suite("Query errors") struct QueryErrorTests {
-    private func check(_ expected: ErrorCase) {
-        guard let error = Fixture.error(expected.query, expected.arguments) else {
-            Issue.record("\(expected.query) did not fail")
-            return
-        }
-        #expect(error.code == expected.code, "\(error)")
-        #expect(error.message.contains(expected.message), "\(error)")
-        #expect(error.position == expected.position, "\(error)")
-    }
+    private func check(_ expected: ErrorCase) { expected.check() }
 
     @Test("The description shows the message, the column, the line and a caret") func description() throws {
         let error = try #require(Fixture.error("title == AND done == false"))

@@ -252,29 +252,22 @@ import TributaryQuery
         arguments: [
             ErrorCase(
                 query: "@links.Task.title.@count > 0", code: .typeMismatch,
-                message: "'Task.title' does not link to 'Person'", position: 12),
+                message: "'Task.title' does not link to 'Person'", position: 12, type: "Person"),
             ErrorCase(
-                query: "@links.Nope.x.@count > 0", code: .unknownProperty, message: "names type 'Nope'", position: 7),
+                query: "@links.Nope.x.@count > 0", code: .unknownProperty, message: "names type 'Nope'", position: 7,
+                type: "Person"),
             ErrorCase(
                 query: "@links.Task.nope.@count > 0", code: .unknownProperty, message: "'Task' has no property 'nope'",
-                position: 12),
+                position: 12, type: "Person"),
             ErrorCase(
                 query: "address.@links.@count > 0", code: .typeMismatch,
-                message: "@links needs an object that links can point at", position: 8),
+                message: "@links needs an object that links can point at", position: 8, type: "Person"),
             ErrorCase(
                 query: "@links == 1", code: .syntax, message: "expected a type and a property after @links",
-                position: 0),
+                position: 0, type: "Person"),
             ErrorCase(
                 query: "@links.@count.x > 1", code: .syntax, message: "'@links.@count' must end the key path",
-                position: 14),
+                position: 14, type: "Person"),
         ])
-    func errors(_ expected: ErrorCase) {
-        guard let error = Fixture.error(expected.query, type: "Person") else {
-            Issue.record("\(expected.query) did not fail")
-            return
-        }
-        #expect(error.code == expected.code, "\(error)")
-        #expect(error.message.contains(expected.message), "\(error)")
-        #expect(error.position == expected.position, "\(error)")
-    }
+    func errors(_ expected: ErrorCase) { expected.check() }
 }

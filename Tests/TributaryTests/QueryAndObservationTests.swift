@@ -42,6 +42,14 @@ struct QueryAndObservationTests {
             directory: directory.path, models: [Rate.self, Message.self], configuration: configuration)
     }
 
+    /// A replica of `types` (schema version 1), without disk syncs.
+    func open(_ directory: TemporaryDirectory, types: [ObjectSchema]) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        return try Replica.open(
+            directory: directory.path, schema: Schema(version: 1, types: types), configuration: configuration)
+    }
+
     func message(_ index: Int, conversation: String, text: String? = nil, priority: Int = 0) -> Message {
         Message(
             _id: "m\(index)", author: "u\(index % 3)", text: text ?? "message \(index)",
@@ -295,16 +303,13 @@ struct QueryAndObservationTests {
     @Test("An observer wakes for a type its results reach through a link added since it started")
     func observerFollowsLinksAddedLater() async throws {
         let directory = TemporaryDirectory()
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        let schema = Schema(
-            version: 1,
+        let replica = try open(
+            directory,
             types: [
                 ObjectSchema(
                     name: "Note", properties: [.scalar("_id", .string), .scalar("text", .string, optional: true)]),
                 ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
             ])
-        let replica = try Replica.open(directory: directory.path, schema: schema, configuration: configuration)
         try await replica.write { try $0.create("Note", ["_id": "n"]) }
         var iterator = replica.observe("Note").makeAsyncIterator()
         _ = try await iterator.next()
@@ -324,15 +329,12 @@ struct QueryAndObservationTests {
     @Test("Results that depend on backlinks change when a linking object does")
     func observerFollowsBacklinks() async throws {
         let directory = TemporaryDirectory()
-        var configuration = Replica.Configuration()
-        configuration.durability = .none
-        let schema = Schema(
-            version: 1,
+        let replica = try open(
+            directory,
             types: [
                 ObjectSchema(name: "Person", properties: [.scalar("_id", .string)]),
                 ObjectSchema(name: "Note", properties: [.scalar("_id", .string), Property("author", .link("Person"))]),
             ])
-        let replica = try Replica.open(directory: directory.path, schema: schema, configuration: configuration)
         try await replica.write { txn in
             try txn.create("Person", ["_id": "ada"])
             try txn.create("Person", ["_id": "bob"])
