@@ -1,5 +1,4 @@
 public import Tributary
-import TributarySync
 
 /// Applies a cluster's shared log to a daemon's replica, in log order, and remembers how far it got.
 ///

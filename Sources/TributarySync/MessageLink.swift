@@ -1,4 +1,3 @@
-import Dispatch
 package import Tributary
 
 /// Where a session writes its messages: one binary WebSocket message each, or an in-memory queue in tests.
@@ -31,13 +30,5 @@ package struct DirectIntegrator: BatchIntegrator {
             try replica.integrate(batches: [IncomingChangesets(changesets, adopt: adopt, requiredAuthor: author)])[0]
                 .get()
         }
-    }
-}
-
-/// Runs `body`, which blocks (a durable LMDB commit), on a thread of its own, so that Swift concurrency's few
-/// threads are never held by a disk sync.
-package func offload<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try body() }) }
     }
 }
