@@ -64,13 +64,7 @@ private final class BacklinkIndex {
         if let index = targets[name] { return index[primaryKey] ?? [] }
         var index: [PrimaryKey: [[String: Value]]] = [:]
         for object in all(type) {
-            let linked: [Value]
-            switch object[property] ?? .null {
-            case .link(let key): linked = [.link(key)]
-            case .list(let elements): linked = elements
-            default: linked = []
-            }
-            for case .link(let key) in linked { index[key, default: []].append(object) }
+            for key in linkedKeys(object[property] ?? .null) { index[key, default: []].append(object) }
         }
         targets[name] = index
         return index[primaryKey] ?? []

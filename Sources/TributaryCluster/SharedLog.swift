@@ -336,7 +336,8 @@ public final class SharedLog: Sendable {
         }
     }
 
-    /// The heads announced by every append to this log, from any process, as they commit; a wake-up only: a
+    /// 0 once listening (so that a reader may read without missing a later append), then the heads announced by
+    /// every append to this log, from any process, as they commit; a wake-up only: a
     /// follower reads ``entries(after:limit:)`` when one arrives and also on a timer, since announcements made while
     /// the listening connection reconnects are lost. The sequence ends when the task iterating it is cancelled, and
     /// throws when the connection breaks.

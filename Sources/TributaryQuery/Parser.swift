@@ -380,7 +380,7 @@ struct Parser {
             case "inf", "infinity": return literal(.double(.infinity), advance())
             case "nan": return literal(.double(.nan), advance())
             case "obj" where token(at: 1).isSymbol(.leftParen): return try parseObjectLink()
-            case "bin",
+            case "bin" where token(at: 1).isSymbol(.leftParen),
                 "binary" where token(at: 1).isSymbol(.leftParen):
                 return try parseBinary()
             case "truepredicate", "falsepredicate":
@@ -632,13 +632,11 @@ struct Parser {
         _ = advance()
         try expect(.comma, "expected ',' and a primary key after obj('\(type)'")
         let keyStart = current.start
-        let key: PrimaryKey
-        switch try parseSimpleValue(expected: "expected a primary key after obj('\(type)',").kind {
-        case .literal(.string(let string)): key = .string(string)
-        case .literal(.int(let int)): key = .int(int)
-        case .literal(.objectId(let id)): key = .objectId(id)
-        case .literal(.uuid(let uuid)): key = .uuid(uuid)
-        default:
+        guard
+            case .literal(let literal) = try parseSimpleValue(expected: "expected a primary key after obj('\(type)',")
+                .kind,
+            let key = PrimaryKey(literal.value)
+        else {
             throw QueryError(
                 .invalidLiteral, "a primary key in obj(...) is an integer, a string, an oid(...) or a uuid(...)",
                 position: keyStart, query: query)

@@ -63,18 +63,18 @@ public struct InMemoryObjectSource: QueryObjectSource, Hashable, Sendable {
 
     public func objects(type: String, linkingTo primaryKey: PrimaryKey, through property: String) -> [[String: Value]] {
         (objects[type] ?? [:]).sorted { $0.key < $1.key }.flatMap { _, fields in
-            linkCount(fields[property] ?? .null, to: primaryKey).map { Array(repeating: fields, count: $0) } ?? []
+            let count = linkedKeys(fields[property] ?? .null).count { $0 == primaryKey }
+            return Array(repeating: fields, count: count)
         }
     }
 }
 
-/// How many times `value` (a link, or a list of links) points at `primaryKey`; `nil` for none.
-package func linkCount(_ value: Value, to primaryKey: PrimaryKey) -> Int? {
-    let count: Int
+/// The primary keys `value` links to: one for a link, one per link for a list of links (a key listed twice is here
+/// twice), none for any other value. What a link property contributes to backlinks.
+package func linkedKeys(_ value: Value) -> [PrimaryKey] {
     switch value {
-    case .link(let key): count = key == primaryKey ? 1 : 0
-    case .list(let elements): count = elements.count { $0 == .link(primaryKey) }
-    default: count = 0
+    case .link(let key): [key]
+    case .list(let elements): elements.compactMap(\.linkValue)
+    default: []
     }
-    return count == 0 ? nil : count
 }

@@ -70,6 +70,16 @@ struct SyntaxSubscript: Hashable, Sendable {
     }
     var kind: Kind
     var position: Int
+
+    /// The element a `[FIRST]`, `[LAST]` or `[n]` takes; `nil` for `[*]` and `[SIZE]`, which take none.
+    var element: ElementSelector? {
+        switch kind {
+        case .first: .first
+        case .last: .last
+        case .index(let index): .index(index)
+        case .all, .size: nil
+        }
+    }
 }
 
 /// `SUBQUERY(collection, $variable, predicate).@count`.

@@ -44,12 +44,8 @@ extension TypeChecker {
                         "'\(component.name)' is not a list; subscripts such as [FIRST] take an element of a list",
                         at: selector.position)
                 }
-                switch selector.kind {
-                case .first: step.element = .first
-                case .last: step.element = .last
-                case .index(let position): step.element = .index(position)
-                case .all: break
-                case .size:
+                step.element = selector.element
+                if selector.kind == .size {
                     guard index == components.count - 1 else {
                         throw error(.syntax, "'[SIZE]' must end the key path", at: components[index + 1].position)
                     }
@@ -161,16 +157,12 @@ extension TypeChecker {
             target: .backlinks([source], keyProperty: keyProperty.name),
             isList: true)
         if let selector = propertyComponent.subscriptSelector {
-            switch selector.kind {
-            case .first: step.element = .first
-            case .last: step.element = .last
-            case .index(let position): step.element = .index(position)
-            case .all: break
-            case .size:
+            guard selector.kind != .size else {
                 throw error(
                     .unsupported, "write @links.\(linking.name).\(property.name).@count for the number of backlinks",
                     at: selector.position)
             }
+            step.element = selector.element
         }
         return (step, linking, 3)
     }
@@ -358,7 +350,7 @@ extension TypeChecker {
         }
         var inner = TypeChecker(schema: schema, root: elementType, arguments: arguments, query: query)
         inner.variable = subquery.variable
-        let predicate = try inner.checkPredicate(subquery.predicate)
+        let predicate = try inner.check(subquery.predicate)
         let label = "'\(source)' (int)"
         let element = Element(base: .scalar(.int), label: label, position: start)
         return Typed(operand: .subqueryCount(path, predicate), elements: [element], start: start, label: label)

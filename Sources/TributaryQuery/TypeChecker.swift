@@ -7,7 +7,7 @@ struct TypeChecker {
     let root: ObjectSchema
     let arguments: [Value]
     let query: String
-    /// Inside a SUBQUERY: its variable, with which every key path starts (`root` is then the list's element type).
+    /// Inside a SUBQUERY: its variable, with which a key path may start (`root` is then the list's element type).
     var variable: String? = nil
 
     /// What one value of an operand is, as far as the schema says.
@@ -63,10 +63,8 @@ struct TypeChecker {
 
     // MARK: Predicates
 
-    func checkPredicate(_ predicate: SyntaxPredicate) throws(QueryError) -> Predicate { try check(predicate) }
-
-    /// Checks a predicate. Recursion follows the parser's, which bounds its depth.
-    private func check(_ predicate: SyntaxPredicate) throws(QueryError) -> Predicate {
+    /// Checks a predicate (also a SUBQUERY's). Recursion follows the parser's, which bounds its depth.
+    func check(_ predicate: SyntaxPredicate) throws(QueryError) -> Predicate {
         switch predicate {
         case .constant(let value): return .constant(value)
         case .not(let inner): return .not(try check(inner))
@@ -226,7 +224,7 @@ struct TypeChecker {
                 throw error(
                     .unknownProperty, "obj('\(typeName)', ...) names a type the schema lacks", at: expression.start)
             }
-            guard case .scalar(let keyType) = target.primaryKeyProperty?.kind, keyType == scalarType(of: key) else {
+            guard case .scalar(let keyType) = target.primaryKeyProperty?.kind, keyType == key.type else {
                 let expected =
                     target.primaryKeyProperty.map { "its primary key is \($0.kind)" } ?? "it has no primary key"
                 throw error(
@@ -331,15 +329,6 @@ struct TypeChecker {
             throw error(.argumentMissing, message, at: position)
         }
         return arguments[index]
-    }
-
-    private func scalarType(of key: PrimaryKey) -> ScalarType {
-        switch key {
-        case .string: .string
-        case .int: .int
-        case .uuid: .uuid
-        case .objectId: .objectId
-        }
     }
 
     func base(of value: Value) -> Base {

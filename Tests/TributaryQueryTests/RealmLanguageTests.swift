@@ -172,15 +172,16 @@ import TributaryQuery
                 properties: [
                     .scalar("_id", .int), .scalar("$price", .int), .scalar("unit$", .string),
                     .scalar("first name", .string), .scalar("in", .int), .scalar("like", .string),
+                    .scalar("bin", .string),
                 ])
         ])
         let type = schema[type: "Odd"]!
         let object: [String: Value] = [
-            "_id": 1, "$price": 12, "unit$": "kg", "first name": "Ada", "in": 3, "like": "yes",
+            "_id": 1, "$price": 12, "unit$": "kg", "first name": "Ada", "in": 3, "like": "yes", "bin": "b",
         ]
         for text in [
             "$price > 10", "unit$ == 'kg'", "first\\ name == 'Ada'", "in == 3", "like == 'yes'",
-            "in IN {1, 3}", "$price * in == 36",
+            "in IN {1, 3}", "$price * in == 36", "bin == 'b'",
         ] {
             let query = try Query(text, type: type, schema: schema)
             #expect(query.matches(object, source: InMemoryObjectSource()), "\(text)")
