@@ -63,7 +63,7 @@ public struct SchemaConflict: Sendable, Hashable, CustomStringConvertible {
                 return holdsAside(child.fields, of: child.type, name)
             case .list(let list):
                 return list.elements.values.contains { element in
-                    guard case .embedded(let child)? = element.value else { return false }
+                    guard case .embedded(let child) = element.value else { return false }
                     return holdsAside(child.fields, of: child.type, name)
                 }
             }

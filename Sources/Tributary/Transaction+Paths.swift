@@ -49,7 +49,7 @@ extension Transaction {
                         .invalidPath, "\(described) is a list: give an element index before a property")
                 }
                 let elements = list(fields[name]).orderedElements()
-                guard elements.indices.contains(position), case .embedded(let found)? = elements[position].value else {
+                guard elements.indices.contains(position), case .embedded(let found) = elements[position].value else {
                     throw TributaryError(
                         .invalidPath, "\(described) has \(elements.count) elements; index \(position) is out of range")
                 }
@@ -102,7 +102,7 @@ extension Transaction {
         let elements = list.orderedElements()
         guard case .link(let target) = property.kind else { return elements }
         return try elements.filter { element in
-            guard case .scalar(.link(let key))? = element.value else { return true }
+            guard case .scalar(.link(let key)) = element.value else { return true }
             return try record(target, key)?.exists ?? false
         }
     }
@@ -254,7 +254,7 @@ extension Transaction {
         try checkIndex(destination, elements.count, resolved)
         guard source != destination else { return }
         var without = list(resolved.field)
-        without.elements[elements[source].id]?.value = nil
+        without.elements[elements[source].id] = nil
         var visible = elements
         visible.remove(at: source)
         let anchor = insertionAnchor(without, visible: visible, at: destination)
@@ -318,7 +318,7 @@ struct Differ {
             case .list(let list)?:
                 guard
                     let child = list.elements.values.lazy.compactMap({ element -> EmbeddedState? in
-                        if case .embedded(let child)? = element.value, child.id == step.id { return child }
+                        if case .embedded(let child) = element.value, child.id == step.id { return child }
                         return nil
                     }).first
                 else { return nil }
@@ -349,7 +349,7 @@ struct Differ {
             let current = try list(at: path).orderedElements()
             guard current.count == old.count else { return try transaction.emit(.set(path, .list(new))) }
             for index in old.indices where !old[index].storesAlike(new[index]) {
-                guard case .embedded(let child)? = current[index].value,
+                guard case .embedded(let child) = current[index].value,
                     let childType = transaction.working.schema[type: child.type],
                     case .embedded(let oldObject) = old[index], case .embedded(let newObject) = new[index]
                 else {

@@ -190,16 +190,15 @@ struct InstructionApplier {
             let (stored, value) = try landed(storedValue(value), value, in: state)
             let stamp = self.stamp
             try updateList(path, element: value, state: &state) { list in
-                // Erase beats a concurrent set: a tombstone stays one (rule 5).
-                guard var target = list.elements[element], !target.isErased, stamp >= target.valueStamp else { return }
+                // Erase beats a concurrent set: an erased element is gone and stays gone (rule 5).
+                guard var target = list.elements[element], stamp >= target.valueStamp else { return }
                 target.value = stored
                 target.valueStamp = stamp
                 list.elements[element] = target
             }
         case .listErase(let path, let element):
             try updateList(path, element: nil, state: &state) { list in
-                guard let target = list.elements[element], !target.isErased else { return }
-                list.elements[element] = .tombstone(target.id)
+                list.elements[element] = nil
             }
         case .listMove(let path, let element, let anchor):
             let slotID = try nextID()
@@ -208,7 +207,7 @@ struct InstructionApplier {
                 // The slot is added even when the move loses, so that inserts anchored to it place the same
                 // way on every replica.
                 list.slots[slotID] = Slot(id: slotID, parent: anchor.parent, side: anchor.side, stamp: stamp)
-                guard var target = list.elements[element], !target.isErased, stamp >= target.positionStamp else {
+                guard var target = list.elements[element], stamp >= target.positionStamp else {
                     return
                 }
                 target.position = slotID
@@ -227,13 +226,13 @@ struct InstructionApplier {
     /// Erases the elements the writer had seen; concurrent inserts survive (rule 5). Changes nothing when it
     /// throws.
     static func clear(_ list: inout ListState, seenBy info: ChangesetInfo, causal: CausalResolver) throws {
-        for id in try seenElements(of: list, by: info, causal: causal) { list.elements[id] = .tombstone(id) }
+        for id in try seenElements(of: list, by: info, causal: causal) { list.elements[id] = nil }
     }
 
     /// The live elements of `list` that the writer had seen.
     static func seenElements(of list: ListState, by info: ChangesetInfo, causal: CausalResolver) throws -> [ElementID] {
         var seen: [ElementID] = []
-        for (id, element) in list.elements where !element.isErased {
+        for id in list.elements.keys {
             if try info.covers(Dot(origin: id.origin, sequence: id.sequence), causal: causal) { seen.append(id) }
         }
         return seen
@@ -247,7 +246,7 @@ struct InstructionApplier {
             // Found before anything changes: this throws, and the field must then stay as it was.
             let seen = try Self.seenElements(of: list, by: info, causal: causal)
             field = nil  // `list` is now the only reference: changing it copies nothing
-            for id in seen { list.elements[id] = .tombstone(id) }
+            for id in seen { list.elements[id] = nil }
             list.slots.merge(added.slots) { old, _ in old }
             list.elements.merge(added.elements) { old, _ in old }
             field = .list(list)
@@ -665,7 +664,7 @@ struct InstructionApplier {
             case .list(var list)?:
                 guard
                     let id = list.elements.first(where: {
-                        if case .embedded(let child)? = $0.value.value { child.id == step.id } else { false }
+                        if case .embedded(let child) = $0.value.value { child.id == step.id } else { false }
                     })?.key, case .embedded(var child)? = list.elements[id]?.value
                 else { return false }
                 state = nil

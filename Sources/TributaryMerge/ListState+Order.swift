@@ -49,9 +49,7 @@ extension ListState {
     public func orderedElements() -> [ListElement] {
         var occupant: [ElementID: ListElement] = [:]
         occupant.reserveCapacity(elements.count)
-        for element in elements.values where !element.isErased {
-            occupant[element.position] = element
-        }
+        for element in elements.values { occupant[element.position] = element }
         if occupant.isEmpty { return [] }
         return orderedSlots().compactMap { occupant[$0] }
     }
@@ -61,7 +59,7 @@ extension ListState {
     public func anchor(forInsertionAt index: Int) -> ListAnchor {
         let ordered = orderedSlots()
         var occupied = Set<ElementID>()
-        for element in elements.values where !element.isErased { occupied.insert(element.position) }
+        for element in elements.values { occupied.insert(element.position) }
         // The slot of the visible element before the insertion point, and its place in the full order.
         var left: ElementID? = nil
         var leftOrder = -1

@@ -105,7 +105,7 @@ extension ObjectRecord {
             for element in list.elements.values {
                 stamps.insert(element.valueStamp)
                 stamps.insert(element.positionStamp)
-                if case .embedded(let child)? = element.value { collectStamps(child.fields, into: &stamps) }
+                if case .embedded(let child) = element.value { collectStamps(child.fields, into: &stamps) }
             }
         }
     }
@@ -194,12 +194,10 @@ extension BinaryWriter {
             for id in list.elements.keys.sorted() {
                 let element = list.elements[id]!
                 elementID(element.id)
-                if let value = element.value {
-                    byte(1)
-                    stored(value, stamps: stamps, names: &names)
-                } else {
-                    byte(0)
-                }
+                // 1: the element holds a value. Records before replica format 3 also kept erased elements, flagged
+                // 0; they are read as absent.
+                byte(1)
+                stored(element.value, stamps: stamps, names: &names)
                 stamp(element.valueStamp, stamps)
                 elementID(element.position)
                 stamp(element.positionStamp, stamps)
@@ -326,7 +324,10 @@ extension BinaryReader {
                     let valueStamp = try stamp()
                     let position = try elementID()
                     let positionStamp = try stamp()
-                    if value != nil, !occupied.insert(position).inserted {
+                    // An erased element, as records before replica format 3 kept them: read as absent, as a record
+                    // written today would be.
+                    guard let value else { continue }
+                    if !occupied.insert(position).inserted {
                         throw error(.invalidValue, "list elements \(id) and another both occupy slot \(position)")
                     }
                     list.elements[id] = ListElement(

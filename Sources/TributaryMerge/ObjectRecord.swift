@@ -66,8 +66,10 @@ public struct EmbeddedState: Hashable, Sendable {
 /// A list: positions in a Fugue tree, and elements that each occupy one position (rule 5).
 ///
 /// Positions (slots) are never removed: they fix the order of everything inserted next to them. An element
-/// that moved leaves its old slot empty; an erased element stays as a tombstone, so that a concurrent set
-/// or move of it finds it gone.
+/// that moved leaves its old slot empty. An erased element is removed outright: every instruction that names an
+/// element does nothing when it is missing, and causal delivery means an element an instruction names but the list
+/// lacks can only be an erased one (its insert arrived first), so a concurrent set or move of it finds it gone on
+/// every replica alike.
 public struct ListState: Hashable, Sendable {
     public var slots: [ElementID: Slot]
     public var elements: [ElementID: ListElement]
@@ -95,29 +97,20 @@ public struct Slot: Hashable, Sendable {
     }
 }
 
-/// A list element: its value and its position, each last writer wins; or a tombstone.
+/// A list element: its value and its position, each last writer wins.
 public struct ListElement: Hashable, Sendable {
     public var id: ElementID
-    /// The value, or `nil` once the element is erased.
-    public var value: StoredValue?
+    public var value: StoredValue
     public var valueStamp: Stamp
     /// The slot the element occupies.
     public var position: ElementID
     public var positionStamp: Stamp
 
-    public init(id: ElementID, value: StoredValue?, valueStamp: Stamp, position: ElementID, positionStamp: Stamp) {
+    public init(id: ElementID, value: StoredValue, valueStamp: Stamp, position: ElementID, positionStamp: Stamp) {
         self.id = id
         self.value = value
         self.valueStamp = valueStamp
         self.position = position
         self.positionStamp = positionStamp
-    }
-
-    public var isErased: Bool { value == nil }
-
-    /// An erased element. Everything that could differ between replicas (the sets and moves it saw before the
-    /// erase) is reset, so the tombstone has the same bytes whatever order the erase arrived in.
-    public static func tombstone(_ id: ElementID) -> ListElement {
-        ListElement(id: id, value: nil, valueStamp: .zero, position: id, positionStamp: .zero)
     }
 }

@@ -213,8 +213,8 @@ extension ChangesetInfo {
             return .register(register)
         case .list(var list):
             for (id, element) in list.elements {
-                guard let value = element.value, case .embedded = value else { continue }
-                list.elements[id]?.value = try landed(value, schema: schema, causal: causal)
+                guard case .embedded = element.value else { continue }
+                list.elements[id]?.value = try landed(element.value, schema: schema, causal: causal)
             }
             return .list(list)
         }

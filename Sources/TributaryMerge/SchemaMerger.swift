@@ -574,7 +574,7 @@ struct SchemaMerger {
             case .list(var list):
                 var changed = false
                 for (id, element) in list.elements {
-                    guard case .embedded(var child)? = element.value else { continue }
+                    guard case .embedded(var child) = element.value else { continue }
                     rewriteEmbedded(&child.fields, type: type, transform)
                     if child.type == type { transform(&child.fields) }
                     list.elements[id]?.value = .embedded(child)

@@ -4,7 +4,7 @@ import TributaryModel
 
 /// A list update places its new elements with one ``ListInsertionPlan`` instead of reading the list again for each
 /// one. Checked against the way it placed them before, one ``ListState/anchor(forInsertionAt:)`` per element on the
-/// list as each insert left it, on random lists: trees with concurrent siblings, tombstones, moved elements.
+/// list as each insert left it, on random lists: trees with concurrent siblings, erased elements, moved elements.
 @Suite struct ListInsertionPlanTests {
     struct Builder {
         var list = ListState()
@@ -53,7 +53,7 @@ import TributaryModel
                 case 7, 8:
                     guard !live.isEmpty else { continue }
                     let id = live[random(live.count)].id
-                    list.elements[id] = .tombstone(id)
+                    list.elements[id] = nil
                 default:
                     guard !live.isEmpty else { continue }
                     var element = live[random(live.count)]
@@ -95,7 +95,7 @@ import TributaryModel
         // The update first erases the elements it does not keep, as the transaction's list update does.
         let kept = Set(update.compactMap { $0 })
         for element in live where !kept.contains(element.id) {
-            builder.list.elements[element.id] = .tombstone(element.id)
+            builder.list.elements[element.id] = nil
         }
         let list = builder.list
         let writer = Dot(origin: ReplicaID(rawValue: 9), sequence: 1)
@@ -145,7 +145,7 @@ import TributaryModel
             for _ in 0..<erased {
                 builder.insert(at: builder.randomAnchor(), id: builder.freshID(), stamp: builder.stamp())
             }
-            for id in builder.list.elements.keys { builder.list.elements[id] = .tombstone(id) }
+            builder.list.elements.removeAll()
             let plan = ListInsertionPlan(builder.list)
             var left: ElementID? = nil
             var ids: [ElementID] = []

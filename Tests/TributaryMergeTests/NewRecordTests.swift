@@ -179,7 +179,7 @@ import TributaryTestSupport
             if case .list(let added) = state, case .list(var list)? = fields[field.name] {
                 // A list given again clears what its writer saw (all of the list given before, its own), whose
                 // positions stay, then inserts.
-                for id in list.elements.keys { list.elements[id] = .tombstone(id) }
+                list.elements.removeAll()
                 list.slots.merge(added.slots) { old, _ in old }
                 list.elements.merge(added.elements) { old, _ in old }
                 fields[field.name] = .list(list)

@@ -53,13 +53,6 @@ private enum RecordSamples {
             position: first,
             positionStamp: stamp(1, a)
         )
-        list.elements[second] = ListElement(
-            id: second,
-            value: nil,
-            valueStamp: stamp(3, b),
-            position: second,
-            positionStamp: stamp(1, a)
-        )
         list.elements[third] = ListElement(
             id: third,
             value: .embedded(

@@ -150,11 +150,11 @@ enum ReaderAgreement {
                     if case .embedded(let child) = register.value { visit(child.fields) }
                 case .list(let list):
                     var occupied = Set<ElementID>()
-                    for element in list.elements.values where !element.isErased {
+                    for element in list.elements.values {
                         if !occupied.insert(element.position).inserted {
                             problem = "two live elements occupy slot \(element.position)"
                         }
-                        if case .embedded(let child)? = element.value { visit(child.fields) }
+                        if case .embedded(let child) = element.value { visit(child.fields) }
                     }
                 }
             }

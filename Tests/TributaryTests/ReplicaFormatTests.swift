@@ -1,8 +1,10 @@
 import Foundation
 import Testing
+import TributaryMerge
 import TributaryModel
 import TributaryStorage
 import TributaryTestSupport
+import TributaryViews
 
 @testable import Tributary
 
@@ -31,21 +33,21 @@ struct ReplicaFormatTests {
         }
     }
 
-    @Test("a new replica records format 1 under the release key, and reopens")
+    @Test("a new replica records format 3 under the release key, and reopens")
     func newReplicaRecordsTheCurrentFormat() throws {
-        #expect(Replica.formatVersion == 1)
+        #expect(Replica.formatVersion == 3)
         let directory = TemporaryDirectory("format-new")
         try Self.makeReplica(directory.path)
         let replica = try Replica.open(directory: directory.path, configuration: Self.configuration(readOnly: true))
         defer { replica.close() }
-        #expect(try replica.summary().formatVersion == 1)
+        #expect(try replica.summary().formatVersion == 3)
         let stored = try replica.environment.read { txn in
             (
                 try txn.get(replica.identity, key: ReplicaFormat.key),
                 try txn.get(replica.identity, key: ReplicaFormat.developmentKey)
             )
         }
-        #expect(stored.0 == [1])
+        #expect(stored.0 == [3])
         #expect(stored.1 == nil)
     }
 
@@ -137,8 +139,9 @@ struct ReplicaFormatTests {
         #expect(ReplicaFormat.steps(from: 4, to: 4, in: steps)?.isEmpty == true)
         #expect(ReplicaFormat.steps(from: 0, to: 4, in: steps) == nil)
         #expect(ReplicaFormat.steps(from: 1, to: 5, in: steps) == nil)
-        // No release wrote a format before 1, so none is registered.
-        #expect(ReplicaFormat.upgrades.isEmpty)
+        // The registered steps raise every format a release wrote (1 on) to the current one.
+        #expect(ReplicaFormat.steps(from: 1, to: ReplicaFormat.current, in: ReplicaFormat.upgrades)?.count == 2)
+        #expect(ReplicaFormat.steps(from: 0, to: ReplicaFormat.current, in: ReplicaFormat.upgrades) == nil)
     }
 
     static let marker = Array("upgradeMarker".utf8)
@@ -196,5 +199,99 @@ struct ReplicaFormatTests {
         // Without a step for it, a format no release wrote is named as damage.
         let gap = try #require(throws: TributaryError.self) { try writer.upgradeFormat(from: earlier, steps: []) }
         #expect(gap.code == .notAReplica)
+    }
+
+    /// `bytes`, a record whose list holds an element with the string value `marker`, as formats 1 and 2 stored it
+    /// once that element was erased: the element kept, flagged 0 (no value), its stamps and position after.
+    static func withErasedElementKept(_ bytes: [UInt8], marker: String) throws -> [UInt8] {
+        let needle = Array(marker.utf8)
+        let start = try #require(
+            bytes.indices.first { bytes[$0...].starts(with: needle) }, "the record holds no element \(marker)")
+        // Before the string: the element's flag (1), the stored-value tag (scalar, 0), the string tag, the length.
+        try #require(start >= 4 && bytes[start - 4] == 1 && bytes[start - 3] == 0 && bytes[start - 1] == needle.count)
+        return Array(bytes[..<(start - 4)]) + [0] + Array(bytes[(start + needle.count)...])
+    }
+
+    /// The key and bytes of the one record in `database` that holds `marker`.
+    static func record(holding marker: String, in database: Database, of replica: Replica) throws -> (
+        key: [UInt8], bytes: [UInt8]
+    ) {
+        let needle = Array(marker.utf8)
+        var found: [([UInt8], [UInt8])] = []
+        try replica.environment.read { txn in
+            try txn.scan(database) { key, value in
+                let bytes = Array(value)
+                if bytes.indices.contains(where: { bytes[$0...].starts(with: needle) }) {
+                    found.append((Array(key), bytes))
+                }
+                return true
+            }
+        }
+        try #require(found.count == 1, "\(found.count) records hold \(marker)")
+        return found[0]
+    }
+
+    @Test(
+        "a replica of format 1 or 2 whose records keep erased list elements is raised to 3 at its first open for writing: the records are rewritten without them, in the views and in the base state, and verify passes",
+        arguments: [false, true])
+    func erasedListElementsAreDroppedByTheUpgrade(compacted: Bool) throws {
+        let directory = TemporaryDirectory("format-erased-elements")
+        let marker = "erased-element-marker"
+        var legacy: (key: [UInt8], bytes: [UInt8]) = ([], [])
+        var current: [UInt8] = []
+        var baseLegacy: (key: [UInt8], bytes: [UInt8])?
+        do {
+            let replica = try Replica.open(
+                directory: directory.path, schema: Fixtures.chatSchema, configuration: Self.configuration())
+            defer { replica.close() }
+            try replica.write { txn in
+                try txn.create("User", ["_id": "u1", "name": "One", "tags": .list(["kept", .string(marker)])])
+                try txn.create("User", ["_id": "u2", "name": "Two"])
+            }
+            let live = try Self.record(holding: marker, in: replica.views.objects, of: replica)
+            try replica.write { txn in
+                try txn.removeElement(at: 1, from: ["tags"], of: "User", primaryKey: .string("u1"))
+            }
+            current = try #require(try replica._recordBytes(type: "User", primaryKey: .string("u1")))
+            legacy = (live.key, try Self.withErasedElementKept(live.bytes, marker: marker))
+            // The erased element kept as formats 1 and 2 did reads as the record written today, and takes more bytes.
+            #expect(try ObjectRecord(decoding: legacy.bytes) == ObjectRecord(decoding: current))
+            #expect(legacy.bytes.count > current.count)
+            #expect(legacy.bytes != current)
+            if compacted {
+                try replica.write { txn in try txn.update("User", primaryKey: .string("u2"), ["name": "Two again"]) }
+                _ = try #require(try replica.compact(through: replica.lastLocalSequence - 1))
+                let base = try #require(try replica.baseDatabase())
+                let inBase = try Self.record(holding: "kept", in: base, of: replica)
+                #expect(inBase.bytes == current)
+                baseLegacy = (inBase.key, legacy.bytes)
+            }
+            try replica.environment.write { txn in
+                try txn.put(replica.views.objects, key: legacy.key, value: legacy.bytes)
+                if let baseLegacy, let base = try replica.baseDatabase() {
+                    try txn.put(base, key: baseLegacy.key, value: baseLegacy.bytes)
+                }
+            }
+        }
+        let earlier: UInt8 = compacted ? 2 : 1
+        try StoredFormat.setFormat(directory.path, earlier)
+
+        // Read-only, it is refused with the way to raise it.
+        let readOnly = try #require(throws: TributaryError.self) {
+            try Replica.open(directory: directory.path, configuration: Self.configuration(readOnly: true)).close()
+        }
+        #expect(readOnly.code == .readOnly)
+        #expect(readOnly.message.contains("erased list elements are dropped"), "\(readOnly.message)")
+
+        let replica = try Replica.open(directory: directory.path, configuration: Self.configuration())
+        defer { replica.close() }
+        #expect(try replica.summary().formatVersion == 3)
+        #expect(try replica._recordBytes(type: "User", primaryKey: .string("u1")) == current)
+        if let baseLegacy, let base = try replica.baseDatabase() {
+            #expect(try replica.environment.read { txn in try txn.get(base, key: baseLegacy.key) } == current)
+        }
+        #expect(try replica.object("User", primaryKey: .string("u1"))?["tags"] == .list(["kept"]))
+        let report = try replica.verify()
+        #expect(report.passed, "\(report)")
     }
 }

@@ -36,7 +36,6 @@ private func seeds() -> [[UInt8]] {
     list.slots[third] = Slot(id: third, parent: first, side: .left, stamp: stamp(2, b))
     list.elements[first] = ListElement(
         id: first, value: .scalar(.int(1)), valueStamp: stamp(1, a), position: first, positionStamp: stamp(1, a))
-    list.elements[second] = .tombstone(second)
     list.elements[third] = ListElement(
         id: third, value: .scalar(.int(2)), valueStamp: stamp(2, b), position: second, positionStamp: stamp(4, a))
     var members = ListState()

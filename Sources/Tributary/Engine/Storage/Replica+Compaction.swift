@@ -359,7 +359,6 @@ extension Replica {
                 schema.schema(replayed.working.schema)
                 try txn.put(base, key: Self.baseKey(generation: generation), value: schema.bytes)
                 try log.storeCompaction(compaction, in: txn)
-                try markCompacted(in: txn)
                 try removeObjectStates(through: cut, in: txn)
             }
             afterMarking?()
@@ -402,13 +401,6 @@ extension Replica {
                 return keys.count
             }
             if removed == 0 { return }
-        }
-    }
-
-    /// Raises the stored replica format to ``ReplicaFormat/compacted``, in the commit that stores a compaction marker.
-    private func markCompacted(in txn: TributaryStorageWriteTransaction) throws {
-        if try storedFormat(in: txn) < ReplicaFormat.compacted {
-            try txn.put(identity, key: ReplicaFormat.key, value: [ReplicaFormat.compacted])
         }
     }
 
@@ -580,7 +572,6 @@ extension Replica {
                             through: 0, chain: 0, vector: vector, held: held, latest: latest, time: now,
                             generation: 1),
                         in: txn)
-                    try markCompacted(in: txn)
                     let clock = try Self.identityNumber(Self.clockKey, "clock", identity: identity, in: txn) ?? 0
                     try txn.put(
                         identity, key: Self.clockKey, value: Self.identityBytes(max(clock, latest.rawValue)))

@@ -10,6 +10,9 @@ import TributaryStorage
 ///   starts after a base (``compacted``). Only the commit that stores the first compaction marker raises a replica to
 ///   it, so replicas never compacted stay readable by release 0.1.0, and that release refuses a compacted one as
 ///   newer instead of reading its log as damaged.
+/// - 3: records keep no erased list elements (earlier formats kept each as a tombstone), whether the log was
+///   compacted or not; the compaction marker says whether the log starts after a base. Format 1 and 2 replicas are
+///   raised to it at their first open for writing, which rewrites the records that held erased elements.
 ///
 /// A change to what a replica stores raises ``current`` and registers one ``Upgrade`` in ``upgrades`` that turns
 /// a directory of the previous format into the new one, with a test that opens a directory of the previous format.
@@ -23,13 +26,10 @@ import TributaryStorage
 /// (``Replica/rebuild(fromLogOf:into:through:configuration:)``), whose entries every build reads alike.
 package enum ReplicaFormat {
     /// The replica format this build writes for a new replica, and raises older ones to.
-    package static let current: UInt8 = 1
-
-    /// The format of a replica whose log starts after a base state.
-    package static let compacted: UInt8 = 2
+    package static let current: UInt8 = 3
 
     /// The highest format this build reads.
-    package static let newest: UInt8 = compacted
+    package static let newest: UInt8 = current
 
     /// Where the identity database keeps the format: one byte.
     package static let key = Array("replicaFormat".utf8)
@@ -48,8 +48,16 @@ package enum ReplicaFormat {
         var apply: @Sendable (Replica, TributaryStorageWriteTransaction) throws -> Void
     }
 
-    /// The registered steps, by ascending `from`. Empty while format 1 is the only format.
-    static let upgrades: [Upgrade] = []
+    /// The registered steps, by ascending `from`.
+    static let upgrades: [Upgrade] = [
+        Upgrade(
+            from: 1,
+            summary: "nothing to rewrite: format 2 marked a compacted log, which the compaction marker records too",
+            apply: { _, _ in }),
+        Upgrade(
+            from: 2, summary: "erased list elements are dropped from the stored records",
+            apply: { replica, txn in try replica.rewriteRecordsInCurrentEncoding(in: txn) }),
+    ]
 
     /// The steps that raise a replica of format `stored` to `target`, or `nil` when some step is missing.
     static func steps(from stored: UInt8, to target: UInt8, in upgrades: [Upgrade]) -> [Upgrade]? {
