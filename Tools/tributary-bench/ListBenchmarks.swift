@@ -95,7 +95,8 @@ struct ListBenchmarks {
         }
         let fresh = try replica._recordBytes(type: "Doc", primaryKey: .int(1))?.count ?? 0
         let replaced = try replica._recordBytes(type: "Doc", primaryKey: .int(2))?.count ?? 0
-        precondition(try replica.object("Doc", primaryKey: .int(2))?["tags"] == tags, "the list did not read back")
+        let readBack = try replica.object("Doc", primaryKey: .int(2))?["tags"]
+        precondition(readBack == tags, "the list did not read back as written")
         Measurement(
             name: "list_replaced_\(replacements)_times_record_bytes", value: Double(replaced), unit: "bytes",
             baseline: "the record of the same list written once (bytes)", baselineValue: Double(fresh),
