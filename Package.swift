@@ -117,7 +117,7 @@ let package = Package(
         .target(
             name: "TributaryDaemon",
             dependencies: [
-                "Tributary", "TributaryLog", "TributaryModel", "TributaryProtocol", "TributarySync",
+                "Tributary", "TributaryCluster", "TributaryLog", "TributaryModel", "TributaryProtocol", "TributarySync",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "JWTKit", package: "jwt-kit"),
@@ -149,7 +149,8 @@ let package = Package(
         .executableTarget(
             name: "tributaryd",
             dependencies: [
-                "TributaryDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "TributaryCluster", "TributaryDaemon",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
@@ -215,8 +216,8 @@ let package = Package(
         .testTarget(
             name: "TributaryClusterTests",
             dependencies: [
-                "TributaryCluster", "Tributary", "TributaryModel", "TributaryTestSupport",
-                .product(name: "Logging", package: "swift-log"),
+                "TributaryCluster", "Tributary", "TributaryDaemon", "TributaryModel", "TributaryProtocol",
+                "TributarySync", "TributaryTestSupport", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: upcomingFeatures),
         .testTarget(

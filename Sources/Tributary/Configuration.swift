@@ -60,8 +60,11 @@ extension Replica {
 
         /// The skew in milliseconds, at most 2^48 (about 8,900 years), so that adding it to a clock reading cannot
         /// overflow: a skew of `.seconds(.max)` means no bound.
-        var maximumClockSkewMilliseconds: UInt64 {
-            let (seconds, attoseconds) = maximumClockSkew.components
+        var maximumClockSkewMilliseconds: UInt64 { Self.skewMilliseconds(maximumClockSkew) }
+
+        /// `skew` in milliseconds, at most 2^48.
+        static func skewMilliseconds(_ skew: Duration) -> UInt64 {
+            let (seconds, attoseconds) = skew.components
             let bound: Int64 = 1 << 48
             guard seconds < bound / 1000 else { return UInt64(bound) }
             return UInt64(max(0, seconds)) * 1000 + UInt64(max(0, attoseconds) / 1_000_000_000_000_000)

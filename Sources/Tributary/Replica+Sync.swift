@@ -26,6 +26,9 @@ public struct IntegrationReport: Sendable, Hashable, CustomStringConvertible {
     /// the others are kept aside (docs/MergeSemantics.md, rule 8). Empty unless such a conflict is new or changed.
     public var schemaConflicts: [SchemaConflict] = []
 
+    /// An empty report.
+    public init() {}
+
     public struct Rejection: Sendable, Hashable {
         public var dot: Dot
         public var reason: String
@@ -478,20 +481,24 @@ extension Replica {
                     .invalidChangeset,
                     "changeset \(index) of \(changesets.count) (\(bytes.count) bytes) cannot be decoded: \(error)")
             }
-            if let requiredAuthor, received.changeset.author != requiredAuthor {
-                throw TributaryError(
-                    .permissionDenied,
-                    "changeset \(received.changeset.dot) was written by author \"\(received.changeset.author)\", "
-                        + "but this upload's user is \"\(requiredAuthor)\": an app writes with its signed-in "
-                        + "user's id as the author (Replica.Configuration.author); nothing of "
-                        + "the batch was integrated")
-            }
+            try Self.checkAuthor(of: received.changeset, is: requiredAuthor)
             decodedBytes += received.encoded.count
             decoded.append(
                 PendingChangeset(
                     changeset: received.changeset, adopt: adopt, encoded: received.encoded, frame: received.frame))
         }
         return decoded
+    }
+
+    /// Throws when `requiredAuthor` is set and `changeset` names another author: an upload's changesets must be its
+    /// user's.
+    static func checkAuthor(of changeset: Changeset, is requiredAuthor: String?) throws {
+        guard let requiredAuthor, changeset.author != requiredAuthor else { return }
+        throw TributaryError(
+            .permissionDenied,
+            "changeset \(changeset.dot) was written by author \"\(changeset.author)\", but this upload's user is "
+                + "\"\(requiredAuthor)\": an app writes with its signed-in user's id as the author "
+                + "(Replica.Configuration.author); nothing of the batch was integrated")
     }
 
     /// Integrates several batches of changesets as bytes in one atomic, durable commit: what a daemon does with the

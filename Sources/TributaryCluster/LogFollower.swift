@@ -14,8 +14,19 @@ public actor LogFollower {
     public nonisolated let replica: Replica
     /// The last position applied.
     public private(set) var applied: UInt64
+    /// The highest position of the log this follower has heard of (from a read or an announced append): with
+    /// ``applied``, how far behind the log the replica is.
+    public private(set) var knownHead: UInt64 = 0
     /// The most entries one commit applies.
     public let batchLimit: Int
+    /// The catch-up running now: one at a time, so that two callers do not integrate the same entries twice over.
+    private var running: Task<Void, any Error>?
+    /// The changesets the replica refused as it applied them, with the reason, by dot (the latest
+    /// ``rememberedRefusals``): what the daemon that appended one tells the app that uploaded it.
+    private var refusals: [Dot: String] = [:]
+    private var refusalOrder: [Dot] = []
+    /// How many refusals ``refusal(of:)`` remembers.
+    static let rememberedRefusals = 10_000
 
     /// A follower of `log` for `replica`, which resumes where the replica's stored position says.
     ///
@@ -40,23 +51,72 @@ public actor LogFollower {
         applied = stored.position
     }
 
-    /// Applies every entry after ``applied``, a batch per commit, and returns the position reached.
+    /// Applies every entry after ``applied``, a batch per commit, and returns the position reached. A call made
+    /// while another runs waits for it, then applies what is left.
     @discardableResult
     public func catchUp() async throws -> UInt64 {
+        while let running { _ = try? await running.value }
+        // The task runs on this actor, so it starts only after `running` names it, and clears it when it ends.
+        let task = Task {
+            defer { running = nil }
+            try await applyAvailable()
+        }
+        running = task
+        try await task.value
+        return applied
+    }
+
+    /// Returns once the replica has applied the log through `position`, catching up as needed.
+    ///
+    /// - Throws: what reading or applying the log throws; ``SharedLogError/Code/invalidArgument`` when the log ends
+    ///   before `position`.
+    public func waitUntilApplied(_ position: UInt64) async throws {
+        while applied < position {
+            let before = applied
+            try await catchUp()
+            if applied == before && applied < position {
+                throw SharedLogError(
+                    .invalidArgument,
+                    "the shared log '\(log.configuration.log)' ends at \(applied), before position \(position)")
+            }
+        }
+    }
+
+    private func heard(head: UInt64) { knownHead = max(knownHead, head) }
+
+    /// Why the replica refused the changeset `dot` when it applied it from the log, or `nil` when it did not (or
+    /// refused it too long ago to remember).
+    public func refusal(of dot: Dot) -> String? { refusals[dot] }
+
+    private func applyAvailable() async throws {
         while true {
             let entries = try await log.entries(after: applied, limit: batchLimit)
-            guard let last = entries.last else { return applied }
+            guard let last = entries.last else { return }
+            knownHead = max(knownHead, last.sequence)
             let replica = replica
             let bodies = entries.map(\.body)
             let results = try await offload {
                 try replica.integrate(batches: [IncomingChangesets(bodies, adopt: true)])
             }
-            if case .failure(let error) = results.first {
-                throw error
+            switch results.first {
+            case .failure(let error): throw error
+            case .success(let report): remember(report.rejected)
+            case nil: break
             }
             applied = last.sequence
             let (epoch, position) = (log.epoch, applied)
             try await offload { try replica.setSharedLogPosition(epoch: epoch, position: position) }
+        }
+    }
+
+    private func remember(_ rejected: [IntegrationReport.Rejection]) {
+        for rejection in rejected where refusals.updateValue(rejection.reason, forKey: rejection.dot) == nil {
+            refusalOrder.append(rejection.dot)
+        }
+        if refusalOrder.count > Self.rememberedRefusals {
+            let dropped = refusalOrder.count - Self.rememberedRefusals
+            for dot in refusalOrder.prefix(dropped) { refusals[dot] = nil }
+            refusalOrder.removeFirst(dropped)
         }
     }
 
@@ -70,7 +130,10 @@ public actor LogFollower {
         let listener = Task { [log] in
             while !Task.isCancelled {
                 do {
-                    for try await _ in log.appendNotifications() { wakes.continuation.yield() }
+                    for try await head in log.appendNotifications() {
+                        await heard(head: head)
+                        wakes.continuation.yield()
+                    }
                 } catch {
                     failed(error)
                 }
@@ -96,5 +159,32 @@ public actor LogFollower {
                 failed(error)
             }
         } while await iterator.next() != nil && !Task.isCancelled
+    }
+}
+
+extension SharedLog {
+    /// Opens (or creates) the replica in `directory` as a daemon of this log's cluster holds it: with the cluster's
+    /// replica id (``replicaID``) and no clock bound of its own, since every daemon must apply what the log holds
+    /// whatever its clock says (the daemon that takes an upload checks the upload's clock before appending it).
+    ///
+    /// - Throws: ``SharedLogError`` with ``SharedLogError/Code/incompatible`` when the directory holds another
+    ///   replica (a daemon of a cluster builds its replica from the log: start it on an empty directory); what
+    ///   `Replica.open` throws.
+    public func openReplica(directory: String, configuration: Replica.Configuration = Replica.Configuration()) throws
+        -> Replica
+    {
+        var configuration = configuration
+        configuration.replicaID = replicaID
+        configuration.maximumClockSkew = .seconds(Int64.max)
+        let replica = try Replica.open(directory: directory, configuration: configuration)
+        guard replica.replicaID == replicaID else {
+            replica.close()
+            throw SharedLogError(
+                .incompatible,
+                "\(directory) holds replica \(replica.replicaID), not replica \(replicaID) of the cluster of log "
+                    + "'\(self.configuration.log)': a daemon of a cluster builds its replica from the log; start it on "
+                    + "an empty directory")
+        }
+        return replica
     }
 }

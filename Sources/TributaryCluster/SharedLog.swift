@@ -134,6 +134,15 @@ public final class SharedLog: Sendable {
     /// A position is meaningful only with the epoch it was read under.
     public let epoch: UUID
 
+    /// The replica id every daemon following this log has (docs/design/Cluster.md): the first 8 bytes of the epoch,
+    /// so that a log whose history was replaced (a new epoch) makes a new replica, which apps of the old one do not
+    /// mistake for it.
+    public var replicaID: ReplicaID {
+        let bytes = withUnsafeBytes(of: epoch.uuid) { Array($0.prefix(8)) }
+        let raw = bytes.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        return ReplicaID(rawValue: raw == 0 ? 1 : raw)
+    }
+
     private let client: PostgresClient
     private let runner: Task<Void, Never>
     /// A thread of the log's own for its connections: a daemon's busy event loops do not delay an append.

@@ -2,6 +2,7 @@ import NIOCore
 import NIOHTTP1
 import Synchronization
 import Tributary
+import TributaryCluster
 import TributaryProtocol
 import TributarySync
 
@@ -55,7 +56,7 @@ extension SyncServer {
     }
 
     /// Samples the state the gauges show, then renders the registry.
-    func metricsExposition() async -> [UInt8] {
+    package func metricsExposition() async -> [UInt8] {
         let replica = replica
         let storage: (pending: Int?, statistics: StorageStatistics?, readers: StorageReaders?) =
             replica.isClosed
@@ -74,11 +75,13 @@ extension SyncServer {
                 secondsSinceCaughtUp: Double(since.components.seconds)
                     + Double(since.components.attoseconds) / 1e18)
         }
+        var clusterPosition: (applied: UInt64, knownHead: UInt64)?
+        if let cluster { clusterPosition = (await cluster.applied, await cluster.knownHead) }
         // The storage figures are read again if the replica closed meanwhile: a closed one reports zeros.
         metrics.refresh(
             DaemonMetrics.Sample(
                 pendingChangesets: storage.pending, storage: replica.isClosed ? nil : storage.statistics,
-                readers: replica.isClosed ? nil : storage.readers, peers: peers, log: log))
+                readers: replica.isClosed ? nil : storage.readers, peers: peers, log: log, cluster: clusterPosition))
         return metrics.exposition()
     }
 

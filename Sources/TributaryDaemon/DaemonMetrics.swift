@@ -53,8 +53,13 @@ final class DaemonMetrics: SessionMeter {
     private let compactedThrough: CoreMetrics.Gauge
     private let compactions: CoreMetrics.Gauge
     private let servedReplicas: CoreMetrics.Gauge
+    /// In a cluster: the last shared-log position applied, and how far behind the log's known head that is.
+    private let cluster: (applied: CoreMetrics.Gauge, lag: CoreMetrics.Gauge)?
 
-    init(registry: PrometheusCollectorRegistry, peers: [SyncEndpoint], retention: Retention? = nil) {
+    init(
+        registry: PrometheusCollectorRegistry, peers: [SyncEndpoint], retention: Retention? = nil,
+        cluster: Bool = false
+    ) {
         self.registry = registry
         self.retention = retention
         var factory = PrometheusMetricsFactory(registry: registry)
@@ -99,6 +104,12 @@ final class DaemonMetrics: SessionMeter {
         compactedThrough = CoreMetrics.Gauge(label: "tributary_log_compacted_through", factory: factory)
         compactions = CoreMetrics.Gauge(label: "tributary_compactions", factory: factory)
         servedReplicas = CoreMetrics.Gauge(label: "tributary_retention_replicas", factory: factory)
+        self.cluster =
+            cluster
+            ? (
+                CoreMetrics.Gauge(label: "tributary_cluster_applied_position", factory: factory),
+                CoreMetrics.Gauge(label: "tributary_cluster_lag_entries", factory: factory)
+            ) : nil
         appSessions.record(0)
         peerSessions.record(0)
     }
@@ -138,6 +149,8 @@ final class DaemonMetrics: SessionMeter {
         var peers: [PeerSample]
         /// The log's entries, and the last entry a compaction replaced (0 for none).
         var log: (entries: Int, compactedThrough: UInt64)?
+        /// In a cluster: the shared-log position applied, and the highest position heard of.
+        var cluster: (applied: UInt64, knownHead: UInt64)?
     }
 
     /// One configured peer link at a scrape.
@@ -164,6 +177,10 @@ final class DaemonMetrics: SessionMeter {
         if let log = sample.log {
             logEntries.record(log.entries)
             compactedThrough.record(Double(log.compactedThrough))
+        }
+        if let cluster, let position = sample.cluster {
+            cluster.applied.record(Double(position.applied))
+            cluster.lag.record(Double(position.knownHead &- min(position.knownHead, position.applied)))
         }
         if let retention {
             compactions.record(retention.compactions)

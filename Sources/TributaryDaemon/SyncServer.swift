@@ -8,6 +8,7 @@ import NIOWebSocket
 public import Prometheus
 import Synchronization
 public import Tributary
+public import TributaryCluster
 public import TributaryModel
 public import TributaryProtocol
 public import TributarySync
@@ -113,6 +114,14 @@ public final class SyncServer: Sendable {
         /// How long a peer link may go without being caught up (nothing to send, nothing known to receive) before
         /// `GET /ready` reports the daemon not ready. Default: 10 seconds.
         public var readinessBound: Duration = .seconds(10)
+        /// In a cluster (``SyncServer/init(cluster:configuration:)``): how far ahead of this machine's clock an
+        /// uploaded changeset may be stamped; one further ahead is refused before it reaches the shared log, and the
+        /// app retries. A single daemon's replica applies its own `Replica.Configuration.maximumClockSkew` instead.
+        /// Default: 10 minutes.
+        public var maximumClockSkew: Duration = .seconds(600)
+        /// In a cluster: how often the daemon reads the shared log besides when PostgreSQL announces an append
+        /// (announcements made while its listening connection reconnects are lost). Default: 1 second.
+        public var clusterPollInterval: Duration = .seconds(1)
 
         public init() {}
     }
@@ -126,6 +135,10 @@ public final class SyncServer: Sendable {
     public let replica: Replica
     public let configuration: Configuration
     private let committer: Committer
+    /// What sessions hand uploads to: the committer, or in a cluster the shared log.
+    private let integrator: any BatchIntegrator
+    /// In a cluster: what applies the shared log to ``replica``.
+    public let cluster: LogFollower?
     private let uploads: UploadAllowances?
     let metrics: DaemonMetrics
     /// What keeps the log bounded, with ``Configuration/retention``.
@@ -142,6 +155,8 @@ public final class SyncServer: Sendable {
         var links: [SyncSession] = []
         var linkWatchers: [Task<Void, Never>] = []
         var compacting: Task<Void, Never>?
+        /// In a cluster: the task that follows the shared log.
+        var following: Task<Void, Never>?
         var stopping = false
         /// How connections are authenticated now (``reloadAuthentication(accessTokens:tokenPolicy:)`` replaces it).
         var authenticator: Authenticator?
@@ -157,8 +172,21 @@ public final class SyncServer: Sendable {
         var ruleUsers: [ObjectIdentifier: RuleUser] = [:]
     }
 
-    public init(replica: Replica, configuration: Configuration = Configuration()) {
+    public convenience init(replica: Replica, configuration: Configuration = Configuration()) {
+        self.init(replica: replica, cluster: nil, configuration: configuration)
+    }
+
+    /// A daemon of a cluster (docs/design/Cluster.md): its replica is the follower's, which has the cluster's replica
+    /// id and changes only by applying the shared log. Apps' uploads are appended to the log and acknowledged once
+    /// this daemon applied them; sessions send apps what the follower applies, whichever daemon took it. A cluster
+    /// daemon has no peer links (``Configuration/peers`` must be empty): its peers share the log.
+    public convenience init(cluster follower: LogFollower, configuration: Configuration = Configuration()) {
+        self.init(replica: follower.replica, cluster: follower, configuration: configuration)
+    }
+
+    private init(replica: Replica, cluster: LogFollower?, configuration: Configuration) {
         self.replica = replica
+        self.cluster = cluster
         self.configuration = configuration
         state.withLock { $0.rules = configuration.permissionRules }
         retention = configuration.retention.map { window in
@@ -168,8 +196,12 @@ public final class SyncServer: Sendable {
                 logger: configuration.logger)
         }
         metrics = DaemonMetrics(
-            registry: configuration.metricsRegistry, peers: configuration.peers, retention: retention)
+            registry: configuration.metricsRegistry, peers: configuration.peers, retention: retention,
+            cluster: cluster != nil)
         committer = Committer(replica: replica, metrics: metrics)
+        integrator =
+            cluster.map { ClusterCommitter(follower: $0, maximumClockSkew: configuration.maximumClockSkew) }
+            ?? committer
         uploads = configuration.uploadBytesPerSecond.map {
             UploadAllowances(bytesPerSecond: max(1, $0), burst: max(1, configuration.uploadBurstBytes))
         }
@@ -206,6 +238,27 @@ public final class SyncServer: Sendable {
     ///   bound (in use, not local, not permitted).
     @discardableResult
     public func start() async throws -> Int {
+        if let cluster {
+            guard configuration.peers.isEmpty else {
+                throw SyncServerError(
+                    "a daemon of a cluster has no peer links (\(configuration.peers.count) configured): the daemons of a "
+                        + "cluster share its log in PostgreSQL")
+            }
+            guard configuration.retention == nil else {
+                throw SyncServerError(
+                    "a daemon of a cluster does not compact its history yet: each daemon sees only its own apps, so "
+                        + "none can tell what every device of the cluster holds; leave the retention unset")
+            }
+            // Serve from the log's state: a restarted daemon applies what it missed before apps connect.
+            try await cluster.catchUp()
+            let logger = configuration.logger
+            let following = Task { [interval = configuration.clusterPollInterval] in
+                await cluster.run(interval: interval) { error in
+                    logger.warning("could not follow the cluster's shared log: \(error)")
+                }
+            }
+            state.withLock { $0.following = following }
+        }
         let authenticator = try await Authenticator(
             accessTokens: configuration.accessTokens, policy: configuration.tokenPolicy,
             peersByCertificate: configuration.tls?.peerCertificateAuthority != nil)
@@ -295,6 +348,9 @@ public final class SyncServer: Sendable {
         }
         compacting?.cancel()
         await compacting?.value
+        let following = state.withLock { $0.following }
+        following?.cancel()
+        await following?.value
         do {
             try retention?.storeReports()
         } catch {
@@ -510,8 +566,13 @@ public final class SyncServer: Sendable {
         let holder = DriverHolder(logger: configuration.logger)
         let driver = SessionDriver(
             replica: replica, machine: SessionStateMachine(accepting: limits, now: .now), writer: writer,
-            integrator: committer,
-            authenticate: { [breaking = configuration.breakingSchemaVersion] hello in
+            integrator: integrator,
+            authenticate: { [breaking = configuration.breakingSchemaVersion, cluster, replica] hello in
+                // In a cluster, an app that synced through a daemon further along the log than this one is not
+                // ahead of the cluster: this daemon applies the log before judging the app's position.
+                if let cluster, hello.vector[replica.replicaID] > replica.versionVector[replica.replicaID] {
+                    _ = try? await cluster.catchUp()
+                }
                 if hello.role == .app, let breaking, let refusal = Self.schemaRefusal(of: hello, breaking: breaking) {
                     return refusal
                 }

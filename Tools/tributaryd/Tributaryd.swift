@@ -6,6 +6,7 @@ import Logging
 import Metrics
 import Prometheus
 import Tributary
+import TributaryCluster
 import TributaryDaemon
 import TributaryModel
 import TributarySync
@@ -130,6 +131,16 @@ struct Tributaryd: AsyncParsableCommand {
 
     @Option(name: .customLong("peer"), help: "A peer daemon to replicate with, as ws://HOST:PORT (repeatable).")
     var peers: [String] = []
+
+    @Option(
+        help: ArgumentHelp(
+            "Run as a daemon of a cluster whose shared log is in this PostgreSQL database: "
+                + "postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=disable|prefer|require] (see above).",
+            valueName: "url"))
+    var cluster: String?
+
+    @Option(help: ArgumentHelp("The cluster's log, one per app or tenant (default: default).", valueName: "name"))
+    var clusterLog: String?
 
     @Option(name: .customLong("token"), help: "An access token apps and peers may present (repeatable; none: anyone).")
     var tokens: [String] = []
@@ -279,12 +290,30 @@ struct Tributaryd: AsyncParsableCommand {
         configuration.metricsRegistry = registry
 
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let replica = try Replica.open(directory: directory)
-        let server = SyncServer(replica: replica, configuration: configuration)
+        let sharedLog = try await openCluster(file, peers: configuration.peers, logger: logger)
+        let replica: Replica
+        let server: SyncServer
+        if let sharedLog {
+            do {
+                replica = try sharedLog.openReplica(directory: directory)
+            } catch {
+                await sharedLog.close()
+                throw ValidationError("\(error)")
+            }
+            server = SyncServer(
+                cluster: try LogFollower(log: sharedLog, replica: replica), configuration: configuration)
+        } else {
+            replica = try Replica.open(directory: directory)
+            server = SyncServer(replica: replica, configuration: configuration)
+        }
         let port = try await server.start()
         let serving =
             "serving replica \(replica.replicaID) in \(directory) on \(configuration.tls == nil ? "ws" : "wss")://"
             + "\(configuration.host):\(port)"
+            + (sharedLog.map {
+                "; a daemon of the cluster of log '\($0.configuration.log)' (epoch \($0.epoch)) at "
+                    + "\($0.configuration.host):\($0.configuration.port)"
+            } ?? "")
             + (configuration.peers.isEmpty
                 ? "" : "; peers: \(configuration.peers.map(\.description).joined(separator: ", "))")
             + (configuration.accessTokens.isEmpty && keys.isEmpty
@@ -296,8 +325,30 @@ struct Tributaryd: AsyncParsableCommand {
         reloads.cancel()
         logger.notice("stopping")
         await server.stop()
+        await sharedLog?.close()
         replica.close()
         logger.notice("stopped")
+    }
+
+    /// The cluster's shared log when --cluster (or "cluster") is given: connected, its tables created or migrated.
+    func openCluster(_ file: DaemonFile, peers: [SyncEndpoint], logger: Logger) async throws -> SharedLog? {
+        guard let url = cluster ?? file.cluster else { return nil }
+        guard peers.isEmpty else {
+            throw ValidationError(
+                "--cluster and --peer do not go together: the daemons of a cluster share its log in PostgreSQL "
+                    + "instead of peer links")
+        }
+        let configuration: SharedLog.Configuration
+        do {
+            configuration = try SharedLog.Configuration(url: url, log: clusterLog ?? file.clusterLog ?? "default")
+        } catch {
+            throw ValidationError("--cluster: \(error.message)")
+        }
+        do {
+            return try await SharedLog.open(configuration, logger: logger)
+        } catch {
+            throw ValidationError("could not open the cluster's log: \(error.message)")
+        }
     }
 
     /// The access tokens and token policy, from the flags or else the configuration file (key files read now).
@@ -451,6 +502,8 @@ struct DaemonFile: Decodable {
     var permissionRulesFile: String?
     var breakingSchemaVersion: UInt64?
     var retention: String?
+    var cluster: String?
+    var clusterLog: String?
 
     /// The limits the file sets; the defaults stay for those it does not.
     func applyLimits(to configuration: inout SyncServer.Configuration) throws {

@@ -1,4 +1,6 @@
 public import Foundation
+import TributaryLog
+import TributaryModel
 import TributaryStorage
 
 /// Where a replica stands in a cluster's shared log (docs/design/Cluster.md): the log's epoch and the last position
@@ -46,5 +48,56 @@ extension Replica {
         } catch {
             throw TributaryError.wrap(error)
         }
+    }
+}
+
+/// An app's changeset as a cluster daemon appends it to the shared log: its identity and the bytes uploaded.
+package struct SharedLogUpload: Sendable, Hashable {
+    /// The changeset's origin and origin sequence: what the shared log recognises a retried upload by.
+    package var dot: Dot
+    /// The bytes as uploaded (compressed or not): what every daemon integrates from the log.
+    package var body: [UInt8]
+}
+
+extension Replica {
+    /// Checks an app's upload as a cluster daemon must before appending it to the shared log: every changeset
+    /// decodes under the log's limits, names `requiredAuthor` when that is set, and is stamped at most
+    /// `maximumClockSkew` ahead of this machine's clock. These are the checks that depend on the upload and the
+    /// session alone; the ones that depend on the replica's state are made by every daemon alike when it applies the
+    /// log.
+    ///
+    /// The clock check is made here, once, rather than by the daemons that apply the log: their clocks differ, and a
+    /// changeset one of them held back while another applied it would leave their replicas different.
+    ///
+    /// - Throws: ``TributaryError`` with `.invalidChangeset` naming the first changeset that does not decode,
+    ///   `.permissionDenied` for another author, `.clockSkew` for a changeset stamped too far ahead (nothing of the
+    ///   upload may be appended then).
+    package func checkUpload(_ changesets: [[UInt8]], requiredAuthor: String?, maximumClockSkew: Duration) throws
+        -> [SharedLogUpload]
+    {
+        let skew = Configuration.skewMilliseconds(maximumClockSkew)
+        let now = configuration.clock.milliseconds()
+        var uploads: [SharedLogUpload] = []
+        uploads.reserveCapacity(changesets.count)
+        for (index, bytes) in changesets.enumerated() {
+            let changeset: Changeset
+            do {
+                changeset = try log.received(bytes).changeset
+            } catch {
+                throw TributaryError(
+                    .invalidChangeset,
+                    "changeset \(index) of \(changesets.count) (\(bytes.count) bytes) cannot be decoded: \(error)")
+            }
+            try Self.checkAuthor(of: changeset, is: requiredAuthor)
+            if changeset.time.milliseconds > now &+ skew {
+                throw TributaryError(
+                    .clockSkew,
+                    "changeset \(changeset.dot) is stamped \(changeset.time.milliseconds - now) ms ahead of this "
+                        + "daemon's clock, over the limit of \(skew) ms: check the device's clock; nothing of the "
+                        + "upload was stored")
+            }
+            uploads.append(SharedLogUpload(dot: changeset.dot, body: bytes))
+        }
+        return uploads
     }
 }

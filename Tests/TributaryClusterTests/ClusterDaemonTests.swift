@@ -1,0 +1,225 @@
+import Foundation
+import Testing
+import Tributary
+import TributaryCluster
+import TributaryDaemon
+import TributaryModel
+import TributaryProtocol
+import TributarySync
+import TributaryTestSupport
+
+/// Daemons of one cluster serving apps, with their history in one PostgreSQL: what an app writes through one daemon
+/// reaches apps on the others, and an app moves between daemons without a reset.
+@Suite(
+    "Daemons of a cluster", .serialized,
+    .enabled(if: PostgresServer.isAvailable, Comment(rawValue: PostgresServer.unavailable)))
+struct ClusterDaemonTests {
+    static let schema = LogFollowerTests.schema
+
+    /// A daemon of the cluster of the log `chat` on `server`, listening on a free loopback port.
+    struct Daemon {
+        var server: SyncServer
+        var endpoint: SyncEndpoint
+        var log: SharedLog
+
+        var replica: Replica { server.replica }
+
+        func stop() async {
+            await server.stop()
+            await log.close()
+            replica.close()
+        }
+    }
+
+    static func daemon(
+        _ directory: TemporaryDirectory, _ name: String, on postgres: PostgresServer, timeout: Duration = .seconds(120)
+    ) async throws -> Daemon {
+        let log = try await SharedLogTests.open(postgres, timeout: timeout)
+        var replicaConfiguration = Replica.Configuration()
+        replicaConfiguration.durability = .none
+        let replica = try log.openReplica(directory: directory.appending(name), configuration: replicaConfiguration)
+        var configuration = SyncServer.Configuration()
+        configuration.port = 0
+        // The whole suite runs at once on 2 cores: deadlines here are bounds, not what is under test.
+        configuration.handshakeDeadline = .seconds(120)
+        configuration.clusterPollInterval = .milliseconds(200)
+        let server = SyncServer(cluster: try LogFollower(log: log, replica: replica), configuration: configuration)
+        let port = try await server.start()
+        return Daemon(server: server, endpoint: SyncEndpoint(host: "127.0.0.1", port: port), log: log)
+    }
+
+    static var fastBackoff: SyncConfiguration {
+        var configuration = SyncConfiguration()
+        configuration.backoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
+        return configuration
+    }
+
+    static func app(_ directory: TemporaryDirectory, _ name: String) throws -> Replica {
+        var configuration = Replica.Configuration()
+        configuration.durability = .none
+        return try Replica.open(directory: directory.appending(name), schema: schema, configuration: configuration)
+    }
+
+    /// Waits, for at most two minutes, until `condition` holds; fails naming `what` if it never does.
+    static func eventually(_ what: String, _ condition: () throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(120)
+        while try !condition() {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("\(what) did not happen within 120 seconds")
+                throw CancellationError()
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    static func title(_ replica: Replica, _ key: String) throws -> Value? {
+        try replica.object("Task", primaryKey: .string(key))?["title"]
+    }
+
+    @Test(
+        "Apps on two daemons sync through the shared log; the daemons end with equal replicas, each upload stored once")
+    func appsOnTwoDaemonsConverge() async throws {
+        let postgres = try PostgresServer.start()
+        defer { postgres.stop() }
+        let directory = TemporaryDirectory("cluster-daemons")
+        let first = try await Self.daemon(directory, "daemon1", on: postgres)
+        let second = try await Self.daemon(directory, "daemon2", on: postgres)
+        #expect(first.replica.replicaID == second.replica.replicaID)
+        #expect(first.replica.replicaID == first.log.replicaID)
+        let a = try Self.app(directory, "a")
+        let b = try Self.app(directory, "b")
+        let sessionA = a.connect(to: first.endpoint, configuration: Self.fastBackoff)
+        let sessionB = b.connect(to: second.endpoint, configuration: Self.fastBackoff)
+
+        for index in 0..<5 {
+            try await a.write { txn in
+                _ = try txn.create("Task", ["_id": .string("t\(index)"), "title": "from a", "count": 0])
+            }
+        }
+        try await sessionA.waitForUpload()
+        // Acknowledged: PostgreSQL holds the changesets, and the daemon that took them applied them.
+        #expect(try Self.title(first.replica, "t4") == "from a")
+        try await Self.eventually("a's writes reaching b through the other daemon") {
+            try (0..<5).allSatisfy { try Self.title(b, "t\($0)") == "from a" }
+        }
+
+        try await b.write { txn in
+            try txn.update("Task", primaryKey: .string("t1"), ["title": "from b"])
+            try txn.increment(["count"], of: "Task", primaryKey: .string("t2"), by: 3)
+        }
+        try await sessionB.waitForUpload()
+        try await Self.eventually("b's write reaching a") {
+            try Self.title(a, "t1") == "from b"
+                && a.object("Task", primaryKey: .string("t2"))?["count"] == .int(3)
+        }
+
+        // Both daemons applied the whole log: the same replica, byte for byte.
+        let head = try await first.log.head()
+        try await first.server.cluster?.waitUntilApplied(head)
+        try await second.server.cluster?.waitUntilApplied(head)
+        // Every changeset of the two apps (their schema declarations, a's five creates, b's write), each stored once.
+        #expect(head == a.versionVector[a.replicaID] + b.versionVector[b.replicaID])
+        #expect(head == 8)
+        #expect(first.replica.versionVector == second.replica.versionVector)
+        #expect(try first.replica.inspection.recordsDigest() == second.replica.inspection.recordsDigest())
+        #expect(try a.inspection.recordsDigest() == first.replica.inspection.recordsDigest())
+        #expect(try first.replica.verify().passed)
+        // Operators see each daemon's position in the log and its lag.
+        let metrics = String(decoding: await second.server.metricsExposition(), as: UTF8.self)
+        #expect(metrics.contains("tributary_cluster_applied_position 8"), "\(metrics)")
+        #expect(metrics.contains("tributary_cluster_lag_entries 0"), "\(metrics)")
+
+        await sessionA.close()
+        await sessionB.close()
+        await first.stop()
+        await second.stop()
+        a.close()
+        b.close()
+    }
+
+    @Test("An app moves to another daemon of the cluster and goes on syncing, without a reset")
+    func appMovesBetweenDaemons() async throws {
+        let postgres = try PostgresServer.start()
+        defer { postgres.stop() }
+        let directory = TemporaryDirectory("cluster-move")
+        let first = try await Self.daemon(directory, "daemon1", on: postgres)
+        let second = try await Self.daemon(directory, "daemon2", on: postgres)
+        let a = try Self.app(directory, "a")
+        let b = try Self.app(directory, "b")
+        let sessionB = b.connect(to: first.endpoint, configuration: Self.fastBackoff)
+
+        var sessionA = a.connect(to: first.endpoint, configuration: Self.fastBackoff)
+        try await a.write { txn in _ = try txn.create("Task", ["_id": "before", "title": "on daemon 1", "count": 0]) }
+        try await sessionA.waitForUpload()
+        try await sessionA.waitForDownload()
+        await sessionA.close()
+
+        // The app's position counts the cluster's changesets through daemon 1; daemon 2 takes it as its own.
+        sessionA = a.connect(to: second.endpoint, configuration: Self.fastBackoff)
+        try await a.write { txn in _ = try txn.create("Task", ["_id": "after", "title": "on daemon 2", "count": 0]) }
+        try await sessionA.waitForUpload()
+        try await Self.eventually("a's write through daemon 2 reaching b on daemon 1") {
+            try Self.title(b, "after") == "on daemon 2" && Self.title(b, "before") == "on daemon 1"
+        }
+        // b writes through daemon 1; a hears of it through daemon 2.
+        try await b.write { txn in try txn.update("Task", primaryKey: .string("before"), ["title": "edited by b"]) }
+        try await sessionB.waitForUpload()
+        try await Self.eventually("b's write reaching a on daemon 2") { try Self.title(a, "before") == "edited by b" }
+        #expect(try a.inspection.recordsDigest() == b.inspection.recordsDigest())
+
+        await sessionA.close()
+        await sessionB.close()
+        await first.stop()
+        await second.stop()
+        a.close()
+        b.close()
+    }
+
+    @Test(
+        "While PostgreSQL is down, a daemon keeps serving what it holds and answers uploads with retry later; once it is back, the upload is stored, once"
+    )
+    func postgresUnreachable() async throws {
+        let postgres = try PostgresServer.start()
+        defer { postgres.stop() }
+        let directory = TemporaryDirectory("cluster-unreachable")
+        // A short timeout, so that an upload meets PostgreSQL's absence within seconds.
+        let daemon = try await Self.daemon(directory, "daemon", on: postgres, timeout: .seconds(3))
+        let a = try Self.app(directory, "a")
+        let sessionA = a.connect(to: daemon.endpoint, configuration: Self.fastBackoff)
+        try await a.write { txn in _ = try txn.create("Task", ["_id": "before", "title": "stored", "count": 0]) }
+        try await sessionA.waitForUpload()
+
+        postgres.kill()
+        let states = Task { () -> SyncError? in
+            for await state in sessionA.states() {
+                if case .disconnected(let error?) = state, error.code == .storage { return error }
+            }
+            return nil
+        }
+        try await a.write { txn in _ = try txn.create("Task", ["_id": "during", "title": "waiting", "count": 0]) }
+        let refusal = try #require(await states.value)
+        #expect(refusal.action == .retry)
+        #expect(refusal.message.contains("retry later"), "\(refusal.message)")
+        #expect(try Self.title(daemon.replica, "during") == nil)
+
+        // Reads go on: a new app downloads what the daemon holds.
+        let c = try Self.app(directory, "c")
+        let sessionC = c.connect(to: daemon.endpoint, configuration: Self.fastBackoff)
+        try await sessionC.waitForDownload()
+        #expect(try Self.title(c, "before") == "stored")
+
+        try postgres.startServer()
+        try await sessionA.waitForUpload()
+        #expect(try Self.title(daemon.replica, "during") == "waiting")
+        try await Self.eventually("the write made while PostgreSQL was down reaching c") {
+            try Self.title(c, "during") == "waiting"
+        }
+        #expect(try await daemon.log.head() == a.versionVector[a.replicaID] + c.versionVector[c.replicaID])
+
+        await sessionA.close()
+        await sessionC.close()
+        await daemon.stop()
+        a.close()
+        c.close()
+    }
+}
