@@ -168,9 +168,10 @@ let package = Package(
                 "Tributary", "TributaryLog", "TributaryMerge", "TributaryModel", "TributaryCompression", "CLMDB",
                 "CSQLite",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                "TributarySync", "TributaryDaemon", "TributaryProtocol",
+                "TributarySync", "TributaryDaemon", "TributaryProtocol", "TributaryCluster", "TributaryTestSupport",
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tools/tributary-bench", swiftSettings: upcomingFeatures),
         .executableTarget(

@@ -1,3 +1,4 @@
+package import Foundation
 import Synchronization
 import TributaryCompression
 import TributaryLog
@@ -512,6 +513,14 @@ extension Replica {
     ///
     /// - Throws: ``TributaryError`` for storage failures: nothing is integrated then.
     public func integrate(batches: [IncomingChangesets]) throws -> [Result<IntegrationReport, TributaryError>] {
+        try integrate(batches: batches, sharedLogPosition: nil)
+    }
+
+    /// ``integrate(batches:)``, storing in the same commit that this replica applied the shared log of epoch
+    /// `sharedLogPosition.epoch` through `sharedLogPosition.position` (a cluster's follower).
+    package func integrate(
+        batches: [IncomingChangesets], sharedLogPosition: (epoch: UUID, position: UInt64)?
+    ) throws -> [Result<IntegrationReport, TributaryError>] {
         var failures: [Int: TributaryError] = [:]
         var dots: [Set<Dot>] = Array(repeating: [], count: batches.count)
         var causal: [[Dot]] = Array(repeating: [], count: batches.count)
@@ -532,6 +541,11 @@ extension Replica {
                 }
             }
             return all
+        } recording: { txn in
+            if let sharedLogPosition {
+                try self.storeSharedLogPosition(
+                    epoch: sharedLogPosition.epoch, position: sharedLogPosition.position, in: txn)
+            }
         }
         return batches.indices.map { index in
             if let failure = failures[index] { return .failure(failure) }

@@ -95,8 +95,10 @@ public actor LogFollower {
             knownHead = max(knownHead, last.sequence)
             let replica = replica
             let bodies = entries.map(\.body)
+            let position = (epoch: log.epoch, position: last.sequence)
+            // The position is stored in the commit that applies the entries: a crash leaves both or neither.
             let results = try await offload {
-                try replica.integrate(batches: [IncomingChangesets(bodies, adopt: true)])
+                try replica.integrate(batches: [IncomingChangesets(bodies, adopt: true)], sharedLogPosition: position)
             }
             switch results.first {
             case .failure(let error): throw error
@@ -104,8 +106,6 @@ public actor LogFollower {
             case nil: break
             }
             applied = last.sequence
-            let (epoch, position) = (log.epoch, applied)
-            try await offload { try replica.setSharedLogPosition(epoch: epoch, position: position) }
         }
     }
 

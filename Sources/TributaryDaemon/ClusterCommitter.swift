@@ -8,13 +8,31 @@ import TributarySync
 /// shared log in PostgreSQL, then waits until this daemon's follower has applied the log through it, and answers
 /// from what that application decided. Every daemon applies the same entries in the same order, so each reaches the
 /// same decision; the app is acknowledged only after PostgreSQL committed its changesets.
-struct ClusterCommitter: BatchIntegrator {
+///
+/// Appends are grouped: the uploads that arrive while an append runs go to PostgreSQL together in the next one. An
+/// append holds the log's head row until it commits, so appends to one log run one after another, and one commit per
+/// upload would bound a daemon to one upload per disk sync.
+actor ClusterCommitter: BatchIntegrator {
     let follower: LogFollower
     /// How far ahead of this machine's clock a changeset may be stamped (the replica's own bound is lifted in a
     /// cluster: daemons' clocks differ, and they must all apply what the log holds).
     let maximumClockSkew: Duration
+    /// The most bytes of changesets one append takes; the rest wait for the next.
+    private let maximumGroupBytes: Int
 
-    func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?) async throws -> IntegrationReport {
+    private var queue: [(uploads: [SharedLogUpload], bytes: Int, waiter: CheckedContinuation<[UInt64], any Error>)] =
+        []
+    private var running = false
+
+    init(follower: LogFollower, maximumClockSkew: Duration, maximumGroupBytes: Int = 16 << 20) {
+        self.follower = follower
+        self.maximumClockSkew = maximumClockSkew
+        self.maximumGroupBytes = maximumGroupBytes
+    }
+
+    nonisolated func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?) async throws
+        -> IntegrationReport
+    {
         guard adopt else {
             throw TributaryError(
                 .permissionDenied,
@@ -27,18 +45,7 @@ struct ClusterCommitter: BatchIntegrator {
             try replica.checkUpload(changesets, requiredAuthor: author, maximumClockSkew: skew)
         }
         guard !uploads.isEmpty else { return IntegrationReport() }
-        let positions: [UInt64]
-        do {
-            positions = try await follower.log.append(
-                uploads.map {
-                    SharedLog.Append(origin: $0.dot.origin, originSequence: $0.dot.sequence, body: $0.body)
-                })
-        } catch {
-            throw TributaryError(
-                .storage,
-                "the cluster's shared log did not take the upload (\(error.message)); nothing of it was stored: "
-                    + "retry later")
-        }
+        let positions = try await append(uploads)
         do {
             try await follower.waitUntilApplied(positions.max() ?? 0)
         } catch {
@@ -55,5 +62,57 @@ struct ClusterCommitter: BatchIntegrator {
             }
         }
         return report
+    }
+
+    /// Appends `uploads` to the log with the others that wait, and returns their positions.
+    private func append(_ uploads: [SharedLogUpload]) async throws -> [UInt64] {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.append((uploads, uploads.reduce(0) { $0 + $1.body.count }, continuation))
+            if !running {
+                running = true
+                Task { await drain() }
+            }
+        }
+    }
+
+    private func drain() async {
+        while !queue.isEmpty {
+            var size = 0
+            var taken = 0
+            while taken < queue.count && (taken == 0 || size + queue[taken].bytes <= maximumGroupBytes) {
+                size += queue[taken].bytes
+                taken += 1
+            }
+            let group = Array(queue.prefix(taken))
+            queue.removeFirst(taken)
+            // A changeset uploaded twice in one group (an app that reconnected and sent it again meanwhile) is
+            // appended once; each waiter gets its position.
+            var appends: [SharedLog.Append] = []
+            var index: [Dot: Int] = [:]
+            for entry in group {
+                for upload in entry.uploads where index[upload.dot] == nil {
+                    index[upload.dot] = appends.count
+                    appends.append(
+                        SharedLog.Append(
+                            origin: upload.dot.origin, originSequence: upload.dot.sequence, body: upload.body))
+                }
+            }
+            do {
+                let positions = try await follower.log.append(appends)
+                for entry in group {
+                    entry.waiter.resume(
+                        returning: entry.uploads.compactMap {
+                            index[$0.dot].flatMap { positions.indices.contains($0) ? positions[$0] : nil }
+                        })
+                }
+            } catch {
+                let failure = TributaryError(
+                    .storage,
+                    "the cluster's shared log did not take the upload (\(error.message)); nothing of it was stored: "
+                        + "retry later")
+                for entry in group { entry.waiter.resume(throwing: failure) }
+            }
+        }
+        running = false
     }
 }

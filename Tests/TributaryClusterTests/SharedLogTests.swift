@@ -4,6 +4,7 @@ import Synchronization
 import Testing
 import TributaryCluster
 import TributaryModel
+import TributaryTestSupport
 
 /// The shared log against a real PostgreSQL of each test's own, on loopback.
 @Suite(

@@ -54,6 +54,7 @@ struct TributaryBench: AsyncParsableCommand {
         try CompactionBenchmarks(context: context).run()
         try await NetworkBenchmarks(context: context).run()
         try await FlexibleSessionBenchmarks(context: context).run()
+        try await ClusterBenchmarks(context: context).run()
     }
 }
 

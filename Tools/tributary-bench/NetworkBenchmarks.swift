@@ -68,24 +68,8 @@ struct NetworkBenchmarks {
         let roundsOfUploads = 5
         let perClient = max(50, context.commits)
         let (server, endpoint) = try await daemon("upload-daemon")
-        var uploads: [(ReplicaID, [[UInt8]])] = []
-        for index in 0..<clients {
-            let replica = try app("upload-app-\(index)")
-            for round in 0..<perClient {
-                try await replica.write { txn in
-                    try txn.create(
-                        "Note", ["_id": .string("\(index)-\(round)"), "text": "a small note", "n": .int(Int64(round))])
-                }
-            }
-            uploads.append(
-                (replica.replicaID, try replica.encodedChangesets(missingFrom: VersionVector(), compressed: true)))
-            replica.close()
-        }
-        // Round r of a client: its changesets from bounds[r] up to bounds[r + 1] (an app's log also holds the
-        // changeset that created its schema).
-        func bounds(_ changesets: [[UInt8]]) -> [Int] {
-            (0...roundsOfUploads).map { $0 * changesets.count / roundsOfUploads }
-        }
+        let uploads = try await preparedUploads("upload-app", clients: clients, perClient: perClient)
+        func bounds(_ changesets: [[UInt8]]) -> [Int] { Self.bounds(changesets, rounds: roundsOfUploads) }
         let rounds = RoundGate(clients: clients)
         let raw = try RawLMDB(path: context.path("upload-raw"))
         let rssBefore = anonymousResidentBytes()
@@ -149,6 +133,31 @@ struct NetworkBenchmarks {
             baselineValue: Double(clients) * Double(SyncProtocol.defaultWindow) / 1_048_576, higherIsBetter: false
         ).print()
         await server.stop()
+    }
+
+    /// The changesets of `clients` apps that each created `perClient` notes, one per changeset, as they upload them
+    /// (compressed), with each app's id.
+    func preparedUploads(_ prefix: String, clients: Int, perClient: Int) async throws -> [(ReplicaID, [[UInt8]])] {
+        var uploads: [(ReplicaID, [[UInt8]])] = []
+        for index in 0..<clients {
+            let replica = try app("\(prefix)-\(index)")
+            for round in 0..<perClient {
+                try await replica.write { txn in
+                    try txn.create(
+                        "Note", ["_id": .string("\(index)-\(round)"), "text": "a small note", "n": .int(Int64(round))])
+                }
+            }
+            uploads.append(
+                (replica.replicaID, try replica.encodedChangesets(missingFrom: VersionVector(), compressed: true)))
+            replica.close()
+        }
+        return uploads
+    }
+
+    /// Round r of a client: its changesets from bounds[r] up to bounds[r + 1] (an app's log also holds the changeset
+    /// that created its schema).
+    static func bounds(_ changesets: [[UInt8]], rounds: Int) -> [Int] {
+        (0...rounds).map { $0 * changesets.count / rounds }
     }
 
     /// Starts the upload benchmark's rounds, and hears each client finish one.
@@ -216,10 +225,30 @@ struct NetworkBenchmarks {
     func liveLatency() async throws {
         let samples = 200
         let (server, endpoint) = try await daemon("latency-daemon")
-        let writer = try app("latency-a")
-        let reader = try app("latency-b")
-        let writerSession = writer.connect(to: endpoint)
-        let readerSession = reader.connect(to: endpoint)
+        let latencies = try await appToAppLatencies(
+            "latency", writingTo: endpoint, readingFrom: endpoint, samples: samples)
+        let baseline = try durableCommitMilliseconds(samples: samples)
+        Measurement(
+            name: "write_to_live_results_through_daemon_median", value: latencies[samples / 2], unit: "ms",
+            baseline: "one durable raw LMDB commit, median (ms)", baselineValue: baseline.median,
+            higherIsBetter: false
+        ).print()
+        Measurement(
+            name: "write_to_live_results_through_daemon_p99", value: latencies[samples * 99 / 100], unit: "ms",
+            baseline: "one durable raw LMDB commit, p99 (ms)", baselineValue: baseline.p99, higherIsBetter: false
+        ).print()
+        await server.stop()
+    }
+
+    /// Milliseconds from a write on one app (connected to `writing`) to the change in another app's live results
+    /// (connected to `reading`), `samples` times, sorted.
+    func appToAppLatencies(
+        _ prefix: String, writingTo writing: SyncEndpoint, readingFrom reading: SyncEndpoint, samples: Int
+    ) async throws -> [Double] {
+        let writer = try app("\(prefix)-a")
+        let reader = try app("\(prefix)-b")
+        let writerSession = writer.connect(to: writing)
+        let readerSession = reader.connect(to: reading)
         try await writerSession.waitForUpload()
         try await readerSession.waitForDownload()
         let (counts, counted) = AsyncStream<Int>.makeStream()
@@ -236,20 +265,11 @@ struct NetworkBenchmarks {
             latencies.append((ContinuousClock.now - start).seconds * 1000)
         }
         observer.cancel()
-        latencies.sort()
-        let baseline = try durableCommitMilliseconds(samples: samples)
-        Measurement(
-            name: "write_to_live_results_through_daemon_median", value: latencies[samples / 2], unit: "ms",
-            baseline: "one durable raw LMDB commit, median (ms)", baselineValue: baseline.median,
-            higherIsBetter: false
-        ).print()
-        Measurement(
-            name: "write_to_live_results_through_daemon_p99", value: latencies[samples * 99 / 100], unit: "ms",
-            baseline: "one durable raw LMDB commit, p99 (ms)", baselineValue: baseline.p99, higherIsBetter: false
-        ).print()
         await writerSession.close()
         await readerSession.close()
-        await server.stop()
+        writer.close()
+        reader.close()
+        return latencies.sorted()
     }
 
     /// A fresh app's first sync from a daemon holding 100,000 objects: objects per second, against the same bytes

@@ -108,6 +108,14 @@ struct Tributaryd: AsyncParsableCommand {
             tenth of the retention. A device away longer is reset (its unsynced changes recovered), and a new \
             device starts from the base instead of replaying the whole history.
 
+            With --cluster postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (and --cluster-log NAME, default \
+            "default"), the daemon is one of a cluster whose history is a shared log in that PostgreSQL database \
+            (tables created on first use). Every daemon of a log holds the same replica, built from the log in \
+            its own DIRECTORY (empty the first time); an upload is appended to the log and acknowledged once this \
+            daemon applied it, and apps on any daemon receive it. Apps may move between daemons without a reset. \
+            While PostgreSQL is unreachable, the daemon serves what it holds and answers uploads with "retry \
+            later". Peer links and --retention are not available in a cluster yet.
+
             The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
             serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
             peer and why) and GET /metrics (Prometheus text format; docs/Operating.md lists the metrics). \

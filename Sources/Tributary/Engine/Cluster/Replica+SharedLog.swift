@@ -37,17 +37,21 @@ extension Replica {
 
     /// Records that this replica applied the shared log of epoch `epoch` through `position`.
     package func setSharedLogPosition(epoch: UUID, position: UInt64) throws {
+        do {
+            try environment.write { txn in try storeSharedLogPosition(epoch: epoch, position: position, in: txn) }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+    }
+
+    func storeSharedLogPosition(epoch: UUID, position: UInt64, in txn: TributaryStorageWriteTransaction) throws {
         let uuid = epoch.uuid
         let bytes: [UInt8] =
             [
                 uuid.0, uuid.1, uuid.2, uuid.3, uuid.4, uuid.5, uuid.6, uuid.7, uuid.8, uuid.9, uuid.10, uuid.11,
                 uuid.12, uuid.13, uuid.14, uuid.15,
             ] + (0..<8).map { UInt8(truncatingIfNeeded: position >> (56 - 8 * $0)) }
-        do {
-            try environment.write { txn in try txn.put(identity, key: Self.sharedLogPositionKey, value: bytes) }
-        } catch {
-            throw TributaryError.wrap(error)
-        }
+        try txn.put(identity, key: Self.sharedLogPositionKey, value: bytes)
     }
 }
 

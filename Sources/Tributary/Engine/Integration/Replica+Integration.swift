@@ -15,8 +15,12 @@ extension Replica {
     }
 
     /// Integrates the changesets `incoming` gives (each adopted or integrated as its ``PendingChangeset/adopt``
-    /// says); it runs holding the write lock.
-    func integrate(_ incoming: () throws -> [PendingChangeset]) throws -> IntegrationReport {
+    /// says); it runs holding the write lock. `recording`, when given, writes in the same transaction (what a
+    /// cluster's follower stores of its position in the log).
+    func integrate(
+        _ incoming: () throws -> [PendingChangeset],
+        recording: ((TributaryStorageWriteTransaction) throws -> Void)? = nil
+    ) throws -> IntegrationReport {
         guard !configuration.readOnly else {
             throw TributaryError(.readOnly, "replica \(directory) was opened read-only")
         }
@@ -26,7 +30,7 @@ extension Replica {
                 var rejected: [IntegrationReport.Rejection] = []
                 while true {
                     do {
-                        var report = try integrateOnce(changesets, rejected: rejected)
+                        var report = try integrateOnce(changesets, rejected: rejected, recording: recording)
                         report.received = changesets.map(\.changeset.causalDot)
                         return report
                     } catch let error as MergeError {
@@ -40,9 +44,10 @@ extension Replica {
         }
     }
 
-    func integrateOnce(_ incoming: [PendingChangeset], rejected: [IntegrationReport.Rejection]) throws
-        -> IntegrationReport
-    {
+    func integrateOnce(
+        _ incoming: [PendingChangeset], rejected: [IntegrationReport.Rejection],
+        recording: ((TributaryStorageWriteTransaction) throws -> Void)? = nil
+    ) throws -> IntegrationReport {
         var start = state.withLock { $0 }
         let rejectedDots = Set(rejected.map(\.dot))
         var report = IntegrationReport()
@@ -268,6 +273,7 @@ extension Replica {
             if pendingChanged { prepared.pendingGeneration = generation &+ 1 }
             area.generation = prepared.pendingGeneration ?? generation
             updatedPending = area
+            try recording?(txn)
             // Nothing to store: every changeset was a duplicate, or still waits where it waited.
             guard !applied.isEmpty || pendingChanged else { return }
             if working.schemaChanged {

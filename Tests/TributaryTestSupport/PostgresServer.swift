@@ -7,9 +7,9 @@ import Foundation
 /// A PostgreSQL server of a test's own: `initdb` in a temporary directory, started on a free loopback port, and
 /// stopped (its directory removed) by ``stop()``. Runs Debian's `postgresql-15` binaries (or those
 /// `TRIBUTARY_POSTGRES_BIN` names), as the `postgres` user when the tests run as root, since PostgreSQL refuses to.
-final class PostgresServer: Sendable {
+package final class PostgresServer: Sendable {
     /// Where `initdb`, `pg_ctl` and `psql` are, or `nil` when PostgreSQL is not installed.
-    static let binaries: String? = {
+    package static let binaries: String? = {
         let manager = FileManager.default
         var candidates: [String] = []
         if let configured = ProcessInfo.processInfo.environment["TRIBUTARY_POSTGRES_BIN"] {
@@ -24,19 +24,19 @@ final class PostgresServer: Sendable {
     }()
 
     /// Whether a server can be started here.
-    static let isAvailable: Bool = binaries != nil && (geteuid() != 0 || getpwnam("postgres") != nil)
+    package static let isAvailable: Bool = binaries != nil && (geteuid() != 0 || getpwnam("postgres") != nil)
 
     /// Why the PostgreSQL tests are skipped where they are.
-    static let unavailable =
+    package static let unavailable =
         "PostgreSQL is not installed here (apt-get install -y postgresql-15), or the tests run as root and there is "
         + "no postgres user to run it as"
 
-    let directory: String
-    let port: Int
+    package let directory: String
+    package let port: Int
 
-    var dataDirectory: String { directory + "/data" }
+    package var dataDirectory: String { directory + "/data" }
     /// The URL of the server's `postgres` database, as the `tributary` user (trusted on loopback).
-    var url: String { "postgres://tributary@127.0.0.1:\(port)/postgres" }
+    package var url: String { "postgres://tributary@127.0.0.1:\(port)/postgres" }
 
     private init(directory: String, port: Int) {
         self.directory = directory
@@ -44,7 +44,7 @@ final class PostgresServer: Sendable {
     }
 
     /// A new server, initialized and started.
-    static func start() throws -> PostgresServer {
+    package static func start() throws -> PostgresServer {
         guard let binaries else { throw Failure(unavailable) }
         var template = Array("/tmp/tributary-pg-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw Failure("cannot make a temporary directory") }
@@ -70,7 +70,7 @@ final class PostgresServer: Sendable {
     }
 
     /// Starts the server again after ``kill()`` or a stop that kept the directory.
-    func startServer() throws {
+    package func startServer() throws {
         guard let binaries = Self.binaries else { throw Failure(Self.unavailable) }
         do {
             try startServer(binaries)
@@ -91,13 +91,13 @@ final class PostgresServer: Sendable {
     }
 
     /// Stops the server at once, as a crash would (`pg_ctl -m immediate`); the directory stays.
-    func kill() {
+    package func kill() {
         guard let binaries = Self.binaries else { return }
         try? run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-m", "immediate", "-w", "stop"], asServer: true)
     }
 
     /// Stops the server and removes its directory.
-    func stop() {
+    package func stop() {
         if let binaries = Self.binaries {
             try? run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-m", "fast", "-w", "stop"], asServer: true)
         }
@@ -106,7 +106,7 @@ final class PostgresServer: Sendable {
 
     /// Runs one SQL statement through `psql` and returns what it printed (unaligned, tuples only).
     @discardableResult
-    func sql(_ statement: String) throws -> String {
+    package func sql(_ statement: String) throws -> String {
         guard let binaries = Self.binaries else { throw Failure(Self.unavailable) }
         let psql = FileManager.default.isExecutableFile(atPath: "\(binaries)/psql") ? "\(binaries)/psql" : "psql"
         return try run(
@@ -187,8 +187,8 @@ final class PostgresServer: Sendable {
         throw Failure("no free port on 127.0.0.1 between 20000 and 32000")
     }
 
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-        init(_ description: String) { self.description = description }
+    package struct Failure: Error, CustomStringConvertible {
+        package var description: String
+        package init(_ description: String) { self.description = description }
     }
 }
