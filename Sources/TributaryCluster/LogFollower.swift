@@ -72,6 +72,12 @@ public actor LogFollower {
     ///   before `position`.
     public func waitUntilApplied(_ position: UInt64) async throws {
         while applied < position {
+            // A catch-up under way may take the position with it: wait for it before starting another, so that
+            // uploads waiting together share one commit.
+            if let running {
+                _ = try? await running.value
+                continue
+            }
             let before = applied
             try await catchUp()
             if applied == before && applied < position {

@@ -236,71 +236,26 @@ public final class SharedLog: Sendable {
         let name = configuration.log
         let client = client
         let logger = logger
+        let origins = changesets.map { Int64(bitPattern: $0.origin.rawValue) }
+        let sequences = changesets.map { Int64(bitPattern: $0.originSequence) }
+        let bodies = changesets.map { ByteBuffer(bytes: $0.body) }
         return try await operation {
-            try await client.withTransaction(logger: logger) { connection in
-                try await Self.append(changesets, to: name, on: connection, logger: logger)
+            // One statement, one transaction (tributary_append, in SharedLogSchema): it takes the log's head row
+            // lock, so appenders to this log wait for each other and positions follow commit order; it stores each
+            // changeset not yet in the log, raises the head and announces it.
+            var positions: [Int64]?
+            let rows = try await client.query(
+                "SELECT tributary_append(\(name), \(origins)::bigint[], \(sequences)::bigint[], \(bodies)::bytea[])",
+                logger: logger)
+            for try await value in rows.decode([Int64].self) { positions = value }
+            guard let positions, positions.count == changesets.count, positions.allSatisfy({ $0 > 0 }) else {
+                throw SharedLogError(
+                    .incompatible,
+                    "appending \(changesets.count) changesets to the log '\(name)' returned the positions "
+                        + "\(positions.map { "\($0)" } ?? "none"): the log's tables are damaged")
             }
+            return positions.map { UInt64($0) }
         }
-    }
-
-    private static func append(
-        _ changesets: [Append], to name: String, on connection: PostgresConnection, logger: Logger
-    ) async throws -> [UInt64] {
-        // The head row lock: appenders to this log wait here for each other, so positions follow commit order.
-        var head: Int64?
-        let heads = try await connection.query(
-            "SELECT head FROM tributary_logs WHERE log = \(name) FOR UPDATE", logger: logger)
-        for try await value in heads.decode(Int64.self) { head = value }
-        guard let head else {
-            throw SharedLogError(.incompatible, "the log '\(name)' has no row in tributary_logs")
-        }
-        struct Identity: Hashable {
-            var origin: Int64
-            var sequence: Int64
-        }
-        let identities = changesets.map {
-            Identity(origin: Int64(bitPattern: $0.origin.rawValue), sequence: Int64(bitPattern: $0.originSequence))
-        }
-        var known: [Identity: Int64] = [:]
-        let existing = try await connection.query(
-            """
-            SELECT origin, origin_sequence, seq FROM tributary_changesets
-            WHERE log = \(name) AND origin = ANY(\(identities.map(\.origin)))
-            AND origin_sequence = ANY(\(identities.map(\.sequence)))
-            """, logger: logger)
-        for try await (origin, sequence, position) in existing.decode((Int64, Int64, Int64).self) {
-            known[Identity(origin: origin, sequence: sequence)] = position
-        }
-        var next = head
-        var positions: [UInt64] = []
-        var newPositions: [Int64] = []
-        var newOrigins: [Int64] = []
-        var newSequences: [Int64] = []
-        var newBodies: [ByteBuffer] = []
-        for (changeset, identity) in zip(changesets, identities) {
-            if let position = known[identity] {
-                positions.append(UInt64(position))
-                continue
-            }
-            next += 1
-            known[identity] = next
-            positions.append(UInt64(next))
-            newPositions.append(next)
-            newOrigins.append(identity.origin)
-            newSequences.append(identity.sequence)
-            newBodies.append(ByteBuffer(bytes: changeset.body))
-        }
-        guard next > head else { return positions }
-        try await connection.query(
-            """
-            INSERT INTO tributary_changesets (log, seq, origin, origin_sequence, body)
-            SELECT \(name), * FROM unnest(\(newPositions)::bigint[], \(newOrigins)::bigint[],
-                                          \(newSequences)::bigint[], \(newBodies)::bytea[])
-            """, logger: logger)
-        try await connection.query("UPDATE tributary_logs SET head = \(next) WHERE log = \(name)", logger: logger)
-        try await connection.query(
-            "SELECT pg_notify(\(SharedLogSchema.channel), \(name + ":" + String(next)))", logger: logger)
-        return positions
     }
 
     // MARK: Reading

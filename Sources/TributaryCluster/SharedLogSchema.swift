@@ -9,7 +9,7 @@ import PostgresNIO
 /// with a clear error instead of writing to them.
 enum SharedLogSchema {
     /// The version of the tables this build writes.
-    static let version: Int32 = 1
+    static let version: Int32 = 2
 
     /// The notification channel of appends; the payload is `log:head`.
     static let channel = "tributary_appended"
@@ -38,7 +38,44 @@ enum SharedLogSchema {
                 PRIMARY KEY (log, seq),
                 UNIQUE (log, origin, origin_sequence))
             """,
-        ]
+        ],
+        // An append in one statement: the head row is locked from the function's first statement to the commit, so
+        // the fewer round trips an append takes, the shorter appenders to one log wait for each other.
+        [
+            """
+            CREATE FUNCTION tributary_append(p_log text, p_origins bigint[], p_sequences bigint[], p_bodies bytea[])
+            RETURNS bigint[] LANGUAGE plpgsql AS $$
+            DECLARE
+                v_head bigint;
+                v_next bigint;
+                v_found bigint;
+                v_positions bigint[] := '{}';
+            BEGIN
+                SELECT head INTO v_head FROM tributary_logs WHERE log = p_log FOR UPDATE;
+                IF v_head IS NULL THEN
+                    RAISE EXCEPTION 'the log % has no row in tributary_logs', p_log;
+                END IF;
+                v_next := v_head;
+                FOR i IN 1 .. coalesce(array_length(p_origins, 1), 0) LOOP
+                    SELECT seq INTO v_found FROM tributary_changesets
+                        WHERE log = p_log AND origin = p_origins[i] AND origin_sequence = p_sequences[i];
+                    IF v_found IS NULL THEN
+                        v_next := v_next + 1;
+                        INSERT INTO tributary_changesets (log, seq, origin, origin_sequence, body)
+                            VALUES (p_log, v_next, p_origins[i], p_sequences[i], p_bodies[i]);
+                        v_found := v_next;
+                    END IF;
+                    v_positions := v_positions || v_found;
+                END LOOP;
+                IF v_next > v_head THEN
+                    UPDATE tributary_logs SET head = v_next WHERE log = p_log;
+                    PERFORM pg_notify('tributary_appended', p_log || ':' || v_next);
+                END IF;
+                RETURN v_positions;
+            END
+            $$
+            """
+        ],
     ]
 
     /// Brings the tables to ``version``.

@@ -144,7 +144,7 @@ struct SharedLogTests {
             // Opening migrates nothing twice.
             #expect(
                 try server.sql("SELECT version FROM tributary_schema").trimmingCharacters(in: .whitespacesAndNewlines)
-                    == "1")
+                    == "2")
             for log in [chat, tasks, again] { await log.close() }
             await #expect(throws: SharedLogError.self) { try await chat.head() }
         }
@@ -188,6 +188,24 @@ struct SharedLogTests {
             let error = await #expect(throws: SharedLogError.self) { try await Self.open(server) }
             #expect(error?.code == .incompatible)
             #expect(error?.message.contains("version 99") == true)
+        }
+    }
+
+    @Test("Tables of the first version are migrated: the append function is added, and the log appends as before")
+    func firstVersionTablesAreMigrated() async throws {
+        try await Self.withServer { server in
+            let log = try await Self.open(server)
+            #expect(try await log.append([Self.changeset(5, 1)]) == [1])
+            await log.close()
+            // The tables as the first version left them.
+            try server.sql("DROP FUNCTION tributary_append")
+            try server.sql("UPDATE tributary_schema SET version = 1")
+            let again = try await Self.open(server)
+            #expect(
+                try server.sql("SELECT version FROM tributary_schema").trimmingCharacters(in: .whitespacesAndNewlines)
+                    == "2")
+            #expect(try await again.append([Self.changeset(5, 1), Self.changeset(5, 2)]) == [1, 2])
+            await again.close()
         }
     }
 
