@@ -219,6 +219,7 @@ let package = Package(
             dependencies: [
                 "TributaryCluster", "Tributary", "TributaryDaemon", "TributaryModel", "TributaryProtocol",
                 "TributarySync", "TributaryTestSupport", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: upcomingFeatures),
         .testTarget(

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import Tributary
 import TributaryCluster
@@ -34,7 +35,16 @@ struct ClusterDaemonTests {
     static func daemon(
         _ directory: TemporaryDirectory, _ name: String, on postgres: PostgresServer, timeout: Duration = .seconds(120)
     ) async throws -> Daemon {
-        let log = try await SharedLogTests.open(postgres, timeout: timeout)
+        try await daemon(directory, name, url: postgres.url, timeout: timeout)
+    }
+
+    /// A daemon of the cluster of the log `chat` in the PostgreSQL at `url`.
+    static func daemon(_ directory: TemporaryDirectory, _ name: String, url: String, timeout: Duration) async throws
+        -> Daemon
+    {
+        var logConfiguration = try SharedLog.Configuration(url: url, log: "chat")
+        logConfiguration.timeout = timeout
+        let log = try await SharedLog.open(logConfiguration, logger: SharedLogTests.quiet)
         var replicaConfiguration = Replica.Configuration()
         replicaConfiguration.durability = .none
         let replica = try log.openReplica(directory: directory.appending(name), configuration: replicaConfiguration)
@@ -221,5 +231,69 @@ struct ClusterDaemonTests {
         await daemon.stop()
         a.close()
         c.close()
+    }
+
+    @Test(
+        "A primary with a synchronous standby killed mid-upload: the standby promoted, the daemon goes on through the same address, every acknowledged upload is there"
+    )
+    func failoverToSynchronousStandby() async throws {
+        let primary = try PostgresServer.start()
+        defer { primary.stop() }
+        let standby = try primary.startStandby()
+        defer { standby.stop() }
+        try primary.requireSynchronousStandby()
+        // The daemon reaches PostgreSQL through one address, as through a virtual IP or a proxy an operator moves.
+        let address = try await LoopbackForwarder.start(to: primary.port)
+        let url = "postgres://tributary@127.0.0.1:\(address.port)/postgres"
+        let directory = TemporaryDirectory("cluster-failover")
+        let daemon = try await Self.daemon(directory, "daemon", url: url, timeout: .seconds(5))
+        let a = try Self.app(directory, "a")
+        let session = a.connect(to: daemon.endpoint, configuration: Self.fastBackoff)
+        let acknowledged = Acknowledged()
+        let following = Task {
+            for await progress in session.uploadProgress() { acknowledged.raise(progress.transferred) }
+        }
+        defer { following.cancel() }
+        let total = 300
+        let writer = Task {
+            for index in 0..<total {
+                try await a.write { txn in _ = try txn.create("Task", ["_id": .string("t\(index)"), "count": 0]) }
+                if index % 8 == 0 { try await Task.sleep(for: .milliseconds(1)) }
+            }
+        }
+
+        try await Self.eventually("some uploads acknowledged") { acknowledged.value >= 40 }
+        primary.kill()
+        let acknowledgedAtKill = acknowledged.value
+        try standby.promote()
+        address.retarget(to: standby.port)
+
+        try await writer.value
+        try await session.waitForUpload()
+        let own = a.versionVector[a.replicaID]
+        func stored(_ condition: String) throws -> UInt64 {
+            let text = try standby.sql(
+                "SELECT count(*) FROM tributary_changesets WHERE log = 'chat' AND origin = "
+                    + "\(Int64(bitPattern: a.replicaID.rawValue)) \(condition)")
+            return UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        }
+        // Every changeset acknowledged before the primary died is on the promoted standby, and then all of them.
+        #expect(try stored("AND origin_sequence <= \(acknowledgedAtKill)") == acknowledgedAtKill)
+        #expect(try stored("") == own)
+        #expect(try daemon.replica.heldSequence(of: a.replicaID) == own)
+        #expect(try await daemon.replica.read { try $0.count("Task") } == total)
+        print("failover: the primary killed after \(acknowledgedAtKill) of \(own) changesets were acknowledged")
+
+        await session.close()
+        await daemon.stop()
+        await address.close()
+        a.close()
+    }
+
+    /// The highest upload progress seen.
+    final class Acknowledged: Sendable {
+        private let highest = Mutex<UInt64>(0)
+        var value: UInt64 { highest.withLock { $0 } }
+        func raise(_ value: UInt64) { highest.withLock { $0 = max($0, value) } }
     }
 }

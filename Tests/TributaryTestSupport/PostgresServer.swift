@@ -43,18 +43,57 @@ package final class PostgresServer: Sendable {
         self.port = port
     }
 
-    /// A new server, initialized and started.
-    package static func start() throws -> PostgresServer {
-        guard let binaries else { throw Failure(unavailable) }
+    /// A directory of a server's own, which the server's user owns, and a free port.
+    private static func makeServer() throws -> PostgresServer {
         var template = Array("/tmp/tributary-pg-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw Failure("cannot make a temporary directory") }
         let directory = String(cString: made)
-        let server = PostgresServer(directory: directory, port: try freePort())
+        chmod(directory, 0o755)
+        if geteuid() == 0, let user = getpwnam("postgres") {
+            chown(directory, user.pointee.pw_uid, user.pointee.pw_gid)
+        }
+        return PostgresServer(directory: directory, port: try freePort())
+    }
+
+    /// A standby of this server (which must be running): a base backup streamed from it into a directory of its
+    /// own, started on a port of its own, replicating from this server. Make it synchronous with
+    /// ``requireSynchronousStandby()``.
+    package func startStandby() throws -> PostgresServer {
+        guard let binaries = Self.binaries else { throw Failure(Self.unavailable) }
+        let standby = try Self.makeServer()
         do {
-            chmod(directory, 0o755)
-            if geteuid() == 0, let user = getpwnam("postgres") {
-                chown(directory, user.pointee.pw_uid, user.pointee.pw_gid)
-            }
+            try standby.run(
+                "\(binaries)/pg_basebackup",
+                [
+                    "-D", standby.dataDirectory, "-h", "127.0.0.1", "-p", "\(port)", "-U", "tributary", "-R", "-X",
+                    "stream", "--no-sync",
+                ], asServer: true)
+            try standby.startServer()
+            return standby
+        } catch {
+            try? FileManager.default.removeItem(atPath: standby.directory)
+            throw error
+        }
+    }
+
+    /// Makes every commit wait until a standby has it (`synchronous_standby_names = '*'`, reloaded now).
+    package func requireSynchronousStandby() throws {
+        try sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        try sql("SELECT pg_reload_conf()")
+    }
+
+    /// Promotes this standby to a primary, and waits until it takes writes.
+    package func promote() throws {
+        guard let binaries = Self.binaries else { throw Failure(Self.unavailable) }
+        try run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-w", "-t", "60", "promote"], asServer: true)
+    }
+
+    /// A new server, initialized and started.
+    package static func start() throws -> PostgresServer {
+        guard let binaries else { throw Failure(unavailable) }
+        let server = try makeServer()
+        let directory = server.directory
+        do {
             try server.run(
                 "\(binaries)/initdb",
                 [
