@@ -77,14 +77,7 @@ actor ClusterCommitter: BatchIntegrator {
 
     private func drain() async {
         while !queue.isEmpty {
-            var size = 0
-            var taken = 0
-            while taken < queue.count && (taken == 0 || size + queue[taken].bytes <= maximumGroupBytes) {
-                size += queue[taken].bytes
-                taken += 1
-            }
-            let group = Array(queue.prefix(taken))
-            queue.removeFirst(taken)
+            let group = takeGroup(from: &queue, maximumBytes: maximumGroupBytes) { $0.bytes }
             // A changeset uploaded twice in one group (an app that reconnected and sent it again meanwhile) is
             // appended once; each waiter gets its position.
             var appends: [SharedLog.Append] = []

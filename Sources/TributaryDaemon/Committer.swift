@@ -54,14 +54,7 @@ actor Committer: BatchIntegrator {
             if queue.count < lastGroup {
                 try? await Task.sleep(for: Self.gatherDelay)
             }
-            var size = 0
-            var taken = 0
-            while taken < queue.count && (taken == 0 || size + queue[taken].bytes <= maximumGroupBytes) {
-                size += queue[taken].bytes
-                taken += 1
-            }
-            let group = Array(queue.prefix(taken))
-            queue.removeFirst(taken)
+            let group = takeGroup(from: &queue, maximumBytes: maximumGroupBytes) { $0.bytes }
             let replica = replica
             let batches = group.map(\.batch)
             let started = ContinuousClock.now
