@@ -28,7 +28,7 @@ extension ObjectRecord {
         case .list(let list)?:
             return .list(
                 list.orderedElements().map { element in
-                    value(element.value ?? .scalar(.null), addend: 0, zeroStamp: false, of: property, in: schema)
+                    value(element.value, addend: 0, zeroStamp: false, of: property, in: schema)
                 })
         case nil:
             if property.isList { return .list([]) }

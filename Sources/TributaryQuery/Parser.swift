@@ -347,7 +347,6 @@ struct Parser {
     /// A parenthesized sum, key path, literal, argument, `{...}` list or SUBQUERY. `expected` is the message when
     /// none is here.
     private mutating func parseValue(depth: Int, expected: String) throws(QueryError) -> SyntaxExpression {
-        let start = current.start
         if current.isSymbol(.leftParen) {
             try checkDepth(depth + 1)
             let open = advance()
