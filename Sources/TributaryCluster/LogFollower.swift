@@ -88,13 +88,44 @@ public actor LogFollower {
         }
     }
 
-    private func heard(head: UInt64) { knownHead = max(knownHead, head) }
+    private func heard(head: UInt64) {
+        if head > 0 && head < applied { noteWentBack(head: head) }
+        knownHead = max(knownHead, head)
+    }
+
+    /// Where the log's head was found behind ``applied``: the log lost commits this replica applied (an asynchronous
+    /// promotion, a restore from a backup). The replica can no longer follow it: positions it passed are given to
+    /// new changesets it would never apply.
+    public private(set) var wentBack: UInt64?
+
+    /// Reads the log's head and throws if it is behind ``applied`` (see ``wentBack``): what a daemon checks before it
+    /// serves.
+    ///
+    /// - Throws: ``SharedLogError`` with ``SharedLogError/Code/incompatible`` when the log went back; what reading
+    ///   the head throws.
+    public func checkPosition() async throws {
+        let head = try await log.head()
+        if head < applied { noteWentBack(head: head) }
+        if wentBack != nil { try await applyAvailable() }
+    }
+
+    /// Records that the log's head was found at `head`, behind ``applied``; catching up fails from then on.
+    public func noteWentBack(head: UInt64) {
+        if wentBack == nil { wentBack = head }
+    }
 
     /// Why the replica refused the changeset `dot` when it applied it from the log, or `nil` when it did not (or
     /// refused it too long ago to remember).
     public func refusal(of dot: Dot) -> String? { refusals[dot] }
 
     private func applyAvailable() async throws {
+        if let wentBack {
+            throw SharedLogError(
+                .incompatible,
+                "the shared log '\(log.configuration.log)' went back: its head was \(wentBack), and this replica "
+                    + "applied it through \(applied) (PostgreSQL lost commits: an asynchronous failover or a restore "
+                    + "from a backup). It cannot follow the log any more: start this daemon on an empty directory")
+        }
         while true {
             let entries = try await log.entries(after: applied, limit: batchLimit)
             guard let last = entries.last else { return }

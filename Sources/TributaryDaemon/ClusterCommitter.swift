@@ -55,13 +55,47 @@ actor ClusterCommitter: BatchIntegrator {
                     + "\(error)); retry later: the retried upload is recognised and stored once")
         }
         var report = IntegrationReport()
+        var unaccounted: [SharedLogUpload] = []
         for upload in uploads {
             report.received.append(upload.dot)
             if let reason = await follower.refusal(of: upload.dot) {
                 report.rejected.append(IntegrationReport.Rejection(dot: upload.dot, reason: reason))
+            } else {
+                unaccounted.append(upload)
             }
         }
+        try await checkApplied(unaccounted, into: &report)
         return report
+    }
+
+    /// Checks that the replica holds (or keeps waiting, for a changeset it depends on) each of `uploads`, which the
+    /// follower applied without refusing. One it lacks means the log gave positions the follower had passed already:
+    /// the log went back (PostgreSQL lost commits), and acknowledging would tell the app its write is kept where this
+    /// daemon never applied it. Otherwise it was refused when it was first uploaded, longer ago than the follower
+    /// remembers.
+    private func checkApplied(_ uploads: [SharedLogUpload], into report: inout IntegrationReport) async throws {
+        guard !uploads.isEmpty else { return }
+        let replica = follower.replica
+        let missing = try await offload {
+            let pending = try replica.pendingDots()
+            return try uploads.filter { upload in
+                try replica.heldSequence(of: upload.dot.origin) < upload.dot.sequence && !pending.contains(upload.dot)
+            }
+        }
+        guard !missing.isEmpty else { return }
+        let applied = await follower.applied
+        if let head = try? await follower.log.head(), head < applied {
+            await follower.noteWentBack(head: head)
+            throw TributaryError(
+                .storage,
+                "the cluster's shared log went back: its head is \(head), and this daemon applied it through "
+                    + "\(applied) (PostgreSQL lost commits: an asynchronous failover or a restore from a backup); this "
+                    + "daemon takes no upload until it is started again on an empty directory")
+        }
+        for upload in missing {
+            report.rejected.append(
+                IntegrationReport.Rejection(dot: upload.dot, reason: "refused when it was first uploaded"))
+        }
     }
 
     /// Appends `uploads` to the log with the others that wait, and returns their positions.

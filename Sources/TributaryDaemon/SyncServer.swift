@@ -249,7 +249,9 @@ public final class SyncServer: Sendable {
                     "a daemon of a cluster does not compact its history yet: each daemon sees only its own apps, so "
                         + "none can tell what every device of the cluster holds; leave the retention unset")
             }
-            // Serve from the log's state: a restarted daemon applies what it missed before apps connect.
+            // Serve from the log's state: a restarted daemon applies what it missed before apps connect, and refuses
+            // a log that went back behind what it applied.
+            try await cluster.checkPosition()
             try await cluster.catchUp()
             let logger = configuration.logger
             let following = Task { [interval = configuration.clusterPollInterval] in

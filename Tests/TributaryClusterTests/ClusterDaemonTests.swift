@@ -296,4 +296,54 @@ struct ClusterDaemonTests {
         var value: UInt64 { highest.withLock { $0 } }
         func raise(_ value: UInt64) { highest.withLock { $0 = max($0, value) } }
     }
+
+    @Test(
+        "A log that went back behind what a daemon applied (commits lost) is refused: no upload is acknowledged, and the daemon does not start on it again"
+    )
+    func logThatWentBack() async throws {
+        let postgres = try PostgresServer.start()
+        defer { postgres.stop() }
+        let directory = TemporaryDirectory("cluster-went-back")
+        let daemon = try await Self.daemon(directory, "daemon", on: postgres)
+        let a = try Self.app(directory, "a")
+        let session = a.connect(to: daemon.endpoint, configuration: Self.fastBackoff)
+        for index in 0..<3 {
+            try await a.write { txn in _ = try txn.create("Task", ["_id": .string("t\(index)"), "count": 0]) }
+        }
+        try await session.waitForUpload()
+        let applied = try await daemon.log.head()
+        #expect(applied == 4)
+        // PostgreSQL restored to a point before the last two appends, as an asynchronous failover would leave it.
+        try postgres.sql("DELETE FROM tributary_changesets WHERE log = 'chat' AND seq > 2")
+        try postgres.sql("UPDATE tributary_logs SET head = 2 WHERE log = 'chat'")
+
+        let refusal = Mutex<SyncError?>(nil)
+        let watching = Task {
+            for await state in session.states() {
+                if case .disconnected(let error?) = state, error.code == .storage {
+                    refusal.withLock { $0 = error }
+                    return
+                }
+            }
+        }
+        defer { watching.cancel() }
+        try await a.write { txn in _ = try txn.create("Task", ["_id": "after", "count": 0]) }
+        try await Self.eventually("the upload refused") { refusal.withLock { $0 != nil } }
+        let message = refusal.withLock { $0?.message } ?? ""
+        #expect(message.contains("went back"), "\(message)")
+        #expect(try daemon.replica.heldSequence(of: a.replicaID) == 4)
+        await session.close()
+        await daemon.server.stop()
+        await daemon.log.close()
+
+        // Started again on its directory, the daemon refuses the log.
+        let log = try await SharedLogTests.open(postgres)
+        let follower = try LogFollower(log: log, replica: daemon.replica)
+        let restarted = SyncServer(cluster: follower)
+        let startError = await #expect(throws: SharedLogError.self) { try await restarted.start() }
+        #expect(startError?.message.contains("went back") == true, "\(String(describing: startError))")
+        await log.close()
+        daemon.replica.close()
+        a.close()
+    }
 }
