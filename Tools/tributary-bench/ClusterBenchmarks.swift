@@ -22,7 +22,10 @@ struct ClusterBenchmarks {
         }
         let postgres = try PostgresServer.start()
         defer { postgres.stop() }
-        if context.wants("cluster_upload") { try await uploads(postgres) }
+        if context.wants("cluster_upload") {
+            try await uploads(postgres)
+            try await scaling(postgres)
+        }
         if context.wants("cluster_write_to_visible") { try await latency(postgres) }
     }
 
@@ -168,5 +171,65 @@ struct ClusterBenchmarks {
         await single.stop()
         await firstLog.close()
         await secondLog.close()
+    }
+
+    /// 24 clients uploading as above, spread over three daemons of one cluster, against the same clients on one
+    /// daemon of another cluster (another log in the same PostgreSQL), in alternating rounds. On one machine the three
+    /// daemons share its cores and its PostgreSQL: the figure says what the shared log costs when daemons are added,
+    /// not what three machines would do.
+    func scaling(_ postgres: PostgresServer) async throws {
+        let clients = 24
+        let rounds = 3
+        let perClient = max(30, context.commits / 4)
+        let uploads = try await network.preparedUploads("cluster-scaling-app", clients: clients, perClient: perClient)
+        var three: [(SyncServer, SyncEndpoint, SharedLog)] = []
+        for index in 0..<3 {
+            three.append(try await clusterDaemon("cluster-scaling-\(index)", log: "scaling-three", on: postgres))
+        }
+        let one = try await clusterDaemon("cluster-scaling-one", log: "scaling-one", on: postgres)
+        let threeGate = NetworkBenchmarks.RoundGate(clients: clients)
+        let oneGate = NetworkBenchmarks.RoundGate(clients: clients)
+        var seconds = (three: 0.0, one: 0.0)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, (replica, changesets)) in uploads.enumerated() {
+                let bounds = NetworkBenchmarks.bounds(changesets, rounds: rounds)
+                let spread = three[index % three.count].1
+                group.addTask {
+                    try await NetworkBenchmarks.upload(
+                        changesets, in: bounds, as: replica, to: spread, waiting: threeGate.startStreams[index],
+                        finished: threeGate.finished)
+                }
+                group.addTask {
+                    try await NetworkBenchmarks.upload(
+                        changesets, in: bounds, as: replica, to: one.1, waiting: oneGate.startStreams[index],
+                        finished: oneGate.finished)
+                }
+            }
+            var threeFinished = threeGate.finishedStream.makeAsyncIterator()
+            var oneFinished = oneGate.finishedStream.makeAsyncIterator()
+            for _ in 0..<rounds {
+                var start = ContinuousClock.now
+                for start in threeGate.starts { start.yield() }
+                for _ in 0..<clients { _ = await threeFinished.next() }
+                seconds.three += (ContinuousClock.now - start).seconds
+                start = ContinuousClock.now
+                for start in oneGate.starts { start.yield() }
+                for _ in 0..<clients { _ = await oneFinished.next() }
+                seconds.one += (ContinuousClock.now - start).seconds
+            }
+            try await group.waitForAll()
+        }
+        let acknowledged = Double(uploads.reduce(0) { $0 + $1.1.count })
+        for (server, _, log) in three + [one] {
+            let stored = try await log.head()
+            precondition(stored == UInt64(acknowledged), "a log holds \(stored) changesets, not \(acknowledged)")
+            await server.stop()
+        }
+        Measurement(
+            name: "cluster_upload_24_clients_three_daemons", value: acknowledged / seconds.three, unit: "changesets/s",
+            baseline: "the same 24 clients on one daemon of a cluster (changesets/s)",
+            baselineValue: acknowledged / seconds.one
+        ).print()
+        for (_, _, log) in three + [one] { await log.close() }
     }
 }
