@@ -1,4 +1,3 @@
-package import Foundation
 import Synchronization
 import TributaryCompression
 import TributaryLog
@@ -516,10 +515,10 @@ extension Replica {
         try integrate(batches: batches, sharedLogPosition: nil)
     }
 
-    /// ``integrate(batches:)``, storing in the same commit that this replica applied the shared log of epoch
-    /// `sharedLogPosition.epoch` through `sharedLogPosition.position` (a cluster's follower).
+    /// ``integrate(batches:)``, storing in the same commit where this replica stands in the shared log it follows (a
+    /// cluster's follower).
     package func integrate(
-        batches: [IncomingChangesets], sharedLogPosition: (epoch: UUID, position: UInt64)?
+        batches: [IncomingChangesets], sharedLogPosition: SharedLogPosition?
     ) throws -> [Result<IntegrationReport, TributaryError>] {
         var failures: [Int: TributaryError] = [:]
         var dots: [Set<Dot>] = Array(repeating: [], count: batches.count)
@@ -542,10 +541,7 @@ extension Replica {
             }
             return all
         } recording: { txn in
-            if let sharedLogPosition {
-                try self.storeSharedLogPosition(
-                    epoch: sharedLogPosition.epoch, position: sharedLogPosition.position, in: txn)
-            }
+            if let sharedLogPosition { try self.storeSharedLogPosition(sharedLogPosition, in: txn) }
         }
         return batches.indices.map { index in
             if let failure = failures[index] { return .failure(failure) }

@@ -14,6 +14,9 @@ public actor LogFollower {
     public nonisolated let replica: Replica
     /// The last position applied.
     public private(set) var applied: UInt64
+    /// The changeset at ``applied`` (its origin and origin sequence), when known: the log holds another there once it
+    /// went back and grew again.
+    private var lastApplied: Dot?
     /// The highest position of the log this follower has heard of (from a read or an announced append): with
     /// ``applied``, how far behind the log the replica is.
     public private(set) var knownHead: UInt64 = 0
@@ -39,6 +42,7 @@ public actor LogFollower {
         self.batchLimit = max(1, batchLimit)
         guard let stored = try replica.sharedLogPosition() else {
             applied = 0
+            lastApplied = nil
             return
         }
         guard stored.epoch == log.epoch else {
@@ -49,6 +53,7 @@ public actor LogFollower {
                     + "directory so that it applies the log from its start")
         }
         applied = stored.position
+        lastApplied = stored.last
     }
 
     /// Applies every entry after ``applied``, a batch per commit, and returns the position reached. A call made
@@ -89,14 +94,15 @@ public actor LogFollower {
     }
 
     private func heard(head: UInt64) {
-        if head > 0 && head < applied { noteWentBack(head: head) }
+        if head > 0 && head < applied { noteWentBack("its head is \(head)") }
         knownHead = max(knownHead, head)
     }
 
-    /// Where the log's head was found behind ``applied``: the log lost commits this replica applied (an asynchronous
-    /// promotion, a restore from a backup). The replica can no longer follow it: positions it passed are given to
-    /// new changesets it would never apply.
-    public private(set) var wentBack: UInt64?
+    /// How the log was found to have gone back, when it was: its head behind ``applied``, or another changeset at
+    /// ``applied`` than the one applied there. The log lost commits this replica applied (an asynchronous promotion,
+    /// a restore from a backup), and the replica can no longer follow it: positions it passed are given to new
+    /// changesets it would never apply.
+    public private(set) var wentBack: String?
 
     /// Reads the log's head and throws if it is behind ``applied`` (see ``wentBack``): what a daemon checks before it
     /// serves.
@@ -104,14 +110,23 @@ public actor LogFollower {
     /// - Throws: ``SharedLogError`` with ``SharedLogError/Code/incompatible`` when the log went back; what reading
     ///   the head throws.
     public func checkPosition() async throws {
-        let head = try await log.head()
-        if head < applied { noteWentBack(head: head) }
+        guard applied > 0 else { return }
+        let entry = try await log.entries(after: applied - 1, limit: 1).first
+        if let entry, entry.sequence == applied {
+            let found = Dot(origin: entry.origin, sequence: entry.originSequence)
+            if let lastApplied, lastApplied != found {
+                // The log went back and grew again past this replica's position, with other changesets.
+                noteWentBack("it holds \(found) at position \(applied), where this replica applied \(lastApplied)")
+            }
+        } else {
+            noteWentBack("its head is \(try await log.head())")
+        }
         if wentBack != nil { try await applyAvailable() }
     }
 
-    /// Records that the log's head was found at `head`, behind ``applied``; catching up fails from then on.
-    public func noteWentBack(head: UInt64) {
-        if wentBack == nil { wentBack = head }
+    /// Records that the log went back (`how`, for the error); catching up fails from then on.
+    public func noteWentBack(_ how: String) {
+        if wentBack == nil { wentBack = how }
     }
 
     /// Why the replica refused the changeset `dot` when it applied it from the log, or `nil` when it did not (or
@@ -122,9 +137,9 @@ public actor LogFollower {
         if let wentBack {
             throw SharedLogError(
                 .incompatible,
-                "the shared log '\(log.configuration.log)' went back: its head was \(wentBack), and this replica "
-                    + "applied it through \(applied) (PostgreSQL lost commits: an asynchronous failover or a restore "
-                    + "from a backup). It cannot follow the log any more: start this daemon on an empty directory")
+                "the shared log '\(log.configuration.log)' went back: \(wentBack), and this replica applied it "
+                    + "through \(applied) (PostgreSQL lost commits: an asynchronous failover or a restore from a "
+                    + "backup). It cannot follow the log any more: start this daemon on an empty directory")
         }
         while true {
             let entries = try await log.entries(after: applied, limit: batchLimit)
@@ -132,7 +147,9 @@ public actor LogFollower {
             knownHead = max(knownHead, last.sequence)
             let replica = replica
             let bodies = entries.map(\.body)
-            let position = (epoch: log.epoch, position: last.sequence)
+            let position = SharedLogPosition(
+                epoch: log.epoch, position: last.sequence,
+                last: Dot(origin: last.origin, sequence: last.originSequence))
             // The position is stored in the commit that applies the entries: a crash leaves both or neither.
             let results = try await offload {
                 try replica.integrate(batches: [IncomingChangesets(bodies, adopt: true)], sharedLogPosition: position)
@@ -143,6 +160,7 @@ public actor LogFollower {
             case nil: break
             }
             applied = last.sequence
+            lastApplied = position.last
         }
     }
 

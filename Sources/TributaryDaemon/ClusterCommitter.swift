@@ -85,7 +85,7 @@ actor ClusterCommitter: BatchIntegrator {
         guard !missing.isEmpty else { return }
         let applied = await follower.applied
         if let head = try? await follower.log.head(), head < applied {
-            await follower.noteWentBack(head: head)
+            await follower.noteWentBack("its head is \(head)")
             throw TributaryError(
                 .storage,
                 "the cluster's shared log went back: its head is \(head), and this daemon applied it through "

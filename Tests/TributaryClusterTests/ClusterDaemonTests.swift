@@ -58,6 +58,12 @@ struct ClusterDaemonTests {
         return Daemon(server: server, endpoint: SyncEndpoint(host: "127.0.0.1", port: port), log: log)
     }
 
+    /// `body`, failing the test after two minutes instead of hanging it.
+    static func bounded<T: Sendable>(_ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T
+    {
+        try await Deadline.within(.seconds(120), what, body)
+    }
+
     static var fastBackoff: SyncConfiguration {
         var configuration = SyncConfiguration()
         configuration.backoff = ReconnectBackoff(initial: .milliseconds(50), maximum: .milliseconds(500))
@@ -106,7 +112,7 @@ struct ClusterDaemonTests {
                 _ = try txn.create("Task", ["_id": .string("t\(index)"), "title": "from a", "count": 0])
             }
         }
-        try await sessionA.waitForUpload()
+        try await Self.bounded("sessionA's upload") { try await sessionA.waitForUpload() }
         // Acknowledged: PostgreSQL holds the changesets, and the daemon that took them applied them.
         #expect(try Self.title(first.replica, "t4") == "from a")
         try await Self.eventually("a's writes reaching b through the other daemon") {
@@ -117,7 +123,7 @@ struct ClusterDaemonTests {
             try txn.update("Task", primaryKey: .string("t1"), ["title": "from b"])
             try txn.increment(["count"], of: "Task", primaryKey: .string("t2"), by: 3)
         }
-        try await sessionB.waitForUpload()
+        try await Self.bounded("sessionB's upload") { try await sessionB.waitForUpload() }
         try await Self.eventually("b's write reaching a") {
             try Self.title(a, "t1") == "from b"
                 && a.object("Task", primaryKey: .string("t2"))?["count"] == .int(3)
@@ -125,8 +131,10 @@ struct ClusterDaemonTests {
 
         // Both daemons applied the whole log: the same replica, byte for byte.
         let head = try await first.log.head()
-        try await first.server.cluster?.waitUntilApplied(head)
-        try await second.server.cluster?.waitUntilApplied(head)
+        try await Self.bounded("both daemons applying the log") {
+            try await first.server.cluster?.waitUntilApplied(head)
+            try await second.server.cluster?.waitUntilApplied(head)
+        }
         // Every changeset of the two apps (their schema declarations, a's five creates, b's write), each stored once.
         #expect(head == a.versionVector[a.replicaID] + b.versionVector[b.replicaID])
         #expect(head == 8)
@@ -158,22 +166,22 @@ struct ClusterDaemonTests {
         let b = try Self.app(directory, "b")
         let sessionB = b.connect(to: first.endpoint, configuration: Self.fastBackoff)
 
-        var sessionA = a.connect(to: first.endpoint, configuration: Self.fastBackoff)
+        let onFirst = a.connect(to: first.endpoint, configuration: Self.fastBackoff)
         try await a.write { txn in _ = try txn.create("Task", ["_id": "before", "title": "on daemon 1", "count": 0]) }
-        try await sessionA.waitForUpload()
-        try await sessionA.waitForDownload()
-        await sessionA.close()
+        try await Self.bounded("a's upload to daemon 1") { try await onFirst.waitForUpload() }
+        try await Self.bounded("a's download from daemon 1") { try await onFirst.waitForDownload() }
+        await onFirst.close()
 
         // The app's position counts the cluster's changesets through daemon 1; daemon 2 takes it as its own.
-        sessionA = a.connect(to: second.endpoint, configuration: Self.fastBackoff)
+        let sessionA = a.connect(to: second.endpoint, configuration: Self.fastBackoff)
         try await a.write { txn in _ = try txn.create("Task", ["_id": "after", "title": "on daemon 2", "count": 0]) }
-        try await sessionA.waitForUpload()
+        try await Self.bounded("sessionA's upload") { try await sessionA.waitForUpload() }
         try await Self.eventually("a's write through daemon 2 reaching b on daemon 1") {
             try Self.title(b, "after") == "on daemon 2" && Self.title(b, "before") == "on daemon 1"
         }
         // b writes through daemon 1; a hears of it through daemon 2.
         try await b.write { txn in try txn.update("Task", primaryKey: .string("before"), ["title": "edited by b"]) }
-        try await sessionB.waitForUpload()
+        try await Self.bounded("sessionB's upload") { try await sessionB.waitForUpload() }
         try await Self.eventually("b's write reaching a on daemon 2") { try Self.title(a, "before") == "edited by b" }
         #expect(try a.inspection.recordsDigest() == b.inspection.recordsDigest())
 
@@ -192,12 +200,13 @@ struct ClusterDaemonTests {
         let postgres = try PostgresServer.start()
         defer { postgres.stop() }
         let directory = TemporaryDirectory("cluster-unreachable")
-        // A short timeout, so that an upload meets PostgreSQL's absence within seconds.
-        let daemon = try await Self.daemon(directory, "daemon", on: postgres, timeout: .seconds(3))
+        // A short timeout, so that an upload meets PostgreSQL's absence within seconds (but not so short that opening
+        // the log on a busy machine meets it).
+        let daemon = try await Self.daemon(directory, "daemon", on: postgres, timeout: .seconds(15))
         let a = try Self.app(directory, "a")
         let sessionA = a.connect(to: daemon.endpoint, configuration: Self.fastBackoff)
         try await a.write { txn in _ = try txn.create("Task", ["_id": "before", "title": "stored", "count": 0]) }
-        try await sessionA.waitForUpload()
+        try await Self.bounded("sessionA's upload") { try await sessionA.waitForUpload() }
 
         postgres.kill()
         let states = Task { () -> SyncError? in
@@ -207,7 +216,7 @@ struct ClusterDaemonTests {
             return nil
         }
         try await a.write { txn in _ = try txn.create("Task", ["_id": "during", "title": "waiting", "count": 0]) }
-        let refusal = try #require(await states.value)
+        let refusal = try #require(try await Self.bounded("the upload's refusal") { await states.value })
         #expect(refusal.action == .retry)
         #expect(refusal.message.contains("retry later"), "\(refusal.message)")
         #expect(try Self.title(daemon.replica, "during") == nil)
@@ -215,11 +224,11 @@ struct ClusterDaemonTests {
         // Reads go on: a new app downloads what the daemon holds.
         let c = try Self.app(directory, "c")
         let sessionC = c.connect(to: daemon.endpoint, configuration: Self.fastBackoff)
-        try await sessionC.waitForDownload()
+        try await Self.bounded("sessionC's download") { try await sessionC.waitForDownload() }
         #expect(try Self.title(c, "before") == "stored")
 
         try postgres.startServer()
-        try await sessionA.waitForUpload()
+        try await Self.bounded("sessionA's upload") { try await sessionA.waitForUpload() }
         #expect(try Self.title(daemon.replica, "during") == "waiting")
         try await Self.eventually("the write made while PostgreSQL was down reaching c") {
             try Self.title(c, "during") == "waiting"
@@ -268,8 +277,8 @@ struct ClusterDaemonTests {
         try standby.promote()
         address.retarget(to: standby.port)
 
-        try await writer.value
-        try await session.waitForUpload()
+        try await Self.bounded("the writes") { try await writer.value }
+        try await Self.bounded("session's upload") { try await session.waitForUpload() }
         let own = a.versionVector[a.replicaID]
         func stored(_ condition: String) throws -> UInt64 {
             let text = try standby.sql(
@@ -310,7 +319,7 @@ struct ClusterDaemonTests {
         for index in 0..<3 {
             try await a.write { txn in _ = try txn.create("Task", ["_id": .string("t\(index)"), "count": 0]) }
         }
-        try await session.waitForUpload()
+        try await Self.bounded("session's upload") { try await session.waitForUpload() }
         let applied = try await daemon.log.head()
         #expect(applied == 4)
         // PostgreSQL restored to a point before the last two appends, as an asynchronous failover would leave it.
@@ -336,12 +345,16 @@ struct ClusterDaemonTests {
         await daemon.server.stop()
         await daemon.log.close()
 
-        // Started again on its directory, the daemon refuses the log.
+        // Started again on its directory, the daemon refuses the log; and again once other daemons have appended past
+        // its position: the log holds other changesets where it applied its own.
         let log = try await SharedLogTests.open(postgres)
-        let follower = try LogFollower(log: log, replica: daemon.replica)
-        let restarted = SyncServer(cluster: follower)
-        let startError = await #expect(throws: SharedLogError.self) { try await restarted.start() }
-        #expect(startError?.message.contains("went back") == true, "\(String(describing: startError))")
+        for expected in ["its head is 3", "at position 4, where this replica applied"] {
+            let restarted = SyncServer(cluster: try LogFollower(log: log, replica: daemon.replica))
+            let startError = await #expect(throws: SharedLogError.self) { try await restarted.start() }
+            #expect(startError?.message.contains("went back") == true, "\(String(describing: startError))")
+            #expect(startError?.message.contains(expected) == true, "\(String(describing: startError))")
+            _ = try await log.append([SharedLogTests.changeset(77, 1), SharedLogTests.changeset(77, 2)])
+        }
         await log.close()
         daemon.replica.close()
         a.close()

@@ -133,6 +133,14 @@ struct LogFollowerTests {
         replica.close()
         _ = try await log.append(Array(uploads.dropFirst(5)))
         replica = try Self.follower(directory, "daemon", id: cluster)
+        // The position is stored with the changeset applied there; a position stored without it (24 bytes, before
+        // it was kept) still reads.
+        let stored = try #require(try replica.sharedLogPosition())
+        #expect(stored.position == 5 && stored.epoch == log.epoch)
+        #expect(stored.last == Dot(origin: uploads[4].origin, sequence: uploads[4].originSequence))
+        try replica.setSharedLogPosition(SharedLogPosition(epoch: log.epoch, position: 5, last: nil))
+        #expect(try replica.sharedLogPosition() == SharedLogPosition(epoch: log.epoch, position: 5, last: nil))
+        try replica.setSharedLogPosition(stored)
         let resumed = try LogFollower(log: log, replica: replica)
         #expect(await resumed.applied == 5)
         #expect(try await resumed.catchUp() == UInt64(uploads.count))

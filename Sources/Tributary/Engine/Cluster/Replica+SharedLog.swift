@@ -3,55 +3,79 @@ import TributaryLog
 import TributaryModel
 import TributaryStorage
 
-/// Where a replica stands in a cluster's shared log (docs/design/Cluster.md): the log's epoch and the last position
-/// it applied. Stored in the identity database.
-///
-/// Written after the commit that integrated the entries up to it, not in that commit: a crash between the two makes
-/// the replica apply those entries again, which integrates nothing twice (integration skips changesets the replica
-/// holds).
+/// Where a replica stands in a cluster's shared log (docs/design/Cluster.md): the log's epoch, the last position it
+/// applied, and the changeset at that position (its origin and origin sequence), by which a follower tells whether
+/// the log still holds what it applied. Stored in the identity database, in the commit that applies the entries.
+package struct SharedLogPosition: Sendable, Hashable {
+    package var epoch: UUID
+    package var position: UInt64
+    /// The changeset at ``position``; `nil` for a position stored before it was kept.
+    package var last: Dot?
+
+    package init(epoch: UUID, position: UInt64, last: Dot?) {
+        self.epoch = epoch
+        self.position = position
+        self.last = last
+    }
+
+    /// 16 bytes of epoch, 8 of position (big-endian), then optionally 8 of origin and 8 of origin sequence.
+    var bytes: [UInt8] {
+        let uuid = epoch.uuid
+        var bytes: [UInt8] = [
+            uuid.0, uuid.1, uuid.2, uuid.3, uuid.4, uuid.5, uuid.6, uuid.7, uuid.8, uuid.9, uuid.10, uuid.11, uuid.12,
+            uuid.13, uuid.14, uuid.15,
+        ]
+        func append(_ value: UInt64) { bytes += (0..<8).map { UInt8(truncatingIfNeeded: value >> (56 - 8 * $0)) } }
+        append(position)
+        if let last {
+            append(last.origin.rawValue)
+            append(last.sequence)
+        }
+        return bytes
+    }
+
+    init(bytes: [UInt8]) throws {
+        guard bytes.count == 24 || bytes.count == 40 else {
+            throw TributaryError(
+                .corrupted, "the replica's shared-log position has \(bytes.count) bytes instead of 24 or 40")
+        }
+        epoch = UUID(
+            uuid: (
+                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
+                bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+            ))
+        func number(at offset: Int) -> UInt64 { bytes[offset..<offset + 8].reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
+        position = number(at: 16)
+        last = bytes.count == 40 ? Dot(origin: ReplicaID(rawValue: number(at: 24)), sequence: number(at: 32)) : nil
+    }
+}
+
 extension Replica {
     static let sharedLogPositionKey = Array("sharedLogPosition".utf8)
 
-    /// The shared log's epoch and the position this replica applied through, or `nil` when it never followed one.
-    package func sharedLogPosition() throws -> (epoch: UUID, position: UInt64)? {
+    /// Where this replica stands in the shared log it follows, or `nil` when it never followed one.
+    package func sharedLogPosition() throws -> SharedLogPosition? {
         do {
-            return try environment.read { txn -> (epoch: UUID, position: UInt64)? in
+            return try environment.read { txn -> SharedLogPosition? in
                 guard let value = try txn.get(identity, key: Self.sharedLogPositionKey) else { return nil }
-                guard value.count == 24 else {
-                    throw TributaryError(
-                        .corrupted, "the replica's shared-log position has \(value.count) bytes instead of 24")
-                }
-                let bytes = Array(value)
-                let epoch = UUID(
-                    uuid: (
-                        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8],
-                        bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
-                    ))
-                let position = bytes[16..<24].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-                return (epoch, position)
+                return try SharedLogPosition(bytes: Array(value))
             }
         } catch {
             throw TributaryError.wrap(error)
         }
     }
 
-    /// Records that this replica applied the shared log of epoch `epoch` through `position`.
-    package func setSharedLogPosition(epoch: UUID, position: UInt64) throws {
+    /// Records where this replica stands in the shared log it follows.
+    package func setSharedLogPosition(_ position: SharedLogPosition) throws {
         do {
-            try environment.write { txn in try storeSharedLogPosition(epoch: epoch, position: position, in: txn) }
+            try environment.write { txn in try storeSharedLogPosition(position, in: txn) }
         } catch {
             throw TributaryError.wrap(error)
         }
     }
 
-    func storeSharedLogPosition(epoch: UUID, position: UInt64, in txn: TributaryStorageWriteTransaction) throws {
-        let uuid = epoch.uuid
-        let bytes: [UInt8] =
-            [
-                uuid.0, uuid.1, uuid.2, uuid.3, uuid.4, uuid.5, uuid.6, uuid.7, uuid.8, uuid.9, uuid.10, uuid.11,
-                uuid.12, uuid.13, uuid.14, uuid.15,
-            ] + (0..<8).map { UInt8(truncatingIfNeeded: position >> (56 - 8 * $0)) }
-        try txn.put(identity, key: Self.sharedLogPositionKey, value: bytes)
+    func storeSharedLogPosition(_ position: SharedLogPosition, in txn: TributaryStorageWriteTransaction) throws {
+        try txn.put(identity, key: Self.sharedLogPositionKey, value: position.bytes)
     }
 }
 
