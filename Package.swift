@@ -207,7 +207,7 @@ let package = Package(
             name: "TributarySyncTests",
             dependencies: [
                 "Tributary", "TributaryModel", "TributaryMerge", "TributaryProtocol", "TributarySync",
-                "TributaryDaemon",
+                "TributaryDaemon", "TributaryCluster",
                 "TributaryTestSupport", "TributaryTestTags", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"), .product(name: "JWTKit", package: "jwt-kit"),
