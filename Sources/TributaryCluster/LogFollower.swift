@@ -93,13 +93,12 @@ public actor LogFollower {
         }
     }
 
-    private func heard(head: UInt64) {
-        if head > 0 && head < applied { noteWentBack("its head is \(head)") }
-        knownHead = max(knownHead, head)
-    }
+    /// An announced head. Announcements arrive after the commits they announce, and a read may have applied more
+    /// meanwhile: an announced head behind ``applied`` says nothing about the log going back.
+    private func heard(head: UInt64) { knownHead = max(knownHead, head) }
 
-    /// How the log was found to have gone back, when it was: its head behind ``applied``, or another changeset at
-    /// ``applied`` than the one applied there. The log lost commits this replica applied (an asynchronous promotion,
+    /// How the log was found to have gone back, when it was: its head read behind ``applied``, or another changeset
+    /// at ``applied`` than the one applied there. The log lost commits this replica applied (an asynchronous promotion,
     /// a restore from a backup), and the replica can no longer follow it: positions it passed are given to new
     /// changesets it would never apply.
     public private(set) var wentBack: String?

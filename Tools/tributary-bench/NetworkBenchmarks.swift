@@ -183,6 +183,19 @@ struct NetworkBenchmarks {
         _ changesets: [[UInt8]], in bounds: [Int], as replica: ReplicaID, to endpoint: SyncEndpoint,
         waiting starts: AsyncStream<Void>, finished: AsyncStream<Void>.Continuation
     ) async throws {
+        do {
+            try await uploadRounds(
+                changesets, in: bounds, as: replica, to: endpoint, waiting: starts, finished: finished)
+        } catch {
+            // The rounds wait for every client: one that cannot go on must end the run, not hang it.
+            fatalError("the upload of client \(replica) to \(endpoint) failed: \(error)")
+        }
+    }
+
+    private static func uploadRounds(
+        _ changesets: [[UInt8]], in bounds: [Int], as replica: ReplicaID, to endpoint: SyncEndpoint,
+        waiting starts: AsyncStream<Void>, finished: AsyncStream<Void>.Continuation
+    ) async throws {
         let channel = try await WebSocketDialer.connect(to: endpoint)
         let writer = WebSocketWriter(channel: channel.channel, masking: true)
         var starts = starts.makeAsyncIterator()
