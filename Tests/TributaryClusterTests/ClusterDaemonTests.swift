@@ -202,7 +202,7 @@ struct ClusterDaemonTests {
         let directory = TemporaryDirectory("cluster-unreachable")
         // A short timeout, so that an upload meets PostgreSQL's absence within seconds (but not so short that opening
         // the log on a busy machine meets it).
-        let daemon = try await Self.daemon(directory, "daemon", on: postgres, timeout: .seconds(15))
+        let daemon = try await Self.daemon(directory, "daemon", on: postgres, timeout: .seconds(30))
         let a = try Self.app(directory, "a")
         let sessionA = a.connect(to: daemon.endpoint, configuration: Self.fastBackoff)
         try await a.write { txn in _ = try txn.create("Task", ["_id": "before", "title": "stored", "count": 0]) }

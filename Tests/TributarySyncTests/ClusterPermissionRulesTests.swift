@@ -20,7 +20,10 @@ struct ClusterPermissionRulesTests {
     static func daemon(
         _ directory: TemporaryDirectory, _ name: String, log url: String, rules: PermissionRules
     ) async throws -> (SyncServer, SyncEndpoint, SharedLog) {
-        let log = try await SharedLog.open(try SharedLog.Configuration(url: url, log: "rchat"))
+        var logConfiguration = try SharedLog.Configuration(url: url, log: "rchat")
+        // The whole suite runs at once on 2 cores: PostgreSQL may take longer than the default to answer.
+        logConfiguration.timeout = .seconds(120)
+        let log = try await SharedLog.open(logConfiguration)
         var replicaConfiguration = Replica.Configuration()
         replicaConfiguration.durability = .none
         let replica = try log.openReplica(directory: directory.appending(name), configuration: replicaConfiguration)
