@@ -4,9 +4,8 @@ public import Tributary
 ///
 /// Every daemon of a cluster has the cluster's replica id and adopts the log's changesets in the log's order, so
 /// daemons that applied the log to the same position hold the same replica (docs/design/Cluster.md). A follower
-/// reads the entries after the replica's position, integrates them (adopted, as an app's upload) in one commit per
-/// read, then stores the new position. A crash between the two applies those entries again, which integrates
-/// nothing twice.
+/// reads the entries after the replica's position and integrates them (adopted, as an app's upload) in one commit per
+/// read, which also stores the new position with the changeset at it.
 public actor LogFollower {
     /// The log followed.
     public nonisolated let log: SharedLog
@@ -103,11 +102,11 @@ public actor LogFollower {
     /// changesets it would never apply.
     public private(set) var wentBack: String?
 
-    /// Reads the log's head and throws if it is behind ``applied`` (see ``wentBack``): what a daemon checks before it
-    /// serves.
+    /// Reads the log's entry at ``applied`` and throws if it is missing or another changeset than the one applied there
+    /// (see ``wentBack``): what a daemon checks before it serves.
     ///
     /// - Throws: ``SharedLogError`` with ``SharedLogError/Code/incompatible`` when the log went back; what reading
-    ///   the head throws.
+    ///   the log throws.
     public func checkPosition() async throws {
         guard applied > 0 else { return }
         let entry = try await log.entries(after: applied - 1, limit: 1).first
@@ -120,7 +119,7 @@ public actor LogFollower {
         } else {
             noteWentBack("its head is \(try await log.head())")
         }
-        if wentBack != nil { try await applyAvailable() }
+        try throwIfWentBack()
     }
 
     /// Records that the log went back (`how`, for the error); catching up fails from then on.
@@ -132,14 +131,17 @@ public actor LogFollower {
     /// refused it too long ago to remember).
     public func refusal(of dot: Dot) -> String? { refusals[dot] }
 
+    private func throwIfWentBack() throws(SharedLogError) {
+        guard let wentBack else { return }
+        throw SharedLogError(
+            .incompatible,
+            "the shared log '\(log.configuration.log)' went back: \(wentBack), and this replica applied it through "
+                + "\(applied) (PostgreSQL lost commits: an asynchronous failover or a restore from a backup). It "
+                + "cannot follow the log any more: start this daemon on an empty directory")
+    }
+
     private func applyAvailable() async throws {
-        if let wentBack {
-            throw SharedLogError(
-                .incompatible,
-                "the shared log '\(log.configuration.log)' went back: \(wentBack), and this replica applied it "
-                    + "through \(applied) (PostgreSQL lost commits: an asynchronous failover or a restore from a "
-                    + "backup). It cannot follow the log any more: start this daemon on an empty directory")
-        }
+        try throwIfWentBack()
         while true {
             let entries = try await log.entries(after: applied, limit: batchLimit)
             guard let last = entries.last else { return }

@@ -112,25 +112,20 @@ actor ClusterCommitter: BatchIntegrator {
     private func drain() async {
         while !queue.isEmpty {
             let group = takeGroup(from: &queue, maximumBytes: maximumGroupBytes) { $0.bytes }
-            // A changeset uploaded twice in one group (an app that reconnected and sent it again meanwhile) is
-            // appended once; each waiter gets its position.
-            var appends: [SharedLog.Append] = []
-            var index: [Dot: Int] = [:]
-            for entry in group {
-                for upload in entry.uploads where index[upload.dot] == nil {
-                    index[upload.dot] = appends.count
-                    appends.append(
-                        SharedLog.Append(
-                            origin: upload.dot.origin, originSequence: upload.dot.sequence, body: upload.body))
+            // A changeset uploaded twice in one group (an app that reconnected and sent it again meanwhile) is stored
+            // once, and both get its position: the append recognises a changeset it stored earlier in the same call.
+            let appends = group.flatMap { entry in
+                entry.uploads.map {
+                    SharedLog.Append(origin: $0.dot.origin, originSequence: $0.dot.sequence, body: $0.body)
                 }
             }
             do {
+                // One position per changeset given, in order (the append checks it).
                 let positions = try await follower.log.append(appends)
+                var offset = 0
                 for entry in group {
-                    entry.waiter.resume(
-                        returning: entry.uploads.compactMap {
-                            index[$0.dot].flatMap { positions.indices.contains($0) ? positions[$0] : nil }
-                        })
+                    entry.waiter.resume(returning: Array(positions[offset..<offset + entry.uploads.count]))
+                    offset += entry.uploads.count
                 }
             } catch {
                 let failure = TributaryError(

@@ -205,6 +205,9 @@ struct SharedLogTests {
                 try server.sql("SELECT version FROM tributary_schema").trimmingCharacters(in: .whitespacesAndNewlines)
                     == "2")
             #expect(try await again.append([Self.changeset(5, 1), Self.changeset(5, 2)]) == [1, 2])
+            // A changeset given twice in one append is stored once; both get its position.
+            #expect(try await again.append([Self.changeset(6, 1), Self.changeset(6, 1)]) == [3, 3])
+            #expect(try await again.head() == 3)
             await again.close()
         }
     }
