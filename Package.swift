@@ -217,7 +217,8 @@ let package = Package(
         .testTarget(
             name: "TributaryClusterTests",
             dependencies: [
-                "TributaryCluster", "Tributary", "TributaryDaemon", "TributaryModel", "TributaryProtocol",
+                "TributaryCluster", "Tributary", "TributaryDaemon", "TributaryLog", "TributaryModel",
+                "TributaryProtocol",
                 "TributarySync", "TributaryTestSupport", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
             ],

@@ -1,3 +1,4 @@
+public import Foundation
 public import Tributary
 
 /// Applies a cluster's shared log to a daemon's replica, in log order, and remembers how far it got.
@@ -11,6 +12,11 @@ public actor LogFollower {
     public nonisolated let log: SharedLog
     /// The replica the log is applied to.
     public nonisolated let replica: Replica
+    /// This follower's id in the log's list of followers (``SharedLog/followers()``): a fresh one per process, so
+    /// that a copy of a daemon's replica started elsewhere is a follower of its own.
+    public nonisolated let id = UUID()
+    /// The position last recorded in the log's list of followers, and when.
+    private var recorded: (position: UInt64, at: ContinuousClock.Instant)?
     /// The last position applied.
     public private(set) var applied: UInt64
     /// The changeset at ``applied`` (its origin and origin sequence), when known: the log holds another there once it
@@ -109,6 +115,13 @@ public actor LogFollower {
     ///   the log throws.
     public func checkPosition() async throws {
         guard applied > 0 else { return }
+        if try await log.compactedThrough() >= applied {
+            // The entry at the position is compacted away: the head alone says whether the log went back.
+            let head = try await log.head()
+            if head < applied { noteWentBack("its head is \(head)") }
+            try throwIfWentBack()
+            return
+        }
         let entry = try await log.entries(after: applied - 1, limit: 1).first
         if let entry, entry.sequence == applied {
             let found = Dot(origin: entry.origin, sequence: entry.originSequence)
@@ -145,6 +158,12 @@ public actor LogFollower {
         while true {
             let entries = try await log.entries(after: applied, limit: batchLimit)
             guard let last = entries.last else { return }
+            guard entries[0].sequence == applied + 1 else {
+                throw SharedLogError(
+                    .incompatible,
+                    "the shared log '\(log.configuration.log)' holds no entry \(applied + 1): its next is "
+                        + "\(entries[0].sequence) (its tables are damaged)")
+            }
             knownHead = max(knownHead, last.sequence)
             let replica = replica
             let bodies = entries.map(\.body)
@@ -165,6 +184,19 @@ public actor LogFollower {
         }
     }
 
+    /// Records this daemon's position in the log's list of followers, which bounds compactions of the log: when it
+    /// moved, at most once a second, and at least every 30 seconds; now when `force` is set. `host` names the daemon
+    /// for operators.
+    public func recordPosition(host: String, force: Bool = false) async throws {
+        let now = ContinuousClock.now
+        if !force, let recorded {
+            let since = recorded.at.duration(to: now)
+            guard (recorded.position != applied && since >= .seconds(1)) || since >= .seconds(30) else { return }
+        }
+        try await log.recordFollower(id, applied: applied, now: UInt64(Date().timeIntervalSince1970), host: host)
+        recorded = (applied, now)
+    }
+
     private func remember(_ rejected: [IntegrationReport.Rejection]) {
         for rejection in rejected where refusals.updateValue(rejection.reason, forKey: rejection.dot) == nil {
             refusalOrder.append(rejection.dot)
@@ -180,14 +212,15 @@ public actor LogFollower {
     /// `interval` (announcements made while the listening connection reconnects are lost). Errors are retried
     /// after `interval`; `failed` hears of each.
     public func run(
-        interval: Duration = .seconds(1), failed: @escaping @Sendable (any Error) -> Void = { _ in }
+        interval: Duration = .seconds(1), host: String = ProcessInfo.processInfo.hostName,
+        failed: @escaping @Sendable (any Error) -> Void = { _ in }
     ) async {
         let wakes = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
         let listener = Task { [log] in
             while !Task.isCancelled {
                 do {
                     for try await head in log.appendNotifications() {
-                        await heard(head: head)
+                        heard(head: head)
                         wakes.continuation.yield()
                     }
                 } catch {
@@ -211,6 +244,7 @@ public actor LogFollower {
         repeat {
             do {
                 try await catchUp()
+                try await recordPosition(host: host)
             } catch {
                 failed(error)
             }

@@ -133,29 +133,39 @@ public final class SharedLog: Sendable {
     /// The log's epoch: made with the log, and changed only when its history is replaced (a restore from a backup).
     /// A position is meaningful only with the epoch it was read under.
     public let epoch: UUID
+    /// The epochs the log had before, oldest first: each ``renewEpoch(_:logger:)`` retires one.
+    public let retiredEpochs: [UUID]
 
     /// The replica id every daemon following this log has (docs/design/Cluster.md): the first 8 bytes of the epoch,
     /// so that a log whose history was replaced (a new epoch) makes a new replica, which apps of the old one do not
     /// mistake for it.
-    public var replicaID: ReplicaID {
+    public var replicaID: ReplicaID { Self.replicaID(of: epoch) }
+
+    /// The replica ids of the daemons of ``retiredEpochs``: an app whose version vector names one synced with this
+    /// cluster before its history was replaced, and must be reset.
+    public var retiredReplicaIDs: Set<ReplicaID> { Set(retiredEpochs.map(Self.replicaID(of:))) }
+
+    /// The replica id of the daemons of a log of epoch `epoch`.
+    public static func replicaID(of epoch: UUID) -> ReplicaID {
         let bytes = withUnsafeBytes(of: epoch.uuid) { Array($0.prefix(8)) }
         let raw = bytes.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         return ReplicaID(rawValue: raw == 0 ? 1 : raw)
     }
 
-    private let client: PostgresClient
+    let client: PostgresClient
     private let runner: Task<Void, Never>
     /// A thread of the log's own for its connections: a daemon's busy event loops do not delay an append.
     private let loop: MultiThreadedEventLoopGroup
-    private let logger: Logger
+    let logger: Logger
     private let closed = Atomic<Bool>(false)
 
     private init(
-        configuration: Configuration, epoch: UUID, client: PostgresClient, runner: Task<Void, Never>,
-        loop: MultiThreadedEventLoopGroup, logger: Logger
+        configuration: Configuration, epoch: UUID, retiredEpochs: [UUID], client: PostgresClient,
+        runner: Task<Void, Never>, loop: MultiThreadedEventLoopGroup, logger: Logger
     ) {
         self.configuration = configuration
         self.epoch = epoch
+        self.retiredEpochs = retiredEpochs
         self.client = client
         self.runner = runner
         self.loop = loop
@@ -190,13 +200,13 @@ public final class SharedLog: Sendable {
         let runner = Task { await client.run() }
         let location = "PostgreSQL at \(configuration.host):\(configuration.port)"
         do {
-            let epoch = try await Self.withTimeout(configuration.timeout, location) {
+            let (epoch, retired) = try await Self.withTimeout(configuration.timeout, location) {
                 try await SharedLogSchema.migrate(client, logger: logger)
                 return try await SharedLogSchema.createLog(configuration.log, client, logger: logger)
             }
             return SharedLog(
-                configuration: configuration, epoch: epoch, client: client, runner: runner, loop: loop,
-                logger: logger)
+                configuration: configuration, epoch: epoch, retiredEpochs: retired, client: client, runner: runner,
+                loop: loop, logger: logger)
         } catch {
             runner.cancel()
             await runner.value
@@ -213,7 +223,7 @@ public final class SharedLog: Sendable {
         try? await loop.shutdownGracefully()
     }
 
-    private var location: String { "PostgreSQL at \(configuration.host):\(configuration.port)" }
+    var location: String { "PostgreSQL at \(configuration.host):\(configuration.port)" }
 
     // MARK: Appending
 
@@ -239,14 +249,17 @@ public final class SharedLog: Sendable {
         let origins = changesets.map { Int64(bitPattern: $0.origin.rawValue) }
         let sequences = changesets.map { Int64(bitPattern: $0.originSequence) }
         let bodies = changesets.map { ByteBuffer(bytes: $0.body) }
+        let epoch = epoch
         return try await operation {
             // One statement, one transaction (tributary_append, in SharedLogSchema): it takes the log's head row
             // lock, so appenders to this log wait for each other and positions follow commit order; it stores each
             // changeset not yet in the log, raises the head and announces it.
             var positions: [Int64]?
             let rows = try await client.query(
-                "SELECT tributary_append(\(name), \(origins)::bigint[], \(sequences)::bigint[], \(bodies)::bytea[])",
-                logger: logger)
+                """
+                SELECT tributary_append(\(name), \(epoch), \(origins)::bigint[], \(sequences)::bigint[], \
+                \(bodies)::bytea[])
+                """, logger: logger)
             for try await value in rows.decode([Int64].self) { positions = value }
             guard let positions, positions.count == changesets.count, positions.allSatisfy({ $0 > 0 }) else {
                 throw SharedLogError(
@@ -274,6 +287,10 @@ public final class SharedLog: Sendable {
     }
 
     /// The changesets after position `sequence`, in order, at most `limit` of them.
+    ///
+    /// - Throws: ``SharedLogError``: ``SharedLogError/Code/compacted`` when a compaction dropped entries after
+    ///   `sequence`; ``SharedLogError/Code/incompatible`` when the log's epoch is no longer the one it was opened
+    ///   under (it was renewed: positions read before mean nothing now).
     public func entries(after sequence: UInt64, limit: Int) async throws(SharedLogError) -> [Entry] {
         guard limit > 0, sequence <= UInt64(Int64.max) else {
             throw SharedLogError(.invalidArgument, "entries(after: \(sequence), limit: \(limit)) is out of range")
@@ -281,23 +298,51 @@ public final class SharedLog: Sendable {
         let name = configuration.log
         let client = client
         let logger = logger
-        return try await operation {
+        let (epoch, compacted, entries) = try await operation {
+            // The log's row comes with the entries, in one statement: its epoch and compaction say whether the
+            // entries continue what the reader read before.
             let rows = try await client.query(
                 """
-                SELECT seq, origin, origin_sequence, body FROM tributary_changesets
-                WHERE log = \(name) AND seq > \(Int64(sequence)) ORDER BY seq LIMIT \(Int64(limit))
+                SELECT l.epoch, l.compacted_through, c.seq, c.origin, c.origin_sequence, c.body
+                FROM tributary_logs l LEFT JOIN LATERAL (
+                    SELECT seq, origin, origin_sequence, body FROM tributary_changesets
+                    WHERE log = l.log AND seq > \(Int64(sequence)) ORDER BY seq LIMIT \(Int64(limit))) c ON true
+                WHERE l.log = \(name)
                 """, logger: logger)
+            var epoch: UUID?
+            var compacted: Int64 = 0
             var entries: [Entry] = []
-            for try await (position, origin, originSequence, body) in rows.decode(
-                (Int64, Int64, Int64, ByteBuffer).self)
+            for try await (logEpoch, compactedThrough, position, origin, originSequence, body) in rows.decode(
+                (UUID, Int64, Int64?, Int64?, Int64?, ByteBuffer?).self)
             {
+                epoch = logEpoch
+                compacted = compactedThrough
+                guard let position, let origin, let originSequence, let body else { continue }
                 entries.append(
                     Entry(
                         sequence: UInt64(position), origin: ReplicaID(rawValue: UInt64(bitPattern: origin)),
                         originSequence: UInt64(bitPattern: originSequence), body: Array(buffer: body)))
             }
-            return entries
+            return (epoch, UInt64(max(0, compacted)), entries)
         }
+        guard let epoch else {
+            throw SharedLogError(.incompatible, "the shared log '\(name)' is gone from \(location)")
+        }
+        guard epoch == self.epoch else {
+            throw SharedLogError(
+                .incompatible,
+                "the shared log '\(name)' was given a new epoch (\(epoch), was \(self.epoch)): its history was "
+                    + "replaced after a restore or a failover that lost commits. Daemons start again on empty "
+                    + "directories, and apps that synced before are reset")
+        }
+        if sequence < compacted {
+            throw SharedLogError(
+                .compacted,
+                "the shared log '\(name)' was compacted through position \(compacted): the entries after \(sequence) "
+                    + "are gone from it. Start this daemon from a copy of another daemon's replica "
+                    + "(docs/Operating.md, \"Adding a daemon\")")
+        }
+        return entries
     }
 
     /// 0 once listening (so that a reader may read without missing a later append), then the heads announced by
@@ -332,7 +377,7 @@ public final class SharedLog: Sendable {
 
     // MARK: Errors and timeouts
 
-    private func operation<Result: Sendable>(_ body: @escaping @Sendable () async throws -> Result)
+    func operation<Result: Sendable>(_ body: @escaping @Sendable () async throws -> Result)
         async throws(SharedLogError) -> Result
     {
         guard !closed.load(ordering: .acquiring) else {
@@ -385,6 +430,12 @@ public final class SharedLog: Sendable {
         if let info = error.serverInfo {
             let state = info[.sqlState] ?? "?"
             let message = info[.message] ?? "no message"
+            if state == SharedLogSchema.retiredEpochState {
+                return SharedLogError(
+                    .incompatible,
+                    "\(message): the log was given a new epoch after it lost commits. This daemon's replica follows "
+                        + "the retired one: start it again on an empty directory")
+            }
             let detail = info[.detail].map { " (\($0))" } ?? ""
             return SharedLogError(.rejected, "\(location) refused: \(message)\(detail) [SQLSTATE \(state)]")
         }

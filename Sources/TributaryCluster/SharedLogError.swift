@@ -14,6 +14,9 @@ public struct SharedLogError: Error, Sendable, Hashable, CustomStringConvertible
         case incompatible
         /// The argument is out of range: a position past the head, a body over the limit.
         case invalidArgument
+        /// The entries asked for were dropped by a compaction of the log: a daemon that has not applied them must
+        /// start from a copy of another daemon's replica.
+        case compacted
         /// The log was closed.
         case closed
         /// The task that asked was cancelled. An append may or may not have committed: appending the same

@@ -9,7 +9,10 @@ import PostgresNIO
 /// with a clear error instead of writing to them.
 enum SharedLogSchema {
     /// The version of the tables this build writes.
-    static let version: Int32 = 2
+    static let version: Int32 = 3
+
+    /// The SQL state `tributary_append` raises when the log's epoch is not the one the appender names.
+    static let retiredEpochState = "TRB01"
 
     /// The notification channel of appends; the payload is `log:head`.
     static let channel = "tributary_appended"
@@ -76,6 +79,72 @@ enum SharedLogSchema {
             $$
             """
         ],
+        // Epochs a renewal retired (an app that synced under one is reset), the daemons following each log with how
+        // far they applied it (what bounds a compaction of the log), and what every device reported to any daemon
+        // (what bounds a compaction of each daemon's replica, with a retention).
+        [
+            "ALTER TABLE tributary_logs ADD COLUMN retired_epochs uuid[] NOT NULL DEFAULT '{}'",
+            "ALTER TABLE tributary_logs ADD COLUMN reports_since bigint",
+            "ALTER TABLE tributary_logs ADD COLUMN reports_round bigint",
+            """
+            CREATE TABLE tributary_followers (
+                log text NOT NULL REFERENCES tributary_logs (log),
+                follower uuid NOT NULL,
+                applied bigint NOT NULL,
+                seen bigint NOT NULL,
+                host text NOT NULL DEFAULT '',
+                PRIMARY KEY (log, follower))
+            """,
+            """
+            CREATE TABLE tributary_sync_reports (
+                log text NOT NULL REFERENCES tributary_logs (log),
+                replica bigint NOT NULL,
+                reported bigint NOT NULL,
+                holds bytea NOT NULL,
+                PRIMARY KEY (log, replica))
+            """,
+            // Appends name the epoch they were judged under: a daemon of a retired epoch appends nothing.
+            "DROP FUNCTION tributary_append(text, bigint[], bigint[], bytea[])",
+            """
+            CREATE FUNCTION tributary_append(
+                p_log text, p_epoch uuid, p_origins bigint[], p_sequences bigint[], p_bodies bytea[])
+            RETURNS bigint[] LANGUAGE plpgsql AS $$
+            DECLARE
+                v_head bigint;
+                v_epoch uuid;
+                v_next bigint;
+                v_found bigint;
+                v_positions bigint[] := '{}';
+            BEGIN
+                SELECT head, epoch INTO v_head, v_epoch FROM tributary_logs WHERE log = p_log FOR UPDATE;
+                IF v_head IS NULL THEN
+                    RAISE EXCEPTION 'the log % has no row in tributary_logs', p_log;
+                END IF;
+                IF v_epoch <> p_epoch THEN
+                    RAISE EXCEPTION USING ERRCODE = 'TRB01',
+                        MESSAGE = format('the log %s is of epoch %s now, not %s', p_log, v_epoch, p_epoch);
+                END IF;
+                v_next := v_head;
+                FOR i IN 1 .. coalesce(array_length(p_origins, 1), 0) LOOP
+                    SELECT seq INTO v_found FROM tributary_changesets
+                        WHERE log = p_log AND origin = p_origins[i] AND origin_sequence = p_sequences[i];
+                    IF v_found IS NULL THEN
+                        v_next := v_next + 1;
+                        INSERT INTO tributary_changesets (log, seq, origin, origin_sequence, body)
+                            VALUES (p_log, v_next, p_origins[i], p_sequences[i], p_bodies[i]);
+                        v_found := v_next;
+                    END IF;
+                    v_positions := v_positions || v_found;
+                END LOOP;
+                IF v_next > v_head THEN
+                    UPDATE tributary_logs SET head = v_next WHERE log = p_log;
+                    PERFORM pg_notify('tributary_appended', p_log || ':' || v_next);
+                END IF;
+                RETURN v_positions;
+            END
+            $$
+            """,
+        ],
     ]
 
     /// Brings the tables to ``version``.
@@ -109,17 +178,19 @@ enum SharedLogSchema {
         }
     }
 
-    /// Creates the log `name` (with a fresh epoch) unless it exists; returns its epoch.
-    static func createLog(_ name: String, _ client: PostgresClient, logger: Logger) async throws -> UUID {
+    /// Creates the log `name` (with a fresh epoch) unless it exists; returns its epoch and the epochs renewals
+    /// retired.
+    static func createLog(_ name: String, _ client: PostgresClient, logger: Logger) async throws -> (UUID, [UUID]) {
         try await client.query(
             "INSERT INTO tributary_logs (log, epoch) VALUES (\(name), \(UUID())) ON CONFLICT (log) DO NOTHING",
             logger: logger)
-        var epoch: UUID?
-        let rows = try await client.query("SELECT epoch FROM tributary_logs WHERE log = \(name)", logger: logger)
-        for try await value in rows.decode(UUID.self) { epoch = value }
-        guard let epoch else {
+        var found: (UUID, [UUID])?
+        let rows = try await client.query(
+            "SELECT epoch, retired_epochs FROM tributary_logs WHERE log = \(name)", logger: logger)
+        for try await (epoch, retired) in rows.decode((UUID, [UUID]).self) { found = (epoch, retired) }
+        guard let found else {
             throw SharedLogError(.incompatible, "the log '\(name)' was not found after it was created")
         }
-        return epoch
+        return found
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Synchronization
 import Tributary
+import TributaryCluster
 import TributaryLog
 import TributaryModel
 import TributarySync
@@ -13,8 +14,14 @@ import TributarySync
 /// is still served; the log entries every one of those holds are replaced by a base state, once that drops at least a
 /// tenth of the log, and once the daemon has kept reports for a whole window without a gap. A replica that comes back
 /// after the window lacks them, and is reset; one that holds nothing yet starts from the base.
+///
+/// In a cluster, devices report to whichever daemon they connect to: each round publishes this daemon's reports to
+/// the shared log's tables and takes in the others', so that every daemon compacts its replica only through what every
+/// device seen by any daemon holds; then one daemon at a time drops the shared log's entries every daemon applied.
 final class Retention: Sendable {
     let replica: Replica
+    /// In a cluster: the follower of the shared log, whose tables hold the cluster's reports.
+    let cluster: LogFollower?
     /// Replicas that reported within this long are still served.
     let window: Duration
     /// How often a round runs: reports are stored at each, so a longer gap means the daemon was not listening.
@@ -27,14 +34,16 @@ final class Retention: Sendable {
         /// Reports changed since they were last stored.
         var changed: Set<ReplicaID> = []
         var compactions = 0
+        var logCompactions = 0
         /// The sessions open now, by replica (accepted or dialled): those replicas count as reporting now.
         var open: [ReplicaID: Int] = [:]
         /// The stored reports could not be read: nothing is compacted by this process.
         var unreadable = false
     }
 
-    init(replica: Replica, window: Duration, interval: Duration, logger: Logger) {
+    init(replica: Replica, cluster: LogFollower? = nil, window: Duration, interval: Duration, logger: Logger) {
         self.replica = replica
+        self.cluster = cluster
         self.window = window
         self.interval = interval
         self.logger = logger
@@ -152,10 +161,15 @@ final class Retention: Sendable {
     ///
     /// Nothing is compacted before a whole retention has passed since the daemon began to keep reports (a daemon just
     /// given a retention does not know who synced before).
+    ///
+    /// `clusterSince` is since when the cluster's daemons have kept reports, in a cluster: it stands for this
+    /// daemon's own coverage.
     @discardableResult
-    func compactOnce(now: UInt64 = now(), minimumFraction: Double = 0.1) throws -> CompactionOutcome? {
+    func compactOnce(now: UInt64 = now(), minimumFraction: Double = 0.1, clusterSince: UInt64? = nil) throws
+        -> CompactionOutcome?
+    {
         try storeReports(now: now)
-        let since = try replica.syncReportsCoverage(now: Self.now(), gap: gapSeconds)
+        let since = try clusterSince ?? replica.syncReportsCoverage(now: Self.now(), gap: gapSeconds)
         guard !state.withLock({ $0.unreadable }), now >= since, now - since >= windowSeconds else { return nil }
         // How far every replica still served holds the log.
         let servedCut = { [self] in
@@ -177,12 +191,49 @@ final class Retention: Sendable {
         return outcome
     }
 
-    /// Runs ``compactOnce(now:minimumFraction:)`` now and every ``interval`` until the task is cancelled, each on a
-    /// thread of its own (a compaction reads and writes for a while).
+    /// The shared log's compactions this daemon made since it started.
+    var logCompactions: Int { state.withLock { $0.logCompactions } }
+
+    /// One round, in a cluster too: shares reports with the other daemons (in a cluster), compacts the replica
+    /// (``compactOnce(now:minimumFraction:clusterSince:)``, on a thread of its own), then, in a cluster, compacts the
+    /// shared log through what every daemon seen within the window applied, unless another daemon is doing so.
+    @discardableResult
+    func round(now: UInt64 = now(), minimumFraction: Double = 0.1) async throws -> CompactionOutcome? {
+        guard let cluster else {
+            return try await offload { [self] in try compactOnce(now: now, minimumFraction: minimumFraction) }
+        }
+        let log = cluster.log
+        let (reports, connected) = served(now: now)
+        var published = reports
+        for replica in connected { published[replica]?.time = now }
+        try await log.publishSyncReports(published)
+        let shared = try await log.syncReports(since: now > windowSeconds ? now - windowSeconds : 0)
+        state.withLock { state in
+            for (replica, report) in shared where (state.reports[replica]?.time ?? 0) < report.time {
+                state.reports[replica] = report
+            }
+        }
+        let since = try await log.syncReportsCoverage(now: now, gap: gapSeconds)
+        let outcome = try await offload { [self] in
+            try compactOnce(now: now, minimumFraction: minimumFraction, clusterSince: since)
+        }
+        try await cluster.recordPosition(host: ProcessInfo.processInfo.hostName, force: true)
+        if let compaction = try await log.compact(window: windowSeconds, now: now) {
+            state.withLock { $0.logCompactions += 1 }
+            logger.notice(
+                """
+                compacted the shared log '\(log.configuration.log)' through position \(compaction.through): \
+                \(compaction.dropped) entries dropped
+                """)
+        }
+        return outcome
+    }
+
+    /// Runs ``round(now:minimumFraction:)`` now and every ``interval`` until the task is cancelled.
     func run() async {
         while !Task.isCancelled {
             do {
-                _ = try await offload { [self] in try compactOnce() }
+                _ = try await round()
             } catch {
                 logger.error("compaction failed (the log is as it was, and is compacted again later): \(error)")
             }

@@ -191,7 +191,7 @@ public final class SyncServer: Sendable {
         state.withLock { $0.rules = configuration.permissionRules }
         retention = configuration.retention.map { window in
             Retention(
-                replica: replica, window: window,
+                replica: replica, cluster: cluster, window: window,
                 interval: configuration.compactionInterval ?? max(.seconds(60), window / 10),
                 logger: configuration.logger)
         }
@@ -221,9 +221,7 @@ public final class SyncServer: Sendable {
     @discardableResult
     package func compactHistory(asOf now: UInt64? = nil, minimumFraction: Double = 0.1) async throws -> Bool {
         guard let retention else { return false }
-        return try await offload {
-            try retention.compactOnce(now: now ?? Retention.now(), minimumFraction: minimumFraction) != nil
-        }
+        return try await retention.round(now: now ?? Retention.now(), minimumFraction: minimumFraction) != nil
     }
 
     /// Group commits so far, and the batches they held.
@@ -244,15 +242,11 @@ public final class SyncServer: Sendable {
                     "a daemon of a cluster has no peer links (\(configuration.peers.count) configured): the daemons of a "
                         + "cluster share its log in PostgreSQL")
             }
-            guard configuration.retention == nil else {
-                throw SyncServerError(
-                    "a daemon of a cluster does not compact its history yet: each daemon sees only its own apps, so "
-                        + "none can tell what every device of the cluster holds; leave the retention unset")
-            }
             // Serve from the log's state: a restarted daemon applies what it missed before apps connect, and refuses
-            // a log that went back behind what it applied.
+            // a log that went back behind what it applied, or was compacted past it.
             try await cluster.checkPosition()
             try await cluster.catchUp()
+            try await cluster.recordPosition(host: ProcessInfo.processInfo.hostName)
             let logger = configuration.logger
             let following = Task { [interval = configuration.clusterPollInterval] in
                 await cluster.run(interval: interval) { error in
@@ -575,6 +569,9 @@ public final class SyncServer: Sendable {
                 if let cluster, hello.vector[replica.replicaID] > replica.versionVector[replica.replicaID] {
                     _ = try? await cluster.catchUp()
                 }
+                if let cluster, let refusal = Self.retiredEpochRefusal(of: hello, retired: cluster.log) {
+                    return refusal
+                }
                 if hello.role == .app, let breaking, let refusal = Self.schemaRefusal(of: hello, breaking: breaking) {
                     return refusal
                 }
@@ -600,6 +597,21 @@ public final class SyncServer: Sendable {
             await driver.close(SyncError(.unavailable, .retry, "the daemon is shutting down", retryAfterSeconds: 1))
         }
         return driver
+    }
+
+    /// Why a replica that synced with this cluster under a retired epoch of its log must be reset, or `nil` when it
+    /// did not: the log lost commits it may hold, and its version vector counts dots the daemons no longer give.
+    static func retiredEpochRefusal(of hello: Hello, retired log: SharedLog) -> SyncError? {
+        let retired = log.retiredReplicaIDs
+        guard !retired.isEmpty,
+            let entry = hello.vector.entries.first(where: { retired.contains($0.replica) && $0.sequence > 0 })
+        else { return nil }
+        return SyncError(
+            .resetRequired, .reset,
+            "replica \(hello.replica) synced with this cluster under a retired epoch of its log '\(log.configuration.log)' "
+                + "(it holds \(entry.sequence) changesets of replica \(entry.replica)): the log lost commits (a restore "
+                + "or a failover) and was given a new epoch; the app resets its replica, and recovers its unsynced "
+                + "changes onto the cluster's state")
     }
 
     /// Why an app session must not sync across the breaking schema version `breaking`, or `nil` when it may.

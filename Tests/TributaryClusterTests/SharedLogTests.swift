@@ -144,7 +144,7 @@ struct SharedLogTests {
             // Opening migrates nothing twice.
             #expect(
                 try server.sql("SELECT version FROM tributary_schema").trimmingCharacters(in: .whitespacesAndNewlines)
-                    == "2")
+                    == "3")
             for log in [chat, tasks, again] { await log.close() }
             await #expect(throws: SharedLogError.self) { try await chat.head() }
         }
@@ -191,7 +191,9 @@ struct SharedLogTests {
         }
     }
 
-    @Test("Tables of the first version are migrated: the append function is added, and the log appends as before")
+    @Test(
+        "Tables of the first version are migrated: the append function and the upkeep tables are added, and the log appends as before"
+    )
     func firstVersionTablesAreMigrated() async throws {
         try await Self.withServer { server in
             let log = try await Self.open(server)
@@ -199,15 +201,21 @@ struct SharedLogTests {
             await log.close()
             // The tables as the first version left them.
             try server.sql("DROP FUNCTION tributary_append")
+            try server.sql("DROP TABLE tributary_followers, tributary_sync_reports")
+            try server.sql(
+                "ALTER TABLE tributary_logs DROP COLUMN retired_epochs, DROP COLUMN reports_since, "
+                    + "DROP COLUMN reports_round")
             try server.sql("UPDATE tributary_schema SET version = 1")
             let again = try await Self.open(server)
             #expect(
                 try server.sql("SELECT version FROM tributary_schema").trimmingCharacters(in: .whitespacesAndNewlines)
-                    == "2")
+                    == "3")
             #expect(try await again.append([Self.changeset(5, 1), Self.changeset(5, 2)]) == [1, 2])
             // A changeset given twice in one append is stored once; both get its position.
             #expect(try await again.append([Self.changeset(6, 1), Self.changeset(6, 1)]) == [3, 3])
             #expect(try await again.head() == 3)
+            #expect(again.retiredEpochs.isEmpty)
+            #expect(try await again.followers().isEmpty)
             await again.close()
         }
     }

@@ -43,7 +43,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   65  a damaged log entry (checksum, chain or decoding)
                   66  no replica here, a newer or development replica format, or no such log entry
                   70  any other failure
-                  73  replay could not create --out
+                  73  replay or backup could not create its output
                   74  storage could not be read
 
                 USAGE: tributary-log <subcommand>
@@ -64,6 +64,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   verify                  Check every log entry, then rebuild the views from the log and compare
                                           them.
                   export                  Stream every changeset with its decoded instructions.
+                  backup                  Copy a replica into a new directory, consistently, while it is written to.
 
                   See 'tributary-log help <subcommand>' for detailed help.
                 """#),
@@ -87,7 +88,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   65  a damaged log entry (checksum, chain or decoding)
                   66  no replica here, a newer or development replica format, or no such log entry
                   70  any other failure
-                  73  replay could not create --out
+                  73  replay or backup could not create its output
                   74  storage could not be read
 
                 USAGE: tributary-log info <replica> [--json]
@@ -126,7 +127,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   65  a damaged log entry (checksum, chain or decoding)
                   66  no replica here, a newer or development replica format, or no such log entry
                   70  any other failure
-                  73  replay could not create --out
+                  73  replay or backup could not create its output
                   74  storage could not be read
 
                 USAGE: tributary-log list <replica> [--json] [--from <from>] [--to <to>] [--origin <origin>] [--type <type>] [--author <author>] [--limit <limit>]
@@ -171,7 +172,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   65  a damaged log entry (checksum, chain or decoding)
                   66  no replica here, a newer or development replica format, or no such log entry
                   70  any other failure
-                  73  replay could not create --out
+                  73  replay or backup could not create its output
                   74  storage could not be read
 
                 USAGE: tributary-log show <replica> <local-sequence> [--json]
@@ -208,7 +209,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   65  a damaged log entry (checksum, chain or decoding)
                   66  no replica here, a newer or development replica format, or no such log entry
                   70  any other failure
-                  73  replay could not create --out
+                  73  replay or backup could not create its output
                   74  storage could not be read
 
                 USAGE: tributary-log replay <replica> [--to <to>] [--out <out>] [--json]
@@ -248,7 +249,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   65  a damaged log entry (checksum, chain or decoding)
                   66  no replica here, a newer or development replica format, or no such log entry
                   70  any other failure
-                  73  replay could not create --out
+                  73  replay or backup could not create its output
                   74  storage could not be read
 
                 USAGE: tributary-log diff <replica> <sequence-a> <sequence-b> [--json]
@@ -292,7 +293,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   65  a damaged log entry (checksum, chain or decoding)
                   66  no replica here, a newer or development replica format, or no such log entry
                   70  any other failure
-                  73  replay could not create --out
+                  73  replay or backup could not create its output
                   74  storage could not be read
 
                 USAGE: tributary-log history <replica> <type> <primary-key> [--json]
@@ -331,7 +332,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   65  a damaged log entry (checksum, chain or decoding)
                   66  no replica here, a newer or development replica format, or no such log entry
                   70  any other failure
-                  73  replay could not create --out
+                  73  replay or backup could not create its output
                   74  storage could not be read
 
                 USAGE: tributary-log objects <replica> <type> [--where <where>] [--json]
@@ -369,7 +370,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   65  a damaged log entry (checksum, chain or decoding)
                   66  no replica here, a newer or development replica format, or no such log entry
                   70  any other failure
-                  73  replay could not create --out
+                  73  replay or backup could not create its output
                   74  storage could not be read
 
                 USAGE: tributary-log verify <replica> [--scratch <scratch>] [--in-memory] [--json]
@@ -407,7 +408,7 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   65  a damaged log entry (checksum, chain or decoding)
                   66  no replica here, a newer or development replica format, or no such log entry
                   70  any other failure
-                  73  replay could not create --out
+                  73  replay or backup could not create its output
                   74  storage could not be read
 
                 USAGE: tributary-log export <replica> [--format <format>] [--from <from>] [--to <to>]
@@ -419,6 +420,36 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                   --format <format>       The output format. (values: jsonl; default: jsonl)
                   --from <from>           The first local sequence to export. (default: 1)
                   --to <to>               The last local sequence to export (default: the end of the log).
+                  -h, --help              Show help information.
+
+                """#),
+        HelpText(
+            arguments: ["backup", "--help"],
+            text: #"""
+                OVERVIEW: Copy a replica into a new directory, consistently, while it is written to.
+
+                Writes the replica as of one commit into OUT (created; it must be new or empty), without stopping
+                the app or daemon that writes to it and without changing it. The copy opens as the same replica.
+                Use it to back up a daemon, or to start a new daemon of a cluster from another daemon's replica:
+                the new daemon then applies only the shared log's entries after the copy.
+
+                Exit status:
+                  0   success
+                  1   verify found damage or a difference; diff found differences
+                  64  bad usage: an unknown option, a bad number, primary key, type or query
+                  65  a damaged log entry (checksum, chain or decoding)
+                  66  no replica here, a newer or development replica format, or no such log entry
+                  70  any other failure
+                  73  replay or backup could not create its output
+                  74  storage could not be read
+
+                USAGE: tributary-log backup <replica> <out>
+
+                ARGUMENTS:
+                  <replica>               Path to the replica directory.
+                  <out>                   The directory to write the copy into (new or empty).
+
+                OPTIONS:
                   -h, --help              Show help information.
 
                 """#),

@@ -43,7 +43,7 @@ enum ExitStatus {
     static let noInput: Int32 = 66
     /// Any other failure.
     static let software: Int32 = 70
-    /// `replay --out` could not create the new replica.
+    /// `replay --out` or `backup` could not create the new replica.
     static let cannotCreate: Int32 = 73
     /// Storage could not be read.
     static let io: Int32 = 74
@@ -57,7 +57,7 @@ enum ExitStatus {
           65  a damaged log entry (checksum, chain or decoding)
           66  no replica here, a newer or development replica format, or no such log entry
           70  any other failure
-          73  replay could not create --out
+          73  replay or backup could not create its output
           74  storage could not be read
         """
 }

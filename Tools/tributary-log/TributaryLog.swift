@@ -15,6 +15,6 @@ struct TributaryLog: ParsableCommand {
             """,
         subcommands: [
             Info.self, List.self, Show.self, Replay.self, Diff.self, History.self, Objects.self, Verify.self,
-            Export.self,
+            Export.self, Backup.self,
         ])
 }

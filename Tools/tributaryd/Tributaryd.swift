@@ -114,7 +114,11 @@ struct Tributaryd: AsyncParsableCommand {
             its own DIRECTORY (empty the first time); an upload is appended to the log and acknowledged once this \
             daemon applied it, and apps on any daemon receive it. Apps may move between daemons without a reset. \
             While PostgreSQL is unreachable, the daemon serves what it holds and answers uploads with "retry \
-            later". Peer links and --retention are not available in a cluster yet.
+            later". Peer links are not available in a cluster. With --retention, devices' reports are shared \
+            through the database, each daemon compacts its replica through what every device seen by any daemon \
+            holds, and one daemon at a time drops the log's entries every daemon applied; a new daemon then starts \
+            from a copy of another's replica (tributary-log backup). --renew-epoch (below) starts a new history \
+            after the database lost commits.
 
             The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
             serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
@@ -149,6 +153,18 @@ struct Tributaryd: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("The cluster's log, one per app or tenant (default: default).", valueName: "name"))
     var clusterLog: String?
+
+    @Flag(
+        help: ArgumentHelp(
+            "Give the cluster's log a new epoch, then exit (after PostgreSQL lost commits daemons applied).",
+            discussion: """
+                After a restore of the database or an asynchronous failover that lost commits, the daemons of the \
+                cluster refuse the log ("went back"). Renewing its epoch starts a new history from what the log \
+                holds: start every daemon again on an empty directory (keep the old ones: they hold the lost \
+                changesets), and apps that synced before are reset, recovering their unsynced changes. Needs \
+                --cluster; DIRECTORY is not used.
+                """))
+    var renewEpoch = false
 
     @Option(name: .customLong("token"), help: "An access token apps and peers may present (repeatable; none: anyone).")
     var tokens: [String] = []
@@ -239,6 +255,10 @@ struct Tributaryd: AsyncParsableCommand {
 
     func run() async throws {
         let file = try config.map(DaemonFile.load) ?? DaemonFile()
+        if renewEpoch {
+            try await renewClusterEpoch(file)
+            return
+        }
         let levelName = logLevel ?? file.logLevel ?? "info"
         guard let level = Logger.Level(rawValue: levelName.lowercased()) else {
             throw ValidationError(
@@ -336,6 +356,27 @@ struct Tributaryd: AsyncParsableCommand {
         await sharedLog?.close()
         replica.close()
         logger.notice("stopped")
+    }
+
+    /// Renews the epoch of the cluster's log (--renew-epoch) and says what to do next.
+    func renewClusterEpoch(_ file: DaemonFile) async throws {
+        guard let log = try await openCluster(file, peers: [], logger: Logger(label: "tributaryd")) else {
+            throw ValidationError("--renew-epoch needs --cluster (or \"cluster\" in --config): the log to renew")
+        }
+        let old = log.epoch
+        let new: UUID
+        do {
+            new = try await log.renewEpoch()
+        } catch {
+            await log.close()
+            throw ValidationError("could not renew the epoch: \(error.message)")
+        }
+        await log.close()
+        print(
+            """
+            renewed the epoch of the shared log '\(log.configuration.log)': \(old) retired, \(new) now.
+            Start every daemon of the cluster again on an empty directory; apps that synced before are reset.
+            """)
     }
 
     /// The cluster's shared log when --cluster (or "cluster") is given: connected, its tables created or migrated.
