@@ -30,6 +30,8 @@ extension SyncSession {
             /// The replica the session syncs: the one it was made with, or the one a client reset put in its place.
             var replica: Replica
             var resets: [ClientResetReport] = []
+            /// Which of the session's daemons it connects to now (or tries next).
+            var endpointIndex = 0
             /// Whether the replica's directory counts client resets that did not help yet: the count is cleared, once,
             /// when the daemon takes an upload (not a file operation on every acknowledgement).
             var resetsCounted: Bool
@@ -48,6 +50,10 @@ extension SyncSession {
         var wasEstablished: Bool { inner.withLock { $0.established } }
         var replica: Replica { inner.withLock { $0.replica } }
         var resets: [ClientResetReport] { inner.withLock { $0.resets } }
+        var endpointIndex: Int {
+            get { inner.withLock { $0.endpointIndex } }
+            set { inner.withLock { $0.endpointIndex = newValue } }
+        }
         /// The error that stopped the session, while it is stopped.
         var stoppedError: SyncError? { inner.withLock { $0.stopped } }
 

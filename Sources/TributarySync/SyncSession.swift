@@ -123,8 +123,10 @@ public final class SyncSession: Sendable {
     /// The replica this session syncs: the one it was made with, until a client reset puts a new one in its place
     /// (the old one is then closed, and ``ClientReset/afterReset`` is called with the new one).
     public var replica: Replica { shared.replica }
-    /// The daemon it syncs with.
-    public let endpoint: SyncEndpoint
+    /// The daemons it may sync with, in the order it tries them: one, or several of a cluster.
+    public let endpoints: [SyncEndpoint]
+    /// The daemon it syncs with now, or tries next.
+    public var endpoint: SyncEndpoint { endpoints[shared.endpointIndex % endpoints.count] }
     private let shared: Shared
     private let credentials: SyncCredentials
     private let configuration: SyncConfiguration
@@ -132,19 +134,36 @@ public final class SyncSession: Sendable {
 
     /// A session as `role`: an app's (which uploads its own changesets and downloads everything), or a daemon's
     /// link to a peer (which sends and receives every changeset, with `integrator` committing what it receives).
-    package init(
+    package convenience init(
         replica: Replica, endpoint: SyncEndpoint, credentials: SyncCredentials, configuration: SyncConfiguration,
         role: SyncRole = .app, integrator: (any BatchIntegrator)? = nil, meter: (any SessionMeter)? = nil
     ) {
-        self.endpoint = endpoint
+        self.init(
+            replica: replica, endpoints: [endpoint], credentials: credentials, configuration: configuration, role: role,
+            integrator: integrator, meter: meter)
+    }
+
+    /// A session with the first of `endpoints` that answers: after a connection fails or breaks, the next one is
+    /// tried. An empty list stops the session at once, saying so.
+    package init(
+        replica: Replica, endpoints: [SyncEndpoint], credentials: SyncCredentials, configuration: SyncConfiguration,
+        role: SyncRole = .app, integrator: (any BatchIntegrator)? = nil, meter: (any SessionMeter)? = nil
+    ) {
+        let shared = Shared(replica: replica)
+        self.shared = shared
         self.credentials = credentials
         self.configuration = configuration
-        shared = Shared(replica: replica)
-        let shared = shared
+        guard !endpoints.isEmpty else {
+            // Placeholder, never dialled: `endpoint` needs an element.
+            self.endpoints = [SyncEndpoint(host: "127.0.0.1", port: 0)]
+            shared.stop(SyncError(.unavailable, .fatal, "the session was given no daemon address to connect to"))
+            return
+        }
+        self.endpoints = endpoints
         loop.withLock {
             $0 = Task {
                 await Self.run(
-                    endpoint: endpoint, credentials: credentials, configuration: configuration,
+                    endpoints: endpoints, credentials: credentials, configuration: configuration,
                     role: role, integrator: integrator, meter: meter, shared: shared)
             }
         }
@@ -265,7 +284,7 @@ public final class SyncSession: Sendable {
     // MARK: The connection loop
 
     private static func run(
-        endpoint: SyncEndpoint, credentials: SyncCredentials, configuration: SyncConfiguration,
+        endpoints: [SyncEndpoint], credentials: SyncCredentials, configuration: SyncConfiguration,
         role: SyncRole, integrator: (any BatchIntegrator)?, meter: (any SessionMeter)?, shared: Shared
     ) async {
         var backoff = configuration.backoff
@@ -279,6 +298,7 @@ public final class SyncSession: Sendable {
                 await shared.waitUntilReleased()
                 continue
             }
+            let endpoint = endpoints[shared.endpointIndex % endpoints.count]
             if endpoint.secure && tls == nil {
                 do {
                     tls = try configuration.tls.clientContext()
@@ -388,6 +408,10 @@ public final class SyncSession: Sendable {
                 continue
             }
             shared.set(.disconnected(ended))
+            if endpoints.count > 1 {
+                // Another daemon of the cluster may serve now: the next one is tried, after the same wait.
+                shared.endpointIndex = (shared.endpointIndex + 1) % endpoints.count
+            }
             var wait = backoff.next(random: Double.random(in: 0...1))
             if let ended { wait = max(wait, .seconds(min(ended.retryAfterSeconds, 86_400))) }
             await shared.sleep(for: wait)
@@ -439,6 +463,22 @@ extension Replica {
         to endpoint: SyncEndpoint, credentials: SyncCredentials = .none, configuration: SyncConfiguration = .init()
     ) -> SyncSession {
         SyncSession(replica: self, endpoint: endpoint, credentials: credentials, configuration: configuration)
+    }
+
+    /// Starts syncing this replica with the daemons of a cluster at `endpoints`, in the background, until the session
+    /// is closed: it connects to the first, and when a connection fails or breaks (the daemon stopped, its machine
+    /// went away) to the next, in turn. Any daemon of a cluster serves the replica from where it left off, so a move
+    /// needs no reset. An empty list stops the session at once.
+    ///
+    /// - Parameters:
+    ///   - endpoints: the daemons' addresses, in the order to try them.
+    ///   - credentials: what the daemons check.
+    ///   - configuration: the backoff (between attempts, whichever daemon is next), the window, the name logged.
+    public func connect(
+        toAnyOf endpoints: [SyncEndpoint], credentials: SyncCredentials = .none,
+        configuration: SyncConfiguration = .init()
+    ) -> SyncSession {
+        SyncSession(replica: self, endpoints: endpoints, credentials: credentials, configuration: configuration)
     }
 }
 

@@ -33,15 +33,17 @@ struct ClusterDaemonTests {
     }
 
     static func daemon(
-        _ directory: TemporaryDirectory, _ name: String, on postgres: PostgresServer, timeout: Duration = .seconds(120)
+        _ directory: TemporaryDirectory, _ name: String, on postgres: PostgresServer, timeout: Duration = .seconds(120),
+        retention: Duration? = nil
     ) async throws -> Daemon {
-        try await daemon(directory, name, url: postgres.url, timeout: timeout)
+        try await daemon(directory, name, url: postgres.url, timeout: timeout, retention: retention)
     }
 
-    /// A daemon of the cluster of the log `chat` in the PostgreSQL at `url`.
-    static func daemon(_ directory: TemporaryDirectory, _ name: String, url: String, timeout: Duration) async throws
-        -> Daemon
-    {
+    /// A daemon of the cluster of the log `chat` in the PostgreSQL at `url`; with `retention`, it compacts at start and
+    /// then when the test says (its next round is a retention later).
+    static func daemon(
+        _ directory: TemporaryDirectory, _ name: String, url: String, timeout: Duration, retention: Duration? = nil
+    ) async throws -> Daemon {
         var logConfiguration = try SharedLog.Configuration(url: url, log: "chat")
         logConfiguration.timeout = timeout
         let log = try await SharedLog.open(logConfiguration, logger: SharedLogTests.quiet)
@@ -53,8 +55,18 @@ struct ClusterDaemonTests {
         // The whole suite runs at once on 2 cores: deadlines here are bounds, not what is under test.
         configuration.handshakeDeadline = .seconds(120)
         configuration.clusterPollInterval = .milliseconds(200)
+        configuration.retention = retention
+        configuration.compactionInterval = retention
         let server = SyncServer(cluster: try LogFollower(log: log, replica: replica), configuration: configuration)
-        let port = try await server.start()
+        let port: Int
+        do {
+            port = try await server.start()
+        } catch {
+            await server.stop()
+            await log.close()
+            replica.close()
+            throw error
+        }
         return Daemon(server: server, endpoint: SyncEndpoint(host: "127.0.0.1", port: port), log: log)
     }
 
@@ -153,6 +165,41 @@ struct ClusterDaemonTests {
         await second.stop()
         a.close()
         b.close()
+    }
+
+    @Test("An app given the cluster's daemons moves to the next when its daemon stops, without a reset or a lost write")
+    func appGivenSeveralDaemonsMovesByItself() async throws {
+        let postgres = try PostgresServer.start()
+        defer { postgres.stop() }
+        let directory = TemporaryDirectory("cluster-endpoints")
+        let first = try await Self.daemon(directory, "daemon1", on: postgres)
+        let second = try await Self.daemon(directory, "daemon2", on: postgres)
+        let a = try Self.app(directory, "a")
+        let session = a.connect(toAnyOf: [first.endpoint, second.endpoint], configuration: Self.fastBackoff)
+        try await a.write { txn in _ = try txn.create("Task", ["_id": "one", "title": "through 1", "count": 0]) }
+        try await Self.bounded("the upload to daemon 1") { try await session.waitForUpload() }
+        #expect(session.endpoint == first.endpoint)
+        #expect(first.server.sessions.count == 1)
+
+        await first.stop()
+        try await a.write { txn in _ = try txn.create("Task", ["_id": "two", "title": "after 1 stopped", "count": 0]) }
+        try await Self.bounded("the upload after the move") { try await session.waitForUpload() }
+        #expect(session.endpoint == second.endpoint)
+        #expect(try Self.title(second.replica, "one") == "through 1")
+        #expect(try Self.title(second.replica, "two") == "after 1 stopped")
+        #expect(session.clientResets.isEmpty)
+
+        // An empty list stops the session at once, saying why.
+        let none = a.connect(toAnyOf: [])
+        guard case .disconnected(let error?) = none.state else {
+            Issue.record("a session without addresses is \(none.state)")
+            return
+        }
+        #expect(error.message.contains("no daemon address"), "\(error.message)")
+        await none.close()
+        await session.close()
+        await second.stop()
+        a.close()
     }
 
     @Test("An app moves to another daemon of the cluster and goes on syncing, without a reset")
