@@ -210,7 +210,9 @@ public actor LogFollower {
 
     /// Follows the log until the task is cancelled: catches up when an append is announced, and at least every
     /// `interval` (announcements made while the listening connection reconnects are lost). Errors are retried
-    /// after `interval`; `failed` hears of each.
+    /// after `interval`; `failed` hears of each. It returns early, after telling `failed`, when following cannot go
+    /// on without an operator (``SharedLogError/Code/incompatible``: the log went back, its epoch was renewed, its
+    /// tables are damaged; ``SharedLogError/Code/compacted``: it was compacted past this replica's position).
     public func run(
         interval: Duration = .seconds(1), host: String = ProcessInfo.processInfo.hostName,
         failed: @escaping @Sendable (any Error) -> Void = { _ in }
@@ -247,6 +249,9 @@ public actor LogFollower {
                 try await recordPosition(host: host)
             } catch {
                 failed(error)
+                if let error = error as? SharedLogError, error.code == .incompatible || error.code == .compacted {
+                    return
+                }
             }
         } while await iterator.next() != nil && !Task.isCancelled
     }

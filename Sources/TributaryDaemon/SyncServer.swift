@@ -252,6 +252,13 @@ public final class SyncServer: Sendable {
                 await cluster.run(interval: interval) { error in
                     logger.warning("could not follow the cluster's shared log: \(error)")
                 }
+                if !Task.isCancelled {
+                    logger.error(
+                        """
+                        stopped following the cluster's shared log (above: why); this daemon serves what it holds \
+                        and takes no uploads until it is restarted as the error says
+                        """)
+                }
             }
             state.withLock { $0.following = following }
         }
