@@ -12,6 +12,8 @@ public actor LogFollower {
     public nonisolated let log: SharedLog
     /// The replica the log is applied to.
     public nonisolated let replica: Replica
+    /// This machine's name, as the log's list of followers shows it (read once: it may take a lookup).
+    public static let host = ProcessInfo.processInfo.hostName
     /// This follower's id in the log's list of followers (``SharedLog/followers()``): a fresh one per process, so
     /// that a copy of a daemon's replica started elsewhere is a follower of its own.
     public nonisolated let id = UUID()
@@ -187,7 +189,7 @@ public actor LogFollower {
     /// Records this daemon's position in the log's list of followers, which bounds compactions of the log: when it
     /// moved, at most once a second, and at least every 30 seconds; now when `force` is set. `host` names the daemon
     /// for operators.
-    public func recordPosition(host: String, force: Bool = false) async throws {
+    public func recordPosition(host: String = LogFollower.host, force: Bool = false) async throws {
         let now = ContinuousClock.now
         if !force, let recorded {
             let since = recorded.at.duration(to: now)
@@ -214,7 +216,7 @@ public actor LogFollower {
     /// on without an operator (``SharedLogError/Code/incompatible``: the log went back, its epoch was renewed, its
     /// tables are damaged; ``SharedLogError/Code/compacted``: it was compacted past this replica's position).
     public func run(
-        interval: Duration = .seconds(1), host: String = ProcessInfo.processInfo.hostName,
+        interval: Duration = .seconds(1), host: String = LogFollower.host,
         failed: @escaping @Sendable (any Error) -> Void = { _ in }
     ) async {
         let wakes = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))

@@ -217,7 +217,7 @@ final class Retention: Sendable {
         let outcome = try await offload { [self] in
             try compactOnce(now: now, minimumFraction: minimumFraction, clusterSince: since)
         }
-        try await cluster.recordPosition(host: ProcessInfo.processInfo.hostName, force: true)
+        try await cluster.recordPosition(force: true)
         if let compaction = try await log.compact(window: windowSeconds, now: now) {
             state.withLock { $0.logCompactions += 1 }
             logger.notice(

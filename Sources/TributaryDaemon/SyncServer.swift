@@ -246,7 +246,7 @@ public final class SyncServer: Sendable {
             // a log that went back behind what it applied, or was compacted past it.
             try await cluster.checkPosition()
             try await cluster.catchUp()
-            try await cluster.recordPosition(host: ProcessInfo.processInfo.hostName)
+            try await cluster.recordPosition()
             let logger = configuration.logger
             let following = Task { [interval = configuration.clusterPollInterval] in
                 await cluster.run(interval: interval) { error in
