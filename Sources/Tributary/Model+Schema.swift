@@ -147,8 +147,8 @@ final class ProbeRecorder {
         guard let (kind, isList, elementOptional) = Self.describe(type) else {
             if problem == nil {
                 problem =
-                    "\(name) has type \(type), which cannot be stored; use String, Int, Double, Bool, Date, Data, "
-                    + "UUID, ObjectID, an EmbeddedModel, a Link, or an array or optional of those"
+                    "\(name) has type \(type), which cannot be stored; use String, Int, Double, Decimal, Bool, Date, "
+                    + "Data, UUID, ObjectID, an EmbeddedModel, a Link, or an array or optional of those"
             }
             return
         }
@@ -200,6 +200,7 @@ final class ProbeRecorder {
         case is Data.Type: .data
         case is UUID.Type: .uuid
         case is ObjectID.Type: .objectId
+        case is Decimal.Type: .decimal
         default: nil
         }
     }
@@ -278,6 +279,7 @@ enum ProbePlaceholder {
             case is Data.Type: Data()
             case is UUID.Type: UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
             case is ObjectID.Type: ObjectID(bytes: [UInt8](repeating: 0, count: 12))
+            case is Decimal.Type: Decimal(0)
             default: nil
             }
         if let placeholder = placeholder as? T { return placeholder }

@@ -368,6 +368,9 @@ private struct RawRecordReader {
         case 6: return lengthPrefixed(maximum: limits.maximumValueBytes) != nil
         case 8: return skip(16)
         case 9: return skip(12)
+        case 13:
+            guard let text = lengthPrefixed(maximum: limits.maximumValueBytes) else { return false }
+            return Decimal(canonicalText: String(decoding: text, as: UTF8.self)) != nil
         default: return false
         }
     }
@@ -402,6 +405,10 @@ private struct RawRecordReader {
             guard remaining >= 12 else { return nil }
             defer { offset += 12 }
             return ObjectID(bytes: Array(bytes[offset..<offset + 12])).map { .objectId($0) }
+        case 13:
+            // A decimal, as its canonical text.
+            guard let text = lengthPrefixed(maximum: limits.maximumValueBytes) else { return nil }
+            return Decimal(canonicalText: String(decoding: text, as: UTF8.self)).map { .decimal($0) }
         default:
             return nil
         }

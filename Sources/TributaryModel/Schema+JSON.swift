@@ -143,7 +143,6 @@ extension Schema {
 
 /// The BSON types that exist but that Tributary cannot store, with advice.
 private let unsupportedBSONTypes: [String: String] = [
-    "decimal": "decimal128 is not supported (Tributary has no decimal type); use double, or string for exact values",
     "number": "'number' (any numeric type) is not supported; use int, long or double",
     "timestamp": "BSON timestamps are not supported; use date",
     "regex": "BSON regular expressions are not supported; use string",
@@ -160,7 +159,7 @@ private let unsupportedBSONTypes: [String: String] = [
 
 private let scalarBSONTypes: [String: ScalarType] = [
     "string": .string, "int": .int, "long": .int, "double": .double, "bool": .bool, "date": .date,
-    "objectId": .objectId, "uuid": .uuid, "binData": .data,
+    "objectId": .objectId, "uuid": .uuid, "binData": .data, "decimal": .decimal,
 ]
 
 private let knownExtensions: Set<String> = [
@@ -699,6 +698,17 @@ private struct DefaultValues {
                 throw SchemaError(.invalidDefault, "\(path): '\(text)' is not an objectId (24 hexadecimal digits)")
             }
             return .objectId(id)
+        case (.decimal, .string(let text)), (.decimal, .number(let text)):
+            guard let value = Decimal(parsing: text) else {
+                throw SchemaError(.invalidDefault, "\(path): '\(text)' is not a decimal number")
+            }
+            return .decimal(value)
+        case (.decimal, .object(let members)):
+            // Extended JSON: {"$numberDecimal": "12.50"}.
+            guard members.count == 1, members[0].key == "$numberDecimal", case .string(let text) = members[0].value,
+                let value = Decimal(parsing: text)
+            else { throw mismatch(path, "a decimal string, or {\"$numberDecimal\": \"12.50\"}", json) }
+            return .decimal(value)
         default:
             let expected: String
             switch type {
@@ -710,6 +720,7 @@ private struct DefaultValues {
             case .date: expected = "an ISO 8601 date string"
             case .uuid: expected = "a UUID string"
             case .objectId: expected = "an objectId string"
+            case .decimal: expected = "a decimal string such as \"12.50\""
             }
             throw mismatch(path, expected, json)
         }
@@ -891,6 +902,7 @@ private struct SchemaJSONWriter {
         case .date: "date"
         case .uuid: "uuid"
         case .objectId: "objectId"
+        case .decimal: "decimal"
         }
     }
 
@@ -912,6 +924,7 @@ private struct SchemaJSONWriter {
             return TributaryModel.json(seconds)
         case .uuid(let uuid): return .string(uuid.uuidString)
         case .objectId(let id): return .string(id.description)
+        case .decimal(let decimal): return .object([("$numberDecimal", .string(decimal.canonicalText))])
         case .link(let key): return json(for: key.value)
         case .embedded(let object):
             return .object(object.fields.keys.sorted().map { ($0, json(for: object.fields[$0] ?? .null)) })

@@ -4,6 +4,8 @@ import Foundation
 public enum ScalarType: UInt8, Hashable, Sendable, CaseIterable, CustomStringConvertible {
     case bool = 1
     case int, double, string, data, date, uuid, objectId
+    /// A decimal number (Realm's `Decimal128`), held as Foundation's `Decimal`.
+    case decimal
 
     public var description: String {
         switch self {
@@ -15,6 +17,7 @@ public enum ScalarType: UInt8, Hashable, Sendable, CaseIterable, CustomStringCon
         case .date: "date"
         case .uuid: "uuid"
         case .objectId: "objectId"
+        case .decimal: "decimal"
         }
     }
 }
@@ -622,7 +625,7 @@ extension Property {
         switch (kind, value) {
         case (.scalar(.bool), .bool), (.scalar(.int), .int), (.scalar(.double), .double),
             (.scalar(.string), .string), (.scalar(.data), .data), (.scalar(.date), .date),
-            (.scalar(.uuid), .uuid), (.scalar(.objectId), .objectId), (.link, .link):
+            (.scalar(.uuid), .uuid), (.scalar(.objectId), .objectId), (.scalar(.decimal), .decimal), (.link, .link):
             return nil
         case (.embedded(let type), .embedded(let object)):
             return object.type == type ? nil : "expected embedded \(type), got embedded \(object.type)"

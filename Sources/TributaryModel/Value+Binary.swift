@@ -47,7 +47,7 @@ package struct NameTable: Sendable {
 
 enum ValueTag: UInt8 {
     case null = 0
-    case boolFalse, boolTrue, int, double, string, data, date, uuid, objectId, link, embedded, list
+    case boolFalse, boolTrue, int, double, string, data, date, uuid, objectId, link, embedded, list, decimal
 }
 
 enum KeyTag: UInt8 {
@@ -106,6 +106,9 @@ extension BinaryWriter {
         case .objectId(let v):
             byte(ValueTag.objectId.rawValue)
             raw(v.bytes)
+        case .decimal(let v):
+            byte(ValueTag.decimal.rawValue)
+            string(v.canonicalText)
         case .link(let key):
             byte(ValueTag.link.rawValue)
             primaryKey(key)
@@ -179,6 +182,12 @@ extension BinaryReader {
         case .date: return .date(Date(timeIntervalSince1970: Double(bitPattern: try fixed64())))
         case .uuid: return .uuid(try uuid())
         case .objectId: return .objectId(try objectID())
+        case .decimal:
+            let text = try string()
+            guard let value = Decimal(canonicalText: text) else {
+                throw error(.invalidValue, "'\(text.prefix(64))' is not a decimal in canonical form")
+            }
+            return .decimal(value)
         case .link: return .link(try primaryKey())
         case .embedded:
             let type = try name(names, "embedded type")

@@ -125,6 +125,8 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     case date(Date)
     case uuid(UUID)
     case objectId(ObjectID)
+    /// A decimal number, stored in its canonical form (``Foundation/Decimal/canonicalText``).
+    case decimal(Decimal)
     /// A link to the object of the property's target type with this primary key.
     case link(PrimaryKey)
     /// An embedded object, owned by its parent.
@@ -144,6 +146,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .date: "date"
         case .uuid: "uuid"
         case .objectId: "objectId"
+        case .decimal: "decimal"
         case .link: "link"
         case .embedded: "embedded object"
         case .list: "list"
@@ -171,6 +174,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     public var dateValue: Date? { if case .date(let v) = self { v } else { nil } }
     public var uuidValue: UUID? { if case .uuid(let v) = self { v } else { nil } }
     public var objectIdValue: ObjectID? { if case .objectId(let v) = self { v } else { nil } }
+    public var decimalValue: Decimal? { if case .decimal(let v) = self { v } else { nil } }
     public var linkValue: PrimaryKey? { if case .link(let v) = self { v } else { nil } }
     public var embeddedValue: EmbeddedObject? { if case .embedded(let v) = self { v } else { nil } }
     public var listValue: [Value]? { if case .list(let v) = self { v } else { nil } }
@@ -186,6 +190,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .date(let v): return Self.format(v)
         case .uuid(let v): return v.uuidString
         case .objectId(let v): return "ObjectId(\(v))"
+        case .decimal(let v): return v.canonicalText
         case .link(let key): return "-> \(key)"
         case .embedded(let object):
             let fields = object.fields.keys.sorted().map { "\($0): \(object.fields[$0]!)" }

@@ -1,3 +1,4 @@
+import Foundation
 import TributaryModel
 
 /// Runs a checked predicate against one object's fields, following links through a ``QueryObjectSource``.
@@ -214,6 +215,15 @@ struct Evaluator<Source: QueryObjectSource> {
                 return .int(a == .min && b == -1 ? .min : a / b)
             }
         }
+        if left.decimalValue != nil || right.decimalValue != nil {
+            guard let a = left.decimalOperand, let b = right.decimalOperand else { return .null }
+            switch op {
+            case .add: return .decimal(a + b)
+            case .subtract: return .decimal(a - b)
+            case .multiply: return .decimal(a * b)
+            case .divide: return .decimal(b == 0 ? .nan : a / b)
+            }
+        }
         guard let a = left.numericValue, let b = right.numericValue else { return .null }
         switch op {
         case .add: return .double(a + b)
@@ -242,6 +252,11 @@ struct Evaluator<Source: QueryObjectSource> {
         case .sum:
             return sum(values) ?? .int(0)
         case .avg:
+            if values.contains(where: { $0.decimalValue != nil }) {
+                let decimals = values.compactMap(\.decimalOperand)
+                guard !decimals.isEmpty else { return .null }
+                return .decimal(decimals.reduce(0, +) / Decimal(decimals.count))
+            }
             var total = 0.0
             var count = 0
             for value in values {
@@ -259,6 +274,10 @@ struct Evaluator<Source: QueryObjectSource> {
     /// The sum of the numbers among `values`: an integer while every number is one and the sum fits in 64 bits,
     /// a double otherwise; `nil` when there are none.
     private func sum(_ values: [Value]) -> Value? {
+        if values.contains(where: { $0.decimalValue != nil }) {
+            let decimals = values.compactMap(\.decimalOperand)
+            return decimals.isEmpty ? nil : .decimal(decimals.reduce(0, +))
+        }
         var integer: Int64 = 0
         var double = 0.0
         var isInteger = true
@@ -286,6 +305,17 @@ struct Evaluator<Source: QueryObjectSource> {
 }
 
 extension Value {
+    /// The value as a decimal, for a decimal, an integer or a finite double (arithmetic with a decimal is in
+    /// decimals, as Realm computes it).
+    fileprivate var decimalOperand: Decimal? {
+        switch self {
+        case .decimal(let decimal): decimal
+        case .int(let int): Decimal(int)
+        case .double(let double) where double.isFinite: Decimal(double)
+        default: nil
+        }
+    }
+
     /// The value as a double, for an integer or a double.
     fileprivate var numericValue: Double? {
         switch self {

@@ -1,3 +1,4 @@
+import Foundation
 public import TributaryModel
 
 /// What a query requires of one property, in a form an index can answer.
@@ -151,7 +152,20 @@ extension IndexConstraint {
         switch (value, type) {
         case (.double(let double), .int): return Int64(exactly: double).map(Value.int)
         case (.int(let int), .double): return Double(exactly: int).map(Value.double)
+        case (.int, .decimal), (.double, .decimal): return decimalBound(value)
+        case (.decimal(let decimal), .int): return Int64(exactly: decimal).map(Value.int)
+        case (.decimal(let decimal), .double): return Double(exactlyComparing: decimal).map(Value.double)
+        case (.decimal, let type) where type != .decimal: return nil
         default: return value
+        }
+    }
+
+    /// An integer or finite double as the decimal ``queryOrder(_:_:)`` compares a decimal property's values with.
+    private static func decimalBound(_ value: Value) -> Value? {
+        switch value {
+        case .int(let int): return .decimal(Decimal(int))
+        case .double(let double) where double.isFinite: return .decimal(Decimal(double))
+        default: return nil
         }
     }
 
@@ -171,6 +185,12 @@ extension IndexConstraint {
         case (.int(let int), .double):
             guard let double = Double(exactly: int) else { return nil }
             return .range(lower: .double(double), lowerInclusive: inclusive, upper: nil, upperInclusive: false)
+        case (.int, .decimal), (.double, .decimal):
+            // A NaN or infinite double is left to a scan: the index holds decimals only.
+            guard let bound = decimalBound(value) else { return isNaN(value) ? .equal([]) : nil }
+            return .range(lower: bound, lowerInclusive: inclusive, upper: nil, upperInclusive: false)
+        case (.decimal, let type) where type != .decimal:
+            return nil
         case _ where isNaN(value):
             return .equal([])
         default:
@@ -194,6 +214,11 @@ extension IndexConstraint {
         case (.int(let int), .double):
             guard let double = Double(exactly: int) else { return nil }
             return .range(lower: nil, lowerInclusive: false, upper: .double(double), upperInclusive: inclusive)
+        case (.int, .decimal), (.double, .decimal):
+            guard let bound = decimalBound(value) else { return isNaN(value) ? .equal([]) : nil }
+            return .range(lower: nil, lowerInclusive: false, upper: bound, upperInclusive: inclusive)
+        case (.decimal, let type) where type != .decimal:
+            return nil
         case _ where isNaN(value):
             return .equal([])
         default:

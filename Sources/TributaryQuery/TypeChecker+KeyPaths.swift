@@ -302,7 +302,8 @@ extension TypeChecker {
             }
             elementType = type
         }
-        let allowed: [ScalarType] = aggregate == .min || aggregate == .max ? [.int, .double, .date] : [.int, .double]
+        let allowed: [ScalarType] =
+            aggregate == .min || aggregate == .max ? [.int, .double, .decimal, .date] : [.int, .double, .decimal]
         guard allowed.contains(elementType) else {
             let kinds = aggregate == .min || aggregate == .max ? "numbers or dates" : "numbers"
             throw error(
@@ -310,7 +311,7 @@ extension TypeChecker {
                 "'\(written)' needs \(kinds), but \(subject)\(subSteps.isEmpty ? "" : " holds objects whose property") is \(elementType)",
                 at: component.position)
         }
-        let result: ScalarType = aggregate == .avg ? .double : elementType
+        let result: ScalarType = aggregate == .avg && elementType != .decimal ? .double : elementType
         return (.aggregate(aggregate, subSteps), .scalar(result))
     }
 

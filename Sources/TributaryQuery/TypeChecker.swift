@@ -180,8 +180,8 @@ struct TypeChecker {
         if op.isOrdering {
             for element in [left, right] {
                 switch element.base {
-                case .scalar(.int), .scalar(.double), .scalar(.date), .scalar(.string), .scalar(.objectId),
-                    .scalar(.uuid):
+                case .scalar(.int), .scalar(.double), .scalar(.decimal), .scalar(.date), .scalar(.string),
+                    .scalar(.objectId), .scalar(.uuid):
                     continue
                 default:
                     throw error(.typeMismatch, "cannot use '\(opName)' with \(element.label)", at: opPosition)
@@ -212,7 +212,7 @@ struct TypeChecker {
         }
     }
 
-    private func isNumeric(_ type: ScalarType) -> Bool { type == .int || type == .double }
+    private func isNumeric(_ type: ScalarType) -> Bool { type == .int || type == .double || type == .decimal }
 
     // MARK: Operands
 
@@ -247,12 +247,13 @@ struct TypeChecker {
                     .unsupported, "'\(op.rawValue)' between two lists is not supported: one side must be one number",
                     at: right.start)
             }
-            var isInteger = true
+            var result = ScalarType.int
             for side in [left, right] {
                 for element in side.elements {
                     switch element.base {
                     case .scalar(.int), .null: break
-                    case .scalar(.double): isInteger = false
+                    case .scalar(.double): if result == .int { result = .double }
+                    case .scalar(.decimal): result = .decimal
                     default:
                         throw error(
                             .typeMismatch, "'\(op.rawValue)' needs numbers, but \(element.label) is not a number",
@@ -260,9 +261,8 @@ struct TypeChecker {
                     }
                 }
             }
-            let label = "'\(source)' (\(isInteger ? "int" : "double"))"
-            let element = Element(
-                base: .scalar(isInteger ? .int : .double), label: label, position: expression.start)
+            let label = "'\(source)' (\(result))"
+            let element = Element(base: .scalar(result), label: label, position: expression.start)
             return Typed(
                 operand: .arithmetic(op, left.operand, right.operand), elements: [element], start: expression.start,
                 label: label)
@@ -342,6 +342,7 @@ struct TypeChecker {
         case .date: .scalar(.date)
         case .uuid: .scalar(.uuid)
         case .objectId: .scalar(.objectId)
+        case .decimal: .scalar(.decimal)
         case .link(let key): .link(type: nil, key: key.type)
         case .embedded(let object): .embedded(object.type)
         // Lists are taken apart by the caller; a list element that is itself a list was refused there.

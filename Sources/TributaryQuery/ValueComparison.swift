@@ -15,6 +15,7 @@ func queryOrder(_ left: Value, _ right: Value) -> Int? {
     case (.double(let a), .double(let b)): return compare(a, b)
     case (.int(let a), .double(let b)): return compare(a, b)
     case (.double(let a), .int(let b)): return compare(b, a).map { -$0 }
+    case (.decimal, _), (_, .decimal): return compareDecimals(left, right)
     case (.string(let a), .string(let b)): return compareBytes(a.utf8, b.utf8)
     // As stored: a date read back can differ in its last bit from the one written (Foundation counts from 2001),
     // and both read the same seconds since 1970.
@@ -34,7 +35,8 @@ func queryEqual(_ left: Value, _ right: Value, options: StringOptions) -> Bool {
     case (.string(let a), .string(let b)):
         if options.isEmpty { return a.hasSameUTF8(as: b) }
         return fold(a, options).hasSameUTF8(as: fold(b, options))
-    case (.int, .int), (.int, .double), (.double, .int), (.double, .double), (.date, .date):
+    case (.int, .int), (.int, .double), (.double, .int), (.double, .double), (.date, .date), (.decimal, _),
+        (_, .decimal):
         return queryOrder(left, right) == 0
     case (.link(.string(let a)), .link(.string(let b))): return a.hasSameUTF8(as: b)
     case (.link(let a), .link(let b)): return a == b
@@ -172,6 +174,7 @@ private func compare(_ a: Double, _ b: Double) -> Int? {
 func isNaN(_ value: Value) -> Bool {
     switch value {
     case .double(let double): double.isNaN
+    case .decimal(let decimal): decimal.isNaN
     case .date(let date): date.timeIntervalSince1970.isNaN
     default: false
     }
@@ -221,6 +224,8 @@ enum EqualityKey: Hashable, Sendable {
     case string([UInt8])
     /// Seconds since 1970, as stored; `0` for both zeros.
     case date(UInt64)
+    /// A decimal that no integer or double equals, by its canonical text.
+    case decimal(String)
     case link(PrimaryKey)
     /// Data, UUIDs, object ids and embedded objects, which `==` compares as values.
     case other(Value)
@@ -239,6 +244,16 @@ enum EqualityKey: Hashable, Sendable {
             let seconds = date.timeIntervalSince1970
             if seconds.isNaN { return nil }
             self = .date(seconds == 0 ? 0 : seconds.bitPattern)
+        case .decimal(let decimal):
+            if decimal.isNaN { return nil }
+            // Equal to an integer or a double exactly when ``queryOrder`` says so: it compares them as decimals.
+            if let int = Int64(exactly: decimal) {
+                self = .integer(int)
+            } else if let double = Double(exactlyComparing: decimal) {
+                self = .double(double.bitPattern)
+            } else {
+                self = .decimal(decimal.canonicalText)
+            }
         case .link(let key): self = .link(key)
         case .list: return nil
         case .data, .uuid, .objectId, .embedded: self = .other(value)
@@ -263,5 +278,59 @@ struct EqualityLookup: Hashable, Sendable {
     /// Whether `value` equals one of the values, as `queryEqual` decides.
     func contains(_ value: Value) -> Bool {
         EqualityKey(value, options: options).map(keys.contains) ?? false
+    }
+}
+
+/// The comparison of two numbers of which one at least is a decimal, as decimals (Realm's rule): an integer converts
+/// exactly, a double to the decimal nearest it (as `Decimal(Double)` gives); `nil` for a NaN, or a value that is not
+/// a number. An infinite double is beyond every decimal.
+private func compareDecimals(_ left: Value, _ right: Value) -> Int? {
+    func decimal(_ value: Value) -> (Decimal?, infinite: Int) {
+        switch value {
+        case .decimal(let decimal): return decimal.isNaN ? (nil, 0) : (decimal, 0)
+        case .int(let int): return (Decimal(int), 0)
+        case .double(let double):
+            if double.isNaN { return (nil, 0) }
+            if double.isInfinite { return (nil, double < 0 ? -1 : 1) }
+            return (Decimal(double), 0)
+        default: return (nil, 0)
+        }
+    }
+    let (a, leftInfinite) = decimal(left)
+    let (b, rightInfinite) = decimal(right)
+    if leftInfinite != 0 || rightInfinite != 0 {
+        guard a != nil || leftInfinite != 0, b != nil || rightInfinite != 0 else { return nil }
+        return leftInfinite == rightInfinite ? 0 : (leftInfinite < rightInfinite ? -1 : 1)
+    }
+    guard let a, let b else { return nil }
+    return a < b ? -1 : (a == b ? 0 : 1)
+}
+
+extension Int64 {
+    /// The decimal's value when it is an integer in range, else `nil`.
+    init?(exactly decimal: Decimal) {
+        guard !decimal.isNaN,
+            decimal.exponent >= 0
+                || decimal
+                    == (decimal as NSDecimalNumber).rounding(
+                        accordingToBehavior: nil
+                    ).decimalValue
+        else { return nil }
+        guard decimal >= Decimal(Int64.min), decimal <= Decimal(Int64.max) else { return nil }
+        let number = decimal as NSDecimalNumber
+        let value = number.int64Value
+        guard Decimal(value) == decimal else { return nil }
+        self = value
+    }
+}
+
+extension Double {
+    /// The double that ``queryOrder(_:_:)`` finds equal to `decimal`, when there is one: the double nearest the
+    /// decimal, if converting it back gives the decimal.
+    init?(exactlyComparing decimal: Decimal) {
+        guard !decimal.isNaN else { return nil }
+        let double = (decimal as NSDecimalNumber).doubleValue
+        guard double.isFinite, Decimal(double) == decimal else { return nil }
+        self = double
     }
 }

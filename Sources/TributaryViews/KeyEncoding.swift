@@ -1,4 +1,4 @@
-import Foundation
+package import Foundation
 public import TributaryModel
 
 /// Byte encodings for LMDB keys that sort the way the values do, so that cursor ranges answer range queries.
@@ -218,10 +218,32 @@ public enum KeyEncoding {
         case .data(let data):
             bytes.append(9)
             appendTerminated(data, budget: budget, to: &bytes)
+        case .decimal(let decimal):
+            bytes.append(10)
+            appendTerminated(orderedBytes(decimal), budget: budget, to: &bytes)
         case .embedded, .list:
             return false
         }
         return true
+    }
+
+    /// Bytes that sort as decimals do: NaN first, then negatives, zero, positives. A number is its normalized digits
+    /// (no trailing zeros) and adjusted exponent (that of its first digit), so that the exponent orders first and the
+    /// digits, as a string, next; a negative number's bytes are complemented, and end in 0xFF so that a longer one
+    /// (further from zero) sorts first.
+    package static func orderedBytes(_ decimal: Decimal) -> [UInt8] {
+        if decimal.isNaN { return [0] }
+        if decimal == 0 { return [2] }
+        let normalized = Decimal(canonicalText: decimal.canonicalText) ?? decimal
+        let digits = Array(normalized.significand.magnitude.description.utf8).map { $0 &- 48 &+ 1 }
+        let adjusted = normalized.exponent + digits.count - 1
+        let biased = UInt16(clamping: adjusted + 32_768)
+        var bytes = [UInt8(biased >> 8), UInt8(biased & 0xFF)] + digits
+        if normalized.sign == .minus {
+            bytes = bytes.map { ~$0 }
+            return [1] + bytes + [0xFF]
+        }
+        return [3] + bytes
     }
 
     /// The length of the index value encoding at the start of `bytes`, or `nil` when it is malformed.
@@ -234,7 +256,7 @@ public enum KeyEncoding {
         case 2, 3, 5: return 9
         case 6: return 17
         case 7: return 13
-        case 4, 8, 9:
+        case 4, 8, 9, 10:
             var index = start + 1
             while index + 1 < bytes.endIndex {
                 if bytes[index] == 0 {

@@ -519,17 +519,18 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
         #expect(error?.description == error?.message)
     }
 
-    @Test("decimal is refused, not mapped to double")
-    func decimalIsRefused() {
+    @Test("decimal is a decimal property, not mapped to double; a default that is not a decimal is refused")
+    func decimalIsADecimal() throws {
+        let schema = try Schema(
+            json:
+                #"{ "title": "Price", "properties": { "_id": { "bsonType": "int" }, "amount": { "bsonType": "decimal" } } }"#
+        )
+        #expect(schema[type: "Price"]?.properties.first { $0.name == "amount" }?.kind == .scalar(.decimal))
         let error = parseError(
-            #"{ "title": "Price", "properties": { "_id": { "bsonType": "int" }, "amount": { "bsonType": "decimal" } } }"#
+            #"{ "title": "Price", "properties": { "_id": { "bsonType": "int" }, "amount": { "bsonType": "decimal", "default": "12.5x" } } }"#
         )
-        #expect(error?.code == .unsupportedType)
-        #expect(
-            error?.message
-                == "schema.properties.amount.bsonType: decimal128 is not supported (Tributary has no decimal type); "
-                + "use double, or string for exact values"
-        )
+        #expect(error?.code == .invalidDefault)
+        #expect(error?.message.contains("'12.5x' is not a decimal number") == true, "\(String(describing: error))")
     }
 
     @Test("Unsupported shapes: sets, dictionaries, lists of lists, two types")

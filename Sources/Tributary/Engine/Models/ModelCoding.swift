@@ -110,6 +110,8 @@ enum ModelCoding {
             throw TributaryError(.wrongType, "'\(path)' is a link, but the model encoded \(value.kindName)")
         case (.scalar(.double), .value(.int(let int))):
             return .double(Double(int))
+        case (.scalar(.decimal), .value(.int(let int))):
+            return .decimal(Decimal(int))
         case (.scalar, .value(let value)):
             return value
         default:
@@ -258,6 +260,7 @@ final class TreeEncoder: Encoder {
         case let value as Data: return .data(value)
         case let value as UUID: return .uuid(value)
         case let value as ObjectID: return .objectId(value)
+        case let value as Decimal: return .decimal(value)
         case let value as PrimaryKey: return value.value
         case let value as any LinkValue: return .link(value.primaryKey)
         default: return nil
@@ -453,6 +456,12 @@ struct ValueDecoder: Decoder {
         case is ObjectID.Type:
             guard case .objectId(let id) = value else { throw mismatch() }
             result = id
+        case is Decimal.Type:
+            switch value {
+            case .decimal(let decimal): result = decimal
+            case .int(let int): result = Decimal(int)
+            default: throw mismatch()
+            }
         case is PrimaryKey.Type:
             guard let key = value.linkValue ?? PrimaryKey(value) else { throw mismatch() }
             result = key

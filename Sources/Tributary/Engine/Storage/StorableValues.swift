@@ -84,7 +84,7 @@ enum StorableValues {
                 }
             }
             return nil
-        case .null, .bool, .int, .double, .date, .uuid, .objectId:
+        case .null, .bool, .int, .double, .date, .uuid, .objectId, .decimal:
             return nil
         }
     }
