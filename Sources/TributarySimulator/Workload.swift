@@ -51,6 +51,7 @@ public enum Workload {
     static let extraProperties: [Property] = [
         .scalar("extraText", .string, optional: true), .scalar("extraNumber", .int, optional: true),
         .scalar("extraFlag", .bool, optional: true), .scalar("extraWhen", .date, optional: true),
+        .scalar("extraAmount", .decimal, optional: true),
     ]
 
     /// Extra properties a simulation may remove (a migration dropping them), concurrently with additions of them and
@@ -69,6 +70,8 @@ public enum Workload {
         case "extraNumber": .int(Int64(number))
         case "extraFlag": .bool(number % 2 == 0)
         case "extraWhen": .date(Date(timeIntervalSince1970: Double(number)))
+        // Written in several forms (12.50 and 12.5 are one value): replicas must store them alike.
+        case "extraAmount": .decimal(Decimal(sign: .plus, exponent: -(number % 3), significand: Decimal(number * 10)))
         default: .string("extra-\(number)")
         }
     }
@@ -76,6 +79,7 @@ public enum Workload {
     /// A default for each extra property, which some additions of it give.
     static let extraDefaults: [String: Value] = [
         "extraText": "none", "extraNumber": 7, "extraFlag": false, "extraWhen": .date(Date(timeIntervalSince1970: 0)),
+        "extraAmount": .decimal(Decimal(string: "0.10")!),
     ]
 
     static let keysPerType = 20
