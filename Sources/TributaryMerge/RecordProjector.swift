@@ -371,6 +371,7 @@ private struct RawRecordReader {
         case 13:
             guard let text = lengthPrefixed(maximum: limits.maximumValueBytes) else { return false }
             return Decimal(canonicalText: String(decoding: text, as: UTF8.self)) != nil
+        case 14: return skip(4)
         default: return false
         }
     }
@@ -409,6 +410,10 @@ private struct RawRecordReader {
             // A decimal, as its canonical text.
             guard let text = lengthPrefixed(maximum: limits.maximumValueBytes) else { return nil }
             return Decimal(canonicalText: String(decoding: text, as: UTF8.self)).map { .decimal($0) }
+        case 14:
+            guard remaining >= 4 else { return nil }
+            defer { offset += 4 }
+            return .float(Float(bitPattern: bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self).littleEndian))
         default:
             return nil
         }

@@ -125,7 +125,7 @@ private struct LimitWalker {
     private func valueProblem(_ value: Value, depth: Int) -> String? {
         if !checksBytes && !value.isNested { return nil }
         switch value {
-        case .null, .bool, .int, .double, .date, .uuid, .objectId, .decimal:
+        case .null, .bool, .int, .double, .date, .uuid, .objectId, .decimal, .float:
             return nil
         case .string(let string):
             return bytesProblem(string.utf8.count, "a string")

@@ -25,12 +25,14 @@ extension BinaryWriter {
         }
     }
 
-    /// A property shape in one byte (scalar type 1-8, link 9, embedded 10, decimal 11; bit 4 optional, bit 5 list),
+    /// A property shape in one byte (scalar type 1-8, link 9, embedded 10, decimal 11, float 12; bit 4 optional, bit 5
+    /// list),
     /// then a link's or embedded object's target: what shape notes and the states records keep aside hold.
     public mutating func shape(_ shape: PropertyShape, _ names: inout NameTable) {
         let flags: UInt8 = (shape.isOptional ? 0x10 : 0) | (shape.isList ? 0x20 : 0)
         switch shape.kind {
         case .scalar(.decimal): byte(11 | flags)
+        case .scalar(.float): byte(12 | flags)
         case .scalar(let type): byte(type.rawValue | flags)
         case .link(let target):
             byte(9 | flags)
@@ -177,8 +179,9 @@ extension BinaryReader {
         case 9: kind = .link(try name(names, "link target"))
         case 10: kind = .embedded(try name(names, "embedded type"))
         case 11: kind = .scalar(.decimal)
+        case 12: kind = .scalar(.float)
         case let code:
-            guard let scalar = ScalarType(rawValue: code), scalar != .decimal else {
+            guard let scalar = ScalarType(rawValue: code), scalar != .decimal, scalar != .float else {
                 throw error(.invalidTag, "unknown shape kind \(code)")
             }
             kind = .scalar(scalar)

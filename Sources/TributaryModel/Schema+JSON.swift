@@ -160,6 +160,7 @@ private let unsupportedBSONTypes: [String: String] = [
 private let scalarBSONTypes: [String: ScalarType] = [
     "string": .string, "int": .int, "long": .int, "double": .double, "bool": .bool, "date": .date,
     "objectId": .objectId, "uuid": .uuid, "binData": .data, "decimal": .decimal,
+    "float": .float,
 ]
 
 private let knownExtensions: Set<String> = [
@@ -703,6 +704,11 @@ private struct DefaultValues {
                 throw SchemaError(.invalidDefault, "\(path): '\(text)' is not a decimal number")
             }
             return .decimal(value)
+        case (.float, .number), (.float, .object):
+            guard let value = double(json) else {
+                throw mismatch(path, "a number, or {\"$numberDouble\": \"NaN\" | \"Infinity\" | \"-Infinity\"}", json)
+            }
+            return .float(Float(value))
         case (.decimal, .object(let members)):
             // Extended JSON: {"$numberDecimal": "12.50"}.
             guard members.count == 1, members[0].key == "$numberDecimal", case .string(let text) = members[0].value,
@@ -721,6 +727,7 @@ private struct DefaultValues {
             case .uuid: expected = "a UUID string"
             case .objectId: expected = "an objectId string"
             case .decimal: expected = "a decimal string such as \"12.50\""
+            case .float: expected = "a number"
             }
             throw mismatch(path, expected, json)
         }
@@ -903,6 +910,7 @@ private struct SchemaJSONWriter {
         case .uuid: "uuid"
         case .objectId: "objectId"
         case .decimal: "decimal"
+        case .float: "float"
         }
     }
 
@@ -925,6 +933,7 @@ private struct SchemaJSONWriter {
         case .uuid(let uuid): return .string(uuid.uuidString)
         case .objectId(let id): return .string(id.description)
         case .decimal(let decimal): return .object([("$numberDecimal", .string(decimal.canonicalText))])
+        case .float(let float): return TributaryModel.json(Double(float))
         case .link(let key): return json(for: key.value)
         case .embedded(let object):
             return .object(object.fields.keys.sorted().map { ($0, json(for: object.fields[$0] ?? .null)) })

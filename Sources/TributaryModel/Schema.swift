@@ -6,6 +6,8 @@ public enum ScalarType: UInt8, Hashable, Sendable, CaseIterable, CustomStringCon
     case int, double, string, data, date, uuid, objectId
     /// A decimal number (Realm's `Decimal128`), held as Foundation's `Decimal`.
     case decimal
+    /// A 32-bit floating-point number (Realm's `Float`).
+    case float
 
     public var description: String {
         switch self {
@@ -18,6 +20,7 @@ public enum ScalarType: UInt8, Hashable, Sendable, CaseIterable, CustomStringCon
         case .uuid: "uuid"
         case .objectId: "objectId"
         case .decimal: "decimal"
+        case .float: "float"
         }
     }
 }
@@ -625,7 +628,9 @@ extension Property {
         switch (kind, value) {
         case (.scalar(.bool), .bool), (.scalar(.int), .int), (.scalar(.double), .double),
             (.scalar(.string), .string), (.scalar(.data), .data), (.scalar(.date), .date),
-            (.scalar(.uuid), .uuid), (.scalar(.objectId), .objectId), (.scalar(.decimal), .decimal), (.link, .link):
+            (.scalar(.uuid), .uuid), (.scalar(.objectId), .objectId), (.scalar(.decimal), .decimal),
+            (.scalar(.float), .float),
+            (.link, .link):
             return nil
         case (.embedded(let type), .embedded(let object)):
             return object.type == type ? nil : "expected embedded \(type), got embedded \(object.type)"

@@ -47,7 +47,7 @@ package struct NameTable: Sendable {
 
 enum ValueTag: UInt8 {
     case null = 0
-    case boolFalse, boolTrue, int, double, string, data, date, uuid, objectId, link, embedded, list, decimal
+    case boolFalse, boolTrue, int, double, string, data, date, uuid, objectId, link, embedded, list, decimal, float
 }
 
 enum KeyTag: UInt8 {
@@ -109,6 +109,9 @@ extension BinaryWriter {
         case .decimal(let v):
             byte(ValueTag.decimal.rawValue)
             string(v.canonicalText)
+        case .float(let v):
+            byte(ValueTag.float.rawValue)
+            fixed32(v.bitPattern)
         case .link(let key):
             byte(ValueTag.link.rawValue)
             primaryKey(key)
@@ -188,6 +191,7 @@ extension BinaryReader {
                 throw error(.invalidValue, "'\(text.prefix(64))' is not a decimal in canonical form")
             }
             return .decimal(value)
+        case .float: return .float(Float(bitPattern: try fixed32()))
         case .link: return .link(try primaryKey())
         case .embedded:
             let type = try name(names, "embedded type")

@@ -127,6 +127,8 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     case objectId(ObjectID)
     /// A decimal number, stored in its canonical form (``Foundation/Decimal/canonicalText``).
     case decimal(Decimal)
+    /// A 32-bit floating-point number.
+    case float(Float)
     /// A link to the object of the property's target type with this primary key.
     case link(PrimaryKey)
     /// An embedded object, owned by its parent.
@@ -147,6 +149,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .uuid: "uuid"
         case .objectId: "objectId"
         case .decimal: "decimal"
+        case .float: "float"
         case .link: "link"
         case .embedded: "embedded object"
         case .list: "list"
@@ -175,6 +178,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     public var uuidValue: UUID? { if case .uuid(let v) = self { v } else { nil } }
     public var objectIdValue: ObjectID? { if case .objectId(let v) = self { v } else { nil } }
     public var decimalValue: Decimal? { if case .decimal(let v) = self { v } else { nil } }
+    public var floatValue: Float? { if case .float(let v) = self { v } else { nil } }
     public var linkValue: PrimaryKey? { if case .link(let v) = self { v } else { nil } }
     public var embeddedValue: EmbeddedObject? { if case .embedded(let v) = self { v } else { nil } }
     public var listValue: [Value]? { if case .list(let v) = self { v } else { nil } }
@@ -191,6 +195,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .uuid(let v): return v.uuidString
         case .objectId(let v): return "ObjectId(\(v))"
         case .decimal(let v): return v.canonicalText
+        case .float(let v): return "\(v)"
         case .link(let key): return "-> \(key)"
         case .embedded(let object):
             let fields = object.fields.keys.sorted().map { "\($0): \(object.fields[$0]!)" }
@@ -233,6 +238,8 @@ extension Value {
         case (.date(let a), .date(let b)):
             return a.timeIntervalSince1970.bitPattern == b.timeIntervalSince1970.bitPattern
         case (.double(let a), .double(let b)):
+            return a.bitPattern == b.bitPattern
+        case (.float(let a), .float(let b)):
             return a.bitPattern == b.bitPattern
         case (.list(let a), .list(let b)):
             return a.count == b.count && zip(a, b).allSatisfy { $0.storesAlike($1) }

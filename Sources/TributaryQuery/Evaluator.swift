@@ -263,6 +263,7 @@ struct Evaluator<Source: QueryObjectSource> {
                 switch value {
                 case .int(let int): total += Double(int)
                 case .double(let double): total += double
+                case .float(let float): total += Double(float)
                 default: continue
                 }
                 count += 1
@@ -295,6 +296,10 @@ struct Evaluator<Source: QueryObjectSource> {
                 any = true
                 isInteger = false
                 double += value
+            case .float(let value):
+                any = true
+                isInteger = false
+                double += Double(value)
             default:
                 continue
             }
@@ -312,6 +317,7 @@ extension Value {
         case .decimal(let decimal): decimal
         case .int(let int): Decimal(int)
         case .double(let double) where double.isFinite: Decimal(double)
+        case .float(let float) where float.isFinite: Decimal(Double(float))
         default: nil
         }
     }
@@ -321,6 +327,7 @@ extension Value {
         switch self {
         case .int(let int): Double(int)
         case .double(let double): double
+        case .float(let float): Double(float)
         default: nil
         }
     }

@@ -156,6 +156,11 @@ extension IndexConstraint {
         case (.decimal(let decimal), .int): return Int64(exactly: decimal).map(Value.int)
         case (.decimal(let decimal), .double): return Double(exactlyComparing: decimal).map(Value.double)
         case (.decimal, let type) where type != .decimal: return nil
+        case (.int(let int), .float): return Float(exactly: int).map(Value.float)
+        case (.double(let double), .float): return Float(exactly: double).map(Value.float)
+        case (.float(let float), .double): return .double(Double(float))
+        case (.float(let float), .int): return Int64(exactly: float).map(Value.int)
+        case (.float, let type) where type != .float: return nil
         default: return value
         }
     }
@@ -191,6 +196,9 @@ extension IndexConstraint {
             return .range(lower: bound, lowerInclusive: inclusive, upper: nil, upperInclusive: false)
         case (.decimal, let type) where type != .decimal:
             return nil
+        case (.int, .float), (.double, .float), (.float, .int), (.float, .double), (.float, .decimal):
+            // Left to a scan: the checker gives a float property float constants, so these are rare.
+            return nil
         case _ where isNaN(value):
             return .equal([])
         default:
@@ -218,6 +226,9 @@ extension IndexConstraint {
             guard let bound = decimalBound(value) else { return isNaN(value) ? .equal([]) : nil }
             return .range(lower: nil, lowerInclusive: false, upper: bound, upperInclusive: inclusive)
         case (.decimal, let type) where type != .decimal:
+            return nil
+        case (.int, .float), (.double, .float), (.float, .int), (.float, .double), (.float, .decimal):
+            // Left to a scan: the checker gives a float property float constants, so these are rare.
             return nil
         case _ where isNaN(value):
             return .equal([])

@@ -84,7 +84,7 @@ private func rank(_ value: Value) -> Int {
     switch value {
     case .null: 0
     case .bool: 1
-    case .int, .double, .decimal: 2
+    case .int, .double, .decimal, .float: 2
     case .string: 3
     case .data: 4
     case .date: 5

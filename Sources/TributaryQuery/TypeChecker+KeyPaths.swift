@@ -303,7 +303,8 @@ extension TypeChecker {
             elementType = type
         }
         let allowed: [ScalarType] =
-            aggregate == .min || aggregate == .max ? [.int, .double, .decimal, .date] : [.int, .double, .decimal]
+            aggregate == .min || aggregate == .max
+            ? [.int, .double, .decimal, .float, .date] : [.int, .double, .decimal, .float]
         guard allowed.contains(elementType) else {
             let kinds = aggregate == .min || aggregate == .max ? "numbers or dates" : "numbers"
             throw error(
@@ -311,7 +312,12 @@ extension TypeChecker {
                 "'\(written)' needs \(kinds), but \(subject)\(subSteps.isEmpty ? "" : " holds objects whose property") is \(elementType)",
                 at: component.position)
         }
-        let result: ScalarType = aggregate == .avg && elementType != .decimal ? .double : elementType
+        let result: ScalarType =
+            switch (aggregate, elementType) {
+            case (.avg, .decimal): .decimal
+            case (.avg, _), (.sum, .float): .double
+            default: elementType
+            }
         return (.aggregate(aggregate, subSteps), .scalar(result))
     }
 

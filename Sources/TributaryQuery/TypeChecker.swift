@@ -144,20 +144,42 @@ struct TypeChecker {
                 try checkPair(leftElement, rightElement, op: op, opName: opName, opPosition: syntax.opPosition)
             }
         }
+        // Constants compared with a float property are taken as floats, as Realm does: `price == 0.1` finds the
+        // float nearest 0.1, which no double equals.
+        let (leftOperand, rightOperand) = (
+            Self.asFloats(left.operand, against: right), Self.asFloats(right.operand, against: left)
+        )
         let rightQuantifier = syntax.rightQuantifier ?? .anyElement
         let elementwise =
             op != .between && left.operand.isMany && right.operand.isMany && syntax.quantifier == nil
             && syntax.rightQuantifier == nil
         var lookup: EqualityLookup?
         if op == .equal || op == .in, rightQuantifier == .anyElement, !elementwise,
-            case .constants(let values) = right.operand,
+            case .constants(let values) = rightOperand,
             values.count >= EqualityLookup.minimumCount
         {
             lookup = EqualityLookup(values, options: syntax.options)
         }
         return Comparison(
-            left: left.operand, op: op, options: syntax.options, quantifier: syntax.quantifier ?? .anyElement,
-            rightQuantifier: rightQuantifier, right: right.operand, lookup: lookup, elementwise: elementwise)
+            left: leftOperand, op: op, options: syntax.options, quantifier: syntax.quantifier ?? .anyElement,
+            rightQuantifier: rightQuantifier, right: rightOperand, lookup: lookup, elementwise: elementwise)
+    }
+
+    /// `operand`'s numbers as floats when `other` is a float property (every element of it a float), else `operand`.
+    private static func asFloats(_ operand: Operand, against other: Typed) -> Operand {
+        guard !other.elements.isEmpty, other.elements.allSatisfy({ $0.base == .scalar(.float) }) else { return operand }
+        func convert(_ value: Value) -> Value {
+            switch value {
+            case .int(let int): .float(Float(int))
+            case .double(let double): .float(Float(double))
+            default: value
+            }
+        }
+        switch operand {
+        case .constant(let value): return .constant(convert(value))
+        case .constants(let values): return .constants(values.map(convert))
+        default: return operand
+        }
     }
 
     private func checkPair(_ left: Element, _ right: Element, op: ComparisonOperator, opName: String, opPosition: Int)
@@ -180,7 +202,8 @@ struct TypeChecker {
         if op.isOrdering {
             for element in [left, right] {
                 switch element.base {
-                case .scalar(.int), .scalar(.double), .scalar(.decimal), .scalar(.date), .scalar(.string),
+                case .scalar(.int), .scalar(.double), .scalar(.decimal), .scalar(.float), .scalar(.date),
+                    .scalar(.string),
                     .scalar(.objectId), .scalar(.uuid):
                     continue
                 default:
@@ -212,7 +235,9 @@ struct TypeChecker {
         }
     }
 
-    private func isNumeric(_ type: ScalarType) -> Bool { type == .int || type == .double || type == .decimal }
+    private func isNumeric(_ type: ScalarType) -> Bool {
+        type == .int || type == .double || type == .decimal || type == .float
+    }
 
     // MARK: Operands
 
@@ -252,7 +277,7 @@ struct TypeChecker {
                 for element in side.elements {
                     switch element.base {
                     case .scalar(.int), .null: break
-                    case .scalar(.double): if result == .int { result = .double }
+                    case .scalar(.double), .scalar(.float): if result == .int { result = .double }
                     case .scalar(.decimal): result = .decimal
                     default:
                         throw error(
@@ -343,6 +368,7 @@ struct TypeChecker {
         case .uuid: .scalar(.uuid)
         case .objectId: .scalar(.objectId)
         case .decimal: .scalar(.decimal)
+        case .float: .scalar(.float)
         case .link(let key): .link(type: nil, key: key.type)
         case .embedded(let object): .embedded(object.type)
         // Lists are taken apart by the caller; a list element that is itself a list was refused there.

@@ -16,6 +16,9 @@ func queryOrder(_ left: Value, _ right: Value) -> Int? {
     case (.int(let a), .double(let b)): return compare(a, b)
     case (.double(let a), .int(let b)): return compare(b, a).map { -$0 }
     case (.decimal, _), (_, .decimal): return compareDecimals(left, right)
+    // A float holds a double exactly: compared as that double.
+    case (.float(let a), _): return queryOrder(.double(Double(a)), right)
+    case (_, .float(let b)): return queryOrder(left, .double(Double(b)))
     case (.string(let a), .string(let b)): return compareBytes(a.utf8, b.utf8)
     // As stored: a date read back can differ in its last bit from the one written (Foundation counts from 2001),
     // and both read the same seconds since 1970.
@@ -36,7 +39,7 @@ func queryEqual(_ left: Value, _ right: Value, options: StringOptions) -> Bool {
         if options.isEmpty { return a.hasSameUTF8(as: b) }
         return fold(a, options).hasSameUTF8(as: fold(b, options))
     case (.int, .int), (.int, .double), (.double, .int), (.double, .double), (.date, .date), (.decimal, _),
-        (_, .decimal):
+        (_, .decimal), (.float, _), (_, .float):
         return queryOrder(left, right) == 0
     case (.link(.string(let a)), .link(.string(let b))): return a.hasSameUTF8(as: b)
     case (.link(let a), .link(let b)): return a == b
@@ -175,6 +178,7 @@ func isNaN(_ value: Value) -> Bool {
     switch value {
     case .double(let double): double.isNaN
     case .decimal(let decimal): decimal.isNaN
+    case .float(let float): float.isNaN
     case .date(let date): date.timeIntervalSince1970.isNaN
     default: false
     }
@@ -238,6 +242,8 @@ enum EqualityKey: Hashable, Sendable {
         case .double(let double):
             if double.isNaN { return nil }
             if let int = Int64(exactly: double) { self = .integer(int) } else { self = .double(double.bitPattern) }
+        case .float(let float):
+            self.init(.double(Double(float)), options: options)
         case .string(let string):
             self = .string(Array((options.isEmpty ? string : fold(string, options)).utf8))
         case .date(let date):

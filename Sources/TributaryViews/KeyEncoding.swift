@@ -221,6 +221,10 @@ public enum KeyEncoding {
         case .decimal(let decimal):
             bytes.append(10)
             appendTerminated(orderedBytes(decimal), budget: budget, to: &bytes)
+        case .float(let float):
+            // As the double holding it exactly: the same order.
+            bytes.append(11)
+            appendOrdered(Double(float), to: &bytes)
         case .embedded, .list:
             return false
         }
@@ -253,7 +257,7 @@ public enum KeyEncoding {
         switch tag {
         case 0: return 1
         case 1: return 2
-        case 2, 3, 5: return 9
+        case 2, 3, 5, 11: return 9
         case 6: return 17
         case 7: return 13
         case 4, 8, 9, 10:

@@ -155,6 +155,7 @@ func text(_ value: Value) -> String {
     case .uuid(let uuid): return uuid.uuidString
     case .objectId(let id): return "ObjectId(\(id))"
     case .decimal(let decimal): return decimal.canonicalText
+    case .float(let float): return "\(float)"
     case .link(let key): return "-> \(text(key))"
     case .embedded(let object):
         return "{"
@@ -188,6 +189,7 @@ func json(_ value: Value) -> JSON {
     case .uuid(let uuid): return .object([("$uuid", .string(uuid.uuidString))])
     case .objectId(let id): return .object([("$oid", .string(id.description))])
     case .decimal(let decimal): return .object([("$numberDecimal", .string(decimal.canonicalText))])
+    case .float(let float): return .double(Double(float))
     case .link(let key): return .object([("$link", json(key))])
     case .embedded(let object):
         return .object(object.fields.keys.sorted().map { ($0, json(object.fields[$0] ?? .null)) })

@@ -112,6 +112,11 @@ enum ModelCoding {
             return .double(Double(int))
         case (.scalar(.decimal), .value(.int(let int))):
             return .decimal(Decimal(int))
+        case (.scalar(.float), .value(.double(let double))):
+            // A Swift Float encodes as a double (its models' default storage); a float property takes it back.
+            return .float(Float(double))
+        case (.scalar(.float), .value(.int(let int))):
+            return .float(Float(int))
         case (.scalar, .value(let value)):
             return value
         default:
@@ -442,8 +447,11 @@ struct ValueDecoder: Decoder {
             default: throw mismatch()
             }
         case is Float.Type:
-            guard case .double(let double) = value else { throw mismatch() }
-            result = Float(double)
+            switch value {
+            case .double(let double): result = Float(double)
+            case .float(let float): result = float
+            default: throw mismatch()
+            }
         case is Date.Type:
             guard case .date(let date) = value else { throw mismatch() }
             result = date

@@ -84,7 +84,7 @@ enum StorableValues {
                 }
             }
             return nil
-        case .null, .bool, .int, .double, .date, .uuid, .objectId, .decimal:
+        case .null, .bool, .int, .double, .date, .uuid, .objectId, .decimal, .float:
             return nil
         }
     }
