@@ -315,16 +315,11 @@ private func compareDecimals(_ left: Value, _ right: Value) -> Int? {
 extension Int64 {
     /// The decimal's value when it is an integer in range, else `nil`.
     init?(exactly decimal: Decimal) {
-        guard !decimal.isNaN,
-            decimal.exponent >= 0
-                || decimal
-                    == (decimal as NSDecimalNumber).rounding(
-                        accordingToBehavior: nil
-                    ).decimalValue
-        else { return nil }
-        guard decimal >= Decimal(Int64.min), decimal <= Decimal(Int64.max) else { return nil }
-        let number = decimal as NSDecimalNumber
-        let value = number.int64Value
+        guard !decimal.isNaN, decimal >= Decimal(Int64.min), decimal <= Decimal(Int64.max) else { return nil }
+        // In its normalized form (no trailing zeros), an integer has no negative exponent.
+        let normalized = Decimal(canonicalText: decimal.canonicalText) ?? decimal
+        guard normalized.exponent >= 0 else { return nil }
+        let value = (normalized as NSDecimalNumber).int64Value
         guard Decimal(value) == decimal else { return nil }
         self = value
     }

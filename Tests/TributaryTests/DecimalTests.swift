@@ -148,6 +148,11 @@ struct DecimalTests {
             ("BETWEEN {-1, 1}", [], expected { $0 >= -1 && $0 <= 1 }),
             ("IN {0.5, -1, $0}", [.decimal(Self.decimal("-0.5"))], expected { $0 == half || $0 == -1 || $0 == -half }),
             ("* 2 > 1", [], expected { $0 * 2 > 1 }),
+            // Eight or more constants are looked up by hash: the keys must equal as the comparisons do.
+            (
+                "IN {0.5, -1, 1, 2.0, 3, 4, 5, 6, 7.25, $0}", [.decimal(Self.decimal("-0.5"))],
+                expected { [half, -1, 1, 2, 3, 4, 5, 6, Self.decimal("7.25"), -half].contains($0) }
+            ),
         ]
         for (condition, arguments, want) in cases {
             #expect(!want.isEmpty || condition == "== 0.5", "\(condition) selects nothing: the test tests little")

@@ -79,6 +79,11 @@ struct FloatTests {
             ("BETWEEN {-1, 1}", [], expected { $0 >= -1 && $0 <= 1 }),
             ("IN {0.1, 1, 16777217}", [], expected { $0 == Float(0.1) || $0 == 1 || $0 == Float(16_777_217) }),
             ("== 16777216", [], expected { $0 == 16_777_216 }),
+            // Eight or more constants are looked up by hash, as floats too.
+            (
+                "IN {0.1, 0.5, 1, 2, 3, 4, 5, 6, -0.5}", [],
+                expected { [Float(0.1), 0.5, 1, 2, 3, 4, 5, 6, -0.5].contains($0) }
+            ),
         ]
         for (condition, arguments, want) in cases {
             #expect(!want.isEmpty, "\(condition) selects nothing: the test tests little")
