@@ -36,10 +36,28 @@ extension Decimal {
         }
         // Foundation parses a prefix ("12abc" as 12): the whole text must be a number, [sign] digits [. digits]
         // [e [sign] digits].
-        guard Self.isNumber(Array(trimmed.utf8)), let value = Decimal(string: trimmed, locale: Self.posix),
-            !value.isNaN
+        // Past 38 significant digits Foundation drops digits: such text is refused, not stored inexactly.
+        guard Self.isNumber(Array(trimmed.utf8)), Self.significantDigits(trimmed) <= 38,
+            let value = Decimal(string: trimmed, locale: Self.posix), !value.isNaN
         else { return nil }
         self = value
+    }
+
+    /// The decimal nearest `double`, as its shortest decimal form writes it (`19.99` for the double nearest 19.99;
+    /// Foundation's `Decimal(Double)` gives 19.98999999999999488 on Linux), or `nil` for a NaN, an infinity, or a
+    /// double beyond `Decimal`'s range.
+    public init?(nearest double: Double) {
+        guard double.isFinite, let value = Decimal(string: "\(double)", locale: Self.posix), !value.isNaN else {
+            return nil
+        }
+        self = value
+    }
+
+    /// The significant digits of number text: the digits before any exponent, without leading or trailing zeros.
+    private static func significantDigits(_ text: String) -> Int {
+        let mantissa = text.prefix { $0 != "e" && $0 != "E" }.filter(\.isNumber)
+        let trimmed = mantissa.drop { $0 == "0" }.reversed().drop { $0 == "0" }
+        return trimmed.count
     }
 
     private static func isNumber(_ bytes: [UInt8]) -> Bool {

@@ -316,8 +316,8 @@ extension Value {
         switch self {
         case .decimal(let decimal): decimal
         case .int(let int): Decimal(int)
-        case .double(let double) where double.isFinite: Decimal(double)
-        case .float(let float) where float.isFinite: Decimal(Double(float))
+        case .double(let double): Decimal(nearest: double)
+        case .float(let float): Decimal(nearest: Double(float))
         default: nil
         }
     }

@@ -169,7 +169,7 @@ extension IndexConstraint {
     private static func decimalBound(_ value: Value) -> Value? {
         switch value {
         case .int(let int): return .decimal(Decimal(int))
-        case .double(let double) where double.isFinite: return .decimal(Decimal(double))
+        case .double(let double): return Decimal(nearest: double).map(Value.decimal)
         default: return nil
         }
     }

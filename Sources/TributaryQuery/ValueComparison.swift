@@ -287,29 +287,53 @@ struct EqualityLookup: Hashable, Sendable {
     }
 }
 
-/// The comparison of two numbers of which one at least is a decimal, as decimals (Realm's rule): an integer converts
-/// exactly, a double to the decimal nearest it (as `Decimal(Double)` gives); `nil` for a NaN, or a value that is not
-/// a number. An infinite double is beyond every decimal.
-private func compareDecimals(_ left: Value, _ right: Value) -> Int? {
-    func decimal(_ value: Value) -> (Decimal?, infinite: Int) {
+/// A number as a decimal comparison sees it: a decimal, or where a double (or float) lies that no decimal holds.
+private enum DecimalOperand {
+    case value(Decimal)
+    /// Beyond every decimal: -1 below, 1 above (an infinity, or a double past `Decimal`'s range).
+    case beyond(Int)
+    /// Nearer zero than every decimal but zero, with its sign (a double below `Decimal`'s smallest magnitude).
+    case tiny(Int)
+
+    init?(_ value: Value) {
         switch value {
-        case .decimal(let decimal): return decimal.isNaN ? (nil, 0) : (decimal, 0)
-        case .int(let int): return (Decimal(int), 0)
+        case .decimal(let decimal):
+            if decimal.isNaN { return nil }
+            self = .value(decimal)
+        case .int(let int): self = .value(Decimal(int))
+        case .float(let float): self.init(.double(Double(float)))
         case .double(let double):
-            if double.isNaN { return (nil, 0) }
-            if double.isInfinite { return (nil, double < 0 ? -1 : 1) }
-            return (Decimal(double), 0)
-        default: return (nil, 0)
+            if double.isNaN { return nil }
+            if let decimal = Decimal(nearest: double) {
+                self = .value(decimal)
+            } else if double.isInfinite || double.magnitude >= 1 {
+                self = .beyond(double < 0 ? -1 : 1)
+            } else {
+                self = .tiny(double < 0 ? -1 : 1)
+            }
+        default: return nil
         }
     }
-    let (a, leftInfinite) = decimal(left)
-    let (b, rightInfinite) = decimal(right)
-    if leftInfinite != 0 || rightInfinite != 0 {
-        guard a != nil || leftInfinite != 0, b != nil || rightInfinite != 0 else { return nil }
-        return leftInfinite == rightInfinite ? 0 : (leftInfinite < rightInfinite ? -1 : 1)
+}
+
+/// The comparison of two numbers of which one at least is a decimal, as decimals (Realm's rule): an integer converts
+/// exactly, a double (or float) to the decimal its shortest form writes (`Decimal(nearest:)`); `nil` for a NaN, or a
+/// value that is not a number. An infinite double, or one past `Decimal`'s range, is beyond every decimal; one nearer
+/// zero than every decimal lies between zero and the decimals of its sign.
+private func compareDecimals(_ left: Value, _ right: Value) -> Int? {
+    guard let a = DecimalOperand(left), let b = DecimalOperand(right) else { return nil }
+    switch (a, b) {
+    case (.value(let x), .value(let y)): return x < y ? -1 : (x == y ? 0 : 1)
+    case (.beyond(let x), .beyond(let y)), (.tiny(let x), .tiny(let y)): return x == y ? 0 : (x < y ? -1 : 1)
+    case (.beyond(let x), _): return x
+    case (_, .beyond(let y)): return -y
+    case (.tiny(let sign), .value(let decimal)):
+        if decimal == 0 { return sign }
+        return decimal > 0 ? -1 : 1
+    case (.value(let decimal), .tiny(let sign)):
+        if decimal == 0 { return -sign }
+        return decimal > 0 ? 1 : -1
     }
-    guard let a, let b else { return nil }
-    return a < b ? -1 : (a == b ? 0 : 1)
 }
 
 extension Int64 {
@@ -329,9 +353,10 @@ extension Double {
     /// The double that ``queryOrder(_:_:)`` finds equal to `decimal`, when there is one: the double nearest the
     /// decimal, if converting it back gives the decimal.
     init?(exactlyComparing decimal: Decimal) {
-        guard !decimal.isNaN else { return nil }
-        let double = (decimal as NSDecimalNumber).doubleValue
-        guard double.isFinite, Decimal(double) == decimal else { return nil }
+        // Swift's parse is correctly rounded; Foundation's `doubleValue` is not on Linux.
+        guard !decimal.isNaN, let double = Double(decimal.description), double.isFinite,
+            Decimal(nearest: double) == decimal
+        else { return nil }
         self = double
     }
 }

@@ -179,6 +179,7 @@ public enum KeyEncoding {
             var inner: [UInt8] = []
             append(key, to: &inner)
             return fits(inner)
+        case .decimal(let decimal): return fits(orderedBytes(decimal))
         default: return true
         }
     }

@@ -52,6 +52,9 @@ struct DecimalTests {
         for text in ["12.50", "1e3", "+1", "abc", "1.2.3", "", " 1"] {
             #expect(Decimal(canonicalText: text) == nil, "\(text) is not canonical")
         }
+        // 39 significant digits would be stored inexactly: refused. Zeros around them do not count.
+        #expect(Decimal(parsing: "123456789012345678901234567890123456789") == nil)
+        #expect(Decimal(parsing: "0.000123456789012345678901234567890123456780000") != nil)
         for text in ["12abc", "1.2.3", "--1", "", "1e", "0x10"] {
             #expect(Decimal(parsing: text) == nil, "\(text) is not a number")
         }
@@ -92,7 +95,9 @@ struct DecimalTests {
     /// Decimals over a wide range of magnitudes and both signs, with repeats and a NaN.
     static func values(seed: UInt64) -> [Decimal] {
         var random = SplitMix64(seed: seed)
-        var values: [Decimal] = [0, .nan, Self.decimal("-0.5"), Self.decimal("0.5"), 1, -1]
+        var values: [Decimal] = [
+            0, .nan, Self.decimal("-0.5"), Self.decimal("0.5"), 1, -1, Self.decimal("19.99"), Self.decimal("-0.07"),
+        ]
         for _ in 0..<150 {
             let significand = Int64(random.next() % 2_000_001) - 1_000_000
             let exponent = Int(random.next() % 13) - 6
@@ -148,6 +153,14 @@ struct DecimalTests {
             ("BETWEEN {-1, 1}", [], expected { $0 >= -1 && $0 <= 1 }),
             ("IN {0.5, -1, $0}", [.decimal(Self.decimal("-0.5"))], expected { $0 == half || $0 == -1 || $0 == -half }),
             ("* 2 > 1", [], expected { $0 * 2 > 1 }),
+            // A double constant is the decimal its shortest form writes (Foundation's Decimal(Double) is not).
+            ("== 19.99", [], expected { $0 == Self.decimal("19.99") }),
+            ("== $0", [.double(-0.07)], expected { $0 == Self.decimal("-0.07") }),
+            // Doubles past Decimal's range, or nearer zero than it reaches, still order against every decimal.
+            ("> 1e-200", [], expected { $0 > 0 }),
+            ("< -1e-200", [], expected { $0 < 0 }),
+            ("< 1e300", [], expected { _ in true }),
+            ("> -1e300", [], expected { _ in true }),
             // Eight or more constants are looked up by hash: the keys must equal as the comparisons do.
             (
                 "IN {0.5, -1, 1, 2.0, 3, 4, 5, 6, 7.25, $0}", [.decimal(Self.decimal("-0.5"))],
