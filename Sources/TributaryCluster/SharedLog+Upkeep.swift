@@ -18,35 +18,54 @@ extension SharedLog {
     /// and reports the log kept for compaction are dropped with the epoch. This log handle keeps the old epoch: close
     /// it and open the log again.
     ///
+    /// A log that was compacted cannot be renewed: the start of its history is gone from it, so a new history could not
+    /// be built from what it holds.
+    ///
     /// - Returns: the new epoch.
     /// - Throws: ``SharedLogError`` with ``SharedLogError/Code/incompatible`` when the log's epoch is no longer the one
-    ///   this handle opened (another renewal came first); what PostgreSQL answers.
+    ///   this handle opened (another renewal came first); ``SharedLogError/Code/compacted`` when the log was
+    ///   compacted; what PostgreSQL answers.
     public func renewEpoch() async throws(SharedLogError) -> UUID {
         let name = configuration.log
         let old = epoch
         let new = UUID()
         let client = client
         let logger = logger
-        let renewed = try await operation {
+        let renewed = try await operation { () -> Int64? in
             try await client.withTransaction(logger: logger) { connection in
-                var renewed = false
+                var compacted: Int64?
                 let rows = try await connection.query(
                     """
                     UPDATE tributary_logs SET epoch = \(new), retired_epochs = retired_epochs || epoch,
                         reports_since = NULL, reports_round = NULL
-                    WHERE log = \(name) AND epoch = \(old) RETURNING log
+                    WHERE log = \(name) AND epoch = \(old) AND compacted_through = 0 RETURNING compacted_through
                     """, logger: logger)
-                for try await _ in rows.decode(String.self) { renewed = true }
-                guard renewed else { return false }
+                for try await value in rows.decode(Int64.self) { compacted = value }
+                guard compacted != nil else {
+                    // Not renewed: say why (another renewal, or a compaction).
+                    for try await value in try await connection.query(
+                        "SELECT compacted_through FROM tributary_logs WHERE log = \(name) AND epoch = \(old)",
+                        logger: logger
+                    ).decode(Int64.self) { return value }
+                    return nil
+                }
                 try await connection.query("DELETE FROM tributary_followers WHERE log = \(name)", logger: logger)
                 try await connection.query("DELETE FROM tributary_sync_reports WHERE log = \(name)", logger: logger)
-                return true
+                return 0
             }
         }
-        guard renewed else {
+        guard let renewed else {
             throw SharedLogError(
                 .incompatible,
                 "the epoch of the shared log '\(name)' is no longer \(old): it was renewed already; open it again")
+        }
+        guard renewed == 0 else {
+            throw SharedLogError(
+                .compacted,
+                "the shared log '\(name)' was compacted through position \(renewed): the start of its history is "
+                    + "gone from it, so a new history cannot be built from it. Restore PostgreSQL from a backup that "
+                    + "holds what the daemons applied, or keep running the daemons read-only; run PostgreSQL with a "
+                    + "synchronous standby so that a failover loses nothing (docs/Operating.md)")
         }
         logger.notice("renewed the epoch of the shared log '\(name)': \(old) retired, \(new) now")
         return new
@@ -174,23 +193,28 @@ extension SharedLog {
         guard through > from else { return nil }
         // The mark first: a reader past it sees the entries it needs; one behind it is told the log was compacted,
         // even before the rows are gone. Then the rows, in short statements that do not hold appenders back.
-        try await connection.query(
+        var marked = false
+        for try await _ in try await connection.query(
             """
             UPDATE tributary_logs SET compacted_through = greatest(compacted_through, \(through))
-            WHERE log = \(name) AND epoch = \(epoch)
-            """, logger: logger)
+            WHERE log = \(name) AND epoch = \(epoch) RETURNING compacted_through
+            """, logger: logger
+        ).decode(Int64.self) { marked = true }
+        guard marked else { return nil }  // the epoch changed meanwhile: nothing is dropped
+        // Every row at or below the mark goes, in batches, whatever an earlier compaction cut off left behind.
         var dropped = 0
-        var start = from
-        while start < through {
-            let end = min(through, start + 10_000)
+        while true {
             var count = 0
             for try await _ in try await connection.query(
                 """
-                DELETE FROM tributary_changesets WHERE log = \(name) AND seq > \(start) AND seq <= \(end) RETURNING seq
+                DELETE FROM tributary_changesets WHERE log = \(name) AND seq IN (
+                    SELECT seq FROM tributary_changesets WHERE log = \(name) AND seq <= \(through)
+                    ORDER BY seq LIMIT 10000)
+                RETURNING seq
                 """, logger: logger
             ).decode(Int64.self) { count += 1 }
             dropped += count
-            start = end
+            if count < 10_000 { break }
         }
         return Compaction(through: UInt64(through), dropped: dropped)
     }
@@ -213,9 +237,14 @@ extension SharedLog {
 
     /// Stores what devices reported to this daemon (the latest report of each wins), so that every daemon of the
     /// cluster compacts its replica only through what every device seen anywhere within the retention holds.
-    package func publishSyncReports(_ reports: [ReplicaID: SyncReport]) async throws(SharedLogError) {
+    /// With `onlyNew`, stores only the reports of devices the log has none of: a device's first report, published at
+    /// once, must not replace a fuller one that a round published meanwhile within the same second.
+    package func publishSyncReports(_ reports: [ReplicaID: SyncReport], onlyNew: Bool = false)
+        async throws(SharedLogError)
+    {
         guard !reports.isEmpty else { return }
         let name = configuration.log
+        let epoch = epoch
         let client = client
         let logger = logger
         var replicas: [Int64] = []
@@ -228,12 +257,26 @@ extension SharedLog {
             times.append(Int64(min(report.time, UInt64(Int64.max))))
             vectors.append(ByteBuffer(bytes: writer.bytes))
         }
+        if onlyNew {
+            _ = try await operation { [replicas, times, vectors] in
+                try await client.query(
+                    """
+                    INSERT INTO tributary_sync_reports (log, replica, reported, holds)
+                    SELECT \(name), r, t, h
+                    FROM unnest(\(replicas)::bigint[], \(times)::bigint[], \(vectors)::bytea[]) AS u(r, t, h)
+                    WHERE EXISTS (SELECT 1 FROM tributary_logs WHERE log = \(name) AND epoch = \(epoch))
+                    ON CONFLICT (log, replica) DO NOTHING
+                    """, logger: logger)
+            }
+            return
+        }
         _ = try await operation { [replicas, times, vectors] in
             try await client.query(
                 """
                 INSERT INTO tributary_sync_reports (log, replica, reported, holds)
                 SELECT \(name), r, t, h FROM unnest(\(replicas)::bigint[], \(times)::bigint[], \(vectors)::bytea[])
                     AS u(r, t, h)
+                WHERE EXISTS (SELECT 1 FROM tributary_logs WHERE log = \(name) AND epoch = \(epoch))
                 ON CONFLICT (log, replica) DO UPDATE SET
                     holds = CASE WHEN excluded.reported >= tributary_sync_reports.reported
                         THEN excluded.holds ELSE tributary_sync_reports.holds END,

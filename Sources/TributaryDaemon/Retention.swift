@@ -35,6 +35,10 @@ final class Retention: Sendable {
         var changed: Set<ReplicaID> = []
         var compactions = 0
         var logCompactions = 0
+        /// In a cluster: the replicas whose report this daemon only learned from the log (another daemon serves
+        /// them). It publishes only what it heard itself: republished, a report learned a while ago could replace a
+        /// fuller one made within the same second.
+        var learned: Set<ReplicaID> = []
         /// The sessions open now, by replica (accepted or dialled): those replicas count as reporting now.
         var open: [ReplicaID: Int] = [:]
         /// The stored reports could not be read: nothing is compacted by this process.
@@ -73,6 +77,7 @@ final class Retention: Sendable {
             }
             let left = (state.open[other] ?? 1) - 1
             state.open[other] = left > 0 ? left : nil
+            state.learned.remove(other)
             if let report = state.reports[other] {
                 state.reports[other] = SyncReport(time: max(report.time, now), vector: report.vector)
                 state.changed.insert(other)
@@ -94,14 +99,19 @@ final class Retention: Sendable {
             report.vector.formUnion(vector)
             state.reports[other] = report
             state.changed.insert(other)
+            state.learned.remove(other)
             return known ? nil : report
         }
         if let first {
             let replica = replica
             let logger = logger
+            let log = cluster?.log
             Task.detached {
                 do {
                     try replica.storeSyncReports([other: first])
+                    // In a cluster, at once too: another daemon's compaction must count a device that only this one
+                    // has seen.
+                    try await log?.publishSyncReports([other: first], onlyNew: true)
                 } catch {
                     logger.error("could not store the first sync report of \(other): \(error)")
                 }
@@ -202,15 +212,27 @@ final class Retention: Sendable {
         guard let cluster else {
             return try await offload { [self] in try compactOnce(now: now, minimumFraction: minimumFraction) }
         }
+        // A daemon whose log went back compacts nothing: its position no longer means what the log holds.
+        guard await cluster.wentBack == nil else { return nil }
         let log = cluster.log
         let (reports, connected) = served(now: now)
-        var published = reports
+        let learned = state.withLock { $0.learned }
+        var published = reports.filter { !learned.contains($0.key) || connected.contains($0.key) }
         for replica in connected { published[replica]?.time = now }
         try await log.publishSyncReports(published)
         let shared = try await log.syncReports(since: now > windowSeconds ? now - windowSeconds : 0)
         state.withLock { state in
-            for (replica, report) in shared where (state.reports[replica]?.time ?? 0) < report.time {
-                state.reports[replica] = report
+            // A device's holdings only grow (a reset device has a new id): what any daemon heard of it, it still
+            // holds, so reports join, whichever is newer.
+            for (replica, report) in shared {
+                guard var known = state.reports[replica] else {
+                    state.reports[replica] = report
+                    state.learned.insert(replica)
+                    continue
+                }
+                known.vector.formUnion(report.vector)
+                known.time = max(known.time, report.time)
+                state.reports[replica] = known
             }
         }
         let since = try await log.syncReportsCoverage(now: now, gap: gapSeconds)

@@ -245,8 +245,11 @@ public final class SyncServer: Sendable {
             // Serve from the log's state: a restarted daemon applies what it missed before apps connect, and refuses
             // a log that went back behind what it applied, or was compacted past it.
             try await cluster.checkPosition()
-            try await cluster.catchUp()
+            // Recorded before the catch-up too: a daemon started on a copy of another's replica holds back compactions
+            // of the log from its first moment.
             try await cluster.recordPosition()
+            try await cluster.catchUp()
+            try await cluster.recordPosition(force: true)
             let logger = configuration.logger
             let following = Task { [interval = configuration.clusterPollInterval] in
                 await cluster.run(interval: interval) { error in

@@ -37,6 +37,22 @@ struct ClusterUpkeepTests {
         }
     }
 
+    /// Runs `daemon`'s retention rounds at `time` until the log's report of `app` says it holds all it does: a daemon
+    /// hears what an app holds from its acknowledgements, which trail its downloads.
+    static func roundsUntilReported(
+        _ app: Replica, by daemon: Cluster.Daemon, log: SharedLog, asOf time: UInt64
+    ) async throws {
+        let deadline = ContinuousClock.now + .seconds(120)
+        while try await log.syncReports(since: 0)[app.replicaID]?.vector.includes(app.versionVector) != true {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("the report of \(app.replicaID) never reached the log")
+                throw CancellationError()
+            }
+            _ = try await daemon.server.compactHistory(asOf: time, minimumFraction: 0)
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
     @Test(
         "After the log lost commits, a renewed epoch starts a new history: daemons start on empty directories, and an app that synced before is reset and writes again what the log lost"
     )
@@ -138,9 +154,11 @@ struct ClusterUpkeepTests {
         // A round on each daemon: each shares what its apps hold, and one of them drops the log's entries, which
         // both daemons applied.
         let start = Self.seconds()
-        _ = try await d1.server.compactHistory(asOf: start, minimumFraction: 0)
-        _ = try await d2.server.compactHistory(asOf: start, minimumFraction: 0)
         let log = try await SharedLogTests.open(postgres)
+        // d1 hears what a holds from a's acknowledgements, which trail its downloads: rounds until a's report in the
+        // log says a holds everything it does.
+        try await Self.roundsUntilReported(a, by: d1, log: log, asOf: start)
+        _ = try await d2.server.compactHistory(asOf: start, minimumFraction: 0)
         let head = try await log.head()
         #expect(try await log.compactedThrough() == head)
         #expect(try await log.followers().count >= 2)
@@ -152,6 +170,9 @@ struct ClusterUpkeepTests {
         for index in 0..<10 { try await Self.create(b, "c\(index)") }
         try await Cluster.bounded("b's second upload") { try await sessionB.waitForUpload() }
         try await Cluster.eventually("d2 applied b's writes") { try Cluster.title(d2.replica, "c9") == .string("c9") }
+
+        try await Cluster.bounded("b's download") { try await sessionB.waitForDownload() }
+        try await Self.roundsUntilReported(b, by: d2, log: log, asOf: start)
 
         // A retention later, d2 compacts its replica: through what a (which never connected to d2) holds, not
         // through what b holds.
@@ -187,6 +208,11 @@ struct ClusterUpkeepTests {
             d3.replica.versionVector == d2.replica.versionVector && d1.replica.versionVector == d2.replica.versionVector
         }
         #expect(try d3.replica.inspection.recordsDigest() == d1.replica.inspection.recordsDigest())
+
+        // A compacted log cannot be given a new epoch: the start of its history is gone from it.
+        let renewal = await #expect(throws: SharedLogError.self) { try await log.renewEpoch() }
+        #expect(renewal?.code == .compacted, "\(String(describing: renewal))")
+        #expect(try await SharedLogTests.open(postgres).epoch == log.epoch)
 
         await back.close()
         await sessionB.close()
