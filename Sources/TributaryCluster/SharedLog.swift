@@ -267,6 +267,20 @@ public final class SharedLog: Sendable {
                     "appending \(changesets.count) changesets to the log '\(name)' returned the positions "
                         + "\(positions.map { "\($0)" } ?? "none"): the log's tables are damaged")
             }
+            // The append returned: it is on the standby (with synchronous replication). Followers may now apply it.
+            // The mark need not wait for the standby itself: a mark lost in a failover only holds followers back
+            // until the next append raises it past it.
+            let highest = positions.max() ?? 0
+            try await client.withTransaction(logger: logger) { connection in
+                try await connection.query("SET LOCAL synchronous_commit TO local", logger: logger)
+                try await connection.query(
+                    """
+                    WITH marked AS (
+                        UPDATE tributary_logs SET durable_head = greatest(durable_head, \(highest))
+                        WHERE log = \(name) RETURNING durable_head)
+                    SELECT pg_notify('tributary_appended', \(name) || ':' || durable_head) FROM marked
+                    """, logger: logger)
+            }
             return positions.map { UInt64($0) }
         }
     }
@@ -306,7 +320,8 @@ public final class SharedLog: Sendable {
                 SELECT l.epoch, l.compacted_through, c.seq, c.origin, c.origin_sequence, c.body
                 FROM tributary_logs l LEFT JOIN LATERAL (
                     SELECT seq, origin, origin_sequence, body FROM tributary_changesets
-                    WHERE log = l.log AND seq > \(Int64(sequence)) ORDER BY seq LIMIT \(Int64(limit))) c ON true
+                    WHERE log = l.log AND seq > \(Int64(sequence)) AND seq <= l.durable_head
+                    ORDER BY seq LIMIT \(Int64(limit))) c ON true
                 WHERE l.log = \(name)
                 """, logger: logger)
             var epoch: UUID?
@@ -388,19 +403,60 @@ public final class SharedLog: Sendable {
 
     private struct TimedOut: Error {}
 
+    /// Resumes a continuation once, whichever of the operation, its timer or a cancellation comes first.
+    private final class FirstOutcome<Value: Sendable>: Sendable {
+        private let state: Mutex<CheckedContinuation<Value, any Error>?>
+
+        init(_ continuation: CheckedContinuation<Value, any Error>) { state = Mutex(continuation) }
+
+        /// Resumes with `outcome` unless something did before; whether this call did.
+        @discardableResult
+        func resume(_ outcome: Swift.Result<Value, any Error>) -> Bool {
+            guard
+                let continuation = state.withLock({ state in
+                    defer { state = nil }
+                    return state
+                })
+            else {
+                return false
+            }
+            continuation.resume(with: outcome)
+            return true
+        }
+    }
+
+    /// Runs `body`, failing with ``SharedLogError/Code/timedOut`` after `timeout`. The wait really ends then: a
+    /// query PostgreSQL does not answer (a commit waiting for a synchronous standby that is gone) cannot be
+    /// cancelled, so it is left to finish on its own instead of being waited for, as a task group would.
     private static func withTimeout<Result: Sendable>(
         _ timeout: Duration, _ location: String, _ body: @escaping @Sendable () async throws -> Result
     ) async throws(SharedLogError) -> Result {
+        let tasks = Mutex<[Task<Void, Never>]>([])
         do {
-            return try await withThrowingTaskGroup(of: Result?.self) { group in
-                group.addTask { try await body() }
-                group.addTask {
-                    try await Task.sleep(for: timeout)
-                    return nil
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Result, any Error>) in
+                    let outcome = FirstOutcome(continuation)
+                    let work = Task {
+                        do {
+                            outcome.resume(.success(try await body()))
+                        } catch {
+                            outcome.resume(.failure(error))
+                        }
+                    }
+                    let timer = Task {
+                        do {
+                            try await Task.sleep(for: timeout)
+                        } catch {
+                            // Cancelled: the caller was.
+                            if outcome.resume(.failure(CancellationError())) { work.cancel() }
+                            return
+                        }
+                        if outcome.resume(.failure(TimedOut())) { work.cancel() }
+                    }
+                    tasks.withLock { $0 = [work, timer] }
                 }
-                defer { group.cancelAll() }
-                guard let first = try await group.next(), let result = first else { throw TimedOut() }
-                return result
+            } onCancel: {
+                for task in tasks.withLock({ $0 }) { task.cancel() }
             }
         } catch is TimedOut {
             throw SharedLogError(

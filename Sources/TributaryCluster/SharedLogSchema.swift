@@ -9,7 +9,7 @@ import PostgresNIO
 /// with a clear error instead of writing to them.
 enum SharedLogSchema {
     /// The version of the tables this build writes.
-    static let version: Int32 = 3
+    static let version: Int32 = 4
 
     /// The SQL state `tributary_append` raises when the log's epoch is not the one the appender names.
     static let retiredEpochState = "TRB01"
@@ -144,6 +144,14 @@ enum SharedLogSchema {
             END
             $$
             """,
+        ],
+        // The durable head: the last position whose append returned to its appender, and so is on a synchronous
+        // standby. PostgreSQL shows a commit to other sessions before the standby confirms it; a follower that
+        // applied such an entry, and then saw the primary fail over to a standby without it, would hold a changeset
+        // the log no longer has. Followers read no further than the durable head.
+        [
+            "ALTER TABLE tributary_logs ADD COLUMN durable_head bigint NOT NULL DEFAULT 0",
+            "UPDATE tributary_logs SET durable_head = head",
         ],
     ]
 

@@ -144,10 +144,39 @@ struct SharedLogTests {
             // Opening migrates nothing twice.
             #expect(
                 try server.sql("SELECT version FROM tributary_schema").trimmingCharacters(in: .whitespacesAndNewlines)
-                    == "3")
+                    == "4")
             for log in [chat, tasks, again] { await log.close() }
             await #expect(throws: SharedLogError.self) { try await chat.head() }
         }
+    }
+
+    @Test(
+        "With a synchronous standby, a reader never gets an entry the standby lacks, though the primary shows it after a cancelled wait"
+    )
+    func readersGetDurableEntriesOnly() async throws {
+        let primary = try PostgresServer.start()
+        defer { primary.stop() }
+        let standby = try primary.startStandby()
+        defer { standby.stop() }
+        try primary.requireSynchronousStandby()
+        let reader = try await Self.open(primary)
+        let writer = try await Self.open(primary, timeout: .seconds(3))
+        #expect(try await writer.append([Self.changeset(8, 1)]) == [1])
+        #expect(try await reader.entries(after: 0, limit: 10).map(\.sequence) == [1])
+
+        // The standby gone, a commit waits for it. Cancelled (a timeout, an operator), the wait ends and PostgreSQL
+        // shows the row to other sessions, though no standby has it.
+        standby.stop()
+        let stuck = await #expect(throws: SharedLogError.self) { try await writer.append([Self.changeset(8, 2)]) }
+        #expect(stuck?.code == .timedOut)
+        _ = try primary.sql("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+        #expect(
+            try primary.sql("SELECT count(*) FROM tributary_changesets").trimmingCharacters(in: .whitespacesAndNewlines)
+                == "2")
+        // A follower reading now would apply a changeset a promoted standby would not have: the reader does not get it.
+        #expect(try await reader.entries(after: 0, limit: 10).map(\.sequence) == [1])
+        await reader.close()
+        await writer.close()
     }
 
     @Test("An append wakes a listener on another connection")
@@ -158,7 +187,8 @@ struct SharedLogTests {
             let heads = Task { () -> [UInt64] in
                 var seen: [UInt64] = []
                 for try await head in follower.appendNotifications() {
-                    seen.append(head)
+                    // An append announces its head twice: as it commits, and once it is durable (readable).
+                    if seen.last != head { seen.append(head) }
                     if head == 0 {
                         _ = try await writer.append([Self.changeset(3, 1)])
                         _ = try await writer.append([Self.changeset(3, 2), Self.changeset(3, 3)])
@@ -204,12 +234,12 @@ struct SharedLogTests {
             try server.sql("DROP TABLE tributary_followers, tributary_sync_reports")
             try server.sql(
                 "ALTER TABLE tributary_logs DROP COLUMN retired_epochs, DROP COLUMN reports_since, "
-                    + "DROP COLUMN reports_round")
+                    + "DROP COLUMN reports_round, DROP COLUMN durable_head")
             try server.sql("UPDATE tributary_schema SET version = 1")
             let again = try await Self.open(server)
             #expect(
                 try server.sql("SELECT version FROM tributary_schema").trimmingCharacters(in: .whitespacesAndNewlines)
-                    == "3")
+                    == "4")
             #expect(try await again.append([Self.changeset(5, 1), Self.changeset(5, 2)]) == [1, 2])
             // A changeset given twice in one append is stored once; both get its position.
             #expect(try await again.append([Self.changeset(6, 1), Self.changeset(6, 1)]) == [3, 3])
