@@ -271,16 +271,15 @@ public final class SharedLog: Sendable {
             // The mark need not wait for the standby itself: a mark lost in a failover only holds followers back
             // until the next append raises it past it.
             let highest = positions.max() ?? 0
-            try await client.withTransaction(logger: logger) { connection in
-                try await connection.query("SET LOCAL synchronous_commit TO local", logger: logger)
-                try await connection.query(
-                    """
-                    WITH marked AS (
-                        UPDATE tributary_logs SET durable_head = greatest(durable_head, \(highest))
-                        WHERE log = \(name) RETURNING durable_head)
-                    SELECT pg_notify('tributary_appended', \(name) || ':' || durable_head) FROM marked
-                    """, logger: logger)
-            }
+            // One statement, one implicit transaction: the setting applies to its own commit.
+            try await client.query(
+                """
+                WITH local AS (SELECT set_config('synchronous_commit', 'local', true)),
+                marked AS (
+                    UPDATE tributary_logs SET durable_head = greatest(durable_head, \(highest))
+                    WHERE log = \(name) RETURNING durable_head)
+                SELECT pg_notify('tributary_appended', \(name) || ':' || durable_head) FROM marked, local
+                """, logger: logger)
             return positions.map { UInt64($0) }
         }
     }
