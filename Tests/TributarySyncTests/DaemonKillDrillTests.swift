@@ -701,9 +701,10 @@ struct DaemonKillDrillTests {
         return child.waitForExit(timeout: 0)
     }
 
-    /// Waits until the session's state satisfies `predicate`.
+    /// Waits until the session's state satisfies `predicate`, as long as a transfer may take: on a machine busy with
+    /// the rest of the suite, the test process can be slow to run the session's tasks (in one CI run, more than 30 s).
     static func waitForState(
-        _ session: SyncSession, _ what: String, timeout: Duration = .seconds(30),
+        _ session: SyncSession, _ what: String, timeout: Duration = patience,
         _ predicate: @escaping @Sendable (SyncSession.State) -> Bool
     ) async throws {
         try await LoopbackSyncTests.within(timeout, what) {
