@@ -10,6 +10,15 @@ indirect enum Predicate: Hashable, Sendable {
     case or([Predicate])
     case not(Predicate)
     case comparison(Comparison)
+    case geoWithin(GeoWithin)
+}
+
+/// `path GEOWITHIN region`: whether the point an embedded object stores lies within `region`; for a to-many path,
+/// `quantifier` says how many of its points must.
+struct GeoWithin: Hashable, Sendable {
+    var path: KeyPath
+    var region: GeoRegion
+    var quantifier: Quantifier
 }
 
 /// A checked comparison.

@@ -15,6 +15,15 @@ struct Evaluator<Source: QueryObjectSource> {
         case .or(let terms): return terms.contains { matches($0, object) }
         case .not(let inner): return !matches(inner, object)
         case .comparison(let comparison): return evaluate(comparison, object)
+        case .geoWithin(let geo):
+            func within(_ value: Value) -> Bool { GeoPoint(stored: value).map(geo.region.contains) ?? false }
+            let points = values(of: geo.path, in: object)
+            guard geo.path.isToMany else { return points.first.map(within) ?? false }
+            switch geo.quantifier {
+            case .anyElement: return points.contains(where: within)
+            case .allElements: return points.allSatisfy(within)
+            case .noElement: return !points.contains(where: within)
+            }
         }
     }
 

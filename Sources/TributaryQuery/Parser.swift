@@ -166,14 +166,18 @@ struct Parser {
             do {
                 let predicate = try parseParenthesizedPredicate(depth: depth)
                 // `(a + b) * 2 > 1` and `(a) > 1` start with parentheses too: an operator after ')' says so.
-                if !isArithmeticOperator(current) && comparisonOperator(current) == nil { return predicate }
+                if !isArithmeticOperator(current) && comparisonOperator(current) == nil
+                    && !current.isKeyword("GEOWITHIN")
+                {
+                    return predicate
+                }
                 predicateError = error("expected AND, OR or ')'")
             } catch {
                 predicateError = error
             }
             (index, nextPlaceholder) = saved
             do {
-                return .comparison(try parseComparison(depth: depth))
+                return try parseComparison(depth: depth)
             } catch {
                 throw predicateError
             }
@@ -186,7 +190,7 @@ struct Parser {
             _ = advance()
             return .constant(false)
         }
-        return .comparison(try parseComparison(depth: depth))
+        return try parseComparison(depth: depth)
     }
 
     private mutating func parseParenthesizedPredicate(depth: Int) throws(QueryError) -> SyntaxPredicate {
@@ -226,7 +230,7 @@ struct Parser {
         return quantifier
     }
 
-    private mutating func parseComparison(depth: Int) throws(QueryError) -> SyntaxComparison {
+    private mutating func parseComparison(depth: Int) throws(QueryError) -> SyntaxPredicate {
         let quantifierPosition = current.start
         let quantifier = parseQuantifier()
         let left = try parseSum(
@@ -235,6 +239,13 @@ struct Parser {
                 ? "expected a predicate: a property, a value, '(', NOT, TRUEPREDICATE or FALSEPREDICATE"
                 : "expected a key path or a list after '\(previousText)'")
         let leftText = text(left.start, left.end)
+        if current.isKeyword("GEOWITHIN") {
+            _ = advance()
+            return .geoWithin(
+                SyntaxGeoWithin(
+                    quantifier: quantifier, quantifierPosition: quantifierPosition, path: left,
+                    shape: try parseGeoShape()))
+        }
         let opToken = current
         guard let op = comparisonOperator(opToken) else {
             throw error("expected a comparison operator after '\(leftText)'\(found)")
@@ -257,10 +268,86 @@ struct Parser {
                 expected: rightQuantifier == nil
                     ? "expected a value after '\(opText)'" : "expected a key path or a list after '\(previousText)'")
         }
-        return SyntaxComparison(
-            quantifier: quantifier, quantifierPosition: quantifierPosition, left: left, op: op, opText: opText,
-            opPosition: opToken.start, options: options, rightQuantifier: rightQuantifier,
-            rightQuantifierPosition: rightQuantifierPosition, right: right)
+        return .comparison(
+            SyntaxComparison(
+                quantifier: quantifier, quantifierPosition: quantifierPosition, left: left, op: op, opText: opText,
+                opPosition: opToken.start, options: options, rightQuantifier: rightQuantifier,
+                rightQuantifierPosition: rightQuantifierPosition, right: right))
+    }
+
+    // MARK: Geospatial shapes
+
+    /// `geoBox([lng, lat], [lng, lat])`, `geoCircle([lng, lat], radians)`, `geoPolygon({[lng, lat], ...}, ...)`,
+    /// or an argument.
+    private mutating func parseGeoShape() throws(QueryError) -> SyntaxGeoShape {
+        let start = current.start
+        switch current.kind {
+        case .argument(let number):
+            _ = advance()
+            return SyntaxGeoShape(kind: .argument(number, placeholder: false), start: start)
+        case .placeholder:
+            _ = advance()
+            defer { nextPlaceholder += 1 }
+            return SyntaxGeoShape(kind: .argument(nextPlaceholder, placeholder: true), start: start)
+        case .identifier(let name) where token(at: 1).isSymbol(.leftParen):
+            let shape = name.lowercased()
+            guard ["geobox", "geocircle", "geopolygon"].contains(shape) else { break }
+            _ = advance()
+            _ = advance()
+            let kind: SyntaxGeoShape.Kind
+            switch shape {
+            case "geobox":
+                let bottomLeft = try parseGeoPoint("the bottom-left corner, as in geoBox([-1, -1], [1, 1])")
+                try expect(.comma, "expected ',' and the top-right corner after the bottom-left one")
+                kind = .box(bottomLeft, try parseGeoPoint("the top-right corner, as in geoBox([-1, -1], [1, 1])"))
+            case "geocircle":
+                let center = try parseGeoPoint("the center, as in geoCircle([12.5, 55.7], 0.01)")
+                try expect(.comma, "expected ',' and the radius in radians after the center")
+                kind = .circle(center, radius: try parseGeoNumber("the radius in radians"))
+            default:
+                var rings: [[SyntaxGeoPoint]] = []
+                repeat {
+                    try expect(
+                        .leftBrace, "expected '{' to start a ring, as in geoPolygon({[0, 0], [1, 0], [1, 1], [0, 0]})")
+                    var ring: [SyntaxGeoPoint] = []
+                    repeat {
+                        ring.append(try parseGeoPoint("a vertex [longitude, latitude]"))
+                    } while try consumeComma()
+                    try expect(.rightBrace, "expected ',' or '}' in the ring")
+                    rings.append(ring)
+                } while try consumeComma()
+                kind = .polygon(rings)
+            }
+            try expect(.rightParen, "expected ')' to end the shape")
+            return SyntaxGeoShape(kind: kind, start: start)
+        default:
+            break
+        }
+        throw error("expected geoBox(...), geoCircle(...), geoPolygon(...) or an argument after GEOWITHIN\(found)")
+    }
+
+    /// `[longitude, latitude]` or `[longitude, latitude, altitude]`.
+    private mutating func parseGeoPoint(_ what: String) throws(QueryError) -> SyntaxGeoPoint {
+        let start = current.start
+        try expect(.leftBracket, "expected \(what)")
+        var coordinates: [SyntaxExpression] = []
+        repeat {
+            coordinates.append(try parseGeoNumber("a coordinate"))
+        } while try consumeComma()
+        guard coordinates.count == 2 || coordinates.count == 3 else {
+            throw error("a point is [longitude, latitude] or [longitude, latitude, altitude]", at: start)
+        }
+        try expect(.rightBracket, "expected ']' after the point's coordinates")
+        return SyntaxGeoPoint(coordinates: coordinates, start: start)
+    }
+
+    /// A number or an argument.
+    private mutating func parseGeoNumber(_ what: String) throws(QueryError) -> SyntaxExpression {
+        let value = try parseSimpleValue(expected: "expected \(what)")
+        switch value.kind {
+        case .literal(.int), .literal(.double), .argument: return value
+        default: throw error("expected \(what): a number or an argument such as $0", at: value.start)
+        }
     }
 
     private func comparisonOperator(_ token: Token) -> ComparisonOperator? {

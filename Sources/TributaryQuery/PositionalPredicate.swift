@@ -110,6 +110,8 @@ extension Query {
                 case (.keyPath, _), (.arithmetic, _), (.subqueryCount, _):
                     return nil
                 }
+            case .geoWithin:
+                return nil
             }
         }
         guard let root = compile(predicate) else { return nil }

@@ -178,6 +178,8 @@ public struct Query: Hashable, Sendable, CustomStringConvertible {
             case .comparison(let comparison):
                 visit(comparison.left)
                 visit(comparison.right)
+            case .geoWithin(let geo):
+                body(geo.path)
             }
         }
         visit(predicate)

@@ -16,6 +16,37 @@ indirect enum SyntaxPredicate: Hashable, Sendable {
     case or([SyntaxPredicate])
     case not(SyntaxPredicate)
     case comparison(SyntaxComparison)
+    case geoWithin(SyntaxGeoWithin)
+}
+
+/// `[ANY|ALL|NONE] keypath GEOWITHIN shape`.
+struct SyntaxGeoWithin: Hashable, Sendable {
+    var quantifier: Quantifier?
+    var quantifierPosition: Int
+    var path: SyntaxExpression
+    var shape: SyntaxGeoShape
+}
+
+/// `geoBox(...)`, `geoCircle(...)` or `geoPolygon(...)`, its numbers as written (literals or arguments), or an
+/// argument standing for a whole shape.
+struct SyntaxGeoShape: Hashable, Sendable {
+    enum Kind: Hashable, Sendable {
+        /// The bottom-left and the top-right corners.
+        case box(SyntaxGeoPoint, SyntaxGeoPoint)
+        /// The center and the radius in radians.
+        case circle(SyntaxGeoPoint, radius: SyntaxExpression)
+        /// The outer ring, then the holes.
+        case polygon([[SyntaxGeoPoint]])
+        case argument(Int, placeholder: Bool)
+    }
+    var kind: Kind
+    var start: Int
+}
+
+/// `[longitude, latitude]` or `[longitude, latitude, altitude]`.
+struct SyntaxGeoPoint: Hashable, Sendable {
+    var coordinates: [SyntaxExpression]
+    var start: Int
 }
 
 /// `[ANY|ALL|NONE] left op[modifiers] [ANY|ALL|NONE] right`.

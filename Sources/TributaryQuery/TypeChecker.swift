@@ -78,6 +78,8 @@ struct TypeChecker {
             return .or(checked)
         case .comparison(let comparison):
             return .comparison(try check(comparison))
+        case .geoWithin(let geo):
+            return .geoWithin(try check(geo))
         }
     }
 
@@ -344,7 +346,7 @@ struct TypeChecker {
         return String(decoding: utf8[lower..<upper], as: UTF8.self)
     }
 
-    private func argument(_ index: Int, placeholder: Bool, at position: Int) throws(QueryError) -> Value {
+    func argument(_ index: Int, placeholder: Bool, at position: Int) throws(QueryError) -> Value {
         guard index < arguments.count else {
             let given = arguments.count == 1 ? "1 argument was given" : "\(arguments.count) arguments were given"
             let message =

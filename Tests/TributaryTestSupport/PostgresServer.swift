@@ -132,13 +132,13 @@ package final class PostgresServer: Sendable {
     /// Stops the server at once, as a crash would (`pg_ctl -m immediate`); the directory stays.
     package func kill() {
         guard let binaries = Self.binaries else { return }
-        try? run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-m", "immediate", "-w", "stop"], asServer: true)
+        _ = try? run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-m", "immediate", "-w", "stop"], asServer: true)
     }
 
     /// Stops the server and removes its directory.
     package func stop() {
         if let binaries = Self.binaries {
-            try? run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-m", "fast", "-w", "stop"], asServer: true)
+            _ = try? run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-m", "fast", "-w", "stop"], asServer: true)
         }
         try? FileManager.default.removeItem(atPath: directory)
     }

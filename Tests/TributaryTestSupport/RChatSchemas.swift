@@ -1,4 +1,4 @@
-package import Foundation
+import Foundation
 
 // RChat (the MongoDB flexible-sync sample chat app): its schemas as App Services prints them (JSON Schema), copied
 // verbatim from the published article.

@@ -361,6 +361,58 @@ struct QueryAndObservationTests {
         }
     }
 
+    @Test("geoWithin through a replica: reads, live results that follow a moved point, and subscriptions")
+    func geoWithinThroughAReplica() async throws {
+        let directory = TemporaryDirectory()
+        let replica = try open(
+            directory,
+            types: [
+                ObjectSchema(
+                    name: "Shop", properties: [.scalar("_id", .string), Property("location", .embedded("Location"))]),
+                .embedded(
+                    "Location",
+                    properties: [.scalar("type", .string), Property("coordinates", .scalar(.double), list: true)]),
+            ])
+        @Sendable func point(_ longitude: Double, _ latitude: Double) -> Value {
+            .embedded(
+                EmbeddedObject(
+                    type: "Location",
+                    fields: ["type": "Point", "coordinates": .list([.double(longitude), .double(latitude)])]))
+        }
+        try await replica.write { txn in
+            try txn.create("Shop", ["_id": "norreport", "location": point(12.5715, 55.6832)])
+            try txn.create("Shop", ["_id": "kodbyen", "location": point(12.5589, 55.6672)])
+            try txn.create("Shop", ["_id": "berlin", "location": point(13.3973, 52.5117)])
+        }
+        // Within 2.5 km of Nørreport (2.5 / 6378.1 radians).
+        let nearby = "location geoWithin geoCircle([12.5715, 55.6832], $0) SORT(_id ASC)"
+        let radius: Value = .double(2.5 / 6378.1)
+        #expect(
+            try replica.objects("Shop", where: nearby, arguments: [radius]).map(\.primaryKey) == [
+                .string("kodbyen"), .string("norreport"),
+            ])
+        var iterator = replica.observe("Shop", where: nearby, arguments: [radius]).makeAsyncIterator()
+        #expect(try await iterator.next()?.results.count == 2)
+        // The shop in Berlin moves to Copenhagen: the live results take it in.
+        try await replica.write {
+            try $0.update("Shop", primaryKey: .string("berlin"), ["location": point(12.568, 55.676)])
+        }
+        #expect(
+            try await iterator.next()?.results.map(\.primaryKey) == [
+                .string("berlin"), .string("kodbyen"), .string("norreport"),
+            ])
+        // A flexible-sync subscription may select by region.
+        let set = try replica.subscriptions.commit {
+            $0.append("Shop", where: "location geoWithin geoBox([12.4, 55.6], [12.7, 55.8])")
+        }
+        #expect(set.count == 1)
+        #expect {
+            try replica.objects("Shop", where: "location geoWithin geoCircle([0, 0], -1)")
+        } throws: { error in
+            "\(error)".contains("non-negative")
+        }
+    }
+
     @Test("A commit to another type does not wake the observer; cancelling ends observation")
     func irrelevantCommitsDoNotWake() async throws {
         let directory = TemporaryDirectory()
