@@ -11,6 +11,15 @@ indirect enum Predicate: Hashable, Sendable {
     case not(Predicate)
     case comparison(Comparison)
     case geoWithin(GeoWithin)
+    case fullText(FullTextSearch)
+}
+
+/// `path TEXT 'words'`: whether the string at `path` holds every word of `terms` and none it excludes; for a to-many
+/// path, `quantifier` says how many of its strings must.
+struct FullTextSearch: Hashable, Sendable {
+    var path: KeyPath
+    var terms: FullTextTerms
+    var quantifier: Quantifier
 }
 
 /// `path GEOWITHIN region`: whether the point an embedded object stores lies within `region`; for a to-many path,

@@ -24,6 +24,18 @@ struct Evaluator<Source: QueryObjectSource> {
             case .allElements: return points.allSatisfy(within)
             case .noElement: return !points.contains(where: within)
             }
+        case .fullText(let search):
+            func found(_ value: Value) -> Bool {
+                guard case .string(let text) = value else { return false }
+                return search.terms.matches(text)
+            }
+            let texts = values(of: search.path, in: object)
+            guard search.path.isToMany else { return texts.first.map(found) ?? false }
+            switch search.quantifier {
+            case .anyElement: return texts.contains(where: found)
+            case .allElements: return texts.allSatisfy(found)
+            case .noElement: return !texts.contains(where: found)
+            }
         }
     }
 

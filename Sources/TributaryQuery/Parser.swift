@@ -13,9 +13,14 @@ import TributaryModel
 /// atom        := '(' predicate ')' | 'TRUEPREDICATE' | 'FALSEPREDICATE' | comparison
 /// comparison  := quantifier? sum operator modifier? quantifier? sum
 ///              | quantifier? sum 'BETWEEN' '{' value ',' value '}'
+///              | quantifier? keypath 'GEOWITHIN' (shape | '$' digits)
+/// shape       := 'geoBox' '(' point ',' point ')' | 'geoCircle' '(' point ',' number ')'
+///              | 'geoPolygon' '(' ring (',' ring)* ')'
+/// ring        := '{' point (',' point)* '}'
+/// point       := '[' number ',' number (',' number)? ']'
 /// quantifier  := 'ANY' | 'SOME' | 'ALL' | 'NONE'
 /// operator    := '==' | '=' | '!=' | '<>' | '<' | '<=' | '=<' | '>' | '>=' | '=>'
-///              | 'BEGINSWITH' | 'ENDSWITH' | 'CONTAINS' | 'LIKE' | 'IN'
+///              | 'BEGINSWITH' | 'ENDSWITH' | 'CONTAINS' | 'LIKE' | 'IN' | 'TEXT'
 /// modifier    := '[' ('c' | 'd' | 'cd') ']'
 /// sum         := product (('+' | '-') product)*
 /// product     := value (('*' | '/') value)*
@@ -365,6 +370,7 @@ struct Parser {
             if token.isKeyword("LIKE") { return .like }
             if token.isKeyword("IN") { return .in }
             if token.isKeyword("BETWEEN") { return .between }
+            if token.isKeyword("TEXT") { return .text }
             return nil
         default: return nil
         }

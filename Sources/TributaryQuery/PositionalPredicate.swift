@@ -110,7 +110,7 @@ extension Query {
                 case (.keyPath, _), (.arithmetic, _), (.subqueryCount, _):
                     return nil
                 }
-            case .geoWithin:
+            case .geoWithin, .fullText:
                 return nil
             }
         }

@@ -180,6 +180,8 @@ public struct Query: Hashable, Sendable, CustomStringConvertible {
                 visit(comparison.right)
             case .geoWithin(let geo):
                 body(geo.path)
+            case .fullText(let search):
+                body(search.path)
             }
         }
         visit(predicate)

@@ -184,6 +184,8 @@ enum ComparisonOperator: Hashable, Sendable {
     case equal, notEqual, less, lessEqual, greater, greaterEqual
     case beginsWith, endsWith, contains, like
     case `in`, between
+    /// `TEXT`: full-text search of a string's words.
+    case text
 
     var isOrdering: Bool {
         switch self {

@@ -76,6 +76,8 @@ struct TypeChecker {
             var checked: [Predicate] = []
             for term in terms { checked.append(try check(term)) }
             return .or(checked)
+        case .comparison(let comparison) where comparison.op == .text:
+            return .fullText(try checkFullText(comparison))
         case .comparison(let comparison):
             return .comparison(try check(comparison))
         case .geoWithin(let geo):

@@ -63,6 +63,9 @@ func queryCompare(_ left: Value, _ op: ComparisonOperator, _ right: Value, optio
     case .greaterEqual: return queryOrder(left, right).map { $0 >= 0 } ?? false
     case .beginsWith, .endsWith, .contains, .like: return stringOperator(op, left, right, options: options)
     case .between: return false
+    case .text:
+        guard case .string(let text) = left, case .string(let search) = right else { return false }
+        return FullTextTerms(search)?.matches(text) ?? false
     }
 }
 
