@@ -64,8 +64,12 @@ public struct ResultsObservation<Element: Sendable>: AsyncSequence, Sendable {
     }
 
     func fetch(in snapshot: Snapshot) throws -> [DynamicObject] {
-        if let query { return try snapshot.objects(type, where: query, arguments: arguments) }
-        return try snapshot.objects(type)
+        let objects =
+            if let query { try snapshot.objects(type, where: query, arguments: arguments) } else {
+                try snapshot.objects(type)
+            }
+        // With their computed properties, which a commit to a linking object changes (and so the results).
+        return try snapshot.addingLinkingObjects(objects)
     }
 
     /// The results after the commits `registration` announced, with the change from `old`; `nil` when none of them
@@ -166,7 +170,11 @@ public struct ObjectObservation<Object: Sendable>: AsyncSequence, Sendable {
 
         public mutating func next() async throws -> ObjectChange<Object>? {
             let fetch = { [observation] in
-                try observation.replica.object(observation.type, primaryKey: observation.primaryKey)
+                try observation.replica.read { snapshot in
+                    try snapshot.object(observation.type, primaryKey: observation.primaryKey).map {
+                        try snapshot.addingLinkingObjects($0, BacklinkKeys())
+                    }
+                }
             }
             let change = { [observation] (object: DynamicObject?) throws -> ObjectChange<Object> in
                 try object.map { .exists(try observation.transform($0)) } ?? .absent
@@ -421,6 +429,7 @@ extension Snapshot {
         // Links show up in the types reachable from the type: its own (a link to itself) or its embedded types'.
         let reachable = schema.typesReachable(from: typeName)
         guard changed.allSatisfy({ $0.type == typeName }), let type = schema[type: typeName], !type.isEmbedded,
+            type.linkingObjects.isEmpty,
             !reachable.contains(where: { name in
                 schema[type: name]?.properties.contains { if case .link = $0.kind { true } else { false } } ?? false
             })

@@ -10,7 +10,7 @@ extension Schema {
     public init(models: [any Model.Type], version: UInt64 = 0) throws {
         var probe = SchemaProbe()
         for model in models { try probe.add(model) }
-        self.init(version: version, types: probe.types)
+        self.init(version: version, types: try probe.resolvingLinkingObjects(models))
         do { try validateDeclaration() } catch {
             throw TributaryError(
                 .schemaMismatch, "the schema of the model types is invalid: \(error)", underlying: error)
@@ -36,10 +36,19 @@ extension CodingUserInfoKey {
 /// and type the initializer asks for.
 struct SchemaProbe {
     var types: [ObjectSchema] = []
+    /// The ``LinkingObjects`` properties of each model type: their names and source types, in declaration order.
+    var linkingObjects: [String: [(name: String, source: String)]] = [:]
 
     mutating func add(_ model: any Model.Type) throws {
         guard !types.contains(where: { $0.name == model.typeName }) else { return }
         var properties = try probe(model, typeName: model.typeName)
+        for name in model.originProperties.keys.sorted()
+        where !(linkingObjects[model.typeName] ?? []).contains(where: { $0.name == name }) {
+            throw TributaryError(
+                .schemaMismatch,
+                "\(model.typeName) gives an origin property for '\(name)', which is not one of its LinkingObjects properties"
+            )
+        }
         for index in properties.indices where model.indexedProperties.contains(properties[index].name) {
             properties[index].isIndexed = true
         }
@@ -64,6 +73,44 @@ struct SchemaProbe {
             primaryKey: nil)
         types.removeAll { $0.name == type.typeName }
         types.append(.embedded(type.typeName, properties: properties))
+    }
+
+    /// The probed types with their ``ObjectSchema/linkingObjects``: each one's source type's link property that points
+    /// at the type, the one ``Model/originProperties`` names or else the only one there is.
+    func resolvingLinkingObjects(_ models: [any Model.Type]) throws -> [ObjectSchema] {
+        var resolved = types
+        for index in resolved.indices {
+            let type = resolved[index]
+            guard let declared = linkingObjects[type.name] else { continue }
+            let origins = models.first { $0.typeName == type.name }?.originProperties ?? [:]
+            for (name, source) in declared {
+                guard let sourceType = types.first(where: { $0.name == source }) else {
+                    throw TributaryError(
+                        .schemaMismatch,
+                        "\(type.name).\(name) lists objects of \(source), which is not among the models the replica "
+                            + "is opened with; add \(source).self to them")
+                }
+                let links = sourceType.properties.filter { $0.kind == .link(type.name) }.map(\.name)
+                let origin: String
+                if let given = origins[name] {
+                    origin = given
+                } else if links.count == 1 {
+                    origin = links[0]
+                } else {
+                    throw TributaryError(
+                        .schemaMismatch,
+                        links.isEmpty
+                            ? "\(type.name).\(name) lists the \(source) objects linking to it, but \(source) has no "
+                                + "Link<\(type.name)> property"
+                            : "\(type.name).\(name): \(source) links to \(type.name) through "
+                                + "\(links.joined(separator: " and ")); name the one it lists in "
+                                + "static var originProperties = [\"\(name)\": \"\(links[0])\"]")
+                }
+                resolved[index].linkingObjects.append(
+                    LinkingObjectsProperty(name, originType: source, originProperty: origin))
+            }
+        }
+        return resolved
     }
 
     /// Gives `properties` their defaults: those `declared` (``Model/defaultValues``), and where it gives none, the
@@ -131,6 +178,15 @@ struct SchemaProbe {
         if let problem = recorder.problem {
             throw TributaryError(.schemaMismatch, "\(typeName).\(problem)")
         }
+        if !recorder.linkingObjects.isEmpty {
+            guard type is any Model.Type else {
+                throw TributaryError(
+                    .schemaMismatch,
+                    "\(typeName).\(recorder.linkingObjects[0].name) is LinkingObjects, but an embedded object cannot be "
+                        + "linked to: only a Model can list the objects linking to it")
+            }
+            linkingObjects[typeName] = recorder.linkingObjects
+        }
         for embedded in recorder.embeddedTypes { try addEmbedded(embedded) }
         return recorder.properties
     }
@@ -140,10 +196,18 @@ struct SchemaProbe {
 final class ProbeRecorder {
     var properties: [Property] = []
     var embeddedTypes: [any EmbeddedModel.Type] = []
+    /// The ``LinkingObjects`` properties: computed, not stored.
+    var linkingObjects: [(name: String, source: String)] = []
     var problem: String?
 
     func record(_ name: String, _ type: Any.Type, optional: Bool) {
         guard !properties.contains(where: { $0.name == name }) else { return }
+        if let computed = type as? any LinkingObjectsValue.Type {
+            if !linkingObjects.contains(where: { $0.name == name }) {
+                linkingObjects.append((name, computed.sourceTypeName))
+            }
+            return
+        }
         guard let (kind, isList, elementOptional) = Self.describe(type) else {
             if problem == nil {
                 problem =

@@ -31,6 +31,10 @@ public protocol Model: Codable, Sendable {
     /// takes as defaults where ``defaultValues`` gives none. The `@Model` macro (`import TributaryMacros`) fills it
     /// in from the declaration. Default: none.
     static var initialValues: [String: any Encodable] { get }
+    /// For each ``LinkingObjects`` property, the link property of its source type that points at this type (Realm's
+    /// `originProperty`): needed only when the source type links to this type through more than one property.
+    /// Default: none.
+    static var originProperties: [String: String] { get }
 }
 
 extension Model {
@@ -39,6 +43,7 @@ extension Model {
     public static var indexedProperties: Set<String> { [] }
     public static var defaultValues: [String: Value] { [:] }
     public static var initialValues: [String: any Encodable] { [:] }
+    public static var originProperties: [String: String] { [:] }
 }
 
 /// An embedded object type defined by a Swift `Codable` struct: owned by one parent object, deleted with it,

@@ -165,7 +165,9 @@ public final class Snapshot: ObjectReading {
     public var schema: Schema {
         checkValid()
         if let cachedSchema { return cachedSchema }
-        let schema = (try? replica.views.schema(in: storage)) ?? nil ?? replica.schema
+        let stored = (try? replica.views.schema(in: storage)) ?? nil
+        // With the computed properties the app declared, which are not stored.
+        let schema = stored.map(replica.withDeclaredLinkingObjects) ?? replica.schema
         cachedSchema = schema
         return schema
     }

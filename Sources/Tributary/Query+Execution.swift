@@ -81,13 +81,17 @@ extension Schema {
     }
 
     /// The types whose changes can change the result of a query on `type`: itself and every type reachable through
-    /// links, at any depth, including through embedded objects.
+    /// links, at any depth, including through embedded objects, and the origin types of computed properties
+    /// (``ObjectSchema/linkingObjects``).
     func typesReachable(from type: String) -> Set<String> {
         var reached: Set<String> = [type]
         var queue = [type]
         while let name = queue.popLast() {
-            for property in self[type: name]?.properties ?? [] {
-                guard let target = property.kind.objectType, !reached.contains(target) else { continue }
+            let type = self[type: name]
+            // Computed properties read their origin type's objects.
+            let targets =
+                (type?.properties ?? []).compactMap(\.kind.objectType) + (type?.linkingObjects ?? []).map(\.originType)
+            for target in targets where !reached.contains(target) {
                 reached.insert(target)
                 queue.append(target)
             }

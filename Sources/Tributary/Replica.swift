@@ -177,10 +177,10 @@ public final class Replica: Sendable {
                     try deleteReplicaFiles(in: directory)
                     let fresh = try openStorage(directory: directory, configuration: configuration)
                     try fresh.reconcile(schema: schema, migration: nil)
-                    fresh.appSchema.withLock { $0 = schema }
+                    fresh.declare(schema)
                     return fresh
                 }
-                replica.appSchema.withLock { $0 = schema }
+                replica.declare(schema)
             }
             // Without a schema, the stored one is used; a new replica gets one with the first changesets it integrates.
             return replica
@@ -552,12 +552,25 @@ public final class Replica: Sendable {
         return names.filter { indexed(old, $0) != indexed(new, $0) }
     }
 
+    /// Keeps `schema` as the one the app opened the replica with, and gives the current schema its computed
+    /// properties (``ObjectSchema/linkingObjects``).
+    func declare(_ schema: Schema) {
+        appSchema.withLock { $0 = schema }
+        state.withLock { $0.schema = $0.schema.withLinkingObjects(of: schema) }
+    }
+
+    /// `schema`, a merged one, with the computed properties of the schema the app opened the replica with.
+    func withDeclaredLinkingObjects(_ schema: Schema) -> Schema {
+        schema.withLinkingObjects(of: appSchema.withLock { $0 })
+    }
+
     func didCommit(_ commit: PreparedCommit, head: LogHead) {
+        let schema = commit.schemaChanged ? withDeclaredLinkingObjects(commit.schema) : nil
         let previous = state.withLock { state in
             let previous = state.head.localSequence
             state.head = head
             state.versionVector = commit.versionVector
-            if commit.schemaChanged { state.schema = commit.schema }
+            if let schema { state.schema = schema }
             state.clock = HybridLogicalClock(latest: max(state.clock.latest, commit.clock))
             return previous
         }

@@ -187,15 +187,28 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
     public var properties: [Property] {
         didSet { index = PropertyIndex(properties) }
     }
+    /// Properties computed from links (Realm's `LinkingObjects`): the objects of another type whose link property
+    /// points at the object. Never stored, written or synced, so not part of equality: a replica computes them as it
+    /// reads, from the schema the app opened it with.
+    public var linkingObjects: [LinkingObjectsProperty] = []
     /// Property positions by name, rebuilt whenever the properties change; not part of equality.
     private var index: PropertyIndex
 
-    public init(name: String, primaryKey: String? = "_id", embedded: Bool = false, properties: [Property]) {
+    public init(
+        name: String, primaryKey: String? = "_id", embedded: Bool = false, properties: [Property],
+        linkingObjects: [LinkingObjectsProperty] = []
+    ) {
         self.name = name
         self.primaryKey = embedded ? nil : primaryKey
         self.isEmbedded = embedded
         self.properties = properties
+        self.linkingObjects = linkingObjects
         self.index = PropertyIndex(properties)
+    }
+
+    /// The computed property named `name`, if any.
+    public subscript(linkingObjects name: String) -> LinkingObjectsProperty? {
+        linkingObjects.first { $0.name == name }
     }
 
     public static func == (lhs: ObjectSchema, rhs: ObjectSchema) -> Bool {
@@ -511,6 +524,7 @@ public struct Schema: Hashable, Sendable {
     public func validateDeclaration() throws(SchemaError) {
         try validate()
         try validateDefaults()
+        try validateLinkingObjects()
     }
 
     /// Checks that no property has a default that would not merge alike (``Property/hasMergeableDefault``).
@@ -598,7 +612,7 @@ public struct Schema: Hashable, Sendable {
     }
 }
 
-private func isValidName(_ name: String) -> Bool {
+func isValidName(_ name: String) -> Bool {
     guard let first = name.unicodeScalars.first, !name.isEmpty, name.utf8.count <= 200 else { return false }
     guard first == "_" || first.properties.isAlphabetic else { return false }
     return name.unicodeScalars.allSatisfy { $0 == "_" || $0.properties.isAlphabetic || ("0"..."9").contains($0) }

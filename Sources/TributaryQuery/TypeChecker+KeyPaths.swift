@@ -182,9 +182,23 @@ extension TypeChecker {
                 "'\(root.name).\(previous)' is a \(steps.last.map(describeStep) ?? "value") and has no property '\(component.name)'",
                 at: component.position)
         }
+        if type[property: component.name] == nil, let computed = type[linkingObjects: component.name] {
+            // A declared LinkingObjects property: the backlinks of `@links.Origin.property`.
+            guard let origin = schema[type: computed.originType], let originKey = origin.primaryKeyProperty?.name,
+                let key = type.primaryKeyProperty?.name
+            else {
+                throw error(
+                    .unknownProperty,
+                    "'\(type.name).\(computed.name)' lists objects of '\(computed.originType)', which the schema lacks",
+                    at: component.position)
+            }
+            let source = BacklinkSource(type: origin.name, property: computed.originProperty, keyProperty: originKey)
+            return (PathStep(name: computed.name, target: .backlinks([source], keyProperty: key), isList: true), origin)
+        }
         guard let property = type[property: component.name] else {
             var message = "\(owner(steps, type: type)) has no property '\(component.name)'"
-            if let suggestion = closestName(to: component.name, in: type.properties.map(\.name)) {
+            let names = type.properties.map(\.name) + type.linkingObjects.map(\.name)
+            if let suggestion = closestName(to: component.name, in: names) {
                 message += "; did you mean '\(suggestion)'?"
             }
             throw error(.unknownProperty, message, at: component.position)

@@ -357,7 +357,7 @@ struct QueryAndObservationTests {
         #expect {
             try replica.subscriptions.commit { $0.append("Person", where: "@links.Note.author.@count > 0") }
         } throws: { error in
-            (error as? TributaryError)?.message.contains("cannot use @links") == true
+            (error as? TributaryError)?.message.contains("cannot use backlinks (@links") == true
         }
     }
 

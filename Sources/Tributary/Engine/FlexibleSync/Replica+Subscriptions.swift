@@ -137,8 +137,8 @@ extension Replica {
         if !query.backlinkTypes.isEmpty {
             throw TributaryError(
                 .invalidQuery,
-                "subscription \(subscription): a flexible sync query cannot use @links (backlinks); subscribe to the "
-                    + "linking type instead")
+                "subscription \(subscription): a flexible sync query cannot use backlinks (@links, or a "
+                    + "LinkingObjects property); subscribe to the linking type instead")
         }
         for aggregate in ["@count", "@sum", "@avg", "@min", "@max", "@size"]
         where subscription.query.range(of: aggregate, options: .caseInsensitive) != nil {

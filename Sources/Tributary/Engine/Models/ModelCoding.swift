@@ -295,6 +295,8 @@ struct TreeKeyedContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
     }
 
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        // Computed as the object is read, never written.
+        if value is any LinkingObjectsValue { return }
         set(try TreeEncoder.encode(value, codingPath: codingPath + [key]), key)
     }
 
@@ -497,6 +499,10 @@ struct ValueKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
 
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
         guard let value = fields[key.stringValue] else {
+            // A computed property a read did not fill in (an object read without its replica): none.
+            if type is any LinkingObjectsValue.Type {
+                return try ValueDecoder.decode(type, from: .list([]), codingPath: codingPath + [key])
+            }
             throw DecodingError.keyNotFound(
                 key, .init(codingPath: codingPath, debugDescription: "no property '\(key.stringValue)'"))
         }

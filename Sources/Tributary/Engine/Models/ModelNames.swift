@@ -89,10 +89,13 @@ extension Replica {
     /// `object` as a model of this release of the app, read after it was fetched (live results).
     func modelValue<M: Model>(_ type: M.Type, _ object: DynamicObject) throws -> M {
         let names = try modelNames()
-        guard !names.reshaped(in: object.type).isEmpty else {
+        guard !names.reshaped(in: object.type).isEmpty || schema[type: object.type]?.linkingObjects.isEmpty == false
+        else {
             return try ModelCoding.model(M.self, from: object, names: names)
         }
-        return try read { snapshot in try snapshot.modelValue(M.self, object, names: names) }
+        return try read { snapshot in
+            try snapshot.modelValue(M.self, object, names: names, backlinks: BacklinkKeys())
+        }
     }
 
     /// `object` as this release's models read it (see ``ModelNames``), reading its record when some property of its

@@ -577,8 +577,9 @@ extension Replica {
                         identity, key: Self.clockKey, value: Self.identityBytes(max(clock, latest.rawValue)))
                     return try rebuildViews(in: txn, recordsInMemory: Self.rebuildRecordsInMemory)
                 }
+                let schema = withDeclaredLinkingObjects(rebuilt.0)
                 state.withLock { state in
-                    state.schema = rebuilt.0
+                    state.schema = schema
                     state.versionVector = rebuilt.1
                     state.clock = HybridLogicalClock(latest: max(state.clock.latest, latest))
                 }

@@ -411,8 +411,9 @@ extension Replica {
                 let replayedVector = try environment.write { txn in
                     try rebuildViews(in: txn, recordsInMemory: recordsInMemory)
                 }
+                let schema = withDeclaredLinkingObjects(replayedVector.0)
                 state.withLock { state in
-                    state.schema = replayedVector.0
+                    state.schema = schema
                     state.versionVector = replayedVector.1
                 }
             }

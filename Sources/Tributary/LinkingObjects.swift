@@ -1,0 +1,139 @@
+public import TributaryModel
+
+/// The objects of `Source` that link to this object, computed as the model is read (Realm's `LinkingObjects`): never
+/// stored, never written, never synced.
+///
+/// ```swift
+/// struct Person: Model {
+///     var _id: String
+///     var name: String
+///     var tasks: LinkingObjects<Task> = .init()  // the tasks whose `assignee` is this person
+/// }
+/// struct Task: Model {
+///     var _id: String
+///     var assignee: Link<Person>?
+/// }
+/// let ada = try replica.object(Person.self, primaryKey: "ada")
+/// let hers = try ada?.tasks.compactMap { try replica.object(Task.self, primaryKey: $0.primaryKey) }
+/// ```
+/// The source's link property that points here is found by its type (give it in ``Model/originProperties`` when
+/// the source links here through more than one property). A list holding the link twice lists its object twice.
+/// Queries read the property by name (`tasks.@count > 2`, `ANY tasks.priority > 3`), and live results that read it
+/// change when a source object does. A value built in the app (`.init()`) is empty until the model is read back.
+public struct LinkingObjects<Source: Model>: Codable, Hashable, Sendable, RandomAccessCollection {
+    /// The links to the source objects, in the order of their primary keys.
+    public var links: [Link<Source>]
+
+    /// No objects: what a model holds before it is read from a replica.
+    public init() { links = [] }
+
+    public init(_ links: [Link<Source>]) { self.links = links }
+
+    public var startIndex: Int { links.startIndex }
+    public var endIndex: Int { links.endIndex }
+    public subscript(position: Int) -> Link<Source> { links[position] }
+
+    public init(from decoder: any Decoder) throws {
+        links = try decoder.singleValueContainer().decode([Link<Source>].self)
+    }
+
+    /// Encodes the links (outside Tributary, for example with `JSONEncoder`); a replica's writes leave the property
+    /// out.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(links)
+    }
+}
+
+/// Marks ``LinkingObjects`` for the schema probe and the model encoder.
+protocol LinkingObjectsValue {
+    static var sourceTypeName: String { get }
+}
+
+extension LinkingObjects: LinkingObjectsValue {
+    static var sourceTypeName: String { Source.typeName }
+}
+
+extension ObjectReading {
+    /// The objects that a computed property (`ObjectSchema.linkingObjects`, a model's ``LinkingObjects``) of the
+    /// object of `type` with `primaryKey` lists: those of its origin type whose link property points at the object,
+    /// in primary key order, once per link.
+    ///
+    /// - Throws: ``TributaryError`` with `.unknownType`, or `.unknownProperty` when the type declares no such
+    ///   computed property.
+    public func linkingObjects(_ property: String, of type: String, primaryKey: PrimaryKey) throws -> [DynamicObject] {
+        let computed = try linkingObjectsProperty(property, of: type)
+        return try objects(computed.originType).flatMap { object in
+            [DynamicObject](repeating: object, count: linkCount(object[computed.originProperty], to: primaryKey))
+        }
+    }
+
+    func linkingObjectsProperty(_ property: String, of type: String) throws -> LinkingObjectsProperty {
+        guard let objectType = schema[type: type] else {
+            throw TributaryError(.unknownType, "the schema has no type '\(type)'")
+        }
+        guard let computed = objectType[linkingObjects: property] else {
+            throw TributaryError(
+                .unknownProperty,
+                "'\(type).\(property)' is not a computed property: the schema the replica was opened with declares "
+                    + (objectType.linkingObjects.isEmpty
+                        ? "none for \(type)" : objectType.linkingObjects.map { "'\($0.name)'" }.joined(separator: ", "))
+            )
+        }
+        return computed
+    }
+
+    /// `object` with the values of its type's computed properties under their names (lists of links), for reading it
+    /// as a model; `backlinks` keeps what one read of many objects found.
+    func addingLinkingObjects(_ object: DynamicObject, _ backlinks: BacklinkKeys) throws -> DynamicObject {
+        guard let type = schema[type: object.type], !type.linkingObjects.isEmpty else { return object }
+        var values = object.values
+        for computed in type.linkingObjects {
+            values[computed.name] = .list(try backlinks.keys(computed, to: object.primaryKey, in: self).map(Value.link))
+        }
+        return DynamicObject(type: object.type, primaryKey: object.primaryKey, values: values)
+    }
+}
+
+extension ObjectReading {
+    /// `objects`, of one type, with the values of their type's computed properties.
+    func addingLinkingObjects(_ objects: [DynamicObject]) throws -> [DynamicObject] {
+        guard let first = objects.first, schema[type: first.type]?.linkingObjects.isEmpty == false else {
+            return objects
+        }
+        let backlinks = BacklinkKeys()
+        return try objects.map { try addingLinkingObjects($0, backlinks) }
+    }
+}
+
+/// How many times `value` (a link, or a list of links) points at `key`.
+private func linkCount(_ value: Value, to key: PrimaryKey) -> Int {
+    switch value {
+    case .link(let target): target == key ? 1 : 0
+    case .list(let elements): elements.count { $0 == .link(key) }
+    default: 0
+    }
+}
+
+/// The primary keys of the objects linking to each object through one link property, read once for many objects.
+final class BacklinkKeys {
+    private var indexes: [String: [PrimaryKey: [PrimaryKey]]] = [:]
+
+    func keys(_ computed: LinkingObjectsProperty, to key: PrimaryKey, in reader: some ObjectReading) throws
+        -> [PrimaryKey]
+    {
+        let name = computed.originType + "." + computed.originProperty
+        if let index = indexes[name] { return index[key] ?? [] }
+        var index: [PrimaryKey: [PrimaryKey]] = [:]
+        for object in try reader.objects(computed.originType) {
+            switch object[computed.originProperty] {
+            case .link(let target): index[target, default: []].append(object.primaryKey)
+            case .list(let elements):
+                for case .link(let target) in elements { index[target, default: []].append(object.primaryKey) }
+            default: break
+            }
+        }
+        indexes[name] = index
+        return index[key] ?? []
+    }
+}
