@@ -212,13 +212,14 @@ final class ProbeRecorder {
             if problem == nil {
                 problem =
                     "\(name) has type \(type), which cannot be stored; use String, Int, Double, Decimal, Bool, Date, "
-                    + "Data, UUID, ObjectID, an EmbeddedModel, a Link, or an array or optional of those"
+                    + "Data, UUID, ObjectID, an EmbeddedModel, a Link, or an array, set or optional of those"
             }
             return
         }
         if case .embedded = kind, let embedded = Self.embeddedType(type) { embeddedTypes.append(embedded) }
         if isList {
-            properties.append(Property(name, kind, optional: elementOptional, list: true))
+            let set = type is any SetValue.Type || (type as? any OptionalValue.Type)?.wrappedType is any SetValue.Type
+            properties.append(Property(name, kind, optional: elementOptional, list: true, set: set))
         } else {
             properties.append(Property(name, kind, optional: optional))
         }
@@ -279,6 +280,14 @@ protocol ListValue {
 extension Array: ListValue {
     static var elementType: Any.Type { Element.self }
     static var empty: [Element] { [] }
+}
+
+/// Sets, stored as set properties (Realm's `MutableSet`).
+protocol SetValue {}
+
+extension Set: ListValue, SetValue {
+    static var elementType: Any.Type { Element.self }
+    static var empty: Set<Element> { [] }
 }
 
 /// Optionals, seen through a protocol.

@@ -280,6 +280,10 @@ struct Differ {
 
     func update(from old: Value, to new: Value, property: Property, path: FieldPath) throws {
         guard !old.storesAlike(new) else { return }
+        if property.isSet, case .list = old {
+            try updateSet(to: new.listValue ?? [], property: property, path: path)
+            return
+        }
         if property.isList, case .list(let oldElements) = old {
             try updateList(from: oldElements, to: new.listValue ?? [], property: property, path: path)
             return
@@ -341,6 +345,25 @@ struct Differ {
     func list(at path: FieldPath) throws -> ListState {
         guard case .list(let list)? = try field(at: path) else { return ListState() }
         return list
+    }
+
+    /// A set's edits (rule 5): every element of a value the new set lacks is erased (the copies two replicas added
+    /// concurrently too), and each value it adds is inserted once, at the end. A value another replica adds meanwhile
+    /// is not among the elements erased, so it stays.
+    func updateSet(to new: [Value], property: Property, path: FieldPath) throws {
+        let wanted = ObjectRecord.distinctElements(new)
+        let current = try transaction.visibleElements(list(at: path), of: property)
+        func held(_ element: ListElement) -> Value? {
+            if case .scalar(let value) = element.value { value } else { nil }
+        }
+        for element in current {
+            guard let value = held(element), !wanted.contains(where: { $0.storesAlike(value) }) else { continue }
+            try transaction.emit(.listErase(path, element: element.id))
+        }
+        let additions = wanted.filter { value in !current.contains { held($0)?.storesAlike(value) == true } }
+        guard !additions.isEmpty else { return }
+        guard let plan = try insertionPlan(at: path) else { return try transaction.emit(.set(path, .list(wanted))) }
+        try transaction.emitInserts(additions[...], after: current.last?.position, plan: plan, at: path)
     }
 
     func updateList(from old: [Value], to new: [Value], property: Property, path: FieldPath) throws {

@@ -409,8 +409,13 @@ public final class Transaction: ObjectReading {
         var explicit: [FieldValue] = []
         for name in values.keys.sorted() where name != type.primaryKey {
             let value = values[name] ?? .null
-            _ = try checkedProperty(type, name, value)
-            explicit.append(FieldValue(name, value))
+            let property = try checkedProperty(type, name, value)
+            // A set holds each value once.
+            if property.isSet, case .list(let elements) = value {
+                explicit.append(FieldValue(name, .list(ObjectRecord.distinctElements(elements))))
+            } else {
+                explicit.append(FieldValue(name, value))
+            }
         }
         var defaults: [FieldValue] = []
         for property in type.properties where property.name != type.primaryKey && values[property.name] == nil {

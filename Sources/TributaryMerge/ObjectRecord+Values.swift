@@ -26,14 +26,21 @@ extension ObjectRecord {
             return value(
                 register.value, addend: register.addend, zeroStamp: register.stamp == .zero, of: property, in: schema)
         case .list(let list)?:
-            return .list(
-                list.orderedElements().map { element in
-                    value(element.value, addend: 0, zeroStamp: false, of: property, in: schema)
-                })
+            let elements = list.orderedElements().map { element in
+                value(element.value, addend: 0, zeroStamp: false, of: property, in: schema)
+            }
+            return .list(property.isSet ? distinctElements(elements) : elements)
         case nil:
             if property.isList { return .list([]) }
             return property.defaultValue ?? (property.isOptional ? .null : zeroValue(property.kind))
         }
+    }
+
+    /// A set's values: each once, where its first element is (two replicas that add one value concurrently make two
+    /// elements of it, rule 5).
+    public static func distinctElements(_ elements: [Value]) -> [Value] {
+        var seen = Set<Value>()
+        return elements.filter { seen.insert($0).inserted }
     }
 
     static func value(_ stored: StoredValue, addend: Int64, zeroStamp: Bool, of property: Property, in schema: Schema)

@@ -37,6 +37,8 @@ extension Schema {
     /// | `string` | string |
     /// | `int`, `long` | int (64-bit) |
     /// | `double` | double |
+    /// | `float` | float (32-bit) |
+    /// | `decimal` | decimal (Decimal128) |
     /// | `bool` | bool |
     /// | `date` | date |
     /// | `objectId` | objectId |
@@ -44,10 +46,11 @@ extension Schema {
     /// | `binData` | data |
     /// | `object` with a `title` and `properties` | embedded object of type `title` |
     /// | `array` with `items` | list of what `items` describes |
+    /// | `array` with `items` and `uniqueItems: true` | set of what `items` describes (not of embedded objects) |
     ///
-    /// `decimal` is refused with ``SchemaError/Code/unsupportedType`` rather than mapped to double, which would
-    /// silently lose precision; so are the other BSON types Tributary cannot store (`timestamp`, `regex`, …),
-    /// sets (`uniqueItems`), dictionaries (an `object` without `title` and `properties`) and lists of lists.
+    /// The BSON types Tributary cannot store (`timestamp`, `regex`, …) are refused with
+    /// ``SchemaError/Code/unsupportedType``, as are dictionaries (an `object` without `title` and `properties`) and
+    /// lists of lists.
     ///
     /// A nested `object` is an embedded type; the same `title` may be defined in several places (RChat's
     /// schemas repeat `Photo` in three places) as long as the definitions agree. Lists are never optional and are
@@ -358,12 +361,8 @@ private struct SchemaJSONReader {
         let (bsonType, nullable) = try bsonTypeOf(json, path: path)
         switch bsonType {
         case "array":
-            if case .bool(true)? = json["uniqueItems"] {
-                throw SchemaError(
-                    .unsupportedType,
-                    "\(jsonPath(path, "uniqueItems")): sets (uniqueItems) are not supported; use an array"
-                )
-            }
+            // `uniqueItems`: a set (Realm's MutableSet).
+            let set = json["uniqueItems"] == .bool(true)
             let itemsPath = jsonPath(path, "items")
             guard let items = json["items"] else { throw invalid(itemsPath, "missing; an array needs items") }
             guard case .object = items else { throw invalid(itemsPath, "expected an object, got \(items.kindName)") }
@@ -375,11 +374,17 @@ private struct SchemaJSONReader {
                     "\(jsonPath(itemsPath, "bsonType")): lists of lists are not supported"
                 )
             case "object":
+                if set {
+                    throw SchemaError(
+                        .unsupportedType,
+                        "\(jsonPath(path, "uniqueItems")): a set cannot hold embedded objects; use an array")
+                }
                 let typeName = try readNested(items, path: itemsPath)
                 return Property(name, .embedded(typeName), optional: itemNullable, list: true, indexed: indexed)
             default:
                 let scalar = try scalarType(itemType, path: jsonPath(itemsPath, "bsonType"))
-                return Property(name, .scalar(scalar), optional: itemNullable, list: true, indexed: indexed)
+                return Property(
+                    name, .scalar(scalar), optional: itemNullable, list: true, set: set, indexed: indexed)
             }
         case "object":
             let typeName = try readNested(json, path: path)
@@ -492,6 +497,7 @@ private struct SchemaJSONReader {
                 .link(target),
                 optional: property.isList && property.isOptional,
                 list: property.isList,
+                set: property.isSet,
                 indexed: property.isIndexed
             )
             // Remember the key type the JSON gave, to check against the target's primary key at the end.
@@ -863,6 +869,7 @@ private struct SchemaJSONWriter {
         var members: [(key: String, value: JSONValue)]
         if property.isList {
             members = [("bsonType", .string("array")), ("items", element(property, nestingStack: nestingStack))]
+            if property.isSet { members.append(("uniqueItems", .bool(true))) }
         } else {
             guard case .object(let described) = element(property, nestingStack: nestingStack) else { return .null }
             members = described

@@ -57,18 +57,21 @@ public struct PropertyShape: Hashable, Comparable, Sendable, CustomStringConvert
     public var kind: PropertyKind
     public var isOptional: Bool
     public var isList: Bool
+    /// Whether the list is a set: its elements are distinct (``Property/isSet``).
+    public var isSet: Bool
 
-    public init(kind: PropertyKind, isOptional: Bool, isList: Bool) {
+    public init(kind: PropertyKind, isOptional: Bool, isList: Bool, isSet: Bool = false) {
         self.kind = kind
         self.isOptional = isOptional
-        self.isList = isList
+        self.isList = isList || isSet
+        self.isSet = isSet
     }
 
-    /// As the schema diff and error messages write a type: `string?`, `list<int>`, `link<User>`. Distinct shapes have
-    /// distinct descriptions (a to-one link or embedded object is always optional).
+    /// As the schema diff and error messages write a type: `string?`, `list<int>`, `set<string>`, `link<User>`.
+    /// Distinct shapes have distinct descriptions (a to-one link or embedded object is always optional).
     public var description: String {
         let element = kind.description + (isOptional && !isList && kind.objectType == nil ? "?" : "")
-        return isList ? "list<\(kind.description)\(isOptional ? "?" : "")>" : element
+        return isList ? "\(isSet ? "set" : "list")<\(kind.description)\(isOptional ? "?" : "")>" : element
     }
 
     /// Ordered by description: the order in which records store the values kept under other shapes.
@@ -85,17 +88,24 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
     public var isOptional: Bool
     /// Whether the property is a list.
     public var isList: Bool
+    /// Whether the list is a set (Realm's `MutableSet`): it reads each value once, in the order of its first element,
+    /// and writes add and remove values (docs/MergeSemantics.md, rule 5): a value added concurrently by two replicas
+    /// is held once, a removal takes out the elements of the value its writer saw, and an addition the remover did
+    /// not see stays (add wins). ``isList`` is true too.
+    public var isSet: Bool = false
     /// Whether an index answers equality and range queries on the property.
     public var isIndexed: Bool
     /// The value a create fills in when the app gives none, or `nil`.
     public var defaultValue: Value?
 
     public init(
-        _ name: String, _ kind: PropertyKind, optional: Bool = false, list: Bool = false, indexed: Bool = false,
-        default defaultValue: Value? = nil
+        _ name: String, _ kind: PropertyKind, optional: Bool = false, list: Bool = false, set: Bool = false,
+        indexed: Bool = false, default defaultValue: Value? = nil
     ) {
+        let list = list || set
         self.name = name
         self.kind = kind
+        self.isSet = set
         // A to-one link or embedded object can always be null: its target may be erased (docs/MergeSemantics.md,
         // rule 7).
         if !list, case .scalar = kind { self.isOptional = optional } else { self.isOptional = list ? optional : true }
@@ -126,11 +136,12 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
 
     /// What the property's values must be: its kind, list or not, optional or not (not its name, index or default).
     public var shape: PropertyShape {
-        get { PropertyShape(kind: kind, isOptional: isOptional, isList: isList) }
+        get { PropertyShape(kind: kind, isOptional: isOptional, isList: isList, isSet: isSet) }
         set {
             kind = newValue.kind
             isOptional = newValue.isOptional
             isList = newValue.isList
+            isSet = newValue.isSet
         }
     }
 
@@ -566,6 +577,12 @@ public struct Schema: Hashable, Sendable {
                 }
                 guard names.insert(property.name).inserted else {
                     throw SchemaError(.duplicateProperty, "property '\(path)' is declared twice")
+                }
+                if property.isSet, case .embedded = property.kind {
+                    throw SchemaError(
+                        .invalidLink,
+                        "property '\(path)' is a set of embedded objects, which cannot be told apart by value; make it "
+                            + "a list")
                 }
                 if let target = property.kind.objectType {
                     guard let targetType = self[type: target] else {

@@ -533,7 +533,22 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
         #expect(error?.message.contains("'12.5x' is not a decimal number") == true, "\(String(describing: error))")
     }
 
-    @Test("Unsupported shapes: sets, dictionaries, lists of lists, two types")
+    @Test("Sets: an array with uniqueItems, read and written back")
+    func sets() throws {
+        let schema = try Schema(
+            json:
+                #"{ "title": "T", "properties": { "_id": { "bsonType": "int" }, "p": { "bsonType": "array", "uniqueItems": true, "items": { "bsonType": ["string", "null"] } } } }"#
+        )
+        let property = try #require(schema[type: "T"]?[property: "p"])
+        #expect(property.isSet && property.isList && property.isOptional)
+        #expect(property.typeDescription == "set<string?>")
+        #expect(try Schema(json: schema.jsonString())[type: "T"]?[property: "p"] == property)
+        #expect(
+            schema.jsonString().contains(#""uniqueItems" : true"#)
+                || schema.jsonString().contains(#""uniqueItems": true"#))
+    }
+
+    @Test("Unsupported shapes: sets of embedded objects, dictionaries, lists of lists, two types")
     func unsupportedShapes() {
         func check(_ property: String, _ expected: String) {
             let error = parseError(
@@ -543,8 +558,8 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
             #expect(error?.message == expected)
         }
         check(
-            #"{ "bsonType": "array", "uniqueItems": true, "items": { "bsonType": "int" } }"#,
-            "schema.properties.p.uniqueItems: sets (uniqueItems) are not supported; use an array"
+            #"{ "bsonType": "array", "uniqueItems": true, "items": { "bsonType": "object", "title": "E", "properties": { "x": { "bsonType": "int" } } } }"#,
+            "schema.properties.p.uniqueItems: a set cannot hold embedded objects; use an array"
         )
         check(
             #"{ "bsonType": "object", "additionalProperties": { "bsonType": "int" } }"#,
