@@ -556,7 +556,8 @@ extension Simulation {
         return writer.bytes
     }
 
-    /// Jepsen-style list checks: no element appears twice, and a list that never shrank holds every value inserted.
+    /// Jepsen-style list checks: no element appears twice, a list that never shrank holds every value inserted, and a
+    /// set holds each value once and every value added to it and never removed.
     func checkLists() throws {
         for type in ["Card", "Board"] {
             for object in try replicas[0].objects(type) {
@@ -575,6 +576,16 @@ extension Simulation {
                     }
                 }
             }
+        }
+        // Sets: each value once; a value added and never removed, to an object never erased, is there.
+        for object in try replicas[0].objects("Card") {
+            let name = "Card[\(object.primaryKey)]"
+            let flags = object["flags"].listValue?.compactMap(\.stringValue) ?? []
+            if Set(flags).count != flags.count { fail("\(name).flags holds a value twice: \(flags)") }
+            guard !journal.listsShrunk.contains(name) else { continue }
+            let kept = (journal.setAdds[name] ?? []).filter { !journal.setRemovals.contains("\(name).flags.\($0)") }
+            let missing = kept.subtracting(flags)
+            if !missing.isEmpty { fail("\(name).flags lost values added and never removed: \(missing.sorted())") }
         }
     }
 }

@@ -4,8 +4,8 @@ public import TributaryModel
 
 /// The schema and the random writes of a simulation: a small key space, so that conflicts are common.
 public enum Workload {
-    /// 3 top-level types × 20 keys, lists of values, links and lists of links, two levels of embedded objects and
-    /// lists of embedded objects.
+    /// 3 top-level types × 20 keys, lists of values, a set, links and lists of links, two levels of embedded objects
+    /// and lists of embedded objects.
     public static let schema = Schema(
         version: 1,
         types: [
@@ -16,6 +16,8 @@ public enum Workload {
                     .scalar("count", .int, default: 0), .scalar("done", .bool, default: false),
                     .scalar("note", .string, optional: true),
                     Property("tags", .scalar(.string), list: true),
+                    // Values from a small pool, so that replicas add and remove the same ones concurrently.
+                    Property("flags", .scalar(.string), set: true),
                     Property("owner", .link("Member")),
                     Property("members", .link("Member"), list: true),
                     Property("box", .embedded("Box")),
@@ -98,6 +100,7 @@ public enum Workload {
     /// Operation kinds and their weights (after realm-core's fuzz tester).
     enum Kind: CaseIterable {
         case create, set, erase, addInteger, listInsert, listSet, listErase, listMove, listClear, embedded, link
+        case setAdd, setRemove
         case schemaChange
 
         var weight: Int {
@@ -113,6 +116,8 @@ public enum Workload {
             case .listClear: 1
             case .embedded: 20
             case .link: 40
+            case .setAdd: 40
+            case .setRemove: 25
             case .schemaChange: 2
             }
         }
@@ -127,6 +132,11 @@ struct WriteJournal {
     /// or a clear of an element), and objects (`Card[key]`) whose lists all may have shrunk (an erase of the object,
     /// an upsert that sets whole lists): only lists never shrunk must hold every insert.
     var listsShrunk = Set<String>()
+
+    /// Values added to sets (`Card[key].flags`), by object, and the values removed from them (`Card[key].flags.value`):
+    /// a value added and never removed from an object never erased must be in the set.
+    var setAdds: [String: Set<String>] = [:]
+    var setRemovals = Set<String>()
 
     func mayHaveShrunk(_ object: String, _ property: String) -> Bool {
         listsShrunk.contains(object) || listsShrunk.contains("\(object).\(property)")
@@ -311,6 +321,18 @@ struct OperationGenerator {
             default:
                 break
             }
+        case .setAdd, .setRemove:
+            guard type == "Card" else { return }
+            let flag = ["red", "green", "blue", "gray"][next(4)]
+            var flags = try txn.object(type, primaryKey: key)?["flags"].listValue ?? []
+            if kind == .setAdd {
+                flags.append(.string(flag))
+                journal.setAdds[name, default: []].insert(flag)
+            } else {
+                flags.removeAll { $0 == .string(flag) }
+                journal.setRemovals.insert("\(name).flags.\(flag)")
+            }
+            try txn.update(type, primaryKey: key, ["flags": .list(flags)])
         case .embedded:
             guard type == "Card" else { return }
             let card = try txn.object(type, primaryKey: key)
