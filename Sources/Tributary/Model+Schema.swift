@@ -266,6 +266,8 @@ final class ProbeRecorder {
         case is UUID.Type: .uuid
         case is ObjectID.Type: .objectId
         case is Decimal.Type: .decimal
+        // A mixed property: any single value.
+        case is Value.Type: .mixed
         default: nil
         }
     }
@@ -353,6 +355,7 @@ enum ProbePlaceholder {
             case is UUID.Type: UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))
             case is ObjectID.Type: ObjectID(bytes: [UInt8](repeating: 0, count: 12))
             case is Decimal.Type: Decimal(0)
+            case is Value.Type: Value.null
             default: nil
             }
         if let placeholder = placeholder as? T { return placeholder }

@@ -102,7 +102,7 @@ extension ObjectRecord {
         case .scalar(.objectId): .objectId(ObjectID(bytes: [UInt8](repeating: 0, count: 12))!)
         case .scalar(.decimal): .decimal(0)
         case .scalar(.float): .float(0)
-        case .link, .embedded: .null
+        case .link, .embedded, .scalar(.mixed): .null
         }
     }
 

@@ -26,7 +26,7 @@ extension BinaryWriter {
         }
     }
 
-    /// A property shape in one byte (scalar type 1-8, link 9, embedded 10, decimal 11, float 12; bit 4 optional, bit 5
+    /// A property shape in one byte (scalar type 1-8, link 9, embedded 10, decimal 11, float 12, mixed 13; bit 4 optional, bit 5
     /// list, bit 6 set), then a link's or embedded object's target: what shape notes and the states records keep aside
     /// hold.
     public mutating func shape(_ shape: PropertyShape, _ names: inout NameTable) {
@@ -34,6 +34,7 @@ extension BinaryWriter {
         switch shape.kind {
         case .scalar(.decimal): byte(11 | flags)
         case .scalar(.float): byte(12 | flags)
+        case .scalar(.mixed): byte(13 | flags)
         case .scalar(let type): byte(type.rawValue | flags)
         case .link(let target):
             byte(9 | flags)
@@ -182,8 +183,9 @@ extension BinaryReader {
         case 10: kind = .embedded(try name(names, "embedded type"))
         case 11: kind = .scalar(.decimal)
         case 12: kind = .scalar(.float)
+        case 13: kind = .scalar(.mixed)
         case let code:
-            guard let scalar = ScalarType(rawValue: code), scalar != .decimal, scalar != .float else {
+            guard let scalar = ScalarType(rawValue: code), scalar != .decimal, scalar != .float, scalar != .mixed else {
                 throw error(.invalidTag, "unknown shape kind \(code)")
             }
             kind = .scalar(scalar)

@@ -157,13 +157,12 @@ private let unsupportedBSONTypes: [String: String] = [
     "maxKey": "BSON maxKey is not supported",
     "undefined": "BSON undefined is not supported",
     "null": "a property cannot only be null; write [\"type\", \"null\"] for an optional list element",
-    "mixed": "mixed properties are not supported",
 ]
 
 private let scalarBSONTypes: [String: ScalarType] = [
     "string": .string, "int": .int, "long": .int, "double": .double, "bool": .bool, "date": .date,
     "objectId": .objectId, "uuid": .uuid, "binData": .data, "decimal": .decimal,
-    "float": .float,
+    "float": .float, "mixed": .mixed,
 ]
 
 private let knownExtensions: Set<String> = [
@@ -664,6 +663,11 @@ private struct DefaultValues {
 
     func scalar(_ json: JSONValue, type: ScalarType, path: String) throws(SchemaError) -> Value {
         switch (type, json) {
+        case (.mixed, .bool(let value)): return .bool(value)
+        case (.mixed, .string(let text)): return .string(text)
+        case (.mixed, .number(let text)):
+            if let integer = Int64(text) { return .int(integer) }
+            return try scalar(json, type: .double, path: path)
         case (.bool, .bool(let value)): return .bool(value)
         case (.int, .number(let text)):
             guard let value = Int64(text) else {
@@ -734,6 +738,7 @@ private struct DefaultValues {
             case .objectId: expected = "an objectId string"
             case .decimal: expected = "a decimal string such as \"12.50\""
             case .float: expected = "a number"
+            case .mixed: expected = "a boolean, a number or a string"
             }
             throw mismatch(path, expected, json)
         }
@@ -918,6 +923,7 @@ private struct SchemaJSONWriter {
         case .objectId: "objectId"
         case .decimal: "decimal"
         case .float: "float"
+        case .mixed: "mixed"
         }
     }
 

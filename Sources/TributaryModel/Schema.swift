@@ -8,6 +8,9 @@ public enum ScalarType: UInt8, Hashable, Sendable, CaseIterable, CustomStringCon
     case decimal
     /// A 32-bit floating-point number (Realm's `Float`).
     case float
+    /// Any single value of the other scalar types, or null (Realm's `AnyRealmValue` and `mixed`): each write says
+    /// which. A mixed property is always optional, and cannot be a primary key, indexed, or a counter.
+    case mixed
 
     public var description: String {
         switch self {
@@ -21,6 +24,7 @@ public enum ScalarType: UInt8, Hashable, Sendable, CaseIterable, CustomStringCon
         case .objectId: "objectId"
         case .decimal: "decimal"
         case .float: "float"
+        case .mixed: "mixed"
         }
     }
 }
@@ -107,8 +111,9 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
         self.kind = kind
         self.isSet = set
         // A to-one link or embedded object can always be null: its target may be erased (docs/MergeSemantics.md,
-        // rule 7).
+        // rule 7). A mixed value may be null too.
         if !list, case .scalar = kind { self.isOptional = optional } else { self.isOptional = list ? optional : true }
+        if kind == .scalar(.mixed) { self.isOptional = true }
         self.isList = list
         self.isIndexed = indexed
         self.defaultValue = defaultValue
@@ -578,6 +583,12 @@ public struct Schema: Hashable, Sendable {
                 guard names.insert(property.name).inserted else {
                     throw SchemaError(.duplicateProperty, "property '\(path)' is declared twice")
                 }
+                if property.kind == .scalar(.mixed), property.isIndexed {
+                    throw SchemaError(
+                        .unsupportedType,
+                        "property '\(path)' is mixed and cannot be indexed: its values of different types have no "
+                            + "one order")
+                }
                 if property.isSet, case .embedded = property.kind {
                     throw SchemaError(
                         .invalidLink,
@@ -663,6 +674,13 @@ extension Property {
             (.scalar(.float), .float),
             (.link, .link):
             return nil
+        case (.scalar(.mixed), let value):
+            switch value {
+            case .link, .embedded, .list:
+                return
+                    "a mixed value holds a single bool, number, string, data, date, id or null, not \(value.kindName)"
+            default: return nil
+            }
         case (.embedded(let type), .embedded(let object)):
             return object.type == type ? nil : "expected embedded \(type), got embedded \(object.type)"
         default:

@@ -84,8 +84,8 @@ struct KeyPath: Hashable, Sendable {
     var text: String
 
     /// Whether the path yields any number of values: it goes through a list (not taken one element of by a
-    /// subscript) and ends without an aggregate.
-    var isToMany: Bool { operation == nil && steps.contains { $0.yieldsMany } }
+    /// subscript) and ends without an aggregate (`@type` keeps one value per element).
+    var isToMany: Bool { (operation == nil || operation == .type) && steps.contains { $0.yieldsMany } }
 }
 
 /// One property along a key path.
@@ -148,6 +148,8 @@ enum PathOperation: Hashable, Sendable {
     case count
     /// `@size` on a string or data value: its size in bytes (UTF-8 for strings, as Realm counts).
     case size
+    /// `@type`: the name of the type of the value (``Value/queryTypeName``), or of each element of a list.
+    case type
     /// `@min`, `@max`, `@sum` or `@avg` of a list, through the steps that follow it for a list of objects
     /// (`items.@sum.price`). Nulls are ignored.
     case aggregate(Aggregate, [PathStep])

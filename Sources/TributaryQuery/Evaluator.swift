@@ -116,6 +116,8 @@ struct Evaluator<Source: QueryObjectSource> {
         case .count:
             guard let holder = holder(of: path.steps, in: object) else { return [.int(0)] }
             return [.int(Int64(leafValues(last, in: holder).count))]
+        case .type:
+            return walk(path.steps, from: object, toMany: path.isToMany).map { .string($0.queryTypeName) }
         case .size:
             switch walk(path.steps, from: object, toMany: false).first {
             case .string(let string): return [.int(Int64(string.utf8.count))]
@@ -331,6 +333,27 @@ struct Evaluator<Source: QueryObjectSource> {
 }
 
 extension Value {
+    /// The name `@type` gives the value's type, as Realm names it: `null`, `bool`, `int`, `double`, `float`,
+    /// `decimal`, `string`, `binary`, `date`, `objectId`, `uuid`, `link`, `object` or `list`.
+    var queryTypeName: String {
+        switch self {
+        case .null: "null"
+        case .bool: "bool"
+        case .int: "int"
+        case .double: "double"
+        case .float: "float"
+        case .decimal: "decimal"
+        case .string: "string"
+        case .data: "binary"
+        case .date: "date"
+        case .objectId: "objectId"
+        case .uuid: "uuid"
+        case .link: "link"
+        case .embedded: "object"
+        case .list: "list"
+        }
+    }
+
     /// The value as a decimal, for a decimal, an integer or a finite double (arithmetic with a decimal is in
     /// decimals, as Realm computes it).
     fileprivate var decimalOperand: Decimal? {

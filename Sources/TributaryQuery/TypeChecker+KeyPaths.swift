@@ -246,10 +246,23 @@ extension TypeChecker {
         if name == "links" {
             throw error(.unsupported, "@links (backlinks) are not supported", at: component.position)
         }
-        guard ["count", "size", "min", "max", "sum", "avg"].contains(name) else {
+        guard ["count", "size", "min", "max", "sum", "avg", "type"].contains(name) else {
             throw error(
-                .unknownProperty, "unknown operator '\(written)': expected @count, @size, @min, @max, @sum or @avg",
+                .unknownProperty,
+                "unknown operator '\(written)': expected @count, @size, @min, @max, @sum, @avg or @type",
                 at: component.position)
+        }
+        if name == "type" {
+            // The type of the value (of each value, for a list): what a mixed property holds.
+            guard index == components.count - 1 else {
+                throw error(.syntax, "'\(written)' must end the key path", at: components[index + 1].position)
+            }
+            guard case .scalar = last.target else {
+                throw error(
+                    .typeMismatch, "'\(written)' reads the type of a value, but \(subject) is \(describeStep(last))",
+                    at: component.position)
+            }
+            return (.type, .scalar(.string))
         }
         // Only the collection being counted or aggregated may be a list: one value per object.
         if steps.dropLast().contains(where: \.yieldsMany) {

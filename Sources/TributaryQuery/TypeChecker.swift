@@ -137,7 +137,8 @@ struct TypeChecker {
             let modifier =
                 "[" + (syntax.options.contains(.caseInsensitive) ? "c" : "")
                 + (syntax.options.contains(.diacriticInsensitive) ? "d" : "") + "]"
-            for element in left.elements + right.elements where element.base != .scalar(.string) {
+            for element in left.elements + right.elements
+            where element.base != .scalar(.string) && element.base != .scalar(.mixed) {
                 throw error(
                     .typeMismatch, "'\(opName)\(modifier)' compares strings, but \(element.label) is not a string",
                     at: element.position)
@@ -150,10 +151,38 @@ struct TypeChecker {
         }
         // Constants compared with a float property are taken as floats, as Realm does: `price == 0.1` finds the
         // float nearest 0.1, which no double equals.
-        let (leftOperand, rightOperand) = (
+        var (leftOperand, rightOperand) = (
             Self.asFloats(left.operand, against: right), Self.asFloats(right.operand, against: left)
         )
-        let rightQuantifier = syntax.rightQuantifier ?? .anyElement
+        var checkedOp = op
+        var rightQuantifier = syntax.rightQuantifier ?? .anyElement
+        // `@type == 'numeric'`: a type name stands for the names of the types it groups, in any case.
+        if case .keyPath(let path) = leftOperand, path.operation == .type, op == .equal || op == .notEqual || op == .in
+        {
+            let names: [Value]
+            switch rightOperand {
+            case .constant(let value): names = [value]
+            case .constants(let values): names = values
+            default: names = []
+            }
+            var expanded: [Value] = []
+            for case .string(let name) in names {
+                guard let types = Self.typeNames[name.lowercased()] else {
+                    throw error(
+                        .invalidLiteral,
+                        "'\(name)' is not a type @type knows: write one of "
+                            + Self.typeNames.keys.sorted().joined(separator: ", "), at: right.start)
+                }
+                expanded += types.map(Value.string)
+            }
+            if !expanded.isEmpty {
+                rightOperand = .constants(expanded)
+                if op == .notEqual {
+                    checkedOp = .equal
+                    rightQuantifier = .noElement
+                }
+            }
+        }
         let elementwise =
             op != .between && left.operand.isMany && right.operand.isMany && syntax.quantifier == nil
             && syntax.rightQuantifier == nil
@@ -165,9 +194,18 @@ struct TypeChecker {
             lookup = EqualityLookup(values, options: syntax.options)
         }
         return Comparison(
-            left: leftOperand, op: op, options: syntax.options, quantifier: syntax.quantifier ?? .anyElement,
+            left: leftOperand, op: checkedOp, options: syntax.options, quantifier: syntax.quantifier ?? .anyElement,
             rightQuantifier: rightQuantifier, right: rightOperand, lookup: lookup, elementwise: elementwise)
     }
+
+    /// The type names `@type` compares with (lowercased), and the names of the value types each stands for.
+    static let typeNames: [String: [String]] = [
+        "null": ["null"], "bool": ["bool"], "boolean": ["bool"], "int": ["int"], "integer": ["int"], "long": ["int"],
+        "double": ["double"], "float": ["float"], "decimal": ["decimal"], "decimal128": ["decimal"],
+        "numeric": ["int", "double", "float", "decimal"], "string": ["string"], "binary": ["binary"],
+        "data": ["binary"], "date": ["date"], "timestamp": ["date"], "objectid": ["objectId"], "uuid": ["uuid"],
+        "link": ["link"], "object": ["object"], "list": ["list"],
+    ]
 
     /// `operand`'s numbers as floats when `other` is a float property (every element of it a float), else `operand`.
     private static func asFloats(_ operand: Operand, against other: Typed) -> Operand {
@@ -192,7 +230,7 @@ struct TypeChecker {
         if op.isStringOperator {
             for element in [left, right] {
                 switch element.base {
-                case .scalar(.string): continue
+                case .scalar(.string), .scalar(.mixed): continue
                 case .scalar(.data) where op != .like: continue
                 default:
                     let needs = op == .like ? "strings" : "strings or data"
@@ -200,14 +238,14 @@ struct TypeChecker {
                         .typeMismatch, "\(opName) compares \(needs), but \(element.label) is not", at: element.position)
                 }
             }
-            guard left.base == right.base else { throw mismatch(left, right) }
+            guard left.base == right.base || compatible(left.base, right.base) else { throw mismatch(left, right) }
             return
         }
         if op.isOrdering {
             for element in [left, right] {
                 switch element.base {
                 case .scalar(.int), .scalar(.double), .scalar(.decimal), .scalar(.float), .scalar(.date),
-                    .scalar(.string),
+                    .scalar(.string), .scalar(.mixed),
                     .scalar(.objectId), .scalar(.uuid):
                     continue
                 default:
@@ -228,6 +266,8 @@ struct TypeChecker {
     private func compatible(_ left: Base, _ right: Base) -> Bool {
         switch (left, right) {
         case (.null, _), (_, .null): return true
+        // A mixed value may hold any scalar: a comparison with one of another type is false, not an error.
+        case (.scalar(.mixed), .scalar), (.scalar, .scalar(.mixed)): return true
         case (.scalar(let a), .scalar(let b)):
             return a == b || (isNumeric(a) && isNumeric(b))
         case (.link(let typeA, let keyA), .link(let typeB, let keyB)):

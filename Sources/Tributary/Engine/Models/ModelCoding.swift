@@ -267,6 +267,8 @@ final class TreeEncoder: Encoder {
         case let value as ObjectID: return .objectId(value)
         case let value as Decimal: return .decimal(value)
         case let value as PrimaryKey: return value.value
+        // A mixed property's value, as it is.
+        case let value as Value: return value
         case let value as any LinkValue: return .link(value.primaryKey)
         default: return nil
         }
@@ -475,6 +477,8 @@ struct ValueDecoder: Decoder {
         case is PrimaryKey.Type:
             guard let key = value.linkValue ?? PrimaryKey(value) else { throw mismatch() }
             result = key
+        case is Value.Type:
+            result = value
         default:
             if let link = type as? any LinkValue.Type {
                 guard case .link(let key) = value else { throw mismatch() }
