@@ -18,6 +18,8 @@ public enum Workload {
                     Property("tags", .scalar(.string), list: true),
                     // Values from a small pool, so that replicas add and remove the same ones concurrently.
                     Property("flags", .scalar(.string), set: true),
+                    // Written with values of every type: which one a replica holds must not depend on the order.
+                    .scalar("anything", .mixed),
                     Property("owner", .link("Member")),
                     Property("members", .link("Member"), list: true),
                     Property("box", .embedded("Box")),
@@ -262,10 +264,16 @@ struct OperationGenerator {
                 let property = extras[next(extras.count)]
                 try txn.update(type, primaryKey: key, [property: Workload.extraValue(property, next(1000))])
             case "Card":
+                let number = next(1000)
+                let mixed: [Value] = [
+                    .int(Int64(number)), .double(Double(number) / 8), .string(unique()), .bool(number % 2 == 0), .null,
+                    .decimal(Decimal(number) / 100), .date(Date(timeIntervalSince1970: Double(number))),
+                    .data(Data([UInt8(number % 256)])),
+                ]
                 let choices: [(String, Value)] = [
                     ("title", .string(unique())), ("done", .bool(next(2) == 0)),
                     ("note", next(4) == 0 ? .null : .string(unique())),
-                    ("count", .int(Int64(next(1000)))),
+                    ("count", .int(Int64(next(1000)))), ("anything", mixed[next(mixed.count)]),
                 ]
                 let (property, value) = choices[next(choices.count)]
                 try txn.update(type, primaryKey: key, [property: value])
