@@ -97,3 +97,58 @@ import TributaryQuery
         }
     }
 }
+
+/// Random texts and searches over a small vocabulary (with case and diacritics varied), each answer checked against a
+/// naive evaluator: the words of a text are its runs of letters, lowercased, with é read as e.
+@Suite("TEXT against a naive evaluator") struct FullTextDifferentialTests {
+    static let words = ["cake", "Cake", "café", "cafe", "choc", "chocolate", "nuts", "walnut", "lemon", "tart"]
+
+    static func naiveWords(_ text: String) -> Set<String> {
+        Set(
+            text.lowercased().replacingOccurrences(of: "é", with: "e").split { !$0.isLetter }.map(String.init))
+    }
+
+    @Test("Random searches of words, exclusions and prefixes", arguments: [1, 2, 0x7E47] as [UInt64])
+    func randomized(seed: UInt64) throws {
+        var random = SplitMix64(seed: seed)
+        func pick() -> String { Self.words[Int(random.next() % UInt64(Self.words.count))] }
+        let separators = [" ", ", ", "-", "; ", "!"]
+        let texts: [String] = (0..<200).map { _ in
+            (0..<(1 + Int(random.next() % 5))).map { _ in pick() + separators[Int(random.next() % 5)] }.joined()
+        }
+        let objects: [(PrimaryKey, [String: Value])] = texts.enumerated().map { index, text in
+            (.int(Int64(index)), ["_id": .int(Int64(index)), "description": .string(text), "servings": 1])
+        }
+        let schema = FullTextQueryTests.schema
+        for _ in 0..<150 {
+            var terms: [String] = []
+            var required: [(word: String, prefix: Bool)] = []
+            var excluded: [(word: String, prefix: Bool)] = []
+            for index in 0..<(1 + Int(random.next() % 3)) {
+                let word = pick()
+                let prefix = random.next() % 4 == 0
+                let term = String(word.prefix(prefix ? 3 : word.count))
+                if index > 0 && random.next() % 3 == 0 {
+                    terms.append("-" + term + (prefix ? "*" : ""))
+                    excluded.append((Self.naiveWords(term).first ?? term, prefix))
+                } else {
+                    terms.append(term + (prefix ? "*" : ""))
+                    required.append((Self.naiveWords(term).first ?? term, prefix))
+                }
+            }
+            let search = terms.joined(separator: " ")
+            let query = try Query(
+                "description TEXT $0", arguments: [.string(search)], type: schema[type: "Recipe"]!, schema: schema)
+            let found = query.apply(to: objects, source: InMemoryObjectSource()).map(\.0)
+            let expected = objects.filter { object in
+                guard case .string(let text)? = object.1["description"] else { return false }
+                let words = Self.naiveWords(text)
+                func has(_ term: (word: String, prefix: Bool)) -> Bool {
+                    term.prefix ? words.contains { $0.hasPrefix(term.word) } : words.contains(term.word)
+                }
+                return required.allSatisfy(has) && !excluded.contains(where: has)
+            }.map(\.0)
+            #expect(found == expected, "\(search)")
+        }
+    }
+}
