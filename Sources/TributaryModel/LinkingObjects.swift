@@ -28,12 +28,7 @@ extension Schema {
             var names = Set(type.properties.map(\.name))
             for computed in type.linkingObjects {
                 let path = "\(type.name).\(computed.name)"
-                guard isValidName(computed.name) else {
-                    throw SchemaError(.invalidName, "property name '\(path)' is not valid: use letters, digits and _")
-                }
-                guard names.insert(computed.name).inserted else {
-                    throw SchemaError(.duplicateProperty, "property '\(path)' is declared twice")
-                }
+                try checkNewPropertyName(computed.name, path: path, names: &names)
                 guard !type.isEmbedded else {
                     throw SchemaError(
                         .invalidLink,

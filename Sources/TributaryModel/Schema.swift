@@ -577,12 +577,7 @@ public struct Schema: Hashable, Sendable {
             var names = Set<String>()
             for property in type.properties {
                 let path = "\(type.name).\(property.name)"
-                guard isValidName(property.name) else {
-                    throw SchemaError(.invalidName, "property name '\(path)' is not valid: use letters, digits and _")
-                }
-                guard names.insert(property.name).inserted else {
-                    throw SchemaError(.duplicateProperty, "property '\(path)' is declared twice")
-                }
+                try checkNewPropertyName(property.name, path: path, names: &names)
                 if property.kind == .scalar(.mixed), property.isIndexed {
                     throw SchemaError(
                         .unsupportedType,
@@ -637,6 +632,16 @@ public struct Schema: Hashable, Sendable {
             }
             seen.insert(type.name)
         }
+    }
+}
+
+/// Refuses a property name that is not valid, or that `names` (those of the type so far) holds, and adds it there.
+func checkNewPropertyName(_ name: String, path: String, names: inout Set<String>) throws(SchemaError) {
+    guard isValidName(name) else {
+        throw SchemaError(.invalidName, "property name '\(path)' is not valid: use letters, digits and _")
+    }
+    guard names.insert(name).inserted else {
+        throw SchemaError(.duplicateProperty, "property '\(path)' is declared twice")
     }
 }
 

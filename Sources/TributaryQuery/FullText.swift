@@ -78,12 +78,8 @@ extension TypeChecker {
                 .typeMismatch, "TEXT searches a string property's words, but \(subject) is not a string",
                 at: syntax.left.start)
         }
-        if let quantifier = syntax.quantifier, !path.isToMany {
-            let word = quantifier == .allElements ? "ALL" : quantifier == .noElement ? "NONE" : "ANY"
-            throw error(
-                .typeMismatch, "\(word) needs a list or a to-many key path after it, but \(subject) is a single value",
-                at: syntax.quantifierPosition)
-        }
+        try checkQuantifier(
+            syntax.quantifier, before: subject, isMany: path.isToMany, at: syntax.quantifierPosition)
         let search: Value
         switch syntax.right.kind {
         case .literal(let literal):

@@ -20,12 +20,8 @@ extension TypeChecker {
                     + "string property 'type' (\"Point\") and a list<double> 'coordinates' ([longitude, latitude])",
                 at: syntax.path.start)
         }
-        if let quantifier = syntax.quantifier, !path.isToMany {
-            let word = quantifier == .allElements ? "ALL" : quantifier == .noElement ? "NONE" : "ANY"
-            throw error(
-                .typeMismatch, "\(word) needs a list or a to-many key path after it, but \(subject) is a single value",
-                at: syntax.quantifierPosition)
-        }
+        try checkQuantifier(
+            syntax.quantifier, before: subject, isMany: path.isToMany, at: syntax.quantifierPosition)
         return GeoWithin(path: path, region: try region(syntax.shape), quantifier: syntax.quantifier ?? .anyElement)
     }
 

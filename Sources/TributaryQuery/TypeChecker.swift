@@ -61,6 +61,17 @@ struct TypeChecker {
         QueryError(code, message, position: position, query: query)
     }
 
+    /// Refuses `ANY`, `ALL` or `NONE` before `subject` when it is a single value.
+    func checkQuantifier(_ quantifier: Quantifier?, before subject: String, isMany: Bool, at position: Int)
+        throws(QueryError)
+    {
+        guard let quantifier, !isMany else { return }
+        let word = quantifier == .allElements ? "ALL" : quantifier == .noElement ? "NONE" : "ANY"
+        throw error(
+            .typeMismatch, "\(word) needs a list or a to-many key path after it, but \(subject) is a single value",
+            at: position)
+    }
+
     // MARK: Predicates
 
     /// Checks a predicate (also a SUBQUERY's). Recursion follows the parser's, which bounds its depth.
@@ -95,13 +106,7 @@ struct TypeChecker {
             (syntax.quantifier, left, syntax.quantifierPosition),
             (syntax.rightQuantifier, right, syntax.rightQuantifierPosition),
         ] {
-            if let quantifier, !side.operand.isMany {
-                let word = quantifier == .allElements ? "ALL" : quantifier == .noElement ? "NONE" : "ANY"
-                throw error(
-                    .typeMismatch,
-                    "\(word) needs a list or a to-many key path after it, but \(side.label) is a single value",
-                    at: position)
-            }
+            try checkQuantifier(quantifier, before: side.label, isMany: side.operand.isMany, at: position)
         }
         switch op {
         case .in:
