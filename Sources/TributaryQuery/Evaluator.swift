@@ -16,26 +16,26 @@ struct Evaluator<Source: QueryObjectSource> {
         case .not(let inner): return !matches(inner, object)
         case .comparison(let comparison): return evaluate(comparison, object)
         case .geoWithin(let geo):
-            func within(_ value: Value) -> Bool { GeoPoint(stored: value).map(geo.region.contains) ?? false }
-            let points = values(of: geo.path, in: object)
-            guard geo.path.isToMany else { return points.first.map(within) ?? false }
-            switch geo.quantifier {
-            case .anyElement: return points.contains(where: within)
-            case .allElements: return points.allSatisfy(within)
-            case .noElement: return !points.contains(where: within)
-            }
+            return test(geo.path, geo.quantifier, object) { GeoPoint(stored: $0).map(geo.region.contains) ?? false }
         case .fullText(let search):
-            func found(_ value: Value) -> Bool {
+            return test(search.path, search.quantifier, object) { value in
                 guard case .string(let text) = value else { return false }
                 return search.terms.matches(text)
             }
-            let texts = values(of: search.path, in: object)
-            guard search.path.isToMany else { return texts.first.map(found) ?? false }
-            switch search.quantifier {
-            case .anyElement: return texts.contains(where: found)
-            case .allElements: return texts.allSatisfy(found)
-            case .noElement: return !texts.contains(where: found)
-            }
+        }
+    }
+
+    /// Whether `holds` is true of the value `path` leads to, or for a to-many path, of as many of its values as
+    /// `quantifier` says.
+    private func test(
+        _ path: KeyPath, _ quantifier: Quantifier, _ object: [String: Value], _ holds: (Value) -> Bool
+    ) -> Bool {
+        let values = values(of: path, in: object)
+        guard path.isToMany else { return values.first.map(holds) ?? false }
+        switch quantifier {
+        case .anyElement: return values.contains(where: holds)
+        case .allElements: return values.allSatisfy(holds)
+        case .noElement: return !values.contains(where: holds)
         }
     }
 
