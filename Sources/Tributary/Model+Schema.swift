@@ -208,6 +208,32 @@ final class ProbeRecorder {
             }
             return
         }
+        // `[String: T]`: a dictionary of what T stores (a scalar, a link, a mixed Value; optional or not).
+        let dictionary =
+            (type as? any DictionaryValue.Type)
+            ?? (type as? any OptionalValue.Type).flatMap {
+                $0.wrappedType as? any DictionaryValue.Type
+            }
+        if let dictionary {
+            var element = dictionary.valueType
+            var elementOptional = false
+            if let wrapped = element as? any OptionalValue.Type {
+                element = wrapped.wrappedType
+                elementOptional = true
+            }
+            let described = Self.describe(element)
+            let embedded = if case .embedded? = described?.0 { true } else { false }
+            guard let (kind, isList, _) = described, !isList, !embedded else {
+                if problem == nil {
+                    problem =
+                        "\(name) is a dictionary of \(dictionary.valueType), which cannot be stored; a dictionary holds "
+                        + "String, Int, Double, Decimal, Bool, Date, Data, UUID, ObjectID, Value or Link values"
+                }
+                return
+            }
+            properties.append(Property(name, kind, optional: elementOptional, dictionary: true))
+            return
+        }
         guard let (kind, isList, elementOptional) = Self.describe(type) else {
             if problem == nil {
                 problem =
@@ -282,6 +308,17 @@ protocol ListValue {
 extension Array: ListValue {
     static var elementType: Any.Type { Element.self }
     static var empty: [Element] { [] }
+}
+
+/// Dictionaries with `String` keys, stored as dictionary properties (Realm's `Map`).
+protocol DictionaryValue {
+    static var valueType: Any.Type { get }
+    static var empty: Self { get }
+}
+
+extension Dictionary: DictionaryValue where Key == String {
+    static var valueType: Any.Type { Value.self }
+    static var empty: [String: Value] { [:] }
 }
 
 /// Sets, stored as set properties (Realm's `MutableSet`).
@@ -361,6 +398,7 @@ enum ProbePlaceholder {
         if let placeholder = placeholder as? T { return placeholder }
         if let link = type as? any LinkValue.Type, let value = link.init(linkTo: .string("")) as? T { return value }
         if let list = type as? any ListValue.Type, let value = list.empty as? T { return value }
+        if let dictionary = type as? any DictionaryValue.Type, let value = dictionary.empty as? T { return value }
         if let probe = type as? any PersistableEnum.Type, let value = probe.placeholder as? T { return value }
         if type is any Model.Type {
             throw TributaryError(

@@ -125,6 +125,13 @@ final class Materializer {
                     guard case .link(let key) = element else { return true }
                     return try exists(target, key)
                 })
+        case (.link(let target), .dictionary(let entries)):
+            // A key whose link's target does not exist reads as null: the key stays (rule 7).
+            var resolved = entries
+            for (key, entry) in entries {
+                if case .link(let linked) = entry, try !exists(target, linked) { resolved[key] = .null }
+            }
+            return .dictionary(resolved)
         case (.embedded(let typeName), .embedded(var object)):
             guard let type = schema[type: typeName] else { return value }
             for child in type.properties {

@@ -32,7 +32,9 @@ extension Schema {
                     lines.append("Property \(name) has been added.")
                     continue
                 }
-                if previous.kind != property.kind || previous.isList != property.isList {
+                if previous.kind != property.kind || previous.isList != property.isList
+                    || previous.isDictionary != property.isDictionary
+                {
                     lines.append(
                         "Property \(name) has been changed from '\(previous.typeDescription)' to '\(property.typeDescription)'."
                     )

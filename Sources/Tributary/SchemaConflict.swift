@@ -66,6 +66,8 @@ public struct SchemaConflict: Sendable, Hashable, CustomStringConvertible {
                     guard case .embedded(let child) = element.value else { return false }
                     return holdsAside(child.fields, of: child.type, name)
                 }
+            case .dictionary:
+                return false
             }
         }
         return fields.states.contains(where: holds) || fields.sideFields.contains { holds($0.state) }

@@ -280,6 +280,18 @@ struct Differ {
 
     func update(from old: Value, to new: Value, property: Property, path: FieldPath) throws {
         guard !old.storesAlike(new) else { return }
+        if property.isDictionary, case .dictionary(let oldEntries) = old {
+            // Key by key (rule 1): a key another replica writes meanwhile is left alone.
+            let newEntries = new.dictionaryValue ?? [:]
+            for key in oldEntries.keys.sorted() where newEntries[key] == nil {
+                try transaction.emit(.dictionaryErase(path, key: key))
+            }
+            for key in newEntries.keys.sorted() {
+                guard let value = newEntries[key], !(oldEntries[key]?.storesAlike(value) ?? false) else { continue }
+                try transaction.emit(.dictionarySet(path, key: key, value: value))
+            }
+            return
+        }
         if property.isSet, case .list = old {
             try updateSet(to: new.listValue ?? [], property: property, path: path)
             return
@@ -327,7 +339,7 @@ struct Differ {
                     }).first
                 else { return nil }
                 fields = child.fields
-            case nil:
+            case .dictionary?, nil:
                 return nil
             }
         }

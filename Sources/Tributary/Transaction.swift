@@ -322,7 +322,9 @@ public final class Transaction: ObjectReading {
         guard case .link(let targetName) = property.kind, let target = working.schema[type: targetName],
             let keyType = target.primaryKeyProperty.flatMap({ if case .scalar(let t) = $0.kind { t } else { nil } })
         else { return }
-        let links = property.isList ? (value.listValue ?? []) : [value]
+        let links =
+            property.isList
+            ? (value.listValue ?? []) : property.isDictionary ? Array((value.dictionaryValue ?? [:]).values) : [value]
         for case .link(let key) in links where key.type != keyType {
             throw TributaryError(
                 .wrongType,
@@ -395,7 +397,7 @@ public final class Transaction: ObjectReading {
                 explicit.append(FieldValue(property.name, value))
             } else if let value = property.createDefault {
                 defaults.append(FieldValue(property.name, value))
-            } else if !property.isOptional && !property.isList {
+            } else if !property.isOptional && !property.isCollection {
                 return nil
             }
         }
@@ -421,7 +423,7 @@ public final class Transaction: ObjectReading {
         for property in type.properties where property.name != type.primaryKey && values[property.name] == nil {
             if let value = property.createDefault ?? fallbacks[property.name] {
                 defaults.append(FieldValue(property.name, value))
-            } else if !property.isOptional && !property.isList {
+            } else if !property.isOptional && !property.isCollection {
                 throw TributaryError(
                     .missingProperty,
                     "cannot create \(type.name) \(key): required property '\(property.name)' (\(property.typeDescription)) is missing"
@@ -461,7 +463,7 @@ extension Transaction {
         if let error = property.unmergeableDefaultError(in: type) {
             throw TributaryError(.schemaMismatch, "cannot add '\(type).\(property.name)': \(error)", underlying: error)
         }
-        guard property.isOptional || property.isList || property.defaultValue != nil else {
+        guard property.isOptional || property.isCollection || property.defaultValue != nil else {
             throw TributaryError(
                 .schemaMismatch,
                 "'\(type).\(property.name)' is required and has no default: existing objects would lack it; give it a default"

@@ -31,6 +31,11 @@ struct InstructionApplier {
         if case .list(let elements) = value {
             return .list(try newList(elements))
         }
+        if case .dictionary(let entries) = value {
+            var dictionary = DictionaryState()
+            dictionary.replace(with: entries, at: stamp)
+            return .dictionary(dictionary)
+        }
         return .register(Register(value: try storedValue(value), stamp: stamp))
     }
 
@@ -114,6 +119,8 @@ struct InstructionApplier {
                 list.elements[id]?.value = value
             }
             state = .list(list)
+        case .dictionary:
+            break  // scalars and links only: nothing embedded to put aside
         }
     }
 
@@ -157,13 +164,22 @@ struct InstructionApplier {
             // Embedded objects' values written under another definition than the one that shows go aside (rule 8).
             let writers = value.isSingleValue ? nil : writersSchema(schema)
             if let writers { Self.placeAside(&newState, writers: writers, schema: schema) }
-            // Null set on a list is an empty list set: it removes what the writer had seen, as `[]` does.
+            // Null set on a list is an empty list set: it removes what the writer had seen, as `[]` does; on a
+            // dictionary, an empty dictionary.
             let emptyList = value.isNull ? try fieldState(.list([])) : nil
+            let emptyDictionary = value.isNull ? try fieldState(.dictionary([:])) : nil
             let value = try info.landed(value, schema: schema, causal: causal)
             try update(path, state: &state) { field, property in
                 try check(value, fits: property, path, writers ?? schema)
-                try merge(property.isList ? emptyList ?? newState : newState, into: &field, causal: causal)
+                let written =
+                    property.isList
+                    ? emptyList ?? newState : property.isDictionary ? emptyDictionary ?? newState : newState
+                try merge(written, into: &field, causal: causal)
             }
+        case .dictionarySet(let path, let key, let value):
+            try updateDictionary(path, key: key, value: value, state: &state)
+        case .dictionaryErase(let path, let key):
+            try updateDictionary(path, key: key, value: Value?.none, state: &state)
         case .addInteger(let path, let delta, let base):
             try update(path, state: &state) { field, property in
                 guard case .scalar(.int) = property.kind, !property.isList else {
@@ -252,8 +268,35 @@ struct InstructionApplier {
             field = .list(list)
         case (.register(let register), .register(let current)?):
             if register.stamp >= current.stamp { field = .register(register) }
+        case (.dictionary(let written), .dictionary(var dictionary)?):
+            field = nil  // `dictionary` is now the only reference: changing it copies nothing
+            dictionary.replace(with: written.values, at: written.replaced)
+            field = .dictionary(dictionary)
         default:
             field = newState
+        }
+    }
+
+    /// Writes one key of the dictionary at `path` (a value, or `nil` to erase it), as a field is written (rule 1).
+    func updateDictionary(_ path: FieldPath, key: String, value: Value?, state: inout WorkingSet) throws {
+        let stamp = self.stamp
+        let checkValues = self.checkValues
+        try update(path, state: &state) { field, property in
+            guard property.isDictionary else {
+                throw MergeError(.invalidInstruction, "\(path) is \(property.typeDescription), not a dictionary")
+            }
+            if checkValues, let problem = Property.dictionaryKeyProblem(key) ?? value.flatMap(property.elementProblem) {
+                throw MergeError(.invalidInstruction, "\(path)['\(key.prefix(64))']: \(problem)")
+            }
+            var dictionary: DictionaryState
+            if case .dictionary(let current)? = field {
+                dictionary = current
+                field = nil  // `dictionary` is now the only reference: changing it copies nothing
+            } else {
+                dictionary = DictionaryState()
+            }
+            dictionary.write(key, value, at: stamp)
+            field = .dictionary(dictionary)
         }
     }
 
@@ -676,7 +719,7 @@ struct InstructionApplier {
                 return try descend(
                     into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
                     causal: causal, body)
-            case nil:
+            case .dictionary?, nil:
                 return false
             }
         }

@@ -107,6 +107,9 @@ extension ObjectRecord {
                 stamps.insert(element.positionStamp)
                 if case .embedded(let child) = element.value { collectStamps(child.fields, into: &stamps) }
             }
+        case .dictionary(let dictionary):
+            stamps.insert(dictionary.replaced)
+            for entry in dictionary.entries.values { stamps.insert(entry.stamp) }
         }
     }
 
@@ -150,6 +153,7 @@ extension ObjectRecord {
 private enum FieldTag: UInt8 {
     case register = 0
     case list = 1
+    case dictionary = 2
 }
 
 private enum StoredTag: UInt8 {
@@ -201,6 +205,22 @@ extension BinaryWriter {
                 stamp(element.valueStamp, stamps)
                 elementID(element.position)
                 stamp(element.positionStamp, stamps)
+            }
+        case .dictionary(let dictionary):
+            byte(FieldTag.dictionary.rawValue)
+            stamp(dictionary.replaced, stamps)
+            varint(dictionary.entries.count)
+            // Sorted by the keys' UTF-8 bytes, as readers check: one state, one encoding.
+            for key in dictionary.entries.keys.sorted(by: { $0.utf8Precedes($1) }) {
+                let entry = dictionary.entries[key]!
+                string(key)
+                if let value = entry.value {
+                    byte(1)
+                    self.value(value, &names)
+                } else {
+                    byte(0)
+                }
+                stamp(entry.stamp, stamps)
             }
         }
     }
@@ -334,6 +354,22 @@ extension BinaryReader {
                         id: id, value: value, valueStamp: valueStamp, position: position, positionStamp: positionStamp)
                 }
                 return .list(list)
+            case .dictionary:
+                var dictionary = DictionaryState(replaced: try stamp())
+                let count = try self.count("dictionary entry", maximum: limits.maximumElements, minimumBytesEach: 3)
+                var previous: String?
+                for _ in 0..<count {
+                    let key = try string("dictionary key")
+                    if let previous, !previous.utf8Precedes(key) {
+                        throw error(.invalidValue, "dictionary key '\(key.prefix(64))' is out of order or given twice")
+                    }
+                    previous = key
+                    let present = try byte()
+                    guard present <= 1 else { throw error(.invalidValue, "bad dictionary entry flag \(present)") }
+                    let value: Value? = present == 1 ? try self.value(.inline, depth: depth + 1) : Value?.none
+                    dictionary.entries[key] = DictionaryEntry(value: value, stamp: try stamp())
+                }
+                return .dictionary(dictionary)
             case nil:
                 throw error(.invalidTag, "unknown field tag \(tag)")
             }

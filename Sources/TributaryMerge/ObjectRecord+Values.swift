@@ -21,6 +21,10 @@ extension ObjectRecord {
     public static func value(_ field: FieldState?, of property: Property, in schema: Schema) -> Value {
         // A list holding a single value (a null set by an earlier build) reads as empty, as every reader gives it.
         if property.isList, case .register? = field { return .list([]) }
+        if property.isDictionary {
+            guard case .dictionary(let dictionary)? = field else { return .dictionary([:]) }
+            return .dictionary(dictionary.values)
+        }
         switch field {
         case .register(let register)?:
             return value(
@@ -30,6 +34,9 @@ extension ObjectRecord {
                 value(element.value, addend: 0, zeroStamp: false, of: property, in: schema)
             }
             return .list(property.isSet ? distinctElements(elements) : elements)
+        case .dictionary?:
+            // A dictionary's state under a property defined otherwise: as the property reads without a value.
+            return value(nil, of: property, in: schema)
         case nil:
             if property.isList { return .list([]) }
             return property.defaultValue ?? (property.isOptional ? .null : zeroValue(property.kind))

@@ -27,6 +27,56 @@ public enum FieldState: Hashable, Sendable {
     case register(Register)
     /// A list.
     case list(ListState)
+    /// A dictionary: each key merged as a field (rule 1).
+    case dictionary(DictionaryState)
+}
+
+/// A dictionary: the latest write of each key (a value, or an erase), and the stamp of the latest write of the whole
+/// dictionary, which replaced every key written before it. Every change is "the later stamp wins", so replicas that
+/// apply the same writes in any order hold the same state (rule 1, key by key).
+public struct DictionaryState: Hashable, Sendable {
+    /// Each key's latest write. An erased key stays, as an entry without a value, so that an earlier write of it
+    /// delivered later still loses.
+    public var entries: [String: DictionaryEntry]
+    /// The stamp of the latest write of the whole dictionary (``Stamp/zero`` when none): writes of keys made before it
+    /// no longer count.
+    public var replaced: Stamp
+
+    public init(entries: [String: DictionaryEntry] = [:], replaced: Stamp = .zero) {
+        self.entries = entries
+        self.replaced = replaced
+    }
+
+    /// A write of `key` (a value, or `nil` for an erase) made at `stamp`: it counts unless the key's last write or
+    /// the last write of the whole dictionary is later. Of two writes with one stamp (one changeset), the later one.
+    public mutating func write(_ key: String, _ value: Value?, at stamp: Stamp) {
+        guard stamp >= replaced else { return }
+        if let current = entries[key], current.stamp > stamp { return }
+        entries[key] = DictionaryEntry(value: value, stamp: stamp)
+    }
+
+    /// A write of the whole dictionary made at `stamp`: the keys written before it go, `values` take their places,
+    /// and later writes of keys stay.
+    public mutating func replace(with values: [String: Value], at stamp: Stamp) {
+        guard stamp >= replaced else { return }
+        replaced = stamp
+        entries = entries.filter { $0.value.stamp >= stamp }
+        for key in values.keys.sorted() { write(key, values[key], at: stamp) }
+    }
+
+    /// The keys that hold a value, with their values.
+    public var values: [String: Value] { entries.compactMapValues(\.value) }
+}
+
+/// One key's latest write in a dictionary: its value, or `nil` when it erased the key.
+public struct DictionaryEntry: Hashable, Sendable {
+    public var value: Value?
+    public var stamp: Stamp
+
+    public init(value: Value?, stamp: Stamp) {
+        self.value = value
+        self.stamp = stamp
+    }
 }
 
 /// A last-writer-wins value with its stamp, and the increments added on top of it (rule 4).

@@ -217,6 +217,8 @@ extension ChangesetInfo {
                 list.elements[id]?.value = try landed(element.value, schema: schema, causal: causal)
             }
             return .list(list)
+        case .dictionary:
+            return state  // scalars and links only
         }
     }
 

@@ -581,6 +581,8 @@ struct SchemaMerger {
                     changed = true
                 }
                 if changed { fields[name] = .list(list) }
+            case .dictionary:
+                continue  // scalars and links only
             }
         }
     }

@@ -76,7 +76,13 @@ private struct LimitWalker {
         case .set(let path, let value), .listInsert(let path, _, let value), .listSet(let path, _, let value):
             if let problem = pathProblem(path) { return problem }
             return valueProblem(value, depth: 0).map { "\(path): \($0)" }
-        case .addInteger(let path, _, _), .listErase(let path, _), .listMove(let path, _, _), .listClear(let path):
+        case .dictionarySet(let path, let key, let value):
+            if let problem = pathProblem(path) ?? (checksBytes ? bytesProblem(key.utf8.count, "a key") : nil) {
+                return problem
+            }
+            return valueProblem(value, depth: 0).map { "\(path)['\(key.prefix(64))']: \($0)" }
+        case .addInteger(let path, _, _), .listErase(let path, _), .listMove(let path, _, _), .listClear(let path),
+            .dictionaryErase(let path, _):
             return pathProblem(path)
         }
     }
@@ -154,6 +160,18 @@ private struct LimitWalker {
                 if let problem = valueProblem(element, depth: depth + 1) { return "element \(index): \(problem)" }
             }
             return nil
+        case .dictionary(let entries):
+            if entries.count > limits.maximumElements {
+                return "a dictionary of \(entries.count) entries, more than \(limits.maximumElements)"
+            }
+            if !entries.isEmpty, depth >= limits.maximumDepth { return nestingProblem }
+            for key in entries.keys.sorted() {
+                if checksBytes, let problem = bytesProblem(key.utf8.count, "a key") { return problem }
+                if let entry = entries[key], let problem = valueProblem(entry, depth: depth + 1) {
+                    return "key '\(key.prefix(64))': \(problem)"
+                }
+            }
+            return nil
         }
     }
 
@@ -166,7 +184,7 @@ extension Value {
     /// Whether it is a list or an embedded object, which may hold values of its own.
     fileprivate var isNested: Bool {
         switch self {
-        case .list, .embedded: true
+        case .list, .embedded, .dictionary: true
         default: false
         }
     }

@@ -246,6 +246,7 @@ private enum InstructionTag: UInt8 {
     case addProperty, removeProperty, renameProperty, removeType, setSchemaVersion, redefineProperty, migrated
     case create = 16
     case erase, set, addInteger, listInsert, listSet, listErase, listMove, listClear
+    case dictionarySet, dictionaryErase
     case omitted = 32
 }
 
@@ -353,6 +354,15 @@ extension BinaryWriter {
         case .listClear(let path):
             byte(InstructionTag.listClear.rawValue)
             self.path(path, &names)
+        case .dictionarySet(let path, let key, let newValue):
+            byte(InstructionTag.dictionarySet.rawValue)
+            self.path(path, &names)
+            string(key)
+            value(newValue, &names)
+        case .dictionaryErase(let path, let key):
+            byte(InstructionTag.dictionaryErase.rawValue)
+            self.path(path, &names)
+            string(key)
         case .omitted:
             byte(InstructionTag.omitted.rawValue)
         }
@@ -452,6 +462,13 @@ extension BinaryReader {
             let element = try elementID()
             return .listMove(path, element: element, anchor: try anchor())
         case .listClear: return .listClear(try path(names))
+        case .dictionarySet:
+            let path = try path(names)
+            let key = try string("dictionary key")
+            return .dictionarySet(path, key: key, value: try value(names))
+        case .dictionaryErase:
+            let path = try path(names)
+            return .dictionaryErase(path, key: try string("dictionary key"))
         case .omitted: return .omitted
         case nil: throw error(.invalidTag, "unknown instruction tag \(tag) in instruction \(index)")
         }

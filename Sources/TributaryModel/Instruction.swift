@@ -141,6 +141,10 @@ public enum Instruction: Hashable, Sendable {
     case listMove(FieldPath, element: ElementID, anchor: ListAnchor)
     /// Removes every element the writer had seen (those its causal context covers).
     case listClear(FieldPath)
+    /// Sets one key of a dictionary: the key takes the value if the write is later than the key's last (rule 1).
+    case dictionarySet(FieldPath, key: String, value: Value)
+    /// Erases one key of a dictionary: a write too, which a later set of the key undoes (rule 1).
+    case dictionaryErase(FieldPath, key: String)
 
     /// An instruction left out of a partial replica's projection of a changeset. It does nothing, and keeps the
     /// index of every later instruction, from which the ids of the elements they create derive.
@@ -151,7 +155,8 @@ public enum Instruction: Hashable, Sendable {
         switch self {
         case .create(let type, let key, _, _), .erase(let type, let key): return (type, key)
         case .set(let path, _), .addInteger(let path, _, _), .listInsert(let path, _, _), .listSet(let path, _, _),
-            .listErase(let path, _), .listMove(let path, _, _), .listClear(let path):
+            .listErase(let path, _), .listMove(let path, _, _), .listClear(let path), .dictionarySet(let path, _, _),
+            .dictionaryErase(let path, _):
             return (path.type, path.primaryKey)
         case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType,
             .setSchemaVersion, .migrated,

@@ -8,6 +8,7 @@ extension BinaryWriter {
         if property.isIndexed { flags |= 4 }
         if property.defaultValue != nil { flags |= 8 }
         if property.isSet { flags |= 0x10 }
+        if property.isDictionary { flags |= 0x20 }
         byte(flags)
         if let defaultValue = property.defaultValue { value(defaultValue, &names) }
     }
@@ -27,10 +28,12 @@ extension BinaryWriter {
     }
 
     /// A property shape in one byte (scalar type 1-8, link 9, embedded 10, decimal 11, float 12, mixed 13; bit 4 optional, bit 5
-    /// list, bit 6 set), then a link's or embedded object's target: what shape notes and the states records keep aside
-    /// hold.
+    /// list, bit 6 set, bit 7 dictionary), then a link's or embedded object's target: what shape notes and the states
+    /// records keep aside hold.
     public mutating func shape(_ shape: PropertyShape, _ names: inout NameTable) {
-        let flags: UInt8 = (shape.isOptional ? 0x10 : 0) | (shape.isList ? 0x20 : 0) | (shape.isSet ? 0x40 : 0)
+        let flags: UInt8 =
+            (shape.isOptional ? 0x10 : 0) | (shape.isList ? 0x20 : 0) | (shape.isSet ? 0x40 : 0)
+            | (shape.isDictionary ? 0x80 : 0)
         switch shape.kind {
         case .scalar(.decimal): byte(11 | flags)
         case .scalar(.float): byte(12 | flags)
@@ -148,10 +151,10 @@ extension BinaryReader {
         let propertyName = try name(names, "property name")
         let kind = try self.kind(names, of: "property '\(propertyName)'")
         let flags = try byte()
-        guard flags & ~0x1F == 0 else { throw error(.invalidValue, "unknown property flags \(flags)") }
+        guard flags & ~0x3F == 0 else { throw error(.invalidValue, "unknown property flags \(flags)") }
         var property = Property(
             propertyName, kind, optional: flags & 1 != 0, list: flags & 2 != 0, set: flags & 0x10 != 0,
-            indexed: flags & 4 != 0)
+            dictionary: flags & 0x20 != 0, indexed: flags & 4 != 0)
         property.isOptional = flags & 1 != 0
         if flags & 8 != 0 { property.defaultValue = try value(names) }
         return property
@@ -176,7 +179,6 @@ extension BinaryReader {
     /// A property shape, as ``BinaryWriter/shape(_:_:)`` writes it.
     public mutating func shape(_ names: NameTable) throws(ChangesetDecodingError) -> PropertyShape {
         let byte = try self.byte()
-        guard byte & 0x80 == 0 else { throw error(.invalidValue, "unknown shape flags in \(byte)") }
         let kind: PropertyKind
         switch byte & 0x0F {
         case 9: kind = .link(try name(names, "link target"))
@@ -191,7 +193,8 @@ extension BinaryReader {
             kind = .scalar(scalar)
         }
         return PropertyShape(
-            kind: kind, isOptional: byte & 0x10 != 0, isList: byte & 0x20 != 0, isSet: byte & 0x40 != 0)
+            kind: kind, isOptional: byte & 0x10 != 0, isList: byte & 0x20 != 0, isSet: byte & 0x40 != 0,
+            isDictionary: byte & 0x80 != 0)
     }
 
     /// The most properties one type may have in a changeset or a stored schema.

@@ -47,10 +47,10 @@ extension Schema {
     /// | `object` with a `title` and `properties` | embedded object of type `title` |
     /// | `array` with `items` | list of what `items` describes |
     /// | `array` with `items` and `uniqueItems: true` | set of what `items` describes (not of embedded objects) |
+    /// | `object` with `additionalProperties` | dictionary of what `additionalProperties` describes (scalars) |
     ///
     /// The BSON types Tributary cannot store (`timestamp`, `regex`, …) are refused with
-    /// ``SchemaError/Code/unsupportedType``, as are dictionaries (an `object` without `title` and `properties`) and
-    /// lists of lists.
+    /// ``SchemaError/Code/unsupportedType``, as are dictionaries of objects or lists, and lists of lists.
     ///
     /// A nested `object` is an embedded type; the same `title` may be defined in several places (RChat's
     /// schemas repeat `Photo` in three places) as long as the definitions agree. Lists are never optional and are
@@ -386,6 +386,21 @@ private struct SchemaJSONReader {
                     name, .scalar(scalar), optional: itemNullable, list: true, set: set, indexed: indexed)
             }
         case "object":
+            // `additionalProperties` without a title or properties: a dictionary of what it describes.
+            if json["title"] == nil && json["properties"] == nil, let values = json["additionalProperties"] {
+                let valuesPath = jsonPath(path, "additionalProperties")
+                guard case .object = values else {
+                    throw invalid(valuesPath, "expected an object, got \(values.kindName)")
+                }
+                let (valueType, valueNullable) = try bsonTypeOf(values, path: valuesPath)
+                guard valueType != "object" && valueType != "array" else {
+                    throw SchemaError(
+                        .unsupportedType,
+                        "\(jsonPath(valuesPath, "bsonType")): a dictionary of \(valueType)s is not supported")
+                }
+                let scalar = try scalarType(valueType, path: jsonPath(valuesPath, "bsonType"))
+                return Property(name, .scalar(scalar), optional: valueNullable, dictionary: true, indexed: indexed)
+            }
             let typeName = try readNested(json, path: path)
             return Property(name, .embedded(typeName), list: false, indexed: indexed)
         default:
@@ -394,13 +409,13 @@ private struct SchemaJSONReader {
         }
     }
 
-    /// A nested `object`: an embedded type (defined here, or referred to by title), or a dictionary (refused).
+    /// A nested `object`: an embedded type (defined here, or referred to by title).
     mutating func readNested(_ json: JSONValue, path: String) throws(SchemaError) -> String {
         if json["title"] == nil && json["properties"] == nil {
             throw SchemaError(
                 .unsupportedType,
-                "\(path): an object without title and properties is a dictionary, which is not supported; "
-                    + "give it a title and properties to make it an embedded object"
+                "\(path): an object needs a title and properties (an embedded object) or additionalProperties (a "
+                    + "dictionary)"
             )
         }
         return try readType(json, path: path, name: nil, topLevel: false)
@@ -872,7 +887,12 @@ private struct SchemaJSONWriter {
 
     private mutating func property(_ property: Property, nestingStack: [String]) -> JSONValue {
         var members: [(key: String, value: JSONValue)]
-        if property.isList {
+        if property.isDictionary {
+            members = [
+                ("bsonType", .string("object")),
+                ("additionalProperties", element(property, nestingStack: nestingStack)),
+            ]
+        } else if property.isList {
             members = [("bsonType", .string("array")), ("items", element(property, nestingStack: nestingStack))]
             if property.isSet { members.append(("uniqueItems", .bool(true))) }
         } else {
@@ -886,7 +906,7 @@ private struct SchemaJSONWriter {
 
     /// The schema of one value of the property (for a list: of one element).
     private mutating func element(_ property: Property, nestingStack: [String]) -> JSONValue {
-        let nullable = property.isList && property.isOptional
+        let nullable = (property.isList || property.isDictionary) && property.isOptional
         func typed(_ name: String) -> JSONValue {
             .object([("bsonType", nullable ? .array([.string(name), .string("null")]) : .string(name))])
         }
@@ -951,6 +971,8 @@ private struct SchemaJSONWriter {
         case .embedded(let object):
             return .object(object.fields.keys.sorted().map { ($0, json(for: object.fields[$0] ?? .null)) })
         case .list(let elements): return .array(elements.map { json(for: $0) })
+        case .dictionary(let entries):
+            return .object(entries.keys.sorted { $0.utf8Precedes($1) }.map { ($0, json(for: entries[$0] ?? .null)) })
         }
     }
 }

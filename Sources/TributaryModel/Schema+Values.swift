@@ -26,7 +26,7 @@ extension Schema {
                 }
             }
             for field in type.properties
-            where requiringFields && !field.isOptional && !field.isList && field.defaultValue == nil {
+            where requiringFields && !field.isOptional && !field.isCollection && field.defaultValue == nil {
                 if object.fields[field.name] == nil {
                     return "embedded \(typeName) lacks required property '\(field.name)'"
                 }

@@ -63,18 +63,22 @@ public struct PropertyShape: Hashable, Comparable, Sendable, CustomStringConvert
     public var isList: Bool
     /// Whether the list is a set: its elements are distinct (``Property/isSet``).
     public var isSet: Bool
+    /// Whether the property is a dictionary (``Property/isDictionary``).
+    public var isDictionary: Bool
 
-    public init(kind: PropertyKind, isOptional: Bool, isList: Bool, isSet: Bool = false) {
+    public init(kind: PropertyKind, isOptional: Bool, isList: Bool, isSet: Bool = false, isDictionary: Bool = false) {
         self.kind = kind
         self.isOptional = isOptional
-        self.isList = isList || isSet
-        self.isSet = isSet
+        self.isList = (isList || isSet) && !isDictionary
+        self.isSet = isSet && !isDictionary
+        self.isDictionary = isDictionary
     }
 
     /// As the schema diff and error messages write a type: `string?`, `list<int>`, `set<string>`, `link<User>`.
     /// Distinct shapes have distinct descriptions (a to-one link or embedded object is always optional).
     public var description: String {
         let element = kind.description + (isOptional && !isList && kind.objectType == nil ? "?" : "")
+        if isDictionary { return "dictionary<\(kind.description)\(isOptional ? "?" : "")>" }
         return isList ? "\(isSet ? "set" : "list")<\(kind.description)\(isOptional ? "?" : "")>" : element
     }
 
@@ -97,6 +101,10 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
     /// is held once, a removal takes out the elements of the value its writer saw, and an addition the remover did
     /// not see stays (add wins). ``isList`` is true too.
     public var isSet: Bool = false
+    /// Whether the property is a dictionary (Realm's `Map`): values by string key, each key merged as a field
+    /// (docs/MergeSemantics.md, rule 1): concurrent writes of different keys all stay, and of one key the last wins.
+    /// ``isList`` is false.
+    public var isDictionary: Bool = false
     /// Whether an index answers equality and range queries on the property.
     public var isIndexed: Bool
     /// The value a create fills in when the app gives none, or `nil`.
@@ -104,16 +112,24 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
 
     public init(
         _ name: String, _ kind: PropertyKind, optional: Bool = false, list: Bool = false, set: Bool = false,
-        indexed: Bool = false, default defaultValue: Value? = nil
+        dictionary: Bool = false, indexed: Bool = false, default defaultValue: Value? = nil
     ) {
-        let list = list || set
+        // A dictionary's values are each like a list's elements: optional only when asked for.
+        let list = (list || set) && !dictionary
         self.name = name
         self.kind = kind
-        self.isSet = set
+        self.isSet = set && !dictionary
+        self.isDictionary = dictionary
         // A to-one link or embedded object can always be null: its target may be erased (docs/MergeSemantics.md,
         // rule 7). A mixed value may be null too.
-        if !list, case .scalar = kind { self.isOptional = optional } else { self.isOptional = list ? optional : true }
+        if !list, !dictionary, case .scalar = kind {
+            self.isOptional = optional
+        } else {
+            self.isOptional = list || dictionary ? optional : true
+        }
         if kind == .scalar(.mixed) { self.isOptional = true }
+        // A link under a dictionary's key reads as null once its target is erased (rule 7).
+        if dictionary, case .link = kind { self.isOptional = true }
         self.isList = list
         self.isIndexed = indexed
         self.defaultValue = defaultValue
@@ -141,12 +157,15 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
 
     /// What the property's values must be: its kind, list or not, optional or not (not its name, index or default).
     public var shape: PropertyShape {
-        get { PropertyShape(kind: kind, isOptional: isOptional, isList: isList, isSet: isSet) }
+        get {
+            PropertyShape(kind: kind, isOptional: isOptional, isList: isList, isSet: isSet, isDictionary: isDictionary)
+        }
         set {
             kind = newValue.kind
             isOptional = newValue.isOptional
             isList = newValue.isList
             isSet = newValue.isSet
+            isDictionary = newValue.isDictionary
         }
     }
 
@@ -163,13 +182,18 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
     /// earlier build brings (``withoutUnmergeableDefault``).
     public var hasMergeableDefault: Bool {
         guard let defaultValue else { return true }
+        if isDictionary { return defaultValue == .dictionary([:]) || defaultValue.isNull }
         return isList ? defaultValue == .list([]) || defaultValue.isNull : defaultValue.isSingleValue
     }
+
+    /// Whether the property holds many values: a list (or set) or a dictionary. It is never required, and starts
+    /// empty.
+    public var isCollection: Bool { isList || isDictionary }
 
     /// The default a create stores for the property when the app gives no value: none for a list (it starts empty)
     /// or for a default that does not merge (``hasMergeableDefault``).
     public var createDefault: Value? {
-        guard !isList, let defaultValue, defaultValue.isSingleValue else { return nil }
+        guard !isCollection, let defaultValue, defaultValue.isSingleValue else { return nil }
         return defaultValue
     }
 
@@ -584,6 +608,12 @@ public struct Schema: Hashable, Sendable {
                         "property '\(path)' is mixed and cannot be indexed: its values of different types have no "
                             + "one order")
                 }
+                if property.isDictionary, case .embedded = property.kind {
+                    throw SchemaError(
+                        .unsupportedType,
+                        "property '\(path)' is a dictionary of embedded objects, which is not supported yet; use a "
+                            + "dictionary of links, or a list of embedded objects with a key property")
+                }
                 if property.isSet, case .embedded = property.kind {
                     throw SchemaError(
                         .invalidLink,
@@ -654,6 +684,17 @@ func isValidName(_ name: String) -> Bool {
 extension Property {
     /// Why `value` cannot be stored in this property, or `nil` when it can. Lists are checked element by element.
     public func problem(with value: Value) -> String? {
+        if isDictionary {
+            guard case .dictionary(let entries) = value else {
+                if case .null = value { return nil }  // a null dictionary is an empty one
+                return "expected a dictionary, got \(value.kindName)"
+            }
+            for key in entries.keys.sorted() {
+                if let problem = Self.dictionaryKeyProblem(key) { return problem }
+                if let problem = elementProblem(entries[key] ?? .null) { return "key '\(key)': \(problem)" }
+            }
+            return nil
+        }
         if isList {
             guard case .list(let elements) = value else {
                 if case .null = value { return nil }  // a null list is an empty list
@@ -665,6 +706,17 @@ extension Property {
             return nil
         }
         return elementProblem(value)
+    }
+
+    /// Why `key` cannot be a dictionary's key, or `nil`: keys are strings of at most 200 UTF-8 bytes, without a NUL
+    /// or a `.`, that do not start with `$` (as Realm's).
+    public static func dictionaryKeyProblem(_ key: String) -> String? {
+        if key.isEmpty { return "a dictionary key cannot be empty" }
+        if key.utf8.count > 200 { return "dictionary key '\(key.prefix(40))...' is longer than 200 bytes" }
+        if key.utf8.contains(0) || key.contains(".") || key.hasPrefix("$") {
+            return "dictionary key '\(key)' holds a '.' or a NUL, or starts with '$', which keys cannot"
+        }
+        return nil
     }
 
     /// Why `value` cannot be one element of this property (or its single value), or `nil`.

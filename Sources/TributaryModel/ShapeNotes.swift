@@ -69,7 +69,8 @@ public struct ShapeNoteRecorder: Sendable {
         case .create(let type, _, _, _):
             noteWhole(type, in: schema, from: index)
         case .set(let path, _), .addInteger(let path, _, _), .listInsert(let path, _, _), .listSet(let path, _, _),
-            .listErase(let path, _), .listMove(let path, _, _), .listClear(let path):
+            .listErase(let path, _), .listMove(let path, _, _), .listClear(let path), .dictionarySet(let path, _, _),
+            .dictionaryErase(let path, _):
             guard var type = schema[type: path.type] else { return }
             for step in path.steps {
                 guard let property = type[property: step.property] else { return }

@@ -48,6 +48,7 @@ package struct NameTable: Sendable {
 enum ValueTag: UInt8 {
     case null = 0
     case boolFalse, boolTrue, int, double, string, data, date, uuid, objectId, link, embedded, list, decimal, float
+    case dictionary
 }
 
 enum KeyTag: UInt8 {
@@ -129,6 +130,15 @@ extension BinaryWriter {
             byte(ValueTag.list.rawValue)
             varint(elements.count)
             for element in elements { self.value(element, &names) }
+        case .dictionary(let entries):
+            byte(ValueTag.dictionary.rawValue)
+            // Sorted by key's UTF-8 bytes, never in Dictionary order: equal dictionaries encode alike.
+            let keys = entries.keys.sorted { $0.utf8Precedes($1) }
+            varint(keys.count)
+            for key in keys {
+                string(key)
+                self.value(entries[key] ?? .null, &names)
+            }
         }
     }
 }
@@ -210,6 +220,18 @@ extension BinaryReader {
             elements.reserveCapacity(count)
             for _ in 0..<count { elements.append(try value(names, depth: depth + 1)) }
             return .list(elements)
+        case .dictionary:
+            let count = try self.count("dictionary entry", maximum: limits.maximumElements, minimumBytesEach: 2)
+            var entries: [String: Value] = [:]
+            entries.reserveCapacity(count)
+            for _ in 0..<count {
+                let key = try string("dictionary key")
+                guard entries[key] == nil else {
+                    throw error(.invalidValue, "dictionary key '\(key.prefix(64))' appears twice")
+                }
+                entries[key] = try value(names, depth: depth + 1)
+            }
+            return .dictionary(entries)
         case nil:
             throw error(.invalidTag, "unknown value tag \(tag)")
         }

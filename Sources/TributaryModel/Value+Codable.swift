@@ -35,7 +35,7 @@ extension Value: Codable {
         case .uuid(let uuid): try container.encode(uuid.uuidString)
         case .objectId(let id): try container.encode(id.description)
         case .link(let key): try container.encode(key.description)
-        case .embedded, .list: try container.encode(description)
+        case .embedded, .list, .dictionary: try container.encode(description)
         }
     }
 }

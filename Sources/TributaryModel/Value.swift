@@ -135,6 +135,8 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     case embedded(EmbeddedObject)
     /// The elements of a list property.
     case list([Value])
+    /// The entries of a dictionary property, by key.
+    case dictionary([String: Value])
 
     /// A short name for the value's kind, used in error messages.
     public var kindName: String {
@@ -153,6 +155,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .link: "link"
         case .embedded: "embedded object"
         case .list: "list"
+        case .dictionary: "dictionary"
         }
     }
 
@@ -164,7 +167,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     /// encoding, so they merge alike in any order. A create stores no other default, and a schema declares none.
     public var isSingleValue: Bool {
         switch self {
-        case .list, .embedded: false
+        case .list, .embedded, .dictionary: false
         default: true
         }
     }
@@ -182,6 +185,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     public var linkValue: PrimaryKey? { if case .link(let v) = self { v } else { nil } }
     public var embeddedValue: EmbeddedObject? { if case .embedded(let v) = self { v } else { nil } }
     public var listValue: [Value]? { if case .list(let v) = self { v } else { nil } }
+    public var dictionaryValue: [String: Value]? { if case .dictionary(let v) = self { v } else { nil } }
 
     public var description: String {
         switch self {
@@ -201,6 +205,8 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
             let fields = object.fields.keys.sorted().map { "\($0): \(object.fields[$0]!)" }
             return "{" + fields.joined(separator: ", ") + "}"
         case .list(let values): return "[" + values.map(\.description).joined(separator: ", ") + "]"
+        case .dictionary(let entries):
+            return "[" + entries.keys.sorted().map { "\"\($0)\": \(entries[$0]!)" }.joined(separator: ", ") + "]"
         }
     }
 
@@ -243,6 +249,8 @@ extension Value {
             return a.bitPattern == b.bitPattern
         case (.list(let a), .list(let b)):
             return a.count == b.count && zip(a, b).allSatisfy { $0.storesAlike($1) }
+        case (.dictionary(let a), .dictionary(let b)):
+            return a.count == b.count && a.allSatisfy { key, value in b[key].map(value.storesAlike) ?? false }
         case (.embedded(let a), .embedded(let b)):
             return a.type == b.type && a.fields.count == b.fields.count
                 && a.fields.allSatisfy { name, value in b.fields[name].map(value.storesAlike) ?? false }

@@ -351,6 +351,7 @@ extension Value {
         case .link: "link"
         case .embedded: "object"
         case .list: "list"
+        case .dictionary: "dictionary"
         }
     }
 

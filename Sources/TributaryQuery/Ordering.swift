@@ -93,6 +93,7 @@ private func rank(_ value: Value) -> Int {
     case .link: 8
     case .embedded: 9
     case .list: 10
+    case .dictionary: 11
     }
 }
 

@@ -209,7 +209,7 @@ struct TypeChecker {
         "double": ["double"], "float": ["float"], "decimal": ["decimal"], "decimal128": ["decimal"],
         "numeric": ["int", "double", "float", "decimal"], "string": ["string"], "binary": ["binary"],
         "data": ["binary"], "date": ["date"], "timestamp": ["date"], "objectid": ["objectId"], "uuid": ["uuid"],
-        "link": ["link"], "object": ["object"], "list": ["list"],
+        "link": ["link"], "object": ["object"], "list": ["list"], "dictionary": ["dictionary"],
     ]
 
     /// `operand`'s numbers as floats when `other` is a float property (every element of it a float), else `operand`.
@@ -420,8 +420,9 @@ struct TypeChecker {
         case .float: .scalar(.float)
         case .link(let key): .link(type: nil, key: key.type)
         case .embedded(let object): .embedded(object.type)
-        // Lists are taken apart by the caller; a list element that is itself a list was refused there.
-        case .list: .null
+        // Lists are taken apart by the caller; a list element that is itself a list was refused there. A dictionary
+        // is no constant of the language.
+        case .list, .dictionary: .null
         }
     }
 

@@ -264,7 +264,7 @@ enum EqualityKey: Hashable, Sendable {
                 self = .decimal(decimal.canonicalText)
             }
         case .link(let key): self = .link(key)
-        case .list: return nil
+        case .list, .dictionary: return nil
         case .data, .uuid, .objectId, .embedded: self = .other(value)
         }
     }

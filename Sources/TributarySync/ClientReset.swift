@@ -414,7 +414,8 @@ struct Recovery {
             let object = Object(type: path.type, key: path.primaryKey)
             increments[object, default: [:]][path.property, default: 0] &+= delta
         case .set(let path, _), .addInteger(let path, _, _), .listInsert(let path, _, _), .listSet(let path, _, _),
-            .listErase(let path, _), .listMove(let path, _, _), .listClear(let path):
+            .listErase(let path, _), .listMove(let path, _, _), .listClear(let path), .dictionarySet(let path, _, _),
+            .dictionaryErase(let path, _):
             let object = Object(type: path.type, key: path.primaryKey)
             written[object, default: []].insert(path.steps.first?.property ?? path.property)
         case .addType, .addProperty, .removeProperty, .renameProperty, .redefineProperty, .removeType,

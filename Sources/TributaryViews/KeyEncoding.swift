@@ -226,7 +226,7 @@ public enum KeyEncoding {
             // As the double holding it exactly: the same order.
             bytes.append(11)
             appendOrdered(Double(float), to: &bytes)
-        case .embedded, .list:
+        case .embedded, .list, .dictionary:
             return false
         }
         return true

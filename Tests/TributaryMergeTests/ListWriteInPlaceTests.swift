@@ -96,7 +96,7 @@ import TributaryModel
                     return []
                 }
                 fields = child.fields
-            case nil:
+            case .dictionary?, nil:
                 return []
             }
         }

@@ -156,6 +156,8 @@ enum ReaderAgreement {
                         }
                         if case .embedded(let child) = element.value { visit(child.fields) }
                     }
+                case .dictionary:
+                    continue
                 }
             }
         }

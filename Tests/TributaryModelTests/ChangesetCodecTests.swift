@@ -30,6 +30,7 @@ enum ChangesetSamples {
             )
         ),
         .list([]), .list([.int(1), .string("two"), .null, .list([.bool(true)])]),
+        .dictionary([:]), .dictionary(["b": .int(2), "a": .null, "ü": .link(.string("x"))]),
     ]
 
     static let primaryKeys: [PrimaryKey] = [
@@ -89,6 +90,8 @@ enum ChangesetSamples {
         .listMove(path, element: element, anchor: ListAnchor(parent: element, side: .right)),
         .listMove(path, element: element, anchor: ListAnchor(parent: nil, side: .left)),
         .listClear(deepPath),
+        .dictionarySet(path, key: "theme", value: "dark"), .dictionarySet(deepPath, key: "ü", value: .null),
+        .dictionaryErase(path, key: "theme"),
         .omitted,
     ]
 
@@ -113,10 +116,12 @@ enum ChangesetSamples {
         case .listErase: "listErase"
         case .listMove: "listMove"
         case .listClear: "listClear"
+        case .dictionarySet: "dictionarySet"
+        case .dictionaryErase: "dictionaryErase"
         case .omitted: "omitted"
         }
     }
-    static let caseCount = 18
+    static let caseCount = 20
 
     static func changeset(
         _ instructions: [Instruction],

@@ -562,9 +562,8 @@ private func array(_ schemas: String...) -> String { "[\n" + schemas.joined(sepa
             "schema.properties.p.uniqueItems: a set cannot hold embedded objects; use an array"
         )
         check(
-            #"{ "bsonType": "object", "additionalProperties": { "bsonType": "int" } }"#,
-            "schema.properties.p: an object without title and properties is a dictionary, which is not supported; "
-                + "give it a title and properties to make it an embedded object"
+            #"{ "bsonType": "object", "additionalProperties": { "bsonType": "object", "title": "E" } }"#,
+            "schema.properties.p.additionalProperties.bsonType: a dictionary of objects is not supported"
         )
         check(
             #"{ "bsonType": "array", "items": { "bsonType": "array", "items": { "bsonType": "int" } } }"#,

@@ -81,7 +81,7 @@ struct CodableModelTests {
         }
         struct Dictionaryish: Model {
             var _id: String
-            var attributes: [String: String]
+            var attributes: [Int: String]
         }
         #expect {
             try Schema(models: [Holder.self])

@@ -162,6 +162,10 @@ func text(_ value: Value) -> String {
             + object.fields.keys.sorted().map { "\($0): \(text(object.fields[$0] ?? .null))" }.joined(separator: ", ")
             + "}"
     case .list(let elements): return "[" + elements.map(text).joined(separator: ", ") + "]"
+    case .dictionary(let entries):
+        return "["
+            + entries.keys.sorted().map { "\(quoted($0)): \(text(entries[$0] ?? .null))" }.joined(separator: ", ")
+            + "]"
     }
 }
 
@@ -194,6 +198,7 @@ func json(_ value: Value) -> JSON {
     case .embedded(let object):
         return .object(object.fields.keys.sorted().map { ($0, json(object.fields[$0] ?? .null)) })
     case .list(let elements): return .array(elements.map(json))
+    case .dictionary(let entries): return .object(entries.keys.sorted().map { ($0, json(entries[$0] ?? .null)) })
     }
 }
 
@@ -300,6 +305,10 @@ private func describe(_ instruction: Instruction, object: String?) -> String {
         return "move \(target(path))<\(text(element))> to \(text(anchor))"
     case .listClear(let path):
         return "clear \(target(path))"
+    case .dictionarySet(let path, let key, let value):
+        return "set \(target(path))[\(quoted(key))] = \(text(value))"
+    case .dictionaryErase(let path, let key):
+        return "erase \(target(path))[\(quoted(key))]"
     default:
         return "?"
     }
@@ -385,6 +394,11 @@ func json(_ instruction: Instruction) -> JSON {
             [("op", .string("listMove"))] + json(path) + [("element", json(element)), ("anchor", json(anchor))])
     case .listClear(let path):
         return .object([("op", .string("listClear"))] + json(path))
+    case .dictionarySet(let path, let key, let value):
+        return .object(
+            [("op", .string("dictionarySet"))] + json(path) + [("key", .string(key)), ("value", json(value))])
+    case .dictionaryErase(let path, let key):
+        return .object([("op", .string("dictionaryErase"))] + json(path) + [("key", .string(key))])
     case .omitted:
         return .object([("op", .string("omitted"))])
     }

@@ -74,7 +74,8 @@ package struct FlexibleSessionView: Sendable {
         case .create(_, _, let explicit, let defaults):
             return explicit.contains { !fields[$0.name].read } || defaults.contains { !fields[$0.name].read }
         case .set(let path, _), .addInteger(let path, _, _), .listInsert(let path, _, _), .listSet(let path, _, _),
-            .listErase(let path, _), .listMove(let path, _, _), .listClear(let path):
+            .listErase(let path, _), .listMove(let path, _, _), .listClear(let path), .dictionarySet(let path, _, _),
+            .dictionaryErase(let path, _):
             return !fields[path.steps.first?.property ?? path.property].read
         default:
             return false

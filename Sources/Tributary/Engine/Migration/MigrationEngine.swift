@@ -25,7 +25,9 @@ extension MigrationContext {
     /// definition of their type, renamed as the migration has said so far, leaving out the fields it removed or whose
     /// definition changed.
     func carried(_ value: Value, from oldProperty: Property, to newProperty: Property) -> Value? {
-        guard oldProperty.isList == newProperty.isList else { return nil }
+        guard oldProperty.isList == newProperty.isList, oldProperty.isDictionary == newProperty.isDictionary else {
+            return nil
+        }
         switch (oldProperty.kind, newProperty.kind) {
         case (.embedded(let name), .embedded(let newName)) where name == newName:
             guard let oldType = oldSchema[type: name], let newType = newSchema[type: name], newType.isEmbedded else {
@@ -104,7 +106,7 @@ extension MigrationContext {
     }
 
     static func defaultValue(of property: Property) -> Value {
-        property.isList ? .list([]) : (property.defaultValue ?? .null)
+        property.isList ? .list([]) : property.isDictionary ? .dictionary([:]) : (property.defaultValue ?? .null)
     }
 
     func defaults(_ type: ObjectSchema) -> [String: Value] {
@@ -170,7 +172,7 @@ extension MigrationContext {
                     values[property.name] = completed(value, as: property, carriedRenames: object.renamesCarried)
                 }
                 for property in type.properties
-                where !property.isOptional && !property.isList && property.defaultValue == nil
+                where !property.isOptional && !property.isCollection && property.defaultValue == nil
                     && property.name != type.primaryKey
                 {
                     if values[property.name] == nil || values[property.name] == .null {
@@ -206,7 +208,7 @@ extension MigrationContext {
         type.properties.compactMap { property in
             guard property.name != type.primaryKey, !object.given.contains(property.name),
                 !object.assigned.contains(property.name),
-                property.isList || property.isOptional || property.createDefault != nil,
+                property.isCollection || property.isOptional || property.createDefault != nil,
                 let value = object.values[property.name], value.storesAlike(Self.defaultValue(of: property))
             else { return nil }
             return property.name

@@ -78,6 +78,22 @@ enum ModelCoding {
         _ node: TreeNode.Resolved, to property: Property, schema: Schema, declared: Schema?,
         names: ModelNames = ModelNames(), path: String
     ) throws -> Value {
+        if property.isDictionary {
+            // A Swift dictionary with String keys encodes as an object of its keys.
+            guard case .object(let entries) = node else {
+                if case .null = node { return .dictionary([:]) }
+                throw TributaryError(.wrongType, "'\(path)' is a dictionary, but the model encoded \(node)")
+            }
+            var single = property
+            single.isDictionary = false
+            var values: [String: Value] = [:]
+            for key in entries.keys.sorted() {
+                values[key] = try conform(
+                    entries[key] ?? .null, to: single, schema: schema, declared: declared, names: names,
+                    path: "\(path)['\(key)']")
+            }
+            return .dictionary(values)
+        }
         if property.isList {
             guard case .list(let elements) = node else {
                 if case .null = node { return .list([]) }
@@ -388,6 +404,10 @@ struct ValueDecoder: Decoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        // A dictionary decodes as a Swift dictionary does: one key each.
+        if case .dictionary(let entries) = value {
+            return KeyedDecodingContainer(ValueKeyedContainer<Key>(fields: entries, codingPath: codingPath))
+        }
         guard case .embedded(let object) = value else {
             throw DecodingError.typeMismatch(
                 [String: Any].self,
@@ -487,6 +507,8 @@ struct ValueDecoder: Decoder {
                 result = nil
             }
         }
+        // Not `result as? T` alone: nil cast to an optional `T` would succeed, as a `T` holding nil.
+        guard let result else { return nil }
         return result as? T
     }
 }

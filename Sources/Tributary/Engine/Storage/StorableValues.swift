@@ -39,7 +39,8 @@ enum StorableValues {
             for field in defaults {
                 if let problem = problem(field.value) { return "\(type).\(field.name): \(problem)" }
             }
-        case .set(let path, let value), .listInsert(let path, _, let value), .listSet(let path, _, let value):
+        case .set(let path, let value), .listInsert(let path, _, let value), .listSet(let path, _, let value),
+            .dictionarySet(let path, _, let value):
             if let problem = problem(value) { return "\(path): \(problem)" }
         case .addType(let type):
             for property in type.properties {
@@ -75,6 +76,11 @@ enum StorableValues {
         case .list(let elements):
             for (index, element) in elements.enumerated() {
                 if let problem = problem(element) { return "element \(index): \(problem)" }
+            }
+            return nil
+        case .dictionary(let entries):
+            for key in entries.keys.sorted() {
+                if let value = entries[key], let problem = problem(value) { return "key '\(key)': \(problem)" }
             }
             return nil
         case .embedded(let object):
