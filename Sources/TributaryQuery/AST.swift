@@ -85,7 +85,10 @@ struct KeyPath: Hashable, Sendable {
 
     /// Whether the path yields any number of values: it goes through a list (not taken one element of by a
     /// subscript) and ends without an aggregate (`@type` keeps one value per element).
-    var isToMany: Bool { (operation == nil || operation == .type) && steps.contains { $0.yieldsMany } }
+    var isToMany: Bool {
+        (operation == nil || operation == .type || operation == .keys || operation == .values)
+            && steps.contains { $0.yieldsMany }
+    }
 }
 
 /// One property along a key path.
@@ -115,9 +118,14 @@ struct PathStep: Hashable, Sendable {
     /// `[FIRST]`, `[LAST]` or `[n]` after a list property: the step leads to that one element (none when the list
     /// is shorter).
     var element: ElementSelector? = nil
+    /// Whether the property is a dictionary: its values, in the order of their keys.
+    var isDictionary = false
+    /// `['key']` after a dictionary property: the step leads to that key's value (null without one).
+    var dictionaryKey: String? = nil
 
-    /// Whether the step leads to any number of values: a list not taken one element of.
-    var yieldsMany: Bool { isList && element == nil }
+    /// Whether the step leads to any number of values: a list not taken one element of, or a dictionary not taken
+    /// one key of.
+    var yieldsMany: Bool { (isList && element == nil) || (isDictionary && dictionaryKey == nil) }
 }
 
 /// A link property that may point at an object: `property` of `type`, whose primary key is `keyProperty`.
@@ -150,6 +158,10 @@ enum PathOperation: Hashable, Sendable {
     case size
     /// `@type`: the name of the type of the value (``Value/queryTypeName``), or of each element of a list.
     case type
+    /// `@keys` after a dictionary: its keys.
+    case keys
+    /// `@values` after a dictionary: its values (what the dictionary's key path yields without it).
+    case values
     /// `@min`, `@max`, `@sum` or `@avg` of a list, through the steps that follow it for a list of objects
     /// (`items.@sum.price`). Nulls are ignored.
     case aggregate(Aggregate, [PathStep])

@@ -42,7 +42,7 @@ struct Evaluator<Source: QueryObjectSource> {
     private func evaluate(_ comparison: Comparison, _ object: [String: Value]) -> Bool {
         // The common case, `property op constant` on a scalar property, without the arrays the general case builds.
         if case .keyPath(let path) = comparison.left, path.operation == nil, path.steps.count == 1,
-            case .scalar = path.steps[0].target, !path.steps[0].isList,
+            case .scalar = path.steps[0].target, !path.steps[0].isList, !path.steps[0].isDictionary,
             case .constant(let constant) = comparison.right, comparison.op != .between
         {
             return queryCompare(
@@ -111,8 +111,12 @@ struct Evaluator<Source: QueryObjectSource> {
     func values(of path: KeyPath, in object: [String: Value]) -> [Value] {
         guard let last = path.steps.last else { return [.null] }
         switch path.operation {
-        case nil:
+        case nil, .values:
             return walk(path.steps, from: object, toMany: path.isToMany)
+        case .keys:
+            guard let holder = holder(of: path.steps, in: object) else { return [] }
+            let entries = (holder[last.name] ?? .null).dictionaryValue ?? [:]
+            return entries.keys.sorted { $0.utf8Precedes($1) }.map(Value.string)
         case .count:
             guard let holder = holder(of: path.steps, in: object) else { return [.int(0)] }
             return [.int(Int64(leafValues(last, in: holder).count))]
@@ -170,6 +174,8 @@ struct Evaluator<Source: QueryObjectSource> {
         switch step.target {
         case .scalar:
             return []
+        case .link(let type) where step.isDictionary:
+            return dictionaryValues(step, value).compactMap { target(of: $0, type: type) }
         case .link(let type):
             guard step.isList else { return target(of: value, type: type).map { [$0] } ?? [] }
             objects = (value.listValue ?? []).compactMap { target(of: $0, type: type) }
@@ -187,6 +193,12 @@ struct Evaluator<Source: QueryObjectSource> {
     /// missing reads as null (to-one) or is left out (list).
     private func leafValues(_ step: PathStep, in object: [String: Value]) -> [Value] {
         let value = object[step.name] ?? .null
+        if step.isDictionary {
+            let values = dictionaryValues(step, value)
+            guard case .link(let type) = step.target else { return values }
+            // A link whose target is missing reads as null (rule 7).
+            return values.map { target(of: $0, type: type) == nil ? .null : $0 }
+        }
         let elements: [Value]
         switch step.target {
         case .scalar, .embedded:
@@ -200,6 +212,13 @@ struct Evaluator<Source: QueryObjectSource> {
         }
         guard let element = step.element else { return elements }
         return [element.select(elements) ?? .null]
+    }
+
+    /// A dictionary's values in the order of their keys, or its one key's value (null without it).
+    private func dictionaryValues(_ step: PathStep, _ value: Value) -> [Value] {
+        let entries = value.dictionaryValue ?? [:]
+        if let key = step.dictionaryKey { return [entries[key] ?? .null] }
+        return entries.keys.sorted { $0.utf8Precedes($1) }.map { entries[$0] ?? .null }
     }
 
     /// The objects whose link properties among `sources` point at `object`, with their primary keys.

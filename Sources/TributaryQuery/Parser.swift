@@ -653,13 +653,9 @@ struct Parser {
                 throw error("expected a list index: a non-negative integer that fits in 64 bits, not \(digits)")
             }
             kind = .index(index)
-        case .string:
-            throw QueryError(
-                .unsupported,
-                "subscripts by key, such as dictionary['key'], need a dictionary property; "
-                    + "Tributary has no dictionaries yet", position: current.start, query: query)
+        case .string(let key): kind = .key(key)
         default:
-            throw error("expected FIRST, LAST, SIZE, * or an index inside '[...]'\(found)")
+            throw error("expected FIRST, LAST, SIZE, *, an index or a 'key' inside '[...]'\(found)")
         }
         _ = advance()
         try expect(.rightBracket, "expected ']' after the subscript")

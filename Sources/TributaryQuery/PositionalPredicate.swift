@@ -90,7 +90,7 @@ extension Query {
                 return compile(inner).map { .not($0) }
             case .comparison(let comparison):
                 guard case .keyPath(let path) = comparison.left, path.operation == nil, path.steps.count == 1,
-                    case .scalar = path.steps[0].target, !path.steps[0].isList,
+                    case .scalar = path.steps[0].target, !path.steps[0].isList, !path.steps[0].isDictionary,
                     comparison.rightQuantifier == .anyElement,
                     let position = type.properties.firstIndex(where: { $0.name == path.steps[0].name })
                 else { return nil }
@@ -156,6 +156,7 @@ extension Query {
     /// link followed, no list, no aggregate): a value read by position is then the value the path gives.
     static func scalarPosition(of path: KeyPath, in type: ObjectSchema) -> Int? {
         guard path.operation == nil, path.steps.count == 1, let step = path.steps.first, !step.isList,
+            !step.isDictionary,
             case .scalar = step.target
         else { return nil }
         return type.position(ofProperty: step.name)

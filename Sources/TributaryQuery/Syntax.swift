@@ -98,6 +98,8 @@ struct SyntaxSubscript: Hashable, Sendable {
     enum Kind: Hashable, Sendable {
         case first, last, size, all
         case index(Int)
+        /// `['key']`: one key of a dictionary.
+        case key(String)
     }
     var kind: Kind
     var position: Int
@@ -108,7 +110,7 @@ struct SyntaxSubscript: Hashable, Sendable {
         case .first: .first
         case .last: .last
         case .index(let index): .index(index)
-        case .all, .size: nil
+        case .all, .size, .key: nil
         }
     }
 }

@@ -37,11 +37,34 @@ extension TypeChecker {
                 return (KeyPath(steps: steps, operation: operation, text: text), base)
             }
             var (step, next) = try resolveStep(component, in: type, after: steps)
-            if let selector = component.subscriptSelector {
+            if let selector = component.subscriptSelector, step.isDictionary {
+                // `dict['key']` is one key's value; `dict[*]` every value; `dict[SIZE]` how many.
+                switch selector.kind {
+                case .key(let key): step.dictionaryKey = key
+                case .all: break
+                case .size:
+                    guard index == components.count - 1 else {
+                        throw error(.syntax, "'[SIZE]' must end the key path", at: components[index + 1].position)
+                    }
+                    steps.append(step)
+                    return (KeyPath(steps: steps, operation: .count, text: text), .scalar(.int))
+                default:
+                    throw error(
+                        .typeMismatch,
+                        "'\(component.name)' is a dictionary: take a key's value with ['key'], or every value with [*]",
+                        at: selector.position)
+                }
+            } else if let selector = component.subscriptSelector {
                 guard step.isList else {
                     throw error(
                         .typeMismatch,
                         "'\(component.name)' is not a list; subscripts such as [FIRST] take an element of a list",
+                        at: selector.position)
+                }
+                if case .key = selector.kind {
+                    throw error(
+                        .typeMismatch,
+                        "'\(component.name)' is a list, not a dictionary: subscripts by key need a dictionary",
                         at: selector.position)
                 }
                 step.element = selector.element
@@ -218,7 +241,9 @@ extension TypeChecker {
             next = targetType
             if case .link = property.kind { target = .link(name) } else { target = .embedded(name) }
         }
-        return (PathStep(name: property.name, target: target, isList: property.isList), next)
+        var step = PathStep(name: property.name, target: target, isList: property.isList)
+        step.isDictionary = property.isDictionary
+        return (step, next)
     }
 
     private func describeStep(_ step: PathStep) -> String {
@@ -229,6 +254,7 @@ extension TypeChecker {
         case .embedded(let type): element = "embedded<\(type)>"
         case .backlinks(let sources, _): element = "link<\(sources.first?.type ?? "?")>"
         }
+        if step.isDictionary && step.dictionaryKey == nil { return "dictionary<\(element)>" }
         return step.yieldsMany ? "list<\(element)>" : element
     }
 
@@ -246,11 +272,31 @@ extension TypeChecker {
         if name == "links" {
             throw error(.unsupported, "@links (backlinks) are not supported", at: component.position)
         }
-        guard ["count", "size", "min", "max", "sum", "avg", "type"].contains(name) else {
+        guard ["count", "size", "min", "max", "sum", "avg", "type", "keys", "values"].contains(name) else {
             throw error(
                 .unknownProperty,
-                "unknown operator '\(written)': expected @count, @size, @min, @max, @sum, @avg or @type",
+                "unknown operator '\(written)': expected @count, @size, @min, @max, @sum, @avg, @type, @keys or @values",
                 at: component.position)
+        }
+        if name == "keys" || name == "values" {
+            guard last.isDictionary, last.dictionaryKey == nil else {
+                throw error(
+                    .typeMismatch, "'\(written)' needs a dictionary, but \(subject) is \(describeStep(last))",
+                    at: component.position)
+            }
+            if index + 1 < components.count {
+                // `dict.@values.@count`, `dict.@keys.@size`: how many.
+                let next = components[index + 1]
+                guard index + 2 == components.count, next.isOperator,
+                    ["count", "size"].contains(next.name.lowercased())
+                else {
+                    throw error(
+                        .syntax, "'\(written)' ends the key path, or is followed by @count",
+                        at: next.position)
+                }
+                return (.count, .scalar(.int))
+            }
+            return name == "keys" ? (.keys, .scalar(.string)) : (.values, base(of: last))
         }
         if name == "type" {
             // The type of the value (of each value, for a list): what a mixed property holds.

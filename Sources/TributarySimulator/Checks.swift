@@ -494,7 +494,7 @@ extension Simulation {
             func alive(_ changeset: Int, _ index: Int) -> Bool {
                 history.erases.allSatisfy { covers(changeset, index, $0) }
             }
-            for property in type.properties where !property.isList && property.name != type.primaryKey {
+            for property in type.properties where !property.isCollection && property.name != type.primaryKey {
                 if case .embedded = property.kind { continue }
                 var writes: [Write] = history.sets[property.name, default: []].filter { alive($0.changeset, $0.index) }
                 for create in history.creates where alive(create.changeset, create.index) {
@@ -586,6 +586,13 @@ extension Simulation {
             let kept = (journal.setAdds[name] ?? []).filter { !journal.setRemovals.contains("\(name).flags.\($0)") }
             let missing = kept.subtracting(flags)
             if !missing.isEmpty { fail("\(name).flags lost values added and never removed: \(missing.sorted())") }
+            // Dictionaries: a key set and never erased is there.
+            let keys = Set(object["counts"].dictionaryValue?.keys.map { $0 } ?? [])
+            let setKeys = (journal.dictionarySets[name] ?? []).filter {
+                !journal.dictionaryErasures.contains("\(name).counts.\($0)")
+            }
+            let lost = setKeys.subtracting(keys)
+            if !lost.isEmpty { fail("\(name).counts lost keys set and never erased: \(lost.sorted())") }
         }
     }
 }

@@ -20,6 +20,8 @@ public enum Workload {
                     Property("flags", .scalar(.string), set: true),
                     // Written with values of every type: which one a replica holds must not depend on the order.
                     .scalar("anything", .mixed),
+                    // Keys from a small pool: replicas set and erase the same keys concurrently.
+                    Property("counts", .scalar(.int), dictionary: true),
                     Property("owner", .link("Member")),
                     Property("members", .link("Member"), list: true),
                     Property("box", .embedded("Box")),
@@ -102,7 +104,7 @@ public enum Workload {
     /// Operation kinds and their weights (after realm-core's fuzz tester).
     enum Kind: CaseIterable {
         case create, set, erase, addInteger, listInsert, listSet, listErase, listMove, listClear, embedded, link
-        case setAdd, setRemove
+        case setAdd, setRemove, dictionarySet, dictionaryErase
         case schemaChange
 
         var weight: Int {
@@ -120,6 +122,8 @@ public enum Workload {
             case .link: 40
             case .setAdd: 40
             case .setRemove: 25
+            case .dictionarySet: 40
+            case .dictionaryErase: 25
             case .schemaChange: 2
             }
         }
@@ -139,6 +143,10 @@ struct WriteJournal {
     /// a value added and never removed from an object never erased must be in the set.
     var setAdds: [String: Set<String>] = [:]
     var setRemovals = Set<String>()
+    /// Keys set in dictionaries (`Card[key].counts`), by object, and the keys erased (`Card[key].counts.key`): a key set
+    /// and never erased, in an object never erased, must be there.
+    var dictionarySets: [String: Set<String>] = [:]
+    var dictionaryErasures = Set<String>()
 
     func mayHaveShrunk(_ object: String, _ property: String) -> Bool {
         listsShrunk.contains(object) || listsShrunk.contains("\(object).\(property)")
@@ -341,6 +349,18 @@ struct OperationGenerator {
                 journal.setRemovals.insert("\(name).flags.\(flag)")
             }
             try txn.update(type, primaryKey: key, ["flags": .list(flags)])
+        case .dictionarySet, .dictionaryErase:
+            guard type == "Card" else { return }
+            let entry = ["a", "b", "c"][next(3)]
+            var counts = try txn.object(type, primaryKey: key)?["counts"].dictionaryValue ?? [:]
+            if kind == .dictionarySet {
+                counts[entry] = .int(Int64(next(100)))
+                journal.dictionarySets[name, default: []].insert(entry)
+            } else {
+                counts[entry] = nil
+                journal.dictionaryErasures.insert("\(name).counts.\(entry)")
+            }
+            try txn.update(type, primaryKey: key, ["counts": .dictionary(counts)])
         case .embedded:
             guard type == "Card" else { return }
             let card = try txn.object(type, primaryKey: key)

@@ -252,7 +252,7 @@ public struct ViewStore: Sendable {
     /// (``KeyEncoding/indexValueBudget(type:property:primaryKey:)``), so that every key fits LMDB's limit. Writes,
     /// rebuilds, `verify` and the query planner all decide by this function.
     public static func indexValueBudget(of property: Property, in type: ObjectSchema) -> Int? {
-        guard property.isIndexed, !property.isList, property.name != type.primaryKey else { return nil }
+        guard property.isIndexed, !property.isCollection, property.name != type.primaryKey else { return nil }
         var keyType: ScalarType?
         if let key = type.primaryKeyProperty, case .scalar(let scalar) = key.kind { keyType = scalar }
         return KeyEncoding.indexValueBudget(type: type.name, property: property.name, primaryKey: keyType)

@@ -135,6 +135,56 @@ struct DictionaryPropertyTests {
         #expect(friends == .dictionary(["best": .link(.string("ada")), "old": .null]))
     }
 
+    @Test(
+        "Queries: a key's value, every value, the keys, and how many, as in Realm",
+        arguments: [
+            ("settings['volume'] > 5", ["p1"]),
+            ("settings['volume'] == nil", ["p3"]),
+            ("settings['missing'] == nil", ["p1", "p2", "p3"]),
+            ("settings == 2", ["p2"]),
+            ("ANY settings.@values > 2", ["p1"]),
+            ("ALL settings.@values > 2", ["p1", "p3"]),
+            ("NONE settings.@values == 7", ["p2", "p3"]),
+            ("settings[*] == 3", ["p1"]),
+            ("settings.@keys == 'brightness'", ["p1"]),
+            ("'volume' IN settings.@keys", ["p1", "p2"]),
+            ("settings.@keys BEGINSWITH 'bri'", ["p1"]),
+            ("settings.@count == 1", ["p2"]),
+            ("settings.@size == 0", ["p3"]),
+            ("settings[SIZE] == 2", ["p1"]),
+            ("settings.@values.@count == 2", ["p1"]),
+        ] as [(String, [String])])
+    func queries(query: String, expected: [String]) throws {
+        let cluster = try Cluster(1, schema: Self.schema)
+        let replica = cluster.replicas[0]
+        try replica.write { txn in
+            try txn.create("Profile", ["_id": "p1", "settings": .dictionary(["volume": 7, "brightness": 3])])
+            try txn.create("Profile", ["_id": "p2", "settings": .dictionary(["volume": 2])])
+            try txn.create("Profile", ["_id": "p3"])
+        }
+        let found = try replica.objects("Profile", where: query + " SORT(_id ASC)").compactMap(
+            \.primaryKey.value.stringValue)
+        #expect(found == expected, "\(query)")
+    }
+
+    @Test("Dictionary subscripts and operators that do not apply are refused, naming the fault")
+    func queryRefusals() throws {
+        let cluster = try Cluster(1, schema: Self.schema)
+        for (query, fragment) in [
+            ("settings[FIRST] == 1", "is a dictionary"), ("_id['x'] == 1", "not a list"),
+            ("_id.@keys == 'x'", "needs a dictionary"), ("settings.@keys.@min == 'x'", "ends the key path"),
+        ] {
+            #expect(throws: TributaryError.self, "\(query)") {
+                try cluster.replicas[0].objects("Profile", where: query)
+            }
+            do {
+                _ = try cluster.replicas[0].objects("Profile", where: query)
+            } catch {
+                #expect("\(error)".contains(fragment), "\(query): \(error)")
+            }
+        }
+    }
+
     @Test("Schemas: the JSON's additionalProperties and the binary form keep a dictionary; embedded values are refused")
     func schemas() throws {
         let json = Self.schema.jsonString()
