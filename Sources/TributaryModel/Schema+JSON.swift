@@ -512,6 +512,7 @@ private struct SchemaJSONReader {
                 optional: property.isList && property.isOptional,
                 list: property.isList,
                 set: property.isSet,
+                dictionary: property.isDictionary,
                 indexed: property.isIndexed
             )
             // Remember the key type the JSON gave, to check against the target's primary key at the end.

@@ -220,6 +220,9 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
                 query: "ANY title == 'x'", code: .typeMismatch, message: "ANY needs a list or a to-many key path",
                 position: 0),
             ErrorCase(query: "ALL author.name == 'x'", code: .typeMismatch, message: "ALL needs a list", position: 0),
+            ErrorCase(
+                query: "tags['key'] == 'x'", code: .typeMismatch,
+                message: "'tags' is a list, not a dictionary: subscripts by key need a dictionary", position: 4),
             ErrorCase(query: "title IN 'x'", code: .typeMismatch, message: "IN needs a list on its right", position: 9),
             ErrorCase(
                 query: "priority IN $0", arguments: [3], code: .typeMismatch, message: "IN needs a list on its right",
@@ -313,7 +316,6 @@ struct ErrorCase: Sendable, CustomTestStringConvertible {
             ErrorCase(
                 query: "SUBQUERY(tags, $t, $t == 'x').@count > 0", code: .unsupported,
                 message: "SUBQUERY over a list of string values is not supported", position: 9),
-            ErrorCase(query: "tags['key'] == 'x'", code: .unsupported, message: "no dictionaries yet", position: 5),
             ErrorCase(
                 query: "ANY scores BETWEEN {1, 2}", code: .unsupported, message: "BETWEEN on a list takes ALL",
                 position: 4),

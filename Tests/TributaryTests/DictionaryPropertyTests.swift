@@ -109,6 +109,9 @@ struct DictionaryPropertyTests {
             directory: directory.path, models: [Profile.self, Friend.self], schemaVersion: 1,
             configuration: configuration)
         let type = try #require(replica.schema[type: "Profile"])
+        // The schema JSON keeps a dictionary of links (a relationship whose property is an object of keys).
+        let json = try Schema(json: replica.schema.jsonString())
+        #expect(json[type: "Profile"]?[property: "friends"]?.typeDescription == "dictionary<link<Friend>?>")
         #expect(type[property: "settings"]?.typeDescription == "dictionary<int>")
         #expect(type[property: "labels"]?.typeDescription == "dictionary<string?>")
         #expect(type[property: "friends"]?.typeDescription == "dictionary<link<Friend>?>")
