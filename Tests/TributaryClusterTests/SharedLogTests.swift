@@ -160,7 +160,9 @@ struct SharedLogTests {
         defer { standby.stop() }
         try primary.requireSynchronousStandby()
         let reader = try await Self.open(primary)
-        let writer = try await Self.open(primary, timeout: .seconds(3))
+        // Impatient enough that the stuck append below gives up in a test's time, patient enough for a loaded machine
+        // (a CI run once took more than 3 s for the first append).
+        let writer = try await Self.open(primary, timeout: .seconds(20))
         #expect(try await writer.append([Self.changeset(8, 1)]) == [1])
         #expect(try await reader.entries(after: 0, limit: 10).map(\.sequence) == [1])
 
