@@ -63,8 +63,11 @@ extension ObjectReading {
     ///   computed property.
     public func linkingObjects(_ property: String, of type: String, primaryKey: PrimaryKey) throws -> [DynamicObject] {
         let computed = try linkingObjectsProperty(property, of: type)
-        return try objects(computed.originType).flatMap { object in
-            [DynamicObject](repeating: object, count: linkCount(object[computed.originProperty], to: primaryKey))
+        let origin = try schema.requireType(computed.originType)
+        return linking(computed, to: primaryKey, in: ReaderObjectSource(self)).compactMap { values in
+            origin.primaryKey.flatMap { values[$0] }.flatMap(PrimaryKey.init).map {
+                DynamicObject(type: origin.name, primaryKey: $0, values: values)
+            }
         }
     }
 
@@ -83,57 +86,35 @@ extension ObjectReading {
         return computed
     }
 
+    /// The values of the objects a computed property lists for the object with `primaryKey`, found through `source`
+    /// (which reads the origin type once for every object a read asks about, as queries' backlinks do).
+    private func linking(_ computed: LinkingObjectsProperty, to primaryKey: PrimaryKey, in source: ReaderObjectSource)
+        -> [[String: Value]]
+    {
+        source.objects(type: computed.originType, linkingTo: primaryKey, through: computed.originProperty)
+    }
+
     /// `object` with the values of its type's computed properties under their names (lists of links), for reading it
-    /// as a model; `backlinks` keeps what one read of many objects found.
-    func addingLinkingObjects(_ object: DynamicObject, _ backlinks: BacklinkKeys) throws -> DynamicObject {
+    /// as a model; `source` keeps what one read of many objects found.
+    func addingLinkingObjects(_ object: DynamicObject, _ source: ReaderObjectSource) -> DynamicObject {
         guard let type = schema[type: object.type], !type.linkingObjects.isEmpty else { return object }
         var values = object.values
         for computed in type.linkingObjects {
-            values[computed.name] = .list(try backlinks.keys(computed, to: object.primaryKey, in: self).map(Value.link))
+            let originKey = schema[type: computed.originType]?.primaryKey
+            values[computed.name] = .list(
+                linking(computed, to: object.primaryKey, in: source).compactMap { linking in
+                    originKey.flatMap { linking[$0] }.flatMap(PrimaryKey.init).map(Value.link)
+                })
         }
         return DynamicObject(type: object.type, primaryKey: object.primaryKey, values: values)
     }
-}
 
-extension ObjectReading {
     /// `objects`, of one type, with the values of their type's computed properties.
-    func addingLinkingObjects(_ objects: [DynamicObject]) throws -> [DynamicObject] {
+    func addingLinkingObjects(_ objects: [DynamicObject]) -> [DynamicObject] {
         guard let first = objects.first, schema[type: first.type]?.linkingObjects.isEmpty == false else {
             return objects
         }
-        let backlinks = BacklinkKeys()
-        return try objects.map { try addingLinkingObjects($0, backlinks) }
-    }
-}
-
-/// How many times `value` (a link, or a list of links) points at `key`.
-private func linkCount(_ value: Value, to key: PrimaryKey) -> Int {
-    switch value {
-    case .link(let target): target == key ? 1 : 0
-    case .list(let elements): elements.count { $0 == .link(key) }
-    default: 0
-    }
-}
-
-/// The primary keys of the objects linking to each object through one link property, read once for many objects.
-final class BacklinkKeys {
-    private var indexes: [String: [PrimaryKey: [PrimaryKey]]] = [:]
-
-    func keys(_ computed: LinkingObjectsProperty, to key: PrimaryKey, in reader: some ObjectReading) throws
-        -> [PrimaryKey]
-    {
-        let name = computed.originType + "." + computed.originProperty
-        if let index = indexes[name] { return index[key] ?? [] }
-        var index: [PrimaryKey: [PrimaryKey]] = [:]
-        for object in try reader.objects(computed.originType) {
-            switch object[computed.originProperty] {
-            case .link(let target): index[target, default: []].append(object.primaryKey)
-            case .list(let elements):
-                for case .link(let target) in elements { index[target, default: []].append(object.primaryKey) }
-            default: break
-            }
-        }
-        indexes[name] = index
-        return index[key] ?? []
+        let source = ReaderObjectSource(self)
+        return objects.map { addingLinkingObjects($0, source) }
     }
 }

@@ -69,7 +69,7 @@ public struct ResultsObservation<Element: Sendable>: AsyncSequence, Sendable {
                 try snapshot.objects(type)
             }
         // With their computed properties, which a commit to a linking object changes (and so the results).
-        return try snapshot.addingLinkingObjects(objects)
+        return snapshot.addingLinkingObjects(objects)
     }
 
     /// The results after the commits `registration` announced, with the change from `old`; `nil` when none of them
@@ -172,7 +172,7 @@ public struct ObjectObservation<Object: Sendable>: AsyncSequence, Sendable {
             let fetch = { [observation] in
                 try observation.replica.read { snapshot in
                     try snapshot.object(observation.type, primaryKey: observation.primaryKey).map {
-                        try snapshot.addingLinkingObjects($0, BacklinkKeys())
+                        snapshot.addingLinkingObjects($0, ReaderObjectSource(snapshot))
                     }
                 }
             }

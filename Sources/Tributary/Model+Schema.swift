@@ -231,6 +231,14 @@ final class ProbeRecorder {
                 }
                 return
             }
+            if case .link(let target) = kind, !elementOptional {
+                if problem == nil {
+                    problem =
+                        "\(name) is a dictionary of Link<\(target)>: make its values optional ([String: Link<\(target)>?]),"
+                        + " as a link whose target is deleted reads as nil under its key"
+                }
+                return
+            }
             properties.append(Property(name, kind, optional: elementOptional, dictionary: true))
             return
         }

@@ -61,6 +61,9 @@ public final class Replica: Sendable {
     /// the properties it declares (``Transaction/modelValues(_:)``): another release of the app, syncing with this
     /// one, may have added properties that this release's writes must leave alone.
     let appSchema = Mutex<Schema?>(nil)
+    /// Whether ``appSchema`` declares computed properties (``ObjectSchema/linkingObjects``): read by every snapshot,
+    /// which otherwise need not look at the app's schema.
+    private let declaresLinkingObjects = Atomic<Bool>(false)
     /// Where the app's declared properties live in the merged schema (``ModelNames``), for the schema of the last
     /// commit that changed it (computed on first use; `generation` counts schema changes).
     let modelNamesCache = Mutex<(generation: UInt64, names: ModelNames?)>((0, nil))
@@ -556,12 +559,15 @@ public final class Replica: Sendable {
     /// properties (``ObjectSchema/linkingObjects``).
     func declare(_ schema: Schema) {
         appSchema.withLock { $0 = schema }
+        declaresLinkingObjects.store(
+            schema.types.contains { !$0.linkingObjects.isEmpty }, ordering: .releasing)
         state.withLock { $0.schema = $0.schema.withLinkingObjects(of: schema) }
     }
 
     /// `schema`, a merged one, with the computed properties of the schema the app opened the replica with.
     func withDeclaredLinkingObjects(_ schema: Schema) -> Schema {
-        schema.withLinkingObjects(of: appSchema.withLock { $0 })
+        guard declaresLinkingObjects.load(ordering: .acquiring) else { return schema }
+        return schema.withLinkingObjects(of: appSchema.withLock { $0 })
     }
 
     func didCommit(_ commit: PreparedCommit, head: LogHead) {

@@ -108,13 +108,13 @@ extension ObjectReading {
     /// The object of a model type with a primary key, or `nil`.
     public func object<M: Model>(_ type: M.Type, primaryKey id: some PrimaryKeyConvertible) throws -> M? {
         guard let object = try object(M.typeName, primaryKey: id.primaryKey) else { return nil }
-        return try modelValue(M.self, object, names: try readingNames(), backlinks: BacklinkKeys())
+        return try modelValue(M.self, object, names: try readingNames(), backlinks: ReaderObjectSource(self))
     }
 
     /// Every object of a model type, in primary key order.
     public func objects<M: Model>(_ type: M.Type) throws -> [M] {
         let names = try readingNames()
-        let backlinks = BacklinkKeys()
+        let backlinks = ReaderObjectSource(self)
         return try objects(M.typeName).map { try modelValue(M.self, $0, names: names, backlinks: backlinks) }
     }
 
@@ -125,21 +125,23 @@ extension ObjectReading {
     /// ```
     public func objects<M: Model>(_ type: M.Type, where query: String, arguments: [Value] = []) throws -> [M] {
         let names = try readingNames()
-        let backlinks = BacklinkKeys()
+        let backlinks = ReaderObjectSource(self)
         return try objects(M.typeName, where: query, arguments: arguments).map {
             try modelValue(M.self, $0, names: names, backlinks: backlinks)
         }
     }
 
     /// `object` as a model of this release of the app, with its computed properties (``LinkingObjects``).
-    func modelValue<M: Model>(_ type: M.Type, _ object: DynamicObject, names: ModelNames, backlinks: BacklinkKeys)
+    func modelValue<M: Model>(
+        _ type: M.Type, _ object: DynamicObject, names: ModelNames, backlinks: ReaderObjectSource
+    )
         throws -> M
     {
         guard !names.isEmpty, let source = self as? any ModelNameSource else {
-            return try ModelCoding.model(M.self, from: try addingLinkingObjects(object, backlinks), names: names)
+            return try ModelCoding.model(M.self, from: addingLinkingObjects(object, backlinks), names: names)
         }
         let declared = try source.asDeclared(object, names: names)
-        return try ModelCoding.model(M.self, from: try addingLinkingObjects(declared, backlinks), names: names)
+        return try ModelCoding.model(M.self, from: addingLinkingObjects(declared, backlinks), names: names)
     }
 
     /// Where the app's declared properties live in the schema these reads use (``ModelNames``).

@@ -139,11 +139,15 @@ struct GeoPolygon: Hashable, Sendable {
         var references: [GeoVector]
 
         /// Whether `point` lies within the ring or on its boundary.
-        func contains(_ point: GeoVector) -> Bool {
+        /// Whether `point` lies on one of the ring's edges.
+        func isOnBoundary(_ point: GeoVector) -> Bool {
             let count = vertices.count
-            for index in 0..<count where onArc(point, vertices[index], vertices[(index + 1) % count]) {
-                return true
-            }
+            return (0..<count).contains { onArc(point, vertices[$0], vertices[($0 + 1) % count]) }
+        }
+
+        func contains(_ point: GeoVector) -> Bool {
+            if isOnBoundary(point) { return true }
+            let count = vertices.count
             var fallback: Bool?
             for reference in references where reference.dot(point) > -1 + 1e-9 {
                 var crossings = 0
@@ -198,12 +202,7 @@ struct GeoPolygon: Hashable, Sendable {
     /// polygon).
     func contains(_ point: GeoVector) -> Bool {
         guard rings[0].contains(point) else { return false }
-        for hole in rings.dropFirst() where hole.contains(point) {
-            let count = hole.vertices.count
-            let onEdge = (0..<count).contains { onArc(point, hole.vertices[$0], hole.vertices[($0 + 1) % count]) }
-            if !onEdge { return false }
-        }
-        return true
+        return !rings.dropFirst().contains { hole in !hole.isOnBoundary(point) && hole.contains(point) }
     }
 
     /// Refuses a ring whose vertices repeat, whose edges join antipodal points, or whose edges cross.

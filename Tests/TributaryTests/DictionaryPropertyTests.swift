@@ -9,7 +9,7 @@ private struct Profile: Model {
     var _id: String
     var settings: [String: Int] = [:]
     var labels: [String: String?] = [:]
-    var friends: [String: Link<Friend>] = [:]
+    var friends: [String: Link<Friend>?] = [:]
     var extras: [String: Value] = [:]
 }
 
@@ -136,6 +136,20 @@ struct DictionaryPropertyTests {
         try replica.write { _ = try $0.delete(Friend.self, primaryKey: "bob") }
         let friends = try replica.read { try $0.object("Profile", primaryKey: .string("p")) }?["friends"]
         #expect(friends == .dictionary(["best": .link(.string("ada")), "old": .null]))
+        #expect(
+            try replica.object(Profile.self, primaryKey: "p")?.friends == [
+                "best": Link("ada"), "old": Link<Friend>?.none,
+            ])
+        // Values that could not read nil are refused, saying what to write.
+        struct Strict: Model {
+            var _id: String
+            var friends: [String: Link<Friend>] = [:]
+        }
+        #expect {
+            try Schema(models: [Strict.self, Friend.self])
+        } throws: { error in
+            "\(error)".contains("[String: Link<Friend>?]")
+        }
     }
 
     @Test(

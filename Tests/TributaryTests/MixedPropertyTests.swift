@@ -107,6 +107,10 @@ struct MixedPropertyTests {
         }
         #expect(try replica.object(Setting.self, primaryKey: "a")?.value == .int(3))
         #expect(try replica.objects(Setting.self, where: "value.@type == 'string'").map(\._id) == ["b"])
+        // Outside a replica a mixed value is its plain value: a link its primary key.
+        let encoded = try JSONEncoder().encode(Setting(_id: "c", value: .link(.string("ada"))))
+        #expect(String(decoding: encoded, as: UTF8.self).contains(#""value":"ada""#))
+        #expect(try JSONDecoder().decode(Setting.self, from: Data(#"{"_id":"d","value":3}"#.utf8)).value == .int(3))
         // JSON: bsonType "mixed", and back.
         let json = Self.schema.jsonString()
         #expect(json.contains("mixed"))

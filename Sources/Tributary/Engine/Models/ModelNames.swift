@@ -94,7 +94,7 @@ extension Replica {
             return try ModelCoding.model(M.self, from: object, names: names)
         }
         return try read { snapshot in
-            try snapshot.modelValue(M.self, object, names: names, backlinks: BacklinkKeys())
+            try snapshot.modelValue(M.self, object, names: names, backlinks: ReaderObjectSource(snapshot))
         }
     }
 
