@@ -46,6 +46,14 @@ extension Model {
     public static var originProperties: [String: String] { [:] }
 }
 
+extension Value {
+    /// A mixed value's link to the object of the model type `type` with `primaryKey` (Realm's
+    /// `AnyRealmValue.object`): ``Value/typedLink(type:key:)`` with the model's type name.
+    public static func link<Target: Model>(to type: Target.Type, primaryKey: PrimaryKey) -> Value {
+        .typedLink(type: Target.typeName, key: primaryKey)
+    }
+}
+
 /// An embedded object type defined by a Swift `Codable` struct: owned by one parent object, deleted with it,
 /// and merged field by field while it stays the same instance.
 public protocol EmbeddedModel: Codable, Sendable, Hashable {

@@ -60,7 +60,7 @@ final class Materializer {
             self.keyPosition = keyPosition
             objectProperties = type.properties.indices.compactMap { position in
                 let property = type.properties[position]
-                return position != keyPosition && property.kind.objectType != nil ? (position, property) : nil
+                return position != keyPosition && property.holdsLinks ? (position, property) : nil
             }
         }
     }
@@ -99,7 +99,7 @@ final class Materializer {
     {
         let properties = type.properties
         if properties[position].name == type.primaryKey { return primaryKey.value }
-        if properties[position].kind.objectType != nil {
+        if properties[position].holdsLinks {
             return try resolveLinks(values[position], properties[position])
         }
         return values[position]
@@ -108,7 +108,7 @@ final class Materializer {
     /// The object with these materialized values: links resolved, primary key added.
     func object(type: ObjectSchema, primaryKey: PrimaryKey, values: consuming [String: Value]) throws -> DynamicObject {
         var values = values  // consumed: the only reference, so the changes below copy nothing
-        for property in type.properties where property.kind.objectType != nil && property.name != type.primaryKey {
+        for property in type.properties where property.holdsLinks && property.name != type.primaryKey {
             if let value = values[property.name] { values[property.name] = try resolveLinks(value, property) }
         }
         if let keyName = type.primaryKey { values[keyName] = primaryKey.value }
@@ -142,6 +142,23 @@ final class Materializer {
             var single = property
             single.isList = false
             return .list(try elements.map { try resolveLinks($0, single) })
+        case (.scalar(.mixed), _):
+            return try resolveTypedLinks(value)
+        default:
+            return value
+        }
+    }
+
+    /// A mixed value with each link it holds, at any depth, to an object that does not exist read as null (rule 7):
+    /// the element or key holding it stays.
+    func resolveTypedLinks(_ value: Value) throws -> Value {
+        switch value {
+        case .typedLink(let type, let key):
+            return try exists(type, key) ? value : .null
+        case .list(let elements):
+            return .list(try elements.map(resolveTypedLinks))
+        case .dictionary(let entries):
+            return .dictionary(try entries.mapValues(resolveTypedLinks))
         default:
             return value
         }

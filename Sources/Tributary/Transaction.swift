@@ -317,8 +317,16 @@ public final class Transaction: ObjectReading {
         return property
     }
 
-    /// A link must name a key of the target type's primary key type.
+    /// A link must name a key of the target type's primary key type; a link in a mixed value, a type of the schema
+    /// that is not embedded, and a key of its primary key's type.
     func checkLinkTargets(_ value: Value, _ property: Property) throws {
+        if property.kind == .scalar(.mixed) {
+            switch value {
+            case .typedLink, .list, .dictionary: try checkTypedLinks(value, property)
+            default: return
+            }
+            return
+        }
         guard case .link(let targetName) = property.kind, let target = working.schema[type: targetName],
             let keyType = target.primaryKeyProperty.flatMap({ if case .scalar(let t) = $0.kind { t } else { nil } })
         else { return }
@@ -329,6 +337,33 @@ public final class Transaction: ObjectReading {
             throw TributaryError(
                 .wrongType,
                 "link '\(property.name)' to \(targetName) needs a \(keyType) primary key, got \(key.type) \(key)")
+        }
+    }
+
+    private func checkTypedLinks(_ value: Value, _ property: Property) throws {
+        switch value {
+        case .typedLink(let typeName, let key):
+            guard let target = working.schema[type: typeName], !target.isEmbedded,
+                case .scalar(let keyType)? = target.primaryKeyProperty?.kind
+            else {
+                let known = working.schema.types.filter { !$0.isEmbedded }.map(\.name).sorted()
+                throw TributaryError(
+                    .wrongType,
+                    "'\(property.name)' holds a link to type '\(typeName)', which is not a type of the schema with a "
+                        + "primary key (link to one of: \(known.joined(separator: ", ")))")
+            }
+            guard key.type == keyType else {
+                throw TributaryError(
+                    .wrongType,
+                    "'\(property.name)' holds a link to \(typeName), which needs a \(keyType) primary key, got "
+                        + "\(key.type) \(key)")
+            }
+        case .list(let elements):
+            for element in elements { try checkTypedLinks(element, property) }
+        case .dictionary(let entries):
+            for key in entries.keys.sorted() { try checkTypedLinks(entries[key] ?? .null, property) }
+        default:
+            break
         }
     }
 

@@ -173,7 +173,9 @@ struct InstructionApplier {
                 try check(value, fits: property, path, writers ?? schema)
                 let written =
                     property.isList
-                    ? emptyList ?? newState : property.isDictionary ? emptyDictionary ?? newState : newState
+                    ? emptyList ?? newState
+                    : property.isDictionary
+                        ? emptyDictionary ?? newState : Self.mixedState(newState, value, property, stamp: stamp)
                 try merge(written, into: &field, causal: causal)
             }
         case .dictionarySet(let path, let key, let value):
@@ -411,7 +413,9 @@ struct InstructionApplier {
             let property = writers ?? landed
             try check(field.value, fits: property, QualifiedName(type: type, property: name), writersSchema ?? schema)
             // A null landing on a list is an empty list (see `.set`).
-            var converted = property.isList && field.value.isNull ? .list(ListState()) : converted
+            var converted =
+                property.isList && field.value.isNull
+                ? .list(ListState()) : Self.mixedState(converted, field.value, property, stamp: stamp)
             if let writersSchema { Self.placeAside(&converted, writers: writersSchema, schema: schema) }
             guard hasRemovals else {
                 try merge(converted, into: &record.fields[name, writers?.shape], causal: causal)
@@ -478,9 +482,21 @@ struct InstructionApplier {
         fields.reserveCapacity(order.count)
         for (isDefault, index) in order {
             let (field, state) = isDefault ? defaults[index] : explicit[index]
-            guard fields.appendInOrder(field.name, state) else { return nil }  // the order is by name: never taken
+            let landed = Self.mixedState(state, field.value, type[property: field.name], stamp: stamp)
+            guard fields.appendInOrder(field.name, landed) else { return nil }  // the order is by name: never taken
         }
         return fields
+    }
+
+    /// The state a value written to `property` takes: `state` (converted from the value alone, with its ids drawn),
+    /// except that a list or a dictionary landing on a mixed property is one value, last writer wins as a whole
+    /// (rule 1), like any other value of the property: a mixed register never holds a list's or a dictionary's
+    /// merge state, so two writes of different kinds of value merge alike in any order.
+    static func mixedState(_ state: FieldState, _ value: Value, _ property: Property?, stamp: Stamp) -> FieldState {
+        guard let property, property.kind == .scalar(.mixed), !property.isCollection, !value.isSingleValue else {
+            return state
+        }
+        return .register(Register(value: .scalar(value), stamp: stamp))
     }
 
     /// Where each value of a create lands in an object that has no fields, when no property was ever removed or

@@ -137,7 +137,7 @@ private struct LimitWalker {
             return bytesProblem(string.utf8.count, "a string")
         case .data(let data):
             return bytesProblem(data.count, "data")
-        case .link(let key):
+        case .link(let key), .typedLink(_, let key):
             return keyProblem(key).map { "a link: \($0)" }
         case .embedded(let object):
             if object.fields.count > limits.maximumElements {

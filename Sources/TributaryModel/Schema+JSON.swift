@@ -968,7 +968,7 @@ private struct SchemaJSONWriter {
         case .objectId(let id): return .string(id.description)
         case .decimal(let decimal): return .object([("$numberDecimal", .string(decimal.canonicalText))])
         case .float(let float): return TributaryModel.json(Double(float))
-        case .link(let key): return json(for: key.value)
+        case .link(let key), .typedLink(_, let key): return json(for: key.value)
         case .embedded(let object):
             return .object(object.fields.keys.sorted().map { ($0, json(for: object.fields[$0] ?? .null)) })
         case .list(let elements): return .array(elements.map { json(for: $0) })

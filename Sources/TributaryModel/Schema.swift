@@ -639,6 +639,10 @@ public struct Schema: Hashable, Sendable {
                     if let problem = property.problem(with: value) {
                         throw SchemaError(.invalidDefault, "default value of '\(path)' is invalid: \(problem)")
                     }
+                    if case .typedLink = value {
+                        throw SchemaError(
+                            .invalidDefault, "default value of '\(path)' is a link: a default holds no link")
+                    }
                 }
             }
             if type.isEmbedded {
@@ -719,6 +723,41 @@ extension Property {
         return nil
     }
 
+    /// Whether values of this property can hold links: a link, an embedded object (whose fields may), or a mixed
+    /// value (which may hold a ``Value/typedLink(type:key:)``). Reads check those links' targets (rule 7).
+    public var holdsLinks: Bool { kind.objectType != nil || kind == .scalar(.mixed) }
+
+    /// Why `value` cannot be a mixed value, or `nil`: a mixed value holds a bool, a number, a string, data, a date,
+    /// an id, null, a link that names its type (``Value/typedLink(type:key:)``), or a list or dictionary of mixed
+    /// values (as Realm's `AnyRealmValue` does), nested at most `limit` levels deep.
+    public static func mixedProblem(_ value: Value, depth: Int = 0) -> String? {
+        switch value {
+        case .link:
+            return "a link in a mixed value names its target's type: use Value.typedLink(type:key:)"
+        case .embedded:
+            return "a mixed value cannot hold an embedded object"
+        case .list(let elements):
+            guard depth < mixedNestingLimit else { return "a mixed value nests more than \(mixedNestingLimit) levels" }
+            for (index, element) in elements.enumerated() {
+                if let problem = mixedProblem(element, depth: depth + 1) { return "element \(index): \(problem)" }
+            }
+            return nil
+        case .dictionary(let entries):
+            guard depth < mixedNestingLimit else { return "a mixed value nests more than \(mixedNestingLimit) levels" }
+            for key in entries.keys.sorted() {
+                if let problem = dictionaryKeyProblem(key) ?? mixedProblem(entries[key] ?? .null, depth: depth + 1) {
+                    return "key '\(key)': \(problem)"
+                }
+            }
+            return nil
+        default:
+            return nil
+        }
+    }
+
+    /// How deep lists and dictionaries nest inside one mixed value.
+    public static let mixedNestingLimit = 16
+
     /// Why `value` cannot be one element of this property (or its single value), or `nil`.
     public func elementProblem(_ value: Value) -> String? {
         if case .null = value {
@@ -732,12 +771,7 @@ extension Property {
             (.link, .link):
             return nil
         case (.scalar(.mixed), let value):
-            switch value {
-            case .link, .embedded, .list:
-                return
-                    "a mixed value holds a single bool, number, string, data, date, id or null, not \(value.kindName)"
-            default: return nil
-            }
+            return Self.mixedProblem(value)
         case (.embedded(let type), .embedded(let object)):
             return object.type == type ? nil : "expected embedded \(type), got embedded \(object.type)"
         default:

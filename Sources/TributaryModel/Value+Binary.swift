@@ -49,6 +49,7 @@ enum ValueTag: UInt8 {
     case null = 0
     case boolFalse, boolTrue, int, double, string, data, date, uuid, objectId, link, embedded, list, decimal, float
     case dictionary
+    case typedLink
 }
 
 enum KeyTag: UInt8 {
@@ -130,6 +131,10 @@ extension BinaryWriter {
             byte(ValueTag.list.rawValue)
             varint(elements.count)
             for element in elements { self.value(element, &names) }
+        case .typedLink(let type, let key):
+            byte(ValueTag.typedLink.rawValue)
+            name(type, &names)
+            primaryKey(key)
         case .dictionary(let entries):
             byte(ValueTag.dictionary.rawValue)
             // Sorted by key's UTF-8 bytes, never in Dictionary order: equal dictionaries encode alike.
@@ -203,6 +208,9 @@ extension BinaryReader {
             return .decimal(value)
         case .float: return .float(Float(bitPattern: try fixed32()))
         case .link: return .link(try primaryKey())
+        case .typedLink:
+            let type = try name(names, "linked type")
+            return .typedLink(type: type, key: try primaryKey())
         case .embedded:
             let type = try name(names, "embedded type")
             let count = try self.count("embedded field", maximum: limits.maximumElements, minimumBytesEach: 2)

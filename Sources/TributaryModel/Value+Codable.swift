@@ -34,10 +34,10 @@ extension Value: Codable {
         case .date(let date): try container.encode(date.timeIntervalSince1970)
         case .uuid(let uuid): try container.encode(uuid.uuidString)
         case .objectId(let id): try container.encode(id.description)
-        case .link(.int(let int)): try container.encode(int)
-        case .link(.string(let string)): try container.encode(string)
-        case .link(.uuid(let uuid)): try container.encode(uuid.uuidString)
-        case .link(.objectId(let id)): try container.encode(id.description)
+        case .link(.int(let int)), .typedLink(_, .int(let int)): try container.encode(int)
+        case .link(.string(let string)), .typedLink(_, .string(let string)): try container.encode(string)
+        case .link(.uuid(let uuid)), .typedLink(_, .uuid(let uuid)): try container.encode(uuid.uuidString)
+        case .link(.objectId(let id)), .typedLink(_, .objectId(let id)): try container.encode(id.description)
         case .embedded, .list, .dictionary: try container.encode(description)
         }
     }

@@ -137,6 +137,10 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     case list([Value])
     /// The entries of a dictionary property, by key.
     case dictionary([String: Value])
+    /// A link held by a mixed value (Realm's `AnyRealmValue` holding an object): the object of `type` with primary
+    /// key `key`. Only mixed values hold one; a link property's ``link(_:)`` names no type, its property does. Reads
+    /// as ``null`` once its target does not exist (docs/MergeSemantics.md, rule 7).
+    case typedLink(type: String, key: PrimaryKey)
 
     /// A short name for the value's kind, used in error messages.
     public var kindName: String {
@@ -156,6 +160,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .embedded: "embedded object"
         case .list: "list"
         case .dictionary: "dictionary"
+        case .typedLink: "link"
         }
     }
 
@@ -186,6 +191,10 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     public var embeddedValue: EmbeddedObject? { if case .embedded(let v) = self { v } else { nil } }
     public var listValue: [Value]? { if case .list(let v) = self { v } else { nil } }
     public var dictionaryValue: [String: Value]? { if case .dictionary(let v) = self { v } else { nil } }
+    /// The type and primary key of the object a mixed value links to, or `nil` when it holds no link.
+    public var typedLinkValue: (type: String, key: PrimaryKey)? {
+        if case .typedLink(let type, let key) = self { (type, key) } else { nil }
+    }
 
     public var description: String {
         switch self {
@@ -201,6 +210,7 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
         case .decimal(let v): return v.canonicalText
         case .float(let v): return "\(v)"
         case .link(let key): return "-> \(key)"
+        case .typedLink(let type, let key): return "-> \(type)(\(key))"
         case .embedded(let object):
             let fields = object.fields.keys.sorted().map { "\($0): \(object.fields[$0]!)" }
             return "{" + fields.joined(separator: ", ") + "}"

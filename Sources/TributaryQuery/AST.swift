@@ -122,10 +122,14 @@ struct PathStep: Hashable, Sendable {
     var isDictionary = false
     /// `['key']` after a dictionary property: the step leads to that key's value (null without one).
     var dictionaryKey: String? = nil
+    /// A subscript after a mixed property: into the list or dictionary the mixed value holds.
+    var mixedSelector: MixedSelector? = nil
 
-    /// Whether the step leads to any number of values: a list not taken one element of, or a dictionary not taken
-    /// one key of.
-    var yieldsMany: Bool { (isList && element == nil) || (isDictionary && dictionaryKey == nil) }
+    /// Whether the step leads to any number of values: a list not taken one element of, a dictionary not taken
+    /// one key of, or every element of a mixed value's list or dictionary.
+    var yieldsMany: Bool {
+        (isList && element == nil) || (isDictionary && dictionaryKey == nil) || mixedSelector == .all
+    }
 }
 
 /// A link property that may point at an object: `property` of `type`, whose primary key is `keyProperty`.
@@ -136,6 +140,28 @@ struct BacklinkSource: Hashable, Sendable {
 }
 
 /// Which element of a list a subscript takes.
+/// A subscript into the list or dictionary a mixed value holds: `['key']` (null unless it holds a dictionary with
+/// that key), `[FIRST]`, `[LAST]` or `[n]` (null unless it holds a list with that element), or `[*]` (each element
+/// of its list, or each value of its dictionary in the order of their keys; none for any other value).
+enum MixedSelector: Hashable, Sendable {
+    case key(String)
+    case element(ElementSelector)
+    case all
+
+    /// The values this selects in `value`.
+    func select(_ value: Value) -> [Value] {
+        switch (self, value) {
+        case (.key(let key), .dictionary(let entries)): return [entries[key] ?? .null]
+        case (.element(let element), .list(let elements)): return [element.select(elements) ?? .null]
+        case (.all, .list(let elements)): return elements
+        case (.all, .dictionary(let entries)):
+            return entries.keys.sorted { $0.utf8Precedes($1) }.map { entries[$0] ?? .null }
+        case (.all, _): return []
+        default: return [.null]
+        }
+    }
+}
+
 enum ElementSelector: Hashable, Sendable {
     case first, last
     case index(Int)
@@ -154,7 +180,8 @@ enum PathOperation: Hashable, Sendable {
     /// `@count` or `@size` on a list: its number of elements (for a list of links, of links whose target
     /// exists).
     case count
-    /// `@size` on a string or data value: its size in bytes (UTF-8 for strings, as Realm counts).
+    /// `@size` on a string or data value: its size in bytes (UTF-8 for strings, as Realm counts); on a mixed value,
+    /// that, or the number of elements of the list or dictionary it holds.
     case size
     /// `@type`: the name of the type of the value (``Value/queryTypeName``), or of each element of a list.
     case type

@@ -40,9 +40,11 @@ struct Evaluator<Source: QueryObjectSource> {
     }
 
     private func evaluate(_ comparison: Comparison, _ object: [String: Value]) -> Bool {
-        // The common case, `property op constant` on a scalar property, without the arrays the general case builds.
+        // The common case, `property op constant` on a scalar property, without the arrays the general case builds
+        // (a mixed value's links and subscripts are read by ``leafValues(_:in:)``).
         if case .keyPath(let path) = comparison.left, path.operation == nil, path.steps.count == 1,
-            case .scalar = path.steps[0].target, !path.steps[0].isList, !path.steps[0].isDictionary,
+            case .scalar(let scalarType) = path.steps[0].target, scalarType != .mixed, !path.steps[0].isList,
+            !path.steps[0].isDictionary,
             case .constant(let constant) = comparison.right, comparison.op != .between
         {
             return queryCompare(
@@ -126,6 +128,8 @@ struct Evaluator<Source: QueryObjectSource> {
             switch walk(path.steps, from: object, toMany: false).first {
             case .string(let string): return [.int(Int64(string.utf8.count))]
             case .data(let data): return [.int(Int64(data.count))]
+            case .list(let elements): return [.int(Int64(elements.count))]
+            case .dictionary(let entries): return [.int(Int64(entries.count))]
             default: return [.null]
             }
         case .aggregate(let aggregate, let subSteps):
@@ -192,7 +196,11 @@ struct Evaluator<Source: QueryObjectSource> {
     /// The values of the last step of a path: its value, or a list's elements. A link whose target is
     /// missing reads as null (to-one) or is left out (list).
     private func leafValues(_ step: PathStep, in object: [String: Value]) -> [Value] {
-        let value = object[step.name] ?? .null
+        var value = object[step.name] ?? .null
+        if step.target == .scalar(.mixed) {
+            value = resolvedMixed(value)
+            if let selector = step.mixedSelector { return selector.select(value) }
+        }
         if step.isDictionary {
             let values = dictionaryValues(step, value)
             guard case .link(let type) = step.target else { return values }
@@ -212,6 +220,16 @@ struct Evaluator<Source: QueryObjectSource> {
         }
         guard let element = step.element else { return elements }
         return [element.select(elements) ?? .null]
+    }
+
+    /// A mixed value whose links, at any depth, to objects that do not exist read as null (rule 7).
+    private func resolvedMixed(_ value: Value) -> Value {
+        switch value {
+        case .typedLink(let type, let key): source.object(type: type, primaryKey: key) == nil ? .null : value
+        case .list(let elements): .list(elements.map(resolvedMixed))
+        case .dictionary(let entries): .dictionary(entries.mapValues(resolvedMixed))
+        default: value
+        }
     }
 
     /// A dictionary's values in the order of their keys, or its one key's value (null without it).
@@ -367,7 +385,7 @@ extension Value {
         case .date: "date"
         case .objectId: "objectId"
         case .uuid: "uuid"
-        case .link: "link"
+        case .link, .typedLink: "link"
         case .embedded: "object"
         case .list: "list"
         case .dictionary: "dictionary"

@@ -90,7 +90,7 @@ private func rank(_ value: Value) -> Int {
     case .date: 5
     case .objectId: 6
     case .uuid: 7
-    case .link: 8
+    case .link, .typedLink: 8
     case .embedded: 9
     case .list: 10
     case .dictionary: 11

@@ -65,7 +65,7 @@ public struct PositionalPredicate: Sendable {
 
 extension Query {
     /// The predicate compiled against `type`, the queried type, when it only compares scalar properties with
-    /// constants; `nil` otherwise (key paths through links, embedded objects or lists, aggregates, comparisons
+    /// constants; `nil` otherwise (mixed values, key paths through links, embedded objects or lists, aggregates, comparisons
     /// between two properties).
     public func positionalPredicate(for type: ObjectSchema) -> PositionalPredicate? {
         guard type.name == typeName else { return nil }
@@ -90,7 +90,8 @@ extension Query {
                 return compile(inner).map { .not($0) }
             case .comparison(let comparison):
                 guard case .keyPath(let path) = comparison.left, path.operation == nil, path.steps.count == 1,
-                    case .scalar = path.steps[0].target, !path.steps[0].isList, !path.steps[0].isDictionary,
+                    case .scalar(let scalarType) = path.steps[0].target, scalarType != .mixed, !path.steps[0].isList,
+                    !path.steps[0].isDictionary,
                     comparison.rightQuantifier == .anyElement,
                     let position = type.properties.firstIndex(where: { $0.name == path.steps[0].name })
                 else { return nil }
@@ -157,7 +158,8 @@ extension Query {
     static func scalarPosition(of path: KeyPath, in type: ObjectSchema) -> Int? {
         guard path.operation == nil, path.steps.count == 1, let step = path.steps.first, !step.isList,
             !step.isDictionary,
-            case .scalar = step.target
+            // A mixed value's links read as null once their target is erased: the evaluator looks that up.
+            case .scalar(let scalarType) = step.target, scalarType != .mixed
         else { return nil }
         return type.position(ofProperty: step.name)
     }

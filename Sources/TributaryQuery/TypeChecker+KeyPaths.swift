@@ -37,7 +37,22 @@ extension TypeChecker {
                 return (KeyPath(steps: steps, operation: operation, text: text), base)
             }
             var (step, next) = try resolveStep(component, in: type, after: steps)
-            if let selector = component.subscriptSelector, step.isDictionary {
+            if let selector = component.subscriptSelector, step.target == .scalar(.mixed), !step.isList,
+                !step.isDictionary
+            {
+                // Into the list or dictionary a mixed value holds: `mixed['key']`, `mixed[0]`, `mixed[*]`.
+                switch selector.kind {
+                case .key(let key): step.mixedSelector = .key(key)
+                case .all: step.mixedSelector = .all
+                case .first, .last, .index: step.mixedSelector = selector.element.map(MixedSelector.element)
+                case .size:
+                    guard index == components.count - 1 else {
+                        throw error(.syntax, "'[SIZE]' must end the key path", at: components[index + 1].position)
+                    }
+                    steps.append(step)
+                    return (KeyPath(steps: steps, operation: .size, text: text), .scalar(.int))
+                }
+            } else if let selector = component.subscriptSelector, step.isDictionary {
                 // `dict['key']` is one key's value; `dict[*]` every value; `dict[SIZE]` how many.
                 switch selector.kind {
                 case .key(let key): step.dictionaryKey = key
@@ -324,6 +339,8 @@ extension TypeChecker {
             if name == "size", case .scalar(let type) = last.target, type == .string || type == .data {
                 return (.size, .scalar(.int))
             }
+            // A mixed value: the size of the string, data, list or dictionary it holds.
+            if last.target == .scalar(.mixed) { return (.size, .scalar(.int)) }
             let needs = name == "size" ? "a list, a string or data" : "a list"
             throw error(
                 .typeMismatch, "'\(written)' needs \(needs), but \(subject) is \(describeStep(last))",

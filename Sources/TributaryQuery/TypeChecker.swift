@@ -157,7 +157,8 @@ struct TypeChecker {
         // Constants compared with a float property are taken as floats, as Realm does: `price == 0.1` finds the
         // float nearest 0.1, which no double equals.
         var (leftOperand, rightOperand) = (
-            Self.asFloats(left.operand, against: right), Self.asFloats(right.operand, against: left)
+            Self.asFloats(Self.links(left, against: right), against: right),
+            Self.asFloats(Self.links(right, against: left), against: left)
         )
         var checkedOp = op
         var rightQuantifier = syntax.rightQuantifier ?? .anyElement
@@ -211,6 +212,35 @@ struct TypeChecker {
         "data": ["binary"], "date": ["date"], "timestamp": ["date"], "objectid": ["objectId"], "uuid": ["uuid"],
         "link": ["link"], "object": ["object"], "list": ["list"], "dictionary": ["dictionary"],
     ]
+
+    /// `typed`'s links as the values `other` holds compare with them: with a mixed property, a link that names its
+    /// type (`obj('Dog', 5)` equals only a mixed value that links to Dog 5, not Cat 5); with a link property, its
+    /// key alone (the type checker has checked the type). Otherwise `typed`'s operand.
+    private static func links(_ typed: Typed, against other: Typed) -> Operand {
+        guard !other.elements.isEmpty else { return typed.operand }
+        let mixed = other.elements.allSatisfy { $0.base == .scalar(.mixed) }
+        let linkProperty = other.elements.allSatisfy { if case .link = $0.base { true } else { false } }
+        guard mixed || linkProperty else { return typed.operand }
+        func convert(_ value: Value, _ element: Element?) -> Value {
+            switch value {
+            case .link(let key):
+                guard mixed, let element, case .link(let type?, _) = element.base else { return value }
+                return .typedLink(type: type, key: key)
+            case .typedLink(_, let key):
+                return linkProperty ? .link(key) : value
+            default:
+                return value
+            }
+        }
+        switch typed.operand {
+        case .constant(let value): return .constant(convert(value, typed.elements.first))
+        case .constants(let values):
+            let elements: [Element?] =
+                typed.elements.count == values.count ? typed.elements : Array(repeating: nil, count: values.count)
+            return .constants(zip(values, elements).map(convert))
+        default: return typed.operand
+        }
+    }
 
     /// `operand`'s numbers as floats when `other` is a float property (every element of it a float), else `operand`.
     private static func asFloats(_ operand: Operand, against other: Typed) -> Operand {
@@ -273,6 +303,8 @@ struct TypeChecker {
         case (.null, _), (_, .null): return true
         // A mixed value may hold any scalar: a comparison with one of another type is false, not an error.
         case (.scalar(.mixed), .scalar), (.scalar, .scalar(.mixed)): return true
+        // A mixed value may hold a link to an object of any type.
+        case (.scalar(.mixed), .link), (.link, .scalar(.mixed)): return true
         case (.scalar(let a), .scalar(let b)):
             return a == b || (isNumeric(a) && isNumeric(b))
         case (.link(let typeA, let keyA), .link(let typeB, let keyB)):
@@ -419,6 +451,7 @@ struct TypeChecker {
         case .decimal: .scalar(.decimal)
         case .float: .scalar(.float)
         case .link(let key): .link(type: nil, key: key.type)
+        case .typedLink(let type, let key): .link(type: type, key: key.type)
         case .embedded(let object): .embedded(object.type)
         // Lists are taken apart by the caller; a list element that is itself a list was refused there. A dictionary
         // is no constant of the language.

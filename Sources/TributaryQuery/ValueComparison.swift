@@ -43,6 +43,8 @@ func queryEqual(_ left: Value, _ right: Value, options: StringOptions) -> Bool {
         return queryOrder(left, right) == 0
     case (.link(.string(let a)), .link(.string(let b))): return a.hasSameUTF8(as: b)
     case (.link(let a), .link(let b)): return a == b
+    case (.typedLink(let typeA, let a), .typedLink(let typeB, let b)):
+        return typeA == typeB && queryEqual(.link(a), .link(b), options: [])
     case (.bool(let a), .bool(let b)): return a == b
     case (.data(let a), .data(let b)): return a == b
     case (.uuid(let a), .uuid(let b)): return a == b
@@ -264,7 +266,7 @@ enum EqualityKey: Hashable, Sendable {
             }
         case .link(let key): self = .link(key)
         case .list, .dictionary: return nil
-        case .data, .uuid, .objectId, .embedded: self = .other(value)
+        case .data, .uuid, .objectId, .embedded, .typedLink: self = .other(value)
         }
     }
 }

@@ -226,8 +226,8 @@ public enum KeyEncoding {
             // As the double holding it exactly: the same order.
             bytes.append(11)
             appendOrdered(Double(float), to: &bytes)
-        case .embedded, .list, .dictionary:
-            return false
+        case .embedded, .list, .dictionary, .typedLink:
+            return false  // a typed link is held only by a mixed value, which is never indexed
         }
         return true
     }

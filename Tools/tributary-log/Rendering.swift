@@ -157,6 +157,7 @@ func text(_ value: Value) -> String {
     case .decimal(let decimal): return decimal.canonicalText
     case .float(let float): return "\(float)"
     case .link(let key): return "-> \(text(key))"
+    case .typedLink(let type, let key): return "-> \(text(type: type, primaryKey: key))"
     case .embedded(let object):
         return "{"
             + object.fields.keys.sorted().map { "\($0): \(text(object.fields[$0] ?? .null))" }.joined(separator: ", ")
@@ -195,6 +196,8 @@ func json(_ value: Value) -> JSON {
     case .decimal(let decimal): return .object([("$numberDecimal", .string(decimal.canonicalText))])
     case .float(let float): return .double(Double(float))
     case .link(let key): return .object([("$link", json(key))])
+    case .typedLink(let type, let key):
+        return .object([("$link", .object([("type", .string(type)), ("key", json(key))]))])
     case .embedded(let object):
         return .object(object.fields.keys.sorted().map { ($0, json(object.fields[$0] ?? .null)) })
     case .list(let elements): return .array(elements.map(json))

@@ -68,7 +68,7 @@ enum StorableValues {
         case .data(let data):
             return data.count > maximumValueBytes
                 ? "data of \(data.count) bytes, over the limit of \(maximumValueBytes)" : nil
-        case .link(let key):
+        case .link(let key), .typedLink(_, let key):
             // A link to a key no object can have is stored like any value, and reads as null (rule 7); only its
             // size matters to the record.
             guard case .string(let string) = key, string.utf8.count > maximumValueBytes else { return nil }
