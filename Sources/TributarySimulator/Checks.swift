@@ -539,6 +539,19 @@ extension Simulation {
                 {
                     value = .null  // rule 7
                 }
+                if property.kind == .scalar(.mixed) {
+                    /// A mixed value's links to objects that do not exist read as null, at any depth (rule 7).
+                    func resolved(_ value: Value) -> Value {
+                        switch value {
+                        case .typedLink(let type, let target):
+                            exists[Key(type: type, primaryKey: target)] == true ? value : .null
+                        case .list(let elements): .list(elements.map(resolved))
+                        case .dictionary(let entries): .dictionary(entries.mapValues(resolved))
+                        default: value
+                        }
+                    }
+                    value = resolved(value)
+                }
                 if stored[property.name] != value {
                     fail(
                         "reference model: \(key.type)[\(key.primaryKey)].\(property.name) should be \(value), replicas hold \(stored[property.name])"

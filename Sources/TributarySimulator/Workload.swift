@@ -277,6 +277,14 @@ struct OperationGenerator {
                     .int(Int64(number)), .double(Double(number) / 8), .string(unique()), .bool(number % 2 == 0), .null,
                     .decimal(Decimal(number) / 100), .date(Date(timeIntervalSince1970: Double(number))),
                     .data(Data([UInt8(number % 256)])),
+                    // A link to a card that may be erased (it then reads as null, rule 7), and collections of mixed
+                    // values written whole.
+                    .typedLink(type: "Card", key: Workload.key(type: "Card", index: next(Workload.keysPerType))),
+                    .list([
+                        .int(Int64(number)),
+                        .typedLink(type: "Card", key: Workload.key(type: "Card", index: next(Workload.keysPerType))),
+                    ]),
+                    .dictionary(["n": .int(Int64(number)), "l": .list([.string(unique())])]),
                 ]
                 let choices: [(String, Value)] = [
                     ("title", .string(unique())), ("done", .bool(next(2) == 0)),
