@@ -208,7 +208,8 @@ final class ProbeRecorder {
             }
             return
         }
-        // `[String: T]`: a dictionary of what T stores (a scalar, a link, a mixed Value; optional or not).
+        // `[String: T]`: a dictionary of what T stores (a scalar, a mixed Value, optional or not; an optional link or
+        // embedded object).
         let dictionary =
             (type as? any DictionaryValue.Type)
             ?? (type as? any OptionalValue.Type).flatMap {
@@ -221,13 +222,12 @@ final class ProbeRecorder {
                 element = wrapped.wrappedType
                 elementOptional = true
             }
-            let described = Self.describe(element)
-            let embedded = if case .embedded? = described?.0 { true } else { false }
-            guard let (kind, isList, _) = described, !isList, !embedded else {
+            guard let (kind, isList, _) = Self.describe(element), !isList else {
                 if problem == nil {
                     problem =
                         "\(name) is a dictionary of \(dictionary.valueType), which cannot be stored; a dictionary holds "
-                        + "String, Int, Double, Decimal, Bool, Date, Data, UUID, ObjectID, Value or Link values"
+                        + "String, Int, Double, Decimal, Bool, Date, Data, UUID, ObjectID, Value, Link or EmbeddedModel "
+                        + "values"
                 }
                 return
             }
@@ -238,6 +238,17 @@ final class ProbeRecorder {
                         + " as a link whose target is deleted reads as nil under its key"
                 }
                 return
+            }
+            if case .embedded(let target) = kind {
+                guard elementOptional else {
+                    if problem == nil {
+                        problem =
+                            "\(name) is a dictionary of \(target): make its values optional ([String: \(target)?]), as "
+                            + "Realm's dictionaries of embedded objects are"
+                    }
+                    return
+                }
+                if let embedded = Self.embeddedType(element) { embeddedTypes.append(embedded) }
             }
             properties.append(Property(name, kind, optional: elementOptional, dictionary: true))
             return

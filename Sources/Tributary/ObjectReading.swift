@@ -142,6 +142,10 @@ final class Materializer {
             var single = property
             single.isList = false
             return .list(try elements.map { try resolveLinks($0, single) })
+        case (.embedded, .dictionary(let entries)):
+            var single = property
+            single.isDictionary = false
+            return .dictionary(try entries.mapValues { try resolveLinks($0, single) })
         case (.scalar(.mixed), _):
             return try resolveTypedLinks(value)
         default:

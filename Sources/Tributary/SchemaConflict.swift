@@ -66,8 +66,11 @@ public struct SchemaConflict: Sendable, Hashable, CustomStringConvertible {
                     guard case .embedded(let child) = element.value else { return false }
                     return holdsAside(child.fields, of: child.type, name)
                 }
-            case .dictionary:
-                return false
+            case .dictionary(let dictionary):
+                return dictionary.entries.values.contains { entry in
+                    guard case .embedded(let child)? = entry.value else { return false }
+                    return holdsAside(child.fields, of: child.type, name)
+                }
             }
         }
         return fields.states.contains(where: holds) || fields.sideFields.contains { holds($0.state) }

@@ -288,6 +288,15 @@ struct Differ {
             }
             for key in newEntries.keys.sorted() {
                 guard let value = newEntries[key], !(oldEntries[key]?.storesAlike(value) ?? false) else { continue }
+                // The same embedded object under the key: field by field (rule 6).
+                if case .embedded(let oldObject)? = oldEntries[key], case .embedded(let newObject) = value,
+                    oldObject.type == newObject.type,
+                    case .dictionary(let state)? = try field(at: path),
+                    case .embedded(let child)? = state.entries[key]?.value
+                {
+                    try updateEmbedded(from: oldObject, to: newObject, at: path, id: child.id)
+                    continue
+                }
                 try transaction.emit(.dictionarySet(path, key: key, value: value))
             }
             return
@@ -301,20 +310,29 @@ struct Differ {
             return
         }
         if case .embedded(let oldObject) = old, case .embedded(let newObject) = new, oldObject.type == newObject.type,
-            let id = try embeddedID(at: path), let childType = transaction.working.schema[type: newObject.type]
+            let id = try embeddedID(at: path), transaction.working.schema[type: newObject.type] != nil
         {
-            let childPath = FieldPath(
-                type: path.type, primaryKey: path.primaryKey,
-                steps: path.steps + [EmbeddedStep(property: path.property, id: id)], property: "")
-            for child in childType.properties where !(leavesAbsentFields && newObject.fields[child.name] == nil) {
-                var fieldPath = childPath
-                fieldPath.property = child.name
-                try update(
-                    from: oldObject[child.name], to: value(of: child, in: newObject), property: child, path: fieldPath)
-            }
+            try updateEmbedded(from: oldObject, to: newObject, at: path, id: id)
             return
         }
         try transaction.emit(.set(path, new))
+    }
+
+    /// Updates the embedded object instance `id`, held by the property at `path` (or by one of its keys), field by
+    /// field, so that concurrent edits of its other fields survive (rule 6).
+    func updateEmbedded(from oldObject: EmbeddedObject, to newObject: EmbeddedObject, at path: FieldPath, id: ElementID)
+        throws
+    {
+        guard let childType = transaction.working.schema[type: newObject.type] else { return }
+        let childPath = FieldPath(
+            type: path.type, primaryKey: path.primaryKey,
+            steps: path.steps + [EmbeddedStep(property: path.property, id: id)], property: "")
+        for child in childType.properties where !(leavesAbsentFields && newObject.fields[child.name] == nil) {
+            var fieldPath = childPath
+            fieldPath.property = child.name
+            try update(
+                from: oldObject[child.name], to: value(of: child, in: newObject), property: child, path: fieldPath)
+        }
     }
 
     /// What `property` holds in the embedded object `object` is set to: the value it gives, or for a field it leaves
@@ -339,7 +357,15 @@ struct Differ {
                     }).first
                 else { return nil }
                 fields = child.fields
-            case .dictionary?, nil:
+            case .dictionary(let dictionary)?:
+                guard
+                    let child = dictionary.entries.values.lazy.compactMap({ entry -> EmbeddedState? in
+                        if case .embedded(let child)? = entry.value, child.id == step.id { return child }
+                        return nil
+                    }).first
+                else { return nil }
+                fields = child.fields
+            case nil:
                 return nil
             }
         }

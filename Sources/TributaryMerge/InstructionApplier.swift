@@ -32,9 +32,7 @@ struct InstructionApplier {
             return .list(try newList(elements))
         }
         if case .dictionary(let entries) = value {
-            var dictionary = DictionaryState()
-            dictionary.replace(with: entries, at: stamp)
-            return .dictionary(dictionary)
+            return .dictionary(try newDictionary(entries))
         }
         return .register(Register(value: try storedValue(value), stamp: stamp))
     }
@@ -48,6 +46,18 @@ struct InstructionApplier {
             fields[name] = try fieldState(object.fields[name] ?? .null)
         }
         return .embedded(EmbeddedState(id: id, type: object.type, fields: fields))
+    }
+
+    /// A dictionary holding `entries`, written at once: ids for embedded objects drawn in the order of the keys.
+    mutating func newDictionary(_ entries: [String: Value]) throws -> DictionaryState {
+        var stored: [String: StoredValue] = [:]
+        stored.reserveCapacity(entries.count)
+        for key in entries.keys.sorted(by: { $0.utf8Precedes($1) }) {
+            stored[key] = try storedValue(entries[key] ?? .null)
+        }
+        var dictionary = DictionaryState()
+        dictionary.replace(with: stored, at: stamp)
+        return dictionary
     }
 
     /// A list holding `values` in order: each slot a right child of the one before, the first one of the root.
@@ -119,8 +129,13 @@ struct InstructionApplier {
                 list.elements[id]?.value = value
             }
             state = .list(list)
-        case .dictionary:
-            break  // scalars and links only: nothing embedded to put aside
+        case .dictionary(var dictionary):
+            for key in dictionary.entries.keys {
+                guard var value = dictionary.entries[key]?.value, case .embedded = value else { continue }
+                placeAside(&value, writers: writers, schema: schema)
+                dictionary.entries[key]?.value = value
+            }
+            state = .dictionary(dictionary)
         }
     }
 
@@ -179,9 +194,11 @@ struct InstructionApplier {
                 try merge(written, into: &field, causal: causal)
             }
         case .dictionarySet(let path, let key, let value):
-            try updateDictionary(path, key: key, value: value, state: &state)
+            // Converted as written (the ids drawn must not depend on the replica), then as it lands (rule 8).
+            let stored = try landed(storedValue(value), value, in: state)
+            try updateDictionary(path, key: key, value: stored, state: &state)
         case .dictionaryErase(let path, let key):
-            try updateDictionary(path, key: key, value: Value?.none, state: &state)
+            try updateDictionary(path, key: key, value: nil, state: &state)
         case .addInteger(let path, let delta, let base):
             try update(path, state: &state) { field, property in
                 guard case .scalar(.int) = property.kind, !property.isList else {
@@ -279,16 +296,28 @@ struct InstructionApplier {
         }
     }
 
-    /// Writes one key of the dictionary at `path` (a value, or `nil` to erase it), as a field is written (rule 1).
-    func updateDictionary(_ path: FieldPath, key: String, value: Value?, state: inout WorkingSet) throws {
+    /// Writes one key of the dictionary at `path` (a value, converted and landed, or `nil` to erase it), as a field
+    /// is written (rule 1).
+    func updateDictionary(
+        _ path: FieldPath, key: String, value: (stored: StoredValue, value: Value)?, state: inout WorkingSet
+    ) throws {
         let stamp = self.stamp
         let checkValues = self.checkValues
+        let schema = state.schema
         try update(path, state: &state) { field, property in
             guard property.isDictionary else {
                 throw MergeError(.invalidInstruction, "\(path) is \(property.typeDescription), not a dictionary")
             }
-            if checkValues, let problem = Property.dictionaryKeyProblem(key) ?? value.flatMap(property.elementProblem) {
-                throw MergeError(.invalidInstruction, "\(path)['\(key.prefix(64))']: \(problem)")
+            if checkValues {
+                // An embedded object is checked against the schema its writer held (rule 8).
+                let checking = value.map { $0.value.isSingleValue ? schema : writersSchema(schema) ?? schema }
+                if let problem = Property.dictionaryKeyProblem(key)
+                    ?? value.flatMap({
+                        checking?.problem(with: .dictionary([key: $0.value]), for: property, requiringFields: false)
+                    })
+                {
+                    throw MergeError(.invalidInstruction, "\(path)['\(key.prefix(64))']: \(problem)")
+                }
             }
             var dictionary: DictionaryState
             if case .dictionary(let current)? = field {
@@ -297,7 +326,7 @@ struct InstructionApplier {
             } else {
                 dictionary = DictionaryState()
             }
-            dictionary.write(key, value, at: stamp)
+            dictionary.write(key, value?.stored, at: stamp)
             field = .dictionary(dictionary)
         }
     }
@@ -735,7 +764,22 @@ struct InstructionApplier {
                 return try descend(
                     into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
                     causal: causal, body)
-            case .dictionary?, nil:
+            case .dictionary(var dictionary)?:
+                guard
+                    let key = dictionary.entries.first(where: {
+                        if case .embedded(let child)? = $0.value.value { child.id == step.id } else { false }
+                    })?.key, case .embedded(var child)? = dictionary.entries[key]?.value
+                else { return false }
+                state = nil
+                dictionary.entries[key]?.value = .scalar(.null)
+                defer {
+                    dictionary.entries[key]?.value = .embedded(child)
+                    state = .dictionary(dictionary)
+                }
+                return try descend(
+                    into: &child.fields, type: childType, steps: steps.dropFirst(), property: property, schema: schema,
+                    causal: causal, body)
+            case nil:
                 return false
             }
         }

@@ -109,7 +109,10 @@ extension ObjectRecord {
             }
         case .dictionary(let dictionary):
             stamps.insert(dictionary.replaced)
-            for entry in dictionary.entries.values { stamps.insert(entry.stamp) }
+            for entry in dictionary.entries.values {
+                stamps.insert(entry.stamp)
+                if case .embedded(let child)? = entry.value { collectStamps(child.fields, into: &stamps) }
+            }
         }
     }
 
@@ -214,11 +217,16 @@ extension BinaryWriter {
             for key in dictionary.entries.keys.sorted(by: { $0.utf8Precedes($1) }) {
                 let entry = dictionary.entries[key]!
                 string(key)
-                if let value = entry.value {
+                // 0: erased; 1: a value; 2: an embedded object instance, with its field states.
+                switch entry.value {
+                case nil:
+                    byte(0)
+                case .scalar(let value)?:
                     byte(1)
                     self.value(value, &names)
-                } else {
-                    byte(0)
+                case .embedded?:
+                    byte(2)
+                    stored(entry.value!, stamps: stamps, names: &names)
                 }
                 stamp(entry.stamp, stamps)
             }
@@ -365,8 +373,17 @@ extension BinaryReader {
                     }
                     previous = key
                     let present = try byte()
-                    guard present <= 1 else { throw error(.invalidValue, "bad dictionary entry flag \(present)") }
-                    let value: Value? = present == 1 ? try self.value(.inline, depth: depth + 1) : Value?.none
+                    let value: StoredValue?
+                    switch present {
+                    case 0: value = nil
+                    case 1: value = .scalar(try self.value(.inline, depth: depth + 1))
+                    case 2:
+                        value = try stored(stamps: stamps, depth: depth + 1)
+                        guard case .embedded? = value else {
+                            throw error(.invalidValue, "dictionary key '\(key.prefix(64))' holds no embedded object")
+                        }
+                    default: throw error(.invalidValue, "bad dictionary entry flag \(present)")
+                    }
                     dictionary.entries[key] = DictionaryEntry(value: value, stamp: try stamp())
                 }
                 return .dictionary(dictionary)

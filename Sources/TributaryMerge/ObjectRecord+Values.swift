@@ -23,7 +23,8 @@ extension ObjectRecord {
         if property.isList, case .register? = field { return .list([]) }
         if property.isDictionary {
             guard case .dictionary(let dictionary)? = field else { return .dictionary([:]) }
-            return .dictionary(dictionary.values)
+            return .dictionary(
+                dictionary.values.mapValues { value($0, addend: 0, zeroStamp: false, of: property, in: schema) })
         }
         switch field {
         case .register(let register)?:

@@ -49,7 +49,7 @@ public struct DictionaryState: Hashable, Sendable {
 
     /// A write of `key` (a value, or `nil` for an erase) made at `stamp`: it counts unless the key's last write or
     /// the last write of the whole dictionary is later. Of two writes with one stamp (one changeset), the later one.
-    public mutating func write(_ key: String, _ value: Value?, at stamp: Stamp) {
+    public mutating func write(_ key: String, _ value: StoredValue?, at stamp: Stamp) {
         guard stamp >= replaced else { return }
         if let current = entries[key], current.stamp > stamp { return }
         entries[key] = DictionaryEntry(value: value, stamp: stamp)
@@ -57,7 +57,7 @@ public struct DictionaryState: Hashable, Sendable {
 
     /// A write of the whole dictionary made at `stamp`: the keys written before it go, `values` take their places,
     /// and later writes of keys stay.
-    public mutating func replace(with values: [String: Value], at stamp: Stamp) {
+    public mutating func replace(with values: [String: StoredValue], at stamp: Stamp) {
         guard stamp >= replaced else { return }
         replaced = stamp
         entries = entries.filter { $0.value.stamp >= stamp }
@@ -65,15 +65,16 @@ public struct DictionaryState: Hashable, Sendable {
     }
 
     /// The keys that hold a value, with their values.
-    public var values: [String: Value] { entries.compactMapValues(\.value) }
+    public var values: [String: StoredValue] { entries.compactMapValues(\.value) }
 }
 
-/// One key's latest write in a dictionary: its value, or `nil` when it erased the key.
+/// One key's latest write in a dictionary: its value (a scalar or link, or an embedded object instance whose fields
+/// merge one by one while it stays the same instance, rule 6), or `nil` when it erased the key.
 public struct DictionaryEntry: Hashable, Sendable {
-    public var value: Value?
+    public var value: StoredValue?
     public var stamp: Stamp
 
-    public init(value: Value?, stamp: Stamp) {
+    public init(value: StoredValue?, stamp: Stamp) {
         self.value = value
         self.stamp = stamp
     }

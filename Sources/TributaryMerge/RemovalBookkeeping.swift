@@ -217,8 +217,12 @@ extension ChangesetInfo {
                 list.elements[id]?.value = try landed(element.value, schema: schema, causal: causal)
             }
             return .list(list)
-        case .dictionary:
-            return state  // scalars and links only
+        case .dictionary(var dictionary):
+            for (key, entry) in dictionary.entries {
+                guard let value = entry.value, case .embedded = value else { continue }
+                dictionary.entries[key]?.value = try landed(value, schema: schema, causal: causal)
+            }
+            return .dictionary(dictionary)
         }
     }
 

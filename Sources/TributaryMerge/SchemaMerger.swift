@@ -534,6 +534,18 @@ struct SchemaMerger {
             list.slots.merge(other.slots) { old, _ in old }
             list.elements.merge(other.elements) { old, new in new.valueStamp > old.valueStamp ? new : old }
             return .list(list)
+        case (.dictionary(var dictionary), .dictionary(let other)):
+            // As if every write of both had been made to one dictionary: the later whole write, and each key's
+            // latest write after it.
+            if other.replaced > dictionary.replaced {
+                dictionary.replaced = other.replaced
+                dictionary.entries = dictionary.entries.filter { $0.value.stamp >= other.replaced }
+            }
+            for (key, entry) in other.entries where entry.stamp >= dictionary.replaced {
+                if let current = dictionary.entries[key], current.stamp >= entry.stamp { continue }
+                dictionary.entries[key] = entry
+            }
+            return .dictionary(dictionary)
         default:
             return moved
         }
@@ -581,8 +593,16 @@ struct SchemaMerger {
                     changed = true
                 }
                 if changed { fields[name] = .list(list) }
-            case .dictionary:
-                continue  // scalars and links only
+            case .dictionary(var dictionary):
+                var changed = false
+                for (key, entry) in dictionary.entries {
+                    guard case .embedded(var child)? = entry.value else { continue }
+                    rewriteEmbedded(&child.fields, type: type, transform)
+                    if child.type == type { transform(&child.fields) }
+                    dictionary.entries[key]?.value = .embedded(child)
+                    changed = true
+                }
+                if changed { fields[name] = .dictionary(dictionary) }
             }
         }
     }

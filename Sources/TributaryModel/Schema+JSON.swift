@@ -47,7 +47,7 @@ extension Schema {
     /// | `object` with a `title` and `properties` | embedded object of type `title` |
     /// | `array` with `items` | list of what `items` describes |
     /// | `array` with `items` and `uniqueItems: true` | set of what `items` describes (not of embedded objects) |
-    /// | `object` with `additionalProperties` | dictionary of what `additionalProperties` describes (scalars) |
+    /// | `object` with `additionalProperties` | dictionary of what `additionalProperties` describes (scalars, embedded objects) |
     ///
     /// The BSON types Tributary cannot store (`timestamp`, `regex`, …) are refused with
     /// ``SchemaError/Code/unsupportedType``, as are dictionaries of objects or lists, and lists of lists.
@@ -393,7 +393,12 @@ private struct SchemaJSONReader {
                     throw invalid(valuesPath, "expected an object, got \(values.kindName)")
                 }
                 let (valueType, valueNullable) = try bsonTypeOf(values, path: valuesPath)
-                guard valueType != "object" && valueType != "array" else {
+                if valueType == "object" {
+                    // Embedded objects under keys (each may be null).
+                    let typeName = try readNested(values, path: valuesPath)
+                    return Property(name, .embedded(typeName), optional: true, dictionary: true, indexed: indexed)
+                }
+                guard valueType != "array" else {
                     throw SchemaError(
                         .unsupportedType,
                         "\(jsonPath(valuesPath, "bsonType")): a dictionary of \(valueType)s is not supported")

@@ -12,7 +12,9 @@ extension Schema {
         if let problem = property.problem(with: value) { return problem }
         guard case .embedded(let typeName) = property.kind else { return nil }
         guard depth < 32 else { return "embedded objects nest deeper than 32 levels" }
-        let objects: [Value] = property.isList ? (value.listValue ?? []) : [value]
+        let objects: [Value] =
+            property.isList
+            ? (value.listValue ?? []) : property.isDictionary ? Array((value.dictionaryValue ?? [:]).values) : [value]
         guard let type = self[type: typeName] else { return "the schema lacks embedded type '\(typeName)'" }
         for case .embedded(let object) in objects {
             for name in object.fields.keys.sorted() {

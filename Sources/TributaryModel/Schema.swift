@@ -128,8 +128,9 @@ public struct Property: Hashable, Sendable, CustomStringConvertible {
             self.isOptional = list || dictionary ? optional : true
         }
         if kind == .scalar(.mixed) { self.isOptional = true }
-        // A link under a dictionary's key reads as null once its target is erased (rule 7).
-        if dictionary, case .link = kind { self.isOptional = true }
+        // A link under a dictionary's key reads as null once its target is erased (rule 7); an embedded object under
+        // a key can be null, as Realm's.
+        if dictionary, kind.objectType != nil { self.isOptional = true }
         self.isList = list
         self.isIndexed = indexed
         self.defaultValue = defaultValue
@@ -607,12 +608,6 @@ public struct Schema: Hashable, Sendable {
                         .unsupportedType,
                         "property '\(path)' is mixed and cannot be indexed: its values of different types have no "
                             + "one order")
-                }
-                if property.isDictionary, case .embedded = property.kind {
-                    throw SchemaError(
-                        .unsupportedType,
-                        "property '\(path)' is a dictionary of embedded objects, which is not supported yet; use a "
-                            + "dictionary of links, or a list of embedded objects with a key property")
                 }
                 if property.isSet, case .embedded = property.kind {
                     throw SchemaError(

@@ -133,9 +133,9 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     case link(PrimaryKey)
     /// An embedded object, owned by its parent.
     case embedded(EmbeddedObject)
-    /// The elements of a list property.
+    /// The elements of a list property, or a list held by a mixed value.
     case list([Value])
-    /// The entries of a dictionary property, by key.
+    /// The entries of a dictionary property, or a dictionary held by a mixed value, by key.
     case dictionary([String: Value])
     /// A link held by a mixed value (Realm's `AnyRealmValue` holding an object): the object of `type` with primary
     /// key `key`. Only mixed values hold one; a link property's ``link(_:)`` names no type, its property does. Reads

@@ -180,6 +180,8 @@ struct Evaluator<Source: QueryObjectSource> {
             return []
         case .link(let type) where step.isDictionary:
             return dictionaryValues(step, value).compactMap { target(of: $0, type: type) }
+        case .embedded where step.isDictionary:
+            return dictionaryValues(step, value).compactMap { $0.embeddedValue?.fields }
         case .link(let type):
             guard step.isList else { return target(of: value, type: type).map { [$0] } ?? [] }
             objects = (value.listValue ?? []).compactMap { target(of: $0, type: type) }

@@ -600,12 +600,14 @@ extension Simulation {
             let missing = kept.subtracting(flags)
             if !missing.isEmpty { fail("\(name).flags lost values added and never removed: \(missing.sorted())") }
             // Dictionaries: a key set and never erased is there.
-            let keys = Set(object["counts"].dictionaryValue?.keys.map { $0 } ?? [])
-            let setKeys = (journal.dictionarySets[name] ?? []).filter {
-                !journal.dictionaryErasures.contains("\(name).counts.\($0)")
+            for property in ["counts", "places"] {
+                let keys = Set(object[property].dictionaryValue?.keys.map { $0 } ?? [])
+                let setKeys = (journal.dictionarySets["\(name).\(property)"] ?? []).filter {
+                    !journal.dictionaryErasures.contains("\(name).\(property).\($0)")
+                }
+                let lost = setKeys.subtracting(keys)
+                if !lost.isEmpty { fail("\(name).\(property) lost keys set and never erased: \(lost.sorted())") }
             }
-            let lost = setKeys.subtracting(keys)
-            if !lost.isEmpty { fail("\(name).counts lost keys set and never erased: \(lost.sorted())") }
         }
     }
 }

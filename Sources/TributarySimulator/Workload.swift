@@ -4,8 +4,8 @@ public import TributaryModel
 
 /// The schema and the random writes of a simulation: a small key space, so that conflicts are common.
 public enum Workload {
-    /// 3 top-level types × 20 keys, lists of values, a set, links and lists of links, two levels of embedded objects
-    /// and lists of embedded objects.
+    /// 3 top-level types × 20 keys, lists of values, a set, dictionaries of values and of embedded objects, mixed
+    /// values, links and lists of links, two levels of embedded objects and lists of embedded objects.
     public static let schema = Schema(
         version: 1,
         types: [
@@ -22,6 +22,8 @@ public enum Workload {
                     .scalar("anything", .mixed),
                     // Keys from a small pool: replicas set and erase the same keys concurrently.
                     Property("counts", .scalar(.int), dictionary: true),
+                    // Embedded objects under keys from the same pool, set, erased and edited field by field.
+                    Property("places", .embedded("Item"), dictionary: true),
                     Property("owner", .link("Member")),
                     Property("members", .link("Member"), list: true),
                     Property("box", .embedded("Box")),
@@ -143,8 +145,8 @@ struct WriteJournal {
     /// a value added and never removed from an object never erased must be in the set.
     var setAdds: [String: Set<String>] = [:]
     var setRemovals = Set<String>()
-    /// Keys set in dictionaries (`Card[key].counts`), by object, and the keys erased (`Card[key].counts.key`): a key set
-    /// and never erased, in an object never erased, must be there.
+    /// Keys set in dictionaries (`Card[key].counts`, `Card[key].places`), and the keys erased
+    /// (`Card[key].counts.key`): a key set and never erased, in an object never erased, must be there.
     var dictionarySets: [String: Set<String>] = [:]
     var dictionaryErasures = Set<String>()
 
@@ -360,15 +362,24 @@ struct OperationGenerator {
         case .dictionarySet, .dictionaryErase:
             guard type == "Card" else { return }
             let entry = ["a", "b", "c"][next(3)]
-            var counts = try txn.object(type, primaryKey: key)?["counts"].dictionaryValue ?? [:]
+            let property = next(2) == 0 ? "counts" : "places"
+            var entries = try txn.object(type, primaryKey: key)?[property].dictionaryValue ?? [:]
             if kind == .dictionarySet {
-                counts[entry] = .int(Int64(next(100)))
-                journal.dictionarySets[name, default: []].insert(entry)
+                if property == "counts" {
+                    entries[entry] = .int(Int64(next(100)))
+                } else if case .embedded(var item)? = entries[entry], next(2) == 0 {
+                    // The same instance, one field changed: written field by field (rule 6).
+                    if next(2) == 0 { item["text"] = .string(unique()) } else { item["done"] = .bool(next(2) == 0) }
+                    entries[entry] = .embedded(item)
+                } else {
+                    entries[entry] = .embedded(EmbeddedObject(type: "Item", fields: ["text": .string(unique())]))
+                }
+                journal.dictionarySets["\(name).\(property)", default: []].insert(entry)
             } else {
-                counts[entry] = nil
-                journal.dictionaryErasures.insert("\(name).counts.\(entry)")
+                entries[entry] = nil
+                journal.dictionaryErasures.insert("\(name).\(property).\(entry)")
             }
-            try txn.update(type, primaryKey: key, ["counts": .dictionary(counts)])
+            try txn.update(type, primaryKey: key, [property: .dictionary(entries)])
         case .embedded:
             guard type == "Card" else { return }
             let card = try txn.object(type, primaryKey: key)

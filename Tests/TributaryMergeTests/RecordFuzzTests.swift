@@ -122,6 +122,27 @@ private enum RecordSamples {
                 "empty": .list(ListState()),
             ]
         ),
+        // A dictionary holding a value, an erased key, an embedded object, and a mixed link; a mixed register
+        // holding a dictionary with a link.
+        ObjectRecord(
+            exists: true,
+            fields: [
+                "places": .dictionary(
+                    DictionaryState(
+                        entries: [
+                            "count": DictionaryEntry(value: .scalar(.int(3)), stamp: stamp(30, a)),
+                            "gone": DictionaryEntry(value: nil, stamp: stamp(31, b)),
+                            "home": DictionaryEntry(value: .embedded(photo), stamp: stamp(32, a)),
+                            "pet": DictionaryEntry(
+                                value: .scalar(.typedLink(type: "Pet", key: .string("rex"))), stamp: stamp(33, b)),
+                        ],
+                        replaced: stamp(29, a))),
+                "payload": .register(
+                    Register(
+                        value: .scalar(.dictionary(["l": .list([.typedLink(type: "Pet", key: .int(1)), .null])])),
+                        stamp: stamp(34, a))),
+            ]
+        ),
     ]
 }
 

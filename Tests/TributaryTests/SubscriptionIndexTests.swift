@@ -18,6 +18,7 @@ struct SubscriptionIndexTests {
                 properties: [
                     .scalar("_id", .string), .scalar("owner", .string, default: ""), .scalar("count", .int, default: 0),
                     .scalar("title", .string, default: ""), Property("assignee", .link("User")),
+                    .scalar("extra", .mixed),
                 ]),
         ])
 
@@ -121,6 +122,21 @@ struct SubscriptionIndexTests {
         try replica.write { try $0.update("Task", primaryKey: .string("t1"), ["count": 3]) }
         #expect(wakes.take() == ["ann's"])
         try replica.write { try $0.create("Task", ["_id": "t2"]) }
+        #expect(wakes.take() == ["ann's"])
+    }
+
+    @Test("A query on a mixed value, which may hold a link, concerns its session on every change to its type")
+    func mixedLinkQueriesConcernEveryChange() throws {
+        let directory = TemporaryDirectory("subscription-index-mixed")
+        let replica = try Replica.open(directory: directory.appending("daemon"), schema: Self.schema)
+        defer { replica.close() }
+        try replica.write { txn in
+            try txn.create("User", ["_id": "u1", "name": "ann"])
+            try txn.create("Task", ["_id": "t1", "extra": .typedLink(type: "User", key: .string("u1"))])
+        }
+        let wakes = Wakes()
+        _ = Self.sessions(replica, wakes, ["ann's": ["extra == obj('User', 'u1')"], "owned": ["owner == 'z'"]])
+        try replica.write { try $0.update("Task", primaryKey: .string("t1"), ["count": 3]) }
         #expect(wakes.take() == ["ann's"])
     }
 

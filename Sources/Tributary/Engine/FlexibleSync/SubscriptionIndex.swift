@@ -45,7 +45,7 @@ final class SubscriptionIndex: Sendable {
 
     private struct CompiledQuery {
         var query: Query
-        /// The query reads a link or an embedded object: whether an object matches may change without a change to the
+        /// The query reads a link, an embedded object or a mixed value: whether an object matches may change without a change to the
         /// object itself, so every change to the type concerns the member.
         var followsLinks: Bool
         /// One property's values the query requires, when it requires any: `nil` when no value lookup narrows it.
@@ -219,8 +219,9 @@ final class SubscriptionIndex: Sendable {
             guard let type = schema[type: subscription.type],
                 let query = try? Query(subscription.query, type: type, schema: schema)
             else { continue }
+            // A mixed value may hold a link too.
             let followsLinks = query.predicateProperties.contains { name in
-                type.properties.first { $0.name == name }?.kind.objectType != nil
+                type.properties.first { $0.name == name }?.holdsLinks == true
             }
             var required: (String, [Value])?
             for constraint in query.indexableConstraints {

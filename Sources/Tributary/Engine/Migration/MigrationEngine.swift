@@ -290,7 +290,10 @@ extension MigrationContext {
                 guard newSchema[type: owner]?[property: renamedName(owner, property.name)] != nil,
                     case .embedded(let embedded) = property.kind
                 else { return }
-                let objects = property.isList ? (value.listValue ?? []) : [value]
+                let objects =
+                    property.isList
+                    ? (value.listValue ?? [])
+                    : property.isDictionary ? Array((value.dictionaryValue ?? [:]).values) : [value]
                 for case .embedded(let object) in objects {
                     if embedded == type.name {
                         holders.append(path)
