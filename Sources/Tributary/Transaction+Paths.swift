@@ -9,7 +9,7 @@ extension Transaction {
         var field: FieldState?
     }
 
-    /// Follows `path` from an object, through embedded objects and list positions, to a property.
+    /// Follows `path` from an object, through embedded objects, list positions and dictionary keys, to a property.
     func resolve(_ type: String, _ key: PrimaryKey, _ path: PropertyPath) throws -> ResolvedPath {
         var objectType = try working.schema.requireType(type)
         guard let record = try record(type, key), record.exists else {
@@ -55,6 +55,21 @@ extension Transaction {
                 }
                 child = found
                 described += "[\(position)]"
+                index += 2
+            } else if property.isDictionary {
+                guard index + 2 < path.count, case .property(let entryKey) = path[index + 1] else {
+                    throw TributaryError(
+                        .invalidPath, "\(described) is a dictionary: give a key before a property")
+                }
+                guard case .dictionary(let dictionary)? = fields[name],
+                    case .embedded(let found)? = dictionary.entries[entryKey]?.value
+                else {
+                    throw TributaryError(
+                        .invalidPath,
+                        "\(described)['\(entryKey)'] holds no embedded object; write one under the key first")
+                }
+                child = found
+                described += "['\(entryKey)']"
                 index += 2
             } else {
                 guard case .register(let register)? = fields[name], case .embedded(let found) = register.value else {

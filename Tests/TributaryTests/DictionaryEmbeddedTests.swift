@@ -99,6 +99,17 @@ struct DictionaryEmbeddedTests {
         try cluster.syncAll()
         #expect(try cluster.converged())
         #expect(try Self.places(cluster[0]) == ["home": Self.place("Bergen", "Kirkegata")])
+        // A path through the key edits the same instance.
+        try cluster[0].write {
+            try $0.set("Storgata", at: ["places", "home", "street"], of: "Traveller", primaryKey: .string("t"))
+        }
+        #expect(try Self.places(cluster[0]) == ["home": Self.place("Bergen", "Storgata")])
+        let error = #expect(throws: TributaryError.self) {
+            try cluster[0].write {
+                try $0.set("x", at: ["places", "away", "street"], of: "Traveller", primaryKey: .string("t"))
+            }
+        }
+        #expect(error?.description.contains("['away'] holds no embedded object") == true)
     }
 
     @Test("An erase of the key, or a new object under it, drops concurrent edits of the old one, in any order")
