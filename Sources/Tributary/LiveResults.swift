@@ -420,8 +420,8 @@ extension Snapshot {
     ///
     /// `nil` where that would not be exactly what running the query again gives, or would cost more: a query with
     /// DISTINCT, LIMIT or more than one SORT (whether an object shows depends on the others), a SORT or predicate
-    /// that follows links or reads lists, a type with links (a link's target changing changes the linking object's
-    /// values), changed objects of other types, or more changed objects than the results hold when an index answers
+    /// that follows links or reads lists, a type with links or mixed values (a link's target changing changes the
+    /// linking object's values), changed objects of other types, or more changed objects than the results hold when an index answers
     /// the query.
     func incrementalResults(
         _ old: [DynamicObject], type typeName: String, query text: String?, arguments: [Value], changed: Set<RecordKey>
@@ -431,7 +431,10 @@ extension Snapshot {
         guard changed.allSatisfy({ $0.type == typeName }), let type = schema[type: typeName], !type.isEmbedded,
             type.linkingObjects.isEmpty,
             !reachable.contains(where: { name in
-                schema[type: name]?.properties.contains { if case .link = $0.kind { true } else { false } } ?? false
+                // A mixed value may hold a link.
+                schema[type: name]?.properties.contains {
+                    if case .link = $0.kind { true } else { $0.kind == .scalar(.mixed) }
+                } ?? false
             })
         else { return nil }
         var predicate: PositionalPredicate?

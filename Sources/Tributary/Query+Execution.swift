@@ -81,16 +81,19 @@ extension Schema {
     }
 
     /// The types whose changes can change the result of a query on `type`: itself and every type reachable through
-    /// links, at any depth, including through embedded objects, and the origin types of computed properties
-    /// (``ObjectSchema/linkingObjects``).
+    /// links, at any depth, including through embedded objects, the origin types of computed properties
+    /// (``ObjectSchema/linkingObjects``), and every type when a mixed property (which may link to any) is reached.
     func typesReachable(from type: String) -> Set<String> {
         var reached: Set<String> = [type]
         var queue = [type]
         while let name = queue.popLast() {
             let type = self[type: name]
             // Computed properties read their origin type's objects.
-            let targets =
+            var targets =
                 (type?.properties ?? []).compactMap(\.kind.objectType) + (type?.linkingObjects ?? []).map(\.originType)
+            if type?.properties.contains(where: { $0.kind == .scalar(.mixed) }) == true {
+                targets += types.map(\.name)
+            }
             for target in targets where !reached.contains(target) {
                 reached.insert(target)
                 queue.append(target)

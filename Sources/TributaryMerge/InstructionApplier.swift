@@ -88,6 +88,7 @@ struct InstructionApplier {
         if !value.isSingleValue, let writers = writersSchema(state.schema) {
             Self.placeAside(&stored, writers: writers, schema: state.schema)
         }
+        defer { if !value.isSingleValue { Self.settleMixed(&stored, schema: state.schema, stamp: stamp) } }
         guard !state.schema.propertyRemovals.isEmpty else { return (stored, value) }
         let causal = state.causalResolver
         return (
@@ -179,6 +180,7 @@ struct InstructionApplier {
             // Embedded objects' values written under another definition than the one that shows go aside (rule 8).
             let writers = value.isSingleValue ? nil : writersSchema(schema)
             if let writers { Self.placeAside(&newState, writers: writers, schema: schema) }
+            if !value.isSingleValue { Self.settleMixed(&newState, schema: schema, stamp: stamp) }
             // Null set on a list is an empty list set: it removes what the writer had seen, as `[]` does; on a
             // dictionary, an empty dictionary.
             let emptyList = value.isNull ? try fieldState(.list([])) : nil
@@ -340,8 +342,8 @@ struct InstructionApplier {
         // left out: the property reads as it reads without a value.
         var defaults = defaults
         if defaults.contains(where: { !$0.value.isSingleValue }) { defaults.removeAll { !$0.value.isSingleValue } }
-        // A null given for a list is an empty list (see `.set`), and a null default of a list is left out (a list
-        // starts empty). Here for the names that land as written (no property was ever removed or renamed); the
+        // A null given for a list or a dictionary is an empty one (see `.set`), and a null default of either is left
+        // out (both start empty). Here for the names that land as written (no property was ever removed or renamed); the
         // general path below decides for the others, by where each lands. The schema is read only when a null is
         // there: reading it copies it.
         var explicit = explicit
@@ -349,11 +351,11 @@ struct InstructionApplier {
             state.schema.propertyRemovals.isEmpty, state.schema.losingDefinitions.isEmpty,
             let typeSchema = state.schema[type: type]
         {
-            func isList(_ name: String) -> Bool { typeSchema[property: name]?.isList == true }
-            for index in explicit.indices where explicit[index].value.isNull && isList(explicit[index].name) {
-                explicit[index].value = .list([])
+            for index in explicit.indices where explicit[index].value.isNull {
+                guard let property = typeSchema[property: explicit[index].name], property.isCollection else { continue }
+                explicit[index].value = property.isList ? .list([]) : .dictionary([:])
             }
-            defaults.removeAll { $0.value.isNull && isList($0.name) }
+            defaults.removeAll { $0.value.isNull && typeSchema[property: $0.name]?.isCollection == true }
         }
         if try createNew(type: type, key: key, explicit: explicit, defaults: defaults, state: &state) { return }
         // Convert every value first: the ids drawn must not depend on what the replica holds.
@@ -364,11 +366,14 @@ struct InstructionApplier {
         explicitStates.reserveCapacity(explicit.count)
         let hasRemovals = !schema.propertyRemovals.isEmpty
         for field in explicit {
-            let converted = try fieldState(field.value)
+            var converted = try fieldState(field.value)
             if hasRemovals {
                 let landed = FieldValue(field.name, try info.landed(field.value, schema: schema, causal: causal))
-                explicitStates.append((landed, try info.landed(converted, schema: schema, causal: causal)))
+                converted = try info.landed(converted, schema: schema, causal: causal)
+                if !field.value.isSingleValue { Self.settleMixed(&converted, schema: schema, stamp: stamp) }
+                explicitStates.append((landed, converted))
             } else {
+                if !field.value.isSingleValue { Self.settleMixed(&converted, schema: schema, stamp: stamp) }
                 explicitStates.append((field, converted))
             }
         }
@@ -441,10 +446,13 @@ struct InstructionApplier {
             let writers = writersDefinition(of: landed, written: field.name, in: type, schema)
             let property = writers ?? landed
             try check(field.value, fits: property, QualifiedName(type: type, property: name), writersSchema ?? schema)
-            // A null landing on a list is an empty list (see `.set`).
+            // A null landing on a list is an empty list, on a dictionary an empty one written now (see `.set`).
             var converted =
                 property.isList && field.value.isNull
-                ? .list(ListState()) : Self.mixedState(converted, field.value, property, stamp: stamp)
+                ? .list(ListState())
+                : property.isDictionary && field.value.isNull
+                    ? .dictionary(DictionaryState(replaced: stamp))
+                    : Self.mixedState(converted, field.value, property, stamp: stamp)
             if let writersSchema { Self.placeAside(&converted, writers: writersSchema, schema: schema) }
             guard hasRemovals else {
                 try merge(converted, into: &record.fields[name, writers?.shape], causal: causal)
@@ -468,8 +476,8 @@ struct InstructionApplier {
             let writers = writersDefinition(of: landed, written: field.name, in: type, schema)
             let property = writers ?? landed
             try check(field.value, fits: property, QualifiedName(type: type, property: name), writersSchema ?? schema)
-            // A list's default is left out (above), also where a rename took it.
-            if property.isList { continue }
+            // A list's or a dictionary's default is left out (above), also where a rename took it.
+            if property.isCollection { continue }
             // A default never beats a value someone wrote (rule 3). Two defaults (possible only when the schema's
             // default changed between writers) are ordered by their encoding, so the choice is the same everywhere;
             // they are single values (lists and embedded objects were left out above).
@@ -515,6 +523,60 @@ struct InstructionApplier {
             guard fields.appendInOrder(field.name, landed) else { return nil }  // the order is by name: never taken
         }
         return fields
+    }
+
+    /// The embedded objects in `state`, at any depth, with each list or dictionary that landed on a mixed field made
+    /// one value, as ``mixedState(_:_:_:stamp:)`` makes it for a mixed property of an object. `state` was converted
+    /// from a value of this instruction, so its lists and dictionaries hold that value's elements, at its stamp.
+    static func settleMixed(_ state: inout FieldState, schema: Schema, stamp: Stamp) {
+        switch state {
+        case .register(var register):
+            guard case .embedded = register.value else { return }
+            settleMixed(&register.value, schema: schema, stamp: stamp)
+            state = .register(register)
+        case .list(var list):
+            for id in list.elements.keys {
+                guard var value = list.elements[id]?.value, case .embedded = value else { continue }
+                settleMixed(&value, schema: schema, stamp: stamp)
+                list.elements[id]?.value = value
+            }
+            state = .list(list)
+        case .dictionary(var dictionary):
+            for key in dictionary.entries.keys {
+                guard var value = dictionary.entries[key]?.value, case .embedded = value else { continue }
+                settleMixed(&value, schema: schema, stamp: stamp)
+                dictionary.entries[key]?.value = value
+            }
+            state = .dictionary(dictionary)
+        }
+    }
+
+    static func settleMixed(_ stored: inout StoredValue, schema: Schema, stamp: Stamp) {
+        guard case .embedded(var child) = stored, let type = schema[type: child.type] else { return }
+        for name in child.fields.names {
+            guard var field = child.fields[name] else { continue }
+            if let property = type[property: name], property.kind == .scalar(.mixed), !property.isCollection {
+                func scalars(_ values: [StoredValue]) -> [Value] {
+                    values.compactMap { if case .scalar(let value) = $0 { value } else { nil } }
+                }
+                switch field {
+                case .list(let list):
+                    let elements = scalars(list.orderedElements().map(\.value))
+                    field = .register(Register(value: .scalar(.list(elements)), stamp: stamp))
+                case .dictionary(let dictionary):
+                    let entries = dictionary.values.compactMapValues {
+                        if case .scalar(let value) = $0 { value } else { nil }
+                    }
+                    field = .register(Register(value: .scalar(.dictionary(entries)), stamp: stamp))
+                case .register:
+                    continue
+                }
+            } else {
+                settleMixed(&field, schema: schema, stamp: stamp)
+            }
+            child.fields[name] = field
+        }
+        stored = .embedded(child)
     }
 
     /// The state a value written to `property` takes: `state` (converted from the value alone, with its ids drawn),

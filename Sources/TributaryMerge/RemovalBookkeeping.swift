@@ -198,6 +198,8 @@ extension ChangesetInfo {
             return .embedded(EmbeddedObject(type: object.type, fields: fields))
         case .list(let elements):
             return .list(try elements.map { try landed($0, schema: schema, causal: causal) })
+        case .dictionary(let entries):
+            return .dictionary(try entries.mapValues { try landed($0, schema: schema, causal: causal) })
         default:
             return value
         }

@@ -83,7 +83,10 @@ extension IndexConstraint {
     private static func indexableProperty(_ operand: Operand) -> (String, ScalarType)? {
         guard case .keyPath(let path) = operand, path.operation == nil, path.steps.count == 1 else { return nil }
         let step = path.steps[0]
-        guard !step.isList, !step.isDictionary, case .scalar(let type) = step.target else { return nil }
+        // A subscript into a mixed value (`payload[0]`) reads one of its elements, not the property's value.
+        guard !step.isList, !step.isDictionary, step.mixedSelector == nil, case .scalar(let type) = step.target else {
+            return nil
+        }
         return (step.name, type)
     }
 

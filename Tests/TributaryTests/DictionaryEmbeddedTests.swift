@@ -151,6 +151,45 @@ struct DictionaryEmbeddedTests {
         }
     }
 
+    @Test(
+        "A removal of a field of the embedded type, concurrent with a create that gives it under a key: same in any order"
+    )
+    func removedFieldUnderKey() throws {
+        for removalFirst in [true, false] {
+            let cluster = try Cluster(3, schema: Self.schema)
+            try cluster[0].write { try $0.emit(.removeProperty(type: "Stay", name: "street")) }
+            try cluster[1].write { txn in
+                try txn.create(
+                    "Traveller",
+                    ["_id": "t", "places": .dictionary(["home": Self.place("Oslo", "Storgata"), "none": .null])])
+            }
+            let refusals = try cluster.deliver(
+                removalFirst ? [(target: 2, sources: [0, 1])] : [(target: 2, sources: [1, 0])])
+            #expect(refusals.isEmpty, "removal first: \(removalFirst): \(refusals)")
+            try cluster.syncAll()
+            #expect(try cluster.converged(), "removal first: \(removalFirst)")
+            let home = try Self.places(cluster[2])["home"]?.embeddedValue
+            #expect(home?["city"] == "Oslo" && home?.fields["street"] == nil, "\(String(describing: home))")
+        }
+    }
+
+    @Test(
+        "A null dictionary in a create is an empty one, written then: it merges with a concurrent create's keys alike")
+    func nullDictionaryInCreate() throws {
+        for order in [[0, 1], [1, 0]] {
+            let cluster = try Cluster(3, schema: Self.schema)
+            try cluster[0].write { try $0.create("Traveller", ["_id": "t", "places": .null]) }
+            cluster.advanceClocks(byMilliseconds: 2)
+            try cluster[1].write {
+                try $0.create("Traveller", ["_id": "t", "places": .dictionary(["home": Self.place("Oslo")])])
+            }
+            try cluster.deliver(order.map { (target: 2, sources: [$0]) })
+            #expect(try Self.places(cluster[2]) == ["home": Self.place("Oslo")], "order \(order)")
+            try cluster.syncAll()
+            #expect(try cluster.converged(), "order \(order)")
+        }
+    }
+
     @Test("A link inside an object under a key reads as null once its target is erased")
     func linksInside() throws {
         let replica = try Cluster(1, schema: Self.schema).replicas[0]

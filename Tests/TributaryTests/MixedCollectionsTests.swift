@@ -139,6 +139,9 @@ struct MixedCollectionsTests {
             ("payload.@size == 3", ["n2", "n3"]),
             ("payload[SIZE] == 3", ["n2", "n3"]),
             ("payload.@count > 0", ["n2", "n3"]),
+            // Two subscripts of one mixed value in a conjunction: each reads its own element.
+            ("payload[0] == 1 AND payload[1] == 'two'", ["n2"]),
+            ("payload['n'] == 3 AND payload['pet'] != nil", ["n3"]),
         ] as [(String, [String])])
     func queries(query: String, expected: [String]) throws {
         #expect(try ids(try filled(), query) == expected, "\(query)")
@@ -202,6 +205,64 @@ struct MixedCollectionsTests {
         let after = try cluster[0].read { try $0.object("Bag", primaryKey: .int(1)) }
         #expect(after?["items"] == .list([Self.rex, .list([1, .dictionary(["x": .null])]), "s"]))
         #expect(try cluster.converged())
+    }
+
+    @Test("A collection written to a mixed value wins over a scalar written earlier, in either order")
+    func collectionWins() throws {
+        for order in [[0, 1], [1, 0]] {
+            let cluster = try Cluster(3, schema: Self.schema)
+            try cluster[2].write { try $0.create("Note", ["_id": "n", "payload": 1]) }
+            try cluster.syncAll()
+            try cluster[0].write { try $0.update("Note", primaryKey: .string("n"), ["payload": "first"]) }
+            cluster.advanceClocks(byMilliseconds: 3)
+            try cluster[1].write {
+                try $0.update("Note", primaryKey: .string("n"), ["payload": .dictionary(["a": .list([1, 2])])])
+            }
+            try cluster.deliver(order.map { (target: 2, sources: [$0]) })
+            #expect(try payload(cluster[2], "n") == .dictionary(["a": .list([1, 2])]), "order \(order)")
+            try cluster.syncAll()
+            #expect(try cluster.converged(), "order \(order)")
+        }
+    }
+
+    @Test("A mixed field of an embedded object holds a list or a dictionary as one value too")
+    func mixedInEmbedded() throws {
+        let schema = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: "Box", properties: [.scalar("_id", .string), Property("inner", .embedded("Inner"))]),
+                ObjectSchema(name: "Inner", embedded: true, properties: [.scalar("payload", .mixed)]),
+            ])
+        let cluster = try Cluster(2, schema: schema)
+        func inner(_ payload: Value) -> Value { .embedded(EmbeddedObject(type: "Inner", fields: ["payload": payload])) }
+        try cluster[0].write { try $0.create("Box", ["_id": "b", "inner": inner(.dictionary(["a": 1]))]) }
+        func read(_ replica: Replica) throws -> Value? {
+            try replica.read { try $0.object("Box", primaryKey: .string("b")) }?["inner"].embeddedValue?["payload"]
+        }
+        #expect(try read(cluster[0]) == .dictionary(["a": 1]))
+        try cluster[0].write {
+            try $0.set(.list([1, "x"]), at: ["inner", "payload"], of: "Box", primaryKey: .string("b"))
+        }
+        #expect(try read(cluster[0]) == .list([1, "x"]))
+        cluster.advanceClocks(byMilliseconds: 3)
+        try cluster[1].write { try $0.create("Box", ["_id": "b", "inner": inner(.list([2]))]) }
+        try cluster.syncAll()
+        #expect(try cluster.converged())
+        #expect(try cluster[0].verify().passed)
+    }
+
+    @Test("Live results of a query on a mixed value follow its link's target", .timeLimit(.minutes(1)))
+    func liveResultsFollowLinks() async throws {
+        let replica = try filled()
+        var nulls = replica.observe("Note", where: "payload == nil").makeAsyncIterator()
+        #expect(try await nulls.next()?.results.map { $0.primaryKey.value.stringValue ?? "" } == ["n5"])
+        var all = replica.observe("Note").makeAsyncIterator()
+        #expect(try await all.next()?.results.first { $0.primaryKey == .string("n0") }?["payload"] == Self.rex)
+        // Only the Pet is erased: the notes linking to it read otherwise.
+        try await replica.write { _ = try $0.delete("Pet", primaryKey: .string("rex")) }
+        #expect(try await nulls.next()?.results.map { $0.primaryKey.value.stringValue ?? "" }.sorted() == ["n0", "n5"])
+        #expect(try await all.next()?.results.first { $0.primaryKey == .string("n0") }?["payload"] == .null)
     }
 
     @Test("A model's Value property holds links, lists and dictionaries")

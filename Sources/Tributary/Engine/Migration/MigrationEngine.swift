@@ -49,6 +49,7 @@ extension MigrationContext {
                 return .embedded(EmbeddedObject(type: name, fields: fields))
             }
             if case .list(let elements) = value { return .list(elements.map(carry)) }
+            if case .dictionary(let entries) = value { return .dictionary(entries.mapValues(carry)) }
             return carry(value)
         case (.link(let target), .embedded(let embedded)) where target == embedded:
             return value  // still links; turned into embedded objects in `apply`
@@ -102,6 +103,9 @@ extension MigrationContext {
             return .embedded(object)
         }
         if property.isList, case .list(let elements) = value { return .list(elements.map(complete)) }
+        if property.isDictionary, case .dictionary(let entries) = value {
+            return .dictionary(entries.mapValues(complete))
+        }
         return complete(value)
     }
 
@@ -364,21 +368,32 @@ extension MigrationContext {
                 for property in parentType.properties where property.kind == .embedded(embeddedType.name) {
                     for key in newOrder[parentType.name] ?? [] {
                         guard let parent = newObjects[parentType.name]?[key], !parent.isDeleted else { continue }
-                        let links = property.isList ? (parent[property.name].listValue ?? []) : [parent[property.name]]
+                        // A dictionary's links by key (sorted), a list's in order, or the one link.
+                        let entries = parent[property.name].dictionaryValue ?? [:]
+                        let keys = entries.keys.sorted { $0.utf8Precedes($1) }
+                        let links =
+                            property.isDictionary
+                            ? keys.map { entries[$0] ?? .null }
+                            : property.isList ? (parent[property.name].listValue ?? []) : [parent[property.name]]
                         var embedded: [Value] = []
-                        for case .link(let target) in links {
+                        var embeddedByKey: [String: Value] = [:]
+                        for (index, link) in links.enumerated() {
+                            guard case .link(let target) = link else { continue }
                             parents[target, default: []].append("\(parentType.name)[\(key)].\(property.name)")
                             if let child = children[target] {
                                 var fields = child.values
                                 fields.removeValue(forKey: "_id")
-                                embedded.append(
-                                    .embedded(
-                                        EmbeddedObject(
-                                            type: embeddedType.name,
-                                            fields: fields.filter { embeddedType[property: $0.key] != nil })))
+                                let object = Value.embedded(
+                                    EmbeddedObject(
+                                        type: embeddedType.name,
+                                        fields: fields.filter { embeddedType[property: $0.key] != nil }))
+                                embedded.append(object)
+                                if property.isDictionary { embeddedByKey[keys[index]] = object }
                             }
                         }
-                        let value: Value = property.isList ? .list(embedded) : (embedded.first ?? .null)
+                        let value: Value =
+                            property.isDictionary
+                            ? .dictionary(embeddedByKey) : property.isList ? .list(embedded) : (embedded.first ?? .null)
                         result[parentType.name, default: [:]][key, default: [:]][property.name] = value
                     }
                 }
