@@ -25,6 +25,7 @@ struct EmbeddedMigrationTests {
                     properties: [
                         .scalar("_id", .string), Property("address", .embedded("Address")),
                         Property("previous", .embedded("Address"), list: true),
+                        Property("places", .embedded("Address"), dictionary: true),
                     ]),
                 .embedded("Address", properties: address),
             ])
@@ -49,6 +50,7 @@ struct EmbeddedMigrationTests {
                 [
                     "_id": "c1", "address": address("1 Main St", "Paris", 75001),
                     "previous": .list([address("9 Old Rd", "Lyon", 69001)]),
+                    "places": .dictionary(["work": address("5 Quay", "Nice", 6000)]),
                 ])
             try txn.create("Contact", ["_id": "c2", "address": address("2 High St", "Oslo", 150)])
         }
@@ -68,6 +70,8 @@ struct EmbeddedMigrationTests {
         #expect(try field(v2, "c1", "zip") == nil)
         let previous = try v2.object("Contact", primaryKey: .string("c1"))?["previous"].listValue
         #expect(previous?.first?.embeddedValue?.fields == ["street": "9 Old Rd", "city": "Lyon"])
+        let places = try v2.object("Contact", primaryKey: .string("c1"))?["places"].dictionaryValue
+        #expect(places?["work"]?.embeddedValue?.fields == ["street": "5 Quay", "city": "Nice"])
         #expect(try v2.verify().passed)
     }
 
@@ -86,6 +90,8 @@ struct EmbeddedMigrationTests {
         #expect(
             try v2.object("Contact", primaryKey: .string("c1"))?["previous"].listValue?.first?.embeddedValue?[
                 "postcode"] == 69001)
+        let places = try v2.object("Contact", primaryKey: .string("c1"))?["places"].dictionaryValue
+        #expect(places?["work"]?.embeddedValue?["postcode"] == 6000)
         #expect(try v2.verify().passed)
     }
 
