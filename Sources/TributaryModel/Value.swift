@@ -139,8 +139,9 @@ public enum Value: Hashable, Sendable, CustomStringConvertible {
     case dictionary([String: Value])
     /// A link held by a mixed value (Realm's `AnyRealmValue` holding an object): the object of `type` with primary
     /// key `key`. Only mixed values hold one; a link property's ``link(_:)`` names no type, its property does. Reads
-    /// as ``null`` once its target does not exist (docs/MergeSemantics.md, rule 7).
-    case typedLink(type: String, key: PrimaryKey)
+    /// as ``null`` once its target does not exist (docs/MergeSemantics.md, rule 7). Boxed (`indirect`): held inline it
+    /// would make every value 8 bytes larger.
+    indirect case typedLink(type: String, key: PrimaryKey)
 
     /// A short name for the value's kind, used in error messages.
     public var kindName: String {
