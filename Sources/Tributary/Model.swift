@@ -48,7 +48,7 @@ extension Model {
 
 extension Value {
     /// A mixed value's link to the object of the model type `type` with `primaryKey` (Realm's
-    /// `AnyRealmValue.object`): ``Value/typedLink(type:key:)`` with the model's type name.
+    /// `AnyRealmValue.object`): `Value.typedLink(type:key:)` with the model's type name.
     public static func link<Target: Model>(to type: Target.Type, primaryKey: PrimaryKey) -> Value {
         .typedLink(type: Target.typeName, key: primaryKey)
     }

@@ -119,25 +119,7 @@ struct InstructionApplier {
     /// Puts aside the values of the embedded objects in `state`, at any depth, that were written under another
     /// definition of their property than the one `schema` holds: under the shape `writers` holds (rule 8).
     static func placeAside(_ state: inout FieldState, writers: Schema, schema: Schema) {
-        switch state {
-        case .register(var register):
-            placeAside(&register.value, writers: writers, schema: schema)
-            state = .register(register)
-        case .list(var list):
-            for id in list.elements.keys {
-                guard var value = list.elements[id]?.value else { continue }
-                placeAside(&value, writers: writers, schema: schema)
-                list.elements[id]?.value = value
-            }
-            state = .list(list)
-        case .dictionary(var dictionary):
-            for key in dictionary.entries.keys {
-                guard var value = dictionary.entries[key]?.value, case .embedded = value else { continue }
-                placeAside(&value, writers: writers, schema: schema)
-                dictionary.entries[key]?.value = value
-            }
-            state = .dictionary(dictionary)
-        }
+        state.updateEmbedded { placeAside(&$0, writers: writers, schema: schema) }
     }
 
     static func placeAside(_ stored: inout StoredValue, writers: Schema, schema: Schema) {
@@ -529,26 +511,7 @@ struct InstructionApplier {
     /// one value, as ``mixedState(_:_:_:stamp:)`` makes it for a mixed property of an object. `state` was converted
     /// from a value of this instruction, so its lists and dictionaries hold that value's elements, at its stamp.
     static func settleMixed(_ state: inout FieldState, schema: Schema, stamp: Stamp) {
-        switch state {
-        case .register(var register):
-            guard case .embedded = register.value else { return }
-            settleMixed(&register.value, schema: schema, stamp: stamp)
-            state = .register(register)
-        case .list(var list):
-            for id in list.elements.keys {
-                guard var value = list.elements[id]?.value, case .embedded = value else { continue }
-                settleMixed(&value, schema: schema, stamp: stamp)
-                list.elements[id]?.value = value
-            }
-            state = .list(list)
-        case .dictionary(var dictionary):
-            for key in dictionary.entries.keys {
-                guard var value = dictionary.entries[key]?.value, case .embedded = value else { continue }
-                settleMixed(&value, schema: schema, stamp: stamp)
-                dictionary.entries[key]?.value = value
-            }
-            state = .dictionary(dictionary)
-        }
+        state.updateEmbedded { settleMixed(&$0, schema: schema, stamp: stamp) }
     }
 
     static func settleMixed(_ stored: inout StoredValue, schema: Schema, stamp: Stamp) {

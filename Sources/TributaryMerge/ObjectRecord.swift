@@ -31,6 +31,41 @@ public enum FieldState: Hashable, Sendable {
     case dictionary(DictionaryState)
 }
 
+extension FieldState {
+    /// Lets `body` change, in place, each embedded object instance the state holds itself: a register's, a list
+    /// element's, a dictionary entry's (not those nested in them: `body` goes further when it needs to).
+    public mutating func updateEmbedded(_ body: (inout StoredValue) throws -> Void) rethrows {
+        switch self {
+        case .register(var register):
+            guard case .embedded = register.value else { return }
+            self = .register(Register(value: .scalar(.null), stamp: register.stamp))  // `register` the only reference
+            defer { self = .register(register) }
+            try body(&register.value)
+        case .list(var list):
+            guard list.elements.values.contains(where: { if case .embedded = $0.value { true } else { false } }) else {
+                return
+            }
+            self = .list(ListState())
+            defer { self = .list(list) }
+            for id in list.elements.keys {
+                guard var value = list.elements[id]?.value, case .embedded = value else { continue }
+                try body(&value)
+                list.elements[id]?.value = value
+            }
+        case .dictionary(var dictionary):
+            guard dictionary.entries.values.contains(where: { if case .embedded? = $0.value { true } else { false } })
+            else { return }
+            self = .dictionary(DictionaryState())
+            defer { self = .dictionary(dictionary) }
+            for key in dictionary.entries.keys {
+                guard var value = dictionary.entries[key]?.value, case .embedded = value else { continue }
+                try body(&value)
+                dictionary.entries[key]?.value = value
+            }
+        }
+    }
+}
+
 /// A dictionary: the latest write of each key (a value, or an erase), and the stamp of the latest write of the whole
 /// dictionary, which replaced every key written before it. Every change is "the later stamp wins", so replicas that
 /// apply the same writes in any order hold the same state (rule 1, key by key).

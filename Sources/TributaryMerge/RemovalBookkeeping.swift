@@ -209,23 +209,9 @@ extension ChangesetInfo {
     /// was converted from. The ids were drawn from the value as written, so they are the same on every replica.
     func landed(_ state: FieldState, schema: Schema, causal: CausalResolver) throws -> FieldState {
         guard !schema.propertyRemovals.isEmpty else { return state }
-        switch state {
-        case .register(var register):
-            register.value = try landed(register.value, schema: schema, causal: causal)
-            return .register(register)
-        case .list(var list):
-            for (id, element) in list.elements {
-                guard case .embedded = element.value else { continue }
-                list.elements[id]?.value = try landed(element.value, schema: schema, causal: causal)
-            }
-            return .list(list)
-        case .dictionary(var dictionary):
-            for (key, entry) in dictionary.entries {
-                guard let value = entry.value, case .embedded = value else { continue }
-                dictionary.entries[key]?.value = try landed(value, schema: schema, causal: causal)
-            }
-            return .dictionary(dictionary)
-        }
+        var state = state
+        try state.updateEmbedded { $0 = try landed($0, schema: schema, causal: causal) }
+        return state
     }
 
     func landed(_ value: StoredValue, schema: Schema, causal: CausalResolver) throws -> StoredValue {

@@ -576,34 +576,16 @@ struct SchemaMerger {
         _ fields: inout FieldTable, type: String, _ transform: (inout FieldTable) -> Void
     ) {
         for (name, field) in fields {
-            switch field {
-            case .register(var register):
-                guard case .embedded(var child) = register.value else { continue }
+            var field = field
+            var changed = false
+            field.updateEmbedded { stored in
+                guard case .embedded(var child) = stored else { return }
                 rewriteEmbedded(&child.fields, type: type, transform)
                 if child.type == type { transform(&child.fields) }
-                register.value = .embedded(child)
-                fields[name] = .register(register)
-            case .list(var list):
-                var changed = false
-                for (id, element) in list.elements {
-                    guard case .embedded(var child) = element.value else { continue }
-                    rewriteEmbedded(&child.fields, type: type, transform)
-                    if child.type == type { transform(&child.fields) }
-                    list.elements[id]?.value = .embedded(child)
-                    changed = true
-                }
-                if changed { fields[name] = .list(list) }
-            case .dictionary(var dictionary):
-                var changed = false
-                for (key, entry) in dictionary.entries {
-                    guard case .embedded(var child)? = entry.value else { continue }
-                    rewriteEmbedded(&child.fields, type: type, transform)
-                    if child.type == type { transform(&child.fields) }
-                    dictionary.entries[key]?.value = .embedded(child)
-                    changed = true
-                }
-                if changed { fields[name] = .dictionary(dictionary) }
+                stored = .embedded(child)
+                changed = true
             }
+            if changed { fields[name] = field }
         }
     }
 }
