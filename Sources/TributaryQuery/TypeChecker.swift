@@ -303,8 +303,9 @@ struct TypeChecker {
         case (.null, _), (_, .null): return true
         // A mixed value may hold any scalar: a comparison with one of another type is false, not an error.
         case (.scalar(.mixed), .scalar), (.scalar, .scalar(.mixed)): return true
-        // A mixed value may hold a link to an object of any type.
-        case (.scalar(.mixed), .link), (.link, .scalar(.mixed)): return true
+        // A mixed value may hold a link to an object of any type: compared with one that names its type (`obj()`, a
+        // typed link argument, a link property), not with a bare key, which names none.
+        case (.scalar(.mixed), .link(let type, _)), (.link(let type, _), .scalar(.mixed)): return type != nil
         case (.scalar(let a), .scalar(let b)):
             return a == b || (isNumeric(a) && isNumeric(b))
         case (.link(let typeA, let keyA), .link(let typeB, let keyB)):

@@ -31,6 +31,8 @@ enum ChangesetSamples {
         ),
         .list([]), .list([.int(1), .string("two"), .null, .list([.bool(true)])]),
         .dictionary([:]), .dictionary(["b": .int(2), "a": .null, "ü": .link(.string("x"))]),
+        .typedLink(type: "Pet", key: .string("rex")), .typedLink(type: "Counter", key: .objectId(objectID)),
+        .list([.dictionary(["l": .typedLink(type: "Pet", key: .int(-1))])]),
     ]
 
     static let primaryKeys: [PrimaryKey] = [
@@ -218,6 +220,13 @@ private func decodingError(
         }
         let all = ChangesetSamples.changeset(ChangesetSamples.instructions)
         #expect(try ChangesetCodec.decode(ChangesetCodec.encode(all)) == all)
+    }
+
+    @Test("A value takes 32 bytes in an array: reads and scans copy arrays of them, and a larger case slows them all")
+    func valueSize() {
+        // A case whose payload exceeds 24 bytes (a typed link's type name and key) is boxed (`indirect`).
+        #expect(
+            MemoryLayout<Value>.stride == 32, "\(MemoryLayout<Value>.size) bytes, stride \(MemoryLayout<Value>.stride)")
     }
 
     @Test("Every value round-trips")

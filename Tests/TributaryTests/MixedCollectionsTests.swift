@@ -152,6 +152,8 @@ struct MixedCollectionsTests {
         let replica = try filled()
         #expect(try ids(replica, "payload == $0", [Self.counter]) == ["n1"])
         #expect(try ids(replica, "payload == $0", [.typedLink(type: "Counter", key: .int(8))]).isEmpty)
+        // A bare key names no type: refused, not silently false.
+        #expect(throws: TributaryError.self) { try ids(replica, "payload == $0", [.link(.int(7))]) }
     }
 
     @Test("Concurrent writes of a list, a dictionary, a link and a scalar: one wins whole, in every order (rule 1)")
