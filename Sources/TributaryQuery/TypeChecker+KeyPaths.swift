@@ -32,6 +32,15 @@ extension TypeChecker {
                 }
                 continue
             }
+            if component.isOperator, component.name.lowercased() == "count", index == components.count - 1,
+                var last = steps.last, last.target == .scalar(.mixed), last.mixedSelector == nil, !last.yieldsMany
+            {
+                // `payload.@count`: how many elements the list or dictionary a mixed value holds has (none for any
+                // other value); `@size` also measures a string or data.
+                last.mixedSelector = .all
+                steps[steps.count - 1] = last
+                return (KeyPath(steps: steps, operation: .count, text: text), .scalar(.int))
+            }
             if component.isOperator {
                 let (operation, base) = try resolveOperation(components, at: index, steps: steps, text: text)
                 return (KeyPath(steps: steps, operation: operation, text: text), base)

@@ -43,6 +43,7 @@ struct MixedCollectionsTests {
             let payloads: [Value] = [
                 Self.rex, Self.counter, .list([1, "two", Self.rex]),
                 .dictionary(["pet": Self.rex, "n": 3, "inner": .list([.dictionary(["deep": true])])]), 5, .null,
+                "hello",
             ]
             for (index, payload) in payloads.enumerated() {
                 try txn.create("Note", ["_id": .string("n\(index)"), "payload": payload])
@@ -116,7 +117,7 @@ struct MixedCollectionsTests {
         "Queries: obj() equals the link of its type only, @type names links, lists and dictionaries",
         arguments: [
             ("payload == obj('Pet', 'rex')", ["n0"]),
-            ("payload != obj('Pet', 'rex')", ["n1", "n2", "n3", "n4", "n5"]),
+            ("payload != obj('Pet', 'rex')", ["n1", "n2", "n3", "n4", "n5", "n6"]),
             ("payload == obj('Counter', 7)", ["n1"]),
             ("payload IN {obj('Counter', 7), obj('Pet', 'rex')}", ["n0", "n1"]),
             ("payload.@type == 'link'", ["n0", "n1"]),
@@ -134,11 +135,13 @@ struct MixedCollectionsTests {
             ("payload['missing'] == nil AND payload.@type == 'dictionary'", ["n3"]),
             ("payload[*] == 'two'", ["n2"]),
             ("ANY payload[*] == 3", ["n3"]),
-            ("ALL payload[*].@type == 'numeric'", ["n0", "n1", "n4", "n5"]),
+            ("ALL payload[*].@type == 'numeric'", ["n0", "n1", "n4", "n5", "n6"]),
             ("payload[*].@type == 'list'", ["n3"]),
             ("payload.@size == 3", ["n2", "n3"]),
             ("payload[SIZE] == 3", ["n2", "n3"]),
             ("payload.@count > 0", ["n2", "n3"]),
+            ("payload.@count == 0", ["n0", "n1", "n4", "n5", "n6"]),
+            ("payload.@size == 5", ["n6"]),
             // Two subscripts of one mixed value in a conjunction: each reads its own element.
             ("payload[0] == 1 AND payload[1] == 'two'", ["n2"]),
             ("payload['n'] == 3 AND payload['pet'] != nil", ["n3"]),
