@@ -122,13 +122,14 @@ struct PathStep: Hashable, Sendable {
     var isDictionary = false
     /// `['key']` after a dictionary property: the step leads to that key's value (null without one).
     var dictionaryKey: String? = nil
-    /// A subscript after a mixed property: into the list or dictionary the mixed value holds.
-    var mixedSelector: MixedSelector? = nil
+    /// Subscripts after a mixed property, in order: into the list or dictionary the mixed value holds, and into the
+    /// lists and dictionaries nested in it.
+    var mixedSelectors: [MixedSelector] = []
 
     /// Whether the step leads to any number of values: a list not taken one element of, a dictionary not taken
     /// one key of, or every element of a mixed value's list or dictionary.
     var yieldsMany: Bool {
-        (isList && element == nil) || (isDictionary && dictionaryKey == nil) || mixedSelector == .all
+        (isList && element == nil) || (isDictionary && dictionaryKey == nil) || mixedSelectors.contains(.all)
     }
 }
 
@@ -147,6 +148,13 @@ enum MixedSelector: Hashable, Sendable {
     case key(String)
     case element(ElementSelector)
     case all
+
+    /// The values `selectors` select in `value`, one after the other (`[*]` goes on from every element).
+    static func select(_ selectors: [MixedSelector], in value: Value) -> [Value] {
+        var values = [value]
+        for selector in selectors { values = values.flatMap(selector.select) }
+        return values
+    }
 
     /// The values this selects in `value`.
     func select(_ value: Value) -> [Value] {

@@ -201,7 +201,7 @@ struct Evaluator<Source: QueryObjectSource> {
         var value = object[step.name] ?? .null
         if step.target == .scalar(.mixed) {
             value = resolvedMixed(value)
-            if let selector = step.mixedSelector { return selector.select(value) }
+            if !step.mixedSelectors.isEmpty { return MixedSelector.select(step.mixedSelectors, in: value) }
         }
         if step.isDictionary {
             let values = dictionaryValues(step, value)

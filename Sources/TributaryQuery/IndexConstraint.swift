@@ -84,7 +84,7 @@ extension IndexConstraint {
         guard case .keyPath(let path) = operand, path.operation == nil, path.steps.count == 1 else { return nil }
         let step = path.steps[0]
         // A subscript into a mixed value (`payload[0]`) reads one of its elements, not the property's value.
-        guard !step.isList, !step.isDictionary, step.mixedSelector == nil, case .scalar(let type) = step.target else {
+        guard !step.isList, !step.isDictionary, step.mixedSelectors.isEmpty, case .scalar(let type) = step.target else {
             return nil
         }
         return (step.name, type)

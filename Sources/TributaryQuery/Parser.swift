@@ -637,10 +637,13 @@ struct Parser {
         return components
     }
 
-    /// `[FIRST]`, `[LAST]`, `[SIZE]`, `[*]` or `[n]` after the last of `components`, if one follows. (Modifiers
-    /// such as `[c]` only follow operators, so a '[' after a key path is a subscript.)
+    /// `[FIRST]`, `[LAST]`, `[SIZE]`, `[*]`, `[n]` or `['key']` after the last of `components`, as many as follow.
+    /// (Modifiers such as `[c]` only follow operators, so a '[' after a key path is a subscript.)
     private mutating func parseSubscript(into components: inout [PathComponent]) throws(QueryError) {
-        guard current.isSymbol(.leftBracket) else { return }
+        while current.isSymbol(.leftBracket) { try parseOneSubscript(into: &components) }
+    }
+
+    private mutating func parseOneSubscript(into components: inout [PathComponent]) throws(QueryError) {
         let open = advance()
         let kind: SyntaxSubscript.Kind
         switch current.kind {
@@ -659,10 +662,15 @@ struct Parser {
         }
         _ = advance()
         try expect(.rightBracket, "expected ']' after the subscript")
-        guard let last = components.indices.last, !components[last].isOperator,
-            components[last].subscriptSelector == nil
-        else { throw error("a subscript must follow a property name", at: open.start) }
-        components[last].subscriptSelector = SyntaxSubscript(kind: kind, position: open.start)
+        guard let last = components.indices.last, !components[last].isOperator else {
+            throw error("a subscript must follow a property name", at: open.start)
+        }
+        let selector = SyntaxSubscript(kind: kind, position: open.start)
+        if components[last].subscriptSelector == nil {
+            components[last].subscriptSelector = selector
+        } else {
+            components[last].deeperSubscripts.append(selector)
+        }
     }
 
     /// `SUBQUERY(collection, $variable, predicate).@count` (also `.@size`).

@@ -91,6 +91,9 @@ struct PathComponent: Hashable, Sendable {
     var position: Int
     var isVariable = false
     var subscriptSelector: SyntaxSubscript? = nil
+    /// Subscripts after the first (`payload[0]['key']`): only a mixed value, which may hold nested lists and
+    /// dictionaries, takes them.
+    var deeperSubscripts: [SyntaxSubscript] = []
 }
 
 /// `[FIRST]`, `[LAST]`, `[SIZE]`, `[*]` or `[n]` after a property of a key path.

@@ -33,11 +33,11 @@ extension TypeChecker {
                 continue
             }
             if component.isOperator, component.name.lowercased() == "count", index == components.count - 1,
-                var last = steps.last, last.target == .scalar(.mixed), last.mixedSelector == nil, !last.yieldsMany
+                var last = steps.last, last.target == .scalar(.mixed), !last.yieldsMany
             {
-                // `payload.@count`: how many elements the list or dictionary a mixed value holds has (none for any
-                // other value); `@size` also measures a string or data.
-                last.mixedSelector = .all
+                // `payload.@count`, `payload[0].@count`: how many elements the list or dictionary a mixed value
+                // holds there has (none for any other value); `@size` also measures a string or data.
+                last.mixedSelectors.append(.all)
                 steps[steps.count - 1] = last
                 return (KeyPath(steps: steps, operation: .count, text: text), .scalar(.int))
             }
@@ -49,18 +49,28 @@ extension TypeChecker {
             if let selector = component.subscriptSelector, step.target == .scalar(.mixed), !step.isList,
                 !step.isDictionary
             {
-                // Into the list or dictionary a mixed value holds: `mixed['key']`, `mixed[0]`, `mixed[*]`.
-                switch selector.kind {
-                case .key(let key): step.mixedSelector = .key(key)
-                case .all: step.mixedSelector = .all
-                case .first, .last, .index: step.mixedSelector = selector.element.map(MixedSelector.element)
-                case .size:
-                    guard index == components.count - 1 else {
-                        throw error(.syntax, "'[SIZE]' must end the key path", at: components[index + 1].position)
+                // Into the list or dictionary a mixed value holds, and those nested in it: `mixed['key']`,
+                // `mixed[0]`, `mixed[*]`, `mixed[0]['key']`.
+                let selectors = [selector] + component.deeperSubscripts
+                for (position, selector) in selectors.enumerated() {
+                    switch selector.kind {
+                    case .key(let key): step.mixedSelectors.append(.key(key))
+                    case .all: step.mixedSelectors.append(.all)
+                    case .first, .last, .index:
+                        step.mixedSelectors += selector.element.map(MixedSelector.element).map { [$0] } ?? []
+                    case .size:
+                        guard position == selectors.count - 1, index == components.count - 1 else {
+                            throw error(.syntax, "'[SIZE]' must end the key path", at: selector.position)
+                        }
+                        steps.append(step)
+                        return (KeyPath(steps: steps, operation: .size, text: text), .scalar(.int))
                     }
-                    steps.append(step)
-                    return (KeyPath(steps: steps, operation: .size, text: text), .scalar(.int))
                 }
+            } else if let deeper = component.deeperSubscripts.first {
+                throw error(
+                    .typeMismatch,
+                    "'\(component.name)' takes one subscript; only a mixed value, which may hold nested lists and "
+                        + "dictionaries, takes more", at: deeper.position)
             } else if let selector = component.subscriptSelector, step.isDictionary {
                 // `dict['key']` is one key's value; `dict[*]` every value; `dict[SIZE]` how many.
                 switch selector.kind {
@@ -203,6 +213,9 @@ extension TypeChecker {
             name: "@links.\(linking.name).\(property.name)",
             target: .backlinks([source], keyProperty: keyProperty.name),
             isList: true)
+        if let deeper = propertyComponent.deeperSubscripts.first {
+            throw error(.typeMismatch, "backlinks take one subscript", at: deeper.position)
+        }
         if let selector = propertyComponent.subscriptSelector {
             guard selector.kind != .size else {
                 throw error(

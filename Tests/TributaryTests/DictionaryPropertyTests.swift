@@ -190,6 +190,7 @@ struct DictionaryPropertyTests {
         for (query, fragment) in [
             ("settings[FIRST] == 1", "is a dictionary"), ("_id['x'] == 1", "not a list"),
             ("_id.@keys == 'x'", "needs a dictionary"), ("settings.@keys.@min == 'x'", "ends the key path"),
+            ("settings['a'][0] == 1", "takes one subscript"),
         ] {
             #expect(throws: TributaryError.self, "\(query)") {
                 try cluster.replicas[0].objects("Profile", where: query)

@@ -142,6 +142,14 @@ struct MixedCollectionsTests {
             ("payload.@count > 0", ["n2", "n3"]),
             ("payload.@count == 0", ["n0", "n1", "n4", "n5", "n6"]),
             ("payload.@size == 5", ["n6"]),
+            // Into nested lists and dictionaries.
+            ("payload['inner'][0]['deep'] == true", ["n3"]),
+            ("payload['inner'][0].@type == 'dictionary'", ["n3"]),
+            ("payload['inner'].@count == 1", ["n3"]),
+            ("payload['inner'][0].@count == 1", ["n3"]),
+            ("ANY payload[*][*]['deep'] == true", ["n3"]),
+            ("payload['inner'][SIZE] == 1", ["n3"]),
+            ("payload[2][0] == nil AND payload.@type == 'list'", ["n2"]),
             // Two subscripts of one mixed value in a conjunction: each reads its own element.
             ("payload[0] == 1 AND payload[1] == 'two'", ["n2"]),
             ("payload['n'] == 3 AND payload['pet'] != nil", ["n3"]),
