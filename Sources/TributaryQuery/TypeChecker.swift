@@ -138,6 +138,18 @@ struct TypeChecker {
                         + "which holds no nulls; write \(list.name).@count == 0 to find empty lists", at: other.start)
             }
         }
+        // A link property's values name no type, and a mixed value's links do: they never compare equal.
+        for (side, other) in [(left, right), (right, left)] {
+            if case .keyPath = side.operand, case .keyPath = other.operand,
+                side.elements.contains(where: { $0.base == .scalar(.mixed) }),
+                let link = other.elements.first(where: { if case .link = $0.base { true } else { false } })
+            {
+                throw error(
+                    .unsupported,
+                    "cannot compare \(side.label) with the link property \(link.label): compare the mixed value with "
+                        + "obj('Type', key) or a typed link argument", at: other.start)
+            }
+        }
         if !syntax.options.isEmpty {
             let modifier =
                 "[" + (syntax.options.contains(.caseInsensitive) ? "c" : "")

@@ -163,6 +163,18 @@ struct MixedCollectionsTests {
         let replica = try filled()
         #expect(try ids(replica, "payload == $0", [Self.counter]) == ["n1"])
         #expect(try ids(replica, "payload == $0", [.typedLink(type: "Counter", key: .int(8))]).isEmpty)
+        // A link property's values name no type: comparing with one is refused, not silently false.
+        let withOwner = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: "Note",
+                    properties: [.scalar("_id", .string), .scalar("payload", .mixed), Property("owner", .link("Pet"))]),
+                ObjectSchema(name: "Pet", properties: [.scalar("_id", .string), .scalar("name", .string)]),
+            ])
+        let other = try Cluster(1, schema: withOwner).replicas[0]
+        let error = #expect(throws: TributaryError.self) { try other.objects("Note", where: "payload == owner") }
+        #expect(error?.description.contains("obj('Type', key)") == true, "\(String(describing: error))")
         // A bare key names no type: refused, not silently false.
         #expect(throws: TributaryError.self) { try ids(replica, "payload == $0", [.link(.int(7))]) }
     }
