@@ -183,6 +183,48 @@ extension Transaction {
         try emit(.addInteger(resolved.fieldPath, delta: delta, base: base))
     }
 
+    // MARK: Dictionaries
+
+    /// Sets one key of a dictionary property (Realm's `map["key"] = value`), possibly inside embedded objects: the
+    /// property's other keys are left as they are, and a concurrent write of another key on another replica stays
+    /// (docs/MergeSemantics.md, rule 1, key by key).
+    ///
+    /// ```swift
+    /// try txn.setValue("dark", forKey: "theme", in: ["settings"], of: "Profile", primaryKey: "ada")
+    /// ```
+    public func setValue(
+        _ value: Value, forKey key: String, in path: PropertyPath, of type: String, primaryKey: PrimaryKey
+    ) throws {
+        let resolved = try resolveDictionary(type, primaryKey, path, key: key)
+        if let problem = working.schema.problem(with: .dictionary([key: value]), for: resolved.property) {
+            throw TributaryError(.wrongType, "\(resolved.fieldPath)['\(key)']: \(problem)")
+        }
+        try checkLinkTargets(.dictionary([key: value]), resolved.property)
+        try emit(.dictionarySet(resolved.fieldPath, key: key, value: value))
+    }
+
+    /// Removes one key of a dictionary property (Realm's `map.removeObject(for:)`), when this replica holds it: a
+    /// concurrent set of the key on another replica wins if it was made later (rule 1). A key this replica does
+    /// not hold writes nothing.
+    public func removeValue(forKey key: String, in path: PropertyPath, of type: String, primaryKey: PrimaryKey) throws {
+        let resolved = try resolveDictionary(type, primaryKey, path, key: key)
+        guard case .dictionary(let dictionary)? = resolved.field, dictionary.entries[key]?.value != nil else { return }
+        try emit(.dictionaryErase(resolved.fieldPath, key: key))
+    }
+
+    /// The dictionary property at `path`, checked to be one, with `key` checked as a key.
+    func resolveDictionary(_ type: String, _ primaryKey: PrimaryKey, _ path: PropertyPath, key: String) throws
+        -> ResolvedPath
+    {
+        let resolved = try resolve(type, primaryKey, path)
+        guard resolved.property.isDictionary else {
+            throw TributaryError(
+                .invalidPath, "\(resolved.fieldPath) is \(resolved.property.typeDescription), not a dictionary")
+        }
+        if let problem = Property.dictionaryKeyProblem(key) { throw TributaryError(.invalidValue, problem) }
+        return resolved
+    }
+
     // MARK: Lists
 
     /// Inserts `value` into a list at `index` (0 ... count).

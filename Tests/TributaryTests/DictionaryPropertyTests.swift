@@ -184,6 +184,57 @@ struct DictionaryPropertyTests {
         #expect(found == expected, "\(query)")
     }
 
+    @Test("One key set or removed by name: concurrent writes of other keys stay; bad keys and values are refused")
+    func keyByKey() throws {
+        let schema = Schema(
+            version: 1,
+            types: [
+                ObjectSchema(
+                    name: "Profile",
+                    properties: [
+                        .scalar("_id", .string), .scalar("name", .string, optional: true),
+                        Property("settings", .scalar(.int), dictionary: true),
+                    ])
+            ])
+        let cluster = try Cluster(2, schema: schema)
+        try cluster[0].write { try $0.create("Profile", ["_id": "p", "settings": .dictionary(["a": 1, "b": 2])]) }
+        try cluster.syncAll()
+        try cluster[0].write {
+            try $0.setValue(10, forKey: "a", in: ["settings"], of: "Profile", primaryKey: .string("p"))
+        }
+        try cluster[1].write { txn in
+            try txn.setValue(3, forKey: "c", in: ["settings"], of: "Profile", primaryKey: .string("p"))
+            try txn.removeValue(forKey: "b", in: ["settings"], of: "Profile", primaryKey: .string("p"))
+            // A key this replica does not hold: nothing is written.
+            try txn.removeValue(forKey: "zz", in: ["settings"], of: "Profile", primaryKey: .string("p"))
+        }
+        let written = try cluster[1].changesets(missingFrom: VersionVector()).last?.instructions.count
+        #expect(written == 2)
+        try cluster.syncAll()
+        #expect(try cluster.converged())
+        #expect(try Self.settings(cluster[0]) == ["a": 10, "c": 3])
+        for (attempt, fragment) in [
+            (
+                { (txn: Transaction) in
+                    try txn.setValue("x", forKey: "a", in: ["settings"], of: "Profile", primaryKey: .string("p"))
+                }, "expected int"
+            ),
+            (
+                { (txn: Transaction) in
+                    try txn.setValue(1, forKey: "a.b", in: ["settings"], of: "Profile", primaryKey: .string("p"))
+                }, "'.'"
+            ),
+            (
+                { (txn: Transaction) in
+                    try txn.setValue(1, forKey: "a", in: ["name"], of: "Profile", primaryKey: .string("p"))
+                }, "not a dictionary"
+            ),
+        ] as [((Transaction) throws -> Void, String)] {
+            let error = #expect(throws: TributaryError.self) { try cluster[0].write { try attempt($0) } }
+            #expect(error?.description.contains(fragment) == true, "\(String(describing: error))")
+        }
+    }
+
     @Test("Dictionary subscripts and operators that do not apply are refused, naming the fault")
     func queryRefusals() throws {
         let cluster = try Cluster(1, schema: Self.schema)
