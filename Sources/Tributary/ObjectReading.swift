@@ -147,22 +147,7 @@ final class Materializer {
             single.isDictionary = false
             return .dictionary(try entries.mapValues { try resolveLinks($0, single) })
         case (.scalar(.mixed), _):
-            return try resolveTypedLinks(value)
-        default:
-            return value
-        }
-    }
-
-    /// A mixed value with each link it holds, at any depth, to an object that does not exist read as null (rule 7):
-    /// the element or key holding it stays.
-    func resolveTypedLinks(_ value: Value) throws -> Value {
-        switch value {
-        case .typedLink(let type, let key):
-            return try exists(type, key) ? value : .null
-        case .list(let elements):
-            return .list(try elements.map(resolveTypedLinks))
-        case .dictionary(let entries):
-            return .dictionary(try entries.mapValues(resolveTypedLinks))
+            return try value.resolvingTypedLinks(exists)
         default:
             return value
         }

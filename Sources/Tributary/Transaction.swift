@@ -321,10 +321,7 @@ public final class Transaction: ObjectReading {
     /// that is not embedded, and a key of its primary key's type.
     func checkLinkTargets(_ value: Value, _ property: Property) throws {
         if property.kind == .scalar(.mixed) {
-            switch value {
-            case .typedLink, .list, .dictionary: try checkTypedLinks(value, property)
-            default: return
-            }
+            try checkTypedLinks(value, property)
             return
         }
         guard case .link(let targetName) = property.kind, let target = working.schema[type: targetName],

@@ -88,7 +88,7 @@ struct InstructionApplier {
         if !value.isSingleValue, let writers = writersSchema(state.schema) {
             Self.placeAside(&stored, writers: writers, schema: state.schema)
         }
-        defer { if !value.isSingleValue { Self.settleMixed(&stored, schema: state.schema, stamp: stamp) } }
+        if !value.isSingleValue { Self.settleMixed(&stored, schema: state.schema, stamp: stamp) }
         guard !state.schema.propertyRemovals.isEmpty else { return (stored, value) }
         let causal = state.causalResolver
         return (
@@ -174,7 +174,7 @@ struct InstructionApplier {
                     property.isList
                     ? emptyList ?? newState
                     : property.isDictionary
-                        ? emptyDictionary ?? newState : Self.mixedState(newState, value, property, stamp: stamp)
+                        ? emptyDictionary ?? newState : Self.mixedState(newState, property, stamp: stamp)
                 try merge(written, into: &field, causal: causal)
             }
         case .dictionarySet(let path, let key, let value):
@@ -434,7 +434,7 @@ struct InstructionApplier {
                 ? .list(ListState())
                 : property.isDictionary && field.value.isNull
                     ? .dictionary(DictionaryState(replaced: stamp))
-                    : Self.mixedState(converted, field.value, property, stamp: stamp)
+                    : Self.mixedState(converted, property, stamp: stamp)
             if let writersSchema { Self.placeAside(&converted, writers: writersSchema, schema: schema) }
             guard hasRemovals else {
                 try merge(converted, into: &record.fields[name, writers?.shape], causal: causal)
@@ -501,14 +501,14 @@ struct InstructionApplier {
         fields.reserveCapacity(order.count)
         for (isDefault, index) in order {
             let (field, state) = isDefault ? defaults[index] : explicit[index]
-            let landed = Self.mixedState(state, field.value, type[property: field.name], stamp: stamp)
+            let landed = Self.mixedState(state, type[property: field.name], stamp: stamp)
             guard fields.appendInOrder(field.name, landed) else { return nil }  // the order is by name: never taken
         }
         return fields
     }
 
     /// The embedded objects in `state`, at any depth, with each list or dictionary that landed on a mixed field made
-    /// one value, as ``mixedState(_:_:_:stamp:)`` makes it for a mixed property of an object. `state` was converted
+    /// one value, as ``mixedState(_:_:stamp:)`` makes it for a mixed property of an object. `state` was converted
     /// from a value of this instruction, so its lists and dictionaries hold that value's elements, at its stamp.
     static func settleMixed(_ state: inout FieldState, schema: Schema, stamp: Stamp) {
         state.updateEmbedded { settleMixed(&$0, schema: schema, stamp: stamp) }
@@ -518,22 +518,9 @@ struct InstructionApplier {
         guard case .embedded(var child) = stored, let type = schema[type: child.type] else { return }
         for name in child.fields.names {
             guard var field = child.fields[name] else { continue }
-            if let property = type[property: name], property.kind == .scalar(.mixed), !property.isCollection {
-                func scalars(_ values: [StoredValue]) -> [Value] {
-                    values.compactMap { if case .scalar(let value) = $0 { value } else { nil } }
-                }
-                switch field {
-                case .list(let list):
-                    let elements = scalars(list.orderedElements().map(\.value))
-                    field = .register(Register(value: .scalar(.list(elements)), stamp: stamp))
-                case .dictionary(let dictionary):
-                    let entries = dictionary.values.compactMapValues {
-                        if case .scalar(let value) = $0 { value } else { nil }
-                    }
-                    field = .register(Register(value: .scalar(.dictionary(entries)), stamp: stamp))
-                case .register:
-                    continue
-                }
+            let property = type[property: name]
+            if property?.kind == .scalar(.mixed) {
+                field = mixedState(field, property, stamp: stamp)
             } else {
                 settleMixed(&field, schema: schema, stamp: stamp)
             }
@@ -545,12 +532,22 @@ struct InstructionApplier {
     /// The state a value written to `property` takes: `state` (converted from the value alone, with its ids drawn),
     /// except that a list or a dictionary landing on a mixed property is one value, last writer wins as a whole
     /// (rule 1), like any other value of the property: a mixed register never holds a list's or a dictionary's
-    /// merge state, so two writes of different kinds of value merge alike in any order.
-    static func mixedState(_ state: FieldState, _ value: Value, _ property: Property?, stamp: Stamp) -> FieldState {
-        guard let property, property.kind == .scalar(.mixed), !property.isCollection, !value.isSingleValue else {
+    /// merge state, so two writes of different kinds of value merge alike in any order. `state` was converted from a
+    /// value of this instruction, so its list or dictionary holds that value's elements (mixed values hold no
+    /// embedded objects), at its stamp.
+    static func mixedState(_ state: FieldState, _ property: Property?, stamp: Stamp) -> FieldState {
+        guard let property, property.kind == .scalar(.mixed), !property.isCollection else { return state }
+        func scalar(_ stored: StoredValue) -> Value? { if case .scalar(let value) = stored { value } else { nil } }
+        switch state {
+        case .register:
             return state
+        case .list(let list):
+            let elements = list.orderedElements().compactMap { scalar($0.value) }
+            return .register(Register(value: .scalar(.list(elements)), stamp: stamp))
+        case .dictionary(let dictionary):
+            let entries = dictionary.values.compactMapValues(scalar)
+            return .register(Register(value: .scalar(.dictionary(entries)), stamp: stamp))
         }
-        return .register(Register(value: .scalar(value), stamp: stamp))
     }
 
     /// Where each value of a create lands in an object that has no fields, when no property was ever removed or

@@ -239,6 +239,32 @@ extension Value: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Expres
 }
 
 extension Value {
+    /// This mixed value with each link it holds, at any depth, to an object that `exists` says is missing read as
+    /// null: the element or key holding it stays (docs/MergeSemantics.md, rule 7). The value itself, not rebuilt,
+    /// when it holds no link.
+    public func resolvingTypedLinks(_ exists: (_ type: String, _ key: PrimaryKey) throws -> Bool) rethrows -> Value {
+        switch self {
+        case .typedLink(let type, let key):
+            return try exists(type, key) ? self : .null
+        case .list(let elements) where holdsTypedLink:
+            return .list(try elements.map { try $0.resolvingTypedLinks(exists) })
+        case .dictionary(let entries) where holdsTypedLink:
+            return .dictionary(try entries.mapValues { try $0.resolvingTypedLinks(exists) })
+        default:
+            return self
+        }
+    }
+
+    /// Whether the value is a typed link or holds one, at any depth.
+    private var holdsTypedLink: Bool {
+        switch self {
+        case .typedLink: true
+        case .list(let elements): elements.contains { $0.holdsTypedLink }
+        case .dictionary(let entries): entries.values.contains { $0.holdsTypedLink }
+        default: false
+        }
+    }
+
     /// Whether two values store alike: they are equal, or differ only where the stored form cannot tell them apart.
     ///
     /// A date is stored as seconds since 1970 and Foundation keeps it as seconds since 2001, so a date read back can

@@ -140,7 +140,6 @@ struct BacklinkSource: Hashable, Sendable {
     var keyProperty: String
 }
 
-/// Which element of a list a subscript takes.
 /// A subscript into the list or dictionary a mixed value holds: `['key']` (null unless it holds a dictionary with
 /// that key), `[FIRST]`, `[LAST]` or `[n]` (null unless it holds a list with that element), or `[*]` (each element
 /// of its list, or each value of its dictionary in the order of their keys; none for any other value).
@@ -170,6 +169,7 @@ enum MixedSelector: Hashable, Sendable {
     }
 }
 
+/// Which element of a list a subscript takes.
 enum ElementSelector: Hashable, Sendable {
     case first, last
     case index(Int)

@@ -200,7 +200,7 @@ struct Evaluator<Source: QueryObjectSource> {
     private func leafValues(_ step: PathStep, in object: [String: Value]) -> [Value] {
         var value = object[step.name] ?? .null
         if step.target == .scalar(.mixed) {
-            value = resolvedMixed(value)
+            value = value.resolvingTypedLinks { source.object(type: $0, primaryKey: $1) != nil }
             if !step.mixedSelectors.isEmpty { return MixedSelector.select(step.mixedSelectors, in: value) }
         }
         if step.isDictionary {
@@ -222,16 +222,6 @@ struct Evaluator<Source: QueryObjectSource> {
         }
         guard let element = step.element else { return elements }
         return [element.select(elements) ?? .null]
-    }
-
-    /// A mixed value whose links, at any depth, to objects that do not exist read as null (rule 7).
-    private func resolvedMixed(_ value: Value) -> Value {
-        switch value {
-        case .typedLink(let type, let key): source.object(type: type, primaryKey: key) == nil ? .null : value
-        case .list(let elements): .list(elements.map(resolvedMixed))
-        case .dictionary(let entries): .dictionary(entries.mapValues(resolvedMixed))
-        default: value
-        }
     }
 
     /// A dictionary's values in the order of their keys, or its one key's value (null without it).

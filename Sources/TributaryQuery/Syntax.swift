@@ -158,7 +158,7 @@ enum Literal: Hashable, Sendable {
         case .objectId(let value): .objectId(value)
         case .uuid(let value): .uuid(value)
         case .data(let value): .data(value)
-        case .link(_, let key): .link(key)
+        case .link(let type, let key): .typedLink(type: type, key: key)
         }
     }
 }

@@ -225,31 +225,17 @@ struct TypeChecker {
         "link": ["link"], "object": ["object"], "list": ["list"], "dictionary": ["dictionary"],
     ]
 
-    /// `typed`'s links as the values `other` holds compare with them: with a mixed property, a link that names its
-    /// type (`obj('Dog', 5)` equals only a mixed value that links to Dog 5, not Cat 5); with a link property, its
-    /// key alone (the type checker has checked the type). Otherwise `typed`'s operand.
+    /// `typed`'s links as the values `other` holds compare with them. A link constant (`obj('Dog', 5)`, a typed link
+    /// argument) names its type, as a mixed value's links do (`obj('Dog', 5)` equals only a mixed value that links to
+    /// Dog 5, not Cat 5); a link property's values are its key alone (the type checker has checked the type), so
+    /// compared with one, a constant is its key. Otherwise `typed`'s operand.
     private static func links(_ typed: Typed, against other: Typed) -> Operand {
-        guard !other.elements.isEmpty else { return typed.operand }
-        let mixed = other.elements.allSatisfy { $0.base == .scalar(.mixed) }
-        let linkProperty = other.elements.allSatisfy { if case .link = $0.base { true } else { false } }
-        guard mixed || linkProperty else { return typed.operand }
-        func convert(_ value: Value, _ element: Element?) -> Value {
-            switch value {
-            case .link(let key):
-                guard mixed, let element, case .link(let type?, _) = element.base else { return value }
-                return .typedLink(type: type, key: key)
-            case .typedLink(_, let key):
-                return linkProperty ? .link(key) : value
-            default:
-                return value
-            }
-        }
+        guard !other.elements.isEmpty, other.elements.allSatisfy({ if case .link = $0.base { true } else { false } })
+        else { return typed.operand }
+        func key(_ value: Value) -> Value { if case .typedLink(_, let key) = value { .link(key) } else { value } }
         switch typed.operand {
-        case .constant(let value): return .constant(convert(value, typed.elements.first))
-        case .constants(let values):
-            let elements: [Element?] =
-                typed.elements.count == values.count ? typed.elements : Array(repeating: nil, count: values.count)
-            return .constants(zip(values, elements).map(convert))
+        case .constant(let value): return .constant(key(value))
+        case .constants(let values): return .constants(values.map(key))
         default: return typed.operand
         }
     }
@@ -352,7 +338,9 @@ struct TypeChecker {
             }
             let label = "link \(source)"
             let element = Element(base: .link(type: typeName, key: keyType), label: label, position: expression.start)
-            return Typed(operand: .constant(.link(key)), elements: [element], start: expression.start, label: label)
+            return Typed(
+                operand: .constant(.typedLink(type: typeName, key: key)), elements: [element], start: expression.start,
+                label: label)
         case .literal(let literal):
             let value = literal.value
             let label = literal == .null ? "null" : "\(value.kindName) \(source)"

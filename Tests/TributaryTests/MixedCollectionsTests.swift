@@ -256,7 +256,12 @@ struct MixedCollectionsTests {
             version: 1,
             types: [
                 ObjectSchema(
-                    name: "Box", properties: [.scalar("_id", .string), Property("inner", .embedded("Inner"))]),
+                    name: "Box",
+                    properties: [
+                        .scalar("_id", .string), Property("inner", .embedded("Inner")),
+                        Property("inners", .embedded("Inner"), list: true),
+                        Property("byKey", .embedded("Inner"), dictionary: true),
+                    ]),
                 ObjectSchema(name: "Inner", embedded: true, properties: [.scalar("payload", .mixed)]),
             ])
         let cluster = try Cluster(2, schema: schema)
@@ -275,6 +280,17 @@ struct MixedCollectionsTests {
         try cluster.syncAll()
         #expect(try cluster.converged())
         #expect(try cluster[0].verify().passed)
+        // Inserted into a list of embedded objects, and set under a dictionary's key, one by one.
+        try cluster[0].write { txn in
+            try txn.insert(inner(.list([3, 4])), at: 0, into: ["inners"], of: "Box", primaryKey: .string("b"))
+            try txn.setValue(
+                inner(.dictionary(["k": 5])), forKey: "x", in: ["byKey"], of: "Box", primaryKey: .string("b"))
+        }
+        let box = try cluster[0].read { try $0.object("Box", primaryKey: .string("b")) }
+        #expect(box?["inners"].listValue?.first?.embeddedValue?["payload"] == .list([3, 4]))
+        #expect(box?["byKey"].dictionaryValue?["x"]?.embeddedValue?["payload"] == .dictionary(["k": 5]))
+        try cluster.syncAll()
+        #expect(try cluster.converged())
     }
 
     @Test("Live results of a query on a mixed value follow its link's target", .timeLimit(.minutes(1)))
