@@ -27,8 +27,12 @@ public import TributaryModel
 public final class SharedLog: Sendable {
     /// Where the log is and how to reach it.
     public struct Configuration: Sendable, Hashable {
-        public var host: String
-        public var port: Int
+        /// The PostgreSQL servers that may hold the log, in the order they are tried: one, or a primary and its
+        /// standbys. The log is read and written on the first that takes writes (not in recovery); when it stops
+        /// answering or becomes read-only, the next operation after a failure looks for the one that takes writes
+        /// now (a promoted standby). An operator must make sure the old primary does not take writes again (fence
+        /// it) once a standby was promoted.
+        public var servers: [Server]
         public var username: String
         public var password: String?
         public var database: String
@@ -38,15 +42,25 @@ public final class SharedLog: Sendable {
         /// How long one operation (an append, a read) may take before it fails with
         /// ``SharedLogError/Code/timedOut``; connecting counts.
         public var timeout: Duration
-        /// The most connections the log holds open.
+        /// The most connections the log holds open to one server.
         public var maximumConnections: Int
 
+        /// A configuration with one server.
         public init(
             host: String, port: Int = 5432, username: String, password: String? = nil, database: String,
             log: String, tls: TLSMode = .disable, timeout: Duration = .seconds(10), maximumConnections: Int = 8
         ) {
-            self.host = host
-            self.port = port
+            self.init(
+                servers: [Server(host: host, port: port)], username: username, password: password,
+                database: database, log: log, tls: tls, timeout: timeout, maximumConnections: maximumConnections)
+        }
+
+        /// A configuration with several servers (a primary and its standbys), tried in this order.
+        public init(
+            servers: [Server], username: String, password: String? = nil, database: String, log: String,
+            tls: TLSMode = .disable, timeout: Duration = .seconds(10), maximumConnections: Int = 8
+        ) {
+            self.servers = servers
             self.username = username
             self.password = password
             self.database = database
@@ -56,41 +70,32 @@ public final class SharedLog: Sendable {
             self.maximumConnections = maximumConnections
         }
 
-        /// A configuration from a connection URL, `postgres://user[:password]@host[:port]/database[?sslmode=...]`
-        /// (`sslmode` is `disable`, `prefer` or `require`; `disable` when absent).
+        /// A configuration from a connection URL, `postgres://user[:password]@host[:port][,host[:port]...]/database
+        /// [?sslmode=...]`, as libpq writes one: several hosts name a primary and its standbys (see ``servers``).
+        /// `sslmode` is `disable`, `prefer` or `require` (`disable` when absent); user, password and database may be
+        /// percent-encoded.
         ///
         /// - Throws: ``SharedLogError`` with ``SharedLogError/Code/invalidArgument``, naming what is wrong.
         public init(url text: String, log: String) throws(SharedLogError) {
-            guard let url = URLComponents(string: text), url.scheme == "postgres" || url.scheme == "postgresql"
-            else {
-                throw SharedLogError(
-                    .invalidArgument, "'\(text)' is not a PostgreSQL URL: write postgres://user@host:5432/database")
-            }
-            guard let host = url.host, !host.isEmpty else {
-                throw SharedLogError(
-                    .invalidArgument, "the PostgreSQL URL names no host: write postgres://user@host/db")
-            }
-            guard let user = url.user, !user.isEmpty else {
-                throw SharedLogError(
-                    .invalidArgument, "the PostgreSQL URL names no user: write postgres://user@host/db")
-            }
-            let database = String(url.path.drop { $0 == "/" })
-            guard !database.isEmpty else {
-                throw SharedLogError(
-                    .invalidArgument, "the PostgreSQL URL names no database: write postgres://user@host/database")
-            }
-            var tls = TLSMode.disable
-            if let mode = url.queryItems?.first(where: { $0.name == "sslmode" })?.value {
-                guard let parsed = TLSMode(rawValue: mode) else {
-                    throw SharedLogError(
-                        .invalidArgument, "sslmode '\(mode)' is not one of disable, prefer or require")
-                }
-                tls = parsed
-            }
+            let parts = try ConnectionURL(text)
             self.init(
-                host: host, port: url.port ?? 5432, username: user, password: url.password, database: database,
-                log: log, tls: tls)
+                servers: parts.servers, username: parts.user, password: parts.password, database: parts.database,
+                log: log, tls: parts.tls)
         }
+    }
+
+    /// One PostgreSQL server: where to connect.
+    public struct Server: Sendable, Hashable, CustomStringConvertible {
+        public var host: String
+        public var port: Int
+
+        public init(host: String, port: Int = 5432) {
+            self.host = host
+            self.port = port
+        }
+
+        /// `host:port`, with an IPv6 host in brackets.
+        public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
     }
 
     /// Whether connections to PostgreSQL use TLS.
@@ -152,22 +157,30 @@ public final class SharedLog: Sendable {
         return ReplicaID(rawValue: raw == 0 ? 1 : raw)
     }
 
-    let client: PostgresClient
-    private let runner: Task<Void, Never>
+    /// One client per server of the configuration, in its order; each connects only when used.
+    private let clients: [PostgresClient]
+    private let runners: [Task<Void, Never>]
+    /// The index in ``clients`` of the server that takes writes, as last found.
+    private let serving: Atomic<Int>
+    /// Whether a search for the server that takes writes is under way: one runs at a time.
+    private let searching = Atomic<Bool>(false)
+    /// The client of the server that takes writes, as last found.
+    var client: PostgresClient { clients[serving.load(ordering: .acquiring)] }
     /// A thread of the log's own for its connections: a daemon's busy event loops do not delay an append.
     private let loop: MultiThreadedEventLoopGroup
     let logger: Logger
     private let closed = Atomic<Bool>(false)
 
     private init(
-        configuration: Configuration, epoch: UUID, retiredEpochs: [UUID], client: PostgresClient,
-        runner: Task<Void, Never>, loop: MultiThreadedEventLoopGroup, logger: Logger
+        configuration: Configuration, epoch: UUID, retiredEpochs: [UUID], clients: [PostgresClient],
+        runners: [Task<Void, Never>], serving: Int, loop: MultiThreadedEventLoopGroup, logger: Logger
     ) {
         self.configuration = configuration
         self.epoch = epoch
         self.retiredEpochs = retiredEpochs
-        self.client = client
-        self.runner = runner
+        self.clients = clients
+        self.runners = runners
+        self.serving = Atomic(serving)
         self.loop = loop
         self.logger = logger
     }
@@ -183,47 +196,120 @@ public final class SharedLog: Sendable {
         guard !configuration.log.isEmpty, configuration.log.utf8.count <= 200 else {
             throw SharedLogError(.invalidArgument, "a log name has 1 to 200 bytes, not \(configuration.log.utf8.count)")
         }
+        guard !configuration.servers.isEmpty else {
+            throw SharedLogError(.invalidArgument, "the configuration names no PostgreSQL server")
+        }
         let tls: PostgresClient.Configuration.TLS
         switch configuration.tls {
         case .disable: tls = .disable
         case .prefer: tls = .prefer(.makeClientConfiguration())
         case .require: tls = .require(.makeClientConfiguration())
         }
-        var options = PostgresClient.Configuration(
-            host: configuration.host, port: configuration.port, username: configuration.username,
-            password: configuration.password, database: configuration.database, tls: tls)
-        options.options.connectTimeout = configuration.timeout
-        options.options.maximumConnections = configuration.maximumConnections
-        options.options.minimumConnections = 0
         let loop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let client = PostgresClient(configuration: options, eventLoopGroup: loop, backgroundLogger: logger)
-        let runner = Task { await client.run() }
-        let location = "PostgreSQL at \(configuration.host):\(configuration.port)"
+        let clients = configuration.servers.map { server in
+            var options = PostgresClient.Configuration(
+                host: server.host, port: server.port, username: configuration.username,
+                password: configuration.password, database: configuration.database, tls: tls)
+            options.options.connectTimeout = configuration.timeout
+            options.options.maximumConnections = configuration.maximumConnections
+            options.options.minimumConnections = 0
+            return PostgresClient(configuration: options, eventLoopGroup: loop, backgroundLogger: logger)
+        }
+        let runners = clients.map { client in Task { await client.run() } }
         do {
+            let serving =
+                clients.count == 1
+                ? 0 : try await writableServer(clients, configuration, preferring: 0, logger: logger)
+            let client = clients[serving]
+            let location = "PostgreSQL at \(configuration.servers[serving])"
             let (epoch, retired) = try await Self.withTimeout(configuration.timeout, location) {
                 try await SharedLogSchema.migrate(client, logger: logger)
                 return try await SharedLogSchema.createLog(configuration.log, client, logger: logger)
             }
             return SharedLog(
-                configuration: configuration, epoch: epoch, retiredEpochs: retired, client: client, runner: runner,
-                loop: loop, logger: logger)
+                configuration: configuration, epoch: epoch, retiredEpochs: retired, clients: clients,
+                runners: runners, serving: serving, loop: loop, logger: logger)
         } catch {
-            runner.cancel()
-            await runner.value
+            for runner in runners { runner.cancel() }
+            for runner in runners { await runner.value }
             try? await loop.shutdownGracefully()
             throw error
         }
     }
 
+    /// The index of the server that takes writes (answers, and is not in recovery): `preferring` when it does, else
+    /// the first in the configuration's order. All are asked at once, each within the configuration's timeout.
+    ///
+    /// - Throws: ``SharedLogError/Code/unreachable`` naming what each server answered, when none takes writes.
+    private static func writableServer(
+        _ clients: [PostgresClient], _ configuration: Configuration, preferring: Int, logger: Logger
+    ) async throws(SharedLogError) -> Int {
+        let answers = await withTaskGroup(of: (Int, Result<Bool, SharedLogError>).self) { group in
+            for (index, client) in clients.enumerated() {
+                let location = "PostgreSQL at \(configuration.servers[index])"
+                group.addTask {
+                    do throws(SharedLogError) {
+                        let recovering = try await withTimeout(configuration.timeout, location) {
+                            var recovering = true
+                            let rows = try await client.query("SELECT pg_is_in_recovery()", logger: logger)
+                            for try await value in rows.decode(Bool.self) { recovering = value }
+                            return recovering
+                        }
+                        return (index, .success(recovering))
+                    } catch {
+                        return (index, .failure(error))
+                    }
+                }
+            }
+            var answers = [Result<Bool, SharedLogError>?](repeating: nil, count: clients.count)
+            for await (index, answer) in group { answers[index] = answer }
+            return answers
+        }
+        if case .success(false) = answers[preferring] { return preferring }
+        for (index, answer) in answers.enumerated() {
+            if case .success(false) = answer { return index }
+        }
+        let outcomes = zip(configuration.servers, answers).map { server, answer in
+            switch answer {
+            case .success: "\(server) is a standby (in recovery)"
+            case .failure(let error): "\(server): \(error.message)"
+            case nil: "\(server) did not answer"
+            }
+        }
+        throw SharedLogError(
+            .unreachable,
+            "none of the PostgreSQL servers takes writes (\(outcomes.joined(separator: "; "))): promote a standby, "
+                + "or check that the primary runs")
+    }
+
+    /// After an operation failed for want of a server (unreachable, timed out, read-only): looks for the server that
+    /// takes writes now, and uses it from the next operation on. One search runs at a time; a failure that finds one
+    /// under way leaves it to finish.
+    private func followWritableServer() async {
+        guard clients.count > 1, !searching.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let current = serving.load(ordering: .acquiring)
+        if let found = try? await Self.writableServer(clients, configuration, preferring: current, logger: logger),
+            found != current
+        {
+            serving.store(found, ordering: .releasing)
+            logger.notice(
+                """
+                the shared log '\(configuration.log)' is now read and written on PostgreSQL at \
+                \(configuration.servers[found]): \(configuration.servers[current]) does not take writes
+                """)
+        }
+        searching.store(false, ordering: .releasing)
+    }
+
     /// Closes the log's connections. Operations after it fail with ``SharedLogError/Code/closed``.
     public func close() async {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        runner.cancel()
-        await runner.value
+        for runner in runners { runner.cancel() }
+        for runner in runners { await runner.value }
         try? await loop.shutdownGracefully()
     }
 
-    var location: String { "PostgreSQL at \(configuration.host):\(configuration.port)" }
+    var location: String { "PostgreSQL at \(configuration.servers[serving.load(ordering: .relaxed)])" }
 
     // MARK: Appending
 
@@ -397,7 +483,12 @@ public final class SharedLog: Sendable {
         guard !closed.load(ordering: .acquiring) else {
             throw SharedLogError(.closed, "the shared log '\(configuration.log)' was closed")
         }
-        return try await Self.withTimeout(configuration.timeout, location, body)
+        do {
+            return try await Self.withTimeout(configuration.timeout, location, body)
+        } catch {
+            if [.unreachable, .timedOut].contains(error.code) { await followWritableServer() }
+            throw error
+        }
     }
 
     private struct TimedOut: Error {}
@@ -485,6 +576,12 @@ public final class SharedLog: Sendable {
         if let info = error.serverInfo {
             let state = info[.sqlState] ?? "?"
             let message = info[.message] ?? "no message"
+            if state == "25006" {  // read_only_sql_transaction: a standby, or a primary demoted to one
+                return SharedLogError(
+                    .unreachable,
+                    "\(location) is read-only (a standby) and cannot take the log's writes: promote it, or name the "
+                        + "primary in the configuration; retry later")
+            }
             if state == SharedLogSchema.retiredEpochState {
                 return SharedLogError(
                     .incompatible,

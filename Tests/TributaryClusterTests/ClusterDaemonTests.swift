@@ -290,17 +290,22 @@ struct ClusterDaemonTests {
     }
 
     @Test(
-        "A primary with a synchronous standby killed mid-upload: the standby promoted, the daemon goes on through the same address, every acknowledged upload is there"
+        "A primary with a synchronous standby killed mid-upload: the standby promoted, the daemon goes on (through an address that moves, or to the next server its URL names), every acknowledged upload is there",
+        arguments: [false, true]
     )
-    func failoverToSynchronousStandby() async throws {
+    func failoverToSynchronousStandby(namingBothServers: Bool) async throws {
         let primary = try PostgresServer.start()
         defer { primary.stop() }
         let standby = try primary.startStandby()
         defer { standby.stop() }
         try primary.requireSynchronousStandby()
-        // The daemon reaches PostgreSQL through one address, as through a virtual IP or a proxy an operator moves.
+        // The daemon reaches PostgreSQL through one address, as through a virtual IP or a proxy an operator moves; or
+        // its URL names both servers, the standby first, and it finds the one that takes writes.
         let address = try await LoopbackForwarder.start(to: primary.port)
-        let url = "postgres://tributary@127.0.0.1:\(address.port)/postgres"
+        let url =
+            namingBothServers
+            ? "postgres://tributary@127.0.0.1:\(standby.port),127.0.0.1:\(primary.port)/postgres"
+            : "postgres://tributary@127.0.0.1:\(address.port)/postgres"
         let directory = TemporaryDirectory("cluster-failover")
         let daemon = try await Self.daemon(directory, "daemon", url: url, timeout: .seconds(5))
         let a = try Self.app(directory, "a")
@@ -322,7 +327,7 @@ struct ClusterDaemonTests {
         primary.kill()
         let acknowledgedAtKill = acknowledged.value
         try standby.promote()
-        address.retarget(to: standby.port)
+        if !namingBothServers { address.retarget(to: standby.port) }
 
         try await Self.bounded("the writes") { try await writer.value }
         try await Self.bounded("session's upload") { try await session.waitForUpload() }

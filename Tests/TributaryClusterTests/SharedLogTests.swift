@@ -291,6 +291,17 @@ struct SharedLogTests {
         }
         #expect(error?.code == .unreachable || error?.code == .timedOut, "\(String(describing: error))")
         #expect(error?.message.contains("127.0.0.1:1") == true, "\(String(describing: error))")
+        // Several servers, none of which answers: the error names each.
+        var unreachable = try SharedLog.Configuration(
+            url: "postgres://tributary@127.0.0.1:1,127.0.0.2:1/postgres", log: "x")
+        unreachable.timeout = .seconds(5)
+        let none = await #expect(throws: SharedLogError.self) {
+            try await SharedLog.open(unreachable, logger: SharedLogTests.quiet)
+        }
+        #expect(
+            none?.message.contains("none of the PostgreSQL servers takes writes") == true, "\(String(describing: none))"
+        )
+        #expect(none?.message.contains("127.0.0.2:1") == true, "\(String(describing: none))")
         for (url, expected) in [
             ("http://host/db", "is not a PostgreSQL URL"), ("postgres://host/db", "names no user"),
             ("postgres://u@host", "names no database"), ("postgres://u@host/db?sslmode=maybe", "sslmode 'maybe'"),
@@ -304,11 +315,34 @@ struct SharedLogTests {
         }
         let parsed = try SharedLog.Configuration(
             url: "postgresql://ann:secret@db.local:6543/prod?sslmode=require", log: "l")
-        #expect(parsed.host == "db.local")
-        #expect(parsed.port == 6543)
+        #expect(parsed.servers == [SharedLog.Server(host: "db.local", port: 6543)])
         #expect(parsed.username == "ann")
         #expect(parsed.password == "secret")
         #expect(parsed.database == "prod")
         #expect(parsed.tls == .require)
+
+        // Several hosts, libpq's way: a primary and its standbys, tried in order; escapes in the user and password.
+        let several = try SharedLog.Configuration(
+            url: "postgres://ann%40corp:p%2Fw@db1,10.0.0.2:5433,[::1]:6000/my%20db", log: "l")
+        #expect(
+            several.servers == [
+                .init(host: "db1", port: 5432), .init(host: "10.0.0.2", port: 5433), .init(host: "::1", port: 6000),
+            ])
+        #expect(several.username == "ann@corp")
+        #expect(several.password == "p/w")
+        #expect(several.database == "my db")
+        #expect(several.tls == .disable)
+        #expect(several.servers.map(\.description) == ["db1:5432", "10.0.0.2:5433", "[::1]:6000"])
+        for (url, expected) in [
+            ("postgres://u@db1,,db2/db", "names no host"), ("postgres://u@db1:99999/db", "port '99999'"),
+            ("postgres://u@[::1/db", "closing ']'"), ("postgres://u@db:x/db", "port 'x'"),
+        ] {
+            do {
+                _ = try SharedLog.Configuration(url: url, log: "x")
+                Issue.record("\(url) was accepted")
+            } catch {
+                #expect(error.message.contains(expected), "\(error)")
+            }
+        }
     }
 }

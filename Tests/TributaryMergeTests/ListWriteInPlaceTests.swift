@@ -92,7 +92,7 @@ import TributaryModel
                 guard case .embedded(let child) = register.value else { return [] }
                 fields = child.fields
             case .list(let list)?:
-                guard case .embedded(let child)? = list.elements.values.first(where: { $0.value != nil })?.value else {
+                guard case .embedded(let child)? = list.elements.values.first?.value else {
                     return []
                 }
                 fields = child.fields

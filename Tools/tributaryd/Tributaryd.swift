@@ -110,7 +110,8 @@ struct Tributaryd: AsyncParsableCommand {
 
             With --cluster postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE (and --cluster-log NAME, default \
             "default"), the daemon is one of a cluster whose history is a shared log in that PostgreSQL database \
-            (tables created on first use). Every daemon of a log holds the same replica, built from the log in \
+            (tables created on first use). Name a primary and its standbys as HOST1:PORT,HOST2:PORT: the daemon \
+            uses the one that takes writes, and moves to a promoted standby when the primary stops answering. Every daemon of a log holds the same replica, built from the log in \
             its own DIRECTORY (empty the first time); an upload is appended to the log and acknowledged once this \
             daemon applied it, and apps on any daemon receive it. Apps may move between daemons without a reset. \
             While PostgreSQL is unreachable, the daemon serves what it holds and answers uploads with "retry \
@@ -147,7 +148,8 @@ struct Tributaryd: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "Run as a daemon of a cluster whose shared log is in this PostgreSQL database: "
-                + "postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=disable|prefer|require] (see above).",
+                + "postgres://USER[:PASSWORD]@HOST[:PORT][,HOST[:PORT]...]/DATABASE[?sslmode=disable|prefer|require] "
+                + "(see above).",
             valueName: "url"))
     var cluster: String?
 
@@ -340,7 +342,7 @@ struct Tributaryd: AsyncParsableCommand {
             + "\(configuration.host):\(port)"
             + (sharedLog.map {
                 "; a daemon of the cluster of log '\($0.configuration.log)' (epoch \($0.epoch)) at "
-                    + "\($0.configuration.host):\($0.configuration.port)"
+                    + $0.configuration.servers.map(\.description).joined(separator: ",")
             } ?? "")
             + (configuration.peers.isEmpty
                 ? "" : "; peers: \(configuration.peers.map(\.description).joined(separator: ", "))")
