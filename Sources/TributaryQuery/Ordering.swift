@@ -131,7 +131,8 @@ public struct PositionalClauses: Sendable {
 
 /// One sort key's values, one per object being sorted, compared as ``sortOrder(_:_:)`` orders them. When every value
 /// is null or a number that a `Double` holds exactly (an integer of at most 2^53 in magnitude, a double that is not
-/// NaN), the numbers are compared directly, which gives the same order without looking at each value's kind.
+/// NaN), or every value is null or a date (not NaN), the numbers (a date's seconds since 1970, as ``queryOrder(_:_:)``
+/// compares dates) are compared directly, which gives the same order without looking at each value's kind.
 private struct SortColumn {
     private let values: [Value]
     private let numbers: [Double]?
@@ -142,12 +143,19 @@ private struct SortColumn {
         var numbers: [Double] = []
         numbers.reserveCapacity(values.count)
         var nulls: [Bool]?
+        // Numbers and dates each order among themselves by their `Double`, but not with each other (by kind first).
+        var dates: Bool?
         for (index, value) in values.enumerated() {
             switch value {
-            case .double(let number) where !number.isNaN:
+            case .double(let number) where !number.isNaN && dates != true:
                 numbers.append(number)
-            case .int(let integer) where integer.magnitude <= 1 << 53:
+                dates = false
+            case .int(let integer) where integer.magnitude <= 1 << 53 && dates != true:
                 numbers.append(Double(integer))
+                dates = false
+            case .date(let date) where !date.timeIntervalSince1970.isNaN && dates != false:
+                numbers.append(date.timeIntervalSince1970)
+                dates = true
             case .null:
                 if nulls == nil { nulls = Array(repeating: false, count: values.count) }
                 nulls?[index] = true
