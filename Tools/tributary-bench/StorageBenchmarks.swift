@@ -90,7 +90,35 @@ struct StorageBenchmarks {
                 baseline: "SQLite (WAL, synchronous=FULL) inserts of the same rows, one transaction (objects/s)",
                 baselineValue: Double(count) / sqlite
             ).print()
+            try bulkInsertMemory(objects, pairs: pairs)
         }
+    }
+
+    /// The heap a bulk insert holds at its peak, per object, beside raw LMDB's puts of the same records and SQLite's
+    /// inserts of the same rows (each in one transaction, in runs of their own, untimed).
+    func bulkInsertMemory(_ objects: [[String: Value]], pairs: [([UInt8], [UInt8])]) throws {
+        let count = Double(objects.count)
+        let memoryReplica = try open("bulk-memory")
+        let ours = try TransientMemory.peakGrowth {
+            try memoryReplica.write { txn in for values in objects { try txn.create("Item", values) } }
+        }
+        memoryReplica.close()
+        let raw = try RawLMDB(path: context.path("raw-bulk-memory"))
+        let rawPeak = try TransientMemory.peakGrowth { try raw.putAll(pairs) }
+        let database = try SQLiteBaseline.items(context.path("sqlite-bulk-memory.db"))
+        let sqlitePeak = try TransientMemory.peakGrowth {
+            try SQLiteBaseline.insertItems(objects.count, into: database)
+        }
+        Measurement(
+            name: "bulk_insert_transient_bytes_per_object", value: Double(ours) / count, unit: "bytes",
+            baseline: "raw LMDB puts of the same records: peak heap growth per object",
+            baselineValue: Double(rawPeak) / count, higherIsBetter: false
+        ).print()
+        Measurement(
+            name: "bulk_insert_transient_bytes_per_object_vs_sqlite", value: Double(ours) / count, unit: "bytes",
+            baseline: "SQLite (WAL) inserts of the same rows: peak heap growth per object",
+            baselineValue: Double(sqlitePeak) / count, higherIsBetter: false
+        ).print()
     }
 
     /// What any design that stores the objects and a zstd-compressed changeset of them must spend: the raw puts of the
