@@ -107,7 +107,7 @@ struct ClusterDaemonTests {
     @Test(
         "Apps on two daemons sync through the shared log; the daemons end with equal replicas, each upload stored once")
     func appsOnTwoDaemonsConverge() async throws {
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         defer { postgres.stop() }
         let directory = TemporaryDirectory("cluster-daemons")
         let first = try await Self.daemon(directory, "daemon1", on: postgres)
@@ -169,7 +169,7 @@ struct ClusterDaemonTests {
 
     @Test("An app given the cluster's daemons moves to the next when its daemon stops, without a reset or a lost write")
     func appGivenSeveralDaemonsMovesByItself() async throws {
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         defer { postgres.stop() }
         let directory = TemporaryDirectory("cluster-endpoints")
         let first = try await Self.daemon(directory, "daemon1", on: postgres)
@@ -204,7 +204,7 @@ struct ClusterDaemonTests {
 
     @Test("An app moves to another daemon of the cluster and goes on syncing, without a reset")
     func appMovesBetweenDaemons() async throws {
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         defer { postgres.stop() }
         let directory = TemporaryDirectory("cluster-move")
         let first = try await Self.daemon(directory, "daemon1", on: postgres)
@@ -244,7 +244,7 @@ struct ClusterDaemonTests {
         "While PostgreSQL is down, a daemon keeps serving what it holds and answers uploads with retry later; once it is back, the upload is stored, once"
     )
     func postgresUnreachable() async throws {
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         defer { postgres.stop() }
         let directory = TemporaryDirectory("cluster-unreachable")
         // A short timeout, so that an upload meets PostgreSQL's absence within seconds (but not so short that opening
@@ -274,7 +274,7 @@ struct ClusterDaemonTests {
         try await Self.bounded("sessionC's download") { try await sessionC.waitForDownload() }
         #expect(try Self.title(c, "before") == "stored")
 
-        try postgres.startServer()
+        try await postgres.startServer()
         try await Self.bounded("sessionA's upload") { try await sessionA.waitForUpload() }
         #expect(try Self.title(daemon.replica, "during") == "waiting")
         try await Self.eventually("the write made while PostgreSQL was down reaching c") {
@@ -291,14 +291,14 @@ struct ClusterDaemonTests {
 
     @Test(
         "A primary with a synchronous standby killed mid-upload: the standby promoted, the daemon goes on (through an address that moves, or to the next server its URL names), every acknowledged upload is there",
-        arguments: [false, true]
+        .serialized, arguments: [false, true]
     )
     func failoverToSynchronousStandby(namingBothServers: Bool) async throws {
-        let primary = try PostgresServer.start()
+        let primary = try await PostgresServer.start()
         defer { primary.stop() }
-        let standby = try primary.startStandby()
+        let standby = try await primary.startStandby()
         defer { standby.stop() }
-        try primary.requireSynchronousStandby()
+        try await primary.requireSynchronousStandby()
         // The daemon reaches PostgreSQL through one address, as through a virtual IP or a proxy an operator moves; or
         // its URL names both servers, the standby first, and it finds the one that takes writes.
         let address = try await LoopbackForwarder.start(to: primary.port)
@@ -326,21 +326,21 @@ struct ClusterDaemonTests {
         try await Self.eventually("some uploads acknowledged") { acknowledged.value >= 40 }
         primary.kill()
         let acknowledgedAtKill = acknowledged.value
-        try standby.promote()
+        try await standby.promote()
         if !namingBothServers { address.retarget(to: standby.port) }
 
         try await Self.bounded("the writes") { try await writer.value }
         try await Self.bounded("session's upload") { try await session.waitForUpload() }
         let own = a.versionVector[a.replicaID]
-        func stored(_ condition: String) throws -> UInt64 {
-            let text = try standby.sql(
+        func stored(_ condition: String) async throws -> UInt64 {
+            let text = try await standby.sql(
                 "SELECT count(*) FROM tributary_changesets WHERE log = 'chat' AND origin = "
                     + "\(Int64(bitPattern: a.replicaID.rawValue)) \(condition)")
             return UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
         }
         // Every changeset acknowledged before the primary died is on the promoted standby, and then all of them.
-        #expect(try stored("AND origin_sequence <= \(acknowledgedAtKill)") == acknowledgedAtKill)
-        #expect(try stored("") == own)
+        #expect(try await stored("AND origin_sequence <= \(acknowledgedAtKill)") == acknowledgedAtKill)
+        #expect(try await stored("") == own)
         #expect(try daemon.replica.heldSequence(of: a.replicaID) == own)
         #expect(try await daemon.replica.read { try $0.count("Task") } == total)
         print("failover: the primary killed after \(acknowledgedAtKill) of \(own) changesets were acknowledged")
@@ -362,7 +362,7 @@ struct ClusterDaemonTests {
         "A log that went back behind what a daemon applied (commits lost) is refused: no upload is acknowledged, and the daemon does not start on it again"
     )
     func logThatWentBack() async throws {
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         defer { postgres.stop() }
         let directory = TemporaryDirectory("cluster-went-back")
         let daemon = try await Self.daemon(directory, "daemon", on: postgres)
@@ -375,8 +375,8 @@ struct ClusterDaemonTests {
         let applied = try await daemon.log.head()
         #expect(applied == 4)
         // PostgreSQL restored to a point before the last two appends, as an asynchronous failover would leave it.
-        try postgres.sql("DELETE FROM tributary_changesets WHERE log = 'chat' AND seq > 2")
-        try postgres.sql("UPDATE tributary_logs SET head = 2 WHERE log = 'chat'")
+        try await postgres.sql("DELETE FROM tributary_changesets WHERE log = 'chat' AND seq > 2")
+        try await postgres.sql("UPDATE tributary_logs SET head = 2 WHERE log = 'chat'")
 
         let refusal = Mutex<SyncError?>(nil)
         let watching = Task {

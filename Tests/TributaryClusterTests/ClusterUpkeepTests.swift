@@ -57,7 +57,7 @@ struct ClusterUpkeepTests {
         "After the log lost commits, a renewed epoch starts a new history: daemons start on empty directories, and an app that synced before is reset and writes again what the log lost"
     )
     func renewedEpoch() async throws {
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         defer { postgres.stop() }
         let directory = TemporaryDirectory("cluster-renewed-epoch")
         let daemon = try await Cluster.daemon(directory, "daemon", on: postgres)
@@ -68,8 +68,8 @@ struct ClusterUpkeepTests {
         await first.close()
         await daemon.stop()
         // The database restored to a point before the last two appends: t1 and t2 are lost from the log.
-        try postgres.sql("DELETE FROM tributary_changesets WHERE log = 'chat' AND seq > 2")
-        try postgres.sql("UPDATE tributary_logs SET head = 2 WHERE log = 'chat'")
+        try await postgres.sql("DELETE FROM tributary_changesets WHERE log = 'chat' AND seq > 2")
+        try await postgres.sql("UPDATE tributary_logs SET head = 2 WHERE log = 'chat'")
 
         let log = try await SharedLogTests.open(postgres)
         let retired = log.epoch
@@ -129,7 +129,7 @@ struct ClusterUpkeepTests {
         "With a retention, each daemon compacts its replica through what devices reported to any daemon, one daemon drops the log entries every daemon applied, and a new daemon starts from a copy of another's replica"
     )
     func compaction() async throws {
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         defer { postgres.stop() }
         let directory = TemporaryDirectory("cluster-compaction")
         let window = Duration.seconds(3_600)

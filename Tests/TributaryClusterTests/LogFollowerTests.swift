@@ -69,7 +69,7 @@ struct LogFollowerTests {
 
     @Test("Two daemons' replicas with the cluster's id, following one log at different paces, end byte for byte equal")
     func followersConverge() async throws {
-        let server = try PostgresServer.start()
+        let server = try await PostgresServer.start()
         defer { server.stop() }
         let directory = TemporaryDirectory("follow")
         let log = try await SharedLogTests.open(server)
@@ -120,7 +120,7 @@ struct LogFollowerTests {
 
     @Test("A follower resumes from the position its replica stored, and refuses a log of another epoch")
     func resumeAndEpoch() async throws {
-        let server = try PostgresServer.start()
+        let server = try await PostgresServer.start()
         defer { server.stop() }
         let directory = TemporaryDirectory("follow-resume")
         let log = try await SharedLogTests.open(server)
@@ -155,7 +155,7 @@ struct LogFollowerTests {
 
     @Test("A running follower applies appends as they are announced")
     func running() async throws {
-        let server = try PostgresServer.start()
+        let server = try await PostgresServer.start()
         defer { server.stop() }
         let directory = TemporaryDirectory("follow-run")
         let log = try await SharedLogTests.open(server)

@@ -12,7 +12,7 @@ import TributaryTestSupport
     .enabled(if: PostgresServer.isAvailable, Comment(rawValue: PostgresServer.unavailable)))
 struct SharedLogTests {
     static func withServer<Result>(_ body: (PostgresServer) async throws -> Result) async throws -> Result {
-        let server = try PostgresServer.start()
+        let server = try await PostgresServer.start()
         defer { server.stop() }
         return try await body(server)
     }
@@ -143,7 +143,8 @@ struct SharedLogTests {
             #expect(try await again.head() == 2)
             // Opening migrates nothing twice.
             #expect(
-                try server.sql("SELECT version FROM tributary_schema").trimmingCharacters(in: .whitespacesAndNewlines)
+                try await server.sql("SELECT version FROM tributary_schema").trimmingCharacters(
+                    in: .whitespacesAndNewlines)
                     == "4")
             for log in [chat, tasks, again] { await log.close() }
             await #expect(throws: SharedLogError.self) { try await chat.head() }
@@ -154,11 +155,11 @@ struct SharedLogTests {
         "With a synchronous standby, a reader never gets an entry the standby lacks, though the primary shows it after a cancelled wait"
     )
     func readersGetDurableEntriesOnly() async throws {
-        let primary = try PostgresServer.start()
+        let primary = try await PostgresServer.start()
         defer { primary.stop() }
-        let standby = try primary.startStandby()
+        let standby = try await primary.startStandby()
         defer { standby.stop() }
-        try primary.requireSynchronousStandby()
+        try await primary.requireSynchronousStandby()
         let reader = try await Self.open(primary)
         // Impatient enough that the stuck append below gives up in a test's time, patient enough for a loaded machine
         // (a CI run once took more than 3 s for the first append).
@@ -171,9 +172,10 @@ struct SharedLogTests {
         standby.stop()
         let stuck = await #expect(throws: SharedLogError.self) { try await writer.append([Self.changeset(8, 2)]) }
         #expect(stuck?.code == .timedOut)
-        _ = try primary.sql("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+        _ = try await primary.sql("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
         #expect(
-            try primary.sql("SELECT count(*) FROM tributary_changesets").trimmingCharacters(in: .whitespacesAndNewlines)
+            try await primary.sql("SELECT count(*) FROM tributary_changesets").trimmingCharacters(
+                in: .whitespacesAndNewlines)
                 == "2")
         // A follower reading now would apply a changeset a promoted standby would not have: the reader does not get it.
         #expect(try await reader.entries(after: 0, limit: 10).map(\.sequence) == [1])
@@ -216,7 +218,7 @@ struct SharedLogTests {
         try await Self.withServer { server in
             let log = try await Self.open(server)
             await log.close()
-            try server.sql("UPDATE tributary_schema SET version = 99")
+            try await server.sql("UPDATE tributary_schema SET version = 99")
             let error = await #expect(throws: SharedLogError.self) { try await Self.open(server) }
             #expect(error?.code == .incompatible)
             #expect(error?.message.contains("version 99") == true)
@@ -232,15 +234,16 @@ struct SharedLogTests {
             #expect(try await log.append([Self.changeset(5, 1)]) == [1])
             await log.close()
             // The tables as the first version left them.
-            try server.sql("DROP FUNCTION tributary_append")
-            try server.sql("DROP TABLE tributary_followers, tributary_sync_reports")
-            try server.sql(
+            try await server.sql("DROP FUNCTION tributary_append")
+            try await server.sql("DROP TABLE tributary_followers, tributary_sync_reports")
+            try await server.sql(
                 "ALTER TABLE tributary_logs DROP COLUMN retired_epochs, DROP COLUMN reports_since, "
                     + "DROP COLUMN reports_round, DROP COLUMN durable_head")
-            try server.sql("UPDATE tributary_schema SET version = 1")
+            try await server.sql("UPDATE tributary_schema SET version = 1")
             let again = try await Self.open(server)
             #expect(
-                try server.sql("SELECT version FROM tributary_schema").trimmingCharacters(in: .whitespacesAndNewlines)
+                try await server.sql("SELECT version FROM tributary_schema").trimmingCharacters(
+                    in: .whitespacesAndNewlines)
                     == "4")
             #expect(try await again.append([Self.changeset(5, 1), Self.changeset(5, 2)]) == [1, 2])
             // A changeset given twice in one append is stored once; both get its position.
@@ -262,7 +265,7 @@ struct SharedLogTests {
             // safe.
             let pending = Task { try await log.append([Self.changeset(5, 3)]) }
             try await Task.sleep(for: .seconds(1))
-            try server.startServer()
+            try await server.startServer()
             var positions = (try? await pending.value) ?? []
             let deadline = ContinuousClock.now + .seconds(120)
             while positions.isEmpty && ContinuousClock.now < deadline {

@@ -29,7 +29,7 @@ struct ClusterKillDrillTests {
     func daemonKilledMidUpload() async throws {
         let children = DaemonKillDrillTests.Children()
         defer { children.killAll() }
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         defer { postgres.stop() }
         var random = SplitMix64(seed: DaemonKillDrillTests.baseSeed ^ 0x636C_7573_7465_72)
         let directory = TemporaryDirectory("cluster-kill")
@@ -119,7 +119,7 @@ struct ClusterKillDrillTests {
         }
         // Every app's own changesets are in the shared log, each once; those acknowledged by the killed daemon too.
         for (position, index) in victimApps.enumerated() {
-            let stored = try Self.storedThrough(postgres, origin: apps[index].replicaID)
+            let stored = try await Self.storedThrough(postgres, origin: apps[index].replicaID)
             #expect(
                 stored >= acknowledgedAtKill[position], "app \(index): acknowledged \(acknowledgedAtKill[position])")
         }
@@ -127,9 +127,9 @@ struct ClusterKillDrillTests {
         for app in apps {
             let own = app.versionVector[app.replicaID]
             total += own
-            #expect(try Self.storedThrough(postgres, origin: app.replicaID) == own)
+            #expect(try await Self.storedThrough(postgres, origin: app.replicaID) == own)
         }
-        let rows = try postgres.sql("SELECT count(*) FROM tributary_changesets WHERE log = 'drill'")
+        let rows = try await postgres.sql("SELECT count(*) FROM tributary_changesets WHERE log = 'drill'")
         #expect(UInt64(rows.trimmingCharacters(in: .whitespacesAndNewlines)) == total, "rows: \(rows)")
 
         // Everyone converges: each app on every object, each daemon on the whole log.
@@ -175,8 +175,8 @@ struct ClusterKillDrillTests {
     }
 
     /// The highest origin sequence of `origin` the shared log holds.
-    static func storedThrough(_ postgres: PostgresServer, origin: ReplicaID) throws -> UInt64 {
-        let text = try postgres.sql(
+    static func storedThrough(_ postgres: PostgresServer, origin: ReplicaID) async throws -> UInt64 {
+        let text = try await postgres.sql(
             "SELECT coalesce(max(origin_sequence), 0) FROM tributary_changesets WHERE log = 'drill' AND origin = "
                 + "\(Int64(bitPattern: origin.rawValue))")
         return UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0

@@ -41,7 +41,7 @@ struct ClusterPermissionRulesTests {
 
     @Test("The RChat rules on two daemons: a denied write is undone and reaches no daemon; an allowed one reaches both")
     func rchatRulesAcrossDaemons() async throws {
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         defer { postgres.stop() }
         let directory = TemporaryDirectory("cluster-permissions")
         let rules = try PermissionRules(json: Array(RChat.rules.utf8))

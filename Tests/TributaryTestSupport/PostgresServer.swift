@@ -58,17 +58,17 @@ package final class PostgresServer: Sendable {
     /// A standby of this server (which must be running): a base backup streamed from it into a directory of its
     /// own, started on a port of its own, replicating from this server. Make it synchronous with
     /// ``requireSynchronousStandby()``.
-    package func startStandby() throws -> PostgresServer {
+    package func startStandby() async throws -> PostgresServer {
         guard let binaries = Self.binaries else { throw Failure(Self.unavailable) }
         let standby = try Self.makeServer()
         do {
-            try standby.run(
+            try await standby.run(
                 "\(binaries)/pg_basebackup",
                 [
                     "-D", standby.dataDirectory, "-h", "127.0.0.1", "-p", "\(port)", "-U", "tributary", "-R", "-X",
                     "stream", "--no-sync",
                 ], asServer: true)
-            try standby.startServer()
+            try await standby.startServer()
             return standby
         } catch {
             try? FileManager.default.removeItem(atPath: standby.directory)
@@ -77,30 +77,30 @@ package final class PostgresServer: Sendable {
     }
 
     /// Makes every commit wait until a standby has it (`synchronous_standby_names = '*'`, reloaded now).
-    package func requireSynchronousStandby() throws {
-        try sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
-        try sql("SELECT pg_reload_conf()")
+    package func requireSynchronousStandby() async throws {
+        try await sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        try await sql("SELECT pg_reload_conf()")
     }
 
     /// Promotes this standby to a primary, and waits until it takes writes.
-    package func promote() throws {
+    package func promote() async throws {
         guard let binaries = Self.binaries else { throw Failure(Self.unavailable) }
-        try run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-w", "-t", "60", "promote"], asServer: true)
+        try await run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-w", "-t", "60", "promote"], asServer: true)
     }
 
     /// A new server, initialized and started.
-    package static func start() throws -> PostgresServer {
+    package static func start() async throws -> PostgresServer {
         guard let binaries else { throw Failure(unavailable) }
         let server = try makeServer()
         let directory = server.directory
         do {
-            try server.run(
+            try await server.run(
                 "\(binaries)/initdb",
                 [
                     "-D", server.dataDirectory, "-U", "tributary", "-A", "trust", "-E", "UTF8",
                     "--no-sync", "--no-instructions",
                 ], asServer: true)
-            try server.startServer()
+            try await server.startServer()
             return server
         } catch {
             try? FileManager.default.removeItem(atPath: directory)
@@ -109,18 +109,18 @@ package final class PostgresServer: Sendable {
     }
 
     /// Starts the server again after ``kill()`` or a stop that kept the directory.
-    package func startServer() throws {
+    package func startServer() async throws {
         guard let binaries = Self.binaries else { throw Failure(Self.unavailable) }
         do {
-            try startServer(binaries)
+            try await startServer(binaries)
         } catch {
             let log = (try? String(contentsOfFile: directory + "/server.log", encoding: .utf8)) ?? ""
             throw Failure("\(error)\nserver log:\n\(log.suffix(2_000))")
         }
     }
 
-    private func startServer(_ binaries: String) throws {
-        try run(
+    private func startServer(_ binaries: String) async throws {
+        try await run(
             "\(binaries)/pg_ctl",
             [
                 "-D", dataDirectory, "-l", directory + "/server.log", "-w", "-t", "60", "-o",
@@ -132,23 +132,25 @@ package final class PostgresServer: Sendable {
     /// Stops the server at once, as a crash would (`pg_ctl -m immediate`); the directory stays.
     package func kill() {
         guard let binaries = Self.binaries else { return }
-        _ = try? run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-m", "immediate", "-w", "stop"], asServer: true)
+        _ = try? runBlocking(
+            "\(binaries)/pg_ctl", ["-D", dataDirectory, "-m", "immediate", "-w", "stop"], asServer: true)
     }
 
     /// Stops the server and removes its directory.
     package func stop() {
         if let binaries = Self.binaries {
-            _ = try? run("\(binaries)/pg_ctl", ["-D", dataDirectory, "-m", "fast", "-w", "stop"], asServer: true)
+            _ = try? runBlocking(
+                "\(binaries)/pg_ctl", ["-D", dataDirectory, "-m", "fast", "-w", "stop"], asServer: true)
         }
         try? FileManager.default.removeItem(atPath: directory)
     }
 
     /// Runs one SQL statement through `psql` and returns what it printed (unaligned, tuples only).
     @discardableResult
-    package func sql(_ statement: String) throws -> String {
+    package func sql(_ statement: String) async throws -> String {
         guard let binaries = Self.binaries else { throw Failure(Self.unavailable) }
         let psql = FileManager.default.isExecutableFile(atPath: "\(binaries)/psql") ? "\(binaries)/psql" : "psql"
-        return try run(
+        return try await run(
             psql,
             [
                 "-h", "127.0.0.1", "-p", "\(port)", "-U", "tributary", "-d", "postgres", "-At", "-v",
@@ -160,7 +162,22 @@ package final class PostgresServer: Sendable {
     /// `posix_spawn` and `waitpid`, with no descriptor of the test process but its output file: the server
     /// `pg_ctl start` leaves running would hold a pipe open, or another test's socket.
     @discardableResult
-    private func run(_ executable: String, _ arguments: [String], asServer: Bool) throws -> String {
+    private func run(_ executable: String, _ arguments: [String], asServer: Bool) async throws -> String {
+        // Waiting for a command (initdb, pg_basebackup, pg_ctl -w) takes seconds: on a thread of its own, not one of
+        // the few the tests' tasks share, which every other test would wait for meanwhile.
+        try await withCheckedThrowingContinuation { continuation in
+            Self.commands.async {
+                continuation.resume(with: Result { try self.runBlocking(executable, arguments, asServer: asServer) })
+            }
+        }
+    }
+
+    /// Where commands are waited for.
+    private static let commands = DispatchQueue(label: "tributary.tests.postgres", attributes: .concurrent)
+
+    /// ``run(_:_:asServer:)``, waiting on the caller's thread: for ``stop()`` and ``kill()``, which `defer` calls.
+    @discardableResult
+    private func runBlocking(_ executable: String, _ arguments: [String], asServer: Bool) throws -> String {
         var command = [executable] + arguments
         if asServer && geteuid() == 0 { command = ["/usr/sbin/runuser", "-u", "postgres", "--"] + command }
         let outputPath = directory + "/command-\(UUID().uuidString).out"

@@ -20,7 +20,7 @@ struct ClusterBenchmarks {
             FileHandle.standardError.write(Data("cluster benchmarks skipped: \(PostgresServer.unavailable)\n".utf8))
             return
         }
-        let postgres = try PostgresServer.start()
+        let postgres = try await PostgresServer.start()
         defer { postgres.stop() }
         if context.wants("cluster_upload") {
             try await uploads(postgres)
