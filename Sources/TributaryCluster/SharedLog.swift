@@ -221,8 +221,9 @@ public final class SharedLog: Sendable {
                 clients.count == 1
                 ? 0 : try await writableServer(clients, configuration, preferring: 0, logger: logger)
             let client = clients[serving]
-            let location = "PostgreSQL at \(configuration.servers[serving])"
-            let (epoch, retired) = try await Self.withTimeout(configuration.timeout, location) {
+            let (epoch, retired) = try await Self.withTimeout(
+                configuration.timeout, location(of: configuration.servers[serving])
+            ) {
                 try await SharedLogSchema.migrate(client, logger: logger)
                 return try await SharedLogSchema.createLog(configuration.log, client, logger: logger)
             }
@@ -246,7 +247,7 @@ public final class SharedLog: Sendable {
     ) async throws(SharedLogError) -> Int {
         let answers = await withTaskGroup(of: (Int, Result<Bool, SharedLogError>).self) { group in
             for (index, client) in clients.enumerated() {
-                let location = "PostgreSQL at \(configuration.servers[index])"
+                let location = location(of: configuration.servers[index])
                 group.addTask {
                     do throws(SharedLogError) {
                         let recovering = try await withTimeout(configuration.timeout, location) {
@@ -309,7 +310,10 @@ public final class SharedLog: Sendable {
         try? await loop.shutdownGracefully()
     }
 
-    var location: String { "PostgreSQL at \(configuration.servers[serving.load(ordering: .relaxed)])" }
+    /// How errors name the server the log uses now.
+    var location: String { Self.location(of: configuration.servers[serving.load(ordering: .relaxed)]) }
+
+    private static func location(of server: Server) -> String { "PostgreSQL at \(server)" }
 
     // MARK: Appending
 

@@ -241,27 +241,37 @@ extension Value: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Expres
 extension Value {
     /// This mixed value with each link it holds, at any depth, to an object that `exists` says is missing read as
     /// null: the element or key holding it stays (docs/MergeSemantics.md, rule 7). The value itself, not rebuilt,
-    /// when it holds no link.
+    /// when none of its links is missing.
     public func resolvingTypedLinks(_ exists: (_ type: String, _ key: PrimaryKey) throws -> Bool) rethrows -> Value {
-        switch self {
-        case .typedLink(let type, let key):
-            return try exists(type, key) ? self : .null
-        case .list(let elements) where holdsTypedLink:
-            return .list(try elements.map { try $0.resolvingTypedLinks(exists) })
-        case .dictionary(let entries) where holdsTypedLink:
-            return .dictionary(try entries.mapValues { try $0.resolvingTypedLinks(exists) })
-        default:
-            return self
-        }
+        try withMissingLinksNulled(exists) ?? self
     }
 
-    /// Whether the value is a typed link or holds one, at any depth.
-    private var holdsTypedLink: Bool {
+    /// ``resolvingTypedLinks(_:)`` in one walk: `nil` when nothing changes, so that only the lists and dictionaries
+    /// on the way to a missing link are rebuilt.
+    private func withMissingLinksNulled(_ exists: (_ type: String, _ key: PrimaryKey) throws -> Bool) rethrows
+        -> Value?
+    {
         switch self {
-        case .typedLink: true
-        case .list(let elements): elements.contains { $0.holdsTypedLink }
-        case .dictionary(let entries): entries.values.contains { $0.holdsTypedLink }
-        default: false
+        case .typedLink(let type, let key):
+            return try exists(type, key) ? nil : .null
+        case .list(let elements):
+            var changed: [Value]?
+            for (index, element) in elements.enumerated() {
+                guard let resolved = try element.withMissingLinksNulled(exists) else { continue }
+                if changed == nil { changed = elements }
+                changed?[index] = resolved
+            }
+            return changed.map(Value.list)
+        case .dictionary(let entries):
+            var changed: [String: Value]?
+            for (key, value) in entries {
+                guard let resolved = try value.withMissingLinksNulled(exists) else { continue }
+                if changed == nil { changed = entries }
+                changed?[key] = resolved
+            }
+            return changed.map(Value.dictionary)
+        default:
+            return nil
         }
     }
 
