@@ -24,7 +24,12 @@ extension SyncSession {
             var activeWaiters: [CheckedContinuation<SessionDriver, any Error>] = []
             var releaseWaiters: [CheckedContinuation<Void, Never>] = []
             var endError: SyncError?
+            /// Whether the open connection's session is established and has not ended: the driver that
+            /// ``activeDriver()`` hands out. An ended driver refuses every mark at once, so a waiter given it would ask
+            /// again and again, without a pause, until the connection loop put the next one in place.
             var established = false
+            /// Whether the current connection attempt reached an established session (the backoff starts over).
+            var attemptEstablished = false
             var rejections: [Acknowledgement.Rejection] = []
             var downloaded: UInt64 = 0
             /// The replica the session syncs: the one it was made with, or the one a client reset put in its place.
@@ -47,7 +52,7 @@ extension SyncSession {
         var isClosed: Bool { inner.withLock { $0.closed } }
         var isHeld: Bool { inner.withLock { $0.paused || $0.stopped != nil } }
         var rejections: [Acknowledgement.Rejection] { inner.withLock { $0.rejections } }
-        var wasEstablished: Bool { inner.withLock { $0.established } }
+        var wasEstablished: Bool { inner.withLock { $0.attemptEstablished } }
         var replica: Replica { inner.withLock { $0.replica } }
         var resets: [ClientResetReport] { inner.withLock { $0.resets } }
         var endpointIndex: Int {
@@ -97,6 +102,7 @@ extension SyncSession {
             if case .connecting = state {
                 inner.withLock {
                     $0.established = false
+                    $0.attemptEstablished = false
                     $0.endError = nil
                 }
             }
@@ -110,6 +116,7 @@ extension SyncSession {
             case .established:
                 let (driver, waiters) = inner.withLock { inner in
                     inner.established = true
+                    inner.attemptEstablished = true
                     inner.downloaded = 0
                     defer { inner.activeWaiters.removeAll() }
                     return (inner.driver, inner.activeWaiters)
@@ -145,7 +152,10 @@ extension SyncSession {
             case .rejected(let rejections):
                 inner.withLock { $0.rejections.append(contentsOf: rejections) }
             case .ended(let error):
-                inner.withLock { $0.endError = error }
+                inner.withLock {
+                    $0.endError = error
+                    $0.established = false
+                }
             }
         }
 
