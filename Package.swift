@@ -185,10 +185,15 @@ let package = Package(
         .target(
             name: "TributaryTestSupport",
             dependencies: ["Tributary", "TributaryModel", "TributaryStorage", "TributaryProtocol"],
-            path: "Tests/TributaryTestSupport", exclude: ["Tags"], swiftSettings: upcomingFeatures),
+            path: "Tests/TributaryTestSupport", exclude: ["Tags", "Parallelism"], swiftSettings: upcomingFeatures),
         // The tags of the drills, fuzzers and slow suites (docs/Testing.md). A target of their own, so that
         // tributary-crash-child, which uses the support code above, does not link the testing library.
-        .target(name: "TributaryTestTags", path: "Tests/TributaryTestSupport/Tags", swiftSettings: upcomingFeatures),
+        .target(
+            name: "TributaryTestTags", dependencies: ["TributaryTestParallelism"],
+            path: "Tests/TributaryTestSupport/Tags",
+            swiftSettings: upcomingFeatures),
+        // Sets how many tests run at once as the test process loads (Parallelism/parallelism.c says why).
+        .target(name: "TributaryTestParallelism", path: "Tests/TributaryTestSupport/Parallelism"),
         .executableTarget(
             name: "tributary-crash-child",
             dependencies: [
@@ -225,7 +230,10 @@ let package = Package(
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryProtocolTests",
-            dependencies: ["TributaryProtocol", "TributaryModel", "TributaryTestSupport", "TributaryTestTags"],
+            dependencies: [
+                "TributaryProtocol", "TributaryModel", "TributaryTestSupport", "TributaryTestTags",
+                "TributaryTestParallelism",
+            ],
             swiftSettings: upcomingFeatures),
         .testTarget(
             name: "TributaryModelTests", dependencies: ["TributaryModel", "TributaryTestSupport", "TributaryTestTags"],
