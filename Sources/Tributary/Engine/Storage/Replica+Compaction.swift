@@ -291,12 +291,14 @@ extension Replica {
     ///     compaction (the replicas it must serve changed while the base was built).
     ///   - afterMarking: called after the commit that stores the marker, before the dropped entries are removed (the
     ///     crash drill stops the process there).
+    ///   - includingLastEntry: whether the last entry may be compacted too, leaving the log empty: only for a copy
+    ///     that is read as a base and never written again (``startingNewHistory(from:directory:replicaID:configuration:)``).
     /// - Returns: what it did, or `nil` when `through` drops nothing new, or `stillAllowed` said no.
     @discardableResult
     package func compact(
         through: UInt64, recordsInMemory: Int = rebuildRecordsInMemory,
         now: UInt64 = UInt64(Date().timeIntervalSince1970), stillAllowed: ((UInt64) throws -> Bool)? = nil,
-        afterMarking: (() -> Void)? = nil
+        afterMarking: (() -> Void)? = nil, includingLastEntry: Bool = false
     ) throws -> CompactionOutcome? {
         guard !configuration.readOnly else {
             throw TributaryError(.readOnly, "replica \(directory) was opened read-only; compaction removes log entries")
@@ -307,7 +309,7 @@ extension Replica {
             guard let base = try baseDatabase() else { return nil }
             let (previous, cut) = try environment.read { txn -> (LogCompaction?, UInt64) in
                 let head = try log.headUnverified(in: txn).localSequence
-                return (try log.compaction(in: txn), head > 0 ? min(through, head - 1) : 0)
+                return (try log.compaction(in: txn), head > 0 ? min(through, includingLastEntry ? head : head - 1) : 0)
             }
             guard cut > (previous?.through ?? 0) else {
                 try finishDropping(previous, base: base)
