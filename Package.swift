@@ -130,7 +130,7 @@ let package = Package(
         .target(
             name: "TributaryCluster",
             dependencies: [
-                "Tributary", "TributaryModel", .product(name: "PostgresNIO", package: "postgres-nio"),
+                "Tributary", "TributaryLog", "TributaryModel", .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"), .product(name: "Logging", package: "swift-log"),
             ],

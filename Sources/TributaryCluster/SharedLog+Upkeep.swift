@@ -2,6 +2,7 @@ public import Foundation
 import Logging
 import PostgresNIO
 package import Tributary
+import TributaryLog
 package import TributaryModel
 
 // What keeps a cluster's history right and bounded: renewing the epoch after the log lost commits, the daemons'
@@ -37,7 +38,7 @@ extension SharedLog {
                 let rows = try await connection.query(
                     """
                     UPDATE tributary_logs SET epoch = \(new), retired_epochs = retired_epochs || epoch,
-                        reports_since = NULL, reports_round = NULL
+                        retired_through = retired_through || 0::bigint, reports_since = NULL, reports_round = NULL
                     WHERE log = \(name) AND epoch = \(old) AND compacted_through = 0 RETURNING compacted_through
                     """, logger: logger)
                 for try await value in rows.decode(Int64.self) { compacted = value }
@@ -63,12 +64,164 @@ extension SharedLog {
             throw SharedLogError(
                 .compacted,
                 "the shared log '\(name)' was compacted through position \(renewed): the start of its history is "
-                    + "gone from it, so a new history cannot be built from it. Restore PostgreSQL from a backup that "
-                    + "holds what the daemons applied, or keep running the daemons read-only; run PostgreSQL with a "
-                    + "synchronous standby so that a failover loses nothing (docs/Operating.md)")
+                    + "gone from it, so a new history cannot be built from it alone. Start the new epoch from the "
+                    + "replica of the daemon that applied the most (tributaryd --renew-epoch --from-replica), or "
+                    + "restore PostgreSQL from a backup that holds what the daemons applied (docs/Operating.md)")
         }
         logger.notice("renewed the epoch of the shared log '\(name)': \(old) retired, \(new) now")
         return new
+    }
+
+    /// What ``renewEpoch(from:into:)`` did.
+    package struct RenewedEpoch: Sendable {
+        /// The new epoch.
+        package var epoch: UUID
+        /// The new epoch's replica, which starts from the source's state: every daemon of the cluster starts from a
+        /// copy of it.
+        package var replica: Replica
+        /// The position the new replica's base stands at: the log is compacted through it.
+        package var position: UInt64
+        /// The entries the log held whose changesets the source did not hold (appended after the loss, or beyond
+        /// what the source applied): kept, in their order, after ``position``.
+        package var carried: Int
+        /// How many changesets of the retired epoch's replica id the new history holds.
+        package var heldThrough: UInt64
+    }
+
+    /// Gives the log a new epoch that starts from the state of `source`, the replica of a daemon of this epoch: what
+    /// an operator does after the database lost commits (an asynchronous failover, a restore from a backup) when the
+    /// log was compacted, so that its entries alone no longer build a history (``renewEpoch()`` refuses then).
+    ///
+    /// The new epoch's replica is made in `directory` (``Replica/startingNewHistory(from:directory:replicaID:configuration:recordsInMemory:)``),
+    /// with the new epoch's replica id and `source`'s records, schema and version vector as its base, and the log is
+    /// compacted through the base's position. The log's entries whose changesets `source` does not hold (appends made
+    /// after the loss by daemons that noticed nothing, or beyond what `source` applied) are kept after it, in their
+    /// order, so nothing the log holds is lost either. Every daemon of the cluster then starts from a copy of
+    /// `directory`. An app that holds no more of the retired epoch than `source` did syncs on without a reset; one
+    /// that holds more (it synced through a daemon further along than `source`) is reset and recovers what it wrote.
+    /// Pick the daemon that applied the most (`tributary-log info` shows a replica's position).
+    ///
+    /// - Throws: ``SharedLogError`` with ``SharedLogError/Code/invalidArgument`` when `source` did not follow this
+    ///   log's current epoch, or applied less than the log's compacted position (it lacks entries the log no longer
+    ///   holds); ``SharedLogError/Code/incompatible`` when another renewal came first; what PostgreSQL answers, or
+    ///   what making the replica throws (the directory is then removed, except after a timeout or a lost
+    ///   connection, when the renewal may have committed: the error says how to tell).
+    package func renewEpoch(from source: Replica, into directory: String) async throws -> RenewedEpoch {
+        let name = configuration.log
+        let old = epoch
+        guard let stored = try source.sharedLogPosition(), stored.epoch == old else {
+            throw SharedLogError(
+                .invalidArgument,
+                "replica \(source.directory) is not a daemon's replica of epoch \(old) of the shared log '\(name)': "
+                    + "start the new epoch from the replica of a daemon that followed it")
+        }
+        let compacted = try await compactedThrough()
+        guard stored.position >= compacted else {
+            throw SharedLogError(
+                .invalidArgument,
+                "replica \(source.directory) applied the shared log '\(name)' through position \(stored.position), and "
+                    + "the log was compacted through \(compacted): it lacks entries the log no longer holds. Start the "
+                    + "new epoch from a daemon that applied more")
+        }
+        let new = UUID()
+        var replicaConfiguration = Replica.Configuration()
+        replicaConfiguration.maximumClockSkew = .seconds(Int64.max)
+        let replica = try Replica.startingNewHistory(
+            from: source, directory: directory, replicaID: Self.replicaID(of: new),
+            configuration: replicaConfiguration)
+        let position = max(1, stored.position)
+        let heldThrough = replica.versionVector[replicaID]
+        do {
+            guard let held = try replica.logCompaction()?.held else {
+                throw SharedLogError(.invalidArgument, "the new replica in \(directory) has no base")
+            }
+            // Stored before the log names the new epoch: a daemon started on the directory if the renewal fails is
+            // refused (another epoch), never started at another position.
+            try replica.setSharedLogPosition(SharedLogPosition(epoch: new, position: position, last: nil))
+            let origins = held.entries.map { Int64(bitPattern: $0.replica.rawValue) }
+            let through = held.entries.map { Int64(bitPattern: $0.sequence) }
+            let base = Int64(position)
+            let client = client
+            let logger = logger
+            let outcome = try await operation { () -> Int64? in
+                try await client.withTransaction(logger: logger) { connection -> Int64? in
+                    var found: (UUID, Int64)?
+                    for try await row in try await connection.query(
+                        "SELECT epoch, compacted_through FROM tributary_logs WHERE log = \(name) FOR UPDATE",
+                        logger: logger
+                    ).decode((UUID, Int64).self) { found = row }
+                    guard let found, found.0 == old else { return nil }
+                    guard found.1 <= base else { return -found.1 }
+                    // A statement with parameters cannot create a table: the table first, then what it keeps.
+                    try await connection.query(
+                        """
+                        CREATE TEMPORARY TABLE tributary_carried (
+                            origin bigint, origin_sequence bigint, body bytea, n bigint) ON COMMIT DROP
+                        """, logger: logger)
+                    try await connection.query(
+                        """
+                        INSERT INTO tributary_carried
+                        SELECT c.origin, c.origin_sequence, c.body, row_number() OVER (ORDER BY c.seq)
+                        FROM tributary_changesets c
+                        WHERE c.log = \(name) AND NOT EXISTS (
+                            SELECT 1 FROM unnest(\(origins)::bigint[], \(through)::bigint[]) AS h(origin, through)
+                            WHERE h.origin = c.origin AND c.origin_sequence <= h.through)
+                        """, logger: logger)
+                    try await connection.query("DELETE FROM tributary_changesets WHERE log = \(name)", logger: logger)
+                    try await connection.query(
+                        """
+                        INSERT INTO tributary_changesets (log, seq, origin, origin_sequence, body)
+                        SELECT \(name), \(base) + n, origin, origin_sequence, body FROM tributary_carried
+                        """, logger: logger)
+                    var carried: Int64 = 0
+                    for try await count in try await connection.query(
+                        "SELECT count(*) FROM tributary_carried", logger: logger
+                    ).decode(Int64.self) { carried = count }
+                    try await connection.query(
+                        """
+                        UPDATE tributary_logs SET epoch = \(new), retired_epochs = retired_epochs || epoch,
+                            retired_through = retired_through || \(Int64(bitPattern: heldThrough))::bigint,
+                            head = \(base + carried), durable_head = \(base + carried), compacted_through = \(base),
+                            reports_since = NULL, reports_round = NULL
+                        WHERE log = \(name)
+                        """, logger: logger)
+                    try await connection.query("DELETE FROM tributary_followers WHERE log = \(name)", logger: logger)
+                    try await connection.query(
+                        "DELETE FROM tributary_sync_reports WHERE log = \(name)", logger: logger)
+                    return carried
+                }
+            }
+            guard let carried = outcome else {
+                throw SharedLogError(
+                    .incompatible,
+                    "the epoch of the shared log '\(name)' is no longer \(old): it was renewed already; open it again")
+            }
+            guard carried >= 0 else {
+                throw SharedLogError(
+                    .invalidArgument,
+                    "the shared log '\(name)' was compacted through \(-carried) meanwhile, past what replica "
+                        + "\(source.directory) applied (\(stored.position)): start the new epoch from a daemon that "
+                        + "applied more")
+            }
+            let renewal =
+                "renewed the epoch of the shared log '\(name)' from replica \(source.directory): \(old) retired, "
+                + "\(new) now, starting at position \(position) with \(carried) entries kept after it"
+            logger.notice("\(renewal)")
+            return RenewedEpoch(
+                epoch: new, replica: replica, position: position, carried: Int(carried), heldThrough: heldThrough)
+        } catch let error as SharedLogError where [.timedOut, .unreachable].contains(error.code) {
+            // The commit may have happened, or may still: the new replica is kept, since the log may name it now.
+            replica.close()
+            throw SharedLogError(
+                error.code,
+                "the renewal of the shared log '\(name)' did not finish in time, and may have committed: "
+                    + "\(error.message). If the log's epoch is \(new) when it is opened again, start the daemons from "
+                    + "copies of \(directory); if it is still \(old), remove \(directory) and run the renewal again")
+        } catch {
+            replica.close()
+            try? FileManager.default.removeItem(atPath: directory)
+            throw error
+        }
     }
 
     // MARK: Daemons' positions

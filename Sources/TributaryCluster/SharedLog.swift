@@ -138,17 +138,39 @@ public final class SharedLog: Sendable {
     /// The log's epoch: made with the log, and changed only when its history is replaced (a restore from a backup).
     /// A position is meaningful only with the epoch it was read under.
     public let epoch: UUID
-    /// The epochs the log had before, oldest first: each ``renewEpoch(_:logger:)`` retires one.
-    public let retiredEpochs: [UUID]
+    /// The epochs the log had before, oldest first: each renewal (``renewEpoch()``,
+    /// ``renewEpoch(from:into:)``) retires one.
+    public var retiredEpochs: [UUID] { retired.map(\.epoch) }
+    /// The epochs the log had before, oldest first, each with how much of it the history that replaced it holds.
+    public let retired: [RetiredEpoch]
+
+    /// An epoch a renewal retired.
+    public struct RetiredEpoch: Hashable, Sendable {
+        /// The retired epoch.
+        public var epoch: UUID
+        /// How many changesets of the retired epoch's replica id (``SharedLog/replicaID(of:)``) the new history holds:
+        /// those of the daemon's replica it started from (``renewEpoch(from:into:)``), 0 when it started from what the
+        /// log held (``renewEpoch()``). An app that holds more of them holds changesets the cluster lost: it is reset.
+        public var heldThrough: UInt64
+
+        /// An epoch retired with `heldThrough` of its changesets kept.
+        public init(epoch: UUID, heldThrough: UInt64) {
+            self.epoch = epoch
+            self.heldThrough = heldThrough
+        }
+    }
 
     /// The replica id every daemon following this log has (docs/design/Cluster.md): the first 8 bytes of the epoch,
     /// so that a log whose history was replaced (a new epoch) makes a new replica, which apps of the old one do not
     /// mistake for it.
     public var replicaID: ReplicaID { Self.replicaID(of: epoch) }
 
-    /// The replica ids of the daemons of ``retiredEpochs``: an app whose version vector names one synced with this
-    /// cluster before its history was replaced, and must be reset.
-    public var retiredReplicaIDs: Set<ReplicaID> { Set(retiredEpochs.map(Self.replicaID(of:))) }
+    /// The replica ids of the daemons of ``retiredEpochs``, each with how many of its changesets the current history
+    /// holds (``RetiredEpoch/heldThrough``): an app whose version vector counts more of one synced with this cluster
+    /// before its history was replaced, holds changesets the cluster lost, and must be reset.
+    public var retiredReplicas: [ReplicaID: UInt64] {
+        Dictionary(retired.map { (Self.replicaID(of: $0.epoch), $0.heldThrough) }, uniquingKeysWith: min)
+    }
 
     /// The replica id of the daemons of a log of epoch `epoch`.
     public static func replicaID(of epoch: UUID) -> ReplicaID {
@@ -172,12 +194,12 @@ public final class SharedLog: Sendable {
     private let closed = Atomic<Bool>(false)
 
     private init(
-        configuration: Configuration, epoch: UUID, retiredEpochs: [UUID], clients: [PostgresClient],
+        configuration: Configuration, epoch: UUID, retired: [RetiredEpoch], clients: [PostgresClient],
         runners: [Task<Void, Never>], serving: Int, loop: MultiThreadedEventLoopGroup, logger: Logger
     ) {
         self.configuration = configuration
         self.epoch = epoch
-        self.retiredEpochs = retiredEpochs
+        self.retired = retired
         self.clients = clients
         self.runners = runners
         self.serving = Atomic(serving)
@@ -228,7 +250,7 @@ public final class SharedLog: Sendable {
                 return try await SharedLogSchema.createLog(configuration.log, client, logger: logger)
             }
             return SharedLog(
-                configuration: configuration, epoch: epoch, retiredEpochs: retired, clients: clients,
+                configuration: configuration, epoch: epoch, retired: retired, clients: clients,
                 runners: runners, serving: serving, loop: loop, logger: logger)
         } catch {
             for runner in runners { runner.cancel() }

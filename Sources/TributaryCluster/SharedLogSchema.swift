@@ -9,7 +9,7 @@ import PostgresNIO
 /// with a clear error instead of writing to them.
 enum SharedLogSchema {
     /// The version of the tables this build writes.
-    static let version: Int32 = 4
+    static let version: Int32 = 5
 
     /// The SQL state `tributary_append` raises when the log's epoch is not the one the appender names.
     static let retiredEpochState = "TRB01"
@@ -153,6 +153,16 @@ enum SharedLogSchema {
             "ALTER TABLE tributary_logs ADD COLUMN durable_head bigint NOT NULL DEFAULT 0",
             "UPDATE tributary_logs SET durable_head = head",
         ],
+        // What the new history holds of each retired epoch (beside `retired_epochs`): an epoch started from a daemon's
+        // replica holds that replica's changesets of the retired epoch, and only an app that holds more of them is
+        // reset. 0 for an epoch renewed from what the log holds.
+        [
+            "ALTER TABLE tributary_logs ADD COLUMN retired_through bigint[] NOT NULL DEFAULT '{}'",
+            """
+            UPDATE tributary_logs
+            SET retired_through = array_fill(0::bigint, ARRAY[coalesce(array_length(retired_epochs, 1), 0)])
+            """,
+        ],
     ]
 
     /// Brings the tables to ``version``.
@@ -186,16 +196,26 @@ enum SharedLogSchema {
         }
     }
 
-    /// Creates the log `name` (with a fresh epoch) unless it exists; returns its epoch and the epochs renewals
-    /// retired.
-    static func createLog(_ name: String, _ client: PostgresClient, logger: Logger) async throws -> (UUID, [UUID]) {
+    /// Creates the log `name` (with a fresh epoch) unless it exists; returns its epoch, the epochs renewals retired,
+    /// and what the new history holds of each (``SharedLog/RetiredEpoch``).
+    static func createLog(_ name: String, _ client: PostgresClient, logger: Logger) async throws -> (
+        UUID, [SharedLog.RetiredEpoch]
+    ) {
         try await client.query(
             "INSERT INTO tributary_logs (log, epoch) VALUES (\(name), \(UUID())) ON CONFLICT (log) DO NOTHING",
             logger: logger)
-        var found: (UUID, [UUID])?
+        var found: (UUID, [SharedLog.RetiredEpoch])?
         let rows = try await client.query(
-            "SELECT epoch, retired_epochs FROM tributary_logs WHERE log = \(name)", logger: logger)
-        for try await (epoch, retired) in rows.decode((UUID, [UUID]).self) { found = (epoch, retired) }
+            "SELECT epoch, retired_epochs, retired_through FROM tributary_logs WHERE log = \(name)", logger: logger)
+        for try await (epoch, retired, through) in rows.decode((UUID, [UUID], [Int64]).self) {
+            found = (
+                epoch,
+                retired.enumerated().map { index, epoch in
+                    SharedLog.RetiredEpoch(
+                        epoch: epoch, heldThrough: index < through.count ? UInt64(max(0, through[index])) : 0)
+                }
+            )
+        }
         guard let found else {
             throw SharedLogError(.incompatible, "the log '\(name)' was not found after it was created")
         }

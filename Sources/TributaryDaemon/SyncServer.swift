@@ -579,7 +579,10 @@ public final class SyncServer: Sendable {
                 if let cluster, hello.vector[replica.replicaID] > replica.versionVector[replica.replicaID] {
                     _ = try? await cluster.catchUp()
                 }
-                if let cluster, let refusal = Self.retiredEpochRefusal(of: hello, retired: cluster.log) {
+                if let cluster,
+                    let refusal = Self.retiredEpochRefusal(
+                        of: hello, retired: cluster.log.retiredReplicas, log: cluster.log.configuration.log)
+                {
                     return refusal
                 }
                 if hello.role == .app, let breaking, let refusal = Self.schemaRefusal(of: hello, breaking: breaking) {
@@ -610,18 +613,22 @@ public final class SyncServer: Sendable {
     }
 
     /// Why a replica that synced with this cluster under a retired epoch of its log must be reset, or `nil` when it
-    /// did not: the log lost commits it may hold, and its version vector counts dots the daemons no longer give.
-    static func retiredEpochRefusal(of hello: Hello, retired log: SharedLog) -> SyncError? {
-        let retired = log.retiredReplicaIDs
+    /// need not: it holds more changesets of a retired epoch's replica id than the current history kept
+    /// (`retired`, ``SharedLog/retiredReplicas``), so it holds changesets the log lost, and its version vector counts
+    /// dots the daemons no longer give.
+    static func retiredEpochRefusal(of hello: Hello, retired: [ReplicaID: UInt64], log name: String) -> SyncError? {
         guard !retired.isEmpty,
-            let entry = hello.vector.entries.first(where: { retired.contains($0.replica) && $0.sequence > 0 })
+            let entry = hello.vector.entries.first(where: { entry in
+                retired[entry.replica].map { entry.sequence > $0 } ?? false
+            }),
+            let kept = retired[entry.replica]
         else { return nil }
         return SyncError(
             .resetRequired, .reset,
-            "replica \(hello.replica) synced with this cluster under a retired epoch of its log '\(log.configuration.log)' "
-                + "(it holds \(entry.sequence) changesets of replica \(entry.replica)): the log lost commits (a restore "
-                + "or a failover) and was given a new epoch; the app resets its replica, and recovers its unsynced "
-                + "changes onto the cluster's state")
+            "replica \(hello.replica) synced with this cluster under a retired epoch of its log '\(name)' (it holds "
+                + "\(entry.sequence) changesets of replica \(entry.replica), the cluster's history \(kept)): the log "
+                + "lost commits (a restore or a failover) and was given a new epoch; the app resets its replica, and "
+                + "recovers its unsynced changes onto the cluster's state")
     }
 
     /// Why an app session must not sync across the breaking schema version `breaking`, or `nil` when it may.

@@ -126,6 +126,94 @@ struct ClusterUpkeepTests {
     }
 
     @Test(
+        "After a compacted log lost commits, a new epoch starts from the replica of the daemon that applied the most: what it held and what the log held are kept, and its app syncs on without a reset"
+    )
+    func renewedEpochFromAReplica() async throws {
+        let postgres = try await PostgresServer.start()
+        defer { postgres.stop() }
+        let directory = TemporaryDirectory("cluster-renewed-from-replica")
+        let daemon = try await Cluster.daemon(directory, "daemon", on: postgres, retention: .seconds(3_600))
+        let a = try Cluster.app(directory, "a")
+        let session = a.connect(to: daemon.endpoint, configuration: Cluster.fastBackoff)
+        for index in 0..<4 { try await Self.create(a, "a\(index)") }
+        try await Cluster.bounded("a's upload") { try await session.waitForUpload() }
+        try await Cluster.bounded("a's download") { try await session.waitForDownload() }
+        // The log is compacted through everything the daemon applied.
+        let log = try await SharedLogTests.open(postgres)
+        let start = Self.seconds()
+        try await Self.roundsUntilReported(a, by: daemon, log: log, asOf: start)
+        _ = try await daemon.server.compactHistory(asOf: start, minimumFraction: 0)
+        let compacted = try await log.compactedThrough()
+        #expect(compacted > 0)
+        // Two more writes, acknowledged and applied by the daemon.
+        for index in 4..<6 { try await Self.create(a, "a\(index)") }
+        try await Cluster.bounded("a's second upload") { try await session.waitForUpload() }
+        try await Cluster.bounded("a's second download") { try await session.waitForDownload() }
+        await session.close()
+        let applied = daemon.replica.versionVector
+        await daemon.stop()
+
+        // An asynchronous failover lost the last two appends; a daemon that noticed nothing then appended b's write.
+        let head = try await log.head()
+        #expect(head >= compacted + 2)
+        try await postgres.sql("DELETE FROM tributary_changesets WHERE log = 'chat' AND seq > \(head - 2)")
+        try await postgres.sql(
+            "UPDATE tributary_logs SET head = \(head - 2), durable_head = \(head - 2) WHERE log = 'chat'")
+        let b = try Cluster.app(directory, "b")
+        try await Self.create(b, "b0")
+        let uploadsOfB = try LogFollowerTests.uploads(of: b)
+        _ = try await log.append(uploadsOfB)
+        // The log alone no longer builds a history.
+        let alone = await #expect(throws: SharedLogError.self) { try await log.renewEpoch() }
+        #expect(alone?.code == .compacted)
+        #expect(alone?.message.contains("--from-replica") == true, "\(String(describing: alone))")
+
+        // The daemon's replica, read only, starts the new epoch.
+        var readOnly = Replica.Configuration()
+        readOnly.readOnly = true
+        let source = try Replica.open(directory: directory.appending("daemon"), configuration: readOnly)
+        let retiredID = log.replicaID
+        let renewed = try await log.renewEpoch(from: source, into: directory.appending("renewed"))
+        source.close()
+        #expect(renewed.carried == uploadsOfB.count)
+        #expect(renewed.heldThrough == applied[retiredID])
+        #expect(renewed.replica.versionVector == applied)
+        renewed.replica.close()
+        await log.close()
+        let reopened = try await SharedLogTests.open(postgres)
+        #expect(reopened.epoch == renewed.epoch)
+        #expect(reopened.retiredReplicas[retiredID] == applied[retiredID])
+        #expect(try await reopened.compactedThrough() == renewed.position)
+        #expect(try await reopened.head() == renewed.position + UInt64(uploadsOfB.count))
+        // A daemon of the retired epoch is refused its old directory.
+        let old = #expect(throws: SharedLogError.self) {
+            try reopened.openReplica(directory: directory.appending("daemon"))
+        }
+        #expect(old != nil)
+        await reopened.close()
+
+        // Every daemon starts from a copy of the new epoch's replica: what the log lost and what only the log held.
+        let fresh = try await Cluster.daemon(directory, "renewed", on: postgres)
+        #expect(fresh.replica.replicaID == SharedLog.replicaID(of: renewed.epoch))
+        try await Cluster.eventually("the new epoch's daemon applying b's write the log kept") {
+            try Cluster.title(fresh.replica, "b0") == .string("b0")
+        }
+        for index in 0..<6 { #expect(try Cluster.title(fresh.replica, "a\(index)") == .string("a\(index)")) }
+        // a held no more than the daemon did: it syncs on, without a reset, and its writes reach the new epoch.
+        let back = a.connect(to: fresh.endpoint, configuration: Cluster.fastBackoff)
+        try await Cluster.eventually("a receiving b's write") { try Cluster.title(a, "b0") == .string("b0") }
+        try await Self.create(a, "a6")
+        try await Cluster.bounded("a's upload to the new epoch") { try await back.waitForUpload() }
+        #expect(try Cluster.title(fresh.replica, "a6") == .string("a6"))
+        #expect(back.clientResets.isEmpty)
+        #expect(try fresh.replica.verify().passed)
+        await back.close()
+        await fresh.stop()
+        a.close()
+        b.close()
+    }
+
+    @Test(
         "With a retention, each daemon compacts its replica through what devices reported to any daemon, one daemon drops the log entries every daemon applied, and a new daemon starts from a copy of another's replica"
     )
     func compaction() async throws {

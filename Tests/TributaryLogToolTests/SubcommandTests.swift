@@ -23,6 +23,7 @@ struct InfoTests {
                 changesets        7 (last local sequence 7)
                 instructions      19
                 compacted         never
+                shared log        none (not a daemon of a cluster)
                 log stored        \#(thousands(fixture.summary.log.storedBytes)) bytes
                 log uncompressed  \#(thousands(fixture.summary.log.uncompressedBytes)) bytes
                 compression       \#(String(format: "%.2fx", fixture.summary.log.compressionRatio))
@@ -42,9 +43,28 @@ struct InfoTests {
         #expect(run.status == 0, "\(run)")
         #expect(
             run.stdout == #"""
-                {"replica":"00000000000000a1","directory":"\#(fixture.path)","formatVersion":3,"schemaVersion":1,"migratedSchemaVersion":0,"declaredSchemaVersion":1,"firstDeclaredSchemaVersion":1,"types":4,"changesets":7,"instructions":19,"lastLocalSequence":7,"compaction":null,"logStoredBytes":\#(fixture.summary.log.storedBytes),"logUncompressedBytes":\#(fixture.summary.log.uncompressedBytes),"compressionRatio":\#(fixture.ratioJSON),"versionVector":[{"replica":"00000000000000a1","originSequence":5},{"replica":"00000000000000b2","originSequence":2}],"storageUsedBytes":\#(fixture.storageUsedBytes),"objects":[{"type":"ChatMessage","count":0},{"type":"User","count":3}],"schemaConflicts":[]}
+                {"replica":"00000000000000a1","directory":"\#(fixture.path)","formatVersion":3,"schemaVersion":1,"migratedSchemaVersion":0,"declaredSchemaVersion":1,"firstDeclaredSchemaVersion":1,"types":4,"changesets":7,"instructions":19,"lastLocalSequence":7,"compaction":null,"sharedLog":null,"logStoredBytes":\#(fixture.summary.log.storedBytes),"logUncompressedBytes":\#(fixture.summary.log.uncompressedBytes),"compressionRatio":\#(fixture.ratioJSON),"versionVector":[{"replica":"00000000000000a1","originSequence":5},{"replica":"00000000000000b2","originSequence":2}],"storageUsedBytes":\#(fixture.storageUsedBytes),"objects":[{"type":"ChatMessage","count":0},{"type":"User","count":3}],"schemaConflicts":[]}
 
                 """#)
+    }
+
+    @Test("A daemon of a cluster shows the shared log's epoch and the position it applied")
+    func sharedLogPosition() throws {
+        let fixture = try ChatFixture()
+        let epoch = UUID(uuidString: "5B8E2F1C-9D3A-4E7B-8C6D-0A1B2C3D4E5F")!
+        let replica = try Replica.open(directory: fixture.path)
+        try replica.setSharedLogPosition(SharedLogPosition(epoch: epoch, position: 42, last: nil))
+        replica.close()
+        let run = try runTool(["info", fixture.path])
+        #expect(run.status == 0, "\(run)")
+        #expect(
+            run.lines.contains(
+                "shared log        epoch 5B8E2F1C-9D3A-4E7B-8C6D-0A1B2C3D4E5F, applied through position 42"),
+            "\(run.stdout)")
+        let json = try runTool(["info", fixture.path, "--json"])
+        #expect(
+            json.stdout.contains(#""sharedLog":{"epoch":"5B8E2F1C-9D3A-4E7B-8C6D-0A1B2C3D4E5F","applied":42}"#),
+            "\(json.stdout)")
     }
 }
 

@@ -11,7 +11,9 @@ struct Info: ParsableCommand {
             Prints the replica id, the format and schema versions (the highest any release declared; the schema \
             version the app last opened this replica with and the one its history starts at; and the highest a \
             migration reached), the schema conflicts, the number of changesets and instructions, whether the log \
-            was compacted (which entries a base state replaced, when, and the version vector it holds), the \
+            was compacted (which entries a base state replaced, when, and the version vector it holds), for a \
+            daemon of a cluster the shared log's epoch and the position it applied (the daemon that applied the \
+            most is the one a new epoch starts from: tributaryd --renew-epoch --from-replica), the \
             log's size as stored (headers and compressed payloads) and uncompressed, the compression ratio, the \
             version vector, the storage file's used size, and the number of objects of each type. Every figure \
             comes from one snapshot; reading the log checks every entry's checksum.
@@ -29,6 +31,7 @@ struct Info: ParsableCommand {
             let summary = try opened.inspection.summary()
             let declared = try opened.declaredVersions()
             let compaction = try opened.logCompaction()
+            let shared = try opened.sharedLogPosition()
             let ratio = (summary.log.compressionRatio * 100).rounded() / 100
             if output.json {
                 emit(
@@ -49,6 +52,15 @@ struct Info: ParsableCommand {
                                 .object([
                                     ("through", .uint(compaction.through)), ("time", .uint(compaction.time)),
                                     ("versionVector", json(compaction.vector)),
+                                ])
+                            } ?? .null
+                        ),
+                        (
+                            "sharedLog",
+                            shared.map { shared in
+                                .object([
+                                    ("epoch", .string(shared.epoch.uuidString)),
+                                    ("applied", .uint(shared.position)),
                                 ])
                             } ?? .null
                         ),
@@ -118,6 +130,11 @@ struct Info: ParsableCommand {
                             + " at \(Date(timeIntervalSince1970: TimeInterval(compaction.time)).formatted(.iso8601)),"
                             + " holding \(text(compaction.vector))"
                     } ?? "never"
+                ),
+                (
+                    "shared log",
+                    shared.map { "epoch \($0.epoch), applied through position \($0.position)" }
+                        ?? "none (not a daemon of a cluster)"
                 ),
                 ("log stored", "\(grouped(summary.log.storedBytes)) bytes"),
                 ("log uncompressed", "\(grouped(summary.log.uncompressedBytes)) bytes"),

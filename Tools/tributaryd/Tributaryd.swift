@@ -164,9 +164,22 @@ struct Tributaryd: AsyncParsableCommand {
                 cluster refuse the log ("went back"). Renewing its epoch starts a new history from what the log \
                 holds: start every daemon again on an empty directory (keep the old ones: they hold the lost \
                 changesets), and apps that synced before are reset, recovering their unsynced changes. Needs \
-                --cluster; DIRECTORY is not used.
+                --cluster; DIRECTORY is not used. A log that was compacted (--retention) needs --from-replica.
                 """))
     var renewEpoch = false
+
+    @Option(
+        help: ArgumentHelp(
+            "With --renew-epoch: start the new history from this daemon's replica (stopped), into DIRECTORY.",
+            discussion: """
+                The replica of the daemon that applied the most keeps what the log lost: the new epoch starts from \
+                its state, written into DIRECTORY as a new replica, and the log keeps the entries that replica \
+                lacks. Start every daemon of the cluster from a copy of DIRECTORY. Apps that hold no more than \
+                that replica did sync on without a reset; others are reset and recover their unsynced changes. \
+                The replica is only read.
+                """,
+            valueName: "directory"))
+    var fromReplica: String?
 
     @Option(name: .customLong("token"), help: "An access token apps and peers may present (repeatable; none: anyone).")
     var tokens: [String] = []
@@ -366,6 +379,10 @@ struct Tributaryd: AsyncParsableCommand {
             throw ValidationError("--renew-epoch needs --cluster (or \"cluster\" in --config): the log to renew")
         }
         let old = log.epoch
+        if let fromReplica {
+            try await renewClusterEpoch(log, from: fromReplica, file)
+            return
+        }
         let new: UUID
         do {
             new = try await log.renewEpoch()
@@ -378,6 +395,45 @@ struct Tributaryd: AsyncParsableCommand {
             """
             renewed the epoch of the shared log '\(log.configuration.log)': \(old) retired, \(new) now.
             Start every daemon of the cluster again on an empty directory; apps that synced before are reset.
+            """)
+    }
+
+    /// Renews the epoch of the cluster's log from a daemon's replica (--renew-epoch --from-replica) into DIRECTORY.
+    func renewClusterEpoch(_ log: SharedLog, from source: String, _ file: DaemonFile) async throws {
+        guard let target = directory ?? file.directory else {
+            await log.close()
+            throw ValidationError("--from-replica needs DIRECTORY: where the new epoch's replica is written")
+        }
+        var configuration = Replica.Configuration()
+        configuration.readOnly = true
+        let replica: Replica
+        do {
+            replica = try Replica.open(directory: source, configuration: configuration)
+        } catch {
+            await log.close()
+            throw ValidationError("--from-replica: cannot open \(source): \(error)")
+        }
+        defer { replica.close() }
+        let old = log.epoch
+        let renewed: SharedLog.RenewedEpoch
+        do {
+            renewed = try await log.renewEpoch(from: replica, into: target)
+        } catch let error as SharedLogError {
+            await log.close()
+            throw ValidationError("could not renew the epoch: \(error.message)")
+        } catch {
+            await log.close()
+            throw ValidationError("could not renew the epoch: \(error)")
+        }
+        renewed.replica.close()
+        await log.close()
+        print(
+            """
+            renewed the epoch of the shared log '\(log.configuration.log)': \(old) retired, \(renewed.epoch) now.
+            The new history starts from \(source) (\(renewed.heldThrough) changesets of the retired epoch), at \
+            position \(renewed.position), with \(renewed.carried) entries of the log it lacked kept after it.
+            Start every daemon of the cluster from a copy of \(target) (cp -r while no daemon runs on it, or \
+            tributary-log backup); apps that hold more than \(source) did are reset.
             """)
     }
 
