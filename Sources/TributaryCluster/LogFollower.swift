@@ -57,7 +57,8 @@ public actor LogFollower {
                 .incompatible,
                 "the replica followed the shared log '\(log.configuration.log)' of epoch \(stored.epoch), and the "
                     + "log's epoch is now \(log.epoch) (its history was replaced): start this daemon from an empty "
-                    + "directory so that it applies the log from its start")
+                    + "directory so that it applies the log from its start, or, when the new epoch started from a "
+                    + "daemon's replica, from a copy of that replica")
         }
         applied = stored.position
         lastApplied = stored.last
@@ -152,7 +153,9 @@ public actor LogFollower {
             .incompatible,
             "the shared log '\(log.configuration.log)' went back: \(wentBack), and this replica applied it through "
                 + "\(applied) (PostgreSQL lost commits: an asynchronous failover or a restore from a backup). It "
-                + "cannot follow the log any more: start this daemon on an empty directory")
+                + "cannot follow the log any more: give the log a new epoch (tributaryd --renew-epoch, with "
+                + "--from-replica once the log was compacted), then start this daemon on an empty directory (or on "
+                + "a copy of the new epoch's replica)")
     }
 
     private func applyAvailable() async throws {

@@ -612,7 +612,8 @@ public final class SharedLog: Sendable {
                 return SharedLogError(
                     .incompatible,
                     "\(message): the log was given a new epoch after it lost commits. This daemon's replica follows "
-                        + "the retired one: start it again on an empty directory")
+                        + "the retired one: start it again on an empty directory (or, when the new epoch started from "
+                        + "a daemon's replica, on a copy of that replica)")
             }
             let detail = info[.detail].map { " (\($0))" } ?? ""
             return SharedLogError(.rejected, "\(location) refused: \(message)\(detail) [SQLSTATE \(state)]")

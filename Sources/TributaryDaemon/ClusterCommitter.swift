@@ -90,7 +90,8 @@ actor ClusterCommitter: BatchIntegrator {
                 .storage,
                 "the cluster's shared log went back: its head is \(head), and this daemon applied it through "
                     + "\(applied) (PostgreSQL lost commits: an asynchronous failover or a restore from a backup); this "
-                    + "daemon takes no upload until it is started again on an empty directory")
+                    + "daemon takes no upload until the log is given a new epoch and it is started again on an empty "
+                    + "directory (or a copy of the new epoch's replica)")
         }
         for upload in missing {
             report.rejected.append(

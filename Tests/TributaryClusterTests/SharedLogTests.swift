@@ -145,7 +145,7 @@ struct SharedLogTests {
             #expect(
                 try await server.sql("SELECT version FROM tributary_schema").trimmingCharacters(
                     in: .whitespacesAndNewlines)
-                    == "4")
+                    == "5")
             for log in [chat, tasks, again] { await log.close() }
             await #expect(throws: SharedLogError.self) { try await chat.head() }
         }
@@ -238,13 +238,13 @@ struct SharedLogTests {
             try await server.sql("DROP TABLE tributary_followers, tributary_sync_reports")
             try await server.sql(
                 "ALTER TABLE tributary_logs DROP COLUMN retired_epochs, DROP COLUMN reports_since, "
-                    + "DROP COLUMN reports_round, DROP COLUMN durable_head")
+                    + "DROP COLUMN reports_round, DROP COLUMN durable_head, DROP COLUMN retired_through")
             try await server.sql("UPDATE tributary_schema SET version = 1")
             let again = try await Self.open(server)
             #expect(
                 try await server.sql("SELECT version FROM tributary_schema").trimmingCharacters(
                     in: .whitespacesAndNewlines)
-                    == "4")
+                    == "5")
             #expect(try await again.append([Self.changeset(5, 1), Self.changeset(5, 2)]) == [1, 2])
             // A changeset given twice in one append is stored once; both get its position.
             #expect(try await again.append([Self.changeset(6, 1), Self.changeset(6, 1)]) == [3, 3])

@@ -76,8 +76,10 @@ struct HelpText: CustomTestStringConvertible, Sendable {
                 Prints the replica id, the format and schema versions (the highest any release declared; the schema
                 version the app last opened this replica with and the one its history starts at; and the highest a
                 migration reached), the schema conflicts, the number of changesets and instructions, whether the
-                log was compacted (which entries a base state replaced, when, and the version vector it holds), the
-                log's size as stored (headers and compressed payloads) and uncompressed, the compression ratio, the
+                log was compacted (which entries a base state replaced, when, and the version vector it holds), for
+                a daemon of a cluster the shared log's epoch and the position it applied (the daemon that applied
+                the most is the one a new epoch starts from: tributaryd --renew-epoch --from-replica), the log's
+                size as stored (headers and compressed payloads) and uncompressed, the compression ratio, the
                 version vector, the storage file's used size, and the number of objects of each type. Every figure
                 comes from one snapshot; reading the log checks every entry's checksum.
 
