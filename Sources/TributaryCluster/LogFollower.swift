@@ -283,7 +283,8 @@ extension SharedLog {
                 .incompatible,
                 "\(directory) holds replica \(replica.replicaID), not replica \(replicaID) of the cluster of log "
                     + "'\(self.configuration.log)': a daemon of a cluster builds its replica from the log; start it on "
-                    + "an empty directory")
+                    + "an empty directory (or on a copy of another daemon's replica of this epoch, which a compacted "
+                    + "log needs)")
         }
         return replica
     }

@@ -72,6 +72,16 @@ extension SharedLog {
         return new
     }
 
+    /// What the transaction of ``renewEpoch(from:into:)`` found and did.
+    private enum SeededRenewal: Sendable {
+        /// Renewed, keeping `carried` entries after the base's position.
+        case renewed(carried: Int64)
+        /// The log's epoch was not the one this handle opened: another renewal came first.
+        case renewedAlready
+        /// The log was compacted past what the replica applied, meanwhile.
+        case compactedPast(Int64)
+    }
+
     /// What ``renewEpoch(from:into:)`` did.
     package struct RenewedEpoch: Sendable {
         /// The new epoch.
@@ -143,15 +153,15 @@ extension SharedLog {
             let base = Int64(position)
             let client = client
             let logger = logger
-            let outcome = try await operation { () -> Int64? in
-                try await client.withTransaction(logger: logger) { connection -> Int64? in
+            let outcome = try await operation { () -> SeededRenewal in
+                try await client.withTransaction(logger: logger) { connection -> SeededRenewal in
                     var found: (UUID, Int64)?
                     for try await row in try await connection.query(
                         "SELECT epoch, compacted_through FROM tributary_logs WHERE log = \(name) FOR UPDATE",
                         logger: logger
                     ).decode((UUID, Int64).self) { found = row }
-                    guard let found, found.0 == old else { return nil }
-                    guard found.1 <= base else { return -found.1 }
+                    guard let found, found.0 == old else { return .renewedAlready }
+                    guard found.1 <= base else { return .compactedPast(found.1) }
                     // A statement with parameters cannot create a table: the table first, then what it keeps.
                     try await connection.query(
                         """
@@ -188,18 +198,21 @@ extension SharedLog {
                     try await connection.query("DELETE FROM tributary_followers WHERE log = \(name)", logger: logger)
                     try await connection.query(
                         "DELETE FROM tributary_sync_reports WHERE log = \(name)", logger: logger)
-                    return carried
+                    return .renewed(carried: carried)
                 }
             }
-            guard let carried = outcome else {
+            let carried: Int64
+            switch outcome {
+            case .renewed(let count):
+                carried = count
+            case .renewedAlready:
                 throw SharedLogError(
                     .incompatible,
                     "the epoch of the shared log '\(name)' is no longer \(old): it was renewed already; open it again")
-            }
-            guard carried >= 0 else {
+            case .compactedPast(let through):
                 throw SharedLogError(
                     .invalidArgument,
-                    "the shared log '\(name)' was compacted through \(-carried) meanwhile, past what replica "
+                    "the shared log '\(name)' was compacted through \(through) meanwhile, past what replica "
                         + "\(source.directory) applied (\(stored.position)): start the new epoch from a daemon that "
                         + "applied more")
             }

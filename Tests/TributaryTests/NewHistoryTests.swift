@@ -68,12 +68,15 @@ struct NewHistoryTests {
         #expect(try fresh.verify().passed)
 
         // A directory that holds something is refused, and left as it was.
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+        let digest = try fresh.recordsDigest()
         #expect {
             _ = try Replica.startingNewHistory(from: relay, directory: directory, replicaID: ReplicaID(rawValue: 51))
         } throws: { error in
             (error as? TributaryError)?.code == .invalidValue
         }
-        #expect(fresh.replicaID == ReplicaID(rawValue: 50))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).sorted() == files)
+        #expect(try fresh.recordsDigest() == digest)
     }
 
     @Test("A replica that holds nothing starts no history")

@@ -380,7 +380,13 @@ struct Tributaryd: AsyncParsableCommand {
         }
         let old = log.epoch
         if let fromReplica {
-            try await renewClusterEpoch(log, from: fromReplica, file)
+            do {
+                try await renewClusterEpoch(log, from: fromReplica, file)
+            } catch {
+                await log.close()
+                throw error
+            }
+            await log.close()
             return
         }
         let new: UUID
@@ -399,9 +405,9 @@ struct Tributaryd: AsyncParsableCommand {
     }
 
     /// Renews the epoch of the cluster's log from a daemon's replica (--renew-epoch --from-replica) into DIRECTORY.
+    /// The caller closes `log`.
     func renewClusterEpoch(_ log: SharedLog, from source: String, _ file: DaemonFile) async throws {
         guard let target = directory ?? file.directory else {
-            await log.close()
             throw ValidationError("--from-replica needs DIRECTORY: where the new epoch's replica is written")
         }
         var configuration = Replica.Configuration()
@@ -410,7 +416,6 @@ struct Tributaryd: AsyncParsableCommand {
         do {
             replica = try Replica.open(directory: source, configuration: configuration)
         } catch {
-            await log.close()
             throw ValidationError("--from-replica: cannot open \(source): \(error)")
         }
         defer { replica.close() }
@@ -419,14 +424,11 @@ struct Tributaryd: AsyncParsableCommand {
         do {
             renewed = try await log.renewEpoch(from: replica, into: target)
         } catch let error as SharedLogError {
-            await log.close()
             throw ValidationError("could not renew the epoch: \(error.message)")
         } catch {
-            await log.close()
             throw ValidationError("could not renew the epoch: \(error)")
         }
         renewed.replica.close()
-        await log.close()
         print(
             """
             renewed the epoch of the shared log '\(log.configuration.log)': \(old) retired, \(renewed.epoch) now.

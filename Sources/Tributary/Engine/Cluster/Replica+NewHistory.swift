@@ -31,11 +31,9 @@ extension Replica {
             throw TributaryError(
                 .invalidValue, "\(directory) is not empty: a new history starts in a new or empty directory")
         }
-        guard !source.versionVector.entries.isEmpty else {
-            throw TributaryError(
-                .invalidValue,
-                "replica \(source.directory) holds no changeset: there is nothing to start a history from")
-        }
+        let nothingHeld = TributaryError(
+            .invalidValue, "replica \(source.directory) holds no changeset: there is nothing to start a history from")
+        guard !source.versionVector.entries.isEmpty else { throw nothingHeld }
         let scratch = files.temporaryDirectory.appendingPathComponent("tributary-history-\(UUID().uuidString)").path
         defer { try? files.removeItem(atPath: scratch) }
         try source.backUp(to: scratch)
@@ -44,15 +42,10 @@ extension Replica {
         let copy = try Replica.open(directory: scratch, configuration: copyConfiguration)
         defer { copy.close() }
         try copy.compact(through: .max, recordsInMemory: recordsInMemory, includingLastEntry: true)
-        guard let reader = try copy.baseReader() else {
-            throw TributaryError(
-                .invalidValue,
-                "replica \(source.directory) holds no changeset: there is nothing to start a history from")
-        }
+        guard let reader = try copy.baseReader() else { throw nothingHeld }
 
         var configuration = configuration
         configuration.replicaID = replicaID
-        let created = !files.fileExists(atPath: directory)
         let replica = try Replica.open(directory: directory, configuration: configuration)
         do {
             var first = true
@@ -66,13 +59,7 @@ extension Replica {
             return replica
         } catch {
             replica.close()
-            if created {
-                try? files.removeItem(atPath: directory)
-            } else if let contents = try? files.contentsOfDirectory(atPath: directory) {
-                for name in contents {
-                    try? files.removeItem(atPath: (directory as NSString).appendingPathComponent(name))
-                }
-            }
+            try? files.removeItem(atPath: directory)
             throw TributaryError.wrap(error)
         }
     }
