@@ -59,6 +59,11 @@ public struct IncomingChangesets: Sendable, Hashable {
     /// user an app's session authenticated as.
     public var requiredAuthor: String?
 
+    /// The writes a daemon refused in judging these changesets (an app's upload), stored in the same commit: the
+    /// changesets as reduced by the judgement, and the record that the app must receive the objects' corrections,
+    /// are kept together or not at all.
+    package var refusals: [RefusalRecord] = []
+
     public init(_ changesets: [[UInt8]], adopt: Bool, requiredAuthor: String? = nil) {
         self.changesets = changesets
         self.adopt = adopt
@@ -542,6 +547,9 @@ extension Replica {
             return all
         } recording: { txn in
             if let sharedLogPosition { try self.storeSharedLogPosition(sharedLogPosition, in: txn) }
+            for (index, batch) in batches.enumerated() where failures[index] == nil {
+                try self.storeRefusals(batch.refusals, in: txn)
+            }
         }
         return batches.indices.map { index in
             if let failure = failures[index] { return .failure(failure) }

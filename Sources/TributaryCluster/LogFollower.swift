@@ -171,13 +171,21 @@ public actor LogFollower {
             }
             knownHead = max(knownHead, last.sequence)
             let replica = replica
-            let bodies = entries.map(\.body)
+            var batch = IncomingChangesets(entries.map(\.body), adopt: true)
+            // The writes the appending daemon refused are kept here too: the app may sync with this daemon next.
+            batch.refusals = entries.compactMap { entry in
+                entry.refusal.map {
+                    RefusalRecord(
+                        device: $0.device, changeset: Dot(origin: entry.origin, sequence: entry.originSequence),
+                        objects: $0.objects)
+                }
+            }
             let position = SharedLogPosition(
                 epoch: log.epoch, position: last.sequence,
                 last: Dot(origin: last.origin, sequence: last.originSequence))
             // The position is stored in the commit that applies the entries: a crash leaves both or neither.
-            let results = try await offload {
-                try replica.integrate(batches: [IncomingChangesets(bodies, adopt: true)], sharedLogPosition: position)
+            let results = try await offload { [batch] in
+                try replica.integrate(batches: [batch], sharedLogPosition: position)
             }
             switch results.first {
             case .failure(let error): throw error

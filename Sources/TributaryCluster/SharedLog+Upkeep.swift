@@ -166,12 +166,14 @@ extension SharedLog {
                     try await connection.query(
                         """
                         CREATE TEMPORARY TABLE tributary_carried (
-                            origin bigint, origin_sequence bigint, body bytea, n bigint) ON COMMIT DROP
+                            origin bigint, origin_sequence bigint, body bytea, refused_by bigint, refused bytea,
+                            n bigint) ON COMMIT DROP
                         """, logger: logger)
                     try await connection.query(
                         """
                         INSERT INTO tributary_carried
-                        SELECT c.origin, c.origin_sequence, c.body, row_number() OVER (ORDER BY c.seq)
+                        SELECT c.origin, c.origin_sequence, c.body, c.refused_by, c.refused,
+                            row_number() OVER (ORDER BY c.seq)
                         FROM tributary_changesets c
                         WHERE c.log = \(name) AND NOT EXISTS (
                             SELECT 1 FROM unnest(\(origins)::bigint[], \(through)::bigint[]) AS h(origin, through)
@@ -180,8 +182,9 @@ extension SharedLog {
                     try await connection.query("DELETE FROM tributary_changesets WHERE log = \(name)", logger: logger)
                     try await connection.query(
                         """
-                        INSERT INTO tributary_changesets (log, seq, origin, origin_sequence, body)
-                        SELECT \(name), \(base) + n, origin, origin_sequence, body FROM tributary_carried
+                        INSERT INTO tributary_changesets (log, seq, origin, origin_sequence, body, refused_by, refused)
+                        SELECT \(name), \(base) + n, origin, origin_sequence, body, refused_by, refused
+                        FROM tributary_carried
                         """, logger: logger)
                     var carried: Int64 = 0
                     for try await count in try await connection.query(

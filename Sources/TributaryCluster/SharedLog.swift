@@ -113,11 +113,30 @@ public final class SharedLog: Sendable {
         public var origin: ReplicaID
         public var originSequence: UInt64
         public var body: [UInt8]
+        /// The writes of the changeset the appending daemon refused, stored with it; `nil` when none were.
+        public var refusal: Refusal?
 
-        public init(origin: ReplicaID, originSequence: UInt64, body: [UInt8]) {
+        public init(origin: ReplicaID, originSequence: UInt64, body: [UInt8], refusal: Refusal? = nil) {
             self.origin = origin
             self.originSequence = originSequence
             self.body = body
+            self.refusal = refusal
+        }
+    }
+
+    /// The writes of an app's changeset that the daemon which took the upload refused (a permission rule, or the
+    /// session's subscriptions): stored with the changeset, so that every daemon that applies the entry can send the
+    /// app the objects' corrections, whichever daemon it syncs with next. A changeset appended again keeps the
+    /// refusal of its first append, the judgement its stored body reflects.
+    public struct Refusal: Sendable, Hashable {
+        /// The app whose session uploaded the changeset.
+        public var device: ReplicaID
+        /// The objects whose writes were refused, as the daemon encodes them.
+        public var objects: [UInt8]
+
+        public init(device: ReplicaID, objects: [UInt8]) {
+            self.device = device
+            self.objects = objects
         }
     }
 
@@ -128,6 +147,8 @@ public final class SharedLog: Sendable {
         public var origin: ReplicaID
         public var originSequence: UInt64
         public var body: [UInt8]
+        /// The writes of the changeset the daemon that appended it refused, if any.
+        public var refusal: Refusal?
     }
 
     /// The largest changeset the log takes, as PostgreSQL's `bytea` allows with room to spare.
@@ -361,6 +382,9 @@ public final class SharedLog: Sendable {
         let origins = changesets.map { Int64(bitPattern: $0.origin.rawValue) }
         let sequences = changesets.map { Int64(bitPattern: $0.originSequence) }
         let bodies = changesets.map { ByteBuffer(bytes: $0.body) }
+        // No refusal: device 0 and no bytes (PostgreSQL's arrays of parameters hold no nulls here).
+        let refusedBy = changesets.map { Int64(bitPattern: $0.refusal?.device.rawValue ?? 0) }
+        let refused = changesets.map { ByteBuffer(bytes: $0.refusal?.objects ?? []) }
         let epoch = epoch
         return try await operation {
             // One statement, one transaction (tributary_append, in SharedLogSchema): it takes the log's head row
@@ -370,7 +394,7 @@ public final class SharedLog: Sendable {
             let rows = try await client.query(
                 """
                 SELECT tributary_append(\(name), \(epoch), \(origins)::bigint[], \(sequences)::bigint[], \
-                \(bodies)::bytea[])
+                \(bodies)::bytea[], \(refusedBy)::bigint[], \(refused)::bytea[])
                 """, logger: logger)
             for try await value in rows.decode([Int64].self) { positions = value }
             guard let positions, positions.count == changesets.count, positions.allSatisfy({ $0 > 0 }) else {
@@ -428,9 +452,10 @@ public final class SharedLog: Sendable {
             // entries continue what the reader read before.
             let rows = try await client.query(
                 """
-                SELECT l.epoch, l.compacted_through, c.seq, c.origin, c.origin_sequence, c.body
+                SELECT l.epoch, l.compacted_through, c.seq, c.origin, c.origin_sequence, c.body, c.refused_by,
+                    c.refused
                 FROM tributary_logs l LEFT JOIN LATERAL (
-                    SELECT seq, origin, origin_sequence, body FROM tributary_changesets
+                    SELECT seq, origin, origin_sequence, body, refused_by, refused FROM tributary_changesets
                     WHERE log = l.log AND seq > \(Int64(sequence)) AND seq <= l.durable_head
                     ORDER BY seq LIMIT \(Int64(limit))) c ON true
                 WHERE l.log = \(name)
@@ -438,16 +463,22 @@ public final class SharedLog: Sendable {
             var epoch: UUID?
             var compacted: Int64 = 0
             var entries: [Entry] = []
-            for try await (logEpoch, compactedThrough, position, origin, originSequence, body) in rows.decode(
-                (UUID, Int64, Int64?, Int64?, Int64?, ByteBuffer?).self)
+            for try await (logEpoch, compactedThrough, position, origin, originSequence, body, refusedBy, refused)
+                in rows.decode((UUID, Int64, Int64?, Int64?, Int64?, ByteBuffer?, Int64?, ByteBuffer?).self)
             {
                 epoch = logEpoch
                 compacted = compactedThrough
                 guard let position, let origin, let originSequence, let body else { continue }
+                var refusal: Refusal?
+                if let refusedBy, refusedBy != 0, let refused, refused.readableBytes > 0 {
+                    refusal = Refusal(
+                        device: ReplicaID(rawValue: UInt64(bitPattern: refusedBy)), objects: Array(buffer: refused))
+                }
                 entries.append(
                     Entry(
                         sequence: UInt64(position), origin: ReplicaID(rawValue: UInt64(bitPattern: origin)),
-                        originSequence: UInt64(bitPattern: originSequence), body: Array(buffer: body)))
+                        originSequence: UInt64(bitPattern: originSequence), body: Array(buffer: body),
+                        refusal: refusal))
             }
             return (epoch, UInt64(max(0, compacted)), entries)
         }

@@ -9,7 +9,7 @@ import PostgresNIO
 /// with a clear error instead of writing to them.
 enum SharedLogSchema {
     /// The version of the tables this build writes.
-    static let version: Int32 = 5
+    static let version: Int32 = 6
 
     /// The SQL state `tributary_append` raises when the log's epoch is not the one the appender names.
     static let retiredEpochState = "TRB01"
@@ -161,6 +161,55 @@ enum SharedLogSchema {
             """
             UPDATE tributary_logs
             SET retired_through = array_fill(0::bigint, ARRAY[coalesce(array_length(retired_epochs, 1), 0)])
+            """,
+        ],
+        // The writes of an app's changeset the appending daemon refused, stored with the changeset (device 0 and no
+        // bytes when none were): every daemon that applies the entry keeps them, and sends the app their corrections
+        // whichever daemon it syncs with next. A changeset appended again keeps its first refusal.
+        [
+            "ALTER TABLE tributary_changesets ADD COLUMN refused_by bigint NOT NULL DEFAULT 0",
+            "ALTER TABLE tributary_changesets ADD COLUMN refused bytea NOT NULL DEFAULT ''",
+            "DROP FUNCTION tributary_append(text, uuid, bigint[], bigint[], bytea[])",
+            """
+            CREATE FUNCTION tributary_append(
+                p_log text, p_epoch uuid, p_origins bigint[], p_sequences bigint[], p_bodies bytea[],
+                p_refused_by bigint[], p_refused bytea[])
+            RETURNS bigint[] LANGUAGE plpgsql AS $$
+            DECLARE
+                v_head bigint;
+                v_epoch uuid;
+                v_next bigint;
+                v_found bigint;
+                v_positions bigint[] := '{}';
+            BEGIN
+                SELECT head, epoch INTO v_head, v_epoch FROM tributary_logs WHERE log = p_log FOR UPDATE;
+                IF v_head IS NULL THEN
+                    RAISE EXCEPTION 'the log % has no row in tributary_logs', p_log;
+                END IF;
+                IF v_epoch <> p_epoch THEN
+                    RAISE EXCEPTION USING ERRCODE = 'TRB01',
+                        MESSAGE = format('the log %s is of epoch %s now, not %s', p_log, v_epoch, p_epoch);
+                END IF;
+                v_next := v_head;
+                FOR i IN 1 .. coalesce(array_length(p_origins, 1), 0) LOOP
+                    SELECT seq INTO v_found FROM tributary_changesets
+                        WHERE log = p_log AND origin = p_origins[i] AND origin_sequence = p_sequences[i];
+                    IF v_found IS NULL THEN
+                        v_next := v_next + 1;
+                        INSERT INTO tributary_changesets (log, seq, origin, origin_sequence, body, refused_by, refused)
+                            VALUES (p_log, v_next, p_origins[i], p_sequences[i], p_bodies[i], p_refused_by[i],
+                                p_refused[i]);
+                        v_found := v_next;
+                    END IF;
+                    v_positions := v_positions || v_found;
+                END LOOP;
+                IF v_next > v_head THEN
+                    UPDATE tributary_logs SET head = v_next WHERE log = p_log;
+                    PERFORM pg_notify('tributary_appended', p_log || ':' || v_next);
+                END IF;
+                RETURN v_positions;
+            END
+            $$
             """,
         ],
     ]

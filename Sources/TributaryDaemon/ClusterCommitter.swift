@@ -20,7 +20,7 @@ actor ClusterCommitter: BatchIntegrator {
     /// The most bytes of changesets one append takes; the rest wait for the next.
     private let maximumGroupBytes: Int
 
-    private var queue: [(uploads: [SharedLogUpload], bytes: Int, waiter: CheckedContinuation<[UInt64], any Error>)] =
+    private var queue: [(appends: [SharedLog.Append], bytes: Int, waiter: CheckedContinuation<[UInt64], any Error>)] =
         []
     private var running = false
 
@@ -30,8 +30,8 @@ actor ClusterCommitter: BatchIntegrator {
         self.maximumGroupBytes = maximumGroupBytes
     }
 
-    nonisolated func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?) async throws
-        -> IntegrationReport
+    nonisolated func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?, refusals: [RefusalRecord])
+        async throws -> IntegrationReport
     {
         guard adopt else {
             throw TributaryError(
@@ -45,7 +45,14 @@ actor ClusterCommitter: BatchIntegrator {
             try replica.checkUpload(changesets, requiredAuthor: author, maximumClockSkew: skew)
         }
         guard !uploads.isEmpty else { return IntegrationReport() }
-        let positions = try await append(uploads)
+        // Each refusal goes into the log with its changeset: every daemon that applies the entry keeps it.
+        let refused = Dictionary(refusals.map { ($0.changeset, $0) }) { first, _ in first }
+        let positions = try await append(
+            uploads.map { upload in
+                SharedLog.Append(
+                    origin: upload.dot.origin, originSequence: upload.dot.sequence, body: upload.body,
+                    refusal: refused[upload.dot].map { SharedLog.Refusal(device: $0.device, objects: $0.objects) })
+            })
         do {
             try await follower.waitUntilApplied(positions.max() ?? 0)
         } catch {
@@ -99,10 +106,11 @@ actor ClusterCommitter: BatchIntegrator {
         }
     }
 
-    /// Appends `uploads` to the log with the others that wait, and returns their positions.
-    private func append(_ uploads: [SharedLogUpload]) async throws -> [UInt64] {
+    /// Appends `appends` to the log with the others that wait, and returns their positions.
+    private func append(_ appends: [SharedLog.Append]) async throws -> [UInt64] {
         try await withCheckedThrowingContinuation { continuation in
-            queue.append((uploads, uploads.reduce(0) { $0 + $1.body.count }, continuation))
+            queue.append(
+                (appends, appends.reduce(0) { $0 + $1.body.count + ($1.refusal?.objects.count ?? 0) }, continuation))
             if !running {
                 running = true
                 Task { await drain() }
@@ -115,18 +123,14 @@ actor ClusterCommitter: BatchIntegrator {
             let group = takeGroup(from: &queue, maximumBytes: maximumGroupBytes) { $0.bytes }
             // A changeset uploaded twice in one group (an app that reconnected and sent it again meanwhile) is stored
             // once, and both get its position: the append recognises a changeset it stored earlier in the same call.
-            let appends = group.flatMap { entry in
-                entry.uploads.map {
-                    SharedLog.Append(origin: $0.dot.origin, originSequence: $0.dot.sequence, body: $0.body)
-                }
-            }
+            let appends = group.flatMap(\.appends)
             do {
                 // One position per changeset given, in order (the append checks it).
                 let positions = try await follower.log.append(appends)
                 var offset = 0
                 for entry in group {
-                    entry.waiter.resume(returning: Array(positions[offset..<offset + entry.uploads.count]))
-                    offset += entry.uploads.count
+                    entry.waiter.resume(returning: Array(positions[offset..<offset + entry.appends.count]))
+                    offset += entry.appends.count
                 }
             } catch {
                 let failure = TributaryError(

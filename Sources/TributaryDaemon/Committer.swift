@@ -31,10 +31,12 @@ actor Committer: BatchIntegrator {
         self.maximumGroupBytes = maximumGroupBytes
     }
 
-    nonisolated func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?) async throws
-        -> IntegrationReport
+    nonisolated func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?, refusals: [RefusalRecord])
+        async throws -> IntegrationReport
     {
-        try await submit(IncomingChangesets(changesets, adopt: adopt, requiredAuthor: author))
+        var batch = IncomingChangesets(changesets, adopt: adopt, requiredAuthor: author)
+        batch.refusals = refusals
+        return try await submit(batch)
     }
 
     private func submit(_ batch: IncomingChangesets) async throws -> IntegrationReport {

@@ -15,7 +15,10 @@ package protocol MessageWriter: Sendable {
 package protocol BatchIntegrator: Sendable {
     /// Integrates `changesets` (adopted when `adopt`: an app's upload at its daemon) in one durable commit. When
     /// `author` is set, every changeset must name it as its author (see ``IncomingChangesets/requiredAuthor``).
-    func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?) async throws -> IntegrationReport
+    /// `refusals`, the writes the daemon refused in judging the upload, are stored in the same commit
+    /// (``IncomingChangesets/refusals``).
+    func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?, refusals: [RefusalRecord]) async throws
+        -> IntegrationReport
 }
 
 /// Integrates each batch in a commit of its own: what an app does with its downloads.
@@ -24,11 +27,12 @@ package struct DirectIntegrator: BatchIntegrator {
 
     package init(replica: Replica) { self.replica = replica }
 
-    package func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?) async throws -> IntegrationReport {
+    package func integrate(_ changesets: [[UInt8]], adopt: Bool, author: String?, refusals: [RefusalRecord])
+        async throws -> IntegrationReport
+    {
+        var batch = IncomingChangesets(changesets, adopt: adopt, requiredAuthor: author)
+        batch.refusals = refusals
         let replica = replica
-        return try await offload {
-            try replica.integrate(batches: [IncomingChangesets(changesets, adopt: adopt, requiredAuthor: author)])[0]
-                .get()
-        }
+        return try await offload { [batch] in try replica.integrate(batches: [batch])[0].get() }
     }
 }

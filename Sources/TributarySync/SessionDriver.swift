@@ -362,8 +362,11 @@ package actor SessionDriver {
                         incoming, under: readable(judgingSubscriptions), judging: flexibleReady,
                         permissions: permissions)
                 }
+                // The refusals are stored with the reduced changesets, for a connection that drops (or a daemon that
+                // stops) before the compensating writes are sent.
+                let refusals = otherReplica.map { RefusalRecord.records(of: $0, compensate) } ?? []
                 report = try await integrator.integrate(
-                    incoming, adopt: adoptIncoming, author: options.requiredAuthor)
+                    incoming, adopt: adoptIncoming, author: options.requiredAuthor, refusals: refusals)
             } catch let error as TributaryError where error.code == .permissionDenied {
                 await fail(SyncError(.forbidden, .fatal, "batch \(batch.number): \(error.message)"))
                 return false
@@ -384,17 +387,8 @@ package actor SessionDriver {
             }
             for dot in report.received { theirs.advance(dot.origin, to: dot.sequence) }
             // Compensating writes go before the acknowledgement: a device that has the acknowledgement has the
-            // daemon's state of every object whose write was refused (and one that lost both uploads again). The
-            // refusals are kept durably first, for a connection that drops before they are sent.
-            if !compensate.isEmpty, flexibleView != nil, let device = otherReplica {
-                do {
-                    try replica.recordRefusals(of: device, compensate)
-                } catch {
-                    await fail(
-                        SyncError(
-                            .storage, .retry, "could not store the writes refused: \(error)", retryAfterSeconds: 5))
-                    return false
-                }
+            // daemon's state of every object whose write was refused (and one that lost both uploads again).
+            if !compensate.isEmpty, flexibleView != nil, otherReplica != nil {
                 outbox.append(.compensate(compensate))
             }
             report.rejected += compensated.map { IntegrationReport.Rejection(dot: $0.dot, reason: $0.reason) }

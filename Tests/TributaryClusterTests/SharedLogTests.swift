@@ -129,6 +129,27 @@ struct SharedLogTests {
         }
     }
 
+    @Test("A changeset's refusal is stored with it; appended again, it keeps its first refusal")
+    func refusalsAreStoredWithTheirChangeset() async throws {
+        try await Self.withServer { server in
+            let log = try await Self.open(server)
+            let device = ReplicaID(rawValue: 0xA11CE)
+            var refused = Self.changeset(7, 1)
+            refused.refusal = SharedLog.Refusal(device: device, objects: [1, 2, 3])
+            #expect(try await log.append([refused, Self.changeset(7, 2)]) == [1, 2])
+            // Judged again by another daemon, which allowed it this time: the stored body is the first judgement's,
+            // and so is the refusal.
+            var again = refused
+            again.refusal = nil
+            var other = Self.changeset(7, 2)
+            other.refusal = SharedLog.Refusal(device: device, objects: [9])
+            #expect(try await log.append([again, other]) == [1, 2])
+            let entries = try await log.entries(after: 0, limit: 10)
+            #expect(entries.map(\.refusal) == [SharedLog.Refusal(device: device, objects: [1, 2, 3]), nil])
+            await log.close()
+        }
+    }
+
     @Test("Logs are independent, each with its own epoch, kept when the log is opened again")
     func logsAndEpochs() async throws {
         try await Self.withServer { server in
@@ -145,7 +166,7 @@ struct SharedLogTests {
             #expect(
                 try await server.sql("SELECT version FROM tributary_schema").trimmingCharacters(
                     in: .whitespacesAndNewlines)
-                    == "5")
+                    == "6")
             for log in [chat, tasks, again] { await log.close() }
             await #expect(throws: SharedLogError.self) { try await chat.head() }
         }
@@ -236,6 +257,7 @@ struct SharedLogTests {
             // The tables as the first version left them.
             try await server.sql("DROP FUNCTION tributary_append")
             try await server.sql("DROP TABLE tributary_followers, tributary_sync_reports")
+            try await server.sql("ALTER TABLE tributary_changesets DROP COLUMN refused_by, DROP COLUMN refused")
             try await server.sql(
                 "ALTER TABLE tributary_logs DROP COLUMN retired_epochs, DROP COLUMN reports_since, "
                     + "DROP COLUMN reports_round, DROP COLUMN durable_head, DROP COLUMN retired_through")
@@ -244,7 +266,7 @@ struct SharedLogTests {
             #expect(
                 try await server.sql("SELECT version FROM tributary_schema").trimmingCharacters(
                     in: .whitespacesAndNewlines)
-                    == "5")
+                    == "6")
             #expect(try await again.append([Self.changeset(5, 1), Self.changeset(5, 2)]) == [1, 2])
             // A changeset given twice in one append is stored once; both get its position.
             #expect(try await again.append([Self.changeset(6, 1), Self.changeset(6, 1)]) == [3, 3])

@@ -99,4 +99,65 @@ struct ClusterPermissionRulesTests {
             await log.close()
         }
     }
+
+    /// The refused write's correction follows the app: the daemon that refused it stores the refusal with the changeset
+    /// in the shared log, so another daemon sends the correction when the app syncs with it next.
+    @Test("A write refused by one daemon is undone by another when the connection dropped before the correction")
+    func refusalReachesAnotherDaemon() async throws {
+        let postgres = try await PostgresServer.start()
+        defer { postgres.stop() }
+        let directory = TemporaryDirectory("cluster-refusals")
+        let rules = try PermissionRules(json: Array(RChat.rules.utf8))
+        let first = try await Self.daemon(directory, "daemon1", log: postgres.url, rules: rules)
+        let second = try await Self.daemon(directory, "daemon2", log: postgres.url, rules: rules)
+        let alice = try Rules.app(directory, "alice")
+        try alice.subscriptions.commit { subs in
+            subs.append("User", where: "TRUEPREDICATE", name: "users")
+            subs.append("ChatMessage", where: "conversationID == 'c1'", name: "conversation")
+        }
+        let session = try await Rules.connect(alice, "alice", to: first.1)
+        try await LoopbackSyncTests.within(.seconds(120), "alice's set") { try await alice.subscriptions.waitForSync() }
+        await session.close()
+
+        // Offline, Alice writes a message of her own and one in Bob's name.
+        let before = alice.versionVector
+        try await alice.write { txn in
+            try txn.create(
+                "ChatMessage", RChatFlexibleSyncTests.message("m1", conversation: "c1", author: "alice", text: "hi"))
+            try txn.create(
+                "ChatMessage", RChatFlexibleSyncTests.message("m2", conversation: "c1", author: "bob", text: "as bob"))
+        }
+        #expect(try Rules.keys(alice, "ChatMessage") == ["m1", "m2"])
+
+        // Her upload reaches daemon 1, which refuses the message in Bob's name and acknowledges the rest; the
+        // connection then drops, and neither the correction nor the acknowledgement reaches her app.
+        let acknowledged = try await Rules.uploadLosingTheReply(alice, "alice", since: before, to: first.1)
+        #expect(acknowledged.contains("ChatMessage[\"m2\"]"), "the daemon refused the write: \(acknowledged)")
+        let head = try await first.2.head()
+        try await LoopbackSyncTests.within(.seconds(120), "daemon 2 applying the log") {
+            try await second.0.cluster?.waitUntilApplied(head)
+        }
+        #expect(try Rules.keys(second.0.replica, "ChatMessage") == ["m1"])
+
+        // Her app syncs next with daemon 2, which never judged the upload: it sends the correction all the same.
+        let moved = try await Rules.connect(alice, "alice", to: second.1)
+        try await Rules.sync(moved, "alice")
+        try await LoopbackSyncTests.within(.seconds(120), "the correction at alice") {
+            while try Rules.keys(alice, "ChatMessage") != ["m1"] { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        #expect(try alice.object("ChatMessage", primaryKey: .string("m1"))?["text"] == "hi")
+        #expect(try alice.verify().passed)
+        // Both daemons keep the refusal (the one that judged the upload, in the commit that applied it) until the app
+        // says, in a later session, that it received the correction.
+        for (server, _, _) in [first, second] {
+            let kept = try server.replica.refusals(of: alice.replicaID, after: 0)
+            #expect(kept.map(\.type) == ["ChatMessage"] && kept.map(\.primaryKey) == [.string("m2")], "\(kept)")
+        }
+
+        await moved.close()
+        for (server, _, log) in [first, second] {
+            await server.stop()
+            await log.close()
+        }
+    }
 }

@@ -39,6 +39,75 @@ struct PermissionRulesSyncTests {
         }
     }
 
+    /// Uploads what `app` wrote since `since` as its session would, over a connection of its own to `endpoint`, and
+    /// returns the reasons of the acknowledgement's rejections; the app itself receives nothing of the reply (its
+    /// connection dropped before the daemon's corrections and acknowledgement reached it).
+    static func uploadLosingTheReply(
+        _ app: Replica, _ user: String, since: VersionVector, to endpoint: SyncEndpoint
+    ) async throws -> String {
+        let recorded = try app.export(missingFrom: since, origins: [app.replicaID])
+        #expect(!recorded.changesets.isEmpty)
+        guard let query = try app.flexibleSyncQuery() else {
+            Issue.record("the app has no subscription set")
+            return ""
+        }
+        let token = try await Tokens.hs256(Tokens.claims(user))
+        return try await LoopbackSyncTests.within(.seconds(120), "\(user)'s upload") {
+            try await RawSyncClient.with(endpoint, authorization: "Bearer \(token)") { client in
+                var hello = RawSyncClient.hello(app.replicaID, vector: app.versionVector)
+                hello.flexible = true
+                guard case .success = try await client.handshake(hello) else { return "no welcome" }
+                try await client.send(
+                    .query(
+                        QueryRequest(
+                            version: query.heldVersion, subscriptions: query.held, heldVersion: query.heldVersion,
+                            held: query.held)))
+                try await client.send(HostileUploadTests.batch(1, recorded.changesets, recorded.progress))
+                switch try await client.acknowledgement(of: 1) {
+                case .success(let ack): return ack.rejected.map(\.reason).joined(separator: "; ")
+                case .failure(let error): return "error \(error)"
+                case nil: return "closed"
+                }
+            }
+        }
+    }
+
+    @Test("A refused write is undone when the app reconnects, though the connection dropped before the correction")
+    func correctionAfterADroppedConnection() async throws {
+        let directory = TemporaryDirectory("permissions-dropped")
+        let rules = try PermissionRules(json: Array(RChat.rules.utf8))
+        let (server, endpoint) = try await Tokens.daemon(directory) { $0.permissionRules = rules }
+        let alice = try Self.app(directory, "alice")
+        try alice.subscriptions.commit { subs in
+            subs.append("User", where: "TRUEPREDICATE", name: "users")
+            subs.append("ChatMessage", where: "conversationID == 'c1'", name: "conversation")
+        }
+        let first = try await Self.connect(alice, "alice", to: endpoint)
+        try await LoopbackSyncTests.within(.seconds(120), "alice's set") { try await alice.subscriptions.waitForSync() }
+        await first.close()
+        let before = alice.versionVector
+        try await alice.write { txn in
+            try txn.create(
+                "ChatMessage", RChatFlexibleSyncTests.message("m1", conversation: "c1", author: "alice", text: "hi"))
+            try txn.create(
+                "ChatMessage", RChatFlexibleSyncTests.message("m2", conversation: "c1", author: "bob", text: "as bob"))
+        }
+        let reply = try await Self.uploadLosingTheReply(alice, "alice", since: before, to: endpoint)
+        #expect(reply.contains("ChatMessage[\"m2\"]"), "the daemon refused the write: \(reply)")
+        // Kept in the commit of the upload, before anything was sent.
+        #expect(try server.replica.refusals(of: alice.replicaID, after: 0).map(\.primaryKey) == [.string("m2")])
+
+        let again = try await Self.connect(alice, "alice", to: endpoint)
+        try await Self.sync(again, "alice")
+        try await LoopbackSyncTests.within(.seconds(120), "the correction at alice") {
+            while try Self.keys(alice, "ChatMessage") != ["m1"] { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        #expect(try alice.verify().passed)
+        #expect(try Self.keys(server.replica, "ChatMessage") == ["m1"])
+        await again.close()
+        await server.stop()
+    }
+
     @Test("The RChat rules: each app holds what its user may read; writes the user may not make are undone")
     func rchatRules() async throws {
         let directory = TemporaryDirectory("permissions")
