@@ -1,5 +1,6 @@
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 import Synchronization
 import Tributary
 import TributaryCluster
@@ -102,7 +103,8 @@ extension SyncServer {
     }
 
     /// Answers a plain HTTP request (not a WebSocket upgrade to the sync path): `GET /health`, `GET /ready` and
-    /// `GET /metrics` for operators; anything else gets 426 and a line that says where sessions are served.
+    /// `GET /metrics` for operators, `GET /replica` for a new daemon (``ReplicaCopy``); anything else gets 426 and a
+    /// line that says where sessions are served.
     func answerHTTP(
         _ channel: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, refusal: SyncError? = nil
     ) async {
@@ -125,6 +127,19 @@ extension SyncServer {
                 case .body:
                     continue
                 case .end:
+                    if let request, request.uri.split(separator: "?").first == Substring(ReplicaCopy.path) {
+                        // A client certificate only the peer authority's passes TLS: the caller is a peer daemon.
+                        let connection = channel.channel
+                        let certified =
+                            (try? await connection.eventLoop.submit {
+                                (try? connection.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self))?
+                                    .peerCertificate != nil
+                            }.get()) ?? false
+                        try await sendReplicaCopy(
+                            request, certified: certified,
+                            from: channel.channel.remoteAddress?.ipAddress ?? "unknown", to: outbound)
+                        return
+                    }
                     let response = await response(to: request)
                     var headers = HTTPHeaders()
                     headers.add(name: "Content-Type", value: response.contentType)

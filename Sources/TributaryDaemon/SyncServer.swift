@@ -144,7 +144,12 @@ public final class SyncServer: Sendable {
     /// What keeps the log bounded, with ``Configuration/retention``.
     let retention: Retention?
     let peerWatch = PeerWatch()
+    /// Whether a copy of the replica is being sent (``ReplicaCopy``).
+    let replicaCopies = ReplicaCopies()
     private let state = Mutex(State())
+
+    /// How connections are authenticated now; `nil` before the daemon started and once it stopped.
+    var authenticator: Authenticator? { state.withLock { $0.authenticator } }
 
     private struct State {
         var listener: (any Channel)?

@@ -214,7 +214,7 @@ struct ClusterUpkeepTests {
     }
 
     @Test(
-        "With a retention, each daemon compacts its replica through what devices reported to any daemon, one daemon drops the log entries every daemon applied, and a new daemon starts from a copy of another's replica"
+        "With a retention, each daemon compacts its replica through what devices reported to any daemon, one daemon drops the log entries every daemon applied, and a new daemon starts from a copy of another's replica, fetched from it"
     )
     func compaction() async throws {
         let postgres = try await PostgresServer.start()
@@ -284,8 +284,12 @@ struct ClusterUpkeepTests {
         #expect(empty?.code == .compacted)
         #expect(empty?.message.contains("copy of another daemon's replica") == true, "\(String(describing: empty))")
 
-        // From a copy of d2's replica, taken while d2 runs, it starts and follows the log from the copy's position.
-        try d2.replica.backUp(to: directory.appending("d3copy"))
+        // From a copy of d2's replica, fetched from d2 while it runs (tributaryd --copy-from), it starts and follows
+        // the log from the copy's position.
+        let fetched = try await Cluster.bounded("the copy of d2's replica") {
+            try await ReplicaCopy.fetch(from: d2.endpoint, authorization: nil, into: directory.appending("d3copy"))
+        }
+        #expect(fetched.replica == "\(d2.replica.replicaID)")
         let d3 = try await Cluster.daemon(directory, "d3copy", on: postgres)
         try await Self.create(b, "after-copy")
         try await Cluster.bounded("b's third upload") { try await sessionB.waitForUpload() }

@@ -22,7 +22,7 @@ import TributaryViews
 /// Every pass must see a ``TributaryError`` naming the failed LMDB call, leave the replica exactly as before the
 /// transaction (objects, log and in-memory head), keep `verify` passing, and let the next write commit. After
 /// `MDB_PANIC` the handle must refuse all use, and a fresh open must work.
-@Suite("Storage fault loops", .serialized, .tags(.drill, .slow))
+@Suite("Storage fault loops", .tags(.drill, .slow))
 struct StorageFaultDrillTests {
     typealias Operation = StorageFaultPlan.Operation
 

@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Metrics
 import Prometheus
+import Synchronization
 import Tributary
 import TributaryCluster
 import TributaryDaemon
@@ -118,12 +119,13 @@ struct Tributaryd: AsyncParsableCommand {
             later". Peer links are not available in a cluster. With --retention, devices' reports are shared \
             through the database, each daemon compacts its replica through what every device seen by any daemon \
             holds, and one daemon at a time drops the log's entries every daemon applied; a new daemon then starts \
-            from a copy of another's replica (tributary-log backup). --renew-epoch (below) starts a new history \
-            after the database lost commits.
+            from a copy of another's replica (--copy-from, or tributary-log backup). --renew-epoch (below) starts a \
+            new history after the database lost commits.
 
             The listening port also answers plain HTTP for operators: GET /health (200 while the daemon \
             serves), GET /ready (200 once every peer link is connected and caught up, else 503 naming the \
-            peer and why) and GET /metrics (Prometheus text format; docs/Operating.md lists the metrics). \
+            peer and why), GET /metrics (Prometheus text format; docs/Operating.md lists the metrics) and, to a \
+            caller presenting an access token, GET /replica (a copy of the replica, for --copy-from). \
             Logs go to standard error, one line each, with the session's id, replica and role.
 
             SIGINT or SIGTERM stops the daemon: sessions are told to come back after 1 to 5 seconds (spread, so \
@@ -180,6 +182,21 @@ struct Tributaryd: AsyncParsableCommand {
                 """,
             valueName: "directory"))
     var fromReplica: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "With --cluster: start from a copy of a running daemon's replica, fetched from it, when DIRECTORY is empty.",
+            discussion: """
+                The daemon at the address (ws://HOST:PORT or wss://, as apps dial it; http:// and https:// work \
+                too) sends a consistent copy of its replica, taken while it goes on serving; this daemon presents \
+                --peer-token as one of that daemon's access tokens, and over wss:// checks its certificate as it \
+                checks peers'. The copy is checked against the size and checksum sent with it before it is kept, \
+                then the daemon applies only what the log holds after it. Required to add a daemon once the log \
+                was compacted; much faster than applying the whole log in any case. A DIRECTORY that holds a \
+                replica already is started as it is (the option may stay in a service's command line).
+                """,
+            valueName: "url"))
+    var copyFrom: String?
 
     @Option(name: .customLong("token"), help: "An access token apps and peers may present (repeatable; none: anyone).")
     var tokens: [String] = []
@@ -332,6 +349,14 @@ struct Tributaryd: AsyncParsableCommand {
         configuration.logger = logger
         configuration.metricsRegistry = registry
 
+        if let source = copyFrom {
+            guard cluster ?? file.cluster != nil else {
+                throw ValidationError(
+                    "--copy-from needs --cluster: only the daemons of a cluster share a replica id (two daemons "
+                        + "with one id outside a cluster would each write changesets under it)")
+            }
+            try await copyReplica(from: source, into: directory, configuration, logger)
+        }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let sharedLog = try await openCluster(file, peers: configuration.peers, logger: logger)
         let replica: Replica
@@ -437,6 +462,49 @@ struct Tributaryd: AsyncParsableCommand {
             Start every daemon of the cluster from a copy of \(target) (cp -r while no daemon runs on it, or \
             tributary-log backup); apps that hold more than \(source) did are reset.
             """)
+    }
+
+    /// Fetches a copy of the replica of the daemon at `source` into `directory` (--copy-from), unless the directory
+    /// holds a replica already.
+    func copyReplica(
+        from source: String, into directory: String, _ configuration: SyncServer.Configuration, _ logger: Logger
+    ) async throws {
+        if FileManager.default.fileExists(atPath: directory + "/data.mdb") {
+            logger.notice("\(directory) holds a replica already: it is started as it is, not copied from \(source)")
+            return
+        }
+        let address =
+            source.hasPrefix("http://")
+            ? "ws://" + source.dropFirst("http://".count)
+            : source.hasPrefix("https://") ? "wss://" + source.dropFirst("https://".count) : source
+        let endpoint: SyncEndpoint
+        do {
+            endpoint = try SyncEndpoint(parsing: address)
+        } catch {
+            throw ValidationError("--copy-from: \(error)")
+        }
+        logger.notice("copying the replica of \(endpoint) into \(directory)")
+        let started = ContinuousClock.now
+        let last = Mutex(ContinuousClock.now)
+        do {
+            let fetched = try await ReplicaCopy.fetch(
+                from: endpoint, authorization: configuration.peerToken.map { "Bearer \($0)" },
+                tls: configuration.peerTLS, into: directory
+            ) { received, total in
+                // A line every 5 seconds while it lasts.
+                let now = ContinuousClock.now
+                guard received < total, last.withLock({ now - $0 >= .seconds(5) }) else { return }
+                last.withLock { $0 = now }
+                logger.info(
+                    "copying the replica: \(received >> 20) of \(total >> 20) MiB (\(received * 100 / total)%)")
+            }
+            let took = started.duration(to: .now)
+            logger.notice(
+                "copied replica \(fetched.replica) from \(endpoint): \(fetched.bytes) bytes in \(took.components.seconds) s"
+            )
+        } catch {
+            throw ValidationError("--copy-from: \(error.message)")
+        }
     }
 
     /// The cluster's shared log when --cluster (or "cluster") is given: connected, its tables created or migrated.
