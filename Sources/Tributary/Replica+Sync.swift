@@ -546,7 +546,9 @@ extension Replica {
             }
             return all
         } recording: { txn in
-            if let sharedLogPosition { try self.storeSharedLogPosition(sharedLogPosition, in: txn) }
+            // A follower's position moves only past entries that decoded: one that does not is applied again (and
+            // fails again) instead of being skipped at the next start.
+            if let sharedLogPosition, failures.isEmpty { try self.storeSharedLogPosition(sharedLogPosition, in: txn) }
             for (index, batch) in batches.enumerated() where failures[index] == nil {
                 try self.storeRefusals(batch.refusals, in: txn)
             }

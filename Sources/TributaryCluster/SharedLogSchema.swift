@@ -165,11 +165,11 @@ enum SharedLogSchema {
         ],
         // The writes of an app's changeset the appending daemon refused, stored with the changeset (device 0 and no
         // bytes when none were): every daemon that applies the entry keeps them, and sends the app their corrections
-        // whichever daemon it syncs with next. A changeset appended again keeps its first refusal.
+        // whichever daemon it syncs with next. A changeset appended again keeps its first refusal. The append of the
+        // previous version stays, appending without refusals, for daemons not yet upgraded.
         [
             "ALTER TABLE tributary_changesets ADD COLUMN refused_by bigint NOT NULL DEFAULT 0",
             "ALTER TABLE tributary_changesets ADD COLUMN refused bytea NOT NULL DEFAULT ''",
-            "DROP FUNCTION tributary_append(text, uuid, bigint[], bigint[], bytea[])",
             """
             CREATE FUNCTION tributary_append(
                 p_log text, p_epoch uuid, p_origins bigint[], p_sequences bigint[], p_bodies bytea[],
@@ -209,6 +209,15 @@ enum SharedLogSchema {
                 END IF;
                 RETURN v_positions;
             END
+            $$
+            """,
+            """
+            CREATE OR REPLACE FUNCTION tributary_append(
+                p_log text, p_epoch uuid, p_origins bigint[], p_sequences bigint[], p_bodies bytea[])
+            RETURNS bigint[] LANGUAGE sql AS $$
+                SELECT tributary_append(p_log, p_epoch, p_origins, p_sequences, p_bodies,
+                    array_fill(0::bigint, ARRAY[coalesce(array_length(p_origins, 1), 0)]),
+                    array_fill(''::bytea, ARRAY[coalesce(array_length(p_origins, 1), 0)]))
             $$
             """,
         ],

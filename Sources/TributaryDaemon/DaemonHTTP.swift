@@ -136,8 +136,8 @@ extension SyncServer {
                                     .peerCertificate != nil
                             }.get()) ?? false
                         try await sendReplicaCopy(
-                            request, certified: certified,
-                            from: channel.channel.remoteAddress?.ipAddress ?? "unknown", to: outbound)
+                            request, certified: certified, on: connection,
+                            from: connection.remoteAddress?.ipAddress ?? "unknown", to: outbound)
                         return
                     }
                     let response = await response(to: request)

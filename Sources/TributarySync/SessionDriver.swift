@@ -386,6 +386,19 @@ package actor SessionDriver {
                 return false
             }
             for dot in report.received { theirs.advance(dot.origin, to: dot.sequence) }
+            if flexibleView != nil, let device = otherReplica, !report.received.isEmpty {
+                // What is stored for these changesets is what the replica kept of them: in a cluster, another daemon
+                // may have judged one first (the app uploaded it again), and its refusals stand, whatever this
+                // session's judgement said.
+                do {
+                    compensate = Self.merge(compensate, try replica.refusals(of: device, changesets: report.received))
+                } catch {
+                    await fail(
+                        SyncError(
+                            .storage, .retry, "could not read the writes refused: \(error)", retryAfterSeconds: 5))
+                    return false
+                }
+            }
             // Compensating writes go before the acknowledgement: a device that has the acknowledgement has the
             // daemon's state of every object whose write was refused (and one that lost both uploads again).
             if !compensate.isEmpty, flexibleView != nil, otherReplica != nil {
@@ -1081,6 +1094,22 @@ package actor SessionDriver {
             await write(frame)
         }
         return !ended
+    }
+
+    /// `first` with the objects and changesets of `second` it lacks.
+    static func merge(
+        _ first: [(type: String, primaryKey: PrimaryKey, refused: [Dot])],
+        _ second: [(type: String, primaryKey: PrimaryKey, refused: [Dot])]
+    ) -> [(type: String, primaryKey: PrimaryKey, refused: [Dot])] {
+        var merged = first
+        for entry in second {
+            if let index = merged.firstIndex(where: { $0.type == entry.type && $0.primaryKey == entry.primaryKey }) {
+                merged[index].refused += entry.refused.filter { !merged[index].refused.contains($0) }
+            } else {
+                merged.append(entry)
+            }
+        }
+        return merged
     }
 
     /// Acceptor: compensating writes the app may not have received (its connection dropped after the refused upload

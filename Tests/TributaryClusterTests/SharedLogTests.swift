@@ -144,8 +144,18 @@ struct SharedLogTests {
             var other = Self.changeset(7, 2)
             other.refusal = SharedLog.Refusal(device: device, objects: [9])
             #expect(try await log.append([again, other]) == [1, 2])
+            // A daemon of the previous version, not yet upgraded, appends with the previous version's call.
+            let epoch = log.epoch.uuidString
+            #expect(
+                try await server.sql(
+                    "SELECT tributary_append('\(log.configuration.log)', '\(epoch)', '{7}', '{3}', "
+                        + "ARRAY['\\x01'::bytea])"
+                ).trimmingCharacters(in: .whitespacesAndNewlines) == "{3}")
+            // As that daemon does after its append: followers may read the entry.
+            try await server.sql("UPDATE tributary_logs SET durable_head = 3")
             let entries = try await log.entries(after: 0, limit: 10)
-            #expect(entries.map(\.refusal) == [SharedLog.Refusal(device: device, objects: [1, 2, 3]), nil])
+            #expect(entries.map(\.refusal) == [SharedLog.Refusal(device: device, objects: [1, 2, 3]), nil, nil])
+            #expect(entries.last?.body == [1])
             await log.close()
         }
     }
@@ -255,7 +265,9 @@ struct SharedLogTests {
             #expect(try await log.append([Self.changeset(5, 1)]) == [1])
             await log.close()
             // The tables as the first version left them.
-            try await server.sql("DROP FUNCTION tributary_append")
+            try await server.sql(
+                "DROP FUNCTION tributary_append(text, uuid, bigint[], bigint[], bytea[]), "
+                    + "tributary_append(text, uuid, bigint[], bigint[], bytea[], bigint[], bytea[])")
             try await server.sql("DROP TABLE tributary_followers, tributary_sync_reports")
             try await server.sql("ALTER TABLE tributary_changesets DROP COLUMN refused_by, DROP COLUMN refused")
             try await server.sql(

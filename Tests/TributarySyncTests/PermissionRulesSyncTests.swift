@@ -94,7 +94,7 @@ struct PermissionRulesSyncTests {
         }
         let reply = try await Self.uploadLosingTheReply(alice, "alice", since: before, to: endpoint)
         #expect(reply.contains("ChatMessage[\"m2\"]"), "the daemon refused the write: \(reply)")
-        // Kept in the commit of the upload, before anything was sent.
+        // Kept until the app says it received the correction: the reply was lost, so it is not forgotten.
         #expect(try server.replica.refusals(of: alice.replicaID, after: 0).map(\.primaryKey) == [.string("m2")])
 
         let again = try await Self.connect(alice, "alice", to: endpoint)

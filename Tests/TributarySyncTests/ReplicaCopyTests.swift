@@ -1,4 +1,7 @@
 import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
 import Testing
 import Tributary
 import TributaryDaemon
@@ -72,5 +75,110 @@ struct ReplicaCopyTests {
         }
         #expect(gone?.message.contains("\(endpoint)") == true, "\(String(describing: gone))")
         await session.close()
+    }
+
+    @Test("With a peer authority, a copy goes to a peer's certificate, not to an access token that opens app sessions")
+    func peersByCertificate() async throws {
+        let directory = TemporaryDirectory("replica-copy-tls")
+        let (hub, endpoint) = try await TLSTests.daemon(directory, "hub", peers: true) {
+            $0.accessTokens = ["app-token"]
+        }
+        var tls = SyncTLS()
+        tls.certificateAuthorityFiles = [TLSTests.certificate("ca.pem")]
+        tls.trustsSystemRoots = false
+        let refused = await #expect(throws: ReplicaCopyError.self) {
+            _ = try await ReplicaCopy.fetch(
+                from: endpoint, authorization: "Bearer app-token", tls: tls, into: directory.appending("by-token"))
+        }
+        #expect(refused?.message.contains("403") == true, "\(String(describing: refused))")
+        #expect(refused?.message.contains("client certificate") == true, "\(String(describing: refused))")
+
+        tls.clientCertificate = CertificateFiles(
+            certificateChain: TLSTests.certificate("peer.pem"), privateKey: TLSTests.certificate("peer-key.pem"))
+        let copy = directory.appending("by-certificate")
+        let fetched = try await ReplicaCopy.fetch(from: endpoint, authorization: nil, tls: tls, into: copy)
+        #expect(fetched.replica == "\(hub.replica.replicaID)")
+        #expect(try Replica.open(directory: copy).replicaID == hub.replica.replicaID)
+        await hub.stop()
+    }
+
+    /// A server on loopback answering every request with `head` and `body`, then, unless `hold`, closing.
+    static func cannedServer(
+        _ headers: [(String, String)], _ body: [UInt8], hold: Bool = false
+    ) async throws -> (any Channel, SyncEndpoint) {
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(
+                        CannedAnswer(headers: headers, body: body, hold: hold))
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        return (server, SyncEndpoint(host: "127.0.0.1", port: server.localAddress?.port ?? 0))
+    }
+
+    final class CannedAnswer: ChannelInboundHandler {
+        typealias InboundIn = HTTPServerRequestPart
+        typealias OutboundOut = HTTPServerResponsePart
+        let headers: [(String, String)]
+        let body: [UInt8]
+        let hold: Bool
+
+        init(headers: [(String, String)], body: [UInt8], hold: Bool) {
+            self.headers = headers
+            self.body = body
+            self.hold = hold
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            guard case .end = unwrapInboundIn(data) else { return }
+            let head = HTTPResponseHead(version: .http1_1, status: .ok, headers: HTTPHeaders(headers))
+            context.write(wrapOutboundOut(.head(head)), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
+            context.flush()
+            if !hold { context.close(promise: nil) }
+        }
+    }
+
+    @Test("A copy that is damaged, cut short or stalled is refused, and leaves no replica behind")
+    func damagedCopies() async throws {
+        let directory = TemporaryDirectory("replica-copy-damaged")
+        let body = Array(repeating: UInt8(7), count: 100)
+        let right = ReplicaCopy.hex(XXHash64.hash(body))
+        let wrong = ReplicaCopy.hex(XXHash64.hash(body) ^ 1)
+        var timeouts = ReplicaCopy.Timeouts()
+        timeouts.firstByte = .seconds(5)
+        timeouts.idle = .milliseconds(300)
+        let cases: [(name: String, headers: [(String, String)], body: [UInt8], hold: Bool, expected: [String])] = [
+            (
+                "damaged", [("Content-Length", "100"), ("Tributary-Replica-Checksum", "xxh64:\(wrong)")], body, false,
+                ["damaged", right]
+            ),
+            (
+                "short", [("Content-Length", "200"), ("Tributary-Replica-Checksum", "xxh64:\(right)")], body, false,
+                ["100", "200"]
+            ),
+            (
+                "stalled", [("Content-Length", "200"), ("Tributary-Replica-Checksum", "xxh64:\(right)")], body, true,
+                ["100", "200", "nothing arrived"]
+            ),
+            ("not a daemon", [("Content-Length", "100")], body, false, ["without the size and checksum"]),
+        ]
+        for test in cases {
+            let (server, endpoint) = try await Self.cannedServer(test.headers, test.body, hold: test.hold)
+            let target = directory.appending(test.name)
+            let error = await #expect(throws: ReplicaCopyError.self, "\(test.name)") {
+                _ = try await ReplicaCopy.fetch(
+                    from: endpoint, authorization: nil, into: target, timeouts: timeouts)
+            }
+            for part in test.expected {
+                #expect(error?.message.contains(part) == true, "\(test.name): \(String(describing: error))")
+            }
+            #expect(!FileManager.default.fileExists(atPath: target + "/data.mdb"), "\(test.name)")
+            #expect(!FileManager.default.fileExists(atPath: target + "/.copying"), "\(test.name)")
+            try await server.close()
+        }
     }
 }

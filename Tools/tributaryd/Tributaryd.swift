@@ -188,12 +188,14 @@ struct Tributaryd: AsyncParsableCommand {
             "With --cluster: start from a copy of a running daemon's replica, fetched from it, when DIRECTORY is empty.",
             discussion: """
                 The daemon at the address (ws://HOST:PORT or wss://, as apps dial it; http:// and https:// work \
-                too) sends a consistent copy of its replica, taken while it goes on serving; this daemon presents \
-                --peer-token as one of that daemon's access tokens, and over wss:// checks its certificate as it \
-                checks peers'. The copy is checked against the size and checksum sent with it before it is kept, \
-                then the daemon applies only what the log holds after it. Required to add a daemon once the log \
-                was compacted; much faster than applying the whole log in any case. A DIRECTORY that holds a \
-                replica already is started as it is (the option may stay in a service's command line).
+                too) sends a consistent copy of its replica, taken while it goes on serving, to peers only: this \
+                daemon presents --peer-token as one of that daemon's access tokens (or, where that daemon has \
+                --peer-ca, its peer certificate), and over wss:// checks that daemon's certificate as it checks \
+                peers'. The copy must be of this cluster's log and epoch, and is checked against the size and \
+                checksum sent with it before it is kept; the daemon then applies only what the log holds after it. \
+                Required to add a daemon once the log was compacted; much faster than applying the whole log in \
+                any case. A DIRECTORY that holds a replica already is started as it is (the option may stay in a \
+                service's command line).
                 """,
             valueName: "url"))
     var copyFrom: String?
@@ -349,16 +351,21 @@ struct Tributaryd: AsyncParsableCommand {
         configuration.logger = logger
         configuration.metricsRegistry = registry
 
-        if let source = copyFrom {
-            guard cluster ?? file.cluster != nil else {
-                throw ValidationError(
-                    "--copy-from needs --cluster: only the daemons of a cluster share a replica id (two daemons "
-                        + "with one id outside a cluster would each write changesets under it)")
+        if copyFrom != nil, cluster ?? file.cluster == nil {
+            throw ValidationError(
+                "--copy-from needs --cluster: only the daemons of a cluster share a replica id (two daemons with one "
+                    + "id outside a cluster would each write changesets under it)")
+        }
+        let sharedLog = try await openCluster(file, peers: configuration.peers, logger: logger)
+        if let source = copyFrom, let sharedLog {
+            do {
+                try await copyReplica(from: source, into: directory, of: sharedLog, configuration, logger)
+            } catch {
+                await sharedLog.close()
+                throw error
             }
-            try await copyReplica(from: source, into: directory, configuration, logger)
         }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let sharedLog = try await openCluster(file, peers: configuration.peers, logger: logger)
         let replica: Replica
         let server: SyncServer
         if let sharedLog {
@@ -465,13 +472,26 @@ struct Tributaryd: AsyncParsableCommand {
     }
 
     /// Fetches a copy of the replica of the daemon at `source` into `directory` (--copy-from), unless the directory
-    /// holds a replica already.
+    /// holds a replica already. One that holds nothing of the cluster (a start on an empty directory that a compacted
+    /// log refused leaves one) is replaced.
     func copyReplica(
-        from source: String, into directory: String, _ configuration: SyncServer.Configuration, _ logger: Logger
+        from source: String, into directory: String, of log: SharedLog, _ configuration: SyncServer.Configuration,
+        _ logger: Logger
     ) async throws {
-        if FileManager.default.fileExists(atPath: directory + "/data.mdb") {
-            logger.notice("\(directory) holds a replica already: it is started as it is, not copied from \(source)")
-            return
+        let data = directory + "/data.mdb"
+        if FileManager.default.fileExists(atPath: data) {
+            var readOnly = Replica.Configuration()
+            readOnly.readOnly = true
+            let replica = try Replica.open(directory: directory, configuration: readOnly)
+            let empty = try replica.lastLocalSequence == 0 && replica.sharedLogPosition() == nil
+            replica.close()
+            guard empty else {
+                logger.notice("\(directory) holds a replica already: it is started as it is, not copied from \(source)")
+                return
+            }
+            for name in ["data.mdb", "lock.mdb"] {
+                try? FileManager.default.removeItem(atPath: directory + "/" + name)
+            }
         }
         let address =
             source.hasPrefix("http://")
@@ -486,25 +506,20 @@ struct Tributaryd: AsyncParsableCommand {
         logger.notice("copying the replica of \(endpoint) into \(directory)")
         let started = ContinuousClock.now
         let last = Mutex(ContinuousClock.now)
-        do {
-            let fetched = try await ReplicaCopy.fetch(
-                from: endpoint, authorization: configuration.peerToken.map { "Bearer \($0)" },
-                tls: configuration.peerTLS, into: directory
-            ) { received, total in
-                // A line every 5 seconds while it lasts.
-                let now = ContinuousClock.now
-                guard received < total, last.withLock({ now - $0 >= .seconds(5) }) else { return }
-                last.withLock { $0 = now }
-                logger.info(
-                    "copying the replica: \(received >> 20) of \(total >> 20) MiB (\(received * 100 / total)%)")
-            }
-            let took = started.duration(to: .now)
-            logger.notice(
-                "copied replica \(fetched.replica) from \(endpoint): \(fetched.bytes) bytes in \(took.components.seconds) s"
-            )
-        } catch {
-            throw ValidationError("--copy-from: \(error.message)")
+        let fetched = try await ReplicaCopy.fetch(
+            from: endpoint, authorization: configuration.peerToken.map { "Bearer \($0)" }, tls: configuration.peerTLS,
+            into: directory, expectedReplica: "\(log.replicaID)"
+        ) { received, total in
+            // A line every 5 seconds while it lasts.
+            let now = ContinuousClock.now
+            guard received < total, last.withLock({ now - $0 >= .seconds(5) }) else { return }
+            last.withLock { $0 = now }
+            logger.info("copying the replica: \(received >> 20) of \(total >> 20) MiB (\(received * 100 / total)%)")
         }
+        let took = started.duration(to: .now)
+        logger.notice(
+            "copied replica \(fetched.replica) from \(endpoint): \(fetched.bytes) bytes in \(took.components.seconds) s"
+        )
     }
 
     /// The cluster's shared log when --cluster (or "cluster") is given: connected, its tables created or migrated.

@@ -87,6 +87,28 @@ extension Replica {
         }
     }
 
+    /// The refused writes stored for `changesets` of `device`'s (each named by its own dot), without forgetting any:
+    /// in a cluster, a changeset uploaded again may have been judged first by another daemon, and what the log keeps
+    /// of it is that judgement.
+    package func refusals(of device: ReplicaID, changesets: [Dot]) throws -> [(
+        type: String, primaryKey: PrimaryKey, refused: [Dot]
+    )] {
+        let prefix = Self.refusalsPrefix(of: device)
+        var byKey: [RecordKey: [Dot]] = [:]
+        do {
+            try environment.read { txn in
+                for dot in Set(changesets) {
+                    guard let value = try txn.get(identity, key: prefix + ChangesetLog.originKey(dot)) else { continue }
+                    let record = RefusalRecord(device: device, changeset: dot, objects: Array(value))
+                    for key in try record.keys() { byKey[key, default: []].append(dot) }
+                }
+            }
+        } catch {
+            throw TributaryError.wrap(error)
+        }
+        return byKey.sorted { $0.key < $1.key }.map { ($0.key.type, $0.key.primaryKey, $0.value.sorted()) }
+    }
+
     /// The refused writes of `device`'s changesets after its own sequence `acknowledged`, for compensating writes
     /// sent again; those through `acknowledged` are forgotten (the device received them).
     package func refusals(of device: ReplicaID, after acknowledged: UInt64) throws -> [(
