@@ -196,8 +196,16 @@ public enum ReplicaCopy {
         headers.add(name: "Host", value: "\(endpoint.host):\(endpoint.port)")
         headers.add(name: "Content-Length", value: "0")
         if let authorization { headers.add(name: "Authorization", value: authorization) }
-        try await outbound.write(.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers)))
-        try await outbound.write(.end(nil))
+        // The answer is read even if the request's write reports the connection closed: a daemon that answers and
+        // closes at once may do so before that write's completion comes back.
+        var requestFailure: (any Error)?
+        do {
+            try await outbound.write(
+                .head(HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers)))
+            try await outbound.write(.end(nil))
+        } catch {
+            requestFailure = error
+        }
 
         var expected: (bytes: UInt64, checksum: UInt64, replica: String)?
         var refusal: (status: HTTPResponseStatus, text: [UInt8])?
@@ -280,6 +288,7 @@ public enum ReplicaCopy {
                 return Fetched(bytes: received, replica: expected.replica)
             }
         }
+        if let requestFailure, expected == nil, refusal == nil { throw requestFailure }
         throw ReplicaCopyError(
             "\(endpoint) closed the connection after \(received) bytes of the copy"
                 + (expected.map { " (of \($0.bytes))" } ?? "")
