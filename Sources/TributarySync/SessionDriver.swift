@@ -387,11 +387,11 @@ package actor SessionDriver {
             }
             for dot in report.received { theirs.advance(dot.origin, to: dot.sequence) }
             if flexibleView != nil, let device = otherReplica, !report.received.isEmpty {
-                // What is stored for these changesets is what the replica kept of them: in a cluster, another daemon
-                // may have judged one first (the app uploaded it again), and its refusals stand, whatever this
-                // session's judgement said.
+                // The corrections sent are those of the refusals stored with these changesets, the judgement the
+                // replica kept: this session's (stored in the upload's commit) or, in a cluster, that of another
+                // daemon that took the changeset first (the app uploaded it again).
                 do {
-                    compensate = Self.merge(compensate, try replica.refusals(of: device, changesets: report.received))
+                    compensate = try replica.refusals(of: device, changesets: report.received)
                 } catch {
                     await fail(
                         SyncError(
@@ -1094,22 +1094,6 @@ package actor SessionDriver {
             await write(frame)
         }
         return !ended
-    }
-
-    /// `first` with the objects and changesets of `second` it lacks.
-    static func merge(
-        _ first: [(type: String, primaryKey: PrimaryKey, refused: [Dot])],
-        _ second: [(type: String, primaryKey: PrimaryKey, refused: [Dot])]
-    ) -> [(type: String, primaryKey: PrimaryKey, refused: [Dot])] {
-        var merged = first
-        for entry in second {
-            if let index = merged.firstIndex(where: { $0.type == entry.type && $0.primaryKey == entry.primaryKey }) {
-                merged[index].refused += entry.refused.filter { !merged[index].refused.contains($0) }
-            } else {
-                merged.append(entry)
-            }
-        }
-        return merged
     }
 
     /// Acceptor: compensating writes the app may not have received (its connection dropped after the refused upload
