@@ -23,7 +23,13 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
     /// making one copies nothing but a reference.
     final class PositionalType: Sendable {
         let schema: ObjectSchema
-        init(_ schema: ObjectSchema) { self.schema = schema }
+        /// The properties' names, in order.
+        let names: [String]
+
+        init(_ schema: ObjectSchema) {
+            self.schema = schema
+            names = schema.properties.map(\.name)
+        }
     }
 
     public init(type: String, primaryKey: PrimaryKey, values: [String: Value]) {
@@ -62,6 +68,11 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
             }
             return values[position]
         }
+    }
+
+    /// The object's values by position and their type, when it holds them so.
+    var positional: (type: PositionalType, values: [Value])? {
+        if case .positional(let type, let values) = storage { (type, values) } else { nil }
     }
 
     /// The value of the property at `position` in `type` (the object's type): read in place when the object holds

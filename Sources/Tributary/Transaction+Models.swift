@@ -14,6 +14,9 @@ extension Transaction {
 
     /// ``modelValues(_:)``, and the values this release writes aside under its own definitions (``ModelNames``).
     func modelValuesAndAside<M: Model>(_ object: M) throws -> (ObjectSchema, [String: Value], aside: [String: Value]) {
+        if let plan = try modelWritePlan(M.self), let values = plan.values(of: object) {
+            return (plan.type, plan.dictionary(values), [:])
+        }
         let type = try working.schema.requireType(M.typeName)
         var declared = replica.appSchema.withLock { $0 }
         if declared?[type: M.typeName] == nil { declared = ModelShapes.shape(of: M.self) }
@@ -46,10 +49,36 @@ extension Transaction {
     /// - Throws: ``TributaryError`` with `.duplicatePrimaryKey` when an object with its primary key exists.
     @discardableResult
     public func create<M: Model>(_ object: M) throws -> PrimaryKey {
+        if let plan = try modelWritePlan(M.self), let values = plan.values(of: object) {
+            let key = try checkedKey(plan.type, keyValue: values[plan.keySlot])
+            try requireAbsent(M.typeName, key)
+            try emit(
+                plannedCreate(plan.type, key, plan.create) { values[$0] }
+                    ?? checkedCreate(plan.type, key, plan.dictionary(values)))
+            return key
+        }
         let (type, values, aside) = try modelValuesAndAside(object)
         let key = try create(M.typeName, values, fallbacks: try fallbacks(for: type))
         try writeAside(aside, of: M.typeName, key)
         return key
+    }
+
+    /// Creates an object from each model value, in order: an import of many objects in one transaction.
+    ///
+    /// ```swift
+    /// try replica.write { txn in try txn.create(contentsOf: messagesFromTheAPI) }
+    /// ```
+    ///
+    /// - Returns: the objects' primary keys, in order.
+    /// - Throws: ``TributaryError`` for the first object that cannot be created (`.duplicatePrimaryKey` when an object
+    ///   with its primary key exists, or was created earlier in the sequence). The objects before it stay created in
+    ///   the transaction; an error that leaves the ``Replica/write(_:)-9m3ir`` closure discards them all.
+    @discardableResult
+    public func create<S: Sequence>(contentsOf objects: S) throws -> [PrimaryKey] where S.Element: Model {
+        var keys: [PrimaryKey] = []
+        keys.reserveCapacity(objects.underestimatedCount)
+        for object in objects { keys.append(try create(object)) }
+        return keys
     }
 
     /// Creates an object, or updates the existing one with the same primary key (writing only what changed).
@@ -59,6 +88,26 @@ extension Transaction {
         let key = try upsert(M.typeName, values, leavingAbsentFields: true, fallbacks: try fallbacks(for: type))
         try writeAside(aside, of: M.typeName, key)
         return key
+    }
+
+    /// The fast path's plan for writing models of type `M` (``ModelWritePlan``), or `nil` when the general path
+    /// writes them: this release declares other properties for the type than the schema holds, or another release
+    /// renamed or redefined some property of the schema.
+    func modelWritePlan<M: Model>(_ model: M.Type) throws -> ModelWritePlan? {
+        let id = ObjectIdentifier(model)
+        if let known = modelWritePlans[id] { return known }
+        var plan: ModelWritePlan?
+        if let type = working.schema[type: M.typeName], try modelNames().isEmpty {
+            let declared =
+                replica.appSchema.withLock { $0 }.flatMap { $0[type: M.typeName] != nil ? $0 : nil }
+                ?? ModelShapes.shape(of: model)
+            let declaredNames = declared?[type: M.typeName].map { Set($0.properties.map(\.name)) }
+            if declaredNames == nil || declaredNames == Set(type.properties.map(\.name)) {
+                plan = ModelWritePlan(model: id, type: type, schema: working.schema, declared: declared)
+            }
+        }
+        modelWritePlans[id] = .some(plan)
+        return plan
     }
 
     /// For a model of this release: the defaults a create gives the required properties of `type` that another

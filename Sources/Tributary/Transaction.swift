@@ -31,6 +31,9 @@ public final class Transaction: ObjectReading {
     private var createPlan: CreatePlan?
     /// Where the app's declared properties live in this transaction's schema, once a model write asked.
     var modelNamesCache: ModelNames?
+    /// The fast path of each model type written, or `nil` where the general path writes it, while the schema stays
+    /// as it was.
+    var modelWritePlans: [ObjectIdentifier: ModelWritePlan?] = [:]
     /// The shapes of the properties written, as this replica's schema holds them (rule 8).
     private var shapeNotes = ShapeNoteRecorder()
 
@@ -72,6 +75,7 @@ public final class Transaction: ObjectReading {
         if instruction.isSchemaInstruction {
             createPlan = nil
             modelNamesCache = nil
+            modelWritePlans = [:]
         }
         do {
             let index = instructions.count
@@ -202,12 +206,17 @@ public final class Transaction: ObjectReading {
     /// ``create(_:_:)``, with defaults for required properties that have none (see ``emitCreate(_:_:_:fallbacks:)``).
     func create(_ type: String, _ values: [String: Value], fallbacks: [String: Value]) throws -> PrimaryKey {
         let (objectType, key) = try checkedKey(type, values)
+        try requireAbsent(type, key)
+        try emitCreate(objectType, key, values, fallbacks: fallbacks)
+        return key
+    }
+
+    /// Throws `.duplicatePrimaryKey` when the object of `type` with `key` exists.
+    func requireAbsent(_ type: String, _ key: PrimaryKey) throws {
         if try record(type, key)?.exists == true {
             throw TributaryError(
                 .duplicatePrimaryKey, "cannot create \(type) with primary key \(key): an object with that key exists")
         }
-        try emitCreate(objectType, key, values, fallbacks: fallbacks)
-        return key
     }
 
     /// Creates an object, or, when one with the same primary key exists, updates the properties given (only those
@@ -288,10 +297,16 @@ public final class Transaction: ObjectReading {
 
     func checkedKey(_ type: String, _ values: [String: Value]) throws -> (ObjectSchema, PrimaryKey) {
         let objectType = try working.schema.requireType(type)
+        return (objectType, try checkedKey(objectType, keyValue: objectType.primaryKey.flatMap { values[$0] }))
+    }
+
+    /// The primary key `keyValue` gives an object of `objectType`, checked.
+    func checkedKey(_ objectType: ObjectSchema, keyValue: Value?) throws -> PrimaryKey {
+        let type = objectType.name
         guard let keyName = objectType.primaryKey, let keyProperty = objectType[property: keyName] else {
             throw TributaryError(.unknownType, "type '\(type)' has no primary key")
         }
-        guard let keyValue = values[keyName], !keyValue.isNull else {
+        guard let keyValue, !keyValue.isNull else {
             throw TributaryError(.missingProperty, "cannot create \(type): its primary key '\(keyName)' is missing")
         }
         guard let key = PrimaryKey(keyValue), keyProperty.elementProblem(keyValue) == nil else {
@@ -301,7 +316,7 @@ public final class Transaction: ObjectReading {
             )
         }
         if let problem = KeyEncoding.problem(storing: key, of: type) { throw TributaryError(.invalidValue, problem) }
-        return (objectType, key)
+        return key
     }
 
     func checkedProperty(_ type: ObjectSchema, _ name: String, _ value: Value) throws -> Property {
@@ -417,12 +432,20 @@ public final class Transaction: ObjectReading {
             guard let position = plan.position(of: name) else { return nil }
             given[position] = value
         }
+        return plannedCreate(type, key, plan) { given[$0] }
+    }
+
+    /// The create instruction for valid values given by position in `plan` (`nil` where none is given), built in one
+    /// pass over the type's properties; `nil` when anything is wrong with them.
+    func plannedCreate(
+        _ type: ObjectSchema, _ key: PrimaryKey, _ plan: CreatePlan, given: (Int) -> Value?
+    ) -> Instruction? {
         var explicit: [FieldValue] = []
-        explicit.reserveCapacity(values.count)
+        explicit.reserveCapacity(plan.properties.count)
         var defaults: [FieldValue] = []
         let schema = working.schema  // read once: reading a class's stored struct copies it each time
         for (position, property) in plan.properties.enumerated() {
-            if let value = given[position] {
+            if let value = given(position) {
                 guard schema.problem(with: value, for: property) == nil,
                     (try? checkLinkTargets(value, property)) != nil
                 else { return nil }

@@ -18,6 +18,24 @@ struct StorageBenchmarks {
                 ])
         ])
 
+    /// The bulk insert's object as a model: the same values as ``values(_:)``.
+    struct BenchItem: Model {
+        static let typeName = "Item"
+        var _id: Int
+        var name: String
+        var count: Int
+        var price: Double
+        var active: Bool
+
+        init(_ index: Int) {
+            _id = index
+            name = "item-\(index)-\(index &* 2_654_435_761 % 100_000)"
+            count = index % 1000
+            price = Double(index) * 0.25
+            active = index % 2 == 0
+        }
+    }
+
     static func values(_ index: Int) -> [String: Value] {
         [
             "_id": .int(Int64(index)), "name": .string("item-\(index)-\(index &* 2_654_435_761 % 100_000)"),
@@ -80,6 +98,7 @@ struct StorageBenchmarks {
                 baselineValue: Double(pairs.count) / baseline
             ).print()
             try bulkInsertFloor(replica, pairs: pairs, baseline: baseline)
+            try bulkInsertModels(pairs: pairs, baseline: baseline)
             var sqlite = Double.infinity
             for attempt in 1...3 {
                 let database = try SQLiteBaseline.items(context.path("sqlite-bulk-\(attempt).db"))
@@ -92,6 +111,36 @@ struct StorageBenchmarks {
             ).print()
             try bulkInsertMemory(objects, pairs: pairs)
         }
+    }
+
+    /// The bulk insert's objects as an app holds them: model values of a `Codable` type, created one by one and all
+    /// at once (``Transaction/create(contentsOf:)``), against the same raw puts.
+    func bulkInsertModels(pairs: [([UInt8], [UInt8])], baseline: Double) throws {
+        let models = (0..<context.objects).map(BenchItem.init)
+        var oneByOne = Double.infinity
+        var batch = Double.infinity
+        for attempt in 1...3 {
+            let single = try open("bulk-models-\(attempt)")
+            oneByOne = min(
+                oneByOne, try time { try single.write { txn in for model in models { try txn.create(model) } } })
+            single.close()
+            let batched = try open("bulk-models-batch-\(attempt)")
+            batch = min(batch, try time { try batched.write { txn in _ = try txn.create(contentsOf: models) } })
+            let stored = try batched.read { try $0.count("Item") }
+            precondition(stored == models.count, "the batched insert stored \(stored) of \(models.count) objects")
+            batched.close()
+        }
+        let count = Double(models.count)
+        Measurement(
+            name: "bulk_insert_100k_models_5_fields", value: count / oneByOne, unit: "objects/s",
+            baseline: "raw LMDB puts of the same keys and record sizes, one durable txn",
+            baselineValue: Double(pairs.count) / baseline
+        ).print()
+        Measurement(
+            name: "bulk_insert_100k_models_5_fields_contents_of", value: count / batch, unit: "objects/s",
+            baseline: "raw LMDB puts of the same keys and record sizes, one durable txn",
+            baselineValue: Double(pairs.count) / baseline
+        ).print()
     }
 
     /// The heap a bulk insert holds at its peak, per object, beside raw LMDB's puts of the same records and SQLite's
@@ -164,7 +213,9 @@ struct StorageBenchmarks {
         var bytes = 0
         // Alternate blocks, so that a change in the machine's speed during the run hits both sides alike.
         var ours = 0.0
+        var models = 0.0
         var baseline = 0.0
+        var modelsFound = 0
         let blocks = 10
         let perBlock = (count + blocks - 1) / blocks
         for start in stride(from: 0, to: count, by: perBlock) {
@@ -179,10 +230,23 @@ struct StorageBenchmarks {
                     }
                 }
             }
+            models += try time {
+                try replica.read { snapshot in
+                    for index in indexes[block] where try snapshot.object(BenchItem.self, primaryKey: index) != nil {
+                        modelsFound += 1
+                    }
+                }
+            }
             let rawBlock = Array(rawKeys[block])
             baseline += try time { bytes += try raw.getAll(rawBlock) }
         }
         precondition(found == count, "primary-key reads found \(found) of \(count)")
+        precondition(modelsFound == count, "primary-key reads of models found \(modelsFound) of \(count)")
+        Measurement(
+            name: "primary_key_read_models", value: Double(count) / models, unit: "reads/s",
+            baseline: "raw mdb_get of the same keys, copying the value",
+            baselineValue: Double(count) / baseline
+        ).print()
         precondition(bytes > 0)
         // SQLite: the same rows by primary key, each read's name column read into a String, in one transaction.
         let database = try SQLiteBaseline.items(context.path("sqlite-reads.db"))

@@ -107,6 +107,9 @@ enum ModelCoding {
                     try conform($0, to: single, schema: schema, declared: declared, names: names, path: path)
                 })
         }
+        if case .value(let value) = node, let conformed = conformScalar(value, scalarConversion(of: property)) {
+            return conformed
+        }
         switch (property.kind, node) {
         case (_, .null):
             return .null
@@ -119,24 +122,56 @@ enum ModelCoding {
                     type: typeName,
                     fields: try conform(
                         fields, to: type, schema: schema, declared: declared, names: names, path: path)))
-        case (.link, .value(.link(let key))):
-            return .link(key)
         case (.link, .value(let value)):
-            if let key = PrimaryKey(value) { return .link(key) }
             throw TributaryError(.wrongType, "'\(path)' is a link, but the model encoded \(value.kindName)")
-        case (.scalar(.double), .value(.int(let int))):
-            return .double(Double(int))
-        case (.scalar(.decimal), .value(.int(let int))):
-            return .decimal(Decimal(int))
-        case (.scalar(.float), .value(.double(let double))):
-            // A Swift Float encodes as a double (its models' default storage); a float property takes it back.
-            return .float(Float(double))
-        case (.scalar(.float), .value(.int(let int))):
-            return .float(Float(int))
-        case (.scalar, .value(let value)):
-            return value
         default:
             throw TributaryError(.wrongType, "'\(path)' is \(property.typeDescription), but the model encoded \(node)")
+        }
+    }
+
+    /// How a value a model encodes becomes the value of a property that holds one scalar or link
+    /// (``conformScalar(_:_:)``).
+    enum ScalarConversion {
+        case asIs
+        /// Integers become doubles.
+        case double
+        /// Integers become decimals.
+        case decimal
+        /// Doubles and integers become floats.
+        case float
+        /// A link, or a primary key value that names one.
+        case link
+        /// A list, a dictionary or an embedded object: not a scalar.
+        case none
+    }
+
+    static func scalarConversion(of property: Property) -> ScalarConversion {
+        guard !property.isList, !property.isDictionary else { return .none }
+        switch property.kind {
+        case .scalar(.double): return .double
+        case .scalar(.decimal): return .decimal
+        case .scalar(.float): return .float
+        case .scalar: return .asIs
+        case .link: return .link
+        case .embedded: return .none
+        }
+    }
+
+    /// A value the model encoded as a property with `conversion` stores it; `nil` when that property cannot hold it
+    /// (it is a list, a dictionary or an embedded object, or a link the value cannot name).
+    @inline(__always)
+    static func conformScalar(_ value: Value, _ conversion: ScalarConversion) -> Value? {
+        switch (conversion, value) {
+        case (.none, _): return nil
+        case (_, .null): return .null
+        case (.link, .link): return value
+        case (.link, _): return PrimaryKey(value).map(Value.link)
+        case (.double, .int(let int)): return .double(Double(int))
+        case (.decimal, .int(let int)): return .decimal(Decimal(int))
+        // A Swift Float encodes as a double (its models' default storage); a float property takes it back.
+        case (.float, .double(let double)): return .float(Float(double))
+        case (.float, .int(let int)): return .float(Float(int))
+        default: return value
         }
     }
 
@@ -147,8 +182,9 @@ enum ModelCoding {
         throws -> M
     {
         do {
-            var value = Value.embedded(EmbeddedObject(type: object.type, fields: object.values))
-            if !names.renamed.isEmpty { value = aliased(value, names) }
+            // Read in place by property position when nothing is renamed: no dictionary per object.
+            guard !names.renamed.isEmpty else { return try M(from: ValueDecoder(object: object)) }
+            let value = aliased(.embedded(EmbeddedObject(type: object.type, fields: object.values)), names)
             return try M(from: ValueDecoder(value: value, codingPath: []))
         } catch let error as DecodingError {
             throw TributaryError(
@@ -400,20 +436,42 @@ struct TreeSingleValueContainer: SingleValueEncodingContainer {
 
 struct ValueDecoder: Decoder {
     let value: Value
+    /// The fields of the object decoded, when it is a top-level object read from a replica.
+    let fields: DecodedFields?
     let codingPath: [any CodingKey]
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
+    init(value: Value, codingPath: [any CodingKey]) {
+        self.value = value
+        self.fields = nil
+        self.codingPath = codingPath
+    }
+
+    /// Decodes an object read from a replica: by position when it holds its values so (as every read returns them).
+    init(object: DynamicObject) {
+        self.value = .embedded(EmbeddedObject(type: object.type, fields: [:]))
+        if let (type, values) = object.positional {
+            fields = .positional(PositionalFields(type: type, values: values))
+        } else {
+            fields = .named(object.values)
+        }
+        self.codingPath = []
+    }
+
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
+        if let fields {
+            return KeyedDecodingContainer(ValueKeyedContainer<Key>(fields: fields, codingPath: codingPath))
+        }
         // A dictionary decodes as a Swift dictionary does: one key each.
         if case .dictionary(let entries) = value {
-            return KeyedDecodingContainer(ValueKeyedContainer<Key>(fields: entries, codingPath: codingPath))
+            return KeyedDecodingContainer(ValueKeyedContainer<Key>(fields: .named(entries), codingPath: codingPath))
         }
         guard case .embedded(let object) = value else {
             throw DecodingError.typeMismatch(
                 [String: Any].self,
                 .init(codingPath: codingPath, debugDescription: "expected an object, found \(value.kindName)"))
         }
-        return KeyedDecodingContainer(ValueKeyedContainer<Key>(fields: object.fields, codingPath: codingPath))
+        return KeyedDecodingContainer(ValueKeyedContainer<Key>(fields: .named(object.fields), codingPath: codingPath))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -425,24 +483,32 @@ struct ValueDecoder: Decoder {
     }
 
     func singleValueContainer() throws -> any SingleValueDecodingContainer {
-        ValueSingleContainer(value: value, codingPath: codingPath)
+        guard let fields, case .embedded(let object) = value else {
+            return ValueSingleContainer(value: value, codingPath: codingPath)
+        }
+        return ValueSingleContainer(
+            value: .embedded(EmbeddedObject(type: object.type, fields: fields.byName)), codingPath: codingPath)
     }
 
-    static func decode<T: Decodable>(_ type: T.Type, from value: Value, codingPath: [any CodingKey]) throws -> T {
-        if let direct = try direct(type, value, codingPath) { return direct }
-        return try T(from: ValueDecoder(value: value, codingPath: codingPath))
+    /// `value` as a `T`. The coding path is built only for an error or a nested decoder.
+    static func decode<T: Decodable>(
+        _ type: T.Type, from value: Value, codingPath: @autoclosure () -> [any CodingKey]
+    ) throws -> T {
+        if let direct = try direct(type, value, codingPath()) { return direct }
+        return try T(from: ValueDecoder(value: value, codingPath: codingPath()))
     }
 
-    static func direct<T>(_ type: T.Type, _ value: Value, _ codingPath: [any CodingKey]) throws -> T? {
+    static func direct<T>(_ type: T.Type, _ value: Value, _ codingPath: @autoclosure () -> [any CodingKey]) throws -> T?
+    {
         func mismatch() -> DecodingError {
             DecodingError.typeMismatch(
-                type, .init(codingPath: codingPath, debugDescription: "found \(value.kindName) \(value)"))
+                type, .init(codingPath: codingPath(), debugDescription: "found \(value.kindName) \(value)"))
         }
         func integer<I: FixedWidthInteger>(_: I.Type) throws -> I {
             guard case .int(let int) = value else { throw mismatch() }
             guard let result = I(exactly: int) else {
                 throw DecodingError.dataCorrupted(
-                    .init(codingPath: codingPath, debugDescription: "\(int) does not fit \(I.self)"))
+                    .init(codingPath: codingPath(), debugDescription: "\(int) does not fit \(I.self)"))
             }
             return result
         }
@@ -513,17 +579,102 @@ struct ValueDecoder: Decoder {
     }
 }
 
+/// The fields a keyed container reads: by name, or those of an object read from a replica, by position.
+enum DecodedFields {
+    case named([String: Value])
+    case positional(PositionalFields)
+
+    subscript(name: String) -> Value? {
+        switch self {
+        case .named(let fields): fields[name]
+        case .positional(let fields): fields.value(name)
+        }
+    }
+
+    var names: [String] {
+        switch self {
+        case .named(let fields): Array(fields.keys)
+        case .positional(let fields): fields.type.names
+        }
+    }
+
+    var byName: [String: Value] {
+        switch self {
+        case .named(let fields): fields
+        case .positional(let fields):
+            Dictionary(zip(fields.type.names, fields.values), uniquingKeysWith: { first, _ in first })
+        }
+    }
+}
+
+/// An object's values by position, read by name. A model decodes its keys in the order it declares them, which is
+/// the order of the schema its type derives: each key is compared with the name after the last one read before it is
+/// looked up.
+final class PositionalFields {
+    let type: DynamicObject.PositionalType
+    let values: [Value]
+    private var next = 0
+
+    init(type: DynamicObject.PositionalType, values: [Value]) {
+        self.type = type
+        self.values = values
+    }
+
+    func value(_ name: String) -> Value? {
+        let position: Int
+        if next < type.names.count, type.names[next] == name {
+            position = next
+        } else if let found = type.schema.position(ofProperty: name) {
+            position = found
+        } else {
+            return nil
+        }
+        next = position + 1
+        return position < values.count ? values[position] : nil
+    }
+}
+
 struct ValueKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
-    let fields: [String: Value]
+    let fields: DecodedFields
     let codingPath: [any CodingKey]
 
-    var allKeys: [Key] { fields.keys.compactMap { Key(stringValue: $0) } }
+    var allKeys: [Key] { fields.names.compactMap { Key(stringValue: $0) } }
 
     func contains(_ key: Key) -> Bool { fields[key.stringValue] != nil }
 
     func decodeNil(forKey key: Key) throws -> Bool { fields[key.stringValue]?.isNull ?? true }
 
+    func decode(_ type: String.Type, forKey key: Key) throws -> String {
+        if case .string(let string)? = fields[key.stringValue] { return string }
+        return try decode(type, forKey: key, generic: ())
+    }
+
+    func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool {
+        if case .bool(let bool)? = fields[key.stringValue] { return bool }
+        return try decode(type, forKey: key, generic: ())
+    }
+
+    func decode(_ type: Int.Type, forKey key: Key) throws -> Int {
+        if case .int(let int)? = fields[key.stringValue], let result = Int(exactly: int) { return result }
+        return try decode(type, forKey: key, generic: ())
+    }
+
+    func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 {
+        if case .int(let int)? = fields[key.stringValue] { return int }
+        return try decode(type, forKey: key, generic: ())
+    }
+
+    func decode(_ type: Double.Type, forKey key: Key) throws -> Double {
+        if case .double(let double)? = fields[key.stringValue] { return double }
+        return try decode(type, forKey: key, generic: ())
+    }
+
     func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        try decode(type, forKey: key, generic: ())
+    }
+
+    /// The general decode, which every other ends in.
+    private func decode<T: Decodable>(_ type: T.Type, forKey key: Key, generic: Void) throws -> T {
         guard let value = fields[key.stringValue] else {
             // A computed property a read did not fill in (an object read without its replica): none.
             if type is any LinkingObjectsValue.Type {
@@ -547,7 +698,7 @@ struct ValueKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     }
 
     func superDecoder() throws -> any Decoder {
-        ValueDecoder(value: .embedded(EmbeddedObject(type: "", fields: fields)), codingPath: codingPath)
+        ValueDecoder(value: .embedded(EmbeddedObject(type: "", fields: fields.byName)), codingPath: codingPath)
     }
 
     func superDecoder(forKey key: Key) throws -> any Decoder {
