@@ -15,6 +15,10 @@ public enum QueryPlan: Hashable, Sendable, CustomStringConvertible {
     case noMatch
     /// Every object of the type is read and checked.
     case fullScan
+    /// The query sorts by one indexed property (perhaps with a LIMIT after): its index is walked in the SORT's order,
+    /// and each object it names is checked against the query, until the LIMIT is reached. Within `constraint` (a
+    /// range on that property) when the query has one.
+    case indexOrder(property: String, descending: Bool, constraint: String?)
 
     public var description: String {
         switch self {
@@ -22,6 +26,9 @@ public enum QueryPlan: Hashable, Sendable, CustomStringConvertible {
         case .index(let property, let constraint): "index on \(property): \(constraint)"
         case .noMatch: "no match (contradictory constraints)"
         case .fullScan: "full scan"
+        case .indexOrder(let property, let descending, let constraint):
+            "index on \(property) in \(descending ? "descending" : "ascending") order"
+                + (constraint.map { ": \($0)" } ?? "")
         }
     }
 }
@@ -112,7 +119,9 @@ extension Snapshot {
     ///     where: "conversationID == $0 SORT(timestamp DESC) LIMIT(50)", arguments: ["c1"])
     /// ```
     /// An index on a property constrained by equality, `IN` or a range answers the query without reading every
-    /// object; ``explain(_:where:arguments:)`` says which.
+    /// object; ``explain(_:where:arguments:)`` says which. A query sorted by one indexed integer, double or date
+    /// property (`SORT(timestamp DESC) LIMIT(50)`) walks that index in order and reads only the objects up to its
+    /// LIMIT; sorted by another property, a scan with a LIMIT of at most 1,000 keeps only the best matches as it goes.
     ///
     /// - Throws: ``TributaryError`` with `.invalidQuery` (its message points at the place in the query at fault), or
     ///   `.unknownType`.
@@ -125,7 +134,10 @@ extension Snapshot {
     /// How ``objects(_:where:arguments:)`` would run a query.
     public func explain(_ type: String, where query: String, arguments: [Value] = []) throws -> QueryPlan {
         let objectType = try schema.requireType(type)
-        return try plan(try schema.query(query, arguments: arguments, type: objectType), type: objectType).plan
+        let planned = try plan(try schema.query(query, arguments: arguments, type: objectType), type: objectType)
+        guard let order = planned.order else { return planned.plan }
+        return .indexOrder(
+            property: order.property, descending: !order.ascending, constraint: planned.constraint?.description)
     }
 
     /// The number of objects of `type` that match a query.
@@ -143,13 +155,24 @@ extension Snapshot {
         // A full scan tests most records and keeps few: it decodes only what the predicate reads, and the rest of a
         // record that matches. The candidates an index or primary keys name mostly match: they are decoded whole.
         let read = query.predicateProperties
-        let wanted = type.properties.map { planned.plan != .fullScan || read.contains($0.name) }
+        // A scan for one SORT and a small LIMIT keeps the best matches by their sort key alone (``TopMatches``).
+        var top: TopMatches?
+        if planned.plan == .fullScan, planned.order == nil, let sort = query.positionalClauses(for: type)?.singleSort,
+            let limit = sort.limit, limit <= TopMatches.largestLimit, sort.position < type.properties.count,
+            type.properties[sort.position].kind != .scalar(.mixed)
+        {
+            top = TopMatches(position: sort.position, ascending: sort.ascending, limit: limit)
+        }
+        let wanted = type.properties.indices.map { position in
+            planned.plan != .fullScan || read.contains(type.properties[position].name) || top?.position == position
+        }
         let readsAll = !wanted.contains(false)
         let reader = try typeReader(type.name)
         let projector = readsAll ? reader.projector : RecordProjector(type: type, schema: schema, wanted: wanted)
         var filter = CandidateFilter(
             query: query, type: type, materializer: materializer, source: source, projector: projector,
             whole: reader.projector, layout: reader.layout, wanted: readsAll ? nil : wanted)
+        filter.top = top
 
         func consider(keys: [PrimaryKey]) throws {
             for key in keys {
@@ -159,6 +182,11 @@ extension Snapshot {
             }
         }
 
+        if let order = planned.order,
+            let ordered = try indexOrdered(order, type: type, reader: reader, filter: &filter)
+        {
+            return ordered
+        }
         switch planned.plan {
         case .noMatch:
             return []
@@ -170,8 +198,8 @@ extension Snapshot {
                 for (lower, upper) in planned.ranges {
                     try replica.views.indexScan(
                         type: type.name, property: property, lower: lower, upper: upper, in: storage
-                    ) {
-                        keys.append($0)
+                    ) { key, _ in
+                        keys.append(key)
                         return true
                     }
                 }
@@ -185,8 +213,25 @@ extension Snapshot {
             } else {
                 try scanStored(type) { try filter.consider(storedKey: $0, $1) }
             }
-        case .fullScan:
+        case .fullScan, .indexOrder:
             try scanStored(type) { try filter.consider(storedKey: $0, $1) }
+        }
+        if let top = filter.top {
+            // The records of the best matches, read again whole.
+            var results: [DynamicObject] = []
+            results.reserveCapacity(top.kept.count)
+            for (_, key) in top.kept {
+                let values = try storage.withValue(replica.views.objects, key: reader.key(key)) { bytes -> [Value]? in
+                    guard let bytes else { return nil }
+                    do throws(ChangesetDecodingError) { return try reader.projector.values(bytes) } catch {
+                        throw error.inRecord(of: RecordKey(type: type.name, primaryKey: key))
+                    }
+                }
+                if let values {
+                    results.append(try materializer.object(layout: reader.layout, primaryKey: key, positional: values))
+                }
+            }
+            return results
         }
         if let clauses = filter.positionalClauses {
             let results = filter.results
@@ -200,6 +245,53 @@ extension Snapshot {
         }
     }
 
+    /// Carries out `order` (``PlannedQuery/order``): walks the index of the sorted property in the SORT's order and
+    /// checks each object it names, until the LIMIT is reached. The index orders the objects of one value by primary
+    /// key, as the stable SORT over candidates in stored primary key order leaves them; a descending walk meets them
+    /// in reverse, so it takes each value's objects together and considers them the other way round. `nil` when the
+    /// objects read turn out not to be in the SORT's order (an index that disagrees with the records), for the
+    /// general path.
+    private func indexOrdered(
+        _ order: PlannedQuery.IndexOrder, type: ObjectSchema, reader: TypeReader, filter: inout CandidateFilter
+    ) throws -> [DynamicObject]? {
+        let limit = order.limit ?? .max
+        guard limit > 0 else { return [] }
+        var inOrder = true
+        var previous: Value?
+        /// Considers the object with `key`; returns whether to go on.
+        func consider(_ key: PrimaryKey) throws -> Bool {
+            let before = filter.results.count
+            try storage.withValue(replica.views.objects, key: reader.key(key)) { bytes in
+                if let bytes { try filter.consider(key, bytes) }
+            }
+            if filter.results.count > before, let last = filter.results.last {
+                let value = last.value(atPosition: order.position, of: type)
+                if let previous, TopMatches.precedes(value, previous, ascending: order.ascending) { inOrder = false }
+                previous = value
+            }
+            return inOrder && filter.results.count < limit
+        }
+        var group: [PrimaryKey] = []
+        var groupValue: [UInt8] = []
+        var going = true
+        try replica.views.indexScan(
+            type: type.name, property: order.property, lower: order.lower, upper: order.upper,
+            reverse: !order.ascending, in: storage
+        ) { key, value in
+            if order.ascending { return try consider(key) }
+            if !value.elementsEqual(groupValue) {
+                for earlier in group.reversed() where going { going = try consider(earlier) }
+                group.removeAll(keepingCapacity: true)
+                groupValue = Array(value)
+            }
+            group.append(key)
+            return going
+        }
+        if !order.ascending {
+            for earlier in group.reversed() where going { going = try consider(earlier) }
+        }
+        return inOrder ? filter.results : nil
+    }
 }
 
 extension Snapshot {
@@ -263,6 +355,8 @@ private struct CandidateFilter {
     var results: [DynamicObject] = []
     /// The matches by name, for the clauses.
     var matched: [(PrimaryKey, [String: Value])] = []
+    /// With one SORT and a small LIMIT: the best matches so far, instead of ``results``.
+    var top: TopMatches?
 
     init(
         query: Query, type: ObjectSchema, materializer: Materializer, source: ReaderObjectSource,
@@ -348,6 +442,12 @@ private struct CandidateFilter {
             guard matches, let primaryKey = primaryKey ?? storedKey.flatMap({ KeyEncoding.primaryKey(from: $0) }) else {
                 return .handled
             }
+            if let position = top?.position {
+                top?.offer(
+                    position == keyPosition ? primaryKey.value : projector.value(at: position, in: bytes, fields),
+                    primaryKey)
+                return .handled
+            }
             try keep(primaryKey, positional: whole.values(bytes) ?? [])
             return .handled
         }
@@ -367,6 +467,10 @@ private struct CandidateFilter {
         if let positional {
             if let keyPosition = layout.keyPosition { projected[keyPosition] = primaryKey.value }
             guard positional.matches(projected) else { return }
+            if let position = top?.position {
+                top?.offer(position < projected.count ? projected[position] : .null, primaryKey)
+                return
+            }
         } else {
             let fields = try materializer.fields(
                 type: type, primaryKey: primaryKey, positional: projected, wanted: wanted)
@@ -387,5 +491,49 @@ private struct CandidateFilter {
             results.append(
                 try materializer.object(layout: layout, primaryKey: primaryKey, positional: values))
         }
+    }
+}
+
+/// The best `limit` matches of a scan for one SORT with a LIMIT, by their sort key alone, in the SORT's order (ties in
+/// the order they were offered, as the stable SORT leaves them): a scan then keeps the keys of a few objects instead
+/// of every match's values, and reads the few again at the end.
+struct TopMatches {
+    /// The largest LIMIT kept this way: each match that enters moves the ones after it.
+    static let largestLimit = 1_000
+    let position: Int
+    let ascending: Bool
+    let limit: Int
+    /// The sort key and primary key of the best matches so far, best first.
+    private(set) var kept: [(value: Value, key: PrimaryKey)] = []
+
+    init(position: Int, ascending: Bool, limit: Int) {
+        self.position = position
+        self.ascending = ascending
+        self.limit = limit
+        kept.reserveCapacity(limit + 1)
+    }
+
+    /// Whether `value` comes strictly before `other` in a SORT `ascending` as given.
+    static func precedes(_ value: Value, _ other: Value, ascending: Bool) -> Bool {
+        let order = PositionalClauses.sortOrder(value, other)
+        return ascending ? order < 0 : order > 0
+    }
+
+    mutating func offer(_ value: Value, _ key: PrimaryKey) {
+        guard limit > 0 else { return }
+        if kept.count == limit, let last = kept.last, !Self.precedes(value, last.value, ascending: ascending) { return }
+        // After every kept match it does not precede: a tie goes after the matches offered before it.
+        var low = 0
+        var high = kept.count
+        while low < high {
+            let middle = (low + high) / 2
+            if Self.precedes(value, kept[middle].value, ascending: ascending) {
+                high = middle
+            } else {
+                low = middle + 1
+            }
+        }
+        kept.insert((value, key), at: low)
+        if kept.count > limit { kept.removeLast() }
     }
 }

@@ -127,6 +127,26 @@ public struct PositionalClauses: Sendable {
     public func order(count: Int, value: (_ object: Int, _ position: Int) -> Value) -> [Int] {
         applyClauses(steps, count: count, value: value)
     }
+
+    /// How an ascending SORT orders two values: negative when `left` comes first, positive when `right` does, 0 when
+    /// they tie.
+    public static func sortOrder(_ left: Value, _ right: Value) -> Int { TributaryQuery.sortOrder(left, right) }
+
+    /// When the clauses are one SORT on one property, perhaps followed by a LIMIT: the property's position, the
+    /// direction and the limit. Objects taken in that property's order (ties in the order they were given) are then
+    /// the result as they come, up to the limit: an index on the property gives them so.
+    public var singleSort: (position: Int, ascending: Bool, limit: Int?)? {
+        guard case .sort(let keys)? = steps.first, keys.count == 1 else { return nil }
+        switch steps.count {
+        case 1:
+            return (keys[0].key, keys[0].ascending, nil)
+        case 2:
+            guard case .limit(let count) = steps[1] else { return nil }
+            return (keys[0].key, keys[0].ascending, count)
+        default:
+            return nil
+        }
+    }
 }
 
 /// One sort key's values, one per object being sorted, compared as ``sortOrder(_:_:)`` orders them. When every value

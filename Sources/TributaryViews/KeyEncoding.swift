@@ -142,6 +142,15 @@ public enum KeyEncoding {
         withUnsafeBytes(of: ordered.bigEndian) { bytes.append(contentsOf: $0) }
     }
 
+    /// Whether an index value (``appendIndexValue(_:budget:to:)``) is a double, date or float that is not a number.
+    public static func isNaNIndexValue(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard bytes.count == 9, let tag = bytes.first, tag == 3 || tag == 5 || tag == 11 else { return false }
+        var ordered: UInt64 = 0
+        for byte in bytes.dropFirst() { ordered = ordered << 8 | UInt64(byte) }
+        let bits = ordered & (1 << 63) != 0 ? ordered & ~(1 << 63) : ~ordered
+        return Double(bitPattern: bits).isNaN
+    }
+
     /// Appends a zero-escaped, zero-terminated, possibly truncated byte string: `00` becomes `00 FF`, and `00 00`
     /// ends it, so shorter strings sort first and the encoding delimits itself. It keeps the longest prefix of
     /// `value` of at most ``maximumIndexedValueBytes`` bytes whose escaped bytes take at most `budget` (an escaped

@@ -162,20 +162,21 @@ public struct ViewStore: Sendable {
     /// The primary keys whose indexed `property` has an encoded value in `lower ..< upper` (encodings from
     /// ``KeyEncoding/appendIndexValue(_:to:)``; `nil` bounds are open), in index order.
     public func indexScan(
-        type: String, property: String, lower: [UInt8]?, upper: [UInt8]?, in transaction: ReadTransaction,
-        _ body: (PrimaryKey) throws -> Bool
+        type: String, property: String, lower: [UInt8]?, upper: [UInt8]?, reverse: Bool = false,
+        in transaction: ReadTransaction,
+        _ body: (_ primaryKey: PrimaryKey, _ value: UnsafeRawBufferPointer) throws -> Bool
     ) throws {
         let prefix = Self.indexPrefix(type: type, property: property)
         let start = prefix + (lower ?? [])
         let end = upper.map { prefix + $0 } ?? Self.prefixEnd(prefix)
         var failure: (any Error)?
-        try transaction.scan(indexes, from: start, to: end) { key, _ in
+        try transaction.scan(indexes, from: start, to: end, reverse: reverse) { key, _ in
             // Read in place: an index scan reads every entry of its range.
             let rest = key[prefix.count...]
             guard let length = KeyEncoding.indexValueLength(rest),
                 let primaryKey = KeyEncoding.primaryKey(from: rest.dropFirst(length))
             else { return true }
-            do { return try body(primaryKey) } catch {
+            do { return try body(primaryKey, UnsafeRawBufferPointer(rebasing: rest.prefix(length))) } catch {
                 failure = error
                 return false
             }

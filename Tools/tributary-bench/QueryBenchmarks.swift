@@ -14,7 +14,7 @@ struct QueryBenchmarks {
                 name: "Message",
                 properties: [
                     .scalar("_id", .int), .scalar("conversation", .int, indexed: true), .scalar("text", .string),
-                    .scalar("score", .double), .scalar("timestamp", .date),
+                    .scalar("score", .double), .scalar("timestamp", .date, indexed: true),
                 ])
         ])
 
@@ -43,7 +43,10 @@ struct QueryBenchmarks {
         let sqlite = try SQLiteBaseline.messages(context.path("sqlite-query.db"), count: count)
         if context.wants("indexed_equality") { try indexedEquality(replica, sqlite) }
         if context.wants("full_scan") { try fullScan(replica, sqlite, count: count) }
-        if context.wants("sorted_query") { try sortedQuery(replica, sqlite) }
+        if context.wants("sorted_query") {
+            try sortedQuery(replica, sqlite)
+            try latestMessages(replica, sqlite, count: count)
+        }
         if context.wants("commit_to_notification") { try notificationLatency(replica) }
         if context.wants("in_list") { try longInList(replica, count: count) }
     }
@@ -265,6 +268,42 @@ struct QueryBenchmarks {
             baseline: "SQLite (WAL) SELECT ... ORDER BY of the same rows, through the index (ms)",
             baselineValue: sqliteSeconds / Double(rounds) * 1000, higherIsBetter: false
         ).print()
+    }
+
+    /// A chat screen's query: the 50 latest messages, by an indexed date, against SQLite's `ORDER BY ... LIMIT`
+    /// through its index; and the same by an unindexed number, which sorts every object, against SQLite's.
+    func latestMessages(_ replica: Replica, _ sqlite: SQLiteBaseline, count: Int) throws {
+        for (property, column, indexed) in [("timestamp", "timestamp", true), ("score", "score", false)] {
+            let query = "TRUEPREDICATE SORT(\(property) DESC) LIMIT(50)"
+            let select = try SQLiteBaseline.Statement(
+                "SELECT id, conversation, text, score, timestamp FROM Message ORDER BY \(column) DESC LIMIT 50",
+                in: sqlite)
+            var results: [DynamicObject] = []
+            var seconds = 0.0
+            var sqliteSeconds = 0.0
+            let rounds = indexed ? 200 : 10
+            for round in 0...rounds {
+                // The first round of each side is untimed.
+                let ours = try time { results = try replica.read { try $0.objects("Message", where: query) } }
+                var rows = 0
+                let theirs = try time { rows = try select.run([]) { _ in } }
+                precondition(rows == 50 && results.count == 50, "latest messages: \(results.count) and \(rows) rows")
+                if round > 0 {
+                    seconds += ours
+                    sqliteSeconds += theirs
+                }
+            }
+            if indexed {
+                precondition(results.first?.primaryKey == .int(Int64(count - 1)), "latest messages: not the latest")
+            }
+            Measurement(
+                name: indexed ? "sorted_query_latest_50_indexed_vs_sqlite" : "sorted_query_top_50_unindexed_vs_sqlite",
+                value: seconds / Double(rounds) * 1000, unit: "ms",
+                baseline: "SQLite (WAL) SELECT ... ORDER BY \(column) DESC LIMIT 50"
+                    + (indexed ? ", through its index (ms)" : ", without an index (ms)"),
+                baselineValue: sqliteSeconds / Double(rounds) * 1000, higherIsBetter: false
+            ).print()
+        }
     }
 
     func notificationLatency(_ replica: Replica) throws {

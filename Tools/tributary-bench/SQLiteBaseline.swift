@@ -133,7 +133,8 @@ extension SQLiteBaseline {
             path: path,
             schema: "CREATE TABLE Message (id INTEGER PRIMARY KEY, conversation INTEGER NOT NULL, text TEXT NOT NULL, "
                 + "score REAL NOT NULL, timestamp REAL NOT NULL); "
-                + "CREATE INDEX MessageConversation ON Message (conversation)")
+                + "CREATE INDEX MessageConversation ON Message (conversation); "
+                + "CREATE INDEX MessageTimestamp ON Message (timestamp)")
         let insert = try Statement(
             "INSERT INTO Message (id, conversation, text, score, timestamp) VALUES (?, ?, ?, ?, ?)", in: database)
         try database.transaction {

@@ -1,3 +1,4 @@
+import Foundation
 import TributaryMerge
 import TributaryModel
 import TributaryQuery
@@ -15,6 +16,20 @@ extension Snapshot {
         var constraint: IndexConstraint?
         /// The index key ranges `[lower, upper)` that hold the constraint's values (``indexBounds(_:budget:)``).
         var ranges: [([UInt8], [UInt8])] = []
+        /// An index that gives the objects in the order of the query's SORT, tried before ``plan``.
+        var order: IndexOrder?
+
+        /// A walk of the index of the property a query sorts by (``QueryPlan/indexOrder(property:descending:constraint:)``).
+        struct IndexOrder {
+            var property: String
+            /// The property's position in its type.
+            var position: Int
+            var ascending: Bool
+            var limit: Int?
+            /// The index key range to walk, `[lower, upper)`; open where `nil`.
+            var lower: [UInt8]?
+            var upper: [UInt8]?
+        }
     }
 
     func plan(_ query: Query, type: ObjectSchema) throws -> PlannedQuery {
@@ -44,11 +59,62 @@ extension Snapshot {
             default: false
             }
         }
+        var planned = PlannedQuery(plan: .fullScan)
         if let (best, ranges) = best {
-            return PlannedQuery(
+            planned = PlannedQuery(
                 plan: .index(property: best.property, constraint: best.description), constraint: best, ranges: ranges)
         }
-        return PlannedQuery(plan: .fullScan)
+        planned.order = try indexOrder(query, type: type, planned)
+        return planned
+    }
+
+    /// An index walk that gives the objects in the order of the query's SORT (``PlannedQuery/IndexOrder``), when the
+    /// query's clauses are one SORT on one indexed integer, double or date property (perhaps with a LIMIT after), and
+    /// it reads no more than `planned` does: the query has no constraint an index answers, or only a range on that
+    /// same property. Not when the property holds a value that is not a number (SORT puts NaN first, the index does
+    /// not).
+    func indexOrder(_ query: Query, type: ObjectSchema, _ planned: PlannedQuery) throws -> PlannedQuery.IndexOrder? {
+        guard let sort = query.positionalClauses(for: type)?.singleSort, sort.position < type.properties.count else {
+            return nil
+        }
+        let property = type.properties[sort.position]
+        guard property.kind == .scalar(.int) || property.kind == .scalar(.double) || property.kind == .scalar(.date),
+            ViewStore.indexValueBudget(of: property, in: type) != nil
+        else { return nil }
+        var order = PlannedQuery.IndexOrder(
+            property: property.name, position: sort.position, ascending: sort.ascending, limit: sort.limit)
+        switch planned.plan {
+        case .fullScan:
+            break
+        case .index(let indexed, _):
+            guard indexed == property.name, case .range? = planned.constraint?.kind, planned.ranges.count == 1 else {
+                return nil
+            }
+            (order.lower, order.upper) = (planned.ranges[0].0, planned.ranges[0].1)
+        default:
+            return nil
+        }
+        if property.kind != .scalar(.int) {
+            // Values that are not numbers sort at the ends of the property's numbers in the index (their tag's
+            // range): its first and last entries there tell.
+            var sample: [UInt8] = []
+            let zero: Value = property.kind == .scalar(.date) ? .date(Date(timeIntervalSince1970: 0)) : .double(0)
+            guard KeyEncoding.appendIndexValue(zero, budget: 0, to: &sample), let tag = sample.first, tag < 0xFF else {
+                return nil
+            }
+            for reverse in [false, true] {
+                var notANumber = false
+                try replica.views.indexScan(
+                    type: type.name, property: property.name, lower: [tag], upper: [tag + 1], reverse: reverse,
+                    in: storage
+                ) { _, value in
+                    notANumber = KeyEncoding.isNaNIndexValue(value)
+                    return false
+                }
+                if notANumber { return nil }
+            }
+        }
+        return order
     }
 
     /// The encoded index ranges `[lower, upper)` that hold a constraint's values, whose property's values take at
