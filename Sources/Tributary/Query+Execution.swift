@@ -290,7 +290,12 @@ extension Snapshot {
         if !order.ascending {
             for earlier in group.reversed() where going { going = try consider(earlier) }
         }
-        return inOrder ? filter.results : nil
+        guard inOrder else {
+            // The general path starts again from nothing.
+            filter.results.removeAll()
+            return nil
+        }
+        return filter.results
     }
 }
 

@@ -1,7 +1,9 @@
 import Foundation
 import Testing
 import TributaryModel
+import TributaryStorage
 import TributaryTestSupport
+import TributaryViews
 
 @testable import Tributary
 
@@ -120,6 +122,23 @@ struct IndexOrderTests {
                 if case .indexOrder = plan { Issue.record("\(query) is walked in index order") }
             }
         }
+    }
+
+    @Test func anIndexThatDisagreesWithTheRecordsTakesTheGeneralPath() throws {
+        let directory = try TemporaryDirectory()
+        let indexed = try open(directory, indexed: true)
+        let plain = try open(directory, indexed: false)
+        try fill([indexed, plain], seed: 6)
+        let query = "TRUEPREDICATE SORT(score DESC) LIMIT(10)"
+        let lowest = try #require(try plain.objects("Event", where: "TRUEPREDICATE SORT(score ASC) LIMIT(1)").first)
+        // A damaged index: an entry that gives the object with the lowest score the highest.
+        var key = ViewStore.indexPrefix(type: "Event", property: "score")
+        #expect(KeyEncoding.appendIndexValue(.int(1_000), budget: 64, to: &key))
+        KeyEncoding.append(lowest.primaryKey, to: &key)
+        try indexed.environment.write { txn in try txn.put(indexed.views.indexes, key: key, value: []) }
+        let found = try indexed.objects("Event", where: query)
+        #expect(found == (try plain.objects("Event", where: query)))
+        #expect(!found.contains { $0.primaryKey == lowest.primaryKey })
     }
 
     @Test func aNaNInTheIndexTakesTheGeneralPath() throws {

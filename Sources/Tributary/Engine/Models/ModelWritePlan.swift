@@ -17,7 +17,6 @@ final class ModelWritePlan {
     let create: Transaction.CreatePlan
     /// The primary key's slot in the values: after the create plan's properties.
     var keySlot: Int { create.properties.count }
-    let keyName: String
     /// The property of each slot (the primary key's last).
     let properties: [Property]
     /// Each property's slot, by name.
@@ -39,7 +38,6 @@ final class ModelWritePlan {
     init?(model: ObjectIdentifier, type: ObjectSchema, schema: Schema, declared: Schema?) {
         guard let keyName = type.primaryKey, let keyProperty = type[property: keyName] else { return nil }
         self.model = model
-        self.keyName = keyName
         self.type = type
         self.schema = schema
         self.declared = declared
