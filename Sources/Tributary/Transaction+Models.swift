@@ -103,7 +103,7 @@ extension Transaction {
                 ?? ModelShapes.shape(of: model)
             let declaredNames = declared?[type: M.typeName].map { Set($0.properties.map(\.name)) }
             if declaredNames == nil || declaredNames == Set(type.properties.map(\.name)) {
-                plan = ModelWritePlan(model: id, type: type, schema: working.schema, declared: declared)
+                plan = ModelWritePlan(type: type, schema: working.schema, declared: declared)
             }
         }
         modelWritePlans[id] = .some(plan)

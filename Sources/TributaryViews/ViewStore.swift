@@ -160,7 +160,8 @@ public struct ViewStore: Sendable {
     }
 
     /// The primary keys whose indexed `property` has an encoded value in `lower ..< upper` (encodings from
-    /// ``KeyEncoding/appendIndexValue(_:to:)``; `nil` bounds are open), in index order.
+    /// ``KeyEncoding/appendIndexValue(_:to:)``; `nil` bounds are open), each with that encoded value, in index order
+    /// (value, then primary key), or in reverse order with `reverse`.
     public func indexScan(
         type: String, property: String, lower: [UInt8]?, upper: [UInt8]?, reverse: Bool = false,
         in transaction: ReadTransaction,

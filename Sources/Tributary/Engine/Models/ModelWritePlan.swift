@@ -11,8 +11,6 @@ import TributaryModel
 /// containers, a key the type lacks, a value the property cannot hold) makes ``values(of:)`` return `nil`, and the
 /// general path writes the model or names the fault, so both paths give the same values and the same errors.
 final class ModelWritePlan {
-    /// The model type the plan is for.
-    let model: ObjectIdentifier
     /// The type's create plan: its properties other than the primary key, in the order a create lists its fields.
     let create: Transaction.CreatePlan
     /// The primary key's slot in the values: after the create plan's properties.
@@ -35,9 +33,8 @@ final class ModelWritePlan {
     private let encoder: PositionalEncoder
 
     /// `nil` when the type has no primary key.
-    init?(model: ObjectIdentifier, type: ObjectSchema, schema: Schema, declared: Schema?) {
+    init?(type: ObjectSchema, schema: Schema, declared: Schema?) {
         guard let keyName = type.primaryKey, let keyProperty = type[property: keyName] else { return nil }
-        self.model = model
         self.type = type
         self.schema = schema
         self.declared = declared
