@@ -33,6 +33,9 @@ public final class RecordProjector: Sendable {
     let storedPositions: [Int]
     /// Each position's index in the stored order.
     let storedIndex: [Int]
+    /// Whether the stored order's names are ASCII and strictly ascending byte by byte: a record whose names are these,
+    /// one after another from the first, then has names as the encoder writes them, with no need to check each.
+    let storedNamesAreOrdered: Bool
 
     /// - Parameter wanted: the positions in `type.properties` to decode, or `nil` for all of them.
     public init(type: ObjectSchema, schema: Schema, wanted: [Bool]? = nil, limits: DecodingLimits = .storedRecord) {
@@ -70,25 +73,37 @@ public final class RecordProjector: Sendable {
         var storedIndex = [Int](repeating: 0, count: type.properties.count)
         for (index, position) in order.enumerated() { storedIndex[position] = index }
         self.storedIndex = storedIndex
+        storedNamesAreOrdered = names.withUnsafeBytes { names in
+            RecordBytes.isASCII(names)
+                && starts.indices.dropFirst().dropLast().allSatisfy { index in
+                    RecordBytes.precedes(
+                        UnsafeRawBufferPointer(rebasing: names[starts[index - 1]..<starts[index]]),
+                        UnsafeRawBufferPointer(rebasing: names[starts[index]..<starts[index + 1]]))
+                }
+        }
+    }
+
+    /// Whether `name` is the name at `index` in the stored order.
+    @inline(__always)
+    private func storedName(_ index: Int, is name: UnsafeRawBufferPointer) -> Bool {
+        let start = storedNameStarts[index]
+        // Names are short: a loop beats a call to memcmp.
+        var matches = storedNameStarts[index + 1] - start == name.count
+        var offset = 0
+        while matches, offset < name.count {
+            matches = storedNames[start + offset] == name[offset]
+            offset += 1
+        }
+        return matches
     }
 
     /// The position of the property a stored field name names, if any. `next` is the index in the stored order of
     /// the name expected next; it moves past the name found.
     @inline(__always)
     private func position(of name: UnsafeRawBufferPointer, next: inout Int) -> Int? {
-        if next < storedPositions.count {
-            let start = storedNameStarts[next]
-            // Names are short: a loop beats a call to memcmp.
-            var matches = storedNameStarts[next + 1] - start == name.count
-            var index = 0
-            while matches, index < name.count {
-                matches = storedNames[start + index] == name[index]
-                index += 1
-            }
-            if matches {
-                next += 1
-                return storedPositions[next - 1]
-            }
+        if next < storedPositions.count, storedName(next, is: name) {
+            next += 1
+            return storedPositions[next - 1]
         }
         let position = type.propertyPosition(utf8: name.assumingMemoryBound(to: UInt8.self))
         if let position, position < storedIndex.count { next = storedIndex[position] + 1 }
@@ -174,8 +189,19 @@ public final class RecordProjector: Sendable {
             fields.offsets = Array(repeating: -1, count: initial.count)
         }
         var next = 0
+        // Whether every name so far was the stored order's next, from its first: the names then need no check.
+        var inStoredOrder = storedNamesAreOrdered
         let scanned = ObjectRecord.scanScalarFields(bytes, limits: limits) { name, start in
-            if let position = position(of: name, next: &next), readable[position] { fields.offsets[position] = start }
+            let position: Int?
+            if inStoredOrder, next < storedPositions.count, storedName(next, is: name) {
+                position = storedPositions[next]
+                next += 1
+            } else {
+                inStoredOrder = false
+                position = self.position(of: name, next: &next)
+            }
+            if let position, readable[position] { fields.offsets[position] = start }
+            return inStoredOrder
         }
         switch scanned {
         case .exists(let zeroStampFirst):
@@ -226,10 +252,13 @@ enum ScalarScan {
 extension ObjectRecord {
     /// Walks a stored record whose fields are all registers holding plain scalars, names in ascending order, checking
     /// every byte the full decoder checks: what it accepts, the full decoder reads, to the same values. Calls `field`
-    /// with each field's name and the offset of its value. Anything else is for the full decoder.
+    /// with each field's name and the offset of its value (a tombstone's fields too), before the name is checked:
+    /// `field` returns `true` to vouch that the name is ASCII and follows the previous field's (a projector knows
+    /// this of its type's names, ``RecordProjector/storedNamesAreOrdered``), and other names are checked here.
+    /// Anything else is for the full decoder.
     @inline(__always)
     static func scanScalarFields(
-        _ bytes: UnsafeRawBufferPointer, limits: DecodingLimits, _ field: (UnsafeRawBufferPointer, Int) -> Void
+        _ bytes: UnsafeRawBufferPointer, limits: DecodingLimits, _ field: (UnsafeRawBufferPointer, Int) -> Bool
     ) -> ScalarScan {
         var reader = RawRecordReader(bytes)
         guard reader.byte() == formatVersion, let flags = reader.byte(), flags <= 1 else { return .needsFullDecoder }
@@ -247,17 +276,18 @@ extension ObjectRecord {
         for _ in 0..<fieldCount {
             // Names ASCII and ascending, as the encoder writes them: each is then given once, as `String` compares
             // names too. Others are for the full decoder.
-            guard let name = reader.lengthPrefixed(maximum: limits.maximumValueBytes), RecordBytes.isASCII(name),
-                previous.map({ RecordBytes.precedes($0, name) }) ?? true
-            else { return .needsFullDecoder }
-            previous = name
+            guard let name = reader.lengthPrefixed(maximum: limits.maximumValueBytes) else { return .needsFullDecoder }
             // A register (0) holding a scalar (0); lists and embedded objects take the full decoder.
             guard reader.byte() == 0, reader.byte() == 0 else { return .needsFullDecoder }
             let start = reader.offset
+            guard
+                field(name, start)
+                    || RecordBytes.isASCII(name) && (previous.map({ RecordBytes.precedes($0, name) }) ?? true)
+            else { return .needsFullDecoder }
+            previous = name
             guard reader.skipScalar(limits: limits), let stampIndex = reader.varint(), stampIndex < UInt64(stampCount),
                 reader.zigzag() != nil
             else { return .needsFullDecoder }
-            if flags == 1 { field(name, start) }
         }
         guard reader.remaining == 0 else { return .needsFullDecoder }
         guard flags == 1 else { return .tombstone }
@@ -270,7 +300,7 @@ extension ObjectRecord {
     ///
     /// - Throws: ``ChangesetDecodingError`` for damaged or unknown bytes, as ``init(decoding:limits:)`` does.
     public static func exists(inStored bytes: UnsafeRawBufferPointer) throws(ChangesetDecodingError) -> Bool {
-        switch scanScalarFields(bytes, limits: .storedRecord, { _, _ in }) {
+        switch scanScalarFields(bytes, limits: .storedRecord, { _, _ in false }) {
         case .exists: return true
         case .tombstone: return false
         case .needsFullDecoder: return try ObjectRecord(decoding: Array(bytes)).exists

@@ -244,6 +244,16 @@ private enum RecordSamples {
             "stray": .register(Register(value: .scalar(.int(3)), stamp: .zero)),
         ])
 
+    /// The scalar sample with exactly the projected type's scalar properties: its names are the type's, in the order
+    /// the encoder writes them, which the projector takes without checking each (a mutated name must still be found).
+    static let storedOrderRecord: ObjectRecord = {
+        var record = scalarRecord
+        record.fields["stray"] = nil
+        record.fields["ünïcode"] = nil
+        record.fields["missing"] = .register(Register(value: .scalar(.int(8)), stamp: .zero))
+        return record
+    }()
+
     /// Values compared by their encoding: a mutated double may be NaN, which `==` never equals.
     private func encoding(_ values: [Value]?) -> [UInt8]? {
         guard let values else { return nil }
@@ -258,7 +268,7 @@ private enum RecordSamples {
         var random = seededGenerator(label: "RecordFuzzTests.projectorMatchesFullDecoder")
         let type = Self.projectedType
         let schema = Schema(version: 1, types: [type])
-        let corpus = ([Self.scalarRecord] + RecordSamples.records).map { $0.encoded() }
+        let corpus = ([Self.scalarRecord, Self.storedOrderRecord] + RecordSamples.records).map { $0.encoded() }
         // Every property; the scalar ones only; none but the primary key; and masks shorter than the properties (the
         // positions past their end are not wanted), which used to trap.
         let masks: [[Bool]?] = [
