@@ -477,7 +477,7 @@ public final class Replica: Sendable {
                     defer { transaction.invalidate() }
                     let result = try body(transaction)
                     let commit = try transaction.prepareCommit()
-                    if let commit { try checkWritesCovered(commit.changesets.map(\.changeset), in: storage) }
+                    if commit != nil { try checkWritesCovered(transaction.writtenTypes, in: storage) }
                     outcome = (result, commit)
                 }
                 if let commit = outcome?.commit { head = try self.persist(commit, head: start.head, in: storage) }
@@ -493,8 +493,9 @@ public final class Replica: Sendable {
     /// Everything a commit writes, computed once: if the map fills, the storage transaction is retried with the
     /// same commit.
     struct PreparedCommit {
-        /// Each changeset with its encoding and, when it came compressed from a peer, the zstd frame it came in.
-        var changesets: [(changeset: Changeset, encoded: [UInt8], frame: [UInt8]?)]
+        /// Each changeset's header with its encoding and, when it came compressed from a peer, the zstd frame it came
+        /// in.
+        var changesets: [(header: ChangesetCodec.Header, encoded: [UInt8], frame: [UInt8]?)]
         var changes: [RecordChange]
         var schema: Schema
         var schemaChanged: Bool
@@ -514,9 +515,9 @@ public final class Replica: Sendable {
     /// Writes a prepared commit into the storage transaction; returns the log's new head.
     func persist(_ commit: PreparedCommit, head: LogHead, in storage: WriteTransaction) throws -> LogHead {
         var head = head
-        for (changeset, encoded, frame) in commit.changesets {
+        for (header, encoded, frame) in commit.changesets {
             try log.append(
-                changeset, encoded: encoded, frame: frame, after: &head, in: storage, context: compressionContext)
+                header, encoded: encoded, frame: frame, after: &head, in: storage, context: compressionContext)
         }
         try views.write(commit.changes, schema: commit.schema, in: storage)
         if commit.schemaChanged {

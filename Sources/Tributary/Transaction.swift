@@ -18,7 +18,14 @@ public final class Transaction: ObjectReading {
     let info: ChangesetInfo
     let author: String
     let start: Replica.State
-    var instructions: [Instruction] = []
+    /// The instructions written, in their encoding: a large import holds a few dozen bytes per object here, where
+    /// the instructions themselves took several hundred.
+    var instructions = ChangesetCodec.InstructionEncoding()
+    /// The types whose objects the instructions write, in the order they first do, for a flexible sync replica's
+    /// check that each is subscribed.
+    private(set) var writtenTypes: [String] = []
+    /// The type the last instruction wrote, not looked for in ``writtenTypes`` again.
+    private var lastWrittenType: String?
     /// The schema the app declared at open, stored by the same commit when set (a migration, a new replica), so that
     /// the stored schema and the declaration can never disagree after a failure or a crash between two commits.
     var declaredSchema: Schema?
@@ -92,11 +99,34 @@ public final class Transaction: ObjectReading {
                 shapeNotes.note(instruction, in: working.schema, at: index)
                 try MergeEngine.apply(instruction, index: index, of: info, to: &working, checkValues: false)
             }
-            instructions.append(instruction)
+            try record(instruction)
         } catch {
             let wrapped = TributaryError.wrap(error)
             failure = wrapped
             throw wrapped
+        }
+    }
+
+    /// Adds `instruction` to the changeset's encoding, refusing what the log could not read back or the views could
+    /// not store, and notes the type it writes.
+    private func record(_ instruction: Instruction) throws {
+        if let type = instruction.object?.type, type != lastWrittenType {
+            if !writtenTypes.contains(type) { writtenTypes.append(type) }
+            lastWrittenType = type
+        }
+        // Nothing goes into the log that the log cannot read back: replay, verify and every peer decode it under the
+        // log's limits.
+        let bytes: Int
+        do {
+            bytes = try instructions.append(instruction, within: replica.log.decodingLimits)
+        } catch {
+            throw TributaryError(
+                .invalidValue, "the transaction cannot commit, as its log entry could not be read back: \(error)")
+        }
+        // The writes checked each object's key already; only an instruction larger than the value limit can hold a
+        // value over it.
+        if bytes > StorableValues.maximumValueBytes, let problem = StorableValues.valueProblem(in: instruction) {
+            throw TributaryError(.invalidValue, "the transaction cannot commit: \(problem)")
         }
     }
 
@@ -109,33 +139,23 @@ public final class Transaction: ObjectReading {
                 throw TributaryError(.schemaMismatch, "the schema this transaction built is invalid: \(error)")
             }
         }
-        let changeset = Changeset(
-            origin: info.dot.origin, originSequence: info.dot.sequence, time: info.stamp.time, context: info.context,
-            author: author, schemaVersion: working.schema.version, instructions: instructions,
-            shapeNotes: shapeNotes.result)
-        // Nothing goes into the log that the log cannot read back: replay, verify and every peer decode it under the
-        // log's limits.
+        let header = ChangesetCodec.Header(
+            origin: info.dot.origin, originSequence: info.dot.sequence, time: info.stamp.time,
+            schemaVersion: working.schema.version, author: author, context: info.context,
+            instructionCount: instructions.count, shapeNotes: shapeNotes.result)
         let encoded: [UInt8]
         do {
-            encoded = try ChangesetCodec.encode(changeset, within: replica.log.decodingLimits)
+            encoded = try instructions.changeset(header, within: replica.log.decodingLimits)
         } catch {
-            let tooLarge = error.instructionIndex == nil
             throw TributaryError(
-                tooLarge ? .transactionTooLarge : .invalidValue,
-                "the transaction cannot commit, as its log entry could not be read back: \(error)"
-                    + (tooLarge ? "; split it into smaller transactions" : ""))
-        }
-        // The writes checked each object's key already; only a changeset larger than the value limit can hold a value
-        // over it.
-        if encoded.count > StorableValues.maximumValueBytes,
-            let (_, problem) = StorableValues.problem(in: instructions, encodedBytes: encoded.count)
-        {
-            throw TributaryError(.invalidValue, "the transaction cannot commit: \(problem)")
+                .transactionTooLarge,
+                "the transaction cannot commit, as its log entry could not be read back: \(error); split it into "
+                    + "smaller transactions")
         }
         var vector = start.versionVector
         vector.advance(info.dot.origin, to: info.dot.sequence)
         return Replica.PreparedCommit(
-            changesets: [(changeset, encoded, nil)], changes: working.takeChanges(),
+            changesets: [(header, encoded, nil)], changes: working.takeChanges(),
             schema: working.schema, schemaChanged: working.schemaChanged, previousSchema: start.schema,
             versionVector: vector, clock: info.stamp.time,
             declaredSchema: declaredSchema.map { schema in

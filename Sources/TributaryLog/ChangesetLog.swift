@@ -642,23 +642,34 @@ public struct ChangesetLog: Sendable {
         _ changeset: Changeset, encoded: [UInt8]? = nil, frame: [UInt8]? = nil, after head: inout LogHead,
         in transaction: WriteTransaction, context: ZstdContext? = nil
     ) throws -> LogEntry {
+        try append(
+            changeset.header, encoded: encoded ?? ChangesetCodec.encode(changeset), frame: encoded == nil ? nil : frame,
+            after: &head, in: transaction, context: context)
+    }
+
+    /// ``append(_:encoded:frame:after:in:context:)`` of the changeset `header` heads, given its encoding: what a
+    /// transaction that holds its instructions encoded appends.
+    @discardableResult
+    public func append(
+        _ header: ChangesetCodec.Header, encoded bytes: [UInt8], frame: [UInt8]? = nil, after head: inout LogHead,
+        in transaction: WriteTransaction, context: ZstdContext? = nil
+    ) throws -> LogEntry {
         guard head.localSequence < .max else {
             throw LogError(
                 .sequenceMismatch, localSequence: head.localSequence,
                 "the log's last entry has local sequence \(head.localSequence), the largest there is: no entry can follow "
                     + "it (the log is damaged)")
         }
-        let bytes = encoded ?? ChangesetCodec.encode(changeset)
         let localSequence = head.localSequence + 1
         guard bytes.count <= maximumChangesetBytes, let length = UInt32(exactly: bytes.count) else {
             throw LogError(
                 .tooLarge, localSequence: localSequence,
-                "changeset \(changeset.dot) is \(bytes.count) bytes encoded, over the log's limit of "
+                "changeset \(header.dot) is \(bytes.count) bytes encoded, over the log's limit of "
                     + "\(maximumChangesetBytes) bytes; split the transaction")
         }
         var payload = bytes
         var compressed = false
-        if let frame, encoded != nil, frame.count < bytes.count {
+        if let frame, frame.count < bytes.count {
             // The frame a peer sent, which decompressed to `encoded` (see ``received(_:context:)``): stored as it came.
             payload = frame
             compressed = true
@@ -670,11 +681,11 @@ public struct ChangesetLog: Sendable {
             }
         }
         let entry = LogEntry(
-            localSequence: localSequence, origin: changeset.origin, originSequence: changeset.originSequence,
-            time: changeset.time, instructionCount: UInt32(clamping: changeset.instructions.count),
+            localSequence: localSequence, origin: header.origin, originSequence: header.originSequence,
+            time: header.time, instructionCount: UInt32(clamping: header.instructionCount),
             uncompressedLength: length, isCompressed: compressed, previousChain: head.chain, payload: payload)
         try transaction.append(entries, key: Self.key(localSequence), value: entry.encoded())
-        try index(changeset.dot, relay: changeset.relay, at: localSequence, in: transaction)
+        try index(header.dot, relay: header.relay, at: localSequence, in: transaction)
         head = LogHead(localSequence: localSequence, chain: entry.checksum)
         return entry
     }

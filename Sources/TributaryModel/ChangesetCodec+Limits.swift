@@ -16,21 +16,49 @@ extension ChangesetCodec {
     ///
     /// A writer encodes what it is about to store or send with this, so that nothing is written that its readers
     /// refuse: a log entry that cannot be decoded again is lost to replay, verify and every peer. It asks what
-    /// ``decode(_:limits:)`` asks of the same bytes (counts, nesting, value sizes). Nesting and counts are checked in
-    /// memory before anything is encoded, walking into nested values only and no deeper than the limit, so a value
-    /// nested without bound is named rather than recursed into; a changeset of flat objects costs a look at each
-    /// field. The header (instructions, names, context entries) is then read back from the encoding, and the sizes of
-    /// strings, data and keys are checked only when the encoding is larger than the largest value.
+    /// ``decode(_:limits:)`` asks of the same bytes (counts, nesting, value sizes). Each instruction's nesting and
+    /// counts are checked in memory before it is encoded, walking into nested values only and no deeper than the
+    /// limit, so a value nested without bound is named rather than recursed into; a changeset of flat objects costs a
+    /// look at each field. The sizes of its strings, data and keys are checked only when its encoding is larger than
+    /// the largest value. The header (instructions, names, context entries) is then read back from the encoding.
     public static func encode(_ changeset: Changeset, within limits: DecodingLimits) throws(LimitProblem) -> [UInt8] {
-        try LimitWalker(limits: limits, checksBytes: false).check(changeset.instructions)
-        let encoded = encode(changeset)
-        do {
-            _ = try decodeHeader(encoded, limits: limits)
-        } catch {
-            throw LimitProblem(instructionIndex: nil, message: error.message)
+        var instructions = InstructionEncoding(capacity: 64 + changeset.instructions.count * 48)
+        for instruction in changeset.instructions { try instructions.append(instruction, within: limits) }
+        return try instructions.changeset(changeset.header, within: limits)
+    }
+}
+
+extension ChangesetCodec.InstructionEncoding {
+    /// ``append(_:)``, or why `instruction` would not decode under `limits` (as ``ChangesetCodec/encode(_:within:)``
+    /// checks it). After it throws, the encoding is not to be used. Returns how many bytes the instruction took.
+    @discardableResult
+    public mutating func append(_ instruction: Instruction, within limits: DecodingLimits)
+        throws(ChangesetCodec.LimitProblem) -> Int
+    {
+        let index = count
+        if let message = LimitWalker(limits: limits, checksBytes: false).problem(in: instruction) {
+            throw ChangesetCodec.LimitProblem(instructionIndex: index, message: message)
         }
-        if encoded.count > limits.maximumValueBytes {
-            try LimitWalker(limits: limits, checksBytes: true).check(changeset.instructions)
+        let bytes = append(instruction)
+        // Only an instruction whose encoding is larger than the largest value can hold a value over it.
+        if bytes > limits.maximumValueBytes,
+            let message = LimitWalker(limits: limits, checksBytes: true).problem(in: instruction)
+        {
+            throw ChangesetCodec.LimitProblem(instructionIndex: index, message: message)
+        }
+        return bytes
+    }
+
+    /// ``changeset(_:)``, or why its header would not decode under `limits` (too many instructions, names or context
+    /// entries); each instruction was checked as it was appended.
+    public func changeset(_ header: ChangesetCodec.Header, within limits: DecodingLimits)
+        throws(ChangesetCodec.LimitProblem) -> [UInt8]
+    {
+        let encoded = changeset(header)
+        do {
+            _ = try ChangesetCodec.decodeHeader(encoded, limits: limits)
+        } catch {
+            throw ChangesetCodec.LimitProblem(instructionIndex: nil, message: error.message)
         }
         return encoded
     }
@@ -44,13 +72,6 @@ private struct LimitWalker {
     /// the largest value can hold one over it).
     let checksBytes: Bool
 
-    func check(_ instructions: [Instruction]) throws(ChangesetCodec.LimitProblem) {
-        for index in instructions.indices {
-            if let message = problem(in: instructions[index]) {
-                throw ChangesetCodec.LimitProblem(instructionIndex: index, message: message)
-            }
-        }
-    }
     static let maximumPropertiesPerType = BinaryReader.maximumPropertiesPerType
 
     func problem(in instruction: Instruction) -> String? {

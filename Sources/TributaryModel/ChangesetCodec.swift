@@ -22,60 +22,91 @@ public enum ChangesetCodec {
 
     /// Encodes a changeset.
     public static func encode(_ changeset: Changeset) -> [UInt8] {
-        var names = NameTable.indexed()
-        var body = BinaryWriter(capacity: 64 + changeset.instructions.count * 48)
-        body.varint(changeset.instructions.count)
-        for (index, instruction) in changeset.instructions.enumerated() {
-            body.instruction(instruction, &names, index: index)
-        }
-        var notes = BinaryWriter()
-        let shapeNotes = changeset.shapeNotes.notes
-        if !shapeNotes.isEmpty {
-            // Grouped by type (the notes are sorted by type first): the type's name once, then its notes.
-            var groups: [ArraySlice<ShapeNotes.Note>] = []
-            var start = shapeNotes.startIndex
-            for index in shapeNotes.indices.dropFirst()
-            where shapeNotes[index].property.type != shapeNotes[start].property.type {
-                groups.append(shapeNotes[start..<index])
-                start = index
-            }
-            groups.append(shapeNotes[start...])
-            notes.varint(groups.count)
-            for group in groups {
-                notes.name(group.first!.property.type, &names)
-                notes.varint(group.count)
-                for note in group {
-                    notes.name(note.property.property, &names)
-                    notes.varint(note.from)
-                    notes.shape(note.shape, &names)
-                }
-            }
+        var instructions = InstructionEncoding(capacity: 64 + changeset.instructions.count * 48)
+        for instruction in changeset.instructions { instructions.append(instruction) }
+        return instructions.changeset(changeset.header)
+    }
+
+    /// A changeset's instructions in their encoding, appended one by one as they are made: what a transaction holds
+    /// instead of the instructions themselves (a create's values take several times their encoding in memory, and
+    /// a large import held them all until it committed). ``ChangesetCodec/encode(_:)`` writes every changeset
+    /// through it, so both give the same bytes.
+    public struct InstructionEncoding: Sendable {
+        private var names = NameTable.indexed()
+        private var body: BinaryWriter
+        /// How many instructions were appended.
+        public private(set) var count = 0
+        /// Whether none was.
+        public var isEmpty: Bool { count == 0 }
+
+        /// An empty encoding, with room for `capacity` bytes.
+        public init(capacity: Int = 256) { body = BinaryWriter(capacity: capacity) }
+
+        /// How many bytes the instructions take so far.
+        public var byteCount: Int { body.bytes.count }
+
+        /// Appends the encoding of `instruction`; returns how many bytes it took.
+        @discardableResult
+        public mutating func append(_ instruction: Instruction) -> Int {
+            let before = body.bytes.count
+            body.instruction(instruction, &names, index: count)
+            count += 1
+            return body.bytes.count - before
         }
 
-        var writer = BinaryWriter(capacity: body.bytes.count + 128)
-        writer.raw(magic)
-        writer.byte(formatVersion)
-        writer.fixed64(changeset.origin.rawValue)
-        writer.varint(changeset.originSequence)
-        writer.fixed64(changeset.time.rawValue)
-        writer.varint(changeset.schemaVersion)
-        writer.string(changeset.author)
-        writer.varint(changeset.context.entries.count)
-        for entry in changeset.context.entries {
-            writer.fixed64(entry.replica.rawValue)
-            writer.varint(entry.sequence)
+        /// The encoded changeset of `header` (whose ``Header/instructionCount`` is not read) and these instructions.
+        public func changeset(_ header: Header) -> [UInt8] {
+            var names = self.names
+            var notes = BinaryWriter()
+            let shapeNotes = header.shapeNotes.notes
+            if !shapeNotes.isEmpty {
+                // Grouped by type (the notes are sorted by type first): the type's name once, then its notes.
+                var groups: [ArraySlice<ShapeNotes.Note>] = []
+                var start = shapeNotes.startIndex
+                for index in shapeNotes.indices.dropFirst()
+                where shapeNotes[index].property.type != shapeNotes[start].property.type {
+                    groups.append(shapeNotes[start..<index])
+                    start = index
+                }
+                groups.append(shapeNotes[start...])
+                notes.varint(groups.count)
+                for group in groups {
+                    notes.name(group.first!.property.type, &names)
+                    notes.varint(group.count)
+                    for note in group {
+                        notes.name(note.property.property, &names)
+                        notes.varint(note.from)
+                        notes.shape(note.shape, &names)
+                    }
+                }
+            }
+
+            var writer = BinaryWriter(capacity: body.bytes.count + notes.bytes.count + 128)
+            writer.raw(magic)
+            writer.byte(formatVersion)
+            writer.fixed64(header.origin.rawValue)
+            writer.varint(header.originSequence)
+            writer.fixed64(header.time.rawValue)
+            writer.varint(header.schemaVersion)
+            writer.string(header.author)
+            writer.varint(header.context.entries.count)
+            for entry in header.context.entries {
+                writer.fixed64(entry.replica.rawValue)
+                writer.varint(entry.sequence)
+            }
+            // Flags, then the relay's dot and the extra context dots.
+            writer.byte((header.relay == nil ? 0 : 1) | (shapeNotes.isEmpty ? 0 : 2))
+            if let relay = header.relay { writer.dot(relay) }
+            writer.varint(header.contextExtras.count)
+            for dot in header.contextExtras { writer.dot(dot) }
+            writer.varint(names.names.count)
+            for name in names.names { writer.string(name) }
+            writer.raw(notes.bytes)
+            writer.varint(count)
+            writer.raw(body.bytes)
+            writer.fixed64(XXHash64.hash(writer.bytes))
+            return writer.bytes
         }
-        // Flags, then the relay's dot and the extra context dots.
-        writer.byte((changeset.relay == nil ? 0 : 1) | (shapeNotes.isEmpty ? 0 : 2))
-        if let relay = changeset.relay { writer.dot(relay) }
-        writer.varint(changeset.contextExtras.count)
-        for dot in changeset.contextExtras { writer.dot(dot) }
-        writer.varint(names.names.count)
-        for name in names.names { writer.string(name) }
-        writer.raw(notes.bytes)
-        writer.raw(body.bytes)
-        writer.fixed64(XXHash64.hash(writer.bytes))
-        return writer.bytes
     }
 
     /// The header of an encoded changeset: everything but its instructions.
@@ -90,6 +121,26 @@ public enum ChangesetCodec {
         public var relay: Dot?
         public var contextExtras: [Dot]
         public var shapeNotes: ShapeNotes
+
+        public init(
+            origin: ReplicaID, originSequence: UInt64, time: HybridTime, schemaVersion: UInt64, author: String,
+            context: VersionVector, instructionCount: Int, relay: Dot? = nil, contextExtras: [Dot] = [],
+            shapeNotes: ShapeNotes = ShapeNotes()
+        ) {
+            self.origin = origin
+            self.originSequence = originSequence
+            self.time = time
+            self.schemaVersion = schemaVersion
+            self.author = author
+            self.context = context
+            self.instructionCount = instructionCount
+            self.relay = relay
+            self.contextExtras = contextExtras
+            self.shapeNotes = shapeNotes
+        }
+
+        /// The changeset's origin identity.
+        public var dot: Dot { Dot(origin: origin, sequence: originSequence) }
     }
 
     /// Decodes a changeset.

@@ -232,6 +232,14 @@ public struct Changeset: Hashable, Sendable {
     /// The changeset's causal identity: the relay's dot once adopted, else the origin dot.
     public var causalDot: Dot { relay ?? dot }
 
+    /// Everything but the instructions, and how many there are.
+    public var header: ChangesetCodec.Header {
+        ChangesetCodec.Header(
+            origin: origin, originSequence: originSequence, time: time, schemaVersion: schemaVersion, author: author,
+            context: context, instructionCount: instructions.count, relay: relay, contextExtras: contextExtras,
+            shapeNotes: shapeNotes)
+    }
+
     /// Whether the causal context covers the causal dot `dot`.
     public func contextIncludes(_ dot: Dot) -> Bool {
         context.includes(dot) || contextExtras.contains(dot)

@@ -116,13 +116,18 @@ struct CreatePathTests {
             try txn.create("User", ["_id": "a", "name": "Ada"])
             try txn.addProperty(.scalar("level", .int, default: 5), to: "User")
             try txn.create("User", ["_id": "b", "name": "Bob"])
-            let creates = txn.instructions.compactMap { instruction -> [FieldValue]? in
-                if case .create(_, _, _, let defaults) = instruction { defaults } else { nil }
-            }
-            #expect(creates.count == 2)
-            #expect(!creates[0].contains { $0.name == "level" })
-            #expect(creates[1].contains { $0.name == "level" && $0.value == .int(5) })
         }
+        var logged: [Instruction] = []
+        try replica.forEachChangeset { _, changeset in
+            logged = changeset.instructions
+            return true
+        }
+        let creates = logged.compactMap { instruction -> [FieldValue]? in
+            if case .create(_, _, _, let defaults) = instruction { defaults } else { nil }
+        }
+        #expect(creates.count == 2)
+        #expect(!creates[0].contains { $0.name == "level" })
+        #expect(creates[1].contains { $0.name == "level" && $0.value == .int(5) })
         #expect(try replica.object("User", primaryKey: .string("b"))?["level"] == 5)
         #expect(try replica.verify().passed)
     }

@@ -209,21 +209,16 @@ extension Replica {
     }
 
     /// Refuses a local write to a type that no subscription covers, on a flexible-sync replica.
-    func checkWritesCovered(_ changesets: [Changeset], in txn: TributaryStorageReadTransaction) throws {
+    /// `types` are those the write's instructions write, in the order they first do.
+    func checkWritesCovered(_ types: [String], in txn: TributaryStorageReadTransaction) throws {
         guard try isFlexible(in: txn) else { return }
         let latest = try subscriptionSets(in: txn).latest
-        var checked: Set<String> = []
-        for changeset in changesets {
-            for instruction in changeset.instructions {
-                guard let type = instruction.object?.type, checked.insert(type).inserted else { continue }
-                guard latest.covers(type: type) else {
-                    throw TributaryError(
-                        .noSubscription,
-                        "Cannot write to class \(type) when no flexible sync subscription has been created for it: "
-                            + "nothing was written. Subscribe first: replica.subscriptions.update { "
-                            + "$0.append(\"\(type)\", where: \"...\") }")
-                }
-            }
+        for type in types where !latest.covers(type: type) {
+            throw TributaryError(
+                .noSubscription,
+                "Cannot write to class \(type) when no flexible sync subscription has been created for it: "
+                    + "nothing was written. Subscribe first: replica.subscriptions.update { "
+                    + "$0.append(\"\(type)\", where: \"...\") }")
         }
     }
 }

@@ -262,7 +262,8 @@ extension Replica {
                 }
             }
             var prepared = PreparedCommit(
-                changesets: applied, changes: working.takeChanges(), schema: working.schema,
+                changesets: applied.map { ($0.changeset.header, $0.encoded, $0.frame) }, changes: working.takeChanges(),
+                schema: working.schema,
                 schemaChanged: working.schemaChanged, previousSchema: start.schema, versionVector: vector,
                 clock: clock.latest)
             prepared.pendingRemovals = removed.sorted().map(Self.pendingKey)

@@ -6,8 +6,8 @@ import TributaryViews
 /// ``DecodingLimits/storedRecord``), and objects' primary keys of at most ``KeyEncoding/maximumPrimaryKeyBytes`` (what
 /// fits an LMDB key). Each bound depends on the changeset alone, so every replica decides alike.
 ///
-/// Checked on every new changeset before it is applied: a local transaction's when it commits, a peer's when it is
-/// integrated (refusing that changeset alone). Never on replay, so a log that holds what an earlier build let through
+/// Checked on every new changeset: a local transaction's as each instruction is written (an instruction larger than
+/// the value limit is looked into), a peer's before it is integrated (refusing that changeset alone). Never on replay, so a log that holds what an earlier build let through
 /// still replays.
 enum StorableValues {
     static let maximumValueBytes = DecodingLimits.standard.maximumValueBytes
