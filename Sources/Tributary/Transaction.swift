@@ -146,6 +146,8 @@ public final class Transaction: ObjectReading {
         let encoded: [UInt8]
         do {
             encoded = try instructions.changeset(header, within: replica.log.decodingLimits)
+            // The changeset holds them now: their encoding is freed before the changed records are gathered.
+            instructions = ChangesetCodec.InstructionEncoding()
         } catch {
             throw TributaryError(
                 .transactionTooLarge,

@@ -405,6 +405,8 @@ public struct WorkingSet {
     /// import or replay spent a tenth of its time on that. The working set is left empty, with its schema.
     public mutating func takeChanges() -> [RecordChange] {
         encodeLatestCreate()
+        // Not needed to take the changes: freed before they are gathered, which is when a large import holds most.
+        positions.removeAll()
         let (keys, changed) = changedKeys()
         var taken: [RecordChange] = []
         taken.reserveCapacity(keys.count)
@@ -422,7 +424,6 @@ public struct WorkingSet {
             taken.append(RecordChange(key: keys[index], before: before, after: after))
         }
         entries = []
-        positions.removeAll()
         changedCount = 0
         return taken
     }
