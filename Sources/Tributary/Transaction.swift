@@ -86,6 +86,8 @@ public final class Transaction: ObjectReading {
         }
         do {
             let index = instructions.count
+            // Encoded first: what the log could not read back is refused before it changes anything.
+            try record(instruction)
             if let declared, case .set(let path, _) = instruction, path.steps.isEmpty {
                 shapeNotes.note(declared: declared, of: path.type, from: index)
                 // The local apply reads the note as every other replica will.
@@ -99,7 +101,6 @@ public final class Transaction: ObjectReading {
                 shapeNotes.note(instruction, in: working.schema, at: index)
                 try MergeEngine.apply(instruction, index: index, of: info, to: &working, checkValues: false)
             }
-            try record(instruction)
         } catch {
             let wrapped = TributaryError.wrap(error)
             failure = wrapped

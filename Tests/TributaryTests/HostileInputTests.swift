@@ -133,6 +133,16 @@ struct HostileInputTests {
         #expect(
             error?.message.contains("a string of 16777316 bytes (UTF-8), over the limit of 16777216") == true,
             "\(String(describing: error))")
+        // The write that makes it throws and changes nothing; the transaction cannot commit.
+        var refusedAndAbsent = false
+        #expect(throws: TributaryError.self) {
+            try replica.write { txn in
+                if (try? txn.create("Person", ["_id": "big", "name": .string(name)])) == nil {
+                    refusedAndAbsent = try txn.object("Person", primaryKey: .string("big")) == nil
+                }
+            }
+        }
+        #expect(refusedAndAbsent)
 
         let create = Self.changeset(
             origin: 91, sequence: 1, [.create(type: "Person", primaryKey: .string("big"), fields: [], defaults: [])])

@@ -7,8 +7,8 @@ import TributaryViews
 /// fits an LMDB key). Each bound depends on the changeset alone, so every replica decides alike.
 ///
 /// Checked on every new changeset: a local transaction's as each instruction is written (an instruction larger than
-/// the value limit is looked into), a peer's before it is integrated (refusing that changeset alone). Never on replay, so a log that holds what an earlier build let through
-/// still replays.
+/// the value limit is looked into), a peer's before it is integrated (refusing that changeset alone). Never on
+/// replay, so a log that holds what an earlier build let through still replays.
 enum StorableValues {
     static let maximumValueBytes = DecodingLimits.standard.maximumValueBytes
 
