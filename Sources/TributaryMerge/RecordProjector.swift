@@ -83,31 +83,27 @@ public final class RecordProjector: Sendable {
         }
     }
 
-    /// Whether `name` is the name at `index` in the stored order.
+    /// The position of the property a stored field name names, if any, and whether the name was the one expected
+    /// next. `next` is the index in the stored order of the name expected next; it moves past the name found.
     @inline(__always)
-    private func storedName(_ index: Int, is name: UnsafeRawBufferPointer) -> Bool {
-        let start = storedNameStarts[index]
-        // Names are short: a loop beats a call to memcmp.
-        var matches = storedNameStarts[index + 1] - start == name.count
-        var offset = 0
-        while matches, offset < name.count {
-            matches = storedNames[start + offset] == name[offset]
-            offset += 1
-        }
-        return matches
-    }
-
-    /// The position of the property a stored field name names, if any. `next` is the index in the stored order of
-    /// the name expected next; it moves past the name found.
-    @inline(__always)
-    private func position(of name: UnsafeRawBufferPointer, next: inout Int) -> Int? {
-        if next < storedPositions.count, storedName(next, is: name) {
-            next += 1
-            return storedPositions[next - 1]
+    private func position(of name: UnsafeRawBufferPointer, next: inout Int) -> (position: Int?, expected: Bool) {
+        if next < storedPositions.count {
+            let start = storedNameStarts[next]
+            // Names are short: a loop beats a call to memcmp.
+            var matches = storedNameStarts[next + 1] - start == name.count
+            var index = 0
+            while matches, index < name.count {
+                matches = storedNames[start + index] == name[index]
+                index += 1
+            }
+            if matches {
+                next += 1
+                return (storedPositions[next - 1], true)
+            }
         }
         let position = type.propertyPosition(utf8: name.assumingMemoryBound(to: UInt8.self))
         if let position, position < storedIndex.count { next = storedIndex[position] + 1 }
-        return position
+        return (position, false)
     }
 
     /// Reads a record's values into `values`, one per position in `type.properties`, as
@@ -192,14 +188,8 @@ public final class RecordProjector: Sendable {
         // Whether every name so far was the stored order's next, from its first: the names then need no check.
         var inStoredOrder = storedNamesAreOrdered
         let scanned = ObjectRecord.scanScalarFields(bytes, limits: limits) { name, start in
-            let position: Int?
-            if inStoredOrder, next < storedPositions.count, storedName(next, is: name) {
-                position = storedPositions[next]
-                next += 1
-            } else {
-                inStoredOrder = false
-                position = self.position(of: name, next: &next)
-            }
+            let (position, expected) = self.position(of: name, next: &next)
+            inStoredOrder = inStoredOrder && expected
             if let position, readable[position] { fields.offsets[position] = start }
             return inStoredOrder
         }

@@ -42,9 +42,6 @@ public enum ChangesetCodec {
         /// An empty encoding, with room for `capacity` bytes.
         public init(capacity: Int = 256) { body = BinaryWriter(capacity: capacity) }
 
-        /// How many bytes the instructions take so far.
-        public var byteCount: Int { body.bytes.count }
-
         /// Appends the encoding of `instruction`; returns how many bytes it took.
         @discardableResult
         public mutating func append(_ instruction: Instruction) -> Int {
