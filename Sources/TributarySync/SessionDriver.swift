@@ -179,6 +179,10 @@ package actor SessionDriver {
     private var permissionsChanged = false
     /// For an acceptor: the subscription set the app asked for, to bootstrap before anything else is sent.
     private var wantedQuery: QueryRequest?
+    /// For an acceptor: the sets the app asked for that a newer one replaced before they were bootstrapped. The app
+    /// may hold objects they cover (those it wrote under them): the next bootstrap removes those the new set does not
+    /// cover.
+    private var skippedSubscriptions: [Subscription] = []
     /// For an acceptor: the app's own sequence after which its refused writes' compensations are sent again, once
     /// its first set is in place.
     private var resendRefusalsAfter: UInt64?
@@ -1026,6 +1030,7 @@ package actor SessionDriver {
         }
         flexibleReady = true
         judgingSubscriptions = query.subscriptions
+        if let replaced = wantedQuery { skippedSubscriptions += replaced.subscriptions }
         wantedQuery = query
         wake?.yield()
         return true
@@ -1081,13 +1086,14 @@ package actor SessionDriver {
         do {
             bootstrap = try replica.flexibleBootstrap(
                 holding: view.subscriptions.isEmpty ? readable(query.held) : view.subscriptions,
-                wanting: readable(query.subscriptions), view: &view, device: device)
+                wanting: readable(query.subscriptions), skipped: skippedSubscriptions, view: &view, device: device)
         } catch {
             await fail(
                 SyncError(.storage, .retry, "could not read the objects to send: \(error)", retryAfterSeconds: 5))
             return false
         }
         flexibleView = view
+        skippedSubscriptions = []
         if query.version == 0 { return true }
         await sendObjects(bootstrap.objects, query: query.version, yours: bootstrap.yours)
         if let frame = machine.send(flexible: .queryState(QueryState(version: query.version)), now: .now) {

@@ -159,3 +159,63 @@ struct FlexibleSendOrderTests {
         #expect(compensationIndex < ackIndex, "the acknowledgement came before the compensating write")
     }
 }
+
+/// Sets an app commits faster than its daemon bootstraps them: the daemon bootstraps the newest only, and must still
+/// remove what the app may hold under the sets it skipped (the objects the app wrote under them).
+@Suite("Flexible sync sets taken together")
+struct FlexibleSupersededSetsTests {
+    @Test("Objects of a set skipped for a newer one leave the app; those the newer set covers are sent")
+    func skippedSetStillEvicts() async throws {
+        let directory = TemporaryDirectory("flexible-superseded")
+        let daemon = try Replica.open(directory: directory.appending("daemon"), schema: Fixtures.taskSchema)
+        // x: what the app wrote under the skipped set (count 1), which the newest set does not cover. z: what the
+        // skipped set and the newest both cover, and the app never received.
+        try await daemon.write { txn in
+            try txn.create("Task", ["_id": .string("x"), "count": .int(1), "title": .string("title 0")])
+            try txn.create("Task", ["_id": .string("z"), "count": .int(7), "title": .string("title 0")])
+        }
+        let app = ReplicaID(rawValue: 0xA11)
+        let writer = FlexibleSendOrderTests.HoldingWriter()
+        let driver = SessionDriver(
+            replica: daemon, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
+            integrator: DirectIntegrator(replica: daemon))
+        await driver.start()
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(
+                    .hello(Hello(replica: app, role: .app, vector: daemon.versionVector, flexible: true)))))
+        let held = [Subscription(type: "Task", query: "count == 5")]
+        // The held set's bootstrap waits on the connection while the app's next two sets arrive.
+        writer.holdNextObjects()
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(.query(QueryRequest(version: 1, subscriptions: held, heldVersion: 1, held: held)))))
+        try await FlexibleSendOrderTests.waitUntil("the first bootstrap") { writer.holding }
+        let skipped = [Subscription(type: "Task", query: "count == 1 OR count == 7")]
+        let newest = [Subscription(type: "Task", query: "count == 7")]
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(
+                    .query(QueryRequest(version: 2, subscriptions: skipped, heldVersion: 1, held: held)))))
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(.query(QueryRequest(version: 3, subscriptions: newest, heldVersion: 1, held: held)))
+            )
+        )
+        writer.release()
+        try await FlexibleSendOrderTests.waitUntil("the newest set completed") {
+            writer.sent.contains { if case .queryState(let state) = $0 { state.version == 3 } else { false } }
+        }
+        await driver.close(SyncError(.unavailable, .retry, "done"))
+
+        var states: [PrimaryKey: [UInt8]?] = [:]
+        for case .objects(let message) in writer.sent {
+            for object in message.objects { states[object.primaryKey] = object.record }
+        }
+        let x = try #require(
+            states[.string("x")], "x, which the app may hold under the skipped set, was not removed: \(writer.sent)")
+        #expect(x == nil, "x was sent instead of removed")
+        let z = try #require(states[.string("z")], "z, which the newest set covers, was not sent")
+        #expect(z != nil, "z was removed instead of sent")
+    }
+}

@@ -10,8 +10,10 @@ import TributaryViews
 /// subscriptions, and the objects whose holding this session decided.
 ///
 /// An object this session did not decide is held by the device exactly when it matched the device's subscriptions
-/// at the device's vector. Until a changeset the device lacks touches it, its state is the same now, so the daemon
-/// judges it on its current state; once one touches it, the export decides it again (``Replica/flexibleExport``).
+/// at the device's vector (or, for an object the device wrote under a set it sent since, that set: see `skipped` in
+/// ``Replica/flexibleBootstrap(holding:wanting:skipped:view:device:)``). Until a changeset the device lacks touches
+/// it, its state is the same now, so the daemon judges it on its current state; once one touches it, the export
+/// decides it again (``Replica/flexibleExport``).
 /// Nothing here needs storing: a new session starts with nothing decided and reaches the same holdings.
 package struct FlexibleSessionView: Sendable {
     /// The subscriptions the device's current set holds.
@@ -168,16 +170,23 @@ extension Replica {
     /// A device asks for the subscriptions `wanted`, holding what `held` covers (at its vector): the objects to send
     /// (those entering its view, with their full state) and to remove (those leaving it), read in one snapshot.
     /// `view` then holds `wanted`.
+    ///
+    /// `skipped` are the sets the device sent after the one it holds and before `wanted`, which the daemon did not
+    /// bootstrap (a newer one came first): the device may hold objects they cover, those it wrote under them. Those
+    /// objects are removed unless `wanted` covers them, and sent, like any other, when `wanted` does.
     package func flexibleBootstrap(
-        holding held: [Subscription], wanting wanted: [Subscription], view: inout FlexibleSessionView,
-        device: ReplicaID
+        holding held: [Subscription], wanting wanted: [Subscription], skipped: [Subscription] = [],
+        view: inout FlexibleSessionView, device: ReplicaID
     ) throws -> (objects: [ReceivedObjectState], yours: UInt64) {
         let holding = view.subscriptions.isEmpty ? held : view.subscriptions
-        // While the objects are read, commits concern the device under both sets: under the one it holds until the
-        // bootstrap replaces it, under the new one from then on.
+        // While the objects are read, commits concern the device under every set: under those it may hold until the
+        // bootstrap replaces them, under the new one from then on.
         if let member = view.member {
-            subscriptionIndex.setSubscriptions(
-                member, holding + wanted.filter { !holding.contains($0) }, schema: schema, head: lastLocalSequence)
+            var concerning = holding
+            for subscription in skipped + wanted where !concerning.contains(subscription) {
+                concerning.append(subscription)
+            }
+            subscriptionIndex.setSubscriptions(member, concerning, schema: schema, head: lastLocalSequence)
         }
         defer {
             if let member = view.member {
@@ -192,6 +201,11 @@ extension Replica {
                 let vector = try views.versionVector(in: txn)
                 let newMatches = try CompiledSubscriptions(wanted, schema: schema).matching(in: snapshot)
                 let oldMatches = try CompiledSubscriptions(held, schema: schema).matching(in: snapshot)
+                // Objects the device may hold, not known to: removed when `wanted` does not cover them, never assumed
+                // held when it does.
+                let maybeHeld =
+                    skipped.isEmpty
+                    ? [] : try CompiledSubscriptions(skipped, schema: schema).matching(in: snapshot)
                 var objects: [ReceivedObjectState] = []
                 for key in newMatches.sorted() {
                     let decided = view.held.contains(key) || view.evicted.contains(key)
@@ -208,13 +222,16 @@ extension Replica {
                     view.install(key, at: vector)
                 }
                 view.resent()
-                let undecidedOld = oldMatches.filter { !view.held.contains($0) && !view.evicted.contains($0) }
+                let undecidedOld = oldMatches.union(maybeHeld).filter {
+                    !view.held.contains($0) && !view.evicted.contains($0)
+                }
                 for key in view.held.union(undecidedOld).subtracting(newMatches).sorted() {
                     objects.append(ReceivedObjectState(type: key.type, primaryKey: key.primaryKey, record: nil))
                     view.evict(key)
                 }
                 view.subscriptions = wanted
                 view.possibleTypes.formUnion(held.map(\.type))
+                view.possibleTypes.formUnion(skipped.map(\.type))
                 view.possibleTypes.formUnion(wanted.map(\.type))
                 return (objects, try heldSequence(of: device, vector: vector, in: txn))
             }
