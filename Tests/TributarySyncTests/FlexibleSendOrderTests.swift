@@ -218,4 +218,83 @@ struct FlexibleSupersededSetsTests {
         let z = try #require(states[.string("z")], "z, which the newest set covers, was not sent")
         #expect(z != nil, "z was removed instead of sent")
     }
+
+    /// The daemon's bootstrap of a new set reads an object before the app's own write that moves it into the set is
+    /// committed: the app drops its copy, write and all. The daemon's adopted copy of that write comes back to the app
+    /// like any changeset it lacks, judged against its view: the object, removed from the app and now in the view, is
+    /// sent whole.
+    @Test("An object a bootstrap removed just before the app's own write to it lands is sent back when it matches")
+    func removedThenWrittenIsSentBack() async throws {
+        let directory = TemporaryDirectory("flexible-removed-written")
+        let daemon = try Replica.open(directory: directory.appending("daemon"), schema: Fixtures.taskSchema)
+        try await daemon.write { txn in
+            try txn.create("Task", ["_id": .string("x"), "count": .int(1), "title": .string("title 0")])
+        }
+        // The app holds x under its set (count == 1), commits a set of count == 2, then moves x into it.
+        let app = try Replica.open(directory: directory.appending("app"), schema: Fixtures.taskSchema)
+        _ = try app.integrate(encoded: try daemon.encodedChangesets(missingFrom: VersionVector()))
+        let vectorBefore = app.versionVector
+        try await app.write { txn in try txn.update("Task", primaryKey: .string("x"), ["count": .int(2)]) }
+        let upload = try app.encodedChangesets(missingFrom: daemon.versionVector, origins: [app.replicaID])
+        #expect(!upload.isEmpty)
+
+        let writer = FlexibleSendOrderTests.HoldingWriter()
+        let driver = SessionDriver(
+            replica: daemon, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
+            integrator: DirectIntegrator(replica: daemon))
+        await driver.start()
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(
+                    .hello(Hello(replica: app.replicaID, role: .app, vector: vectorBefore, flexible: true)))))
+        let held = [Subscription(type: "Task", query: "count == 1")]
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(.query(QueryRequest(version: 1, subscriptions: held, heldVersion: 1, held: held)))))
+        try await FlexibleSendOrderTests.waitUntil("the first bootstrap") {
+            writer.sent.contains { if case .queryState(let state) = $0 { state.version == 1 } else { false } }
+        }
+        // The new set's bootstrap reads x before the app's write to it (count 1: it leaves), and waits on the
+        // connection while the write arrives and is committed.
+        writer.holdNextObjects()
+        let wanted = [Subscription(type: "Task", query: "count == 2")]
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(
+                    .query(QueryRequest(version: 2, subscriptions: wanted, heldVersion: 1, held: held)))))
+        try await FlexibleSendOrderTests.waitUntil("the second bootstrap") { writer.holding }
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(
+                    .changesets(
+                        ChangesetBatch(number: 1, changesets: upload, progress: app.versionVector, more: false)))))
+        writer.release()
+        try await FlexibleSendOrderTests.waitUntil("the acknowledgement and the new set completed") {
+            writer.sent.contains { if case .ack = $0 { true } else { false } }
+                && writer.sent.contains { if case .queryState(let state) = $0 { state.version == 2 } else { false } }
+        }
+        // What the pump sends after the set's completion (the export that brings x back) goes out at once.
+        try await Task.sleep(for: .milliseconds(200))
+        await driver.close(SyncError(.unavailable, .retry, "done"))
+
+        // In the order the app applies them: x removed by the bootstrap, then x's state (with the app's write).
+        let sent = writer.sent
+        let completed = try #require(
+            sent.firstIndex { if case .queryState(let state) = $0 { state.version == 2 } else { false } })
+        var removedByBootstrap = false
+        var last: [UInt8]?? = nil
+        for (index, message) in sent.enumerated() {
+            guard case .objects(let states) = message else { continue }
+            for object in states.objects where object.primaryKey == .string("x") {
+                if index < completed, states.query == 2, object.record == nil { removedByBootstrap = true }
+                last = .some(object.record)
+            }
+        }
+        #expect(removedByBootstrap, "the bootstrap read x after the app's write: the race did not happen")
+        let state = try #require(last, "x was never sent")
+        let record = try #require(state, "x was left removed from the app")
+        let schema = Fixtures.taskSchema
+        let values = try ObjectRecord(decoding: record).values(of: try #require(schema[type: "Task"]), in: schema)
+        #expect(values["count"] == .int(2))
+    }
 }
