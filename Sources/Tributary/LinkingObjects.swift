@@ -95,9 +95,16 @@ extension ObjectReading {
     }
 
     /// `object` with the values of its type's computed properties under their names (lists of links), for reading it
-    /// as a model; `source` keeps what one read of many objects found.
-    func addingLinkingObjects(_ object: DynamicObject, _ source: ReaderObjectSource) -> DynamicObject {
-        guard let type = schema[type: object.type], !type.linkingObjects.isEmpty else { return object }
+    /// as a model; `source` keeps what one read of many objects found, and is made only for a type that has some.
+    func addingLinkingObjects(_ object: DynamicObject, _ source: @autoclosure () -> ReaderObjectSource) -> DynamicObject
+    {
+        let schema = self.schema
+        // Most types have none: asked of the schema in place, without copying the type's definition.
+        guard let index = schema.typeIndex(object.type), !schema.types[index].linkingObjects.isEmpty else {
+            return object
+        }
+        let type = schema.types[index]
+        let source = source()
         var values = object.values
         for computed in type.linkingObjects {
             let originKey = schema[type: computed.originType]?.primaryKey

@@ -182,20 +182,23 @@ extension ObjectReading {
 
     /// `object` as a model of this release of the app, with its computed properties (``LinkingObjects``).
     func modelValue<M: Model>(
-        _ type: M.Type, _ object: DynamicObject, names: ModelNames, backlinks: ReaderObjectSource
+        _ type: M.Type, _ object: DynamicObject, names: ModelNames, backlinks: @autoclosure () -> ReaderObjectSource
     )
         throws -> M
     {
         guard !names.isEmpty, let source = self as? any ModelNameSource else {
-            return try ModelCoding.model(M.self, from: addingLinkingObjects(object, backlinks), names: names)
+            return try ModelCoding.model(M.self, from: addingLinkingObjects(object, backlinks()), names: names)
         }
         let declared = try source.asDeclared(object, names: names)
-        return try ModelCoding.model(M.self, from: addingLinkingObjects(declared, backlinks), names: names)
+        return try ModelCoding.model(M.self, from: addingLinkingObjects(declared, backlinks()), names: names)
     }
 
     /// Where the app's declared properties live in the schema these reads use (``ModelNames``).
     func readingNames() throws -> ModelNames {
-        try (self as? any ModelNameSource)?.modelNames() ?? ModelNames()
+        // The two readers there are, by class: asking for the protocol would look the conformance up on every read.
+        if let snapshot = self as? Snapshot { return try snapshot.modelNames() }
+        if let transaction = self as? Transaction { return try transaction.modelNames() }
+        return ModelNames()
     }
 }
 

@@ -473,13 +473,19 @@ public struct Schema: Hashable, Sendable {
 
     /// The type named `name`, if any.
     public subscript(type name: String) -> ObjectSchema? {
+        typeIndex(name).map { types[$0] }
+    }
+
+    /// The index in ``types`` of the type named `name`: for a read that needs one part of a type's definition, without
+    /// copying the whole of it.
+    package func typeIndex(_ name: String) -> Int? {
         var low = 0
         var high = types.count
         while low < high {
             let middle = (low + high) / 2
             if types[middle].name < name { low = middle + 1 } else { high = middle }
         }
-        return low < types.count && types[low].name == name ? types[low] : nil
+        return low < types.count && types[low].name == name ? low : nil
     }
 
     /// Adds or replaces a type, keeping the order.
