@@ -1085,7 +1085,7 @@ package actor SessionDriver {
         let bootstrap: (objects: [ReceivedObjectState], yours: UInt64)
         do {
             bootstrap = try replica.flexibleBootstrap(
-                holding: view.subscriptions.isEmpty ? readable(query.held) : view.subscriptions,
+                holding: view.bootstrapped ? view.subscriptions : readable(query.held),
                 wanting: readable(query.subscriptions), skipped: skippedSubscriptions, view: &view, device: device)
         } catch {
             await fail(

@@ -297,4 +297,63 @@ struct FlexibleSupersededSetsTests {
         let values = try ObjectRecord(decoding: record).values(of: try #require(schema[type: "Task"]), in: schema)
         #expect(values["count"] == .int(2))
     }
+
+    /// After a set with no subscriptions, the app holds nothing, whatever set it last completed: an object that came
+    /// to match that older set while the session held the empty one is sent when a new set covers it.
+    @Test("After an empty set, a new set's objects are sent even where the app's last completed set covers them")
+    func afterAnEmptySetNothingIsAssumedHeld() async throws {
+        let directory = TemporaryDirectory("flexible-after-empty")
+        let daemon = try Replica.open(directory: directory.appending("daemon"), schema: Fixtures.taskSchema)
+        let app = ReplicaID(rawValue: 0xA12)
+        let writer = FlexibleSendOrderTests.HoldingWriter()
+        let driver = SessionDriver(
+            replica: daemon, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
+            integrator: DirectIntegrator(replica: daemon))
+        await driver.start()
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(
+                    .hello(Hello(replica: app, role: .app, vector: daemon.versionVector, flexible: true)))))
+        func completed(_ version: UInt64) -> Bool {
+            writer.sent.contains { if case .queryState(let state) = $0 { state.version == version } else { false } }
+        }
+        let held = [Subscription(type: "Task", query: "count == 5")]
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(.query(QueryRequest(version: 1, subscriptions: held, heldVersion: 1, held: held)))))
+        try await FlexibleSendOrderTests.waitUntil("the held set") { completed(1) }
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(.query(QueryRequest(version: 2, subscriptions: [], heldVersion: 1, held: held)))))
+        try await FlexibleSendOrderTests.waitUntil("the empty set") { completed(2) }
+        // y comes to match the older set while the session holds the empty one: the app receives the changeset that
+        // made it, with nothing of y in it (a download mark makes the session send it now).
+        try await daemon.write { txn in
+            try txn.create("Task", ["_id": .string("y"), "count": .int(5), "title": .string("title 0")])
+        }
+        #expect(await driver.receive(MessageCodec.encode(.mark(request: 1))))
+        try await FlexibleSendOrderTests.waitUntil("the mark's reply") {
+            writer.sent.contains { if case .markReply(1) = $0 { true } else { false } }
+        }
+        #expect(
+            !writer.sent.contains { message in
+                if case .objects(let states) = message {
+                    states.objects.contains { $0.primaryKey == .string("y") }
+                } else {
+                    false
+                }
+            }, "y was sent while the app's set was empty")
+        // The app has not applied the empty set's completion yet: it still names the older set as the one it holds.
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(.query(QueryRequest(version: 3, subscriptions: held, heldVersion: 1, held: held)))))
+        try await FlexibleSendOrderTests.waitUntil("the new set") { completed(3) }
+        await driver.close(SyncError(.unavailable, .retry, "done"))
+
+        let sent = writer.sent.compactMap { message -> ObjectStates? in
+            if case .objects(let states) = message { states } else { nil }
+        }
+        let y = sent.flatMap(\.objects).last { $0.primaryKey == .string("y") }
+        #expect(y?.record != nil, "y, which the new set covers and the app never received, was not sent: \(sent)")
+    }
 }

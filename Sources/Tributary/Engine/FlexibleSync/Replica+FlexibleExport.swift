@@ -18,6 +18,9 @@ import TributaryViews
 package struct FlexibleSessionView: Sendable {
     /// The subscriptions the device's current set holds.
     package internal(set) var subscriptions: [Subscription] = []
+    /// Whether this session bootstrapped a set: ``subscriptions`` is then what the device holds, even when it is empty
+    /// (before, the set the device names as held is).
+    package internal(set) var bootstrapped = false
     /// The types the device may hold objects of: those of every set it held during the session.
     package internal(set) var possibleTypes: Set<String> = []
     /// Objects the device holds, by this session's decision.
@@ -178,7 +181,7 @@ extension Replica {
         holding held: [Subscription], wanting wanted: [Subscription], skipped: [Subscription] = [],
         view: inout FlexibleSessionView, device: ReplicaID
     ) throws -> (objects: [ReceivedObjectState], yours: UInt64) {
-        let holding = view.subscriptions.isEmpty ? held : view.subscriptions
+        let holding = view.bootstrapped ? view.subscriptions : held
         // While the objects are read, commits concern the device under every set: under those it may hold until the
         // bootstrap replaces them, under the new one from then on.
         if let member = view.member {
@@ -230,6 +233,7 @@ extension Replica {
                     view.evict(key)
                 }
                 view.subscriptions = wanted
+                view.bootstrapped = true
                 view.possibleTypes.formUnion(held.map(\.type))
                 view.possibleTypes.formUnion(skipped.map(\.type))
                 view.possibleTypes.formUnion(wanted.map(\.type))
