@@ -65,6 +65,22 @@ struct FlexibleSendOrderTests {
         func abort() {}
     }
 
+    /// A daemon's session serving a flexible-sync app (`app`, at `vector`), opened with its `hello`, writing through a
+    /// ``HoldingWriter``.
+    static func openSession(on daemon: Replica, app: ReplicaID, vector: VersionVector) async -> (
+        driver: SessionDriver, writer: HoldingWriter
+    ) {
+        let writer = HoldingWriter()
+        let driver = SessionDriver(
+            replica: daemon, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
+            integrator: DirectIntegrator(replica: daemon))
+        await driver.start()
+        #expect(
+            await driver.receive(
+                MessageCodec.encode(.hello(Hello(replica: app, role: .app, vector: vector, flexible: true)))))
+        return (driver, writer)
+    }
+
     static func waitUntil(_ what: String, _ condition: () async throws -> Bool) async throws {
         let deadline = ContinuousClock.now + .seconds(60)
         while try await !condition() {
@@ -89,15 +105,8 @@ struct FlexibleSendOrderTests {
         let upload = try app.encodedChangesets(missingFrom: daemon.versionVector, origins: [app.replicaID])
         #expect(!upload.isEmpty)
 
-        let writer = HoldingWriter()
-        let driver = SessionDriver(
-            replica: daemon, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
-            integrator: DirectIntegrator(replica: daemon))
-        await driver.start()
-        #expect(
-            await driver.receive(
-                MessageCodec.encode(
-                    .hello(Hello(replica: app.replicaID, role: .app, vector: app.versionVector, flexible: true)))))
+        let (driver, writer) = await FlexibleSendOrderTests.openSession(
+            on: daemon, app: app.replicaID, vector: app.versionVector)
         #expect(
             await driver.receive(
                 MessageCodec.encode(
@@ -175,15 +184,8 @@ struct FlexibleSupersededSetsTests {
             try txn.create("Task", ["_id": .string("z"), "count": .int(7), "title": .string("title 0")])
         }
         let app = ReplicaID(rawValue: 0xA11)
-        let writer = FlexibleSendOrderTests.HoldingWriter()
-        let driver = SessionDriver(
-            replica: daemon, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
-            integrator: DirectIntegrator(replica: daemon))
-        await driver.start()
-        #expect(
-            await driver.receive(
-                MessageCodec.encode(
-                    .hello(Hello(replica: app, role: .app, vector: daemon.versionVector, flexible: true)))))
+        let (driver, writer) = await FlexibleSendOrderTests.openSession(
+            on: daemon, app: app, vector: daemon.versionVector)
         let held = [Subscription(type: "Task", query: "count == 5")]
         // The held set's bootstrap waits on the connection while the app's next two sets arrive.
         writer.holdNextObjects()
@@ -238,15 +240,8 @@ struct FlexibleSupersededSetsTests {
         let upload = try app.encodedChangesets(missingFrom: daemon.versionVector, origins: [app.replicaID])
         #expect(!upload.isEmpty)
 
-        let writer = FlexibleSendOrderTests.HoldingWriter()
-        let driver = SessionDriver(
-            replica: daemon, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
-            integrator: DirectIntegrator(replica: daemon))
-        await driver.start()
-        #expect(
-            await driver.receive(
-                MessageCodec.encode(
-                    .hello(Hello(replica: app.replicaID, role: .app, vector: vectorBefore, flexible: true)))))
+        let (driver, writer) = await FlexibleSendOrderTests.openSession(
+            on: daemon, app: app.replicaID, vector: vectorBefore)
         let held = [Subscription(type: "Task", query: "count == 1")]
         #expect(
             await driver.receive(
@@ -305,15 +300,8 @@ struct FlexibleSupersededSetsTests {
         let directory = TemporaryDirectory("flexible-after-empty")
         let daemon = try Replica.open(directory: directory.appending("daemon"), schema: Fixtures.taskSchema)
         let app = ReplicaID(rawValue: 0xA12)
-        let writer = FlexibleSendOrderTests.HoldingWriter()
-        let driver = SessionDriver(
-            replica: daemon, machine: SessionStateMachine(accepting: .standard, now: .now), writer: writer,
-            integrator: DirectIntegrator(replica: daemon))
-        await driver.start()
-        #expect(
-            await driver.receive(
-                MessageCodec.encode(
-                    .hello(Hello(replica: app, role: .app, vector: daemon.versionVector, flexible: true)))))
+        let (driver, writer) = await FlexibleSendOrderTests.openSession(
+            on: daemon, app: app, vector: daemon.versionVector)
         func completed(_ version: UInt64) -> Bool {
             writer.sent.contains { if case .queryState(let state) = $0 { state.version == version } else { false } }
         }
