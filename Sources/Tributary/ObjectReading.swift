@@ -116,6 +116,13 @@ final class Materializer {
     }
 
     func resolveLinks(_ value: Value, _ property: Property) throws -> Value {
+        if case .embedded(let typeName) = property.kind, schema[type: typeName]?.isEmbedded != true {
+            // The type was removed while a concurrent changeset embedded it (rule 8): nothing shows while it is
+            // absent, as links to a removed type show nothing.
+            if property.isList { return .list([]) }
+            if case .dictionary(let entries) = value { return .dictionary(entries.mapValues { _ in .null }) }
+            return property.isDictionary ? value : .null
+        }
         switch (property.kind, value) {
         case (.link(let target), .link(let key)):
             return try exists(target, key) ? value : .null
@@ -133,9 +140,15 @@ final class Materializer {
             }
             return .dictionary(resolved)
         case (.embedded(let typeName), .embedded(var object)):
-            guard let type = schema[type: typeName] else { return value }
+            guard let type = schema[type: typeName] else { return .null }
             for child in type.properties {
-                if let field = object.fields[child.name] { object.fields[child.name] = try resolveLinks(field, child) }
+                guard let field = object.fields[child.name] else { continue }
+                // Written before its type was removed and then defined again another way (rule 8): it does not show.
+                if field != .null, child.problem(with: field) != nil {
+                    object.fields[child.name] = nil
+                    continue
+                }
+                object.fields[child.name] = try resolveLinks(field, child)
             }
             return .embedded(object)
         case (.embedded, .list(let elements)):

@@ -5,7 +5,8 @@ extension Schema {
     /// - Parameter requiringFields: whether an embedded object must give every required property of its type that
     ///   has no default. A local write must; a peer's need not (the merge passes `false`): the property may have been
     ///   added concurrently, after the peer wrote, so whether the write is accepted would depend on the order the
-    ///   two merge in. Such a field reads as an object created before its property existed reads it.
+    ///   two merge in. Such a field reads as an object created before its property existed reads it. Nor need the
+    ///   type of a peer's embedded object be in the schema.
     public func problem(with value: Value, for property: Property, depth: Int = 0, requiringFields: Bool = true)
         -> String?
     {
@@ -15,7 +16,11 @@ extension Schema {
         let objects: [Value] =
             property.isList
             ? (value.listValue ?? []) : property.isDictionary ? Array((value.dictionaryValue ?? [:]).values) : [value]
-        guard let type = self[type: typeName] else { return "the schema lacks embedded type '\(typeName)'" }
+        guard let type = self[type: typeName] else {
+            // A merge keeps them: a concurrent changeset may have removed the type after the writer embedded it, and
+            // they read as null while it is absent (rule 8), in whichever order the two merge.
+            return requiringFields ? "the schema lacks embedded type '\(typeName)'" : nil
+        }
         for case .embedded(let object) in objects {
             for name in object.fields.keys.sorted() {
                 guard let field = type[property: name] else {

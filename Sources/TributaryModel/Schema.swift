@@ -600,6 +600,24 @@ public struct Schema: Hashable, Sendable {
     ///
     /// - Throws: ``SchemaError`` naming the type and property at fault.
     public func validate() throws(SchemaError) {
+        try validate(targets: .everyProperty)
+    }
+
+    /// Which link and embedded properties ``validate(targets:)`` requires to name a type of the right kind.
+    package enum TargetCheck {
+        /// Every one: what an app declares.
+        case everyProperty
+        /// Those that did not name the same missing or wrong target in the given schema: what a transaction that
+        /// changes a merged schema must not make worse.
+        case changedSince(Schema)
+        /// None: a merged schema. A type removed while a changeset that had not seen the removal added a link to it
+        /// leaves that link naming an absent type, in whatever order replicas merge the two (rule 8), and it reads
+        /// as null while the type is absent, as a link to an erased object does (rule 7).
+        case none
+    }
+
+    /// ``validate()``, with the properties whose target is checked chosen by `targets`.
+    package func validate(targets: TargetCheck) throws(SchemaError) {
         var seen = Set<String>()
         for type in types {
             guard isValidName(type.name) else {
@@ -621,19 +639,18 @@ public struct Schema: Hashable, Sendable {
                         "property '\(path)' is a set of embedded objects, which cannot be told apart by value; make it "
                             + "a list")
                 }
-                if let target = property.kind.objectType {
-                    guard let targetType = self[type: target] else {
-                        throw SchemaError(
-                            .unknownType, "property '\(path)' refers to type '\(target)', which the schema lacks")
-                    }
-                    if case .link = property.kind, targetType.isEmbedded {
-                        throw SchemaError(
-                            .invalidLink, "property '\(path)' links to embedded type '\(target)'; embed it instead")
-                    }
-                    if case .embedded = property.kind, !targetType.isEmbedded {
-                        throw SchemaError(
-                            .invalidLink,
-                            "property '\(path)' embeds '\(target)', which is not an embedded type; link to it instead")
+                if let problem = targetProblem(of: property, path: path) {
+                    switch targets {
+                    case .everyProperty: throw problem
+                    case .changedSince(let base):
+                        let before = base[type: type.name]?[property: property.name]
+                        if before?.kind != property.kind
+                            || before.flatMap({ base.targetProblem(of: $0, path: path) })
+                                != problem
+                        {
+                            throw problem
+                        }
+                    case .none: break
                     }
                 }
                 if let value = property.defaultValue {
@@ -667,6 +684,23 @@ public struct Schema: Hashable, Sendable {
             }
             seen.insert(type.name)
         }
+    }
+
+    /// Why `property` (at `path`) names no type of the kind it needs, or `nil` when it does or holds no object.
+    func targetProblem(of property: Property, path: String) -> SchemaError? {
+        guard let target = property.kind.objectType else { return nil }
+        guard let targetType = self[type: target] else {
+            return SchemaError(.unknownType, "property '\(path)' refers to type '\(target)', which the schema lacks")
+        }
+        if case .link = property.kind, targetType.isEmbedded {
+            return SchemaError(.invalidLink, "property '\(path)' links to embedded type '\(target)'; embed it instead")
+        }
+        if case .embedded = property.kind, !targetType.isEmbedded {
+            return SchemaError(
+                .invalidLink, "property '\(path)' embeds '\(target)', which is not an embedded type; link to it instead"
+            )
+        }
+        return nil
     }
 }
 

@@ -217,7 +217,7 @@ extension Replica {
                     }
                     try MergeEngine.apply(changeset, to: &working)
                     if changeset.instructions.contains(where: \.isSchemaInstruction) {
-                        if (try? working.schema.validate()) == nil {
+                        if (try? working.schema.validate(targets: .none)) == nil {
                             if schemaInvalidSince == nil { schemaInvalidSince = changeset.dot }
                         } else {
                             schemaInvalidSince = nil
@@ -278,9 +278,10 @@ extension Replica {
             // Nothing to store: every changeset was a duplicate, or still waits where it waited.
             guard !applied.isEmpty || pendingChanged else { return }
             if working.schemaChanged {
-                // The changeset that made the merged schema invalid (a type linking to a type a concurrent changeset
-                // removed, say) is the one refused, not whichever the batch applied last.
-                do { try working.schema.validate() } catch {
+                // The changeset that made the merged schema invalid (a definition malformed on its own: a name that is
+                // not valid, a type without its primary key) is the one refused, not whichever the batch applied
+                // last. A link left naming a type a concurrent changeset removed is not invalid (rule 8).
+                do { try working.schema.validate(targets: .none) } catch {
                     throw MergeError(
                         .schemaConflict, "the merged schema would be invalid: \(error)",
                         dot: schemaInvalidSince ?? applied.last?.changeset.dot)
