@@ -607,8 +607,8 @@ public struct Schema: Hashable, Sendable {
     package enum TargetCheck {
         /// Every one: what an app declares.
         case everyProperty
-        /// Those that did not name the same missing or wrong target in the given schema: what a transaction that
-        /// changes a merged schema must not make worse.
+        /// Those whose target had no such problem in the given schema: what a transaction that changes a merged
+        /// schema must not make worse.
         case changedSince(Schema)
         /// None: a merged schema. A type removed while a changeset that had not seen the removal added a link to it
         /// leaves that link naming an absent type, in whatever order replicas merge the two (rule 8), and it reads
@@ -643,13 +643,15 @@ public struct Schema: Hashable, Sendable {
                     switch targets {
                     case .everyProperty: throw problem
                     case .changedSince(let base):
-                        let before = base[type: type.name]?[property: property.name]
-                        if before?.kind != property.kind
-                            || before.flatMap({ base.targetProblem(of: $0, path: path) })
-                                != problem
-                        {
-                            throw problem
+                        // Tolerated where `base` has a property naming the same target with the same problem: one
+                        // the merge left so (perhaps renamed since, or joined by another link to the absent type).
+                        // A new target with a problem (a misspelt type name, a type removed under its links) is not.
+                        let known = base.types.contains { other in
+                            other.properties.contains {
+                                $0.kind == property.kind && base.targetProblem(of: $0, path: path)?.code == problem.code
+                            }
                         }
+                        if !known { throw problem }
                     case .none: break
                     }
                 }

@@ -1121,9 +1121,10 @@ struct MergeSemanticsTests {
         #expect(try removeLabelAgainstStickerLinkingToIt(cluster).isEmpty)
         // The merged schema holds a link to an absent type: a later migration of something else still commits.
         try cluster[3].write { try $0.addProperty(.scalar("color", .string, optional: true), to: "Sticker") }
-        // A transaction may not add another such link, nor remove a type that something still links to.
+        // A transaction may not link to a type the schema lacks that nothing linked to (a misspelt name), nor remove
+        // a type that something still links to.
         let badge = ObjectSchema(
-            name: "Badge", properties: [.scalar("_id", .string), Property("label", .link("Label"))])
+            name: "Badge", properties: [.scalar("_id", .string), Property("label", .link("Lable"))])
         for change in [{ (txn: Transaction) in try txn.addType(badge) }, { try $0.emit(.removeType("Person")) }] {
             let error = #expect(throws: TributaryError.self) { try cluster[3].write(change) }
             #expect(error?.code == .schemaMismatch)

@@ -8,7 +8,8 @@ import TributaryTestTags
 
 /// Looks for order dependence in schema merging (rule 8). Three writers share a seeded object of a type whose
 /// properties come from a small pool of names; each makes one to four transactions of renames, removals, additions,
-/// redefinitions, writes and creates, without syncing (but for the occasional partial sync between two of them).
+/// redefinitions, writes and creates, without syncing. Some properties link to a second type, `Label`, which writers
+/// also remove (with the properties linking to it, as a migration must), add back, and create objects of (but for the occasional partial sync between two of them).
 /// Eight observers then receive the writers' changesets: six in every order of the writers' batches (each batch in
 /// its causal order), two one changeset at a time (round robin, and a random interleaving); the writers sync among
 /// themselves too. Then:
@@ -369,6 +370,10 @@ enum SchemaFuzzOperation: CustomStringConvertible {
     case redefine(Property)
     case update(key: String, property: String, Value)
     case create([String: Value])
+    /// Removes `Label`, with the properties linking to it, as a migration that drops a type must.
+    case removeLabelType
+    case addLabelType
+    case createLabel(String)
 
     /// Whether the operation still makes sense in the transaction's state (a smaller scenario may have taken away
     /// what it relied on): it renames, removes, redefines or writes a property that exists, adds or renames to a
@@ -386,6 +391,11 @@ enum SchemaFuzzOperation: CustomStringConvertible {
                 && current.isList == property.isList
         case .update(_, let property, _): return present(property)
         case .create(let fields): return fields.keys.allSatisfy { $0 == "_id" || present($0) }
+        case .removeLabelType: return txn.schema[type: SchemaFuzz.labelTypeName] != nil
+        case .createLabel(let key):
+            return txn.schema[type: SchemaFuzz.labelTypeName] != nil
+                && (try? txn.object(SchemaFuzz.labelTypeName, primaryKey: .string(key))) == .some(nil)
+        case .addLabelType: return txn.schema[type: SchemaFuzz.labelTypeName] == nil
         }
     }
 
@@ -399,6 +409,15 @@ enum SchemaFuzzOperation: CustomStringConvertible {
         case .update(let key, let property, let value):
             try txn.update(type, primaryKey: .string(key), [property: value])
         case .create(let fields): _ = try txn.create(type, fields)
+        case .removeLabelType:
+            for property in txn.schema[type: type]?.properties ?? []
+            where property.kind == .link(SchemaFuzz.labelTypeName) {
+                try txn.emit(.removeProperty(type: type, name: property.name))
+            }
+            try txn.emit(.removeType(SchemaFuzz.labelTypeName))
+        case .addLabelType: try txn.addType(SchemaFuzz.labelType)
+        case .createLabel(let key):
+            _ = try txn.create(SchemaFuzz.labelTypeName, ["_id": .string(key)])
         }
     }
 
@@ -413,6 +432,10 @@ enum SchemaFuzzOperation: CustomStringConvertible {
         case .update(let key, let property, let value):
             "try txn.update(\"Task\", primaryKey: .string(\"\(key)\"), [\"\(property)\": \(SchemaFuzz.source(value))])"
         case .create(let fields): "_ = try txn.create(\"Task\", \(SchemaFuzz.source(fields)))"
+        case .removeLabelType:
+            "(remove every Task property linking to Label); try txn.emit(.removeType(\"Label\"))"
+        case .addLabelType: "try txn.addType(SchemaFuzz.labelType)"
+        case .createLabel(let key): "_ = try txn.create(\"Label\", [\"_id\": \"\(key)\"])"
         }
     }
 }
@@ -433,6 +456,9 @@ struct SchemaFuzzScenario {
 
 enum SchemaFuzz {
     static let typeName = "Task"
+    static let labelTypeName = "Label"
+    static let labelType = ObjectSchema(name: labelTypeName, properties: [.scalar("_id", .string)])
+    static let labelKeys = ["l1", "l2"]
     static let pool = ["a", "b", "c", "d"]
     static let keys = ["t", "u", "v"]
     static let writers = 3
@@ -500,7 +526,8 @@ enum SchemaFuzz {
 
         mutating func pick<T>(_ items: [T]) -> T { items[random.below(items.count)] }
 
-        mutating func property(_ name: String) -> Property {
+        mutating func property(_ name: String, linkable: Bool = true) -> Property {
+            if linkable && random.chance(35) { return Property(name, .link(SchemaFuzz.labelTypeName)) }
             let kind: ScalarType = random.chance(50) ? .string : .int
             let optional = random.chance(70)
             let defaultValue: Value? = (!optional || random.chance(30)) ? value(for: kind, allowNull: false) : nil
@@ -514,6 +541,9 @@ enum SchemaFuzz {
         }
 
         mutating func value(for property: Property) -> Value {
+            if case .link = property.kind {
+                return random.chance(20) ? .null : .link(.string(pick(SchemaFuzz.labelKeys)))
+            }
             guard case .scalar(let kind) = property.kind else { return .null }
             return value(for: kind, allowNull: property.isOptional)
         }
@@ -525,7 +555,9 @@ enum SchemaFuzz {
             if names.count == SchemaFuzz.pool.count { names.removeLast() }
             var properties: [Property] = [.scalar("_id", .string)]
             for name in names { properties.append(property(name)) }
-            return Schema(version: 1, types: [ObjectSchema(name: SchemaFuzz.typeName, properties: properties)])
+            return Schema(
+                version: 1,
+                types: [ObjectSchema(name: SchemaFuzz.typeName, properties: properties), SchemaFuzz.labelType])
         }
 
         /// A random operation that fits the transaction's state, or `nil`.
@@ -533,15 +565,23 @@ enum SchemaFuzz {
             let type = txn.schema[type: SchemaFuzz.typeName]!
             let present = type.properties.filter { $0.name != type.primaryKey }
             let absent = SchemaFuzz.pool.filter { type[property: $0] == nil }
+            let labels = txn.schema[type: SchemaFuzz.labelTypeName] != nil
+            if random.chance(15) {
+                guard labels else { return .addLabelType }
+                let missing = try SchemaFuzz.labelKeys.filter {
+                    try txn.object(SchemaFuzz.labelTypeName, primaryKey: .string($0)) == nil
+                }
+                return missing.isEmpty || random.chance(40) ? .removeLabelType : .createLabel(pick(missing))
+            }
             switch random.below(100) {
             case 0..<22 where !present.isEmpty && !absent.isEmpty:
                 return .rename(from: pick(present).name, to: pick(absent))
             case 22..<38 where !present.isEmpty:
                 return .remove(pick(present).name)
             case 38..<56 where !absent.isEmpty:
-                return .add(property(pick(absent)))
-            case 56..<62 where !present.isEmpty:
-                var redefined = pick(present)
+                return .add(property(pick(absent), linkable: labels))
+            case 56..<62 where present.contains(where: { $0.kind.objectType == nil }):
+                var redefined = pick(present.filter { $0.kind.objectType == nil })
                 if random.chance(50) || !redefined.isOptional && redefined.defaultValue == nil {
                     redefined.isIndexed.toggle()
                 } else if redefined.isOptional && random.chance(30) {
@@ -758,6 +798,12 @@ enum SchemaFuzz {
             let replica = cluster[members[0]]
             log.append("  replicas \(members.map { $0 + 1 }):")
             log.append("    schema \(replica.schema[type: typeName].map { "\($0)" } ?? "-")")
+            let labels = try labelKeys.filter {
+                try replica.schema[type: labelTypeName] != nil
+                    && replica.object(labelTypeName, primaryKey: .string($0)) != nil
+            }
+            log.append(
+                "    type Label \(replica.schema[type: labelTypeName] == nil ? "absent" : "present"), labels \(labels)")
             for key in keys {
                 guard let object = try replica.object(typeName, primaryKey: .string(key)) else { continue }
                 log.append("    \(key): \(source(object.values.filter { $0.key != "_id" }))")
@@ -852,6 +898,9 @@ enum SchemaFuzz {
                             case .redefine(let property): "redefine \(property.name)"
                             case .update(let key, let property, _): "update \(key).\(property)"
                             case .create(let fields): "create \(fields["_id"].map(source) ?? "?")"
+                            case .removeLabelType: "remove Label"
+                            case .addLabelType: "add Label"
+                            case .createLabel(let key): "create Label \(key)"
                             }
                         }.joined(separator: "; ") + "]")
             }
