@@ -8,8 +8,9 @@ import TributaryTestTags
 
 /// Looks for order dependence in schema merging (rule 8). Three writers share a seeded object of a type whose
 /// properties come from a small pool of names; each makes one to four transactions of renames, removals, additions,
-/// redefinitions, writes and creates, without syncing. Some properties link to a second type, `Label`, which writers
-/// also remove (with the properties linking to it, as a migration must), add back, and create objects of (but for the occasional partial sync between two of them).
+/// redefinitions, writes and creates, without syncing. Some properties link to a second type, `Label`, or embed a
+/// third, `Spot`, which writers also remove (with the properties that name them, as a migration must), add back, and
+/// create labels of (but for the occasional partial sync between two of them).
 /// Eight observers then receive the writers' changesets: six in every order of the writers' batches (each batch in
 /// its causal order), two one changeset at a time (round robin, and a random interleaving); the writers sync among
 /// themselves too. Then:
@@ -374,6 +375,9 @@ enum SchemaFuzzOperation: CustomStringConvertible {
     case removeLabelType
     case addLabelType
     case createLabel(String)
+    /// Removes `Spot`, with the properties embedding it.
+    case removeSpotType
+    case addSpotType
 
     /// Whether the operation still makes sense in the transaction's state (a smaller scenario may have taken away
     /// what it relied on): it renames, removes, redefines or writes a property that exists, adds or renames to a
@@ -396,6 +400,8 @@ enum SchemaFuzzOperation: CustomStringConvertible {
             return txn.schema[type: SchemaFuzz.labelTypeName] != nil
                 && (try? txn.object(SchemaFuzz.labelTypeName, primaryKey: .string(key))) == .some(nil)
         case .addLabelType: return txn.schema[type: SchemaFuzz.labelTypeName] == nil
+        case .removeSpotType: return txn.schema[type: SchemaFuzz.spotTypeName] != nil
+        case .addSpotType: return txn.schema[type: SchemaFuzz.spotTypeName] == nil
         }
     }
 
@@ -418,6 +424,13 @@ enum SchemaFuzzOperation: CustomStringConvertible {
         case .addLabelType: try txn.addType(SchemaFuzz.labelType)
         case .createLabel(let key):
             _ = try txn.create(SchemaFuzz.labelTypeName, ["_id": .string(key)])
+        case .removeSpotType:
+            for property in txn.schema[type: type]?.properties ?? []
+            where property.kind == .embedded(SchemaFuzz.spotTypeName) {
+                try txn.emit(.removeProperty(type: type, name: property.name))
+            }
+            try txn.emit(.removeType(SchemaFuzz.spotTypeName))
+        case .addSpotType: try txn.addType(SchemaFuzz.spotType)
         }
     }
 
@@ -436,6 +449,9 @@ enum SchemaFuzzOperation: CustomStringConvertible {
             "(remove every Task property linking to Label); try txn.emit(.removeType(\"Label\"))"
         case .addLabelType: "try txn.addType(SchemaFuzz.labelType)"
         case .createLabel(let key): "_ = try txn.create(\"Label\", [\"_id\": \"\(key)\"])"
+        case .removeSpotType:
+            "(remove every Task property embedding Spot); try txn.emit(.removeType(\"Spot\"))"
+        case .addSpotType: "try txn.addType(SchemaFuzz.spotType)"
         }
     }
 }
@@ -459,6 +475,8 @@ enum SchemaFuzz {
     static let labelTypeName = "Label"
     static let labelType = ObjectSchema(name: labelTypeName, properties: [.scalar("_id", .string)])
     static let labelKeys = ["l1", "l2"]
+    static let spotTypeName = "Spot"
+    static let spotType = ObjectSchema.embedded(spotTypeName, properties: [.scalar("x", .int, optional: true)])
     static let pool = ["a", "b", "c", "d"]
     static let keys = ["t", "u", "v"]
     static let writers = 3
@@ -526,8 +544,9 @@ enum SchemaFuzz {
 
         mutating func pick<T>(_ items: [T]) -> T { items[random.below(items.count)] }
 
-        mutating func property(_ name: String, linkable: Bool = true) -> Property {
-            if linkable && random.chance(35) { return Property(name, .link(SchemaFuzz.labelTypeName)) }
+        mutating func property(_ name: String, linkable: Bool = true, embeddable: Bool = true) -> Property {
+            if linkable && random.chance(30) { return Property(name, .link(SchemaFuzz.labelTypeName)) }
+            if embeddable && random.chance(25) { return Property(name, .embedded(SchemaFuzz.spotTypeName)) }
             let kind: ScalarType = random.chance(50) ? .string : .int
             let optional = random.chance(70)
             let defaultValue: Value? = (!optional || random.chance(30)) ? value(for: kind, allowNull: false) : nil
@@ -544,6 +563,11 @@ enum SchemaFuzz {
             if case .link = property.kind {
                 return random.chance(20) ? .null : .link(.string(pick(SchemaFuzz.labelKeys)))
             }
+            if case .embedded = property.kind {
+                counter += 1
+                return random.chance(20)
+                    ? .null : .embedded(EmbeddedObject(type: SchemaFuzz.spotTypeName, fields: ["x": .int(counter)]))
+            }
             guard case .scalar(let kind) = property.kind else { return .null }
             return value(for: kind, allowNull: property.isOptional)
         }
@@ -557,7 +581,10 @@ enum SchemaFuzz {
             for name in names { properties.append(property(name)) }
             return Schema(
                 version: 1,
-                types: [ObjectSchema(name: SchemaFuzz.typeName, properties: properties), SchemaFuzz.labelType])
+                types: [
+                    ObjectSchema(name: SchemaFuzz.typeName, properties: properties), SchemaFuzz.labelType,
+                    SchemaFuzz.spotType,
+                ])
         }
 
         /// A random operation that fits the transaction's state, or `nil`.
@@ -566,7 +593,9 @@ enum SchemaFuzz {
             let present = type.properties.filter { $0.name != type.primaryKey }
             let absent = SchemaFuzz.pool.filter { type[property: $0] == nil }
             let labels = txn.schema[type: SchemaFuzz.labelTypeName] != nil
-            if random.chance(15) {
+            let spots = txn.schema[type: SchemaFuzz.spotTypeName] != nil
+            if random.chance(20) {
+                if random.chance(40) { return spots ? .removeSpotType : .addSpotType }
                 guard labels else { return .addLabelType }
                 let missing = try SchemaFuzz.labelKeys.filter {
                     try txn.object(SchemaFuzz.labelTypeName, primaryKey: .string($0)) == nil
@@ -579,7 +608,7 @@ enum SchemaFuzz {
             case 22..<38 where !present.isEmpty:
                 return .remove(pick(present).name)
             case 38..<56 where !absent.isEmpty:
-                return .add(property(pick(absent), linkable: labels))
+                return .add(property(pick(absent), linkable: labels, embeddable: spots))
             case 56..<62 where present.contains(where: { $0.kind.objectType == nil }):
                 var redefined = pick(present.filter { $0.kind.objectType == nil })
                 if random.chance(50) || !redefined.isOptional && redefined.defaultValue == nil {
@@ -803,7 +832,8 @@ enum SchemaFuzz {
                     && replica.object(labelTypeName, primaryKey: .string($0)) != nil
             }
             log.append(
-                "    type Label \(replica.schema[type: labelTypeName] == nil ? "absent" : "present"), labels \(labels)")
+                "    type Label \(replica.schema[type: labelTypeName] == nil ? "absent" : "present"), labels \(labels); "
+                    + "type Spot \(replica.schema[type: spotTypeName] == nil ? "absent" : "present")")
             for key in keys {
                 guard let object = try replica.object(typeName, primaryKey: .string(key)) else { continue }
                 log.append("    \(key): \(source(object.values.filter { $0.key != "_id" }))")
@@ -901,6 +931,8 @@ enum SchemaFuzz {
                             case .removeLabelType: "remove Label"
                             case .addLabelType: "add Label"
                             case .createLabel(let key): "create Label \(key)"
+                            case .removeSpotType: "remove Spot"
+                            case .addSpotType: "add Spot"
                             }
                         }.joined(separator: "; ") + "]")
             }
