@@ -1147,13 +1147,10 @@ struct MergeSemanticsTests {
         }
     }
 
-    @Test(
-        "Rule 8: an embedded type removed concurrently with a property that embeds it is kept in either order, reading as null"
-    )
-    func embeddingAConcurrentlyRemovedTypeReadsNull() throws {
-        let cluster = try cluster(4)
+    /// Seeds the task with a location; then replica 0 drops locations (the property and the type), while replica 1,
+    /// concurrently, moves them to a new property, `place`, and gives the task one there. Nothing is sent.
+    func removeLocationAgainstPlaceEmbeddingIt(_ cluster: Cluster) throws {
         try seed(cluster, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))])
-        // A migration that drops locations, and one that moves them to a new property, concurrently.
         try cluster[0].write { txn in
             try txn.emit(.removeProperty(type: "Task", name: "location"))
             try txn.emit(.removeType("Location"))
@@ -1164,6 +1161,20 @@ struct MergeSemanticsTests {
                 "Task", primaryKey: task,
                 ["place": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Bergen", "floor": 2]))])
         }
+    }
+
+    /// The embedded type `Location`, its city of type `city`.
+    static func location(city: ScalarType) -> ObjectSchema {
+        .embedded(
+            "Location", properties: [.scalar("city", city, optional: true), .scalar("floor", .int, optional: true)])
+    }
+
+    @Test(
+        "Rule 8: an embedded type removed concurrently with a property that embeds it is kept in either order, reading as null"
+    )
+    func embeddingAConcurrentlyRemovedTypeReadsNull() throws {
+        let cluster = try cluster(4)
+        try removeLocationAgainstPlaceEmbeddingIt(cluster)
         let reasons = try cluster.deliver([(2, [0, 1]), (3, [1, 0]), (0, [1]), (1, [0])])
         #expect(reasons.isEmpty, "\(reasons)")
         #expect(try cluster.converged())
@@ -1176,10 +1187,7 @@ struct MergeSemanticsTests {
         }
         // The release that embeds it declares the type again (a changeset that saw the removal): the object shows.
         try cluster[1].write { txn in
-            try txn.addType(
-                .embedded(
-                    "Location",
-                    properties: [.scalar("city", .string, optional: true), .scalar("floor", .int, optional: true)]))
+            try txn.addType(Self.location(city: .string))
         }
         try cluster.syncAll()
         #expect(try cluster.converged())
@@ -1195,24 +1203,11 @@ struct MergeSemanticsTests {
     )
     func embeddedObjectOfARemovedTypeHidesWhatNoLongerFits() throws {
         let cluster = try cluster(2)
-        try seed(cluster, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))])
-        try cluster[0].write { txn in
-            try txn.emit(.removeProperty(type: "Task", name: "location"))
-            try txn.emit(.removeType("Location"))
-        }
-        try cluster[1].write { txn in
-            try txn.addProperty(Property("place", .embedded("Location")), to: "Task")
-            try txn.update(
-                "Task", primaryKey: task,
-                ["place": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Bergen", "floor": 2]))])
-        }
+        try removeLocationAgainstPlaceEmbeddingIt(cluster)
         try cluster.syncAll()
         // A later release defines the type again, its city a number.
         try cluster[0].write { txn in
-            try txn.addType(
-                .embedded(
-                    "Location",
-                    properties: [.scalar("city", .int, optional: true), .scalar("floor", .int, optional: true)]))
+            try txn.addType(Self.location(city: .int))
         }
         try cluster.syncAll()
         for replica in cluster.replicas {
