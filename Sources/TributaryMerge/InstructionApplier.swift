@@ -753,7 +753,9 @@ struct InstructionApplier {
             let landed = type[property: stepProperty]
         else { return false }
         let writers = writersDefinition(of: landed, written: step.property, in: type.name, schema)
-        guard case .embedded(let childTypeName) = (writers ?? landed).kind, let childType = schema[type: childTypeName]
+        guard case .embedded(let childTypeName) = (writers ?? landed).kind,
+            let childType = schema[type: childTypeName]
+                ?? writersEmbeddedType(childTypeName, holding: steps.dropFirst().first?.property ?? property)
         else { return false }
         // The embedded object is changed in place through the table: taken out of the field (and of the register or
         // the list element holding it), so that `child` is the only reference to its fields and a write to a long
@@ -806,6 +808,17 @@ struct InstructionApplier {
             }
         }
         return try descendIntoField(&fields[stepProperty, writers?.shape])
+    }
+
+    /// The embedded type `name`, which the schema lacks, as this changeset's writer held it, as far as a write into
+    /// an object of it needs: its property `property`, by the writer's shape note. A concurrent changeset removed the
+    /// type; the objects embedded in it are kept (rule 8), and a write into one lands as it does where the type was
+    /// still there when the write merged. `nil` without a note (a changeset of a build that wrote none).
+    func writersEmbeddedType(_ name: String, holding property: String) -> ObjectSchema? {
+        guard let shape = info.shapeNotes.shape(of: property, in: name, at: index) else { return nil }
+        var definition = Property(property, .scalar(.mixed))
+        definition.shape = shape
+        return .embedded(name, properties: [definition])
     }
 
     /// The definition a write to `written` (the name as written) of `type` was made under, when it is not

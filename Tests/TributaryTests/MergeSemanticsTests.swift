@@ -1148,7 +1148,8 @@ struct MergeSemanticsTests {
     }
 
     /// Seeds the task with a location; then replica 0 drops locations (the property and the type), while replica 1,
-    /// concurrently, moves them to a new property, `place`, and gives the task one there. Nothing is sent.
+    /// concurrently, moves them to a new property, `place`, gives the task one there, and changes its floor to 3.
+    /// Nothing is sent.
     func removeLocationAgainstPlaceEmbeddingIt(_ cluster: Cluster) throws {
         try seed(cluster, ["location": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Oslo"]))])
         try cluster[0].write { txn in
@@ -1161,6 +1162,8 @@ struct MergeSemanticsTests {
                 "Task", primaryKey: task,
                 ["place": .embedded(EmbeddedObject(type: "Location", fields: ["city": "Bergen", "floor": 2]))])
         }
+        // A write into the object: where the removal merged first, it lands in an object of a type the schema lacks.
+        try cluster[1].write { try $0.set(.int(3), at: ["place", "floor"], of: "Task", primaryKey: task) }
     }
 
     /// The embedded type `Location`, its city of type `city`.
@@ -1194,7 +1197,7 @@ struct MergeSemanticsTests {
         for replica in cluster.replicas {
             let place = try #require(try value(replica, "place")?.embeddedValue)
             #expect(place.fields["city"] == "Bergen")
-            #expect(place.fields["floor"] == 2)
+            #expect(place.fields["floor"] == 3)
         }
     }
 
@@ -1213,7 +1216,7 @@ struct MergeSemanticsTests {
         for replica in cluster.replicas {
             let place = try #require(try value(replica, "place")?.embeddedValue)
             #expect(place.fields["city"] == nil)
-            #expect(place.fields["floor"] == 2)
+            #expect(place.fields["floor"] == 3)
         }
         try cluster[0].write { try $0.set(.int(4), at: ["place", "city"], of: "Task", primaryKey: task) }
         try cluster.syncAll()
