@@ -524,9 +524,15 @@ struct SchemaMerger {
         case (.register(var kept), .register(let other)):
             if other.stamp > kept.stamp { return added }
             guard other.stamp == kept.stamp else { return moved }
-            let order = InstructionApplier.defaultOrder
-            if kept.value != other.value && order(kept.value).lexicographicallyPrecedes(order(other.value)) {
-                kept.value = other.value
+            if case .embedded(let keptObject) = kept.value, case .embedded(let otherObject) = other.value {
+                // Two embedded objects one changeset wrote (a rename joins two of its properties): the one with the
+                // greater id stands, whichever property was renamed onto the other.
+                if otherObject.id > keptObject.id { kept.value = other.value }
+            } else {
+                let order = InstructionApplier.defaultOrder
+                if kept.value != other.value && order(kept.value).lexicographicallyPrecedes(order(other.value)) {
+                    kept.value = other.value
+                }
             }
             kept.addend = kept.addend &+ other.addend
             return .register(kept)

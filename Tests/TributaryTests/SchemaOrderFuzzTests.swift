@@ -102,13 +102,16 @@ struct SchemaOrderFuzzTests {
     /// (R7), a write that follows a rename whose new name its own changeset renamed on (R8), renames that form a
     /// cycle (R9), two copies of a rename whose new name one of them saw used and renamed away (R13), and a copy
     /// that drops the property merged after a rename that moved it on (R14) but not after one in its copy's own
-    /// changeset (R15). Writer 0 is w0, and so on; the object `t` exists before the writers start.
+    /// changeset (R15), and two embedded objects of one changeset joined by renames (R16). Writer 0 is w0, and so on;
+    /// the object `t` exists before the writers start.
     @Test("Reproductions of order dependences found by the fuzzer converge", arguments: SchemaFuzz.reproductions)
     func reproductionConverges(_ reproduction: SchemaFuzz.Reproduction) throws {
         let schema = Schema(
             version: 1,
             types: [
-                ObjectSchema(name: SchemaFuzz.typeName, properties: [.scalar("_id", .string)] + reproduction.properties)
+                ObjectSchema(
+                    name: SchemaFuzz.typeName, properties: [.scalar("_id", .string)] + reproduction.properties),
+                SchemaFuzz.labelType, SchemaFuzz.spotType,
             ])
         var fields = reproduction.fields
         fields["_id"] = "t"
@@ -359,6 +362,22 @@ extension SchemaFuzz {
                 .write(writer: 0, advance: 0, [.rename(from: "d", to: "a")]),
                 .write(writer: 1, advance: 0, [.add(.scalar("a", .string, optional: true))]),
                 .write(writer: 1, advance: 0, [.create(["_id": "v", "a": "s7", "d": .null])]),
+            ]),
+        Reproduction(
+            name: "R16: two embedded objects that one changeset wrote, their properties renamed to one name",
+            properties: [Property("c", .embedded(spotTypeName)), Property("d", .embedded(spotTypeName))],
+            fields: [:],
+            steps: [
+                .write(writer: 1, advance: 0, [.rename(from: "c", to: "b")]),
+                .write(
+                    writer: 2, advance: 0,
+                    [
+                        .update(
+                            key: "t", property: "c", .embedded(EmbeddedObject(type: spotTypeName, fields: ["x": 2]))),
+                        .update(
+                            key: "t", property: "d", .embedded(EmbeddedObject(type: spotTypeName, fields: ["x": 3]))),
+                    ]),
+                .write(writer: 2, advance: 0, [.rename(from: "d", to: "b")]),
             ]),
     ]
 }
