@@ -11,79 +11,78 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
     public let type: String
     /// The object's primary key.
     public let primaryKey: PrimaryKey
-    private let storage: Storage
-
-    private enum Storage: Sendable {
-        case named([String: Value])
-        /// One value per property of the type, in its order: the primary key's and resolved links included.
-        case positional(PositionalType, [Value])
-    }
+    /// The type whose properties' order `positionalValues` follows, for an object read from a replica; `nil` for one
+    /// made from values by name, which `namedValues` holds. (Stored properties rather than an enum: reading one
+    /// property then retains nothing.)
+    private let positionalType: PositionalType?
+    /// One value per property of the type, in its order: the primary key's and resolved links included.
+    private let positionalValues: [Value]
+    /// `nil` for an object read from a replica, so that copying one retains nothing for it.
+    private let namedValues: [String: Value]?
 
     /// The type whose properties' order positional values follow: shared by every object a read returns, so that
     /// making one copies nothing but a reference.
     final class PositionalType: Sendable {
         let schema: ObjectSchema
+        /// `schema.name`, kept apart, as is the index: reading either through `schema` copies the whole definition.
+        let name: String
+        /// Finds a property's position by name.
+        let index: PropertyIndex
         /// The properties' names, in order.
-        let names: [String]
+        var names: [String] { index.names }
 
         init(_ schema: ObjectSchema) {
             self.schema = schema
-            names = schema.properties.map(\.name)
+            name = schema.name
+            index = schema.propertyIndex
         }
     }
 
     public init(type: String, primaryKey: PrimaryKey, values: [String: Value]) {
         self.type = type
         self.primaryKey = primaryKey
-        self.storage = .named(values)
+        self.positionalType = nil
+        self.positionalValues = []
+        self.namedValues = values
     }
 
     /// An object with one value per property of `schema`, in its order.
     init(schema: PositionalType, primaryKey: PrimaryKey, positional values: [Value]) {
-        self.type = schema.schema.name
+        self.type = schema.name
         self.primaryKey = primaryKey
-        self.storage = .positional(schema, values)
+        self.positionalType = schema
+        self.positionalValues = values
+        self.namedValues = nil
     }
 
     /// Every property's value, the primary key included (under its property name).
     public var values: [String: Value] {
-        switch storage {
-        case .named(let values):
-            return values
-        case .positional(let type, let values):
-            var result: [String: Value] = Dictionary(minimumCapacity: values.count)
-            for (property, value) in zip(type.schema.properties, values) { result[property.name] = value }
-            return result
-        }
+        guard let type = positionalType else { return namedValues ?? [:] }
+        var result: [String: Value] = Dictionary(minimumCapacity: positionalValues.count)
+        for (name, value) in zip(type.names, positionalValues) { result[name] = value }
+        return result
     }
 
     /// The value of a property (`Value/null` for an unknown name).
     public subscript(property: String) -> Value {
-        switch storage {
-        case .named(let values):
-            return values[property] ?? .null
-        case .positional(let type, let values):
-            guard let position = type.schema.position(ofProperty: property), position < values.count else {
-                return .null
-            }
-            return values[position]
-        }
+        guard let type = positionalType else { return namedValues?[property] ?? .null }
+        guard let position = type.index.position(of: property), position < positionalValues.count else { return .null }
+        return positionalValues[position]
     }
 
     /// The object's values by position and their type, when it holds them so.
     var positional: (type: PositionalType, values: [Value])? {
-        if case .positional(let type, let values) = storage { (type, values) } else { nil }
+        positionalType.map { ($0, positionalValues) }
     }
 
     /// The value of the property at `position` in `type` (the object's type): read in place when the object holds
     /// its values by position, as every object a read returns does.
+    @inline(__always)
     func value(atPosition position: Int, of type: ObjectSchema) -> Value {
-        switch storage {
-        case .named(let values):
-            return position < type.properties.count ? values[type.properties[position].name] ?? .null : .null
-        case .positional(_, let values):
-            return position < values.count ? values[position] : .null
+        guard positionalType != nil else {
+            return position < type.properties.count ? namedValues?[type.properties[position].name] ?? .null : .null
         }
+        return position < positionalValues.count ? positionalValues[position] : .null
     }
 
     /// Equal objects have the same type, primary key and values by name, however they are held. Values compare as they
@@ -91,8 +90,8 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
     /// and a NaN equals itself.
     public static func == (lhs: DynamicObject, rhs: DynamicObject) -> Bool {
         guard lhs.type == rhs.type, lhs.primaryKey == rhs.primaryKey else { return false }
-        if case .positional(let leftType, let leftValues) = lhs.storage,
-            case .positional(let rightType, let rightValues) = rhs.storage,
+        if let leftType = lhs.positionalType, let rightType = rhs.positionalType,
+            case (let leftValues, let rightValues) = (lhs.positionalValues, rhs.positionalValues),
             leftType === rightType
                 || {
                     let (left, right) = (leftType.schema, rightType.schema)

@@ -54,6 +54,13 @@ final class Materializer {
         /// The type, as the objects read share it.
         let positionalType: DynamicObject.PositionalType
 
+        /// The object with these values, whose links (if the type has any) are resolved already: primary key added.
+        func object(primaryKey: PrimaryKey, positional values: consuming [Value]) -> DynamicObject {
+            var values = values  // consumed: the only reference, so the change below copies nothing
+            if let keyPosition, keyPosition < values.count { values[keyPosition] = primaryKey.value }
+            return DynamicObject(schema: positionalType, primaryKey: primaryKey, positional: values)
+        }
+
         init(_ type: ObjectSchema) {
             positionalType = DynamicObject.PositionalType(type)
             let keyPosition = type.primaryKey.flatMap { type.position(ofProperty: $0) }
@@ -73,8 +80,7 @@ final class Materializer {
         for (position, property) in layout.objectProperties where position < values.count {
             values[position] = try resolveLinks(values[position], property)
         }
-        if let keyPosition = layout.keyPosition, keyPosition < values.count { values[keyPosition] = primaryKey.value }
-        return DynamicObject(schema: layout.positionalType, primaryKey: primaryKey, positional: values)
+        return layout.object(primaryKey: primaryKey, positional: values)
     }
 
     /// The values by name of the properties at the positions `wanted` marks (all when `nil`): links resolved,
@@ -221,8 +227,10 @@ public final class Snapshot: ObjectReading {
         let keyPrefix: [UInt8]
         let layout: Materializer.PositionalLayout
         /// Reused by every read of one object: where its fields are, and its key (the prefix, then the primary key).
-        var fields = RecordProjector.Fields()
-        private var key: [UInt8]
+        /// A snapshot is used from one thread at a time, and no access to either overlaps another: unchecked, so that
+        /// a read by primary key pays for no run-time exclusivity check.
+        @exclusivity(unchecked) var fields = RecordProjector.Fields()
+        @exclusivity(unchecked) private var key: [UInt8]
 
         /// The record key of the object with `primaryKey`, built in a buffer the reads share.
         func key(_ primaryKey: PrimaryKey) -> [UInt8] {
@@ -280,7 +288,10 @@ public final class Snapshot: ObjectReading {
     public func object(_ type: String, primaryKey: PrimaryKey) throws -> DynamicObject? {
         let reader = try typeReader(type)
         guard let values = try storedValues(reader, primaryKey) else { return nil }
-        return try materializer.object(layout: reader.layout, primaryKey: primaryKey, positional: values)
+        let layout = reader.layout
+        // A type without links has nothing for the materializer to resolve.
+        if layout.objectProperties.isEmpty { return layout.object(primaryKey: primaryKey, positional: values) }
+        return try materializer.object(layout: layout, primaryKey: primaryKey, positional: values)
     }
 
     /// The values of an object written under definitions of its properties that lost to the property's definition

@@ -235,6 +235,10 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
     /// Property positions by name, rebuilt whenever the properties change; not part of equality.
     private var index: PropertyIndex
 
+    /// Finds this type's properties by name, shared with every copy of the definition: a reader that keeps it finds
+    /// properties without copying the definition. It stays as it is if the definition's properties change.
+    package var propertyIndex: PropertyIndex { index }
+
     public init(
         name: String, primaryKey: String? = "_id", embedded: Bool = false, properties: [Property],
         linkingObjects: [LinkingObjectsProperty] = []
@@ -276,12 +280,7 @@ public struct ObjectSchema: Hashable, Sendable, CustomStringConvertible {
 
     /// The position in ``properties`` of the property named `name`, if any.
     public func position(ofProperty name: String) -> Int? {
-        // A few properties: comparing names (small ones compare as two words) beats hashing one.
-        if properties.count <= 12 {
-            for position in properties.indices where properties[position].name == name { return position }
-            return nil
-        }
-        return index.positions[name]
+        index.position(of: name)
     }
 
     /// The position in ``properties`` of the property whose name has these UTF-8 bytes, if any: for decoders,
@@ -864,13 +863,16 @@ public struct SchemaError: Error, Hashable, Sendable, CustomStringConvertible {
 }
 
 /// Positions of properties by name. A class, so copies of a schema share it; immutable once built.
-private final class PropertyIndex: Sendable {
+package final class PropertyIndex: Sendable {
+    /// The properties' names, in order.
+    package let names: [String]
     let positions: [String: Int]
     /// Each property's name as UTF-8, sorted bytewise, with its position: finds a property from stored bytes
     /// without building a `String`.
     let utf8Names: [(name: [UInt8], position: Int)]
 
     init(_ properties: [Property]) {
+        names = properties.map(\.name)
         var positions: [String: Int] = [:]
         positions.reserveCapacity(properties.count)
         for (position, property) in properties.enumerated() where positions[property.name] == nil {
@@ -880,6 +882,16 @@ private final class PropertyIndex: Sendable {
         self.utf8Names = positions.map { (Array($0.key.utf8), $0.value) }.sorted {
             $0.name.lexicographicallyPrecedes($1.name)
         }
+    }
+
+    /// The position of the first property named `name`, if any.
+    package func position(of name: String) -> Int? {
+        // A few properties: comparing names (small ones compare as two words) beats hashing one.
+        if names.count <= 12 {
+            for position in names.indices where names[position] == name { return position }
+            return nil
+        }
+        return positions[name]
     }
 
     func position(ofUTF8 name: UnsafeBufferPointer<UInt8>) -> Int? {
