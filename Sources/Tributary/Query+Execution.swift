@@ -234,15 +234,52 @@ extension Snapshot {
             return results
         }
         if let clauses = filter.positionalClauses {
-            let results = filter.results
-            return clauses.order(count: results.count) { results[$0].value(atPosition: $1, of: type) }.map {
-                results[$0]
+            var results: [DynamicObject] = []
+            swap(&results, &filter.results)
+            // Read in place: through the array's subscript, each read copied the object it read from.
+            let order = results.withUnsafeBufferPointer { objects in
+                clauses.order(count: objects.count) { objects[$0].value(atPosition: $1, of: type) }
             }
+            Self.arrange(&results, in: order)
+            return results
         }
         guard filter.hasClauses else { return filter.results }
         return query.applyClauses(to: filter.matched, source: source).map {
             DynamicObject(type: type.name, primaryKey: $0.0, values: $0.1)
         }
+    }
+
+    /// Rearranges `objects` into `order` (the positions of the objects to keep, in the order to keep them), by
+    /// swapping them where they are: moving ten thousand sorted results copies none of them, where building a new
+    /// array retains every reference each one holds and the old array then releases them all.
+    static func arrange(_ objects: inout [DynamicObject], in order: [Int]) {
+        // Each position at most once, as clauses give them; anything else is built by copying.
+        var named = [Bool](repeating: false, count: objects.count)
+        for position in order {
+            guard objects.indices.contains(position), !named[position] else {
+                objects = order.compactMap { objects.indices.contains($0) ? objects[$0] : nil }
+                return
+            }
+            named[position] = true
+        }
+        // Where each object that started at a position is now, and which one each position holds now.
+        var place = Array(objects.indices)
+        var holder = Array(objects.indices)
+        // The buffer's swap moves the two objects; the array's copies them.
+        objects.withUnsafeMutableBufferPointer { objects in
+            for (target, wanted) in order.enumerated() {
+                // The positions before `target` hold earlier objects of `order`, so `wanted` is at `target` or after.
+                let from = place[wanted]
+                guard from != target else { continue }
+                objects.swapAt(target, from)
+                let displaced = holder[target]
+                place[displaced] = from
+                holder[from] = displaced
+                place[wanted] = target
+                holder[target] = wanted
+            }
+        }
+        objects.removeSubrange(order.count...)
     }
 
     /// Carries out `order` (``PlannedQuery/order``): walks the index of the sorted property in the SORT's order and
