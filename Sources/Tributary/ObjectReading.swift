@@ -226,15 +226,14 @@ public final class Snapshot: ObjectReading {
         /// What every record key of the type starts with.
         let keyPrefix: [UInt8]
         let layout: Materializer.PositionalLayout
-        /// Reused by every read of one object: where its fields are, and its key (the prefix, then the primary key).
-        /// A snapshot is used from one thread at a time, and no access to either overlaps another: unchecked, so that
-        /// a read by primary key pays for no run-time exclusivity check.
-        @exclusivity(unchecked) var fields = RecordProjector.Fields()
+        /// Reused by every read of one object: its key (the prefix, then the primary key). A snapshot is used from
+        /// one thread at a time, and no access to it overlaps another: unchecked, so that a read by primary key pays
+        /// for no run-time exclusivity check.
         @exclusivity(unchecked) private var key: [UInt8]
 
         /// The record key of the object with `primaryKey`, built in a buffer the reads share.
         func key(_ primaryKey: PrimaryKey) -> [UInt8] {
-            key.removeSubrange(keyPrefix.count...)
+            key.removeLast(key.count - keyPrefix.count)
             KeyEncoding.append(primaryKey, to: &key)
             return key
         }
@@ -274,14 +273,15 @@ public final class Snapshot: ObjectReading {
     /// exist.
     func storedValues(_ reader: TypeReader, _ primaryKey: PrimaryKey) throws -> [Value]? {
         checkValid()
-        return try storage.withValue(replica.views.objects, key: reader.key(primaryKey)) { bytes -> [Value]? in
-            guard let bytes else { return nil }
-            var values: [Value] = []
-            do throws(ChangesetDecodingError) {
-                return try reader.projector.project(bytes, into: &values, using: &reader.fields) ? values : nil
-            } catch {
-                throw error.inRecord(of: RecordKey(type: reader.name, primaryKey: primaryKey))
-            }
+        // Read before anything else uses the transaction.
+        guard let bytes = try storage.valueInPlace(replica.views.objects, key: reader.key(primaryKey)) else {
+            return nil
+        }
+        var values: [Value] = []
+        do throws(ChangesetDecodingError) {
+            return try reader.projector.project(bytes, into: &values) ? values : nil
+        } catch {
+            throw error.inRecord(of: RecordKey(type: reader.name, primaryKey: primaryKey))
         }
     }
 

@@ -176,8 +176,8 @@ extension Snapshot {
 
         func consider(keys: [PrimaryKey]) throws {
             for key in keys {
-                try storage.withValue(replica.views.objects, key: reader.key(key)) { bytes in
-                    if let bytes { try filter.consider(key, bytes) }
+                if let bytes = try storage.valueInPlace(replica.views.objects, key: reader.key(key)) {
+                    try filter.consider(key, bytes)
                 }
             }
         }
@@ -221,13 +221,7 @@ extension Snapshot {
             var results: [DynamicObject] = []
             results.reserveCapacity(top.kept.count)
             for (_, key) in top.kept {
-                let values = try storage.withValue(replica.views.objects, key: reader.key(key)) { bytes -> [Value]? in
-                    guard let bytes else { return nil }
-                    do throws(ChangesetDecodingError) { return try reader.projector.values(bytes) } catch {
-                        throw error.inRecord(of: RecordKey(type: type.name, primaryKey: key))
-                    }
-                }
-                if let values {
+                if let values = try storedValues(reader, key) {
                     results.append(try materializer.object(layout: reader.layout, primaryKey: key, positional: values))
                 }
             }
@@ -298,8 +292,8 @@ extension Snapshot {
         /// Considers the object with `key`; returns whether to go on.
         func consider(_ key: PrimaryKey) throws -> Bool {
             let before = filter.results.count
-            try storage.withValue(replica.views.objects, key: reader.key(key)) { bytes in
-                if let bytes { try filter.consider(key, bytes) }
+            if let bytes = try storage.valueInPlace(replica.views.objects, key: reader.key(key)) {
+                try filter.consider(key, bytes)
             }
             if filter.results.count > before, let last = filter.results.last {
                 let value = last.value(atPosition: order.position, of: type)
@@ -504,7 +498,7 @@ private struct CandidateFilter {
             guard let decoded = try projector.fullDecode(bytes) else { return }
             projected = decoded
         } else {
-            guard try projector.project(bytes, into: &projected, using: &fields) else { return }
+            guard try projector.project(bytes, into: &projected) else { return }
         }
         if let positional {
             if let keyPosition = layout.keyPosition { projected[keyPosition] = primaryKey.value }

@@ -108,28 +108,40 @@ public final class RecordProjector: Sendable {
 
     /// Reads a record's values into `values`, one per position in `type.properties`, as
     /// ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)`` gives them. `values` is reused: a caller that
-    /// passes the same array for every record allocates it once.
+    /// passes the same array for every record allocates it once. The values are decoded as the record's fields are
+    /// walked and checked, in one pass.
     ///
     /// - Returns: `false` for a record whose object does not exist (a tombstone); `values` is then unspecified.
     /// - Throws: ``ChangesetDecodingError`` for damaged bytes.
     public func project(_ bytes: UnsafeRawBufferPointer, into values: inout [Value]) throws(ChangesetDecodingError)
         -> Bool
     {
-        var fields = Fields()
-        return try project(bytes, into: &values, using: &fields)
-    }
-
-    /// ``project(_:into:)``, with a ``Fields`` to reuse as well.
-    public func project(
-        _ bytes: UnsafeRawBufferPointer, into values: inout [Value], using fields: inout Fields
-    ) throws(ChangesetDecodingError) -> Bool {
-        switch locate(bytes, into: &fields) {
+        if values.count == initial.count {
+            for position in initial.indices { values[position] = initial[position] }
+        } else {
+            values = initial
+        }
+        var next = 0
+        // Whether every name so far was the stored order's next, from its first: the names then need no check.
+        var inStoredOrder = storedNamesAreOrdered
+        // The position whose value the walk decodes next, or -1 for a field it only checks.
+        var decoding = -1
+        let scanned = ObjectRecord.scanScalarFields(
+            bytes, limits: limits,
+            { name, _ in
+                let (position, expected) = self.position(of: name, next: &next)
+                inStoredOrder = inStoredOrder && expected
+                decoding = -1
+                if let position, readable[position] { decoding = position }
+                return inStoredOrder
+            },
+            decodes: { decoding >= 0 },
+            decoded: { value, stampIndex, addend, zeroStampFirst in
+                values[decoding] = ObjectRecord.adding(
+                    addend, to: value, zeroStamp: stampIndex == 0 && zeroStampFirst, unwritten: initial[decoding])
+            })
+        switch scanned {
         case .exists:
-            if values.count == initial.count {
-                for position in initial.indices { values[position] = value(at: position, in: bytes, fields) }
-            } else {
-                values = self.values(in: bytes, fields)
-            }
             return true
         case .tombstone:
             return false
@@ -204,14 +216,6 @@ public final class RecordProjector: Sendable {
         }
     }
 
-    /// Every position's value in a record ``locate(_:into:)`` located in `fields`.
-    private func values(in bytes: UnsafeRawBufferPointer, _ fields: Fields) -> [Value] {
-        var values: [Value] = []
-        values.reserveCapacity(initial.count)
-        for position in initial.indices { values.append(value(at: position, in: bytes, fields)) }
-        return values
-    }
-
     /// The value of the property at `position` in a record ``locate(_:into:)`` located in `fields`, as
     /// ``ObjectRecord/positionalValues(decoding:of:in:wanted:limits:)`` gives it: the default where the record holds
     /// none, ``Value/null`` for the primary key and positions not decoded, an integer with its increments added.
@@ -246,9 +250,14 @@ extension ObjectRecord {
     /// `field` returns `true` to vouch that the name is ASCII and follows the previous field's (a projector knows
     /// this of its type's names, ``RecordProjector/storedNamesAreOrdered``), and other names are checked here.
     /// Anything else is for the full decoder.
+    ///
+    /// Where `decodes` answers `true` (asked after `field` vouched for or checked the name), the field's value is
+    /// decoded instead of only checked, and given to `decoded` with its stamp index, its addend and whether stamp
+    /// index 0 is the zero stamp: a record's values in the same walk that checks it.
     @inline(__always)
     static func scanScalarFields(
-        _ bytes: UnsafeRawBufferPointer, limits: DecodingLimits, _ field: (UnsafeRawBufferPointer, Int) -> Bool
+        _ bytes: UnsafeRawBufferPointer, limits: DecodingLimits, _ field: (UnsafeRawBufferPointer, Int) -> Bool,
+        decodes: () -> Bool = { false }, decoded: (Value, UInt64, Int64, Bool) -> Void = { _, _, _, _ in }
     ) -> ScalarScan {
         var reader = RawRecordReader(bytes)
         guard reader.byte() == formatVersion, let flags = reader.byte(), flags <= 1 else { return .needsFullDecoder }
@@ -258,6 +267,7 @@ extension ObjectRecord {
             RecordBytes.stampsAscending(UnsafeRawBufferPointer(rebasing: bytes[tableStart..<reader.offset])),
             let erasureCount = reader.count(maximum: limits.maximumElements)
         else { return .needsFullDecoder }
+        let zeroStampFirst = stampCount > 0 && (tableStart..<tableStart + 16).allSatisfy { bytes[$0] == 0 }
         for _ in 0..<erasureCount {
             guard reader.skip(8), reader.varint() != nil else { return .needsFullDecoder }
         }
@@ -275,13 +285,21 @@ extension ObjectRecord {
                     || RecordBytes.isASCII(name) && (previous.map({ RecordBytes.precedes($0, name) }) ?? true)
             else { return .needsFullDecoder }
             previous = name
-            guard reader.skipScalar(limits: limits), let stampIndex = reader.varint(), stampIndex < UInt64(stampCount),
-                reader.zigzag() != nil
-            else { return .needsFullDecoder }
+            if decodes() {
+                // `scalar` accepts exactly what `skipScalar` does.
+                guard let value = reader.scalar(limits: limits), let stampIndex = reader.varint(),
+                    stampIndex < UInt64(stampCount), let addend = reader.zigzag()
+                else { return .needsFullDecoder }
+                decoded(value, stampIndex, addend, zeroStampFirst)
+            } else {
+                guard reader.skipScalar(limits: limits), let stampIndex = reader.varint(),
+                    stampIndex < UInt64(stampCount), reader.zigzag() != nil
+                else { return .needsFullDecoder }
+            }
         }
         guard reader.remaining == 0 else { return .needsFullDecoder }
         guard flags == 1 else { return .tombstone }
-        return .exists(zeroStampFirst: stampCount > 0 && (tableStart..<tableStart + 16).allSatisfy { bytes[$0] == 0 })
+        return .exists(zeroStampFirst: zeroStampFirst)
     }
 
     /// Whether the object a stored record belongs to exists (the record is not a tombstone): what a check of a link's
