@@ -7,7 +7,10 @@ public import TributaryModel
 /// `text CONTAINS[c] $0`, `kind IN {1, 2}`, `size BETWEEN {1, 5}`), joined by `AND`, `OR` and `NOT`, compile;
 /// ``Query/positionalPredicate(for:)`` returns `nil` for the others, which ``Query/matches(_:source:)`` handles.
 /// Where it compiles, it gives exactly what ``Query/matches(_:source:)`` gives on the same values.
-public struct PositionalPredicate: Sendable {
+///
+/// A class: a scan holds one for every record it tests, and passing it around then retains one reference, not each
+/// of its arrays.
+public final class PositionalPredicate: Sendable {
     indirect enum Node: Sendable {
         case constant(Bool)
         case and([Node])
@@ -23,7 +26,68 @@ public struct PositionalPredicate: Sendable {
         case between(position: Int, lower: Value, upper: Value)
     }
 
-    let root: Node
+    /// The tree in preorder, each step's payload free of references (the constants and lookups it names are kept
+    /// apart, by index): evaluating it per object retains no node, where walking the tree of indirect cases retained
+    /// each node and each list of terms it passed through.
+    private let steps: [Step]
+    private let constants: [Value]
+    private let constantLists: [[Value]]
+    private let lookups: [EqualityLookup]
+
+    private enum Step {
+        case constant(Bool)
+        /// The terms are the steps from the next up to `end`.
+        case and(end: Int)
+        case or(end: Int)
+        /// The negated term is the next step.
+        case not
+        case compare(position: Int, op: ComparisonOperator, options: StringOptions, constant: Int)
+        case compareAny(position: Int, op: ComparisonOperator, options: StringOptions, constants: Int)
+        case member(position: Int, lookup: Int)
+        case between(position: Int, lower: Int, upper: Int)
+    }
+
+    init(root: Node) {
+        var steps: [Step] = []
+        var constants: [Value] = []
+        var constantLists: [[Value]] = []
+        var lookups: [EqualityLookup] = []
+        func flatten(_ node: Node) {
+            switch node {
+            case .constant(let constant):
+                steps.append(.constant(constant))
+            case .and(let terms), .or(let terms):
+                let start = steps.count
+                steps.append(.constant(true))  // replaced once the terms' end is known
+                for term in terms { flatten(term) }
+                if case .and = node {
+                    steps[start] = .and(end: steps.count)
+                } else {
+                    steps[start] = .or(end: steps.count)
+                }
+            case .not(let inner):
+                steps.append(.not)
+                flatten(inner)
+            case .compare(let position, let op, let options, let constant):
+                steps.append(.compare(position: position, op: op, options: options, constant: constants.count))
+                constants.append(constant)
+            case .compareAny(let position, let op, let options, let list):
+                steps.append(.compareAny(position: position, op: op, options: options, constants: constantLists.count))
+                constantLists.append(list)
+            case .member(let position, let lookup):
+                steps.append(.member(position: position, lookup: lookups.count))
+                lookups.append(lookup)
+            case .between(let position, let lower, let upper):
+                steps.append(.between(position: position, lower: constants.count, upper: constants.count + 1))
+                constants += [lower, upper]
+            }
+        }
+        flatten(root)
+        self.steps = steps
+        self.constants = constants
+        self.constantLists = constantLists
+        self.lookups = lookups
+    }
 
     /// Whether the object whose values (by position in the type's properties) are `values` matches. A position
     /// out of range reads as null.
@@ -35,30 +99,48 @@ public struct PositionalPredicate: Sendable {
     /// terms evaluated need (`a > 1 AND b == 2` asks for no `b` when `a` is 1), so a reader can decode values on
     /// demand.
     public func matches(_ value: (Int) -> Value) -> Bool {
-        Self.evaluate(root, value)
+        steps.withUnsafeBufferPointer { steps in
+            var index = 0
+            return evaluate(steps, &index, value)
+        }
     }
 
-    private static func evaluate(_ node: Node, _ value: (Int) -> Value) -> Bool {
-        switch node {
+    /// Evaluates the step at `index` and the terms under it, leaving `index` at the step after them.
+    private func evaluate(_ steps: UnsafeBufferPointer<Step>, _ index: inout Int, _ value: (Int) -> Value) -> Bool {
+        let step = steps[index]
+        index += 1
+        switch step {
         case .constant(let constant):
             return constant
-        case .and(let terms):
-            return terms.allSatisfy { evaluate($0, value) }
-        case .or(let terms):
-            return terms.contains { evaluate($0, value) }
-        case .not(let inner):
-            return !evaluate(inner, value)
+        case .and(let end):
+            while index < end {
+                guard evaluate(steps, &index, value) else {
+                    index = end
+                    return false
+                }
+            }
+            return true
+        case .or(let end):
+            while index < end {
+                if evaluate(steps, &index, value) {
+                    index = end
+                    return true
+                }
+            }
+            return false
+        case .not:
+            return !evaluate(steps, &index, value)
         case .compare(let position, let op, let options, let constant):
-            return queryCompare(value(position), op, constant, options: options)
-        case .compareAny(let position, let op, let options, let constants):
+            return queryCompare(value(position), op, constants[constant], options: options)
+        case .compareAny(let position, let op, let options, let list):
             let left = value(position)
-            return constants.contains { queryCompare(left, op, $0, options: options) }
+            return constantLists[list].contains { queryCompare(left, op, $0, options: options) }
         case .member(let position, let lookup):
-            return lookup.contains(value(position))
+            return lookups[lookup].contains(value(position))
         case .between(let position, let lower, let upper):
             let left = value(position)
-            return queryCompare(left, .greaterEqual, lower, options: [])
-                && queryCompare(left, .lessEqual, upper, options: [])
+            return queryCompare(left, .greaterEqual, constants[lower], options: [])
+                && queryCompare(left, .lessEqual, constants[upper], options: [])
         }
     }
 }
