@@ -41,8 +41,9 @@ public class ReadTransaction {
     }
 
     /// The value stored under `key`, where LMDB keeps it, or `nil`: for a hot path that reads one value and keeps
-    /// nothing of its bytes (a generic closure costs a read by primary key about a tenth of its time). The bytes stay
-    /// valid until this transaction ends, or, in a write transaction, until its next write; read them before either.
+    /// nothing of its bytes (``withValue(_:key:_:)`` is generic, and called from another module it runs
+    /// unspecialized). The bytes stay valid until this transaction ends, or, in a write transaction, until its next
+    /// write; read them before either.
     public func valueInPlace(_ database: Database, key: [UInt8]) throws -> UnsafeRawBufferPointer? {
         if let injected = environment.faults.check(.get) {
             throw environment.error(injected, "mdb_get", context: "database '\(database.name)'")
