@@ -429,7 +429,7 @@ public final class Transaction: ObjectReading {
         /// equal `String`: an instruction keeps the caller's spelling, and the slow path handles other spellings).
         func position(of name: String) -> Int? {
             for position in properties.indices where properties[position].name == name {
-                return properties[position].name.utf8.elementsEqual(name.utf8) ? position : nil
+                return properties[position].name.hasSameUTF8(as: name) ? position : nil
             }
             return nil
         }
@@ -450,7 +450,7 @@ public final class Transaction: ObjectReading {
         var given = [Value?](repeating: nil, count: plan.properties.count)
         for (name, value) in values {
             if let keyName = type.primaryKey, name == keyName {
-                guard keyName.utf8.elementsEqual(name.utf8) else { return nil }
+                guard keyName.hasSameUTF8(as: name) else { return nil }
                 continue
             }
             guard let position = plan.position(of: name) else { return nil }
