@@ -28,6 +28,8 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
         let name: String
         /// Finds a property's position by name.
         let index: PropertyIndex
+        /// Whether the type has computed properties (``LinkingObjects``), which a read as a model fills in.
+        let hasLinkingObjects: Bool
         /// The properties' names, in order.
         var names: [String] { index.names }
 
@@ -35,6 +37,7 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
             self.schema = schema
             name = schema.name
             index = schema.propertyIndex
+            hasLinkingObjects = !schema.linkingObjects.isEmpty
         }
     }
 
@@ -74,6 +77,10 @@ public struct DynamicObject: Hashable, Sendable, CustomStringConvertible {
     var positional: (type: PositionalType, values: [Value])? {
         positionalType.map { ($0, positionalValues) }
     }
+
+    /// Whether the object's type is known to have no computed properties (``LinkingObjects``), without a lookup in a
+    /// schema: true of an object a read returned, whose type is that read's.
+    var lacksLinkingObjects: Bool { positionalType.map { !$0.hasLinkingObjects } ?? false }
 
     /// The value of the property at `position` in `type` (the object's type): read in place when the object holds
     /// its values by position, as every object a read returns does.

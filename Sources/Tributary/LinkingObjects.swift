@@ -98,8 +98,10 @@ extension ObjectReading {
     /// as a model; `source` keeps what one read of many objects found, and is made only for a type that has some.
     func addingLinkingObjects(_ object: DynamicObject, _ source: @autoclosure () -> ReaderObjectSource) -> DynamicObject
     {
+        // Most types have none: an object a read returned knows it of its type, without a copy of the schema.
+        if object.lacksLinkingObjects { return object }
         let schema = self.schema
-        // Most types have none: asked of the schema in place, without copying the type's definition.
+        // Asked of the schema in place, without copying the type's definition.
         guard let index = schema.typeIndex(object.type), !schema.types[index].linkingObjects.isEmpty else {
             return object
         }

@@ -182,6 +182,9 @@ public final class Snapshot: ObjectReading {
     let storage: TributaryStorageReadTransaction
     private var isValid = true
     private var cachedSchema: Schema?
+    /// Where the app's declared properties live, asked of the replica on the first read as a model: a snapshot reads
+    /// one schema, and every read as a model needs them.
+    var cachedModelNames: ModelNames?
 
     init(replica: Replica, storage: TributaryStorageReadTransaction) {
         self.replica = replica

@@ -210,7 +210,12 @@ protocol ModelNameSource {
 }
 
 extension Snapshot: ModelNameSource {
-    func modelNames() throws -> ModelNames { try replica.modelNames() }
+    func modelNames() throws -> ModelNames {
+        if let cachedModelNames { return cachedModelNames }
+        let names = try replica.modelNames()
+        cachedModelNames = names
+        return names
+    }
 
     func asDeclared(_ object: DynamicObject, names: ModelNames) throws -> DynamicObject {
         try replica.asDeclared(object, names: names) { try record($0, $1) }
