@@ -348,7 +348,8 @@ public final class Replica: Sendable {
         }
     }
 
-    /// The replica's state as stored, with the log's head already read.
+    /// The replica's state as stored, with the log's head already read. The clock is the later of the stored one and
+    /// the time of the log's last entry: a commit stores the clock only when it ran ahead of that entry (``persist(_:head:in:)``).
     static func loadState(
         in txn: TributaryStorageReadTransaction, log: ChangesetLog, views: ViewStore, identity: Database, head: LogHead
     ) throws -> State {
@@ -527,7 +528,14 @@ public final class Replica: Sendable {
             }
         }
         try views.setVersionVector(commit.versionVector, in: storage)
-        try storage.put(identity, key: Self.clockKey, value: Self.identityBytes(commit.clock.rawValue))
+        // Opening takes the later of the stored clock and the time of the log's last entry (``loadState``, as every
+        // build has), so the clock is stored only when it ran ahead of the last entry this commit appends: a commit
+        // that appended nothing, or whose last changeset, merged from a peer, is older than the clock. A local commit's
+        // changeset carries the clock's time, and leaving the identity database alone spares a durable commit the
+        // writing of one page of the few it writes.
+        if commit.changesets.last?.header.time != commit.clock {
+            try storage.put(identity, key: Self.clockKey, value: Self.identityBytes(commit.clock.rawValue))
+        }
         for key in commit.pendingRemovals { try storage.delete(pending, key: key) }
         for (key, value) in commit.pendingAdditions { try storage.put(pending, key: key, value: value) }
         if let generation = commit.pendingGeneration {

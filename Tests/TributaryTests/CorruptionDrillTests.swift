@@ -464,6 +464,17 @@ struct CorruptionDrillTests {
         }
     }
 
+    /// Stores a clock in a closed replica's directory, a minute ahead of now.
+    static func storeClock(_ directory: String) throws {
+        let environment = try Environment.open(path: directory)
+        defer { environment.close() }
+        let identity = try environment.openDatabases([Replica.identityDatabase])[0]
+        let ahead = HybridTime(milliseconds: UInt64(Date().timeIntervalSince1970 * 1000) + 60_000)
+        try environment.write { txn in
+            try txn.put(identity, key: Replica.clockKey, value: Replica.identityBytes(ahead.rawValue))
+        }
+    }
+
     @Test(
         "a flipped bit in the stored replica id or clock stops the open with an error that names it", arguments: 0..<16)
     func damagedIdentity(_ bit: Int) throws {
@@ -477,6 +488,9 @@ struct CorruptionDrillTests {
                 try replica.write { txn in try txn.create("User", ["_id": "u1", "name": "Ann"]) }
                 replica.close()
             }
+            // A local commit leaves the clock to its log entry: store one, as a commit whose clock ran ahead of the
+            // last entry (a merge of an older changeset) does.
+            if key == Replica.clockKey { try Self.storeClock(directory.path) }
             // Bits 0-63 are the number, 64-127 its checksum: try some of each.
             let flipped = bit < 8 ? bit * 8 + bit % 8 : 64 + (bit - 8) * 8 + bit % 8
             try Self.editIdentity(directory.path, key: key) { $0[flipped / 8] ^= UInt8(1) << UInt8(flipped % 8) }

@@ -15,6 +15,49 @@ struct ObjectReadWriteTests {
         return try Replica.open(directory: directory.path, schema: Fixtures.chatSchema, configuration: configuration)
     }
 
+    /// A replica stores its clock only when the clock runs ahead of the log's last entry; opening takes the later
+    /// of the two. Either way a write after reopening is stamped after every write before it, even with the wall
+    /// clock set back: after local commits (whose last entry carries the clock) and after a merge of an older
+    /// changeset from a peer (whose entry does not).
+    @Test("A write after reopening is stamped after every earlier one, with the wall clock set back")
+    func clockSurvivesReopen() throws {
+        let directory = TemporaryDirectory()
+        let start: UInt64 = 1_700_000_000_000
+        let clock = ManualClock(milliseconds: start + 60_000)
+        var latest = HybridTime.zero
+        do {
+            let replica = try openChat(directory, clock: clock)
+            // Several in one millisecond: the clock's counter, not the wall clock, orders them.
+            for index in 0..<3 {
+                try replica.write { try $0.create("User", ["_id": .string("u\(index)"), "name": "U"]) }
+            }
+            latest = try replica.changeset(at: replica.lastLocalSequence).time
+            replica.close()
+        }
+        clock.set(milliseconds: start)
+        do {
+            let replica = try openChat(directory, clock: clock)
+            try replica.write { try $0.create("User", ["_id": "after-reopen", "name": "U"]) }
+            let time = try replica.changeset(at: replica.lastLocalSequence).time
+            #expect(time > latest, "stamped \(time) after \(latest)")
+            latest = time
+            // A peer's changeset from an earlier time merges last: the log's last entry is then older than the clock.
+            let peerDirectory = TemporaryDirectory()
+            let peer = try openChat(peerDirectory, clock: ManualClock(milliseconds: start - 60_000))
+            try peer.write { try $0.create("User", ["_id": "from-peer", "name": "U"]) }
+            try replica.integrate(try peer.changesets(missingFrom: replica.versionVector))
+            peer.close()
+            let merged = try replica.changeset(at: replica.lastLocalSequence)
+            #expect(merged.origin == peer.replicaID && merged.time < latest)
+            replica.close()
+        }
+        let replica = try openChat(directory, clock: clock)
+        try replica.write { try $0.create("User", ["_id": "after-merge", "name": "U"]) }
+        let time = try replica.changeset(at: replica.lastLocalSequence).time
+        #expect(time > latest, "stamped \(time) after \(latest)")
+        #expect(try replica.verify().passed)
+    }
+
     @Test func createdObjectsSurviveReopen() throws {
         let directory = TemporaryDirectory()
         do {
