@@ -322,6 +322,9 @@ extension BinaryReader {
             case .list:
                 var list = ListState()
                 let slotCount = try self.count("list slot", maximum: limits.maximumElements, minimumBytesEach: 11)
+                // Sized once: a list replaced many times holds thousands of slots, and growing the table step by step
+                // rehashed every id again at each step.
+                list.slots.reserveCapacity(slotCount)
                 // Slots and elements are written sorted by id, each once: an id out of order is damage, and one
                 // given twice would otherwise be read as whichever came last.
                 var lastID: ElementID?
@@ -337,6 +340,7 @@ extension BinaryReader {
                         id: id, parent: parent, side: flags & 1 == 0 ? .left : .right, stamp: slotStamp)
                 }
                 let elementCount = try self.count("list element", maximum: limits.maximumElements, minimumBytesEach: 23)
+                list.elements.reserveCapacity(elementCount)
                 lastID = nil
                 // The slots that live elements occupy. The merge rules give each slot at most one element (a slot is
                 // made by the insert or move of one element, and only that element can take it), so two there are
