@@ -117,6 +117,11 @@ package struct BinaryReader {
     }
 
     public mutating func varint() throws(ChangesetDecodingError) -> UInt64 {
+        // Most varints (lengths, counts, stamp indexes, sequences of a young replica) are one byte.
+        if offset < end, bytes[offset] < 0x80 {
+            defer { offset += 1 }
+            return UInt64(bytes[offset])
+        }
         var result: UInt64 = 0
         var shift: UInt64 = 0
         while true {
