@@ -349,7 +349,8 @@ public final class Replica: Sendable {
     }
 
     /// The replica's state as stored, with the log's head already read. The clock is the later of the stored one and
-    /// the time of the log's last entry: a commit stores the clock only when it ran ahead of that entry (``persist(_:head:in:)``).
+    /// the time of the log's last entry: a commit stores the clock only when it ran ahead of that entry
+    /// (``persist(_:head:in:)``).
     static func loadState(
         in txn: TributaryStorageReadTransaction, log: ChangesetLog, views: ViewStore, identity: Database, head: LogHead
     ) throws -> State {
