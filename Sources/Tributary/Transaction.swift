@@ -36,6 +36,9 @@ public final class Transaction: ObjectReading {
     private var isValid = true
     /// The plan of the last type created in, while the schema stays as it was.
     private var createPlan: CreatePlan?
+    /// The values of the create being planned, by position in its plan: one array for every create of the
+    /// transaction, empty between creates, instead of one allocated and freed per object.
+    private var givenValues: [Value?] = []
     /// Where the app's declared properties live in this transaction's schema, once a model write asked.
     var modelNamesCache: ModelNames?
     /// The fast path of each model type written, or `nil` where the general path writes it, while the schema stays
@@ -446,8 +449,15 @@ public final class Transaction: ObjectReading {
             plan = CreatePlan(type)
             createPlan = plan
         }
-        // The values by property position.
-        var given = [Value?](repeating: nil, count: plan.properties.count)
+        // The values by property position, in the transaction's array (taken out of `self` while in use, so that
+        // writing to it copies nothing), emptied again for the next create whatever happens.
+        var given: [Value?] = []
+        swap(&given, &givenValues)
+        defer {
+            given.removeAll(keepingCapacity: true)
+            swap(&given, &givenValues)
+        }
+        given.append(contentsOf: repeatElement(nil, count: plan.properties.count))
         for (name, value) in values {
             if let keyName = type.primaryKey, name == keyName {
                 guard keyName.hasSameUTF8(as: name) else { return nil }
@@ -468,18 +478,24 @@ public final class Transaction: ObjectReading {
         explicit.reserveCapacity(plan.properties.count)
         var defaults: [FieldValue] = []
         let schema = working.schema  // read once: reading a class's stored struct copies it each time
-        for (position, property) in plan.properties.enumerated() {
-            if let value = given(position) {
-                guard schema.problem(with: value, for: property) == nil,
-                    (try? checkLinkTargets(value, property)) != nil
-                else { return nil }
-                explicit.append(FieldValue(property.name, value))
-            } else if let value = property.createDefault {
-                defaults.append(FieldValue(property.name, value))
-            } else if !property.isOptional && !property.isCollection {
-                return nil
+        // The properties are read where the plan holds them: binding each to a variable copies it (its name, its
+        // type's name and its default, retained and released per object).
+        let planned = plan.properties.withUnsafeBufferPointer { properties -> Bool in
+            for position in properties.indices {
+                if let value = given(position) {
+                    guard schema.problem(with: value, for: properties[position]) == nil,
+                        (try? checkLinkTargets(value, properties[position])) != nil
+                    else { return false }
+                    explicit.append(FieldValue(properties[position].name, value))
+                } else if let value = properties[position].createDefault {
+                    defaults.append(FieldValue(properties[position].name, value))
+                } else if !properties[position].isOptional && !properties[position].isCollection {
+                    return false
+                }
             }
+            return true
         }
+        guard planned else { return nil }
         return .create(type: type.name, primaryKey: key, fields: explicit, defaults: defaults)
     }
 
