@@ -323,7 +323,14 @@ public final class Transaction: ObjectReading {
     }
 
     func checkedKey(_ type: String, _ values: [String: Value]) throws -> (ObjectSchema, PrimaryKey) {
-        let objectType = try working.schema.requireType(type)
+        // An import writes one type over and over: its definition comes from the plan of the previous create while
+        // the schema stays the same, instead of being looked up (and the schema copied) per object.
+        let objectType: ObjectSchema
+        if let plan = createPlan, plan.typeName == type {
+            objectType = plan.type
+        } else {
+            objectType = try working.schema.requireType(type)
+        }
         return (objectType, try checkedKey(objectType, keyValue: objectType.primaryKey.flatMap { values[$0] }))
     }
 
@@ -421,10 +428,13 @@ public final class Transaction: ObjectReading {
     /// create instruction lists its fields in).
     struct CreatePlan {
         let typeName: String
+        /// The type's definition in the schema the plan was made from (a top-level type).
+        let type: ObjectSchema
         let properties: [Property]
 
         init(_ type: ObjectSchema) {
             typeName = type.name
+            self.type = type
             properties = type.properties.filter { $0.name != type.primaryKey }.sorted { $0.name < $1.name }
         }
 
