@@ -326,7 +326,7 @@ public final class Transaction: ObjectReading {
         // An import writes one type over and over: its definition comes from the plan of the previous create while
         // the schema stays the same, instead of being looked up (and the schema copied) per object.
         let objectType: ObjectSchema
-        if let plan = createPlan, plan.typeName == type {
+        if let plan = createPlan, plan.type.name == type {
             objectType = plan.type
         } else {
             objectType = try working.schema.requireType(type)
@@ -427,13 +427,11 @@ public final class Transaction: ObjectReading {
     /// changes it, and it drops the plan): the properties other than the primary key, sorted by name (the order a
     /// create instruction lists its fields in).
     struct CreatePlan {
-        let typeName: String
         /// The type's definition in the schema the plan was made from (a top-level type).
         let type: ObjectSchema
         let properties: [Property]
 
         init(_ type: ObjectSchema) {
-            typeName = type.name
             self.type = type
             properties = type.properties.filter { $0.name != type.primaryKey }.sorted { $0.name < $1.name }
         }
@@ -453,7 +451,7 @@ public final class Transaction: ObjectReading {
     /// ``emitCreate(_:_:_:)``'s general path to build or to find and name.
     func plannedCreate(_ type: ObjectSchema, _ key: PrimaryKey, _ values: [String: Value]) -> Instruction? {
         let plan: CreatePlan
-        if let cached = createPlan, cached.typeName == type.name {
+        if let cached = createPlan, cached.type.name == type.name {
             plan = cached
         } else {
             plan = CreatePlan(type)
