@@ -205,7 +205,7 @@ extension Replica {
         do {
             return try environment.read { txn in
                 var anchors: [(dot: Dot, fingerprint: UInt64)] = []
-                for entry in try views.versionVector(in: txn).entries {
+                for entry in try versionVector(in: txn).entries {
                     let dot = Dot(origin: entry.replica, sequence: entry.sequence)
                     if let fingerprint = try changesetFingerprint(at: dot, in: txn) {
                         anchors.append((dot, fingerprint))
@@ -265,7 +265,7 @@ extension Replica {
     public func heldSequence(of origin: ReplicaID) throws -> UInt64 {
         do {
             return try environment.read { txn in
-                try heldSequence(of: origin, vector: try views.versionVector(in: txn), in: txn)
+                try heldSequence(of: origin, vector: try versionVector(in: txn), in: txn)
             }
         } catch {
             throw TributaryError.wrap(error)
@@ -290,7 +290,7 @@ extension Replica {
     ) throws -> [Element] {
         do {
             return try environment.read { txn in
-                let have = try views.versionVector(in: txn)
+                let have = try versionVector(in: txn)
                 if let compaction = try log.compaction(in: txn) {
                     try Self.checkCovers(vector, compaction: compaction, origins: origins, directory: directory)
                 }

@@ -354,16 +354,35 @@ public final class Replica: Sendable {
     static func loadState(
         in txn: TributaryStorageReadTransaction, log: ChangesetLog, views: ViewStore, identity: Database, head: LogHead
     ) throws -> State {
-        let vector = try views.versionVector(in: txn)
         var latest = HybridTime.zero
         if let clock = try identityNumber(clockKey, "clock", identity: identity, in: txn) {
             latest = HybridTime(rawValue: clock)
         }
-        if head.localSequence > 0 {
-            latest = max(latest, try log.entry(head.localSequence, in: txn).time)
-        }
+        let last = head.localSequence > 0 ? try log.entry(head.localSequence, in: txn) : nil
+        if let last { latest = max(latest, last.time) }
+        let vector = versionVector(
+            stored: try views.storedVersionVector(in: txn), last: last.map { ($0.localSequence, $0.dot) })
         let schema = try views.schema(in: txn) ?? Schema(types: [])
         return State(head: head, versionVector: vector, clock: HybridLogicalClock(latest: latest), schema: schema)
+    }
+
+    /// What the replica has integrated, as `txn` holds it: the stored version vector, advanced by the dot of the log's
+    /// last entry when that entry came after the vector was stored. A commit whose only change to the vector is that
+    /// dot leaves the stored vector as it was (``persist(_:head:in:)``), so that a local commit writes one page fewer.
+    func versionVector(in txn: TributaryStorageReadTransaction) throws -> VersionVector {
+        Self.versionVector(stored: try views.storedVersionVector(in: txn), last: try log.lastDot(in: txn))
+    }
+
+    /// The version vector `stored` with the log's `last` entry (see ``versionVector(in:)``). A vector stored by
+    /// replica format 3 (`through` is `nil`) is whole; the next commit stores it again with its entry.
+    static func versionVector(
+        stored: (vector: VersionVector, through: UInt64?), last: (localSequence: UInt64, dot: Dot)?
+    ) -> VersionVector {
+        var vector = stored.vector
+        if let last, let through = stored.through, last.localSequence > through {
+            vector.advance(last.dot.origin, to: last.dot.sequence)
+        }
+        return vector
     }
 
     /// The state to write on: the cached one, unless another process committed since (the log's head moved), in
@@ -528,7 +547,17 @@ public final class Replica: Sendable {
                 try views.rebuildIndexes(ofType: type, schema: commit.schema, in: storage)
             }
         }
-        try views.setVersionVector(commit.versionVector, in: storage)
+        // Stored only when the commit changes it otherwise than by the dot of the last entry it appends, which every
+        // reading adds back (``versionVector(in:)``): a local commit leaves the vector's page alone, one of the few
+        // pages a durable commit writes.
+        var implied: VersionVector?
+        if let last = commit.changesets.last {
+            implied = Self.versionVector(
+                stored: try views.storedVersionVector(in: storage), last: (head.localSequence, last.header.dot))
+        }
+        if implied != commit.versionVector {
+            try views.setVersionVector(commit.versionVector, through: head.localSequence, in: storage)
+        }
         // Opening takes the later of the stored clock and the time of the log's last entry (``loadState``, as every
         // build has), so the clock is stored only when it ran ahead of the last entry this commit appends: a commit
         // that appended nothing, or whose last changeset, merged from a peer, is older than the clock. A local commit's

@@ -123,6 +123,30 @@ public struct ChangesetLog: Sendable {
         return head
     }
 
+    /// The local sequence and dot of the log's last entry, `nil` for an empty log, read from the entry's header without
+    /// checking its checksum (opening a replica reads the last entry whole).
+    ///
+    /// - Throws: ``LogError`` with `.truncated` when the last entry's bytes hold no header of that entry.
+    public func lastDot(in transaction: ReadTransaction) throws -> (localSequence: UInt64, dot: Dot)? {
+        var last: (UInt64, Dot)?
+        var damaged: UInt64?
+        try transaction.scan(entries, reverse: true) { key, value in
+            guard let sequence = Self.sequence(fromKey: key) else { return false }
+            if let dot = LogEntry.originDot(ofStored: value, localSequence: sequence) {
+                last = (sequence, dot)
+            } else {
+                damaged = sequence
+            }
+            return false
+        }
+        if let damaged {
+            throw LogError(
+                .truncated, localSequence: damaged,
+                "log entry \(damaged) holds no header of its own: the entry is damaged on disk")
+        }
+        return last
+    }
+
     /// The number of entries.
     public func count(in transaction: ReadTransaction) throws -> Int { try transaction.count(entries) }
 

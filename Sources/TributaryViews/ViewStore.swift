@@ -14,7 +14,7 @@ public struct ViewStore: Sendable {
     public let indexes: Database
     public let meta: Database
     static let schemaKey = Array("schema".utf8)
-    static let versionVectorKey = Array("versionVector".utf8)
+    package static let versionVectorKey = Array("versionVector".utf8)
 
     /// Opens the views' databases in `environment`.
     public init(environment: Environment) throws {
@@ -138,10 +138,24 @@ public struct ViewStore: Sendable {
         return try reader.schema()
     }
 
-    /// What the replica has integrated, per origin.
-    public func versionVector(in transaction: ReadTransaction) throws -> VersionVector {
-        guard let bytes = try transaction.get(meta, key: Self.versionVectorKey) else { return VersionVector() }
-        return try Self.decodeVector(bytes, subject: "stored version vector")
+    /// The version vector as stored, and the local sequence of the log entry it was stored with: it is whole through
+    /// that entry. A commit whose only change to the vector is the dot of the entry it appends last does not store it
+    /// (the replica's own commits, nearly always), so that what the replica holds is this vector advanced by the dot
+    /// of the log's last entry, when that entry comes after `through`: the replica's `versionVector(in:)` reads both.
+    /// `through` is `nil` for a vector stored by replica format 3, which stored it with every commit.
+    public func storedVersionVector(in transaction: ReadTransaction) throws -> (vector: VersionVector, through: UInt64?)
+    {
+        // None stored: nothing integrated, whole through no entry.
+        guard let bytes = try transaction.get(meta, key: Self.versionVectorKey) else { return (VersionVector(), 0) }
+        let subject = "stored version vector"
+        var reader = BinaryReader(bytes, subject: subject)
+        let vector = try reader.versionVector()
+        let through = reader.isAtEnd ? nil : try reader.fixed64()
+        guard reader.isAtEnd else {
+            throw ChangesetDecodingError(
+                .trailingData, "the \(subject) has \(reader.remaining) bytes after its end", offset: reader.offset)
+        }
+        return (vector, through)
     }
 
     /// A version vector as the replica stores it: a count, then each origin and its sequence.
@@ -324,9 +338,14 @@ public struct ViewStore: Sendable {
         try transaction.put(meta, key: Self.schemaKey, value: writer.bytes)
     }
 
-    /// Stores the version vector.
-    public func setVersionVector(_ vector: VersionVector, in transaction: WriteTransaction) throws {
-        try transaction.put(meta, key: Self.versionVectorKey, value: Self.encode(vector))
+    /// Stores the version vector, whole through the log entry at `localSequence` (see ``storedVersionVector(in:)``).
+    public func setVersionVector(
+        _ vector: VersionVector, through localSequence: UInt64, in transaction: WriteTransaction
+    ) throws {
+        var writer = BinaryWriter()
+        writer.versionVector(vector)
+        writer.fixed64(localSequence)
+        try transaction.put(meta, key: Self.versionVectorKey, value: writer.bytes)
     }
 
     /// Removes every view: records, indexes, schema and version vector.

@@ -17,7 +17,7 @@ struct InfoTests {
             run.stdout == #"""
                 replica           00000000000000a1
                 directory         \#(fixture.path)
-                format            3
+                format            \#(Replica.formatVersion)
                 schema            version 1, 4 types (2 embedded)
                 releases          app version 1 (history from 1), no migration
                 changesets        7 (last local sequence 7)
@@ -43,7 +43,7 @@ struct InfoTests {
         #expect(run.status == 0, "\(run)")
         #expect(
             run.stdout == #"""
-                {"replica":"00000000000000a1","directory":"\#(fixture.path)","formatVersion":3,"schemaVersion":1,"migratedSchemaVersion":0,"declaredSchemaVersion":1,"firstDeclaredSchemaVersion":1,"types":4,"changesets":7,"instructions":19,"lastLocalSequence":7,"compaction":null,"sharedLog":null,"logStoredBytes":\#(fixture.summary.log.storedBytes),"logUncompressedBytes":\#(fixture.summary.log.uncompressedBytes),"compressionRatio":\#(fixture.ratioJSON),"versionVector":[{"replica":"00000000000000a1","originSequence":5},{"replica":"00000000000000b2","originSequence":2}],"storageUsedBytes":\#(fixture.storageUsedBytes),"objects":[{"type":"ChatMessage","count":0},{"type":"User","count":3}],"schemaConflicts":[]}
+                {"replica":"00000000000000a1","directory":"\#(fixture.path)","formatVersion":\#(Replica.formatVersion),"schemaVersion":1,"migratedSchemaVersion":0,"declaredSchemaVersion":1,"firstDeclaredSchemaVersion":1,"types":4,"changesets":7,"instructions":19,"lastLocalSequence":7,"compaction":null,"sharedLog":null,"logStoredBytes":\#(fixture.summary.log.storedBytes),"logUncompressedBytes":\#(fixture.summary.log.uncompressedBytes),"compressionRatio":\#(fixture.ratioJSON),"versionVector":[{"replica":"00000000000000a1","originSequence":5},{"replica":"00000000000000b2","originSequence":2}],"storageUsedBytes":\#(fixture.storageUsedBytes),"objects":[{"type":"ChatMessage","count":0},{"type":"User","count":3}],"schemaConflicts":[]}
 
                 """#)
     }
@@ -676,7 +676,7 @@ struct CompactedLogTests {
         let info = try runTool(["info", fixture.path])
         #expect(info.status == 0, "\(info)")
         #expect(info.stdout.contains("compacted         entries 1-4 replaced by a base state at "), "\(info.stdout)")
-        #expect(info.stdout.contains("format            3"), "\(info.stdout)")
+        #expect(info.stdout.contains("format            \(Replica.formatVersion)"), "\(info.stdout)")
 
         // The list starts after the base, also when asked from an entry it replaced.
         for arguments in [["list", fixture.path], ["list", fixture.path, "--from", "2"]] {

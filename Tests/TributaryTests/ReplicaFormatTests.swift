@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TributaryLog
 import TributaryMerge
 import TributaryModel
 import TributaryStorage
@@ -33,21 +34,21 @@ struct ReplicaFormatTests {
         }
     }
 
-    @Test("a new replica records format 3 under the release key, and reopens")
+    @Test("a new replica records format 4 under the release key, and reopens")
     func newReplicaRecordsTheCurrentFormat() throws {
-        #expect(Replica.formatVersion == 3)
+        #expect(Replica.formatVersion == 4)
         let directory = TemporaryDirectory("format-new")
         try Self.makeReplica(directory.path)
         let replica = try Replica.open(directory: directory.path, configuration: Self.configuration(readOnly: true))
         defer { replica.close() }
-        #expect(try replica.summary().formatVersion == 3)
+        #expect(try replica.summary().formatVersion == 4)
         let stored = try replica.environment.read { txn in
             (
                 try txn.get(replica.identity, key: ReplicaFormat.key),
                 try txn.get(replica.identity, key: ReplicaFormat.developmentKey)
             )
         }
-        #expect(stored.0 == [3])
+        #expect(stored.0 == [4])
         #expect(stored.1 == nil)
     }
 
@@ -140,7 +141,7 @@ struct ReplicaFormatTests {
         #expect(ReplicaFormat.steps(from: 0, to: 4, in: steps) == nil)
         #expect(ReplicaFormat.steps(from: 1, to: 5, in: steps) == nil)
         // The registered steps raise every format a release wrote (1 on) to the current one.
-        #expect(ReplicaFormat.steps(from: 1, to: ReplicaFormat.current, in: ReplicaFormat.upgrades)?.count == 2)
+        #expect(ReplicaFormat.steps(from: 1, to: ReplicaFormat.current, in: ReplicaFormat.upgrades)?.count == 3)
         #expect(ReplicaFormat.steps(from: 0, to: ReplicaFormat.current, in: ReplicaFormat.upgrades) == nil)
     }
 
@@ -232,7 +233,7 @@ struct ReplicaFormatTests {
     }
 
     @Test(
-        "a replica of format 1 or 2 whose records keep erased list elements is raised to 3 at its first open for writing: the records are rewritten without them, in the views and in the base state, and verify passes",
+        "a replica of format 1 or 2 whose records keep erased list elements is raised to the current format at its first open for writing: the records are rewritten without them, in the views and in the base state, and verify passes",
         arguments: [false, true])
     func erasedListElementsAreDroppedByTheUpgrade(compacted: Bool) throws {
         let directory = TemporaryDirectory("format-erased-elements")
@@ -285,7 +286,7 @@ struct ReplicaFormatTests {
 
         let replica = try Replica.open(directory: directory.path, configuration: Self.configuration())
         defer { replica.close() }
-        #expect(try replica.summary().formatVersion == 3)
+        #expect(try replica.summary().formatVersion == ReplicaFormat.current)
         #expect(try replica._recordBytes(type: "User", primaryKey: .string("u1")) == current)
         if let baseLegacy, let base = try replica.baseDatabase() {
             #expect(try replica.environment.read { txn in try txn.get(base, key: baseLegacy.key) } == current)
@@ -293,5 +294,121 @@ struct ReplicaFormatTests {
         #expect(try replica.object("User", primaryKey: .string("u1"))?["tags"] == .list(["kept"]))
         let report = try replica.verify()
         #expect(report.passed, "\(report)")
+    }
+
+    /// The version vector `replica` stores, and the one it holds (the stored one with the log's last entry).
+    static func vectors(of replica: Replica) throws -> (stored: VersionVector, held: VersionVector) {
+        try replica.environment.read { txn in
+            (try replica.views.storedVersionVector(in: txn).vector, try replica.versionVector(in: txn))
+        }
+    }
+
+    @Test(
+        "a local commit leaves the stored version vector alone; the replica counts it from the log's last entry, after reopening too, and the next commit takes the next dot"
+    )
+    func localCommitsLeaveTheStoredVectorAlone() throws {
+        let directory = TemporaryDirectory("format-vector-local")
+        try Self.makeReplica(directory.path)
+        var replica = try Replica.open(directory: directory.path, configuration: Self.configuration())
+        let me = replica.replicaID
+        // The first commit declared the schema (its own dot only); none since stored the vector.
+        var vectors = try Self.vectors(of: replica)
+        #expect(vectors.stored[me] == 0)
+        #expect(vectors.held[me] == 3)
+        #expect(replica.versionVector[me] == 3)
+        replica.close()
+
+        replica = try Replica.open(directory: directory.path, configuration: Self.configuration())
+        defer { replica.close() }
+        #expect(replica.versionVector[me] == 3)
+        try replica.write { txn in try txn.create("User", ["_id": "u7", "name": "Seven"]) }
+        vectors = try Self.vectors(of: replica)
+        #expect(vectors.stored[me] == 0)
+        #expect(vectors.held[me] == 4)
+        let last = try replica.environment.read { txn in try replica.log.entry(replica.lastLocalSequence, in: txn) }
+        #expect(last.dot == Dot(origin: me, sequence: 4))
+        #expect(try replica.verify().passed)
+    }
+
+    @Test(
+        "a commit that integrates another replica's changesets stores the whole vector; local commits after it leave it alone"
+    )
+    func integrationStoresTheWholeVector() throws {
+        let directory = TemporaryDirectory("format-vector-integrate")
+        let first = try Replica.open(
+            directory: directory.appending("a"), schema: Fixtures.chatSchema, configuration: Self.configuration())
+        defer { first.close() }
+        let second = try Replica.open(
+            directory: directory.appending("b"), schema: Fixtures.chatSchema, configuration: Self.configuration())
+        defer { second.close() }
+        try first.write { txn in try txn.create("User", ["_id": "a1", "name": "A"]) }
+        try second.write { txn in try txn.create("User", ["_id": "b1", "name": "B"]) }
+        try second.write { txn in try txn.create("User", ["_id": "b2", "name": "B2"]) }
+        let report = try first.integrate(encoded: try second.export(missingFrom: first.versionVector).changesets)
+        #expect(report.integrated.count == 3)
+        var vectors = try Self.vectors(of: first)
+        #expect(vectors.stored == first.versionVector)
+        #expect(vectors.held == first.versionVector)
+        #expect(vectors.stored[second.replicaID] == 3)
+
+        try first.write { txn in try txn.create("User", ["_id": "a2", "name": "A2"]) }
+        vectors = try Self.vectors(of: first)
+        #expect(vectors.stored[first.replicaID] == 2)
+        #expect(vectors.held[first.replicaID] == 3)
+        #expect(vectors.held[second.replicaID] == 3)
+        #expect(vectors.held == first.versionVector)
+        #expect(try first.verify().passed)
+    }
+
+    @Test("a log compacted through its last entry keeps that entry's dot in the stored vector")
+    func compactionThroughTheLastEntryStoresTheVector() throws {
+        let directory = TemporaryDirectory("format-vector-compact")
+        try Self.makeReplica(directory.path)
+        let replica = try Replica.open(directory: directory.path, configuration: Self.configuration())
+        defer { replica.close() }
+        let me = replica.replicaID
+        #expect(try Self.vectors(of: replica).stored[me] == 0)
+        _ = try #require(try replica.compact(through: replica.lastLocalSequence, includingLastEntry: true))
+        #expect(try replica.environment.read { txn in try replica.log.lastDot(in: txn) } == nil)
+        let vectors = try Self.vectors(of: replica)
+        #expect(vectors.stored[me] == 3)
+        #expect(vectors.held == vectors.stored)
+    }
+
+    @Test(
+        "a replica of format 3, which stored the whole vector with every commit, is raised to 4 with its vector as it was"
+    )
+    func formatThreeIsRaisedWithItsVector() throws {
+        let directory = TemporaryDirectory("format-vector-three")
+        try Self.makeReplica(directory.path)
+        let expected = try {
+            let replica = try Replica.open(directory: directory.path, configuration: Self.configuration())
+            defer { replica.close() }
+            // As format 3 left it: the vector stored whole by the last commit, without the entry it is whole through.
+            try replica.environment.write { txn in
+                try txn.put(
+                    replica.views.meta, key: ViewStore.versionVectorKey,
+                    value: ViewStore.encode(try replica.versionVector(in: txn)))
+            }
+            return replica.versionVector
+        }()
+        try StoredFormat.setFormat(directory.path, 3)
+        let readOnly = try #require(throws: TributaryError.self) {
+            try Replica.open(directory: directory.path, configuration: Self.configuration(readOnly: true)).close()
+        }
+        #expect(readOnly.code == .readOnly)
+
+        let replica = try Replica.open(directory: directory.path, configuration: Self.configuration())
+        defer { replica.close() }
+        #expect(try replica.summary().formatVersion == 4)
+        #expect(replica.versionVector == expected)
+        try replica.write { txn in try txn.create("User", ["_id": "u8", "name": "Eight"]) }
+        #expect(replica.versionVector[replica.replicaID] == expected[replica.replicaID] + 1)
+        // That first commit stored the vector again, with its entry; the next one leaves it alone.
+        #expect(try Self.vectors(of: replica).stored == replica.versionVector)
+        try replica.write { txn in try txn.create("User", ["_id": "u9", "name": "Nine"]) }
+        #expect(try Self.vectors(of: replica).stored[replica.replicaID] == expected[replica.replicaID] + 1)
+        #expect(replica.versionVector[replica.replicaID] == expected[replica.replicaID] + 2)
+        #expect(try replica.verify().passed)
     }
 }

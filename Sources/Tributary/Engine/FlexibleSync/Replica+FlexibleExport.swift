@@ -201,7 +201,7 @@ extension Replica {
                 let snapshot = Snapshot(replica: self, storage: txn)
                 defer { snapshot.invalidate() }
                 let schema = snapshot.schema
-                let vector = try views.versionVector(in: txn)
+                let vector = try versionVector(in: txn)
                 let newMatches = try CompiledSubscriptions(wanted, schema: schema).matching(in: snapshot)
                 let oldMatches = try CompiledSubscriptions(held, schema: schema).matching(in: snapshot)
                 // Objects the device may hold, not known to: removed when `wanted` does not cover them, never assumed
@@ -292,7 +292,7 @@ extension Replica {
             try environment.read { txn in
                 let snapshot = Snapshot(replica: self, storage: txn)
                 defer { snapshot.invalidate() }
-                let now = try views.versionVector(in: txn)
+                let now = try versionVector(in: txn)
                 let compiled = CompiledSubscriptions(view.subscriptions, schema: snapshot.schema)
                 for key in touched {
                     if try compiled.matches(key, in: snapshot) {
@@ -492,7 +492,7 @@ extension Replica {
             return try environment.read { txn in
                 let snapshot = Snapshot(replica: self, storage: txn)
                 defer { snapshot.invalidate() }
-                let now = try views.versionVector(in: txn)
+                let now = try versionVector(in: txn)
                 let compiled = CompiledSubscriptions(subscriptions, schema: snapshot.schema)
                 var objects: [ReceivedObjectState] = []
                 for (type, primaryKey, refused) in keys {

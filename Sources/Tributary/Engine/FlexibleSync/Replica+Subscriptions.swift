@@ -102,7 +102,7 @@ extension Replica {
                     let latest = try subscriptionSets(in: txn).latest
                     let set = SubscriptionSet(
                         version: latest.version + 1, subscriptions: editing.subscriptions, state: .pending,
-                        snapshot: try views.versionVector(in: txn)[replicaID])
+                        snapshot: try versionVector(in: txn)[replicaID])
                     try storeSubscriptionSet(set, Self.latestSubscriptionsKey, in: txn)
                     try storeSubscriptionSet(set, Self.pendingSubscriptionsKey(set.version), in: txn)
                     return set

@@ -129,7 +129,7 @@ extension Replica {
     /// The ``ModelNames`` of `declared` in `schema`, read in `txn`.
     func modelNames(declared: Schema, schema: Schema, in txn: TributaryStorageReadTransaction) throws -> ModelNames {
         // Without an anchor (a declaration stored before builds kept one), every rename counts as seen.
-        var anchor = schema.propertyRemovals.isEmpty ? VersionVector() : try views.versionVector(in: txn)
+        var anchor = schema.propertyRemovals.isEmpty ? VersionVector() : try versionVector(in: txn)
         if !schema.propertyRemovals.isEmpty, let bytes = try txn.get(identity, key: Self.declarationAnchorKey) {
             anchor = try ViewStore.decodeVector(bytes, subject: "declaration anchor")
         }

@@ -361,6 +361,9 @@ extension Replica {
                 schema.schema(replayed.working.schema)
                 try txn.put(base, key: Self.baseKey(generation: generation), value: schema.bytes)
                 try log.storeCompaction(compaction, in: txn)
+                // Stored whole: the entries dropped may include the last, whose dot the stored vector may lack.
+                try views.setVersionVector(
+                    try versionVector(in: txn), through: try log.headUnverified(in: txn).localSequence, in: txn)
                 try removeObjectStates(through: cut, in: txn)
             }
             afterMarking?()
@@ -607,7 +610,7 @@ extension Replica {
             throw TributaryError(
                 .invalidValue, "replica \(directory) starts from a base state already; it cannot take another")
         }
-        guard try views.versionVector(in: txn).entries.allSatisfy({ $0.replica == replicaID }) else {
+        guard try versionVector(in: txn).entries.allSatisfy({ $0.replica == replicaID }) else {
             throw TributaryError(
                 .invalidValue,
                 "replica \(directory) holds changesets of other replicas; a base state starts only a replica that holds "

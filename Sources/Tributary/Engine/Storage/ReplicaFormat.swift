@@ -13,6 +13,12 @@ import TributaryStorage
 /// - 3: records keep no erased list elements (earlier formats kept each as a tombstone), whether the log was
 ///   compacted or not; the compaction marker says whether the log starts after a base. Format 1 and 2 replicas are
 ///   raised to it at their first open for writing, which rewrites the records that held erased elements.
+/// - 4: the version vector is stored with the local sequence of the log entry it is whole through, and a commit whose
+///   only change to the vector is the dot of the entry it appends last does not store it (a local commit, nearly
+///   always): the replica's vector is the stored one advanced by the dot of the log's last entry when that entry is
+///   a later one. A build of format 3 would read the stored vector alone and give a new changeset a dot already
+///   used, so format 4 is refused there as newer. A vector stored by format 3 (without its entry) reads as whole, and
+///   the first commit stores it with its entry, so the step changes nothing.
 ///
 /// A change to what a replica stores raises ``current`` and registers one ``Upgrade`` in ``upgrades`` that turns
 /// a directory of the previous format into the new one, with a test that opens a directory of the previous format.
@@ -26,7 +32,7 @@ import TributaryStorage
 /// (``Replica/rebuild(fromLogOf:into:through:configuration:)``), whose entries every build reads alike.
 package enum ReplicaFormat {
     /// The replica format this build writes for a new replica, and raises older ones to.
-    package static let current: UInt8 = 3
+    package static let current: UInt8 = 4
 
     /// The highest format this build reads.
     package static let newest: UInt8 = current
@@ -57,6 +63,11 @@ package enum ReplicaFormat {
         Upgrade(
             from: 2, summary: "erased list elements are dropped from the stored records",
             apply: { replica, txn in try replica.rewriteRecordsInCurrentEncoding(in: txn) }),
+        Upgrade(
+            from: 3,
+            summary: "nothing to rewrite: format 4 stores the version vector only when a commit changes it otherwise "
+                + "than by the dot of its last log entry, and reads a vector stored by format 3 as whole",
+            apply: { _, _ in }),
     ]
 
     /// The steps that raise a replica of format `stored` to `target`, or `nil` when some step is missing.

@@ -46,7 +46,7 @@ extension Replica {
             return try environment.read { txn in
                 let format = try storedFormat(in: txn)
                 let schema = try views.schema(in: txn) ?? Schema(types: [])
-                let vector = try views.versionVector(in: txn)
+                let vector = try versionVector(in: txn)
                 var statistics = LogStatistics(changesets: 0, instructions: 0, storedBytes: 0, uncompressedBytes: 0)
                 var last: UInt64 = 0
                 try log.scan(in: txn) { entry in

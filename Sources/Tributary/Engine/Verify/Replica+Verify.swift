@@ -246,10 +246,10 @@ extension Replica {
             report.firstProblem = "the stored schema differs from the replayed one"
             return report
         }
-        let storedVector = try views.versionVector(in: txn)
-        if storedVector != replayed.versionVector {
+        let heldVector = try versionVector(in: txn)
+        if heldVector != replayed.versionVector {
             report.firstProblem =
-                "the stored version vector \(storedVector) differs from the replayed \(replayed.versionVector)"
+                "the version vector the views hold, \(heldVector), differs from the replayed \(replayed.versionVector)"
             return report
         }
 
@@ -434,7 +434,8 @@ extension Replica {
             in: txn, into: RebuiltViews(views: views, target: .transaction(txn)), recordsInMemory: recordsInMemory)
         let schema = replayed.working.schema
         try views.setSchema(schema, in: txn)
-        try views.setVersionVector(replayed.versionVector, in: txn)
+        try views.setVersionVector(
+            replayed.versionVector, through: try log.headUnverified(in: txn).localSequence, in: txn)
         return (schema, replayed.versionVector)
     }
 }
@@ -593,17 +594,18 @@ extension Replica {
                     combined.append(contentsOf: bytes)
                     digest = XXHash64.hash(combined)
                 }
-                var databases = [views.objects, views.indexes]
-                if includeVersionVector { databases.append(views.meta) }
-                for database in databases {
+                for database in [views.objects, views.indexes, views.meta] {
                     try txn.scan(database) { key, value in
+                        // The vector as the replica holds it, below: what is stored of it depends on which commit
+                        // stored it last (``versionVector(in:)``).
+                        if database == views.meta && key.elementsEqual(ViewStore.versionVectorKey) { return true }
                         mix(key)
                         mix(value)
                         return true
                     }
                 }
-                if !includeVersionVector, let schema = try txn.get(views.meta, key: Array("schema".utf8)) {
-                    schema.withUnsafeBytes { mix($0) }
+                if includeVersionVector {
+                    ViewStore.encode(try versionVector(in: txn)).withUnsafeBytes { mix($0) }
                 }
                 return digest
             }
