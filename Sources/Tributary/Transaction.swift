@@ -281,7 +281,7 @@ public final class Transaction: ObjectReading {
     /// not hold are left as they are (a model's values hold only the properties its release declares).
     func update(_ type: String, primaryKey: PrimaryKey, _ values: [String: Value], leavingAbsentFields: Bool) throws {
         let objectType = try working.schema.requireType(type)
-        guard let current = try object(type, primaryKey: primaryKey) else {
+        guard let record = try record(type, primaryKey), record.exists else {
             throw TributaryError(.objectNotFound, "cannot update \(type) \(primaryKey): no such object")
         }
         // Every value is checked before any is written: an update that throws has changed nothing.
@@ -299,9 +299,15 @@ public final class Transaction: ObjectReading {
             }
             checked.append((name, value, property))
         }
+        // Only the properties given are read, as a read of the whole object gives them (links to objects that do not
+        // exist left out, rule 7): materializing every property cost more than the rest of a one-field update.
+        let schema = working.schema
+        let materializer = checked.contains { $0.property.holdsLinks } ? self.materializer : nil
         for (name, value, property) in checked {
+            var current = ObjectRecord.value(record.fields[name], of: property, in: schema)
+            if let materializer, property.holdsLinks { current = try materializer.resolveLinks(current, property) }
             try Differ(transaction: self, leavesAbsentFields: leavingAbsentFields).update(
-                from: current[name], to: value, property: property,
+                from: current, to: value, property: property,
                 path: FieldPath(type: type, primaryKey: primaryKey, property: name))
         }
     }

@@ -36,6 +36,47 @@ struct TransactionWriteTests {
         #expect(try cluster.converged())
     }
 
+    @Test(
+        "An update compares with the values a read gives: links to deleted objects read as absent, so giving what a read shows writes nothing"
+    )
+    func updateComparesWithWhatAReadGives() throws {
+        let replica = try Replica.open(
+            directory: TemporaryDirectory("update-read-values").path, schema: Fixtures.chatSchema,
+            configuration: {
+                var configuration = Replica.Configuration()
+                configuration.durability = .none
+                return configuration
+            }())
+        defer { replica.close() }
+        let (one, two, three) = (PrimaryKey.string("u1"), PrimaryKey.string("u2"), PrimaryKey.string("u3"))
+        try replica.write { txn in
+            for key in [one, two, three] { try txn.create("User", ["_id": key.value, "name": "n"]) }
+            try txn.update("User", primaryKey: one, ["friends": [.link(two), .link(three)]])
+            try txn.create(
+                "ChatMessage",
+                [
+                    "_id": "m", "author": "u3", "text": "t", "timestamp": .date(Date(timeIntervalSince1970: 0)),
+                    "conversationID": "c", "sender": .link(three),
+                ])
+            _ = try txn.delete("User", primaryKey: three)
+        }
+        let before = replica.lastLocalSequence
+        try replica.write { txn in
+            try txn.update("User", primaryKey: one, ["friends": [.link(two)], "name": "n"])
+            try txn.update("ChatMessage", primaryKey: .string("m"), ["sender": .null])
+        }
+        #expect(replica.lastLocalSequence == before)
+        // A value that differs from the read is written, and only it.
+        try replica.write { txn in
+            try txn.update("User", primaryKey: one, ["friends": [.link(two)], "age": 5])
+        }
+        #expect(replica.lastLocalSequence == before + 1)
+        let changeset = try #require(try replica.changesets(missingFrom: VersionVector()).last)
+        #expect(changeset.instructions.count == 1)
+        #expect(try replica.object("User", primaryKey: one)?["age"] == 5)
+        #expect(try replica.object("User", primaryKey: one)?["friends"] == .list([.link(two)]))
+    }
+
     @Test("An update that throws on one of its values writes none of them")
     func updateThatThrowsWritesNothing() throws {
         let cluster = try Cluster(1, schema: MergeSemanticsTests.schema)
