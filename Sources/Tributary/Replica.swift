@@ -313,8 +313,9 @@ public final class Replica: Sendable {
     /// Raises this replica from format `stored` to ``ReplicaFormat/current`` by the registered `steps`, in one write
     /// transaction (``ReplicaFormat``).
     ///
-    /// - Throws: ``TributaryError`` with `.readOnly` when the replica was opened read-only, `.notAReplica` when no
-    ///   step reads `stored`, or what a step throws (the replica is then left as it was).
+    /// - Throws: ``TributaryError`` with `.readOnly` when the replica was opened read-only and a step rewrites what
+    ///   this build reads (``ReplicaFormat/Upgrade/readsAsItIs``), `.notAReplica` when no step reads `stored`, or
+    ///   what a step throws (the replica is then left as it was).
     func upgradeFormat(from stored: UInt8, steps registered: [ReplicaFormat.Upgrade]) throws {
         guard let steps = ReplicaFormat.steps(from: stored, to: ReplicaFormat.current, in: registered) else {
             throw TributaryError(
@@ -322,6 +323,8 @@ public final class Replica: Sendable {
                 "\(directory) is in replica format \(stored), which no release of Tributary wrote; it is damaged")
         }
         guard !configuration.readOnly else {
+            // What this build reads as it is, a read-only open reads without raising it.
+            if steps.allSatisfy(\.readsAsItIs) { return }
             throw TributaryError(
                 .readOnly,
                 "\(directory) is in replica format \(stored); open it for writing once to raise it to format "

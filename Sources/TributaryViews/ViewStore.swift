@@ -149,14 +149,27 @@ public struct ViewStore: Sendable {
         guard let bytes = try transaction.get(meta, key: Self.versionVectorKey) else { return (VersionVector(), 0) }
         let subject = "stored version vector"
         var reader = BinaryReader(bytes, subject: subject)
+        var through: UInt64?
+        if bytes.starts(with: Self.wholeThroughMark) {
+            reader.offset = Self.wholeThroughMark.count
+            through = try reader.fixed64()
+        }
         let vector = try reader.versionVector()
-        let through = reader.isAtEnd ? nil : try reader.fixed64()
         guard reader.isAtEnd else {
             throw ChangesetDecodingError(
                 .trailingData, "the \(subject) has \(reader.remaining) bytes after its end", offset: reader.offset)
         }
         return (vector, through)
     }
+
+    /// What a vector stored with its entry starts with: a count no earlier build reads (it is over their limit of
+    /// entries), so that a process of an earlier build that still has the replica open fails to read the vector instead
+    /// of reading it without the entries after it, and giving a new changeset a dot already used.
+    static let wholeThroughMark: [UInt8] = {
+        var writer = BinaryWriter()
+        writer.varint(UInt64.max)
+        return writer.bytes
+    }()
 
     /// A version vector as the replica stores it: a count, then each origin and its sequence.
     public static func encode(_ vector: VersionVector) -> [UInt8] {
@@ -343,8 +356,9 @@ public struct ViewStore: Sendable {
         _ vector: VersionVector, through localSequence: UInt64, in transaction: WriteTransaction
     ) throws {
         var writer = BinaryWriter()
-        writer.versionVector(vector)
+        writer.raw(Self.wholeThroughMark)
         writer.fixed64(localSequence)
+        writer.versionVector(vector)
         try transaction.put(meta, key: Self.versionVectorKey, value: writer.bytes)
     }
 

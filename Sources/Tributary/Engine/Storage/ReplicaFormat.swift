@@ -24,8 +24,8 @@ import TributaryStorage
 /// a directory of the previous format into the new one, with a test that opens a directory of the previous format.
 /// Opening a replica of an older format for writing runs every step from its format on, in order, and stores the new
 /// format, all in one write transaction: an interrupted upgrade leaves the replica as it was, and runs again at the
-/// next open. Opened read-only, a replica of an older format is refused, since its views are not what this build
-/// reads.
+/// next open. Opened read-only, a replica of an older format is read as it is when every step from its format rewrites
+/// nothing (``Upgrade/readsAsItIs``), and refused otherwise, since its views are not what this build reads.
 ///
 /// Development builds before 0.1.0 stored their format under another key (``developmentKey``); their replicas are
 /// refused with ``TributaryError/Code/developmentFormat`` and rebuilt from their logs
@@ -50,6 +50,9 @@ package enum ReplicaFormat {
         var from: UInt8
         /// What the step changes, for errors and logs.
         var summary: String
+        /// Whether this build reads a replica of format `from` correctly as it is (the step rewrites nothing): a
+        /// read-only open of one that only such steps separate from the current format reads it without raising it.
+        var readsAsItIs = false
         /// Rewrites what differs, in `transaction`.
         var apply: @Sendable (Replica, TributaryStorageWriteTransaction) throws -> Void
     }
@@ -59,7 +62,7 @@ package enum ReplicaFormat {
         Upgrade(
             from: 1,
             summary: "nothing to rewrite: format 2 marked a compacted log, which the compaction marker records too",
-            apply: { _, _ in }),
+            readsAsItIs: true, apply: { _, _ in }),
         Upgrade(
             from: 2, summary: "erased list elements are dropped from the stored records",
             apply: { replica, txn in try replica.rewriteRecordsInCurrentEncoding(in: txn) }),
@@ -67,7 +70,7 @@ package enum ReplicaFormat {
             from: 3,
             summary: "nothing to rewrite: format 4 stores the version vector only when a commit changes it otherwise "
                 + "than by the dot of its last log entry, and reads a vector stored by format 3 as whole",
-            apply: { _, _ in }),
+            readsAsItIs: true, apply: { _, _ in }),
     ]
 
     /// The steps that raise a replica of format `stored` to `target`, or `nil` when some step is missing.
